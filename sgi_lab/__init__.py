@@ -1,0 +1,1 @@
+"""sgi-lab: a research workbench for SGI."""

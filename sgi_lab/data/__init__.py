@@ -1,0 +1,22 @@
+"""Datasets: the on-disk transition store, collectors, the DQN-Replay importer and the sampler."""
+
+from sgi_lab.data.sampler import SequenceBatch, SequenceSampler, n_step_targets, valid_start_mask
+from sgi_lab.data.store import (
+    FORMAT_VERSION,
+    StoreError,
+    StoreManifest,
+    TransitionStore,
+    TransitionStoreWriter,
+)
+
+__all__ = [
+    "FORMAT_VERSION",
+    "SequenceBatch",
+    "SequenceSampler",
+    "StoreError",
+    "StoreManifest",
+    "TransitionStore",
+    "TransitionStoreWriter",
+    "n_step_targets",
+    "valid_start_mask",
+]

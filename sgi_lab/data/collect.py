@@ -1,0 +1,197 @@
+"""Collectors: run a policy in an Atari 100k environment and write a TransitionStore.
+
+``collect`` is generic (any ``policy(obs) -> action``); ``collect_random`` is the paper's
+Random dataset: a uniformly random action held for Geometric(1/3) steps.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from sgi_lab.data.store import (
+    DEFAULT_CHUNK_SIZE,
+    PARTIAL_SUFFIX,
+    StoreError,
+    TransitionStore,
+    TransitionStoreWriter,
+)
+
+Policy = Callable[[np.ndarray], int]
+
+
+class RandomHoldPolicy:
+    """Uniformly random action, held for a Geometric(p) number of steps (mean 1/p).
+
+    Args:
+        num_actions: size of the action set.
+        p: success probability of the geometric hold length (the paper uses 1/3).
+        seed: RNG seed.
+    """
+
+    def __init__(self, num_actions: int, p: float = 1 / 3, seed: int = 0) -> None:
+        if not 0 < p <= 1:
+            raise ValueError(f"hold probability p must lie in (0, 1], got {p}")
+        self.num_actions = num_actions
+        self.p = p
+        self.rng = np.random.default_rng(seed)
+        self._action = 0
+        self._left = 0
+
+    def __call__(self, obs: np.ndarray) -> int:
+        if self._left == 0:
+            self._action = int(self.rng.integers(self.num_actions))
+            self._left = int(self.rng.geometric(self.p))  # support {1, 2, ...}
+        self._left -= 1
+        return self._action
+
+    def reset(self) -> None:
+        """Start a fresh hold at the next call (e.g. at an episode start)."""
+        self._left = 0
+
+
+def collect(
+    policy: Policy,
+    game: str,
+    steps: int,
+    out: str | os.PathLike,
+    *,
+    seed: int = 0,
+    source: str = "policy",
+    params: dict[str, Any] | None = None,
+    terminal_on_life_loss: bool = False,
+    full_action_space: bool = False,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    resume: bool = True,
+    overwrite: bool = False,
+    progress: bool = True,
+    env_kwargs: dict[str, Any] | None = None,
+) -> TransitionStore:
+    """Run ``policy`` for ``steps`` agent steps and write the transitions as a store at ``out``.
+
+    The store is built under ``out.partial`` and renamed into place when complete. If an
+    earlier run was interrupted and ``resume`` is true, collection continues after its last
+    finished chunk with a freshly reset environment (the interrupted episode is kept, truncated).
+
+    Args:
+        policy: ``policy(obs (4,84,84) uint8) -> action``, called with the stacked observation
+            of every state it acts in. A policy with a ``reset()`` method gets it called at
+            every episode start.
+        game: any accepted spelling of an Atari 100k game.
+        steps: transitions to write.
+        out: store folder.
+        seed: environment seed (a resumed run re-seeds with ``seed + chunks done``).
+        source: name recorded in the manifest (``random``, ``agent``, ...).
+        params: extra creation parameters recorded in the manifest.
+        terminal_on_life_loss: record life losses as terminals (the game still continues).
+        full_action_space: use all 18 actions instead of the game's minimal set.
+        chunk_size: rows per chunk file (the unit of crash safety).
+        resume: continue an interrupted collection found at ``out.partial``.
+        overwrite: replace an existing finished store at ``out``.
+        progress: show a tqdm progress bar.
+        env_kwargs: extra keyword arguments for :func:`sgi_lab.envs.make_env`.
+
+    Returns:
+        The finished store, opened for reading.
+    """
+    from sgi_lab.envs import canonical_game, make_env
+
+    if steps < 1:
+        raise ValueError(f"steps must be positive, got {steps}")
+    game = canonical_game(game)
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise FileExistsError(f"{out} already exists (use overwrite to replace it)")
+    partial = out.with_name(out.name + PARTIAL_SUFFIX)
+    record = {
+        "steps": steps,
+        "seed": seed,
+        "terminal_on_life_loss": terminal_on_life_loss,
+        "full_action_space": full_action_space,
+        **(params or {}),
+    }
+    writer = None
+    if resume and partial.exists():
+        try:
+            writer = TransitionStoreWriter.resume(out)
+        except StoreError:
+            writer = None  # unreadable leftovers: start over
+        else:
+            if writer.manifest.game != game or writer.manifest.params != record:
+                raise StoreError(
+                    f"{partial} was started with different settings "
+                    f"({writer.manifest.game}, {writer.manifest.params}); remove it or match them"
+                )
+    env_seed = seed + (len(writer.manifest.chunks) if writer else 0)
+    env = make_env(
+        game, seed=env_seed, train=False, full_action_space=full_action_space, **(env_kwargs or {})
+    )
+    num_actions = int(env.action_space.n)
+    if writer is None:
+        writer = TransitionStoreWriter.create(
+            out,
+            game=game,
+            source=source,
+            params=record,
+            num_actions=num_actions,
+            chunk_size=chunk_size,
+            overwrite=overwrite,
+        )
+    done_rows = writer.num_rows
+    bar = tqdm(
+        total=steps,
+        initial=done_rows,
+        disable=not progress,
+        desc=f"collect {game}",
+        unit="step",
+        smoothing=0.05,
+    )
+    reset_policy = getattr(policy, "reset", None)
+    obs, _ = env.reset(seed=env_seed)
+    first = True
+    if reset_policy:
+        reset_policy()
+    try:
+        for _ in range(steps - done_rows):
+            action = int(policy(obs))
+            next_obs, _, terminated, truncated, info = env.step(action)
+            terminal = bool(terminated or (terminal_on_life_loss and info.get("life_loss", False)))
+            writer.append(obs[-1], action, float(info["raw_reward"]), terminal, first)
+            first = False
+            if terminated or truncated:
+                obs, _ = env.reset()
+                first = True
+                if reset_policy:
+                    reset_policy()
+            else:
+                obs = next_obs
+            bar.update(1)
+        path = writer.close()
+    finally:
+        bar.close()
+        env.close()
+    return TransitionStore(path)
+
+
+def collect_random(
+    game: str,
+    steps: int,
+    out: str | os.PathLike,
+    *,
+    seed: int = 0,
+    hold_p: float = 1 / 3,
+    **kwargs: Any,
+) -> TransitionStore:
+    """The paper's Random dataset: uniform actions held for Geometric(``hold_p``) steps."""
+    from sgi_lab.envs import num_actions
+
+    full = kwargs.get("full_action_space", False)
+    policy = RandomHoldPolicy(num_actions(game, full_action_space=full), p=hold_p, seed=seed)
+    return collect(
+        policy, game, steps, out, seed=seed, source="random", params={"hold_p": hold_p}, **kwargs
+    )

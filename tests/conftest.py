@@ -1,0 +1,65 @@
+"""Shared fixtures: synthetic stores whose frames encode their own row index."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sgi_lab.data import TransitionStore, TransitionStoreWriter
+
+
+def encode_row(row: int) -> np.ndarray:
+    """A frame that says which row it is: bytes 0..2 hold the index, byte 3 marks 'real'."""
+    frame = np.zeros((84, 84), np.uint8)
+    frame[0, 0], frame[0, 1], frame[0, 2] = row & 255, (row >> 8) & 255, (row >> 16) & 255
+    frame[0, 3] = 1
+    return frame
+
+
+def decode_rows(frames: np.ndarray) -> np.ndarray:
+    """Inverse of :func:`encode_row` for any leading shape; -1 for an all-zero (padding) frame."""
+    f = frames.astype(np.int64)
+    rows = f[..., 0, 0] + (f[..., 0, 1] << 8) + (f[..., 0, 2] << 16)
+    return np.where(f[..., 0, 3] == 1, rows, -1)
+
+
+def build_store(
+    path,
+    episodes: list[dict],
+    chunk_size: int = 7,
+    rewards: np.ndarray | None = None,
+    actions: np.ndarray | None = None,
+) -> TransitionStore:
+    """Write a store from episode specs: ``{"length": n, "terminal": bool, "life_loss": [i..]}``.
+
+    ``terminal`` marks the episode's last row terminal (else it was truncated); ``life_loss``
+    lists in-episode row offsets that are terminal while the episode continues.
+    """
+    writer = TransitionStoreWriter.create(
+        path, game="Pong", source="synthetic", num_actions=6, chunk_size=chunk_size
+    )
+    row = 0
+    for spec in episodes:
+        for i in range(spec["length"]):
+            terminal = (i == spec["length"] - 1 and spec.get("terminal", False)) or i in spec.get(
+                "life_loss", []
+            )
+            writer.append(
+                encode_row(row),
+                int(actions[row]) if actions is not None else row % 6,
+                float(rewards[row]) if rewards is not None else 0.0,
+                terminal,
+                i == 0,
+            )
+            row += 1
+    return TransitionStore(writer.close())
+
+
+@pytest.fixture
+def store_factory(tmp_path):
+    counter = iter(range(1000))
+
+    def make(episodes, **kwargs):
+        return build_store(tmp_path / f"store{next(counter)}", episodes, **kwargs)
+
+    return make
