@@ -1,0 +1,34 @@
+# sgi-lab: `make demo` and `make test` do all set-up themselves on a fresh clone.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: setup demo test test-all lint format lab clean-demo
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)  ## create .venv and install sgi-lab with its dev extras
+
+demo: $(STAMP)  ## the whole pipeline on the embedded default (Pong, small data, CPU)
+	$(PY) -m sgi_lab.demo
+
+test: $(STAMP)  ## the default (fast) test suite
+	$(PY) -m pytest
+
+test-all: $(STAMP)  ## everything, slow tests included
+	$(PY) -m pytest -m ""
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check sgi_lab tests benchmarks notebooks
+	$(VENV)/bin/ruff format --check sgi_lab tests benchmarks notebooks
+
+format: $(STAMP)
+	$(VENV)/bin/ruff check --fix sgi_lab tests benchmarks notebooks
+	$(VENV)/bin/ruff format sgi_lab tests benchmarks notebooks
+
+lab: $(STAMP)  ## JupyterLab on the repo (widgets and plotly render there)
+	$(VENV)/bin/jupyter lab --notebook-dir=.

@@ -1,0 +1,264 @@
+"""Validated, frozen configs, one per stage, built from ``params/*.yaml``.
+
+A params file holds a ``config`` mapping that mirrors the stage's dataclass key for key (plus a
+``name`` and a ``description``, and notebook-level literals such as ``game`` and ``seed``)::
+
+    name: sgi_m
+    description: SGI-M pretraining (ResNet, S+G+I)
+    config:
+      encoder: resnet
+      spr_weight: 2.0
+
+Unknown keys and wrong types are rejected with a message naming the key. Every field has a
+default (the paper's value), a type and a one-line doc in its metadata.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A params file or override is malformed: unknown key, wrong type or bad value."""
+
+
+def F(default: Any, doc: str) -> Any:  # noqa: N802 - reads like a declaration
+    """A dataclass field with a default and a one-line doc."""
+    return field(default=default, metadata={"doc": doc})
+
+
+# -- stage configs -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    """Offline pretraining (paper Sec. 2, App. C): SPR + goal RL + inverse dynamics, or a baseline."""
+
+    encoder: Literal["nature", "resnet", "resnet_l"] = F("resnet", "encoder architecture")
+    spr_weight: float = F(2.0, "lambda_SPR: weight of the SPR latent-dynamics loss (0 disables)")
+    goal_weight: float = F(1.0, "weight of the goal-conditioned RL loss (0 disables)")
+    inverse_weight: float = F(1.0, "lambda_IM: weight of the inverse-dynamics loss (0 disables)")
+    atc_weight: float = F(0.0, "weight of the ATC baseline loss (exclusive with S/G/I)")
+    bc_weight: float = F(0.0, "weight of the behavioural-cloning baseline loss")
+    batch_size: int = F(256, "sequences per batch")
+    spr_steps: int = F(5, "K: latent prediction steps")
+    n_step: int = F(10, "n for the goal-RL n-step return")
+    gamma: float = F(0.99, "discount")
+    goal_window: int = F(50, "goals are states 1..goal_window steps ahead")
+    goal_alpha_max: float = F(0.5, "goal noise weight alpha ~ U(0, goal_alpha_max)")
+    goal_swap_prob: float = F(0.2, "probability to swap in another batch element's goal")
+    goal_reward_scale: float = F(10.0, "scale of the potential-based goal reward")
+    atc_sequences: int = F(32, "ATC: sequences per batch")
+    atc_seq_len: int = F(8, "ATC: consecutive steps per sequence")
+    atc_delta: int = F(3, "ATC: steps between anchor and positive")
+    lr: float = F(1.0e-4, "Adam learning rate")
+    adam_eps: float = F(1.5e-4, "Adam epsilon")
+    grad_clip: float = F(10.0, "max gradient norm (0 disables)")
+    ema_tau: float = F(0.99, "EMA coefficient of the target encoder/projection and goal target")
+    augment: bool = F(True, "random shift + intensity jitter on every input")
+    steps: int = F(234_375, "gradient steps (paper: 10 epochs of 6M samples at batch 256)")
+    log_every: int = F(100, "steps between metrics.jsonl rows")
+    checkpoint_every: int = F(2_000, "steps between checkpoints")
+    prefetch: int = F(2, "batches prepared ahead on a background thread")
+    seed: int = F(0, "random seed")
+    device: str = F("auto", "'auto' (CUDA when present), 'cpu' or 'cuda[:i]'")
+    amp: bool = F(True, "bf16 autocast on CUDA (ignored on CPU)")
+    channels_last: bool = F(True, "channels-last memory format for conv layers")
+
+
+@dataclass(frozen=True)
+class FinetuneConfig:
+    """Online finetuning on Atari 100k with Rainbow + SPR (paper Sec. 4, App. C; SPR's settings)."""
+
+    game: str = F("Pong", "Atari 100k game")
+    seed: int = F(0, "random seed")
+    encoder: Literal["nature", "resnet", "resnet_l"] = F("resnet", "encoder architecture")
+    steps: int = F(100_000, "agent steps in the environment (Atari 100k)")
+    batch_size: int = F(32, "replay batch size")
+    updates_per_step: int = F(2, "gradient updates per environment step (replay ratio 64)")
+    learning_starts: int = F(2_000, "environment steps before learning starts")
+    n_step: int = F(10, "n for n-step returns")
+    gamma: float = F(0.99, "discount")
+    num_atoms: int = F(51, "C51 atoms")
+    v_min: float = F(-10.0, "C51 support minimum")
+    v_max: float = F(10.0, "C51 support maximum")
+    noisy_std: float = F(0.5, "sigma_0 of the noisy linear layers (0 disables noise)")
+    dueling: bool = F(True, "dueling head")
+    double_q: bool = F(True, "double-Q action selection")
+    priority_alpha: float = F(0.5, "prioritized replay exponent alpha")
+    priority_beta_start: float = F(0.4, "importance-sampling exponent, annealed to 1")
+    eps_start: float = F(1.0, "epsilon-greedy start (on top of noisy nets)")
+    eps_end: float = F(0.0, "epsilon-greedy end")
+    eps_steps: int = F(2_001, "steps to anneal epsilon over")
+    target_update_period: int = F(1, "steps between target network updates")
+    target_tau: float = F(1.0, "target = online when 1 (SPR's setting)")
+    spr_weight: float = F(5.0, "weight of the SPR auxiliary loss")
+    spr_steps: int = F(5, "K: SPR prediction steps")
+    spr_ema_tau: float = F(0.99, "EMA coefficient of SPR's target encoder")
+    ssl: Literal["spr", "none", "all"] = F(
+        "spr", "finetuning SSL losses: S only, none, or all of SGI"
+    )
+    goal_weight: float = F(1.0, "goal-RL weight when ssl == 'all'")
+    inverse_weight: float = F(1.0, "inverse-dynamics weight when ssl == 'all'")
+    lr: float = F(1.0e-4, "Adam base learning rate")
+    adam_eps: float = F(1.5e-4, "Adam epsilon")
+    grad_clip: float = F(10.0, "max gradient norm (0 disables)")
+    augment: bool = F(True, "random shift + intensity jitter")
+    scheme: Literal["reduced_lr", "naive", "frozen"] = F(
+        "reduced_lr", "how pretrained weights are finetuned"
+    )
+    encoder_lr_scale: float = F(0.01, "lr multiplier of pretrained encoder + transition model")
+    pretrained_lr_scale: float = F(1 / 3, "lr multiplier of other pretrained layers")
+    pretrained: str | None = F(None, "pretraining run folder to start from (None: SGI-None)")
+    eval_episodes: int = F(100, "evaluation episodes at the end")
+    eval_eps: float = F(0.001, "evaluation epsilon")
+    eval_envs: int = F(8, "environments stepped together in evaluation")
+    log_every: int = F(1_000, "steps between metrics rows")
+    checkpoint_every: int = F(10_000, "steps between checkpoints (replay included)")
+    device: str = F("auto", "'auto', 'cpu' or 'cuda[:i]'")
+    amp: bool = F(True, "bf16 autocast on CUDA (ignored on CPU)")
+    channels_last: bool = F(True, "channels-last memory format for conv layers")
+
+
+STAGES: dict[str, type] = {"pretrain": PretrainConfig, "finetune": FinetuneConfig}
+TOP_LEVEL_KEYS = {"name", "description", "config", "game", "seed", "data", "pretrained", "stage"}
+
+
+# -- validation --------------------------------------------------------------------------------
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """``{field: one-line doc}`` for a config class."""
+    return {f.name: f.metadata.get("doc", "") for f in dataclasses.fields(cls)}
+
+
+def _check(key: str, value: Any, annotation: Any) -> Any:
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"{key}: {value!r} is not one of {list(args)}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _check(key, value, arg)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if errors else f"{key}: bad value {value!r}")
+    if annotation is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}: expected true/false, got {value!r}")
+        return value
+    if annotation is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        return value
+    if annotation is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            hint = " (write floats with a dot, e.g. 1.0e-4)" if isinstance(value, str) else ""
+            raise ConfigError(f"{key}: expected a number, got {value!r}{hint}")
+        return float(value)
+    if annotation is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: expected a string, got {value!r}")
+        return value
+    raise ConfigError(f"{key}: unsupported annotation {annotation!r}")
+
+
+def build_config(cls: type, values: dict[str, Any] | None = None, **overrides: Any) -> Any:
+    """Validate ``values`` (then ``overrides``) against ``cls`` and build the frozen config."""
+    merged = {**(values or {}), **overrides}
+    if not isinstance(merged, dict):
+        raise ConfigError(f"{cls.__name__}: expected a mapping of keys to values")
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(merged) - known)
+    if unknown:
+        raise ConfigError(
+            f"unknown key(s) {unknown} for {cls.__name__}; valid keys: {sorted(known)}"
+        )
+    checked = {k: _check(k, v, hints[k]) for k, v in merged.items()}
+    return cls(**checked)
+
+
+def read_params(path: str | os.PathLike) -> dict[str, Any]:
+    """Read a params YAML file (``yaml.safe_load``) and check its top-level keys."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"{path}: params file not found")
+    try:
+        payload = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({exc})") from exc
+    if not isinstance(payload, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    unknown = sorted(set(payload) - TOP_LEVEL_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"{path}: unknown top-level key(s) {unknown}; valid: {sorted(TOP_LEVEL_KEYS)}"
+        )
+    if not isinstance(payload.get("config", {}), dict):
+        raise ConfigError(f"{path}: 'config' must be a mapping")
+    return payload
+
+
+def parse_overrides(pairs: list[str] | None) -> dict[str, Any]:
+    """``["lr=3.0e-4", "augment=false"]`` -> ``{"lr": 0.0003, "augment": False}`` (YAML values)."""
+    out: dict[str, Any] = {}
+    for pair in pairs or []:
+        if "=" not in pair:
+            raise ConfigError(f"override {pair!r} must look like key=value")
+        key, raw = pair.split("=", 1)
+        value = yaml.safe_load(raw) if raw else ""
+        # '1e-4' is a string to PyYAML; accept it as a number where the user clearly meant one.
+        if isinstance(value, str):
+            try:
+                value = float(value) if any(c in value for c in ".eE") else int(value)
+            except ValueError:
+                pass
+        out[key.strip()] = value
+    return out
+
+
+def load_config(
+    cls: type, params: str | os.PathLike | dict | None = None, overrides: dict | None = None, **kw
+) -> Any:
+    """Build a config from a params file path (or its ``config`` dict) plus overrides."""
+    if params is None:
+        values: dict = {}
+    elif isinstance(params, dict):
+        values = params
+    else:
+        values = read_params(params).get("config", {})
+    try:
+        return build_config(cls, values, **(overrides or {}), **kw)
+    except ConfigError as exc:
+        where = f"{params}: " if isinstance(params, (str, os.PathLike)) else ""
+        raise ConfigError(f"{where}{exc}") from None
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    """Plain dict of a config (for YAML/JSON)."""
+    return dataclasses.asdict(config)
+
+
+def save_config(config: Any, path: str | os.PathLike) -> None:
+    """Write the resolved config as YAML (atomically)."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
+    os.replace(tmp, path)

@@ -1,0 +1,53 @@
+"""Plotly figures of TransitionStores: frames, actions, returns, lengths, reward density."""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from sgi_lab.data import TransitionStore
+
+
+def store_summary_figure(store: TransitionStore, title: str | None = None) -> go.Figure:
+    """Action histogram, episode returns, episode lengths and reward density in one figure."""
+    fig = make_subplots(
+        rows=2,
+        cols=2,
+        subplot_titles=("action counts", "episode returns", "episode lengths", "reward density"),
+    )
+    counts = np.bincount(store.actions, minlength=store.num_actions)
+    fig.add_trace(go.Bar(x=np.arange(len(counts)), y=counts, name="actions"), row=1, col=1)
+    fig.add_trace(go.Histogram(x=store.episode_returns(), name="returns"), row=1, col=2)
+    fig.add_trace(go.Histogram(x=store.episode_lengths(), name="lengths"), row=2, col=1)
+    density = _rolling_density(store.rewards != 0, window=max(1, len(store) // 200))
+    fig.add_trace(go.Scatter(y=density, mode="lines", name="nonzero reward rate"), row=2, col=2)
+    fig.update_layout(
+        title=title or f"{store.game} — {store.manifest.source} ({len(store):,} transitions)",
+        showlegend=False,
+        height=600,
+    )
+    return fig
+
+
+def _rolling_density(mask: np.ndarray, window: int) -> np.ndarray:
+    usable = len(mask) // window * window
+    return mask[:usable].reshape(-1, window).mean(axis=1)
+
+
+def frame_strip(
+    store: TransitionStore, episode: int = 0, count: int = 8, stride: int = 10
+) -> go.Figure:
+    """A strip of ``count`` frames from an episode, every ``stride`` steps."""
+    start, end = int(store.episode_starts[episode]), int(store.episode_ends[episode])
+    rows = np.arange(start, end + 1, stride)[:count]
+    frames = store.gather_frames(rows)
+    fig = make_subplots(rows=1, cols=len(rows), subplot_titles=[f"t={r - start}" for r in rows])
+    for i, frame in enumerate(frames):
+        fig.add_trace(
+            go.Heatmap(z=frame[::-1], colorscale="gray", showscale=False), row=1, col=i + 1
+        )
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    fig.update_layout(title=f"episode {episode} of {store.game}", height=220)
+    return fig

@@ -1,0 +1,108 @@
+"""Collectors: stacks rebuilt from the store equal a direct recording; Geometric holds; crashes."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from sgi_lab.data import StoreError, TransitionStore
+from sgi_lab.data.collect import RandomHoldPolicy, collect, collect_random
+
+
+class RecordingPolicy(RandomHoldPolicy):
+    """Acts like the Random policy and remembers every observation it was shown."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.seen: list[np.ndarray] = []
+
+    def __call__(self, obs):
+        self.seen.append(obs.copy())
+        return super().__call__(obs)
+
+
+def test_store_stacks_equal_direct_recording_across_episodes(tmp_path):
+    # A small frame cap forces truncated episodes; Breakout's random play also ends games.
+    policy = RecordingPolicy(num_actions=4, seed=1)
+    store = collect(
+        policy,
+        "breakout",
+        900,
+        tmp_path / "rec",
+        seed=3,
+        chunk_size=128,
+        progress=False,
+        env_kwargs={"max_episode_frames": 800},
+    )
+    assert len(store) == 900 == len(policy.seen)
+    assert store.num_episodes >= 4  # episode boundaries are exercised
+    recorded = np.stack(policy.seen)
+    rebuilt = store.stack(np.arange(900))
+    np.testing.assert_array_equal(rebuilt, recorded)
+    # Every episode's first stack is [0, 0, 0, f0].
+    assert not rebuilt[store.episode_starts, :3].any()
+    assert store.manifest.params["seed"] == 3 and store.manifest.source == "policy"
+
+
+def test_random_policy_hold_lengths_are_geometric_one_third():
+    policy = RandomHoldPolicy(num_actions=6, p=1 / 3, seed=0)
+    lengths, current = [], 0
+    for _ in range(60_000):
+        policy(None)
+        current += 1
+        if policy._left == 0:
+            lengths.append(current)
+            current = 0
+    lengths = np.array(lengths)
+    assert lengths.min() == 1
+    assert lengths.mean() == pytest.approx(3.0, rel=0.03)
+    assert (lengths == 1).mean() == pytest.approx(1 / 3, abs=0.015)
+    assert lengths.var() == pytest.approx((1 - 1 / 3) / (1 / 3) ** 2, rel=0.1)
+
+
+def test_collect_random_manifest(tmp_path):
+    store = collect_random("pong", 300, tmp_path / "r", seed=0, chunk_size=100, progress=False)
+    s = store.summary()
+    assert s["transitions"] == 300 and store.num_actions == 6
+    assert store.manifest.source == "random" and store.manifest.params["hold_p"] == pytest.approx(
+        1 / 3
+    )
+    with pytest.raises(FileExistsError):
+        collect_random("pong", 300, tmp_path / "r", progress=False)
+
+
+_CHILD = """
+import sys
+from sgi_lab.data.collect import collect_random
+collect_random("pong", 6000, sys.argv[1], seed=0, chunk_size=200, progress=False)
+"""
+
+
+def test_killed_collection_never_opens_as_complete_and_resumes(tmp_path):
+    out = tmp_path / "killed"
+    partial = tmp_path / "killed.partial"
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, str(out)])
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if len(list((partial / "chunks").glob("frame_*.npy"))) >= 2:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("collection made no progress")
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert not out.exists()
+    with pytest.raises(StoreError, match="resume"):
+        TransitionStore(out)
+    store = collect_random("pong", 6000, out, seed=0, chunk_size=200, progress=False)
+    assert len(store) == 6000 and not partial.exists()
+    assert store.firsts[0]

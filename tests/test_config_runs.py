@@ -1,0 +1,129 @@
+"""Configs reject bad keys/types by name; run folders write atomically and resume cleanly."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from sgi_lab.config import (
+    ConfigError,
+    FinetuneConfig,
+    PretrainConfig,
+    build_config,
+    load_config,
+    parse_overrides,
+    read_params,
+)
+from sgi_lab.runs import CheckpointError, RunDir, atomic_torch_save, load_checkpoint, run_name
+
+
+def test_defaults_follow_the_paper():
+    p = PretrainConfig()
+    assert (p.batch_size, p.spr_weight, p.inverse_weight, p.goal_weight) == (256, 2.0, 1.0, 1.0)
+    assert (p.lr, p.adam_eps, p.ema_tau) == (1e-4, 1.5e-4, 0.99)
+    assert p.steps == 10 * 6_000_000 // 256
+    f = FinetuneConfig()
+    assert (f.batch_size, f.n_step, f.num_atoms, f.spr_weight, f.learning_starts) == (
+        32,
+        10,
+        51,
+        5.0,
+        2000,
+    )
+    assert (f.encoder_lr_scale, round(f.pretrained_lr_scale, 4)) == (0.01, 0.3333)
+
+
+def test_unknown_key_is_named():
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['sprr_weight'\]"):
+        build_config(PretrainConfig, {"sprr_weight": 1.0})
+
+
+@pytest.mark.parametrize(
+    "key,value,message",
+    [
+        ("batch_size", "big", "batch_size: expected an integer"),
+        ("batch_size", 2.5, "batch_size: expected an integer"),
+        ("augment", "yes", "augment: expected true/false"),
+        ("lr", "1e-4", "lr: expected a number.*dot"),
+        ("encoder", "vgg", r"encoder: 'vgg' is not one of"),
+    ],
+)
+def test_wrong_types_are_named(key, value, message):
+    with pytest.raises(ConfigError, match=message):
+        build_config(PretrainConfig, {key: value})
+
+
+def test_ints_widen_to_floats_and_optional_none():
+    cfg = build_config(FinetuneConfig, {"lr": 1, "pretrained": None})
+    assert cfg.lr == 1.0 and isinstance(cfg.lr, float) and cfg.pretrained is None
+
+
+def test_params_file_and_overrides(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text("name: t\nconfig:\n  encoder: nature\n  lr: 3.0e-4\n")
+    cfg = load_config(
+        PretrainConfig, path, parse_overrides(["steps=10", "augment=false", "lr=1e-3"])
+    )
+    assert (cfg.encoder, cfg.steps, cfg.augment, cfg.lr) == ("nature", 10, False, 1e-3)
+    path.write_text("config:\n  bogus: 1\n")
+    with pytest.raises(ConfigError, match=r"p.yaml: unknown key\(s\) \['bogus'\]"):
+        load_config(PretrainConfig, path)
+    path.write_text("confg: {}\n")
+    with pytest.raises(ConfigError, match=r"unknown top-level key\(s\) \['confg'\]"):
+        read_params(path)
+    path.write_text("config: [1, 2\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        read_params(path)
+    with pytest.raises(ConfigError, match="key=value"):
+        parse_overrides(["steps"])
+
+
+def test_run_name():
+    assert run_name("pretrain", "sgi_m", "ALE/Pong-v5", "s0") == "pretrain__sgi_m__ALE-Pong-v5__s0"
+
+
+def test_checkpoints_atomic_pruned_and_validated(tmp_path):
+    run = RunDir(tmp_path / "run", keep_checkpoints=2)
+    for step in (10, 20, 30):
+        run.save_checkpoint(step, {"w": torch.full((2,), float(step))}, kind="pretrain")
+    assert [p.name for p in run.checkpoints()] == ["ckpt_00000020.pt", "ckpt_00000030.pt"]
+    assert not list(run.checkpoints_dir.glob("*.tmp"))
+    latest = run.load_latest("pretrain")
+    assert latest["step"] == 30 and latest["w"][0].item() == 30.0
+    with pytest.raises(CheckpointError, match="'pretrain' checkpoint, expected 'finetune'"):
+        run.load_latest("finetune")
+    # Truncated file.
+    path = run.latest_checkpoint()
+    path.write_bytes(path.read_bytes()[:50])
+    with pytest.raises(CheckpointError, match="not a readable sgi-lab checkpoint"):
+        load_checkpoint(path)
+    # Foreign (valid torch file, not ours).
+    foreign = tmp_path / "foreign.pt"
+    atomic_torch_save({"state_dict": {}}, foreign)
+    with pytest.raises(CheckpointError, match="foreign"):
+        load_checkpoint(foreign)
+
+
+def test_metrics_resume_drops_rows_after_checkpoint(tmp_path):
+    run = RunDir(tmp_path / "run")
+    with run.metrics_logger() as log:
+        for step in (100, 200, 300):
+            log.log(step, loss=1.0 / step, nan=float("nan"))
+    with open(run.metrics_path, "a") as fh:
+        fh.write('{"step": 400, "loss"')  # torn line from a crash
+    with run.metrics_logger(resume_step=200) as log:
+        log.log(300, loss=0.5)
+    rows = run.read_metrics()
+    assert [r["step"] for r in rows] == [100, 200, 300]
+    assert rows[-1]["loss"] == 0.5 and rows[0]["nan"] is None
+
+
+def test_status_round_trip(tmp_path):
+    run = RunDir(tmp_path / "run")
+    assert run.status()["state"] == "new"
+    run.set_status("running", step=5)
+    run.set_status("finished")
+    status = json.loads((run.path / "status.json").read_text())
+    assert status["state"] == "finished" and status["step"] == 5 and run.finished
