@@ -1,0 +1,78 @@
+"""Human-normalized scores, aggregate metrics with bootstrap CIs, and the paper's own tables.
+
+Typical use: build a ``(num_runs, num_games)`` HNS matrix from raw returns with `hns_matrix`,
+aggregate it with `aggregate_with_ci`, and set it beside the paper with `paper_aggregates` /
+`compare_to_paper`.
+"""
+
+from sgi_lab.metrics.aggregate import (
+    DEFAULT_METRICS,
+    METRIC_LABELS,
+    METRICS,
+    aggregate_scores,
+    aggregate_with_ci,
+    games_above_human,
+    games_above_zero,
+    iqm,
+    mean_hns,
+    median_hns,
+    optimality_gap,
+    probability_of_improvement,
+    probability_of_improvement_with_ci,
+)
+from sgi_lab.metrics.hns import (
+    ATARI_100K_GAMES,
+    canonical_game,
+    hns_matrix,
+    human_normalized_score,
+    human_score,
+    per_game_hns,
+    random_score,
+)
+from sgi_lab.metrics.paper import (
+    compare_to_paper,
+    paper_aggregates,
+    paper_clique_scores,
+    paper_column_for,
+    paper_config_info,
+    paper_configs,
+    paper_notes,
+    paper_per_game,
+    paper_per_game_table,
+    paper_tables,
+    reference_scores,
+)
+
+__all__ = [
+    "ATARI_100K_GAMES",
+    "DEFAULT_METRICS",
+    "METRICS",
+    "METRIC_LABELS",
+    "aggregate_scores",
+    "aggregate_with_ci",
+    "canonical_game",
+    "compare_to_paper",
+    "games_above_human",
+    "games_above_zero",
+    "hns_matrix",
+    "human_normalized_score",
+    "human_score",
+    "iqm",
+    "mean_hns",
+    "median_hns",
+    "optimality_gap",
+    "paper_aggregates",
+    "paper_clique_scores",
+    "paper_column_for",
+    "paper_config_info",
+    "paper_configs",
+    "paper_notes",
+    "paper_per_game",
+    "paper_per_game_table",
+    "paper_tables",
+    "per_game_hns",
+    "probability_of_improvement",
+    "probability_of_improvement_with_ci",
+    "random_score",
+    "reference_scores",
+]

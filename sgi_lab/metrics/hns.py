@@ -1,0 +1,179 @@
+"""Human-normalized score (HNS) of Atari 100k returns.
+
+``hns = (score - random) / (human - random)``: 0 is a uniformly random policy, 1 a human tester.
+The random and human scores are the paper's (`sgi_lab.metrics.paper.reference_scores`), so our
+numbers and the paper's are normalized with the same constants.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from sgi_lab.metrics.paper import atari_100k_games, reference_scores
+
+__all__ = [
+    "ATARI_100K_GAMES",
+    "canonical_game",
+    "hns_matrix",
+    "human_normalized_score",
+    "human_score",
+    "per_game_hns",
+    "random_score",
+]
+
+ATARI_100K_GAMES: tuple[str, ...] = atari_100k_games()
+"""The 26 Atari 100k games (canonical CamelCase names) in the paper's order."""
+
+_REFERENCE = reference_scores()
+# "ALE/Pong-v5", "PongNoFrameskip-v4", "PongDeterministic-v4": the same game as "Pong".
+_ID_AFFIXES = re.compile(r"^ale/|(noframeskip|deterministic)?-v\d+$")
+_BY_KEY = {g.lower(): g for g in ATARI_100K_GAMES}
+
+
+def canonical_game(name: str) -> str:
+    """Returns the canonical name of an Atari 100k game given in any usual spelling.
+
+    Args:
+        name: ``"Pong"``, ``"pong"``, ``"ALE/Pong-v5"``, ``"PongNoFrameskip-v4"``, ``"ms_pacman"``,
+            ``"Ms Pacman"``, ``"James Bond"``, ``"up_n_down"``...
+
+    Returns:
+        The canonical CamelCase name, e.g. ``"MsPacman"``.
+
+    Raises:
+        ValueError: Not one of the 26 games; the message lists them.
+    """
+    key = re.sub(r"[^a-z0-9]", "", _ID_AFFIXES.sub("", str(name).strip().lower()))
+    if key in _BY_KEY:
+        return _BY_KEY[key]
+    raise ValueError(
+        f"unknown Atari 100k game {name!r}; valid games: {', '.join(ATARI_100K_GAMES)}"
+    )
+
+
+def random_score(game: str) -> float:
+    """Returns the mean return of a uniformly random policy on ``game``."""
+    return _REFERENCE[canonical_game(game)][0]
+
+
+def human_score(game: str) -> float:
+    """Returns the mean return of the human tester on ``game``."""
+    return _REFERENCE[canonical_game(game)][1]
+
+
+def human_normalized_score(game: str | Sequence[str], score):
+    """Normalizes returns so that random play scores 0 and the human tester 1.
+
+    Args:
+        game: One game name, or a sequence of names that broadcasts against ``score`` (e.g. one
+            name per column of a ``(num_runs, num_games)`` array).
+        score: A return or an array of returns (any shape that broadcasts with ``game``).
+
+    Returns:
+        ``(score - random) / (human - random)``: a float for scalar inputs, else an ndarray of
+        the broadcast shape.
+
+    Example:
+        >>> human_normalized_score("Pong", [-20.7, -3.05, 14.6])
+        array([0. , 0.5, 1. ])
+    """
+    if isinstance(game, str):
+        low, high = _REFERENCE[canonical_game(game)]
+    else:
+        low, high = np.array([_REFERENCE[canonical_game(g)] for g in game], dtype=float).T
+    hns = (np.asarray(score, dtype=float) - low) / (np.asarray(high) - low)
+    return float(hns) if np.ndim(hns) == 0 else hns
+
+
+def per_game_hns(scores: Mapping[str, float | Sequence[float]]) -> pd.Series:
+    """HNS of the mean return of each game.
+
+    Args:
+        scores: ``{game: mean return}`` or ``{game: [return of each run]}`` (averaged first, as
+            the paper's tables average 10 seeds before normalizing).
+
+    Returns:
+        A Series indexed by canonical game name, in the paper's game order.
+    """
+    means = {canonical_game(g): float(np.mean(v)) for g, v in scores.items()}
+    games = [g for g in ATARI_100K_GAMES if g in means]
+    return pd.Series(
+        [human_normalized_score(g, means[g]) for g in games],
+        index=pd.Index(games, name="game"),
+        name="hns",
+    )
+
+
+_SCORE_COLUMNS = ("score", "return", "mean_return", "episode_return", "eval_return")
+_RUN_COLUMNS = ("seed", "run")
+
+
+def _runs_by_game(scores, value: str | None) -> dict[str, np.ndarray]:
+    """Per-game arrays of per-run raw returns from any of the accepted layouts."""
+    if isinstance(scores, pd.Series):  # one run: index = games
+        return {canonical_game(g): np.array([v], float) for g, v in scores.items()}
+    if isinstance(scores, pd.DataFrame):
+        if "game" not in scores.columns:  # wide: rows are runs, columns are games
+            return {canonical_game(g): scores[g].to_numpy(float) for g in scores.columns}
+        value = value or next((c for c in _SCORE_COLUMNS if c in scores.columns), None)
+        if value is None:
+            raise ValueError(
+                f"long-format scores need a score column: pass value= or name one of "
+                f"{_SCORE_COLUMNS}; got columns {list(scores.columns)}"
+            )
+        run = next((c for c in _RUN_COLUMNS if c in scores.columns), None)
+        # Sorting by seed keeps run i of every game the same seed; bootstrap over runs does not
+        # need it, but it keeps the matrix reproducible whatever the row order of the file.
+        df = scores.sort_values(run) if run else scores
+        return {
+            canonical_game(g): group[value].to_numpy(float)
+            for g, group in df.groupby("game", sort=False)
+        }
+    return {canonical_game(g): np.atleast_1d(np.asarray(v, float)) for g, v in scores.items()}
+
+
+def hns_matrix(
+    scores: Mapping[str, float | Sequence[float]] | pd.DataFrame | pd.Series,
+    games: Sequence[str] | None = None,
+    value: str | None = None,
+) -> np.ndarray:
+    """Builds the ``(num_runs, num_games)`` HNS matrix that the aggregate metrics take.
+
+    Args:
+        scores: Raw returns in one of these layouts:
+            ``{game: [return of each run]}`` (a scalar counts as one run);
+            a wide DataFrame, one row per run and one column per game;
+            a long DataFrame with a ``game`` column, a score column (``score``, ``return``,
+            ``mean_return``, ``episode_return`` or ``eval_return``, or ``value``) and optionally
+            ``seed``/``run``;
+            a Series indexed by game (one run).
+        games: Games (columns) to keep, in this order. Defaults to the games present, in the
+            paper's order.
+        value: Name of the score column of a long DataFrame, when not one of the defaults.
+
+    Returns:
+        A float array of shape ``(num_runs, num_games)``, column ``j`` being ``games[j]``.
+
+    Raises:
+        ValueError: Games have different numbers of runs (the stratified bootstrap needs a
+            full matrix), a requested game is missing, or a game name is unknown.
+    """
+    runs = _runs_by_game(scores, value)
+    if games is None:
+        games = [g for g in ATARI_100K_GAMES if g in runs]
+    else:
+        games = [canonical_game(g) for g in games]
+        missing = [g for g in games if g not in runs]
+        if missing:
+            raise ValueError(f"no scores for games {missing}")
+    counts = {g: len(runs[g]) for g in games}
+    if len(set(counts.values())) > 1:
+        raise ValueError(f"every game needs the same number of runs; got {counts}")
+    if not games:
+        raise ValueError("no games in scores")
+    raw = np.stack([runs[g] for g in games], axis=1)
+    return human_normalized_score(games, raw)

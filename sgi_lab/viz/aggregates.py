@@ -1,0 +1,244 @@
+"""Plotly figures of aggregate human-normalized scores: interval plots, per-game bars, tables.
+
+All three take the tidy frames of `sgi_lab.metrics` (``method, metric, value, lower, upper`` from
+`aggregate_with_ci` or ``paper_aggregates(..., tidy=True)``; ``game, ours, paper, ours_hns,
+paper_hns`` from `compare_to_paper`), so notebooks only call them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.colors import qualitative
+from plotly.subplots import make_subplots
+
+from sgi_lab.metrics.aggregate import METRIC_LABELS
+
+__all__ = ["aggregate_table", "interval_plot", "per_game_bar"]
+
+_COUNT_METRICS = {"games_above_human", "games_above_zero", "games_above_spr"}
+
+
+def _ordered(values: pd.Series, keep: Sequence[str] | None) -> list[str]:
+    present = list(dict.fromkeys(values))
+    if keep is None:
+        return present
+    missing = [v for v in keep if v not in present]
+    if missing:
+        raise KeyError(f"{missing} not in the data; present: {present}")
+    return list(keep)
+
+
+def _label(metric: str) -> str:
+    return METRIC_LABELS.get(metric, metric)
+
+
+def _colors(methods: Sequence[str]) -> dict[str, str]:
+    palette = qualitative.Plotly
+    return {m: palette[i % len(palette)] for i, m in enumerate(methods)}
+
+
+def interval_plot(
+    df: pd.DataFrame,
+    metrics: Sequence[str] | None = None,
+    methods: Sequence[str] | None = None,
+    paper: pd.DataFrame | None = None,
+    title: str | None = None,
+) -> go.Figure:
+    """rliable-style interval plot: one panel per metric, one row per method.
+
+    Each method's confidence interval is a horizontal bar from ``lower`` to ``upper`` and its
+    point estimate a vertical tick, as in rliable's ``plot_interval_estimates``.
+
+    Args:
+        df: Tidy aggregates with columns ``method, metric, value, lower, upper``.
+        metrics: Metrics to show, one panel each, in this order; default: all in ``df``.
+        methods: Methods to show, top to bottom; default: all in ``df``, in order.
+        paper: Optional tidy paper aggregates (``paper_aggregates(table, tidy=True)``) drawn as
+            diamonds (with the paper's CI as error bars where it has one) on the row of the
+            method of the same name, for the metrics shown.
+        title: Figure title.
+
+    Returns:
+        A figure whose panel ``i`` holds a ``Bar`` trace (``base`` = lower bounds, ``x`` =
+        interval widths) and a ``Scatter`` trace of point estimates, named ``"<metric> CI"`` and
+        ``"<metric>"``, plus ``"<metric> (paper)"`` when ``paper`` is given.
+    """
+    metrics = _ordered(df["metric"], metrics)
+    methods = _ordered(df["method"], methods)
+    colors = _colors(methods)
+    fig = make_subplots(
+        rows=1,
+        cols=len(metrics),
+        shared_yaxes=True,
+        subplot_titles=[_label(m) for m in metrics],
+        horizontal_spacing=min(0.08, 0.5 / max(len(metrics), 1)),
+    )
+    for col, metric in enumerate(metrics, start=1):
+        rows = df[df["metric"] == metric].set_index("method").reindex(methods)
+        lower = rows["lower"].to_numpy(float)
+        upper = rows["upper"].to_numpy(float)
+        value = rows["value"].to_numpy(float)
+        fig.add_trace(
+            go.Bar(
+                name=f"{metric} CI",
+                y=methods,
+                x=upper - lower,
+                base=lower,
+                orientation="h",
+                marker={"color": [colors[m] for m in methods], "opacity": 0.75},
+                customdata=np.stack([value, lower, upper], axis=1),
+                hovertemplate="%{y}: %{customdata[0]:.3f} (%{customdata[1]:.3f}, "
+                "%{customdata[2]:.3f})<extra>" + _label(metric) + "</extra>",
+                showlegend=False,
+            ),
+            row=1,
+            col=col,
+        )
+        fig.add_trace(
+            go.Scatter(
+                name=metric,
+                y=methods,
+                x=value,
+                mode="markers",
+                marker={"symbol": "line-ns-open", "size": 18, "line": {"width": 3}},
+                marker_color="black",
+                hoverinfo="skip",
+                showlegend=False,
+            ),
+            row=1,
+            col=col,
+        )
+        if paper is not None:
+            ref = paper[(paper["metric"] == metric) & paper["method"].isin(methods)]
+            if not ref.empty:
+                ref_value = ref["value"].to_numpy(float)
+                fig.add_trace(
+                    go.Scatter(
+                        name=f"{metric} (paper)",
+                        y=list(ref["method"]),
+                        x=ref_value,
+                        mode="markers",
+                        marker={"symbol": "diamond", "size": 9, "color": "dimgray"},
+                        error_x={
+                            "type": "data",
+                            "symmetric": False,
+                            "array": ref["upper"].to_numpy(float) - ref_value,
+                            "arrayminus": ref_value - ref["lower"].to_numpy(float),
+                            "color": "dimgray",
+                        },
+                        hovertemplate="%{y} (paper): %{x:.3f}<extra></extra>",
+                        legendgroup="paper",
+                        showlegend=col == 1,
+                    ),
+                    row=1,
+                    col=col,
+                )
+    fig.update_yaxes(autorange="reversed", type="category")
+    fig.update_xaxes(zeroline=False, showgrid=True)
+    fig.update_layout(
+        title=title,
+        barmode="overlay",
+        bargap=0.45,
+        template="plotly_white",
+        height=max(220, 40 * len(methods) + 120),
+        width=max(420, 260 * len(metrics)),
+        legend={"orientation": "h", "y": -0.15},
+    )
+    return fig
+
+
+def per_game_bar(compare_df: pd.DataFrame, title: str | None = None) -> go.Figure:
+    """Grouped bars of our per-game HNS beside the paper's for the same configuration.
+
+    Args:
+        compare_df: The frame of `sgi_lab.metrics.compare_to_paper` (columns ``game, ours_hns,
+            paper_hns``); ``compare_df.attrs["config"]`` names the paper column.
+        title: Figure title; defaults to "Per-game HNS: ours vs paper (<config>)".
+
+    Returns:
+        A figure with two ``Bar`` traces named ``"ours"`` and ``"paper (<config>)"`` (x = games,
+        y = HNS), and dotted lines at 0 (random) and 1 (human).
+    """
+    config = compare_df.attrs.get("config", "paper")
+    games = list(compare_df["game"])
+    fig = go.Figure(
+        [
+            go.Bar(name="ours", x=games, y=compare_df["ours_hns"].to_numpy(float)),
+            go.Bar(name=f"paper ({config})", x=games, y=compare_df["paper_hns"].to_numpy(float)),
+        ]
+    )
+    fig.add_hline(y=0.0, line_dash="dot", line_color="gray", annotation_text="random")
+    fig.add_hline(y=1.0, line_dash="dot", line_color="gray", annotation_text="human")
+    fig.update_layout(
+        title=title or f"Per-game HNS: ours vs paper ({config})",
+        barmode="group",
+        template="plotly_white",
+        yaxis_title="human-normalized score",
+        xaxis_tickangle=-45,
+    )
+    return fig
+
+
+def _format(metric: str, value: float, digits: int) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if metric in _COUNT_METRICS and float(value).is_integer():
+        return str(int(value))
+    return f"{value:.{digits}f}"
+
+
+def aggregate_table(
+    df: pd.DataFrame,
+    metrics: Sequence[str] | None = None,
+    methods: Sequence[str] | None = None,
+    digits: int = 3,
+) -> go.Figure:
+    """The aggregates as a plotly Table: one row per method, one column per metric.
+
+    Args:
+        df: Tidy aggregates with columns ``method, metric, value`` and optionally ``lower,
+            upper`` (a cell then reads ``value (lower, upper)``, like the paper's tab:IQMs).
+        metrics: Columns to show, in order; default: all in ``df``.
+        methods: Rows to show, in order; default: all in ``df``.
+        digits: Decimals for non-count metrics.
+
+    Returns:
+        A figure with one ``Table`` trace; ``cells.values[0]`` are the methods and
+        ``cells.values[j]`` the formatted cells of metric ``j``.
+    """
+    metrics = _ordered(df["metric"], metrics)
+    methods = _ordered(df["method"], methods)
+    if df.duplicated(["method", "metric"]).any():
+        raise ValueError("several rows share a (method, metric); rename methods, e.g. 'X (paper)'")
+    indexed = df.set_index(["method", "metric"])
+    has_ci = {"lower", "upper"} <= set(df.columns)
+    columns = [list(methods)]
+    for metric in metrics:
+        cells = []
+        for method in methods:
+            if (method, metric) not in indexed.index:
+                cells.append("")
+                continue
+            row = indexed.loc[(method, metric)]
+            text = _format(metric, float(row["value"]), digits)
+            if has_ci and not (np.isnan(row["lower"]) or np.isnan(row["upper"])):
+                text += (
+                    f" ({_format(metric, float(row['lower']), digits)}, "
+                    f"{_format(metric, float(row['upper']), digits)})"
+                )
+            cells.append(text)
+        columns.append(cells)
+    header = ["Method", *[_label(m) + (" (CI)" if has_ci else "") for m in metrics]]
+    fig = go.Figure(
+        go.Table(
+            header={"values": header, "align": "left", "font": {"size": 12}},
+            cells={"values": columns, "align": "left"},
+        )
+    )
+    fig.update_layout(template="plotly_white", margin={"l": 10, "r": 10, "t": 30, "b": 10})
+    return fig

@@ -1,0 +1,94 @@
+"""The aggregate figures hold the numbers they are given (data, not pixels)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sgi_lab.metrics import compare_to_paper, paper_aggregates
+from sgi_lab.viz import aggregate_table, interval_plot, per_game_bar
+
+DF = pd.DataFrame(
+    [
+        ("SGI-M", "iqm", 0.567, 0.524, 0.612),
+        ("SGI-M", "median", 0.679, 0.473, 0.739),
+        ("SGI-M", "games_above_human", 9.0, 7.0, 10.0),
+        ("SGI-None", "iqm", 0.242, 0.212, 0.274),
+        ("SGI-None", "median", 0.343, 0.268, 0.401),
+        ("SGI-None", "games_above_human", 3.0, 2.0, 4.0),
+    ],
+    columns=["method", "metric", "value", "lower", "upper"],
+)
+
+
+def _trace(fig, name):
+    (trace,) = [t for t in fig.data if t.name == name]
+    return trace
+
+
+def test_interval_plot_traces_hold_intervals_and_points():
+    fig = interval_plot(DF)
+    assert [a.text for a in fig.layout.annotations] == ["IQM", "Median", "#Games > Human"]
+    bars = _trace(fig, "iqm CI")
+    assert bars.type == "bar" and bars.orientation == "h"
+    assert list(bars.y) == ["SGI-M", "SGI-None"]
+    base = np.asarray(bars.base, float)  # plotly keeps `base` as an object array
+    np.testing.assert_allclose(base, [0.524, 0.212])
+    np.testing.assert_allclose(base + np.asarray(bars.x), [0.612, 0.274])
+    points = _trace(fig, "median")
+    np.testing.assert_allclose(points.x, [0.679, 0.343])
+    assert points.xaxis == "x2"  # second panel
+    assert _trace(fig, "games_above_human CI").xaxis == "x3"
+
+
+def test_interval_plot_selects_and_orders_methods_and_metrics():
+    fig = interval_plot(DF, metrics=["median"], methods=["SGI-None", "SGI-M"])
+    assert len(fig.data) == 2
+    assert list(_trace(fig, "median").y) == ["SGI-None", "SGI-M"]
+    np.testing.assert_allclose(_trace(fig, "median").x, [0.343, 0.679])
+    with pytest.raises(KeyError):
+        interval_plot(DF, methods=["SGI-Q"])
+
+
+def test_interval_plot_overlays_paper_values():
+    fig = interval_plot(DF, metrics=["iqm"], paper=paper_aggregates("IQMs", tidy=True))
+    ref = _trace(fig, "iqm (paper)")
+    got = dict(zip(ref.y, ref.x))
+    assert got == {"SGI-M": 0.567, "SGI-None": 0.242}
+    np.testing.assert_allclose(np.asarray(ref.x) + np.asarray(ref.error_x.array), [0.612, 0.274])
+
+
+def test_per_game_bar_holds_both_hns_columns():
+    compare = compare_to_paper({"Pong": -3.05, "Breakout": 42.8}, "SGI-M")
+    fig = per_game_bar(compare)
+    ours, theirs = fig.data
+    assert ours.name == "ours" and theirs.name == "paper (SGI-M)"
+    assert list(ours.x) == ["Breakout", "Pong"]
+    np.testing.assert_allclose(ours.y, compare["ours_hns"])
+    np.testing.assert_allclose(theirs.y, compare["paper_hns"])
+    assert ours.y[1] == pytest.approx(0.5)
+
+
+def test_aggregate_table_cells():
+    fig = aggregate_table(DF)
+    (table,) = fig.data
+    assert list(table.header.values) == [
+        "Method",
+        "IQM (CI)",
+        "Median (CI)",
+        "#Games > Human (CI)",
+    ]
+    methods, iqm_cells, median_cells, above_human = table.cells.values
+    assert list(methods) == ["SGI-M", "SGI-None"]
+    assert list(iqm_cells) == ["0.567 (0.524, 0.612)", "0.242 (0.212, 0.274)"]
+    assert median_cells[0] == "0.679 (0.473, 0.739)"
+    assert list(above_human) == ["9 (7, 10)", "3 (2, 4)"]
+
+
+def test_aggregate_table_of_paper_rows_without_ci():
+    df = paper_aggregates("controls_hns", tidy=True)
+    fig = aggregate_table(df, metrics=["median", "games_above_human"])
+    methods, medians, above = fig.data[0].cells.values
+    row = list(methods).index("S+G")
+    assert medians[row] == "0.029" and above[row] == "0"
