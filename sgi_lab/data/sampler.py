@@ -73,7 +73,7 @@ class SequenceBatch(NamedTuple):
 def valid_start_mask(source: TransitionSource) -> np.ndarray:
     """Rows with at least one complete transition (see module docstring)."""
     rows = np.arange(len(source))
-    return (rows < source.row_episode_end) | source.terminals
+    return (rows < source.row_episode_end[rows]) | source.terminals[rows]
 
 
 def n_step_targets(
@@ -83,6 +83,7 @@ def n_step_targets(
     episode_end: np.ndarray,
     n: int,
     gamma: float,
+    clip: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """n-step discounted returns, bootstrap rows and discounts, vectorized over starts.
 
@@ -93,6 +94,7 @@ def n_step_targets(
         episode_end: (B,) last stored row e1 of each start's episode.
         n: steps to sum.
         gamma: discount.
+        clip: sign-clip rewards before summing (DQN's reward clipping).
 
     Returns:
         returns (B,) float32, bootstrap rows t+m (B,) int64, discounts (B,) float32 (0 after a
@@ -111,7 +113,10 @@ def n_step_targets(
     # Once a step is not counted, no later step is (truncation or terminal ends the sum).
     counted = np.cumprod(counted, axis=1).astype(bool)
     m = counted.sum(axis=1)
-    returns = (np.where(counted, rewards[safe], 0.0) * gamma**j).sum(axis=1)
+    step_rewards = rewards[safe].astype(np.float64)
+    if clip:
+        step_rewards = np.sign(step_rewards)
+    returns = (np.where(counted, step_rewards, 0.0) * gamma**j).sum(axis=1)
     ended = (term & counted).any(axis=1)
     discount = np.where(ended, 0.0, gamma ** m.astype(np.float64))
     return returns.astype(np.float32), starts + m, discount.astype(np.float32)
@@ -164,14 +169,12 @@ class SequenceSampler:
     def refresh(self) -> None:
         """Recompute valid starts (call after the source grew, e.g. an online replay)."""
         self.starts = np.flatnonzero(valid_start_mask(self.source))
-        if len(self.starts) == 0:
-            raise ValueError("the source holds no complete transition to sample")
-        rewards = self.source.rewards.astype(np.float32)
-        self._rewards = np.sign(rewards) if self.clip_rewards else rewards
 
     # -- sampling -----------------------------------------------------------------------------
     def sample_starts(self, batch_size: int | None = None) -> np.ndarray:
         """Uniformly drawn valid start rows."""
+        if len(self.starts) == 0:
+            raise ValueError("the source holds no complete transition to sample")
         picks = self.rng.integers(0, len(self.starts), size=batch_size or self.batch_size)
         return self.starts[picks]
 
@@ -191,7 +194,10 @@ class SequenceSampler:
         term_before = (np.cumsum(term, axis=1) - term) > 0
         valid = in_episode & ~term_before
         actions = np.where(valid, src.actions[safe_steps], 0)
-        rewards = np.where(valid, self._rewards[safe_steps], 0.0).astype(np.float32)
+        step_rewards = src.rewards[safe_steps]
+        if self.clip_rewards:
+            step_rewards = np.sign(step_rewards)
+        rewards = np.where(valid, step_rewards, 0.0).astype(np.float32)
 
         # One contiguous window of K+4 frames per sample, then overlapping 4-frame views.
         window_rows = t[:, None] + np.arange(-(HISTORY - 1), K + 1)  # (B, K+4)
@@ -208,7 +214,7 @@ class SequenceSampler:
 
         if self.n_step > 0:
             returns, boot_rows, discount = n_step_targets(
-                self._rewards, src.terminals, t, e1, self.n_step, self.gamma
+                src.rewards, src.terminals, t, e1, self.n_step, self.gamma, clip=self.clip_rewards
             )
             # After a terminal the discount is 0 and the row may lie past e1: any stack will do.
             bootstrap_obs = self._stacks(np.minimum(boot_rows, e1), e0)

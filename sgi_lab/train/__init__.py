@@ -1,0 +1,1 @@
+"""Training loops: offline pretraining, online finetuning, evaluation, and the replay buffer."""
