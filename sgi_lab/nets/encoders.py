@@ -1,0 +1,198 @@
+"""Convolutional encoders f: (B, 4, 84, 84) frame stacks -> (B, C, 7, 7) latents.
+
+Inputs are pixel-valued: uint8, or float in [0, 255] (e.g. after :mod:`sgi_lab.augment`). Every
+encoder divides by 255 itself, so callers never rescale.
+
+Three encoders, as in the paper (appendix C.3) and the reference code (``mila-iqia/SGI``,
+``src/networks.py`` and ``src/models.py``):
+
+* ``"nature"``: the DQN CNN, 32x8x8 s4, 64x4x4 s2, 64x3x3 s1, ReLU after each conv -> 64x7x7.
+* ``"resnet"``: three groups of three inverted-residual blocks (32/64/64 channels, expansion 2,
+  batch norm after every conv of the residual branch), strides 3/2/2: 84 -> 28 -> 14 -> 7.
+* ``"resnet_l"``: five blocks per group, 48/96/96 channels, expansion 4 -> 96x7x7 (~5x params).
+
+Latents are renormalized per sample to [0, 1] (:func:`renormalize`) before any head sees them;
+that happens in :class:`sgi_lab.nets.SGIModel`, not in the encoders.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+PIXEL_SCALE = 1.0 / 255.0
+
+
+def renormalize(x: torch.Tensor, start_dim: int = -3, eps: float = 1e-6) -> torch.Tensor:
+    """Per-sample min-max renormalization to [0, 1], as SPR/SGI do to every latent.
+
+    Args:
+        x: (..., C, H, W) latents (or (..., D) vectors with ``start_dim=-1``).
+        start_dim: first dimension of one sample; min and max are taken over it and all after.
+        eps: floor on (max - min), so a constant latent maps to zeros instead of NaN (the
+            reference divides by (max - min) unguarded).
+
+    Returns:
+        Tensor of the same shape with per-sample minimum 0 and maximum 1.
+    """
+    if start_dim < 0:
+        start_dim += x.dim()
+    flat = x.flatten(start_dim)
+    lo = flat.amin(dim=-1, keepdim=True)
+    hi = flat.amax(dim=-1, keepdim=True)
+    flat = (flat - lo) / (hi - lo).clamp_min(eps)
+    return flat.view(x.shape)
+
+
+def _conv_out(size: int, kernel: int, stride: int, padding: int = 0) -> int:
+    return (size + 2 * padding - kernel) // stride + 1
+
+
+class NatureCNN(nn.Module):
+    """The DQN encoder of Mnih et al. (2015), without its fully connected layers.
+
+    Args:
+        in_channels: stacked frames (4).
+        image_size: input height = width (84).
+    """
+
+    def __init__(self, in_channels: int = 4, image_size: int = 84) -> None:
+        super().__init__()
+        self.layers = nn.Sequential(
+            nn.Conv2d(in_channels, 32, 8, stride=4),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(32, 64, 4, stride=2),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(64, 64, 3, stride=1),
+            nn.ReLU(inplace=True),
+        )
+        side = _conv_out(_conv_out(_conv_out(image_size, 8, 4), 4, 2), 3, 1)
+        self.output_shape: tuple[int, int, int] = (64, side, side)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, 4, H, W) pixels in [0, 255] -> (B, 64, 7, 7)."""
+        return self.layers(x.float() * PIXEL_SCALE)
+
+
+class InvertedResidual(nn.Module):
+    """MobileNetV2-style block: 1x1 expand -> 3x3 depthwise (strided) -> 1x1 project.
+
+    Each conv is followed by batch norm (ReLU after the first two). The shortcut is the identity
+    or, when the block downsamples, a learned ``stride x stride`` conv with stride ``stride``
+    (no norm), as in the reference ``InvertedResidual``. The last BN's scale starts at zero so
+    every block starts as its shortcut, and convs use the reference's fixup-style init
+    (fan-out He normal scaled by ``num_layers ** -0.25``).
+
+    Args:
+        in_channels: input channels.
+        out_channels: output channels.
+        stride: 1, 2 or 3.
+        expand_ratio: hidden channels = ``in_channels * expand_ratio``.
+        num_layers: total blocks in the network (for the init scale).
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        stride: int,
+        expand_ratio: int,
+        num_layers: int = 1,
+    ) -> None:
+        super().__init__()
+        hidden = round(in_channels * expand_ratio)
+        # Convs feeding a batch norm carry no bias: the norm's shift makes it redundant.
+        self.expand = nn.Conv2d(in_channels, hidden, 1, bias=False)
+        self.expand_bn = nn.BatchNorm2d(hidden)
+        self.depthwise = nn.Conv2d(
+            hidden, hidden, 3, stride=stride, padding=1, groups=hidden, bias=False
+        )
+        self.depthwise_bn = nn.BatchNorm2d(hidden)
+        self.project = nn.Conv2d(hidden, out_channels, 1, bias=False)
+        self.project_bn = nn.BatchNorm2d(out_channels)
+        if stride != 1 or in_channels != out_channels:
+            self.shortcut: nn.Module = nn.Conv2d(in_channels, out_channels, stride, stride=stride)
+            _he_fan_out(self.shortcut.weight, 1.0)
+        else:
+            self.shortcut = nn.Identity()
+        scale = num_layers**-0.25
+        for conv in (self.expand, self.depthwise, self.project):
+            _he_fan_out(conv.weight, scale)
+        nn.init.zeros_(self.project_bn.weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.relu(self.expand_bn(self.expand(x)), inplace=True)
+        h = F.relu(self.depthwise_bn(self.depthwise(h)), inplace=True)
+        return self.shortcut(x) + self.project_bn(self.project(h))
+
+
+def _he_fan_out(weight: torch.Tensor, scale: float) -> None:
+    fan_out = weight.shape[0] * math.prod(weight.shape[2:])
+    nn.init.normal_(weight, 0.0, math.sqrt(2.0 / fan_out) * scale)
+
+
+class ResNetEncoder(nn.Module):
+    """Groups of inverted-residual blocks; the first block of each group downsamples.
+
+    Args:
+        in_channels: stacked frames (4).
+        channels: output channels per group.
+        strides: downsampling factor per group (3, 2, 2 turns 84 into 7).
+        blocks_per_group: blocks in each group.
+        expand_ratio: inverted-residual expansion.
+        image_size: input height = width (84).
+    """
+
+    def __init__(
+        self,
+        in_channels: int = 4,
+        channels: tuple[int, ...] = (32, 64, 64),
+        strides: tuple[int, ...] = (3, 2, 2),
+        blocks_per_group: int = 3,
+        expand_ratio: int = 2,
+        image_size: int = 84,
+    ) -> None:
+        super().__init__()
+        num_layers = blocks_per_group * len(channels)
+        groups = []
+        side, c_in = image_size, in_channels
+        for c_out, stride in zip(channels, strides, strict=True):
+            blocks = [InvertedResidual(c_in, c_out, stride, expand_ratio, num_layers)]
+            blocks += [
+                InvertedResidual(c_out, c_out, 1, expand_ratio, num_layers)
+                for _ in range(blocks_per_group - 1)
+            ]
+            groups.append(nn.Sequential(*blocks))
+            main, short = _conv_out(side, 3, stride, 1), _conv_out(side, stride, stride)
+            if main != short:
+                raise ValueError(f"image size {side} does not divide evenly by stride {stride}")
+            side, c_in = main, c_out
+        self.layers = nn.Sequential(*groups)
+        self.output_shape: tuple[int, int, int] = (c_in, side, side)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, 4, H, W) pixels in [0, 255] -> (B, C, 7, 7)."""
+        return self.layers(x.float() * PIXEL_SCALE)
+
+
+ENCODERS = ("nature", "resnet", "resnet_l")
+
+
+def make_encoder(name: str, in_channels: int = 4, image_size: int = 84) -> nn.Module:
+    """Build an encoder by name; its ``output_shape`` attribute is (C, 7, 7).
+
+    Args:
+        name: ``"nature"`` (64x7x7), ``"resnet"`` (64x7x7) or ``"resnet_l"`` (96x7x7).
+        in_channels: stacked frames.
+        image_size: input height = width.
+    """
+    if name == "nature":
+        return NatureCNN(in_channels, image_size)
+    if name == "resnet":
+        return ResNetEncoder(in_channels, (32, 64, 64), (3, 2, 2), 3, 2, image_size)
+    if name == "resnet_l":
+        return ResNetEncoder(in_channels, (48, 96, 96), (3, 2, 2), 5, 4, image_size)
+    raise ValueError(f"unknown encoder {name!r}; choose one of {', '.join(ENCODERS)}")

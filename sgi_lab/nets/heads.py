@@ -1,0 +1,247 @@
+"""Heads over renormalized latents: distributional dueling Q head, FiLM goal conditioning,
+inverse-dynamics model and ATC's contrast head.
+
+Shapes: latents z are (B, C, 7, 7) and enter the heads flattened to (B, D), D = C * 49.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from sgi_lab.nets.noisy import NoisyLinear
+
+DUELING_GRAD_SCALE = 2**-0.5
+
+
+class _ScaleGradient(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, scale: float) -> torch.Tensor:
+        ctx.scale = scale
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return grad * ctx.scale, None
+
+
+def scale_gradient(x: torch.Tensor, scale: float) -> torch.Tensor:
+    """Identity forward; multiplies the gradient flowing back through this use of x by scale."""
+    if not x.requires_grad or scale == 1.0:
+        return x
+    return _ScaleGradient.apply(x, scale)
+
+
+def dueling_combine(value: torch.Tensor, advantage: torch.Tensor) -> torch.Tensor:
+    """Per-atom dueling: (B, 1, Z) value and (B, A, Z) advantage -> (B, A, Z) logits."""
+    return value + advantage - advantage.mean(dim=1, keepdim=True)
+
+
+def film_layer_norm(
+    h: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, eps: float = 1e-5
+) -> torch.Tensor:
+    """Layer norm whose per-channel affine parameters are given (FiLM): gamma * LN(h) + beta.
+
+    Args:
+        h: (B, H) features.
+        gamma: (B, H) or (H,) scales.
+        beta: (B, H) or (H,) shifts.
+        eps: layer-norm epsilon.
+    """
+    return torch.addcmul(beta, gamma, F.layer_norm(h, h.shape[-1:], eps=eps))
+
+
+class DistributionalDuelingHead(nn.Module):
+    """C51 dueling head with noisy layers; its first layers are SPR's projection p.
+
+    Advantage and value streams each have a hidden layer (D -> hidden) and an output layer.
+    The two hidden layers, concatenated and without activation or noise, are the projection
+    p(z) of SPR (``projection: q_l1``, ``q_l1_type: [value, advantage]`` in the reference),
+    which is how pretrained SPR/ATC projections end up as the first layer of the DQN head.
+
+    Args:
+        in_features: D = C * 7 * 7.
+        num_actions: A.
+        hidden_size: units per stream (512 in SGI, 256 in SPR).
+        num_atoms: Z (51).
+        std_init: noisy-net sigma_0.
+        noise_enabled: initial noise switch of every noisy layer.
+        outputs: build the (unconditioned) Q output layers; pretraining without RL or BC has
+            no use for them and leaves them out, so finetuning starts them fresh.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        num_actions: int,
+        hidden_size: int = 512,
+        num_atoms: int = 51,
+        std_init: float = 0.5,
+        noise_enabled: bool = True,
+        outputs: bool = True,
+    ) -> None:
+        super().__init__()
+        self.num_actions = num_actions
+        self.num_atoms = num_atoms
+        self.hidden_size = hidden_size
+        self.advantage_hidden = NoisyLinear(in_features, hidden_size, std_init, noise_enabled)
+        self.value_hidden = NoisyLinear(in_features, hidden_size, std_init, noise_enabled)
+        self.has_outputs = outputs
+        if outputs:
+            self.advantage_out = NoisyLinear(
+                hidden_size, num_actions * num_atoms, std_init, noise_enabled
+            )
+            self.value_out = NoisyLinear(hidden_size, num_atoms, std_init, noise_enabled)
+
+    @property
+    def projection_size(self) -> int:
+        return 2 * self.hidden_size
+
+    def project(self, x: torch.Tensor) -> torch.Tensor:
+        """SPR projection p: (..., D) -> (..., 2 * hidden), noise-free, no activation."""
+        return torch.cat(
+            [self.advantage_hidden(x, noise=False), self.value_hidden(x, noise=False)], dim=-1
+        )
+
+    def hidden(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """ReLU'd hidden features of both streams, (B, hidden) each; input gradient x 1/sqrt(2)."""
+        x = scale_gradient(x, DUELING_GRAD_SCALE)
+        return F.relu(self.advantage_hidden(x)), F.relu(self.value_hidden(x))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, D) flat latents -> (B, A, Z) atom logits."""
+        if not self.has_outputs:
+            raise RuntimeError("this head was built without output layers (outputs=False)")
+        adv_h, val_h = self.hidden(x)
+        advantage = self.advantage_out(adv_h).view(-1, self.num_actions, self.num_atoms)
+        value = self.value_out(val_h).view(-1, 1, self.num_atoms)
+        return dueling_combine(value, advantage)
+
+
+class FiLMGenerator(nn.Module):
+    """Goal -> per-channel FiLM parameters for both streams of the Q head.
+
+    The goal (B, D) is viewed as a (C, 7, 7) map; two 3x3 convs with 2C channels (128 for
+    C = 64, as the paper and reference) and ReLU, flatten, linear -> 2 streams x (gamma, beta).
+    The linear predicts delta-gamma and gamma = 1 + delta-gamma (the FiLM paper's advice), so the
+    goal-conditioned layer norm starts close to a plain one; the reference instead uses the raw
+    output as the scale.
+
+    Args:
+        latent_shape: (C, H, W) of goals.
+        hidden_size: Q-head hidden units per stream.
+        channels: conv channels (default 2C).
+    """
+
+    def __init__(
+        self,
+        latent_shape: tuple[int, int, int],
+        hidden_size: int = 512,
+        channels: int | None = None,
+    ) -> None:
+        super().__init__()
+        c, h, w = latent_shape
+        channels = channels or 2 * c
+        self.latent_shape = latent_shape
+        self.hidden_size = hidden_size
+        self.layers = nn.Sequential(
+            nn.Conv2d(c, channels, 3, padding=1),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(channels, channels, 3, padding=1),
+            nn.ReLU(inplace=True),
+            nn.Flatten(1),
+            nn.Linear(channels * h * w, 4 * hidden_size),
+        )
+
+    def forward(self, goal: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """(B, D) goals -> gamma_adv, beta_adv, gamma_val, beta_val, each (B, hidden)."""
+        out = self.layers(goal.reshape(-1, *self.latent_shape))
+        d_gamma_a, beta_a, d_gamma_v, beta_v = out.chunk(4, dim=-1)
+        return 1.0 + d_gamma_a, beta_a, 1.0 + d_gamma_v, beta_v
+
+
+class GoalHeadOutputs(nn.Module):
+    """Output layers of the goal-conditioned Q head (shares its hidden layers with ``head``).
+
+    Args:
+        hidden_size: Q-head hidden units per stream.
+        num_actions: A.
+        num_atoms: Z.
+        std_init: noisy-net sigma_0.
+        noise_enabled: initial noise switch.
+    """
+
+    def __init__(
+        self,
+        hidden_size: int,
+        num_actions: int,
+        num_atoms: int = 51,
+        std_init: float = 0.5,
+        noise_enabled: bool = True,
+    ) -> None:
+        super().__init__()
+        self.num_actions = num_actions
+        self.num_atoms = num_atoms
+        self.advantage_out = NoisyLinear(
+            hidden_size, num_actions * num_atoms, std_init, noise_enabled
+        )
+        self.value_out = NoisyLinear(hidden_size, num_atoms, std_init, noise_enabled)
+
+    def forward(
+        self, adv_h: torch.Tensor, val_h: torch.Tensor, film: tuple[torch.Tensor, ...]
+    ) -> torch.Tensor:
+        """Hidden features (B, hidden) x2 and FiLM params -> (B, A, Z) atom logits."""
+        gamma_a, beta_a, gamma_v, beta_v = film
+        adv_h = film_layer_norm(adv_h, gamma_a, beta_a)
+        val_h = film_layer_norm(val_h, gamma_v, beta_v)
+        advantage = self.advantage_out(adv_h).view(-1, self.num_actions, self.num_atoms)
+        value = self.value_out(val_h).view(-1, 1, self.num_atoms)
+        return dueling_combine(value, advantage)
+
+
+class InverseModel(nn.Module):
+    """Two-layer MLP on concat(y_hat_k, y_tilde_{k+1}) -> action logits (reference layout).
+
+    Args:
+        projection_size: size of one projected latent.
+        num_actions: A.
+        hidden_size: 256 in the reference.
+    """
+
+    def __init__(self, projection_size: int, num_actions: int, hidden_size: int = 256) -> None:
+        super().__init__()
+        self.layers = nn.Sequential(
+            nn.Linear(2 * projection_size, hidden_size),
+            nn.ReLU(inplace=True),
+            nn.Linear(hidden_size, num_actions),
+        )
+
+    def forward(self, y: torch.Tensor, y_next: torch.Tensor) -> torch.Tensor:
+        """(..., P) online projection and (..., P) target projection -> (..., A) logits."""
+        return self.layers(torch.cat([y, y_next], dim=-1))
+
+
+class ATCContrast(nn.Module):
+    """ATC's ``ContrastModel``: residual anchor MLP, then a bilinear matrix W.
+
+    ``forward(anchor)`` returns W(anchor + mlp(anchor)); logits against positives are
+    ``pred @ positive.T`` (see :func:`sgi_lab.objectives.atc.atc_loss`).
+
+    Args:
+        latent_size: size of the projected anchors/positives.
+        hidden_size: anchor MLP hidden units (512 in ATC).
+    """
+
+    def __init__(self, latent_size: int, hidden_size: int = 512) -> None:
+        super().__init__()
+        self.anchor_mlp = nn.Sequential(
+            nn.Linear(latent_size, hidden_size),
+            nn.ReLU(inplace=True),
+            nn.Linear(hidden_size, latent_size),
+        )
+        self.W = nn.Linear(latent_size, latent_size, bias=False)
+
+    def forward(self, anchor: torch.Tensor) -> torch.Tensor:
+        """(N, P) projected anchors -> (N, P) predictions to contrast with positives."""
+        return self.W(anchor + self.anchor_mlp(anchor))

@@ -1,0 +1,241 @@
+"""SGIModel: encoder, transition model, Q head (whose first layer is SPR's projection),
+predictor, and the optional goal-conditioned, inverse-dynamics and ATC heads, in one module.
+
+Parameter names are stable (they do not depend on which optional parts exist), because
+finetuning loads every tensor present in both the pretrained and the finetuning model by name:
+
+=============================  ===========================================================
+prefix                         what it is
+=============================  ===========================================================
+``encoder.``                   f_o, the convolutional encoder
+``transition.``                h, SPR's latent transition model
+``head.advantage_hidden.``     first Q-head layer, advantage stream } together: SPR's
+``head.value_hidden.``         first Q-head layer, value stream     } projection p
+``head.advantage_out.``        Q-head output layers (finetuning RL; BC logits); only with
+``head.value_out.``            ``rl_head=True``
+``predictor.``                 q, SPR's linear predictor
+``film.``                      FiLM generator j (goal -> gamma, beta); ``goal_head=True``
+``goal_head.``                 output layers of the goal-conditioned Q head; ``goal_head=True``
+``inverse.``                   inverse-dynamics MLP; ``inverse_model=True``
+``atc.``                       ATC's anchor MLP and contrast matrix W; ``atc_head=True``
+=============================  ===========================================================
+
+Noisy layers keep their means in ``*.weight_mu``/``*.bias_mu`` and their scales in
+``*.weight_sigma``/``*.bias_sigma``; the noise samples are not checkpointed.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from sgi_lab.nets.encoders import make_encoder, renormalize
+from sgi_lab.nets.heads import (
+    ATCContrast,
+    DistributionalDuelingHead,
+    FiLMGenerator,
+    GoalHeadOutputs,
+    InverseModel,
+)
+from sgi_lab.nets.noisy import NoisyLinear
+from sgi_lab.nets.transition import TransitionModel
+
+PARAMETER_GROUPS: dict[str, tuple[str, ...]] = {
+    "encoder": ("encoder.",),
+    "transition": ("transition.",),
+    "projection": ("head.advantage_hidden.", "head.value_hidden."),
+    "q_output": ("head.advantage_out.", "head.value_out."),
+    "predictor": ("predictor.",),
+    "goal": ("film.", "goal_head."),
+    "inverse": ("inverse.",),
+    "atc": ("atc.",),
+}
+
+
+def parameter_group(name: str) -> str:
+    """Which part of SGIModel a parameter name belongs to (a key of PARAMETER_GROUPS)."""
+    for group, prefixes in PARAMETER_GROUPS.items():
+        if name.startswith(prefixes):
+            return group
+    raise KeyError(f"parameter {name!r} belongs to no known SGIModel part")
+
+
+class SGIModel(nn.Module):
+    """Everything SGI pretraining and Rainbow+SPR finetuning need, with stable names.
+
+    Pixels in, per-sample renormalized latents z (B, C, 7, 7) out of :meth:`encode`; every
+    other method takes latents. The target networks are EMA copies of this whole module
+    (:func:`sgi_lab.nets.make_target`, :func:`sgi_lab.nets.ema_update`).
+
+    Args:
+        encoder: ``"nature"``, ``"resnet"`` or ``"resnet_l"``.
+        num_actions: A.
+        in_channels: stacked frames.
+        image_size: input height = width.
+        hidden_size: Q-head hidden units per stream (512 in SGI).
+        num_atoms: C51 atoms Z.
+        v_min: lowest atom.
+        v_max: highest atom.
+        noisy: noisy-net noise on in the Q heads (False in pretraining). Switch later with
+            :meth:`set_noise`; the layers are noisy either way so names never change.
+        noise_std: noisy-net sigma_0.
+        rl_head: build the unconditioned Q output layers (finetuning, BC).
+        goal_head: build the FiLM generator and goal-conditioned Q outputs (goal RL).
+        inverse_model: build the inverse-dynamics model.
+        atc_head: build ATC's contrast head.
+        channels_last: store conv weights and feed inputs channels-last (faster convs on
+            recent CPUs and GPUs; results are the same).
+    """
+
+    def __init__(
+        self,
+        encoder: str = "resnet",
+        num_actions: int = 18,
+        *,
+        in_channels: int = 4,
+        image_size: int = 84,
+        hidden_size: int = 512,
+        num_atoms: int = 51,
+        v_min: float = -10.0,
+        v_max: float = 10.0,
+        noisy: bool = True,
+        noise_std: float = 0.5,
+        rl_head: bool = True,
+        goal_head: bool = False,
+        inverse_model: bool = False,
+        atc_head: bool = False,
+        channels_last: bool = False,
+    ) -> None:
+        super().__init__()
+        self.encoder_name = encoder
+        self.num_actions = num_actions
+        self.num_atoms = num_atoms
+        self.encoder = make_encoder(encoder, in_channels, image_size)
+        self.latent_shape: tuple[int, int, int] = tuple(self.encoder.output_shape)
+        self.latent_size = math.prod(self.latent_shape)
+        self.transition = TransitionModel(self.latent_shape[0], num_actions)
+        self.head = DistributionalDuelingHead(
+            self.latent_size,
+            num_actions,
+            hidden_size,
+            num_atoms,
+            std_init=noise_std,
+            noise_enabled=noisy,
+            outputs=rl_head,
+        )
+        self.projection_size = self.head.projection_size
+        self.predictor = nn.Linear(self.projection_size, self.projection_size)
+        if goal_head:
+            self.film = FiLMGenerator(self.latent_shape, hidden_size)
+            self.goal_head = GoalHeadOutputs(
+                hidden_size, num_actions, num_atoms, std_init=noise_std, noise_enabled=noisy
+            )
+        if inverse_model:
+            self.inverse = InverseModel(self.projection_size, num_actions)
+        if atc_head:
+            self.atc = ATCContrast(self.projection_size)
+        self.register_buffer("support", torch.linspace(v_min, v_max, num_atoms), persistent=False)
+        self.channels_last = channels_last
+        if channels_last:
+            self.to(memory_format=torch.channels_last)
+
+    # -- latents --------------------------------------------------------------------------------
+    def encode(self, obs: torch.Tensor) -> torch.Tensor:
+        """Pixels (..., 4, 84, 84), uint8 or float in [0, 255] -> renormalized (..., C, 7, 7)."""
+        lead = obs.shape[:-3]
+        x = obs.reshape(-1, *obs.shape[-3:])
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        z = renormalize(self.encoder(x))
+        return z.reshape(*lead, *z.shape[1:])
+
+    def rollout(self, z0: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """SPR's recursive predictions z_hat_{1..K} from z_hat_0 = z0.
+
+        Args:
+            z0: (B, C, 7, 7) online latent of s_t.
+            actions: (B, K) int64 actions a_t..a_{t+K-1}.
+
+        Returns:
+            (B, K, C, 7, 7) predicted latents.
+        """
+        z, preds = z0, []
+        for k in range(actions.shape[1]):
+            z = self.transition(z, actions[:, k])
+            preds.append(z)
+        return torch.stack(preds, dim=1)
+
+    def project(self, z: torch.Tensor) -> torch.Tensor:
+        """SPR projection p (first Q-head layers, noise-free): (..., C, 7, 7) -> (..., P)."""
+        return self.head.project(z.flatten(-3))
+
+    def predict(self, y: torch.Tensor) -> torch.Tensor:
+        """SPR predictor q: (..., P) -> (..., P)."""
+        return self.predictor(y)
+
+    # -- Q heads --------------------------------------------------------------------------------
+    def q_logits(self, z: torch.Tensor) -> torch.Tensor:
+        """Unconditioned C51 head: (B, C, 7, 7) -> (B, A, Z) atom logits (float32)."""
+        return self.head(z.flatten(1)).float()
+
+    def q_log_probs(self, z: torch.Tensor) -> torch.Tensor:
+        """(B, C, 7, 7) -> (B, A, Z) log-probabilities over atoms."""
+        return F.log_softmax(self.q_logits(z), dim=-1)
+
+    def q_values(self, z: torch.Tensor) -> torch.Tensor:
+        """(B, C, 7, 7) -> (B, A) expected returns."""
+        return (F.softmax(self.q_logits(z), dim=-1) * self.support).sum(-1)
+
+    def goal_q_logits(self, z: torch.Tensor, goal: torch.Tensor) -> torch.Tensor:
+        """FiLM goal-conditioned C51 head: latents (B, C, 7, 7), goals (B, D) -> (B, A, Z).
+
+        Shares the hidden layers with :meth:`q_logits`; a layer norm whose affine parameters
+        come from the FiLM generator sits after them, then the goal head's output layers.
+        """
+        adv_h, val_h = self.head.hidden(z.flatten(1))
+        return self.goal_head(adv_h, val_h, self.film(goal)).float()
+
+    def goal_q_log_probs(self, z: torch.Tensor, goal: torch.Tensor) -> torch.Tensor:
+        """(B, C, 7, 7), (B, D) -> (B, A, Z) log-probabilities over atoms."""
+        return F.log_softmax(self.goal_q_logits(z, goal), dim=-1)
+
+    # -- other heads ----------------------------------------------------------------------------
+    def inverse_logits(self, y: torch.Tensor, y_next: torch.Tensor) -> torch.Tensor:
+        """Inverse dynamics: online projection y_hat_k, target projection y_tilde_{k+1}
+        (..., P) each -> (..., A) logits of a_k."""
+        return self.inverse(y, y_next)
+
+    def bc_logits(self, z: torch.Tensor) -> torch.Tensor:
+        """Behavioural-cloning logits (B, A): the Q head's expected values.
+
+        As the reference's default (``bc_from_values=True``): BC trains the whole Q head,
+        which finetuning then loads, instead of a separate policy layer.
+        """
+        return self.q_values(z)
+
+    def atc_predict(self, y: torch.Tensor) -> torch.Tensor:
+        """ATC anchor prediction W(y + mlp(y)): (N, P) -> (N, P)."""
+        return self.atc(y)
+
+    # -- noise ----------------------------------------------------------------------------------
+    def noisy_layers(self) -> list[NoisyLinear]:
+        return [m for m in self.modules() if isinstance(m, NoisyLinear)]
+
+    def set_noise(self, enabled: bool) -> None:
+        """Switch noisy-net noise on or off in every Q-head layer."""
+        for layer in self.noisy_layers():
+            layer.noise_enabled = enabled
+
+    def reset_noise(self, generator: torch.Generator | None = None) -> None:
+        """Resample the factorised noise of every noisy layer."""
+        for layer in self.noisy_layers():
+            layer.reset_noise(generator)
+
+    def reset_noise_parameters(self) -> None:
+        """Reset every sigma to its initial value (call after loading pretrained weights,
+        as the reference does: pretraining runs noise-free, so its sigmas carry nothing)."""
+        for layer in self.noisy_layers():
+            layer.reset_noise_parameters()

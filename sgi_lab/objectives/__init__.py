@@ -1,0 +1,46 @@
+"""Losses, one module each; pure functions of tensors returning per-sample losses (B,).
+
+The trainer weights and reduces them (SGI pretraining: 2 x SPR + 1 x inverse + 1 x goal RL).
+"""
+
+from sgi_lab.objectives.atc import atc_accuracy, atc_logits, atc_loss
+from sgi_lab.objectives.bc import bc_accuracy, bc_loss
+from sgi_lab.objectives.goal_rl import (
+    goal_n_step_returns,
+    goal_reward,
+    goal_rl_loss,
+    goal_similarity,
+    sample_goals,
+)
+from sgi_lab.objectives.inverse import inverse_dynamics_accuracy, inverse_dynamics_loss
+from sgi_lab.objectives.rainbow import (
+    c51_kl,
+    c51_loss,
+    c51_target,
+    n_step_return,
+    project_distribution,
+    select_next_distribution,
+)
+from sgi_lab.objectives.spr import spr_loss
+
+__all__ = [
+    "atc_accuracy",
+    "atc_logits",
+    "atc_loss",
+    "bc_accuracy",
+    "bc_loss",
+    "c51_kl",
+    "c51_loss",
+    "c51_target",
+    "goal_n_step_returns",
+    "goal_reward",
+    "goal_rl_loss",
+    "goal_similarity",
+    "inverse_dynamics_accuracy",
+    "inverse_dynamics_loss",
+    "n_step_return",
+    "project_distribution",
+    "sample_goals",
+    "select_next_distribution",
+    "spr_loss",
+]
