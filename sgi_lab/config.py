@@ -50,7 +50,7 @@ class PretrainConfig:
     bc_weight: float = F(0.0, "weight of the behavioural-cloning baseline loss")
     batch_size: int = F(256, "sequences per batch")
     spr_steps: int = F(5, "K: latent prediction steps")
-    n_step: int = F(10, "n for the goal-RL n-step return")
+    n_step: int = F(1, "n for the goal-RL n-step return (1 as the reference; at most spr_steps)")
     gamma: float = F(0.99, "discount")
     goal_window: int = F(50, "goals are states 1..goal_window steps ahead")
     goal_alpha_max: float = F(0.5, "goal noise weight alpha ~ U(0, goal_alpha_max)")
@@ -121,10 +121,14 @@ class FinetuneConfig:
     eval_episodes: int = F(100, "evaluation episodes at the end")
     eval_eps: float = F(0.001, "evaluation epsilon")
     eval_envs: int = F(8, "environments stepped together in evaluation")
+    eval_max_frames: int = F(108_000, "raw-frame cap of an evaluation episode (a multiple of 4)")
+    goal_window: int = F(50, "goals lie 1..goal_window steps ahead (ssl == 'all')")
+    goal_reward_scale: float = F(10.0, "scale of the potential-based goal reward (ssl == 'all')")
     log_every: int = F(1_000, "steps between metrics rows")
     checkpoint_every: int = F(10_000, "steps between checkpoints (replay included)")
     device: str = F("auto", "'auto', 'cpu' or 'cuda[:i]'")
     amp: bool = F(True, "bf16 autocast on CUDA (ignored on CPU)")
+    cpu_amp: bool = F(True, "bf16 autocast on CPUs with native bf16 (AVX512-BF16/AMX), else fp32")
     channels_last: bool = F(True, "channels-last memory format for conv layers")
 
 

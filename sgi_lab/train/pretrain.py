@@ -1,0 +1,498 @@
+"""Offline pretraining over a TransitionStore: SPR + goal-conditioned RL + inverse dynamics.
+
+Any weighted subset of S, G and I (the paper's ablations are params files), or the ATC or BC
+baselines. The loss is reward-free: dataset rewards are never read. One train step, in order:
+batch → augment → target passes under ``no_grad`` → online passes → weighted losses → Adam step
+→ EMA update of the target network → metrics.
+
+The single EMA target serves both SPR (target encoder + projection) and goal RL (target
+goal-conditioned head), as both use tau = 0.99 (paper App. C).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+import yaml
+from tqdm.auto import tqdm
+
+from sgi_lab.augment import augment
+from sgi_lab.config import ConfigError, PretrainConfig, build_config, save_config, to_dict
+from sgi_lab.data import SequenceBatch, SequenceSampler, TransitionStore
+from sgi_lab.nets import SGIModel, ema_update, make_target
+from sgi_lab.objectives import (
+    atc_accuracy,
+    atc_loss,
+    bc_accuracy,
+    bc_loss,
+    goal_rl_loss,
+    inverse_dynamics_accuracy,
+    inverse_dynamics_loss,
+    sample_goals,
+    spr_loss,
+)
+from sgi_lab.objectives.goal_rl import goal_n_step_returns
+from sgi_lab.runs import RunDir, atomic_torch_save, load_checkpoint, resolve_device
+
+# Keys that may change when a run is resumed (they do not change what is being learned).
+RESUMABLE_CHANGES = {"steps", "log_every", "checkpoint_every", "prefetch", "device"}
+
+
+class PretrainState(NamedTuple):
+    model: SGIModel
+    target: SGIModel
+    optimizer: torch.optim.Optimizer
+    generator: torch.Generator
+
+
+def model_args(config: PretrainConfig, num_actions: int) -> dict[str, Any]:
+    """SGIModel keyword arguments for a pretraining config (recorded in every checkpoint)."""
+    return {
+        "encoder": config.encoder,
+        "num_actions": int(num_actions),
+        "noisy": False,  # the paper pretrains without noisy-net noise
+        "rl_head": config.bc_weight > 0,
+        "goal_head": config.goal_weight > 0,
+        "inverse_model": config.inverse_weight > 0,
+        "atc_head": config.atc_weight > 0,
+    }
+
+
+def check_objectives(config: PretrainConfig) -> None:
+    weights = {
+        "spr_weight": config.spr_weight,
+        "goal_weight": config.goal_weight,
+        "inverse_weight": config.inverse_weight,
+        "atc_weight": config.atc_weight,
+        "bc_weight": config.bc_weight,
+    }
+    negative = [k for k, v in weights.items() if v < 0]
+    if negative:
+        raise ConfigError(f"objective weights must be >= 0: {negative}")
+    if not any(weights.values()):
+        raise ConfigError("every objective weight is 0: nothing to learn")
+    if config.atc_weight > 0 and (config.spr_weight or config.goal_weight or config.inverse_weight):
+        raise ConfigError("atc_weight is a baseline on its own: set spr/goal/inverse weights to 0")
+    if config.goal_weight > 0 and not 1 <= config.n_step <= config.spr_steps:
+        raise ConfigError(
+            f"n_step must lie in 1..spr_steps ({config.spr_steps}), got {config.n_step}"
+        )
+
+
+def build_state(config: PretrainConfig, num_actions: int, device: torch.device) -> PretrainState:
+    torch.manual_seed(config.seed)
+    channels_last = config.channels_last
+    model = SGIModel(**model_args(config, num_actions), channels_last=channels_last).to(device)
+    target = make_target(model)
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, eps=config.adam_eps)
+    generator = torch.Generator(device=device)
+    generator.manual_seed(config.seed)
+    return PretrainState(model, target, optimizer, generator)
+
+
+def make_sampler(config: PretrainConfig, store: TransitionStore) -> SequenceSampler:
+    """Batches for the configured objectives (ATC keeps its own 32 x (8 + delta) layout)."""
+    if config.atc_weight > 0:
+        return SequenceSampler(
+            store,
+            batch_size=config.atc_sequences,
+            K=config.atc_seq_len + config.atc_delta - 1,
+            n_step=0,
+            goal_window=0,
+            seed=config.seed,
+            prefetch=config.prefetch,
+        )
+    return SequenceSampler(
+        store,
+        batch_size=config.batch_size,
+        K=config.spr_steps,
+        n_step=0,  # reward-free: goal RL's returns come from synthetic rewards
+        goal_window=config.goal_window if config.goal_weight > 0 else 0,
+        seed=config.seed,
+        prefetch=config.prefetch,
+    )
+
+
+def _to_device(batch: SequenceBatch, device: torch.device) -> dict[str, torch.Tensor]:
+    pin = device.type == "cuda"
+
+    def move(x: np.ndarray) -> torch.Tensor:
+        t = torch.from_numpy(np.ascontiguousarray(x))
+        return t.pin_memory().to(device, non_blocking=True) if pin else t
+
+    out = {"obs": move(batch.obs), "actions": move(batch.actions), "valid": move(batch.valid)}
+    if batch.goal_obs is not None:
+        out["goal_obs"] = move(batch.goal_obs)
+    return out
+
+
+@torch.no_grad()
+def representation_similarity(y: torch.Tensor) -> torch.Tensor:
+    """Mean pairwise cosine similarity of projected latents (paper Fig. 4), (B, P) -> scalar."""
+    y = F.normalize(y.float(), dim=-1, eps=1e-6)
+    b = y.shape[0]
+    if b < 2:
+        return torch.zeros((), device=y.device)
+    sim = y @ y.T
+    return (sim.sum() - sim.diagonal().sum()) / (b * (b - 1))
+
+
+def sgi_losses(
+    config: PretrainConfig, state: PretrainState, batch: dict[str, torch.Tensor]
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Weighted S/G/I/BC loss of one batch and the values to log.
+
+    Args:
+        config: the pretraining config (weights, K, goal settings).
+        state: model, target, optimizer, generator.
+        batch: ``obs`` (B, K+1, 4, 84, 84) uint8, ``actions`` (B, K+1), ``valid`` (B, K+1),
+            ``goal_obs`` (B, 4, 84, 84) when goal RL is on.
+
+    Returns:
+        the scalar loss to minimise, and a dict of detached scalars to log.
+    """
+    model, target, gen = state.model, state.target, state.generator
+    K = config.spr_steps
+    obs = batch["obs"]
+    obs = augment(obs, gen) if config.augment else obs.float()
+    actions, valid = batch["actions"], batch["valid"]
+    logs: dict[str, torch.Tensor] = {}
+    total = torch.zeros((), device=obs.device)
+    need_targets = config.spr_weight > 0 or config.inverse_weight > 0 or config.goal_weight > 0
+
+    with torch.no_grad():
+        z_target = target.encode(obs) if need_targets else None  # (B, K+1, C, 7, 7)
+        y_target = target.project(z_target) if need_targets else None  # (B, K+1, P)
+
+    z0 = model.encode(obs[:, 0])
+    y0 = model.project(z0)
+    logs["repr/cosine_similarity"] = representation_similarity(y0)
+
+    if config.spr_weight > 0 or config.inverse_weight > 0:
+        z_pred = model.rollout(z0, actions[:, :K])  # (B, K, C, 7, 7)
+        y_pred = model.project(z_pred)  # (B, K, P)
+        step_mask = valid[:, 1:].float()
+        if config.spr_weight > 0:
+            loss = spr_loss(model.predict(y_pred), y_target[:, 1:], step_mask).mean()
+            total = total + config.spr_weight * loss
+            logs["loss/spr"] = loss
+        if config.inverse_weight > 0:
+            y_hat = torch.cat([y0[:, None], y_pred[:, :-1]], dim=1)  # y_hat_{t..t+K-1}
+            logits = model.inverse_logits(y_hat, y_target[:, 1:])
+            loss = inverse_dynamics_loss(logits, actions[:, :K], step_mask).mean()
+            total = total + config.inverse_weight * loss
+            logs["loss/inverse"] = loss
+            logs["inverse/accuracy"] = inverse_dynamics_accuracy(
+                logits, actions[:, :K], step_mask
+            ).mean()
+
+    if config.goal_weight > 0:
+        n = config.n_step
+        goal_obs = augment(batch["goal_obs"], gen) if config.augment else batch["goal_obs"].float()
+        with torch.no_grad():
+            goals = sample_goals(
+                target.encode(goal_obs), gen, config.goal_alpha_max, config.goal_swap_prob
+            )
+            target_next = F.softmax(target.goal_q_logits(z_target[:, n], goals), dim=-1)
+            target_latents = z_target[:, : n + 1].flatten(2)
+            _, _, rewards = goal_n_step_returns(
+                target_latents, goals, valid[:, : n + 1], config.gamma, config.goal_reward_scale
+            )
+        logits = model.goal_q_logits(z0, goals)
+        loss = goal_rl_loss(
+            logits,
+            actions[:, 0],
+            target_latents,
+            goals,
+            target_next,
+            valid[:, : n + 1],
+            model.support,
+            config.gamma,
+            config.goal_reward_scale,
+        ).mean()
+        total = total + config.goal_weight * loss
+        logs["loss/goal"] = loss
+        logs["goal/reward_mean"] = rewards[:, 0].mean()
+
+    if config.bc_weight > 0:
+        logits = model.bc_logits(z0)
+        loss = bc_loss(logits, actions[:, 0]).mean()
+        total = total + config.bc_weight * loss
+        logs["loss/bc"] = loss
+        logs["bc/accuracy"] = bc_accuracy(logits, actions[:, 0]).mean()
+
+    logs["loss/total"] = total
+    return total, logs
+
+
+def atc_losses(
+    config: PretrainConfig, state: PretrainState, batch: dict[str, torch.Tensor]
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """ATC on ``atc_sequences`` x ``atc_seq_len`` anchors, positives ``atc_delta`` steps later."""
+    model, target, gen = state.model, state.target, state.generator
+    L, d = config.atc_seq_len, config.atc_delta
+    obs = batch["obs"]
+    obs = augment(obs, gen) if config.augment else obs.float()
+    anchors = obs[:, :L].flatten(0, 1)
+    with torch.no_grad():
+        positives = target.project(target.encode(obs[:, d : d + L].flatten(0, 1)))
+    y = model.project(model.encode(anchors))
+    predictions = model.atc_predict(y)
+    valid = batch["valid"][:, d : d + L].flatten()
+    loss = atc_loss(predictions, positives, valid).mean()
+    logs = {
+        "loss/atc": loss,
+        "atc/accuracy": atc_accuracy(predictions, positives)[valid].mean(),
+        "repr/cosine_similarity": representation_similarity(y),
+        "loss/total": config.atc_weight * loss,
+    }
+    return config.atc_weight * loss, logs
+
+
+def train_step(
+    config: PretrainConfig, state: PretrainState, batch: dict[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """One gradient step: losses, Adam, EMA. Raises FloatingPointError on a NaN/Inf loss."""
+    device = batch["obs"].device
+    autocast = (
+        torch.autocast("cuda", dtype=torch.bfloat16)
+        if device.type == "cuda" and config.amp
+        else contextlib.nullcontext()
+    )
+    with autocast:
+        losses = atc_losses if config.atc_weight > 0 else sgi_losses
+        total, logs = losses(config, state, batch)
+    if not torch.isfinite(total):
+        bad = {k: float(v.detach()) for k, v in logs.items() if not torch.isfinite(v)}
+        raise FloatingPointError(f"non-finite pretraining loss: {bad}")
+    state.optimizer.zero_grad(set_to_none=True)
+    total.backward()
+    if config.grad_clip > 0:
+        logs["grad_norm"] = torch.nn.utils.clip_grad_norm_(
+            state.model.parameters(), config.grad_clip
+        )
+    state.optimizer.step()
+    ema_update(state.target, state.model, config.ema_tau)
+    return logs
+
+
+def _checkpoint_payload(config, state, sampler, step, args, store) -> dict[str, Any]:
+    payload = {
+        "model": state.model.state_dict(),
+        "target": state.target.state_dict(),
+        "optimizer": state.optimizer.state_dict(),
+        "generator": state.generator.get_state(),
+        "torch_rng": torch.get_rng_state(),
+        "sampler": sampler.state_dict(),
+        "model_args": args,
+        "config": to_dict(config),
+        "game": store.game,
+        "data": str(store.path),
+    }
+    return payload
+
+
+def _check_resume_config(run: RunDir, config: PretrainConfig) -> None:
+    path = run.path / "config.yaml"
+    if not path.exists():
+        return
+    old = yaml.safe_load(path.read_text()) or {}
+    new = to_dict(config)
+    changed = sorted(k for k in new if k not in RESUMABLE_CHANGES and old.get(k) != new[k])
+    if changed:
+        raise ConfigError(
+            f"{run.path} holds a run with a different config ({changed}); "
+            "use another folder or overwrite=True"
+        )
+
+
+def pretrain(
+    config: PretrainConfig,
+    data: str | Path | TransitionStore,
+    out: str | Path,
+    progress: bool = True,
+    callback: Callable[[dict[str, Any]], None] | None = None,
+    overwrite: bool = False,
+    params_name: str | None = None,
+) -> Path:
+    """Pretrain (or resume pretraining) into run folder ``out``; returns the path of model.pt.
+
+    Args:
+        config: the pretraining config.
+        data: a TransitionStore or its folder.
+        out: run folder; re-running into it resumes from its last checkpoint.
+        progress: show a tqdm bar.
+        callback: called with every metrics row (e.g. a live plot's ``update``).
+        overwrite: discard an existing run in ``out`` and start over.
+        params_name: the params file's name, recorded in status.json for reports.
+    """
+    check_objectives(config)
+    store = data if isinstance(data, TransitionStore) else TransitionStore(data)
+    run = RunDir(out)
+    if overwrite:
+        for path in run.checkpoints() + [run.path / "model.pt", run.path / "status.json"]:
+            path.unlink(missing_ok=True)
+    elif run.finished and (run.path / "model.pt").exists():
+        return run.path / "model.pt"
+    else:
+        _check_resume_config(run, config)
+
+    device = resolve_device(config.device)
+    args = model_args(config, store.num_actions)
+    state = build_state(config, store.num_actions, device)
+    sampler = make_sampler(config, store)
+    checkpoint = run.load_latest("pretrain", map_location=device)
+    step = 0
+    if checkpoint is not None:
+        if checkpoint["model_args"] != args:
+            raise ConfigError(
+                f"{run.path}: checkpoint model {checkpoint['model_args']} does not match {args}"
+            )
+        state.model.load_state_dict(checkpoint["model"])
+        state.target.load_state_dict(checkpoint["target"])
+        state.optimizer.load_state_dict(checkpoint["optimizer"])
+        state.generator.set_state(checkpoint["generator"])
+        torch.set_rng_state(checkpoint["torch_rng"])
+        sampler.load_state_dict(checkpoint["sampler"])
+        step = int(checkpoint["step"])
+    save_config(config, run.path / "config.yaml")
+    run.set_status(
+        "running",
+        step=step,
+        params=params_name,
+        data=str(store.path),
+        game=store.game,
+        kind="pretrain",
+    )
+    logger = run.metrics_logger(resume_step=step if checkpoint is not None else None)
+    window: dict[str, list[float]] = defaultdict(list)
+    bar = tqdm(total=config.steps, initial=step, disable=not progress, desc="pretrain", unit="step")
+    samples_per_step = sampler.batch_size
+    t_window = time.perf_counter()
+    steps_in_window = 0
+    state.model.train()
+    state.target.train()  # as the reference: target BN uses batch statistics
+    try:
+        while step < config.steps:
+            batch = _to_device(sampler.sample(), device)
+            logs = train_step(config, state, batch)
+            step += 1
+            steps_in_window += 1
+            for key, value in logs.items():
+                window[key].append(
+                    float(value.detach()) if torch.is_tensor(value) else float(value)
+                )
+            bar.update(1)
+            if step % config.log_every == 0 or step == config.steps:
+                elapsed = time.perf_counter() - t_window
+                row = {k: float(np.mean(v)) for k, v in window.items()}
+                row["perf/samples_per_s"] = steps_in_window * samples_per_step / max(elapsed, 1e-9)
+                row = logger.log(step, **row)
+                bar.set_postfix(
+                    {k.split("/")[-1]: f"{v:.3g}" for k, v in row.items() if k.startswith("loss/")}
+                )
+                if callback is not None:
+                    callback(row)
+                window.clear()
+                steps_in_window = 0
+                t_window = time.perf_counter()
+            if step % config.checkpoint_every == 0 or step == config.steps:
+                run.save_checkpoint(
+                    step, _checkpoint_payload(config, state, sampler, step, args, store), "pretrain"
+                )
+                run.set_status("running", step=step)
+    except BaseException as exc:
+        message = f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, FloatingPointError):
+            last = run.latest_checkpoint()
+            message += f" (at step {step + 1}; last good checkpoint: {last})"
+        run.set_status(
+            "failed" if not isinstance(exc, KeyboardInterrupt) else "interrupted", error=message
+        )
+        if isinstance(exc, FloatingPointError):
+            raise FloatingPointError(message) from None
+        raise
+    finally:
+        bar.close()
+        logger.close()
+        sampler.close()
+    model_path = run.path / "model.pt"
+    atomic_torch_save(
+        {
+            "format": "sgi-lab",
+            "kind": "pretrained_model",
+            "step": step,
+            "model": state.model.state_dict(),
+            "model_args": args,
+            "config": to_dict(config),
+            "game": store.game,
+        },
+        model_path,
+    )
+    run.set_status("finished", step=step, model=str(model_path))
+    return model_path
+
+
+def load_pretrained(run_dir: str | Path, map_location: Any = "cpu") -> dict[str, Any]:
+    """The pretrained payload of a run folder: ``model.pt``, else its latest checkpoint.
+
+    Returns a dict with ``model`` (state dict), ``model_args``, ``config``, ``game``, ``step``
+    and ``source`` (the file read).
+    """
+    run_dir = Path(run_dir)
+    final = run_dir / "model.pt"
+    if final.exists():
+        payload = load_checkpoint(final, map_location, kind="pretrained_model")
+        source = final
+    else:
+        if not run_dir.is_dir():
+            raise FileNotFoundError(f"{run_dir}: no such pretraining run folder")
+        source = RunDir(run_dir).latest_checkpoint()
+        if source is None:
+            raise FileNotFoundError(
+                f"{run_dir}: no model.pt and no checkpoint: not a pretraining run"
+            )
+        payload = load_checkpoint(source, map_location, kind="pretrain")
+    for key in ("model", "model_args"):
+        if key not in payload:
+            raise ValueError(f"{source}: pretraining checkpoint lacks {key!r}")
+    payload["source"] = str(source)
+    return payload
+
+
+def load_pretrained_model(run_dir: str | Path, map_location: Any = "cpu") -> SGIModel:
+    """The pretrained SGIModel of a run folder, in eval mode."""
+    payload = load_pretrained(run_dir, map_location)
+    model = SGIModel(**payload["model_args"])
+    model.load_state_dict(payload["model"])
+    return model.eval()
+
+
+def config_from_run(run_dir: str | Path) -> PretrainConfig:
+    """The resolved config a run folder was trained with."""
+    values = yaml.safe_load((Path(run_dir) / "config.yaml").read_text())
+    known = {f.name for f in dataclasses.fields(PretrainConfig)}
+    return build_config(PretrainConfig, {k: v for k, v in values.items() if k in known})
+
+
+__all__ = [
+    "PretrainState",
+    "build_state",
+    "config_from_run",
+    "load_pretrained",
+    "load_pretrained_model",
+    "make_sampler",
+    "model_args",
+    "pretrain",
+    "representation_similarity",
+    "train_step",
+]

@@ -1,0 +1,227 @@
+"""Offline pretraining: learning happens, runs resume exactly, NaNs stop cleanly, CLI errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import moving_dot_store
+
+from sgi_lab.cli import main as cli_main
+from sgi_lab.config import ConfigError, PretrainConfig, build_config, load_config
+from sgi_lab.runs import RunDir, load_checkpoint
+from sgi_lab.train import pretrain as pretrain_module
+from sgi_lab.train.pretrain import (
+    load_pretrained,
+    load_pretrained_model,
+    pretrain,
+    representation_similarity,
+)
+
+TINY = dict(encoder="nature", batch_size=8, log_every=5, checkpoint_every=10, prefetch=0)
+
+
+@pytest.fixture(scope="module")
+def dot_store(tmp_path_factory):
+    return moving_dot_store(tmp_path_factory.mktemp("data") / "dot", rows=1200)
+
+
+def test_representation_similarity_hand_computed():
+    y = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    # pairwise cosines: 0, 1/sqrt2, 1/sqrt2 -> mean over ordered pairs
+    assert representation_similarity(y).item() == pytest.approx((2 / 2**0.5) / 3, abs=1e-6)
+    assert representation_similarity(torch.ones(4, 3)).item() == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    "weights",
+    [
+        {},  # SGI
+        {"goal_weight": 0.0, "inverse_weight": 0.0},  # S
+        {"spr_weight": 0.0, "inverse_weight": 0.0},  # G
+        {"spr_weight": 0.0, "goal_weight": 0.0, "inverse_weight": 0.0, "atc_weight": 1.0},
+        {"spr_weight": 0.0, "goal_weight": 0.0, "inverse_weight": 0.0, "bc_weight": 1.0},
+    ],
+    ids=["sgi", "s", "g", "atc", "bc"],
+)
+def test_every_objective_runs_and_logs(dot_store, tmp_path, weights):
+    config = build_config(PretrainConfig, {**TINY, "steps": 5, **weights, "atc_sequences": 4})
+    model_path = pretrain(config, dot_store, tmp_path / "run", progress=False)
+    rows = RunDir(tmp_path / "run").read_metrics()
+    assert [r["step"] for r in rows] == [5]
+    expected = {
+        "spr_weight": "loss/spr",
+        "goal_weight": "loss/goal",
+        "inverse_weight": "loss/inverse",
+        "atc_weight": "loss/atc",
+        "bc_weight": "loss/bc",
+    }
+    for key, metric in expected.items():
+        assert (metric in rows[0]) == (getattr(config, key) > 0)
+    assert 0 <= rows[0]["repr/cosine_similarity"] <= 1 and rows[0]["perf/samples_per_s"] > 0
+    payload = load_checkpoint(model_path, kind="pretrained_model")
+    assert payload["model_args"]["goal_head"] == (config.goal_weight > 0)
+
+
+def test_pretraining_learns_inverse_dynamics(dot_store, tmp_path):
+    config = build_config(
+        PretrainConfig,
+        {
+            **TINY,
+            "batch_size": 32,
+            "steps": 60,
+            "log_every": 20,
+            "lr": 1.0e-3,
+            "goal_weight": 0.0,
+            "spr_steps": 1,
+        },
+    )
+    pretrain(config, dot_store, tmp_path / "run", progress=False)
+    rows = RunDir(tmp_path / "run").read_metrics()
+    first, last = rows[0], rows[-1]
+    assert last["inverse/accuracy"] > 0.35  # chance is 1/5
+    assert last["loss/total"] < first["loss/total"]
+
+
+def test_interrupted_run_resumes_at_the_right_step_and_matches(dot_store, tmp_path):
+    config = build_config(PretrainConfig, {**TINY, "steps": 20, "goal_weight": 0.0})
+    reference = pretrain(config, dot_store, tmp_path / "straight", progress=False)
+
+    def crash(row):
+        if row["step"] == 15:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        pretrain(config, dot_store, tmp_path / "crashed", progress=False, callback=crash)
+    run = RunDir(tmp_path / "crashed")
+    assert run.status()["state"] == "interrupted"
+    assert [p.name for p in run.checkpoints()] == ["ckpt_00000010.pt"]
+    assert [r["step"] for r in run.read_metrics()] == [5, 10, 15]
+    resumed = pretrain(config, dot_store, tmp_path / "crashed", progress=False)
+    assert [r["step"] for r in run.read_metrics()] == [5, 10, 15, 20]
+    assert run.status()["state"] == "finished"
+    a = load_checkpoint(reference, kind="pretrained_model")["model"]
+    b = load_checkpoint(resumed, kind="pretrained_model")["model"]
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_finished_run_is_not_rerun_and_config_change_is_refused(dot_store, tmp_path):
+    config = build_config(PretrainConfig, {**TINY, "steps": 5, "goal_weight": 0.0})
+    path = pretrain(config, dot_store, tmp_path / "run", progress=False)
+    stamp = path.stat().st_mtime_ns
+    assert pretrain(config, dot_store, tmp_path / "run", progress=False) == path
+    assert path.stat().st_mtime_ns == stamp
+    (tmp_path / "run" / "status.json").unlink()
+    with pytest.raises(ConfigError, match=r"different config \(\['lr'\]\)"):
+        pretrain(
+            build_config(PretrainConfig, {**TINY, "steps": 5, "goal_weight": 0.0, "lr": 0.1}),
+            dot_store,
+            tmp_path / "run",
+            progress=False,
+        )
+
+
+def test_nan_loss_stops_with_a_clear_message_and_keeps_the_last_checkpoint(
+    dot_store, tmp_path, monkeypatch
+):
+    config = build_config(PretrainConfig, {**TINY, "steps": 30, "goal_weight": 0.0})
+    real = pretrain_module.spr_loss
+    calls = {"n": 0}
+
+    def flaky(*args, **kwargs):
+        calls["n"] += 1
+        out = real(*args, **kwargs)
+        return out * float("nan") if calls["n"] == 13 else out
+
+    monkeypatch.setattr(pretrain_module, "spr_loss", flaky)
+    with pytest.raises(
+        FloatingPointError, match=r"non-finite pretraining loss.*step 13.*ckpt_00000010"
+    ):
+        pretrain(config, dot_store, tmp_path / "run", progress=False)
+    run = RunDir(tmp_path / "run")
+    assert run.status()["state"] == "failed"
+    assert run.latest_checkpoint().name == "ckpt_00000010.pt"
+    assert not (tmp_path / "run" / "model.pt").exists()
+
+
+def test_load_pretrained_falls_back_to_checkpoint_and_rejects_foreign(dot_store, tmp_path):
+    config = build_config(PretrainConfig, {**TINY, "steps": 10, "goal_weight": 0.0})
+    pretrain(config, dot_store, tmp_path / "run", progress=False)
+    (tmp_path / "run" / "model.pt").unlink()
+    payload = load_pretrained(tmp_path / "run")
+    assert payload["source"].endswith("ckpt_00000010.pt")
+    model = load_pretrained_model(tmp_path / "run")
+    assert not model.training and model.encoder_name == "nature"
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="not a pretraining run"):
+        load_pretrained(tmp_path / "empty")
+
+
+def test_objective_weight_validation():
+    with pytest.raises(ConfigError, match="nothing to learn"):
+        pretrain_module.check_objectives(
+            build_config(
+                PretrainConfig, {"spr_weight": 0.0, "goal_weight": 0.0, "inverse_weight": 0.0}
+            )
+        )
+    with pytest.raises(ConfigError, match="baseline on its own"):
+        pretrain_module.check_objectives(build_config(PretrainConfig, {"atc_weight": 1.0}))
+
+
+def test_every_paper_params_file_loads():
+    from pathlib import Path
+
+    names = {p.stem for p in Path("params/pretrain").glob("*.yaml")}
+    assert {
+        "sgi_m",
+        "sgi_m_s",
+        "sgi_m_l",
+        "s",
+        "g",
+        "i",
+        "s_g",
+        "g_i",
+        "s_i",
+        "atc",
+        "bc",
+        "smoke",
+    } <= names
+    for name in names:
+        config = load_config(PretrainConfig, f"params/pretrain/{name}.yaml")
+        pretrain_module.check_objectives(config)
+    assert load_config(PretrainConfig, "params/pretrain/g_i.yaml").spr_weight == 0.0
+
+
+def test_cli_pretrain_smoke_and_bad_key(dot_store, tmp_path, capsys):
+    out = tmp_path / "run"
+    rc = cli_main(
+        [
+            "pretrain",
+            "--params",
+            "params/pretrain/smoke.yaml",
+            "--set",
+            "steps=4",
+            "--set",
+            "batch_size=4",
+            "--data",
+            str(dot_store.path),
+            "--out",
+            str(out),
+        ]
+    )
+    assert rc == 0 and (out / "model.pt").exists()
+    assert RunDir(out).status()["params"] == "smoke"
+    rc = cli_main(
+        [
+            "pretrain",
+            "--params",
+            "params/pretrain/smoke.yaml",
+            "--set",
+            "bogus=1",
+            "--data",
+            str(dot_store.path),
+            "--out",
+            str(tmp_path / "bad"),
+        ]
+    )
+    assert rc == 2 and "bogus" in capsys.readouterr().err
