@@ -7,12 +7,12 @@ numbers and the paper's are normalized with the same constants.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
+from sgi_lab.envs.games import canonical_game
 from sgi_lab.metrics.paper import atari_100k_games, reference_scores
 
 __all__ = [
@@ -29,30 +29,6 @@ ATARI_100K_GAMES: tuple[str, ...] = atari_100k_games()
 """The 26 Atari 100k games (canonical CamelCase names) in the paper's order."""
 
 _REFERENCE = reference_scores()
-# "ALE/Pong-v5", "PongNoFrameskip-v4", "PongDeterministic-v4": the same game as "Pong".
-_ID_AFFIXES = re.compile(r"^ale/|(noframeskip|deterministic)?-v\d+$")
-_BY_KEY = {g.lower(): g for g in ATARI_100K_GAMES}
-
-
-def canonical_game(name: str) -> str:
-    """Returns the canonical name of an Atari 100k game given in any usual spelling.
-
-    Args:
-        name: ``"Pong"``, ``"pong"``, ``"ALE/Pong-v5"``, ``"PongNoFrameskip-v4"``, ``"ms_pacman"``,
-            ``"Ms Pacman"``, ``"James Bond"``, ``"up_n_down"``...
-
-    Returns:
-        The canonical CamelCase name, e.g. ``"MsPacman"``.
-
-    Raises:
-        ValueError: Not one of the 26 games; the message lists them.
-    """
-    key = re.sub(r"[^a-z0-9]", "", _ID_AFFIXES.sub("", str(name).strip().lower()))
-    if key in _BY_KEY:
-        return _BY_KEY[key]
-    raise ValueError(
-        f"unknown Atari 100k game {name!r}; valid games: {', '.join(ATARI_100K_GAMES)}"
-    )
 
 
 def random_score(game: str) -> float:
