@@ -66,6 +66,91 @@ def _info(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- pretraining -------------------------------------------------------------------------------
+
+
+@command("pretrain")
+def _pretrain(args: argparse.Namespace) -> int:
+    from sgi_lab.config import PretrainConfig, load_config, parse_overrides, read_params
+    from sgi_lab.train.pretrain import pretrain
+
+    config = load_config(PretrainConfig, args.params, parse_overrides(args.set))
+    name = read_params(args.params).get("name", Path(args.params).stem)
+    model = pretrain(config, args.data, args.out, overwrite=args.overwrite, params_name=name)
+    print(f"pretrained model: {model}")
+    return 0
+
+
+# -- finetuning, evaluation, report ------------------------------------------------------------
+
+
+@command("finetune")
+def _finetune(args: argparse.Namespace) -> int:
+    import logging
+
+    from sgi_lab.config import FinetuneConfig, load_config, parse_overrides, read_params
+    from sgi_lab.runs import run_name
+    from sgi_lab.train.finetune import finetune
+
+    params = read_params(args.params)
+    name = params.get("name") or Path(args.params).stem
+    overrides = parse_overrides(args.set)
+    # Top-level literals of the params file (game, seed, pretrained) are defaults; flags win.
+    for key in ("game", "seed", "pretrained"):
+        value = getattr(args, key)
+        if value is not None:
+            overrides[key] = str(value) if key == "pretrained" else value
+        elif params.get(key) is not None and key not in overrides:
+            overrides[key] = params[key]
+    config = load_config(FinetuneConfig, args.params, overrides)
+    out = args.out or Path("outputs") / "finetune" / run_name(name, config.game, f"s{config.seed}")
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    try:
+        run = finetune(
+            config, out, progress=not args.no_progress, overwrite=args.overwrite, params=name
+        )
+    except FloatingPointError as exc:  # NaN/Inf loss; status.json says failed
+        raise RuntimeError(f"{exc} (run folder {out})") from exc
+    evaluation = run.evaluation or {}
+    summary = {k: evaluation.get(k) for k in ("game", "episodes", "mean", "std", "hns", "step")}
+    print(json.dumps({"run": str(run.path), **summary}, indent=2))
+    return 0
+
+
+@command("evaluate")
+def _evaluate(args: argparse.Namespace) -> int:
+    from sgi_lab.train.evaluate import evaluate_run
+
+    result = evaluate_run(
+        args.run, episodes=args.episodes, device=args.device, progress=not args.no_progress
+    )
+    summary = {k: result.get(k) for k in ("game", "episodes", "mean", "std", "median", "hns")}
+    print(
+        json.dumps(
+            {"run": str(args.run), "eval": str(Path(args.run) / "eval.json"), **summary}, indent=2
+        )
+    )
+    return 0
+
+
+@command("report")
+def _report(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from sgi_lab.train.report import aggregates_csv_path, format_aggregates, report
+
+    per_game, aggregates = report(args.runs, csv=args.csv, reps=args.reps)
+    with pd.option_context("display.width", 160, "display.max_columns", 20):
+        print("Per game (mean raw score over runs, HNS; paper's column for the same config)")
+        print(per_game.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+        print()
+        print("Aggregates (HNS; 95% stratified bootstrap CIs over runs)")
+        print(format_aggregates(aggregates).to_string(index=False))
+    if args.csv:
+        print(f"\nwrote {args.csv} and {aggregates_csv_path(args.csv)}")
+    return 0
+
+
 # -- parser ------------------------------------------------------------------------------------
 
 
@@ -93,6 +178,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--samples", type=int, default=None, help="transitions from each checkpoint")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--overwrite", action="store_true")
+
+    p = sub.add_parser("pretrain", help="offline pretraining (SGI, its ablations, ATC, BC)")
+    p.add_argument("--params", type=Path, required=True, help="params/pretrain/NAME.yaml")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override")
+    p.add_argument("--data", type=Path, required=True, help="TransitionStore folder")
+    p.add_argument("--out", type=Path, required=True, help="run folder (re-run to resume)")
+    p.add_argument("--overwrite", action="store_true", help="discard an existing run there")
+
+    p = sub.add_parser("finetune", help="finetune on Atari 100k (Rainbow + SPR), then evaluate")
+    p.add_argument("--params", type=Path, required=True, help="params/finetune/NAME.yaml")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override")
+    p.add_argument("--game", default=None, help="Atari 100k game (default: the params file's)")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--pretrained", type=Path, default=None, help="pretraining run folder")
+    p.add_argument("--out", type=Path, default=None, help="run folder (re-run to resume)")
+    p.add_argument("--overwrite", action="store_true", help="discard an existing run there")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    p = sub.add_parser("evaluate", help="evaluate a finetuning run's final model (eval.json)")
+    p.add_argument("run", type=Path, help="finetuning run folder")
+    p.add_argument("--episodes", type=int, default=None, help="default: the run's eval_episodes")
+    p.add_argument("--device", default=None, help="default: the run's device setting")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    p = sub.add_parser("report", help="per-game and aggregate results of finetuning runs")
+    p.add_argument("runs", type=Path, nargs="+", help="finetuning run folders")
+    p.add_argument("--csv", type=Path, default=None, help="write the tables as CSV")
+    p.add_argument("--reps", type=int, default=5000, help="bootstrap resamples")
 
     p = sub.add_parser("info", help="print a store's summary")
     p.add_argument("store", type=Path)

@@ -43,7 +43,7 @@ class PretrainConfig:
     """Offline pretraining (paper Sec. 2, App. C): SPR + goal RL + inverse dynamics, or a baseline."""
 
     encoder: Literal["nature", "resnet", "resnet_l"] = F("resnet", "encoder architecture")
-    spr_weight: float = F(2.0, "lambda_SPR: weight of the SPR latent-dynamics loss (0 disables)")
+    spr_weight: float = F(2.0, "lambda_SPR on the paper's -sum_k cos loss (Eq. 1); 0 disables")
     goal_weight: float = F(1.0, "weight of the goal-conditioned RL loss (0 disables)")
     inverse_weight: float = F(1.0, "lambda_IM: weight of the inverse-dynamics loss (0 disables)")
     atc_weight: float = F(0.0, "weight of the ATC baseline loss (exclusive with S/G/I)")
@@ -71,6 +71,7 @@ class PretrainConfig:
     seed: int = F(0, "random seed")
     device: str = F("auto", "'auto' (CUDA when present), 'cpu' or 'cuda[:i]'")
     amp: bool = F(True, "bf16 autocast on CUDA (ignored on CPU)")
+    cpu_amp: bool = F(True, "bf16 autocast on CPUs with native bf16 (AVX512-BF16/AMX), else fp32")
     channels_last: bool = F(True, "channels-last memory format for conv layers")
 
 
@@ -100,7 +101,7 @@ class FinetuneConfig:
     eps_steps: int = F(2_001, "steps to anneal epsilon over")
     target_update_period: int = F(1, "steps between target network updates")
     target_tau: float = F(1.0, "target = online when 1 (SPR's setting)")
-    spr_weight: float = F(5.0, "weight of the SPR auxiliary loss")
+    spr_weight: float = F(5.0, "SPR's weight on mean_k(2 - 2 cos), i.e. 2w/K on -sum_k cos (SPR's convention)")
     spr_steps: int = F(5, "K: SPR prediction steps")
     spr_ema_tau: float = F(0.99, "EMA coefficient of SPR's target encoder")
     ssl: Literal["spr", "none", "all"] = F(
@@ -129,6 +130,7 @@ class FinetuneConfig:
     device: str = F("auto", "'auto', 'cpu' or 'cuda[:i]'")
     amp: bool = F(True, "bf16 autocast on CUDA (ignored on CPU)")
     cpu_amp: bool = F(True, "bf16 autocast on CPUs with native bf16 (AVX512-BF16/AMX), else fp32")
+    threads: int = F(0, "torch CPU threads during the run (0: torch's default; 1 when sharing CPUs)")
     channels_last: bool = F(True, "channels-last memory format for conv layers")
 
 

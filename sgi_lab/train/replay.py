@@ -72,6 +72,9 @@ class PrioritizedReplay:
         alpha: priority exponent; sampling probability is proportional to ``priority ** alpha``.
         K, n_step, gamma: sequence length and n-step return settings for the sampler.
         seed: RNG seed.
+        goal_window: batches carry a goal observation 1..goal_window steps ahead in the same
+            episode (``SequenceBatch.goal_obs``), for goal-conditioned RL while finetuning with
+            all of SGI's losses; 0 (the default) leaves goals out.
     """
 
     def __init__(
@@ -82,6 +85,7 @@ class PrioritizedReplay:
         n_step: int = 10,
         gamma: float = 0.99,
         seed: int = 0,
+        goal_window: int = 0,
     ) -> None:
         self.capacity = int(capacity)
         self.alpha = alpha
@@ -98,7 +102,13 @@ class PrioritizedReplay:
         self.max_priority = 1.0
         # The sampler assembles batches; start rows come from the sum tree, not its uniform draw.
         self.sampler = SequenceSampler(
-            self, batch_size=1, K=K, n_step=n_step, gamma=gamma, goal_window=0, seed=seed
+            self,
+            batch_size=1,
+            K=K,
+            n_step=n_step,
+            gamma=gamma,
+            goal_window=goal_window,
+            seed=seed,
         )
         self.rng = self.sampler.rng
 
@@ -186,7 +196,7 @@ class PrioritizedReplay:
         if n > self.capacity:
             raise ValueError(f"checkpoint replay holds {n} rows, capacity is {self.capacity}")
         s = self.sampler
-        self.__init__(self.capacity, self.alpha, s.K, s.n_step, s.gamma)
+        self.__init__(self.capacity, self.alpha, s.K, s.n_step, s.gamma, goal_window=s.goal_window)
         frames, actions = state["frames"].numpy(), state["actions"].numpy()
         rewards, terminals, firsts = (state[k].numpy() for k in ("rewards", "terminals", "firsts"))
         for t in range(n):

@@ -1,0 +1,192 @@
+"""Finetuning speed: seconds per update, environment steps/s, projected 100k-step wall-clock, and
+evaluation episodes/s (vectorized vs one environment at a time).
+
+    python benchmarks/finetune_speed.py update                  # s/update, Nature + ResNet, fp32/bf16
+    python benchmarks/finetune_speed.py update --profile        # + torch.profiler table of one update
+    python benchmarks/finetune_speed.py steps --steps 300       # env steps/s with 2 updates per step
+    python benchmarks/finetune_speed.py eval --episodes 8       # evaluation episodes/s
+    python benchmarks/finetune_speed.py all                     # everything, JSON summary at the end
+
+An update is the paper's: batch 32, RL + SPR with K = 5, 10-step returns, double Q, augmentation.
+Times are wall-clock medians over ``--repeats`` updates after a warm-up (CPU seconds beside them:
+on a shared machine the wall-clock includes other processes' time, the CPU time does not). Set
+``--threads`` to compare intra-op thread counts; on a busy 2-core machine one thread per process
+avoids OpenMP oversubscription, which can cost 10x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from sgi_lab.config import FinetuneConfig
+from sgi_lab.envs import make_env
+from sgi_lab.nets import SGIModel
+from sgi_lab.runs import read_jsonl
+from sgi_lab.train.evaluate import evaluate
+from sgi_lab.train.finetune import finetune, make_agent, model_args_for, train_step, use_amp
+
+ENCODERS = ("nature", "resnet")
+REFERENCE_S_PER_UPDATE = {"resnet": 0.68, "nature": 0.18}  # reference implementation, this CPU
+FULL_RUN_STEPS = 100_000
+
+
+def filled_agent(config: FinetuneConfig, rows: int = 3_000, seed: int = 0):
+    """An agent whose replay holds ``rows`` real Pong transitions (random policy)."""
+    agent, _ = make_agent(config, model_args_for(config, 6), "cpu")
+    env = make_env("Pong", seed=seed, train=True)
+    obs, _ = env.reset()
+    first = True
+    rng = np.random.default_rng(seed)
+    for _ in range(rows):
+        action = int(rng.integers(6))
+        nxt, _, term, trunc, info = env.step(action)
+        agent.replay.append(obs[-1], action, info["raw_reward"], info["terminal"], first)
+        first = False
+        if term or trunc:
+            nxt, _ = env.reset()
+            first = True
+        obs = nxt
+    env.close()
+    return agent
+
+
+def bench_update(encoder: str, cpu_amp: bool, repeats: int, profile: bool) -> dict:
+    config = FinetuneConfig(encoder=encoder, cpu_amp=cpu_amp, steps=4_000, device="cpu")
+    agent = filled_agent(config)
+    for _ in range(2):  # warm-up (oneDNN primitive caches, allocator)
+        train_step(agent, *agent.replay.sample(config.batch_size, 0.4))
+    wall, cpu = [], []
+    for _ in range(repeats):
+        batch, weights = agent.replay.sample(config.batch_size, 0.4)
+        t, c = time.perf_counter(), time.process_time()
+        train_step(agent, batch, weights)
+        wall.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
+    result = {
+        "encoder": encoder,
+        "bf16": agent.amp,
+        "threads": torch.get_num_threads(),
+        "s_per_update": statistics.median(wall),
+        "cpu_s_per_update": statistics.median(cpu),
+        "reference_s_per_update": REFERENCE_S_PER_UPDATE[encoder],
+    }
+    result["speedup_vs_reference"] = result["reference_s_per_update"] / result["s_per_update"]
+    if profile:
+        from torch.profiler import ProfilerActivity
+        from torch.profiler import profile as torch_profile
+
+        batch, weights = agent.replay.sample(config.batch_size, 0.4)
+        with torch_profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            train_step(agent, batch, weights)
+        print(
+            prof.key_averages(group_by_input_shape=True).table(
+                sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=32
+            )
+        )
+    return result
+
+
+def bench_steps(encoder: str, cpu_amp: bool, steps: int) -> dict:
+    """Env steps/s of the real loop once learning has started (2 updates per step)."""
+    warmup = 200
+    config = FinetuneConfig(
+        encoder=encoder,
+        cpu_amp=cpu_amp,
+        steps=warmup + steps,
+        learning_starts=warmup + 1,  # the first row's window has no update, the next all
+        eps_steps=warmup + 1,
+        log_every=warmup,
+        checkpoint_every=10**9,
+        eval_episodes=1,
+        eval_envs=1,
+        eval_max_frames=40,
+        device="cpu",
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        finetune(config, Path(tmp) / "run", progress=False)
+        rows = [r for r in read_jsonl(Path(tmp) / "run" / "metrics.jsonl") if "charts/sps" in r]
+    warm, learning = rows[0], rows[-1]
+    sps = learning["charts/sps"]
+    # The paper's run: 2,000 steps of random play, then 98,000 steps with 2 updates each.
+    projected = 2_000 / warm["charts/sps"] + (FULL_RUN_STEPS - 2_000) / sps
+    return {
+        "encoder": encoder,
+        "bf16": use_amp(config, torch.device("cpu")),
+        "threads": torch.get_num_threads(),
+        "env_steps_per_s": sps,
+        "updates_per_s": learning["charts/ups"],
+        "warmup_steps_per_s": warm["charts/sps"],
+        "projected_100k_hours": projected / 3600,
+    }
+
+
+def bench_eval(encoder: str, episodes: int, num_envs: int, max_frames: int) -> dict:
+    model = SGIModel(encoder, 6, channels_last=True)
+    out = {"encoder": encoder, "episodes": episodes, "max_frames": max_frames}
+    for n in (num_envs, 1):
+        result = evaluate(
+            model,
+            "Pong",
+            episodes=episodes,
+            num_envs=n,
+            seed=0,
+            max_frames=max_frames,
+            progress=False,
+        )
+        out[f"episodes_per_s_{n}_envs"] = result["episodes_per_s"]
+        out[f"mean_length_{n}_envs"] = float(np.mean(result["lengths"]))
+        out[f"steps_per_s_{n}_envs"] = result["steps_per_s"]
+    out["vectorized_speedup"] = (
+        out[f"episodes_per_s_{num_envs}_envs"] / out["episodes_per_s_1_envs"]
+    )
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("what", choices=["update", "steps", "eval", "all"])
+    parser.add_argument("--encoders", nargs="+", default=list(ENCODERS), choices=ENCODERS)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--steps", type=int, default=200, help="learning steps for 'steps'")
+    parser.add_argument("--episodes", type=int, default=8)
+    parser.add_argument("--num-envs", type=int, default=8)
+    parser.add_argument("--max-frames", type=int, default=2_000, help="eval episode cap")
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    parser.add_argument("--precision", choices=["both", "fp32", "bf16"], default="both")
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    amps = {"both": (False, True), "fp32": (False,), "bf16": (True,)}[args.precision]
+    results: dict[str, list] = {"update": [], "steps": [], "eval": []}
+    for encoder in args.encoders:
+        for cpu_amp in amps:
+            if args.what in ("update", "all"):
+                r = bench_update(encoder, cpu_amp, args.repeats, args.profile)
+                results["update"].append(r)
+                print(json.dumps(r))
+            if args.what in ("steps", "all"):
+                r = bench_steps(encoder, cpu_amp, args.steps)
+                results["steps"].append(r)
+                print(json.dumps(r))
+        if args.what in ("eval", "all"):
+            r = bench_eval(encoder, args.episodes, args.num_envs, args.max_frames)
+            results["eval"].append(r)
+            print(json.dumps(r))
+    summary = {k: v for k, v in results.items() if v}
+    if args.json:
+        args.json.write_text(json.dumps(summary, indent=2))
+    print(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,252 @@
+"""Report tables of finetuning runs: per-game scores and aggregate HNS with bootstrap CIs, beside
+the paper's column for the same configuration.
+
+A run's configuration is the params name it was launched with (``status.json``'s ``params``,
+recorded by ``sgi-lab finetune --params ...`` or ``finetune(..., params=NAME)``) and, for runs
+that start from a pretraining run, that run's params name (``pretrain_params``).
+`sgi_lab.metrics.paper_column_for` maps the pair to the paper's config ("SGI-M", "Naive",
+"SGI-None", ...); runs of unknown configurations (smoke sets) are reported without a paper column.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from sgi_lab.metrics import (
+    METRIC_LABELS,
+    aggregate_scores,
+    aggregate_with_ci,
+    canonical_game,
+    human_normalized_score,
+    paper_aggregates,
+    paper_column_for,
+    paper_config_info,
+    paper_per_game,
+)
+from sgi_lab.metrics.paper import PER_GAME_TABLES
+
+__all__ = ["format_aggregates", "paper_config_of", "report", "run_results"]
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def paper_config_of(
+    params: str | None, pretrained: bool, pretrain_params: str | None
+) -> str | None:
+    """The paper's config key for a run, or None when the paper has no such configuration.
+
+    Args:
+        params: the finetuning params name (``reduced_lr``, ``naive``, ``sgi_none``...).
+        pretrained: whether the run started from a pretraining run.
+        pretrain_params: that pretraining run's params name (``sgi_m``, ``s_g``...), if known;
+            unknown means SGI-M, the paper's default.
+    """
+    if not params:
+        return None
+    try:
+        if not pretrained:
+            return paper_column_for(params, pretrain="none")
+        return paper_column_for(params, pretrain=pretrain_params)
+    except KeyError:
+        return None
+
+
+def run_results(run_dirs: Sequence[str | Path]) -> pd.DataFrame:
+    """One row per evaluated run: run, method, paper_config, game, seed, score (mean raw return
+    over its evaluation episodes), hns, episodes, step.
+
+    Raises:
+        FileNotFoundError: a folder is missing or holds no ``eval.json`` (listed).
+    """
+    rows, missing = [], []
+    for run_dir in run_dirs:
+        path = Path(run_dir)
+        evaluation = _read_json(path / "eval.json")
+        if not evaluation:
+            missing.append(str(path))
+            continue
+        status = _read_json(path / "status.json")
+        config_path = path / "config.yaml"
+        config = yaml.safe_load(config_path.read_text()) if config_path.exists() else {}
+        params = status.get("params")
+        pretrain_params = status.get("pretrain_params")
+        pretrained = bool(config.get("pretrained") or status.get("pretrained"))
+        method = params or "unnamed"
+        if pretrained and pretrain_params:
+            method = f"{method}@{pretrain_params}"
+        game = canonical_game(evaluation.get("game") or config.get("game"))
+        rows.append(
+            {
+                "run": str(path),
+                "method": method,
+                "paper_config": paper_config_of(params, pretrained, pretrain_params),
+                "game": game,
+                "seed": config.get("seed", status.get("seed")),
+                "score": float(evaluation["mean"]),
+                "hns": human_normalized_score(game, float(evaluation["mean"])),
+                "episodes": evaluation.get("episodes"),
+                "step": evaluation.get("step"),
+            }
+        )
+    if missing:
+        raise FileNotFoundError(
+            f"no eval.json (unfinished or not a finetuning run?) in: {', '.join(missing)}; "
+            "finish them or run `sgi-lab evaluate RUN_DIR`"
+        )
+    if not rows:
+        raise ValueError("no runs to report")
+    return pd.DataFrame(rows)
+
+
+def _hns_matrix(runs: pd.DataFrame, games: list[str]) -> np.ndarray:
+    """(num_runs, num_games) HNS; every game keeps as many runs as the game with the fewest."""
+    per_game = {g: runs[runs.game == g].sort_values("seed")["hns"].to_numpy() for g in games}
+    counts = {g: len(v) for g, v in per_game.items()}
+    n = min(counts.values())
+    if len(set(counts.values())) > 1:
+        warnings.warn(
+            f"games have different numbers of runs {counts}; aggregates use the first {n} "
+            "of each (by seed)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return np.stack([per_game[g][:n] for g in games], axis=1)
+
+
+def _paper_reported(config: str) -> dict[str, float]:
+    """The paper's printed 26-game aggregates of a config, by metric (empty if not printed)."""
+    tables = list(PER_GAME_TABLES) + list(paper_config_info(config)["tables"])
+    for table in dict.fromkeys(tables):
+        try:
+            df = paper_aggregates(table, tidy=True)
+        except KeyError:
+            continue
+        df = df[df.method == config]
+        if not df.empty:
+            return dict(zip(df.metric, df.value))
+    return {}
+
+
+def report(
+    run_dirs: Sequence[str | Path],
+    csv: str | Path | None = None,
+    reps: int = 5000,
+    seed: int = 0,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per-game and aggregate results of finetuning runs, beside the paper's.
+
+    Args:
+        run_dirs: finetuning run folders (each with ``eval.json``); runs of one method on one
+            game are its seeds.
+        csv: write the per-game table to this file and the aggregates beside it
+            (``NAME.aggregates.csv``).
+        reps: bootstrap resamples for the CIs (the paper's 5000).
+        seed: bootstrap seed.
+
+    Returns:
+        ``(per_game, aggregates)``. per_game: method, paper_config, game, runs, score (mean raw
+        return over runs), score_std, hns, paper_score, paper_hns. aggregates: method,
+        paper_config, metric, value, lower, upper (stratified bootstrap over runs; no CI with
+        one run per game), paper_same_games (the metric of the paper's per-game means over the
+        same games), paper_reported (the paper's printed value over all 26 games).
+    """
+    runs = run_results(run_dirs)
+    per_game_rows, aggregate_rows = [], []
+    for method, group in runs.groupby("method", sort=False):
+        config = group["paper_config"].iloc[0]
+        games = [g for g in dict.fromkeys(group.sort_values("game")["game"])]
+        try:
+            paper = paper_per_game(config) if config else None
+        except KeyError:  # the paper prints only aggregates for this config
+            paper = None
+        for game in games:
+            scores = group[group.game == game]["score"]
+            paper_score = float(paper[game]) if paper is not None else np.nan
+            per_game_rows.append(
+                {
+                    "method": method,
+                    "paper_config": config,
+                    "game": game,
+                    "runs": len(scores),
+                    "score": float(scores.mean()),
+                    "score_std": float(scores.std(ddof=0)),
+                    "hns": human_normalized_score(game, float(scores.mean())),
+                    "paper_score": paper_score,
+                    "paper_hns": human_normalized_score(game, paper_score),
+                }
+            )
+        matrix = _hns_matrix(group, games)
+        if matrix.shape[0] > 1:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # degenerate resamples
+                agg = aggregate_with_ci(matrix, reps=reps, seed=seed)
+        else:
+            agg = aggregate_scores(matrix).assign(lower=np.nan, upper=np.nan)
+        same_games = {}
+        if paper is not None:
+            paper_hns = human_normalized_score(games, paper[games].to_numpy())[None, :]
+            same_games = dict(aggregate_scores(paper_hns)[["metric", "value"]].values)
+        reported = _paper_reported(config) if config else {}
+        for _, row in agg.iterrows():
+            aggregate_rows.append(
+                {
+                    "method": method,
+                    "paper_config": config,
+                    "metric": row["metric"],
+                    "value": float(row["value"]),
+                    "lower": float(row["lower"]),
+                    "upper": float(row["upper"]),
+                    "paper_same_games": float(same_games.get(row["metric"], np.nan)),
+                    "paper_reported": float(reported.get(row["metric"], np.nan)),
+                }
+            )
+    per_game = pd.DataFrame(per_game_rows)
+    aggregates = pd.DataFrame(aggregate_rows)
+    if csv is not None:
+        csv = Path(csv)
+        csv.parent.mkdir(parents=True, exist_ok=True)
+        per_game.to_csv(csv, index=False)
+        aggregates.to_csv(aggregates_csv_path(csv), index=False)
+    return per_game, aggregates
+
+
+def aggregates_csv_path(csv: str | Path) -> Path:
+    """Where `report` writes the aggregates next to the per-game CSV: ``NAME.aggregates.csv``."""
+    csv = Path(csv)
+    return csv.with_name(f"{csv.stem}.aggregates{csv.suffix or '.csv'}")
+
+
+def format_aggregates(aggregates: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
+    """A printable aggregates table: one row per method and metric, ``value (lower, upper)``."""
+
+    def fmt(x: float) -> str:
+        return "-" if pd.isna(x) else f"{x:.{digits}f}"
+
+    def fmt_row(metric: str, x: float) -> str:
+        # Game counts are integers (their CI bounds too: percentiles of counts).
+        return "-" if pd.isna(x) else (f"{x:.0f}" if metric.startswith("games_") else fmt(x))
+
+    out = aggregates.copy()
+    out["ours"] = [
+        fmt_row(m, v) if pd.isna(lo) else f"{fmt_row(m, v)} ({fmt_row(m, lo)}, {fmt_row(m, hi)})"
+        for m, v, lo, hi in zip(out.metric, out.value, out.lower, out.upper)
+    ]
+    out["paper (same games)"] = [fmt_row(m, v) for m, v in zip(out.metric, out.paper_same_games)]
+    out["paper (26 games)"] = [fmt_row(m, v) for m, v in zip(out.metric, out.paper_reported)]
+    out["metric"] = [METRIC_LABELS.get(m, m) for m in out.metric]
+    return out[
+        ["method", "paper_config", "metric", "ours", "paper (same games)", "paper (26 games)"]
+    ]

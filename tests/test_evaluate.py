@@ -1,0 +1,122 @@
+"""Evaluation: episode quotas, whole games (no life-loss terminals), raw scores, eval.json."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import sgi_lab.train.evaluate as ev
+from sgi_lab.envs import UnknownGameError
+from sgi_lab.nets import SGIModel
+from sgi_lab.runs import CheckpointError
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_episode_quotas_split_evenly():
+    assert ev.episode_quotas(100, 8).tolist() == [13, 13, 13, 13, 12, 12, 12, 12]
+    assert ev.episode_quotas(3, 8).sum() == 3
+    with pytest.raises(ValueError):
+        ev.episode_quotas(0, 2)
+
+
+def test_greedy_actions_follow_q_values_and_epsilon():
+    model = SGIModel("nature", 4).eval()
+    model.set_noise(False)
+    obs = torch.randint(0, 255, (5, 4, 84, 84), dtype=torch.uint8)
+    with torch.no_grad():
+        greedy = model.q_values(model.encode(obs)).argmax(-1).numpy()
+    rng = np.random.default_rng(0)
+    np.testing.assert_array_equal(ev.greedy_actions(model, obs, 0.0, rng), greedy)
+    random = np.stack([ev.greedy_actions(model, obs, 1.0, rng) for _ in range(50)])
+    assert len(np.unique(random)) == 4
+
+
+def test_evaluation_plays_whole_games_through_life_losses(monkeypatch):
+    """Breakout has 5 lives: an evaluation episode must run through all of them."""
+    record = {"life_loss": [], "ended": []}
+    real = ev.make_vector_env
+
+    class Spy:
+        def __init__(self, envs):
+            self.envs = envs
+
+        def reset(self, **kw):
+            return self.envs.reset(**kw)
+
+        def step(self, actions):
+            out = self.envs.step(actions)
+            record["life_loss"].append(out[4]["life_loss"].copy())
+            record["ended"].append(out[2] | out[3])
+            return out
+
+        def close(self):
+            self.envs.close()
+
+    monkeypatch.setattr(ev, "make_vector_env", lambda *a, **kw: Spy(real(*a, **kw)))
+    model = SGIModel("nature", 4)
+    result = ev.evaluate(
+        model,
+        "breakout",
+        episodes=2,
+        eps=1.0,
+        num_envs=2,
+        seed=0,
+        progress=False,
+        asynchronous=False,
+    )
+    assert result["episodes"] == 2 and all(n > 50 for n in result["lengths"])
+    life_loss, ended = np.array(record["life_loss"]), np.array(record["ended"])
+    for i in range(2):
+        end = np.flatnonzero(ended[:, i])[0]
+        # Four lives lost mid-game without ending the episode, the fifth ends it.
+        assert life_loss[: end + 1, i].sum() == 5 and life_loss[end, i]
+    assert model.training and all(layer.noise_enabled for layer in model.noisy_layers())
+
+
+def test_evaluate_counts_exactly_the_quota_with_raw_scores():
+    model = SGIModel("nature", 6)
+    result = ev.evaluate(
+        model, "ALE/Pong-v5", episodes=3, num_envs=2, seed=1, max_frames=200, progress=False
+    )
+    assert result["game"] == "Pong" and result["episodes"] == 3 and result["num_envs"] == 2
+    assert result["lengths"] == [50, 50, 50]  # capped at 200 frames = 50 agent steps
+    assert all(float(s).is_integer() and -21 <= s <= 21 for s in result["scores"])
+    assert result["mean"] == pytest.approx(np.mean(result["scores"]))
+    assert result["hns"] == pytest.approx((result["mean"] + 20.7) / (14.6 + 20.7))
+    with pytest.raises(UnknownGameError, match="valid games"):
+        ev.evaluate(model, "not_a_game", episodes=1, progress=False)
+
+
+def test_evaluate_run_writes_eval_json(tmp_path):
+    model = SGIModel("nature", 6)
+    args = {"encoder": "nature", "num_actions": 6}
+    config = {"game": "Pong", "seed": 0, "eval_episodes": 2, "eval_envs": 1, "eval_eps": 0.001}
+    config.update(eval_max_frames=120, device="cpu", amp=True, channels_last=True)
+    payload = {
+        "format": "sgi-lab",
+        "kind": "finetuned_model",
+        "step": 99,
+        "model": model.state_dict(),
+    }
+    payload.update(model_args=args, config=config, game="Pong")
+    torch.save(payload, tmp_path / "model.pt")
+    result = ev.evaluate_run(tmp_path, progress=False)
+    saved = json.loads((tmp_path / "eval.json").read_text())
+    assert saved == result and saved["episodes"] == 2 and saved["step"] == 99
+    assert saved["lengths"] == [30, 30]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CheckpointError, match="no model.pt and no checkpoint"):
+        ev.evaluate_run(tmp_path / "empty", progress=False)
+    with pytest.raises(FileNotFoundError, match="typo"):
+        ev.evaluate_run(tmp_path / "typo", progress=False)
+    assert not (tmp_path / "typo").exists()

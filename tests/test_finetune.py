@@ -1,0 +1,364 @@
+"""Finetuning: pretrained transfer and lr groups, the update, frozen encoder, resume, end to end."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import sgi_lab.train.finetune as ft
+from sgi_lab.cli import main
+from sgi_lab.config import ConfigError, FinetuneConfig
+from sgi_lab.envs import UnknownGameError
+from sgi_lab.nets import SGIModel
+from sgi_lab.runs import CheckpointError, RunDir, read_jsonl
+
+TINY = {
+    "encoder": "nature",
+    "batch_size": 4,
+    "updates_per_step": 1,
+    "spr_steps": 2,
+    "n_step": 3,
+    "learning_starts": 20,
+    "eps_steps": 21,
+    "eval_episodes": 1,
+    "eval_envs": 1,
+    "eval_max_frames": 200,
+    "log_every": 10,
+    "checkpoint_every": 30,
+}
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    # On a busy 2-core machine two OpenMP threads per process thrash; one is 10x faster there.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def save_pretrained_run(path, encoder="nature", num_actions=6, **kwargs) -> SGIModel:
+    """A pretraining run folder as pretrain.py writes it: RUN/model.pt + status.json."""
+    args = {
+        "encoder": encoder,
+        "num_actions": num_actions,
+        "noisy": False,
+        "rl_head": False,
+        "goal_head": True,
+        "inverse_model": True,
+        **kwargs,
+    }
+    torch.manual_seed(123)
+    model = SGIModel(**args)
+    path.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "format": "sgi-lab",
+        "kind": "pretrained_model",
+        "step": 7,
+        "model": model.state_dict(),
+        "model_args": args,
+        "config": {},
+        "game": "Pong",
+    }
+    torch.save(payload, path / "model.pt")
+    (path / "status.json").write_text(json.dumps({"state": "finished", "params": "sgi_m"}))
+    return model
+
+
+def filled_replay(agent, rows=60, seed=0):
+    rng = np.random.default_rng(seed)
+    for t in range(rows):
+        frame = rng.integers(0, 255, (84, 84), dtype=np.uint8)
+        terminal = t % 25 == 24
+        agent.replay.append(
+            frame, int(rng.integers(6)), float(rng.random() < 0.2), terminal, t % 25 == 0
+        )
+
+
+# -- pretrained weights and learning rates ------------------------------------------------------
+
+
+def test_transfer_loads_shared_tensors_and_builds_lr_groups(tmp_path):
+    pre = save_pretrained_run(tmp_path / "pre")
+    config = FinetuneConfig(encoder="nature")
+    pretrained = ft.load_pretrained(tmp_path / "pre")
+    assert pretrained.params == "sgi_m" and pretrained.step == 7
+    model = SGIModel(**ft.model_args_for(config, 6, pretrained))
+    transfer = ft.transfer_pretrained(model, pretrained)
+
+    names = set(model.state_dict())
+    outputs = {n for n in names if n.startswith(("head.advantage_out.", "head.value_out."))}
+    assert set(transfer.fresh) == outputs and outputs
+    assert set(transfer.loaded) == names - outputs
+    assert {n.split(".")[0] for n in transfer.ignored} == {"film", "goal_head", "inverse"}
+    pre_state = pre.state_dict()
+    for name in ("encoder.layers.0.weight", "transition.first.weight", "predictor.weight"):
+        assert torch.equal(model.state_dict()[name], pre_state[name])
+    # Pretraining ran noise-free: sigmas go back to their initial value.
+    sigma = model.head.advantage_hidden.weight_sigma
+    assert torch.allclose(sigma, torch.full_like(sigma, 0.5 / 3136**0.5))
+
+    opt = ft.build_optimizer(model, transfer.loaded, config)
+    lrs = {g["name"]: g["lr"] for g in opt.param_groups}
+    assert lrs == pytest.approx({"encoder_transition": 1e-6, "pretrained": 1e-4 / 3, "fresh": 1e-4})
+    by_name = {id(p): n for n, p in model.named_parameters()}
+    groups = {g["name"]: {by_name[id(p)] for p in g["params"]} for g in opt.param_groups}
+    params = {n for n, _ in model.named_parameters()}
+    assert groups["encoder_transition"] == {
+        n for n in params if n.startswith(("encoder.", "transition."))
+    }
+    assert groups["fresh"] == params & outputs
+    assert all(n.startswith(("head.", "predictor.")) for n in groups["pretrained"])
+    assert set().union(*groups.values()) == params
+
+
+def test_naive_and_frozen_schemes(tmp_path):
+    save_pretrained_run(tmp_path / "pre")
+    pretrained = ft.load_pretrained(tmp_path / "pre")
+    for scheme in ("naive", "frozen"):
+        config = FinetuneConfig(encoder="nature", scheme=scheme)
+        model = SGIModel(**ft.model_args_for(config, 6, pretrained))
+        transfer = ft.transfer_pretrained(model, pretrained)
+        opt = ft.build_optimizer(model, transfer.loaded, config)
+        in_opt = {id(p) for g in opt.param_groups for p in g["params"]}
+        encoder = list(model.encoder.parameters())
+        if scheme == "naive":
+            assert {g["lr"] for g in opt.param_groups} == {1e-4}
+            assert all(id(p) in in_opt for p in encoder)
+        else:
+            assert not any(id(p) in in_opt for p in encoder)
+            assert not any(p.requires_grad for p in encoder)
+            lrs = {g["name"]: g["lr"] for g in opt.param_groups}
+            assert lrs["encoder_transition"] == pytest.approx(1e-6)  # the transition model
+
+
+def test_mismatched_pretrained_models_are_clear_errors(tmp_path):
+    save_pretrained_run(tmp_path / "nature")
+    config = FinetuneConfig(encoder="resnet")
+    pretrained = ft.load_pretrained(tmp_path / "nature")
+    model = SGIModel(**ft.model_args_for(config, 6, pretrained))
+    with pytest.raises(ft.PretrainedMismatchError, match="'nature'.*'resnet'"):
+        ft.transfer_pretrained(model, pretrained)
+    # Same encoder, another game's action count: the differing tensors are named with shapes.
+    save_pretrained_run(tmp_path / "four", num_actions=4)
+    pretrained = ft.load_pretrained(tmp_path / "four")
+    model = SGIModel(**ft.model_args_for(FinetuneConfig(encoder="nature"), 6, pretrained))
+    with pytest.raises(
+        ft.PretrainedMismatchError,
+        match=r"4 actions.*transition.first.weight: pretrained \(64, 68, 3, 3\) vs finetune \(64, 70, 3, 3\)",
+    ):
+        ft.transfer_pretrained(model, pretrained)
+
+
+def test_pretrained_checkpoint_fallback_and_bad_files(tmp_path):
+    pre = SGIModel("nature", 6, noisy=False, rl_head=False)
+    run = RunDir(tmp_path / "unfinished")
+    run.save_checkpoint(
+        50,
+        {"model": pre.state_dict(), "model_args": {"encoder": "nature", "num_actions": 6}},
+        "pretrain",
+    )
+    assert ft.load_pretrained(run.path).path.name == "ckpt_00000050.pt"
+    with pytest.raises(CheckpointError, match="neither model.pt nor a checkpoint"):
+        ft.load_pretrained(RunDir(tmp_path / "empty").path)
+    (tmp_path / "truncated").mkdir()
+    full = (run.checkpoints()[0]).read_bytes()
+    (tmp_path / "truncated" / "model.pt").write_bytes(full[: len(full) // 2])
+    with pytest.raises(CheckpointError, match="truncated.*not a readable"):
+        ft.load_pretrained(tmp_path / "truncated")
+    (tmp_path / "foreign").mkdir()
+    torch.save({"weights": torch.zeros(2)}, tmp_path / "foreign" / "model.pt")
+    with pytest.raises(CheckpointError, match="foreign"):
+        ft.load_pretrained(tmp_path / "foreign")
+
+
+# -- the update ---------------------------------------------------------------------------------
+
+
+def test_schedules():
+    config = FinetuneConfig(steps=10_000, learning_starts=2_000, eps_steps=2_001)
+    assert ft.epsilon_at(0, config) == 1.0 and ft.epsilon_at(2_001, config) == 0.0
+    assert ft.epsilon_at(1_000, config) == pytest.approx(1 - 1000 / 2001)
+    assert ft.beta_at(0, config) == 0.4 and ft.beta_at(2_000, config) == 0.4
+    assert ft.beta_at(6_000, config) == pytest.approx(0.7) and ft.beta_at(10_000, config) == 1.0
+    assert ft.spr_coefficient(FinetuneConfig()) == pytest.approx(2.0)  # reference weight 5, K 5
+
+
+def test_train_step_targets_use_sampler_returns_and_discounts(monkeypatch):
+    config = FinetuneConfig(**TINY, steps=100)
+    agent, _ = ft.make_agent(config, ft.model_args_for(config, 6), "cpu")
+    filled_replay(agent)
+    seen = {}
+    real = ft.c51_target
+
+    def spy(target_probs, returns, discounts, support, selection=None):
+        seen.update(returns=returns.clone(), discounts=discounts.clone(), selection=selection)
+        return real(target_probs, returns, discounts, support, selection)
+
+    monkeypatch.setattr(ft, "c51_target", spy)
+    batch, weights = agent.replay.sample(4, beta=0.4)
+    before = agent.replay.tree.get(batch.indices).copy()
+    stats = ft.train_step(agent, batch, weights)
+    np.testing.assert_array_equal(seen["returns"].numpy(), batch.returns)
+    np.testing.assert_array_equal(seen["discounts"].numpy(), batch.bootstrap_discount)
+    assert seen["selection"] is not None  # double Q
+    assert set(stats) >= {"losses/rl", "losses/spr", "losses/total", "charts/q_mean"}
+    assert all(torch.isfinite(v) for v in stats.values())
+    assert not np.array_equal(agent.replay.tree.get(batch.indices), before)  # priorities updated
+    assert agent.updates == 1
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"ssl": "none"},
+        {"ssl": "all", "goal_window": 5},
+        {"target_tau": 0.5, "target_update_period": 2},
+    ],
+    ids=["no_ssl", "all_ssl", "separate_q_target"],
+)
+def test_train_step_variants(overrides):
+    config = FinetuneConfig(**{**TINY, **overrides}, steps=100)
+    agent, _ = ft.make_agent(config, ft.model_args_for(config, 6), "cpu")
+    filled_replay(agent)
+    before = {k: v.clone() for k, v in agent.model.state_dict().items()}
+    for _ in range(2):
+        batch, weights = agent.replay.sample(4, beta=0.4)
+        stats = ft.train_step(agent, batch, weights)
+    assert all(torch.isfinite(v) for v in stats.values())
+    changed = [k for k, v in agent.model.state_dict().items() if not torch.equal(v, before[k])]
+    assert any(k.startswith("encoder.") for k in changed)
+    if config.ssl == "all":
+        assert {"losses/goal_rl", "losses/inverse"} <= set(stats)
+        assert any(k.startswith("goal_head.") for k in changed)
+    if config.ssl == "none":
+        assert "losses/spr" not in stats and not any(k.startswith("transition.") for k in changed)
+    if agent.q_target is not None:
+        q = agent.q_target.state_dict()["head.value_out.weight_mu"]
+        assert not torch.equal(q, before["head.value_out.weight_mu"])
+
+
+def test_frozen_encoder_weights_and_batch_norm_stay_bit_identical(tmp_path):
+    save_pretrained_run(tmp_path / "pre", encoder="resnet")
+    config = FinetuneConfig(**{**TINY, "encoder": "resnet"}, scheme="frozen", steps=100)
+    pretrained = ft.load_pretrained(tmp_path / "pre")
+    agent, _ = ft.make_agent(config, ft.model_args_for(config, 6, pretrained), "cpu", pretrained)
+    filled_replay(agent)
+    encoder = {k: v.clone() for k, v in agent.model.encoder.state_dict().items()}
+    assert any("running_mean" in k for k in encoder)
+    head = agent.model.head.advantage_out.weight_mu.clone()
+    for _ in range(3):
+        batch, weights = agent.replay.sample(4, beta=0.4)
+        ft.train_step(agent, batch, weights)
+    for k, v in agent.model.encoder.state_dict().items():
+        assert torch.equal(v, encoder[k]), k
+    for k, v in agent.spr_target.encoder.state_dict().items():
+        assert torch.equal(v, encoder[k]), k
+    assert not torch.equal(agent.model.head.advantage_out.weight_mu, head)
+
+
+def test_non_finite_loss_stops_with_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(ft, "c51_loss", lambda logits, actions, target: logits[:, 0, 0] * np.nan)
+    config = FinetuneConfig(**{**TINY, "learning_starts": 5}, steps=20)
+    with pytest.raises(FloatingPointError, match="non-finite loss at update 0: rl=nan"):
+        ft.finetune(config, tmp_path / "run", progress=False)
+    status = RunDir(tmp_path / "run").status()
+    assert status["state"] == "failed" and "non-finite" in status["message"]
+
+
+def test_bad_input_is_rejected_clearly(tmp_path):
+    with pytest.raises(UnknownGameError, match="valid games: Alien"):
+        ft.finetune(FinetuneConfig(game="pongg"), tmp_path / "a", progress=False)
+    with pytest.raises(ConfigError, match="dueling"):
+        ft.finetune(FinetuneConfig(dueling=False), tmp_path / "b", progress=False)
+    save_pretrained_run(tmp_path / "pre", encoder="nature")
+    config = FinetuneConfig(
+        **{**TINY, "encoder": "resnet"}, steps=40, pretrained=str(tmp_path / "pre")
+    )
+    with pytest.raises(ft.PretrainedMismatchError, match="encoder is 'nature'"):
+        ft.finetune(config, tmp_path / "c", progress=False)
+    assert RunDir(tmp_path / "c").status()["state"] == "failed"
+
+
+# -- runs ---------------------------------------------------------------------------------------
+
+
+def test_resume_after_a_crash_continues_at_the_checkpoint(tmp_path):
+    config = FinetuneConfig(**TINY, steps=60)
+    out = tmp_path / "run"
+
+    def crash(step, agent):
+        if step == 45:
+            raise RuntimeError("simulated crash")
+
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        ft.finetune(config, out, progress=False, callback=crash)
+    run = ft.FinetuneRun(out)
+    assert run.status()["state"] == "failed"
+    assert [p.name for p in run.checkpoints()] == ["ckpt_00000030.pt"]
+    assert max(r["step"] for r in read_jsonl(run.metrics_path)) == 40  # logged past the checkpoint
+
+    seen = []
+    run = ft.finetune(
+        config, out, progress=False, callback=lambda s, a: seen.append((s, a.updates))
+    )
+    assert seen[0] == (31, 12) and seen[-1] == (60, 41)  # updates at steps 20..60, one per step
+    assert run.status()["state"] == "finished" and run.evaluation["episodes"] == 1
+    steps = [r["step"] for r in read_jsonl(run.metrics_path)]
+    assert steps == sorted(set(steps))  # strictly increasing: nothing logged twice
+    assert {10, 20, 30, 40, 50, 60} <= set(steps)
+    assert "resuming" in (out / "log.txt").read_text()
+
+    # A finished run is returned as it is; overwrite starts over.
+    mtime = (out / "eval.json").stat().st_mtime_ns
+    ft.finetune(config, out, progress=False)
+    assert (out / "eval.json").stat().st_mtime_ns == mtime
+    with pytest.raises(ConfigError, match="different config.*seed"):
+        ft.finetune(FinetuneConfig(**TINY, steps=60, seed=3), out, progress=False)
+
+
+@pytest.mark.smoke
+def test_smoke_finetune_from_a_pretraining_run_via_the_cli(tmp_path, capsys):
+    save_pretrained_run(tmp_path / "pre", encoder="nature")
+    out = tmp_path / "run"
+    argv = ["finetune", "--params", "params/finetune/smoke.yaml", "--game", "pong", "--seed", "1"]
+    argv += ["--pretrained", str(tmp_path / "pre"), "--out", str(out), "--no-progress"]
+    argv += ["--set", "steps=120", "--set", "learning_starts=80", "--set", "eval_max_frames=400"]
+    assert main(argv) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["run"] == str(out) and summary["step"] == 120
+    run = ft.FinetuneRun(out)
+    status = run.status()
+    assert status["state"] == "finished" and status["params"] == "smoke"
+    assert status["pretrain_params"] == "sgi_m"
+    transfer = json.loads((out / "transfer.json").read_text())
+    assert transfer["lr_groups"] == pytest.approx(
+        {"encoder_transition": 1e-6, "pretrained": 1e-4 / 3, "fresh": 1e-4}
+    )
+    assert all(n.startswith(("head.advantage_out", "head.value_out")) for n in transfer["fresh"])
+    episodes = run.evaluation
+    assert episodes["episodes"] == 2 and len(episodes["scores"]) == 2 and episodes["step"] == 120
+    metrics = run.metrics()
+    assert {"losses/rl", "losses/spr", "charts/q_mean", "charts/beta", "charts/sps"} <= set(metrics)
+    assert list(run.episodes().columns) == ["step", "return", "clipped_return", "length"]
+    assert main(["evaluate", str(out), "--episodes", "1", "--no-progress"]) == 0
+    assert json.loads((out / "eval.json").read_text())["episodes"] == 1
+
+
+def test_augmented_frames_match_sgi_augment():
+    from sgi_lab.augment import augment
+
+    config = FinetuneConfig(**TINY, steps=100)
+    agent, _ = ft.make_agent(config, ft.model_args_for(config, 6), "cpu")
+    obs = np.random.default_rng(0).integers(0, 255, (3, 4, 4, 84, 84), dtype=np.uint8)
+    agent.generator.manual_seed(5)
+    ours = ft.augmented_frames(agent, obs, time_major=True)
+    assert ours.shape == (4, 3, 4, 84, 84) and ours[1:].flatten(0, 1).is_contiguous(
+        memory_format=torch.channels_last
+    )
+    generator = torch.Generator().manual_seed(5)
+    expected = augment(torch.from_numpy(obs).transpose(0, 1).reshape(12, 4, 84, 84), generator)
+    torch.testing.assert_close(ours.flatten(0, 1), expected, rtol=0, atol=0)

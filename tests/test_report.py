@@ -1,0 +1,91 @@
+"""Report tables: per-game scores, aggregates with CIs, the paper's column; the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from sgi_lab.cli import main
+from sgi_lab.metrics import paper_per_game
+from sgi_lab.train.report import aggregates_csv_path, paper_config_of, report, run_results
+
+
+def fake_run(
+    path, game, seed, scores, params="reduced_lr", pretrained="pre", pretrain_params="sgi_m"
+):
+    path.mkdir(parents=True)
+    (path / "eval.json").write_text(
+        json.dumps(
+            {
+                "game": game,
+                "episodes": len(scores),
+                "scores": scores,
+                "mean": float(np.mean(scores)),
+                "step": 100,
+            }
+        )
+    )
+    status = {"state": "finished", "params": params, "pretrain_params": pretrain_params}
+    (path / "status.json").write_text(json.dumps(status))
+    (path / "config.yaml").write_text(
+        yaml.safe_dump({"game": game, "seed": seed, "pretrained": pretrained})
+    )
+    return path
+
+
+def test_paper_config_of_runs():
+    assert paper_config_of("reduced_lr", True, "sgi_m") == "SGI-M"
+    assert paper_config_of("reduced_lr", True, None) == "SGI-M"
+    assert paper_config_of("naive", True, "sgi_m") == "Naive"
+    assert paper_config_of("reduced_lr", True, "s_g") == "S+G"
+    assert paper_config_of("sgi_none", False, None) == "SGI-None"
+    assert paper_config_of("reduced_lr", False, None) == "SGI-None"
+    assert paper_config_of("no_ssl", False, None) == "SGI-None (No SPR)"
+    assert paper_config_of("smoke", True, "smoke") is None
+    assert paper_config_of(None, False, None) is None
+
+
+def test_report_per_game_and_aggregates(tmp_path):
+    runs = [
+        fake_run(tmp_path / "pong1", "Pong", 1, [-20.0, -18.0]),
+        fake_run(tmp_path / "pong2", "pong", 2, [-10.0]),
+        fake_run(tmp_path / "breakout1", "Breakout", 1, [30.5]),
+        fake_run(tmp_path / "breakout2", "Breakout", 2, [1.7]),
+    ]
+    per_game, aggregates = report(runs, csv=tmp_path / "out" / "report.csv", reps=200)
+    assert set(per_game.game) == {"Pong", "Breakout"} and set(per_game.runs) == {2}
+    pong = per_game.set_index("game").loc["Pong"]
+    assert pong.score == pytest.approx((-19.0 - 10.0) / 2)
+    assert pong.paper_config == "SGI-M"
+    assert pong.paper_score == pytest.approx(paper_per_game("SGI-M")["Pong"])
+    breakout = per_game.set_index("game").loc["Breakout"]
+    assert breakout.hns == pytest.approx(0.5)  # (16.1 - 1.7) / (30.5 - 1.7)
+    agg = aggregates.set_index("metric")
+    assert agg.loc["mean", "value"] == pytest.approx((pong.hns + breakout.hns) / 2)
+    assert agg.loc["mean", "lower"] <= agg.loc["mean", "value"] <= agg.loc["mean", "upper"]
+    assert agg.loc["median", "paper_reported"] == pytest.approx(0.679)  # SGI-M's 26-game median
+    assert np.isfinite(agg.loc["iqm", "paper_same_games"])
+    assert (tmp_path / "out" / "report.csv").exists()
+    saved = pd.read_csv(aggregates_csv_path(tmp_path / "out" / "report.csv"))
+    assert set(saved.metric) == set(aggregates.metric)
+
+
+def test_report_rejects_unevaluated_runs(tmp_path):
+    (tmp_path / "unfinished").mkdir()
+    with pytest.raises(FileNotFoundError, match="unfinished"):
+        run_results([tmp_path / "unfinished"])
+
+
+@pytest.mark.smoke
+def test_report_cli_prints_aggregates_and_writes_csv(tmp_path, capsys):
+    a = fake_run(tmp_path / "a", "Pong", 1, [-15.0], params="smoke", pretrain_params="smoke")
+    b = fake_run(tmp_path / "b", "Breakout", 1, [12.0], params="smoke", pretrain_params="smoke")
+    csv = tmp_path / "table.csv"
+    assert main(["report", str(a), str(b), "--csv", str(csv), "--reps", "100"]) == 0
+    out = capsys.readouterr().out
+    assert "Median" in out and "IQM" in out and "Breakout" in out and "Pong" in out
+    assert len(pd.read_csv(csv)) == 2 and aggregates_csv_path(csv).exists()
