@@ -1,4 +1,16 @@
-"""``sgi-lab`` command line: collect, import, info, pretrain, finetune, evaluate, report, run, sweep."""
+"""``sgi-lab`` command line: collect, import, info, pretrain, finetune, evaluate, report, run, sweep.
+
+Examples::
+
+    sgi-lab collect random --game pong --steps 100000 --seed 0 --out outputs/data/pong_random
+    sgi-lab pretrain --params params/pretrain/sgi_m.yaml --data outputs/data/pong_random \
+        --out outputs/runs/pretrain__sgi_m__Pong
+    sgi-lab finetune --params params/finetune/reduced_lr.yaml --game pong --seed 1 \
+        --pretrained outputs/runs/pretrain__sgi_m__Pong --out outputs/runs/finetune__Pong__s1
+    sgi-lab report outputs/runs/finetune__* --csv outputs/report.csv
+    sgi-lab run pretrain -f params/notebooks/pretrain_smoke.yaml -p game Pong
+    sgi-lab sweep finetune -f params/notebooks/finetune_smoke.yaml --grid seed=0,1,2
+"""
 
 from __future__ import annotations
 
@@ -155,7 +167,9 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sgi-lab", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="sgi-lab", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("collect", help="collect an offline dataset into a TransitionStore")
@@ -209,13 +223,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("info", help="print a store's summary")
     p.add_argument("store", type=Path)
+    # Notebook runs and sweeps register their own sub-parsers (handler in args.handler).
+    from sgi_lab.notebook_runs import add_run_parser
+    from sgi_lab.sweep import add_sweep_parser
+
+    add_run_parser(sub)
+    add_sweep_parser(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return COMMANDS[args.command](args) or 0
+        handler = getattr(args, "handler", None) or COMMANDS[args.command]
+        return handler(args) or 0
     except (ValueError, RuntimeError, FileExistsError, FileNotFoundError) as exc:
         print(f"sgi-lab {args.command}: error: {exc}", file=sys.stderr)
         return 2

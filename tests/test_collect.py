@@ -106,3 +106,22 @@ def test_killed_collection_never_opens_as_complete_and_resumes(tmp_path):
     store = collect_random("pong", 6000, out, seed=0, chunk_size=200, progress=False)
     assert len(store) == 6000 and not partial.exists()
     assert store.firsts[0]
+
+
+def test_cli_collect_and_info(tmp_path, capsys):
+    from sgi_lab.cli import main
+
+    out = tmp_path / "cli_store"
+    args = ["collect", "random", "--game", "ALE/Pong-v5", "--steps", "200", "--seed", "1"]
+    assert main([*args, "--out", str(out), "--chunk-size", "64"]) == 0
+    assert '"transitions": 200' in capsys.readouterr().out
+    assert main(["info", str(out)]) == 0
+    assert '"game": "Pong"' in capsys.readouterr().out
+    assert (
+        main(
+            ["collect", "random", "--game", "pongg", "--steps", "10", "--out", str(tmp_path / "x")]
+        )
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert "unknown Atari 100k game 'pongg'" in err and "MsPacman" in err
