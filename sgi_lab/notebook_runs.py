@@ -1,0 +1,490 @@
+"""Notebooks as runs: the ``sgi-lab run`` wrapper, and the helpers a notebook's setup cell calls.
+
+`run_notebook` executes one notebook with papermill into its own run folder::
+
+    outputs/runs/<notebook>__<config>__<game>__s<seed>/
+      <notebook>.ipynb   the executed notebook (written cell by cell, so a failure shows where)
+      params.yaml        the resolved parameters, ``out_dir`` included
+      status.json        running -> finished, or failed with the error and the failing cell
+      results.json       what the notebook's last cell recorded (`record_results`)
+      figures/*.html     figures the notebook saved (`save_figure`)
+      ...                whatever the stage writes: metrics.jsonl, checkpoints/, model.pt, eval.json
+
+The run folder reaches the notebook as its ``out_dir`` parameter. A finished run is never
+overwritten unless asked; a run left ``running`` (killed) or ``failed`` is executed again into the
+same folder, where the trainers resume from their last checkpoint.
+
+A notebook's first code cell holds only literals (the ``parameters`` cell); its next cell calls
+`enter_project_root`, `stage_config` and `run_dir_for` to turn them into a config and a folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sgi_lab.config import ConfigError, load_config, read_params, to_dict
+from sgi_lab.runs import RunDir, atomic_write_text, run_name
+
+__all__ = [
+    "NotebookRunError",
+    "RunExistsError",
+    "add_run_parser",
+    "enter_project_root",
+    "find_project_root",
+    "main_run",
+    "notebook_defaults",
+    "open_store",
+    "parse_parameter",
+    "read_param_file",
+    "record_results",
+    "resolve_notebook",
+    "resolve_parameters",
+    "run_dir_for",
+    "run_folder_name",
+    "run_notebook",
+    "save_figure",
+    "stage_config",
+]
+
+DEFAULT_OUT_ROOT = "outputs/runs"
+PARAMS_FILE = "params.yaml"
+RESULTS_FILE = "results.json"
+
+
+class RunExistsError(FileExistsError):
+    """The run folder already holds a finished run (pass ``overwrite=True`` to redo it)."""
+
+
+class NotebookRunError(RuntimeError):
+    """A notebook failed; ``run_dir`` holds the executed notebook showing the failing cell."""
+
+    def __init__(self, message: str, run_dir: Path) -> None:
+        super().__init__(message)
+        self.run_dir = run_dir
+
+
+# -- the project and its notebooks --------------------------------------------------------------
+
+
+def find_project_root(start: str | os.PathLike | None = None) -> Path | None:
+    """The nearest folder at or above ``start`` (default: cwd) holding ``notebooks/`` and ``params/``."""
+    here = Path(start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "notebooks").is_dir() and (folder / "params").is_dir():
+            return folder
+    return None
+
+
+def enter_project_root() -> Path:
+    """Make the project root the working directory (JupyterLab starts kernels in ``notebooks/``).
+
+    Every relative path in a notebook's parameters (``params/...``, ``outputs/...``) then means
+    the same thing whether the notebook runs in JupyterLab, under papermill or ``sgi-lab run``.
+    Outside a checkout the working directory is left as it is.
+
+    Returns:
+        The working directory afterwards.
+    """
+    root = find_project_root()
+    if root is not None and Path.cwd().resolve() != root:
+        os.chdir(root)
+    return Path.cwd()
+
+
+def resolve_notebook(notebook: str | os.PathLike) -> Path:
+    """``"pretrain"``, ``"pretrain.ipynb"`` or a path -> the notebook file (which must exist)."""
+    path = Path(notebook)
+    candidates = [path]
+    if path.suffix != ".ipynb":
+        candidates.append(path.with_name(path.name + ".ipynb"))
+    root = find_project_root()
+    if root is not None and not path.is_absolute():
+        candidates += [root / "notebooks" / c.name for c in candidates]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate.resolve()
+    raise FileNotFoundError(
+        f"no notebook {notebook!r} (tried {', '.join(str(c) for c in candidates)})"
+    )
+
+
+# -- parameters ---------------------------------------------------------------------------------
+
+
+def read_param_file(path: str | os.PathLike) -> dict[str, Any]:
+    """A papermill parameters file: a YAML mapping of notebook parameter names to values."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: parameters file not found")
+    try:
+        payload = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({exc})") from exc
+    if not isinstance(payload, dict):
+        raise ConfigError(f"{path}: expected a mapping of parameter names to values")
+    return payload
+
+
+def parse_parameter(raw: str) -> Any:
+    """A ``-p KEY VALUE`` value as YAML: ``3`` -> 3, ``true`` -> True, ``1e-4`` -> 0.0001."""
+    value = yaml.safe_load(raw) if raw != "" else ""
+    # PyYAML reads '1e-4' as a string; a user typing it on the command line meant a number.
+    if isinstance(value, str):
+        try:
+            value = float(value) if any(c in value for c in ".eE") else int(value)
+        except ValueError:
+            pass
+    return value
+
+
+def notebook_defaults(notebook: str | os.PathLike) -> dict[str, Any]:
+    """The literal values of a notebook's ``parameters`` cell (``{}`` when it has none)."""
+    import ast
+
+    import nbformat
+
+    nb = nbformat.read(resolve_notebook(notebook), as_version=4)
+    cell = next(
+        (
+            c
+            for c in nb.cells
+            if c.cell_type == "code" and "parameters" in c.metadata.get("tags", [])
+        ),
+        None,
+    )
+    defaults: dict[str, Any] = {}
+    if cell is None:
+        return defaults
+    for node in ast.parse(cell.source).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+            if isinstance(target, ast.Name):
+                defaults[target.id] = ast.literal_eval(node.value)
+    return defaults
+
+
+def resolve_parameters(
+    params_file: str | os.PathLike | None = None,
+    parameters: dict[str, Any] | None = None,
+    notebook: str | os.PathLike | None = None,
+) -> dict[str, Any]:
+    """The notebook's defaults (when ``notebook`` is given), updated by the parameters file's
+    mapping, updated by ``parameters``: what the notebook will run with."""
+    resolved = notebook_defaults(notebook) if notebook is not None else {}
+    resolved.update(read_param_file(params_file) if params_file else {})
+    resolved.update(parameters or {})
+    return resolved
+
+
+def run_folder_name(
+    notebook: str, parameters: dict[str, Any], params_file: str | os.PathLike | None = None
+) -> str:
+    """``<notebook>__<config>__<game>__s<seed>`` from the resolved parameters.
+
+    The config part is the ``name`` parameter, else the name of the notebook's own
+    ``params_file`` parameter (pretrain/finetune), else the parameters file's stem without a
+    ``<notebook>_`` prefix, else ``default``; game and seed are left out when absent.
+    """
+    stem = Path(notebook).stem
+    config = parameters.get("name") or ""
+    stage_file = parameters.get("params_file")
+    if not config and stage_file and not parameters.get("config") and Path(stage_file).is_file():
+        # the pretrain/finetune notebooks take their set's name from their own params_file
+        config = str(read_param_file(stage_file).get("name") or Path(stage_file).stem)
+    config = config or (Path(params_file).stem if params_file else "") or "default"
+    config = config.removeprefix(f"{stem}_") or config  # params/notebooks/pretrain_smoke -> smoke
+    seed = parameters.get("seed")
+    return run_name(
+        stem,
+        config,
+        parameters.get("game"),
+        None if seed is None else f"s{seed}",
+    )
+
+
+def run_dir_for(
+    notebook: str,
+    out_dir: str = "",
+    name: str = "",
+    game: str | None = None,
+    seed: int | None = None,
+    root: str | os.PathLike = DEFAULT_OUT_ROOT,
+) -> Path:
+    """The folder a notebook writes to: ``out_dir`` when given, else the folder `run_notebook`
+    would pick (``root/<notebook>__<name>__<game>__s<seed>``), created if missing."""
+    if out_dir:
+        path = Path(out_dir)
+    else:
+        parts = {"name": name or "default", "game": game, "seed": seed}
+        path = Path(root) / run_folder_name(notebook, {k: v for k, v in parts.items() if v != ""})
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def stage_config(
+    cls: type,
+    params_file: str = "",
+    config: dict[str, Any] | None = None,
+    overrides: dict[str, Any] | None = None,
+    name: str = "",
+    **fields: Any,
+) -> tuple[Any, str]:
+    """Build a stage config from a notebook's parameters, with a clear precedence.
+
+    Lowest to highest: the params file's ``config`` mapping (``params_file``), replaced whole
+    by ``config`` when that is non-empty (papermill ``-f params/pretrain/sgi_m.yaml`` injects
+    ``name``, ``description`` and ``config``), then ``fields`` that are not None (the notebook's
+    own ``game``/``seed``/``pretrained`` parameters), then ``overrides``.
+
+    Args:
+        cls: `PretrainConfig` or `FinetuneConfig`.
+        params_file: a ``params/<stage>/*.yaml`` path, or ``""``.
+        config: a config mapping; non-empty wins over ``params_file``.
+        overrides: keys to change last.
+        name: the parameter set's name; defaults to the params file's name (or its stem).
+        **fields: config fields set from notebook parameters; None leaves a field alone.
+
+    Returns:
+        ``(config, name)``; name is ``"custom"`` when nothing names the set.
+    """
+    if config:
+        values = dict(config)
+    elif params_file:
+        payload = read_params(params_file)
+        values = dict(payload.get("config", {}))
+        name = name or str(payload.get("name") or Path(params_file).stem)
+    else:
+        values = {}
+    values.update({k: v for k, v in fields.items() if v is not None})
+    built = load_config(cls, values, overrides or {})
+    return built, name or "custom"
+
+
+def open_store(data: str | os.PathLike, game: str = "Pong", collect_steps: int = 0, seed: int = 0):
+    """Open the TransitionStore at ``data``; if it is missing and ``collect_steps`` > 0, first
+    collect a Random dataset of that many steps there (so a notebook can start from nothing)."""
+    from sgi_lab.data import TransitionStore
+    from sgi_lab.data.collect import collect_random
+
+    path = Path(data)
+    if path.exists() or collect_steps <= 0:
+        return TransitionStore(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return collect_random(game, int(collect_steps), path, seed=seed)
+
+
+# -- what a notebook writes ---------------------------------------------------------------------
+
+
+def save_figure(fig: Any, out_dir: str | os.PathLike, name: str) -> Path:
+    """Write a plotly figure to ``out_dir/figures/<name>.html`` (plotly.js once per folder)."""
+    folder = Path(out_dir) / "figures"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.html"
+    fig.write_html(path, include_plotlyjs="directory", full_html=True)
+    return path
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # JSON has no NaN
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
+        return _jsonable(value.item())
+    if hasattr(value, "tolist"):
+        return _jsonable(value.tolist())
+    if hasattr(value, "__dataclass_fields__"):
+        return to_dict(value)
+    return value
+
+
+def record_results(out_dir: str | os.PathLike, results: dict[str, Any]) -> dict[str, Any]:
+    """The last cell of every notebook: write ``results.json`` in the run folder and return it.
+
+    `run_notebook` copies it into ``status.json`` and `sgi_lab.sweep` into ``sweep.json``.
+    """
+    payload = _jsonable(results)
+    path = Path(out_dir) / RESULTS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(payload, indent=2, default=str))
+    return payload
+
+
+# -- running ------------------------------------------------------------------------------------
+
+
+def run_notebook(
+    notebook: str | os.PathLike,
+    params_file: str | os.PathLike | None = None,
+    parameters: dict[str, Any] | None = None,
+    out_root: str | os.PathLike = DEFAULT_OUT_ROOT,
+    overwrite: bool = False,
+    name: str | None = None,
+    progress: bool = True,
+    kernel_name: str | None = None,
+) -> Path:
+    """Execute a notebook with papermill into its own run folder.
+
+    Args:
+        notebook: ``"pretrain"``, ``"notebooks/pretrain.ipynb"``, or any notebook path.
+        params_file: a YAML mapping of parameter names to values (papermill's ``-f``); a
+            ``params/<stage>/*.yaml`` file works too (its ``name``/``description``/``config``
+            keys are parameters of the pretrain and finetune notebooks).
+        parameters: values that win over the file's (papermill's ``-p``).
+        out_root: where run folders go.
+        overwrite: run again from scratch over a finished run (its folder is emptied).
+        name: the run folder's name; default ``<notebook>__<config>__<game>__s<seed>``.
+        progress: papermill's per-cell progress bar.
+        kernel_name: Jupyter kernel; default the notebook's own (``python3``).
+
+    Returns:
+        The run folder, its status ``finished``.
+
+    Raises:
+        RunExistsError: the folder holds a finished run and ``overwrite`` is false.
+        NotebookRunError: a cell raised; status.json says ``failed`` with the error, and the
+            executed notebook in the folder shows the failing cell with its traceback.
+    """
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    nb_path = resolve_notebook(notebook)
+    resolved = resolve_parameters(params_file, parameters, nb_path)
+    folder = Path(out_root) / (name or run_folder_name(nb_path.stem, resolved, params_file))
+    run = RunDir(folder)
+    state = run.status().get("state", "new")
+    if state == "finished":
+        if not overwrite:
+            raise RunExistsError(
+                f"{folder} already holds a finished run; pass overwrite=True "
+                "(sgi-lab run --overwrite) to run it again from scratch, or choose another name"
+            )
+        shutil.rmtree(folder)
+        run = RunDir(folder)
+        state = "new"
+    resolved["out_dir"] = str(folder)
+    atomic_write_text(folder / PARAMS_FILE, yaml.safe_dump(_jsonable(resolved), sort_keys=False))
+    out_nb = folder / nb_path.name
+    attempt = int(run.status().get("attempt", 0)) + 1 if state != "new" else 1
+    started = time.time()
+    run.set_status(
+        "running",
+        notebook=str(out_nb),
+        source=str(nb_path),
+        params_file=None if params_file is None else str(params_file),
+        attempt=attempt,
+        resumed=state != "new",
+        error=None,
+        started=time.strftime("%Y-%m-%dT%H:%M:%S"),
+    )
+    try:
+        papermill.execute_notebook(
+            str(nb_path),
+            str(out_nb),
+            parameters=resolved,
+            kernel_name=kernel_name,
+            progress_bar=progress,
+            cwd=str(find_project_root(nb_path.parent) or Path.cwd()),
+        )
+    except PapermillExecutionError as exc:
+        message = f"{exc.ename}: {exc.evalue}"
+        run.set_status(
+            "failed",
+            error=message,
+            failed_cell=exc.exec_count,
+            duration_s=round(time.time() - started, 1),
+        )
+        raise NotebookRunError(
+            f"{nb_path.name} failed in cell [{exc.exec_count}]: {message} "
+            f"(the executed notebook is {out_nb})",
+            folder,
+        ) from exc
+    except BaseException as exc:  # kernel died, interrupted: the folder can be resumed
+        run.set_status(
+            "failed",
+            error=f"{type(exc).__name__}: {exc}",
+            duration_s=round(time.time() - started, 1),
+        )
+        raise
+    results_path = folder / RESULTS_FILE
+    results = json.loads(results_path.read_text()) if results_path.exists() else {}
+    run.set_status("finished", results=results, duration_s=round(time.time() - started, 1))
+    return folder
+
+
+# -- command line -------------------------------------------------------------------------------
+
+
+def _parameters(pairs: list[list[str]] | None) -> dict[str, Any]:
+    return {key: parse_parameter(value) for key, value in (pairs or [])}
+
+
+def main_run(args: argparse.Namespace) -> int:
+    """``sgi-lab run NOTEBOOK [-f PARAMS] [-p KEY VALUE]... [--overwrite] [--out-root DIR]``."""
+    try:
+        folder = run_notebook(
+            args.notebook,
+            params_file=args.params_file,
+            parameters=_parameters(args.parameter),
+            out_root=args.out_root,
+            overwrite=args.overwrite,
+            name=args.name,
+            progress=not args.no_progress,
+        )
+    except NotebookRunError as exc:
+        print(f"sgi-lab run: {exc}", file=sys.stderr)
+        return 1
+    except RunExistsError as exc:
+        print(f"sgi-lab run: {exc}", file=sys.stderr)
+        return 2
+    print(folder)
+    return 0
+
+
+def add_run_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``run`` on an argparse sub-parser set; the handler is ``args.handler``."""
+    p = subparsers.add_parser(
+        "run",
+        help="execute a notebook with papermill into its own run folder",
+        description="Execute a notebook into outputs/runs/<notebook>__<config>__<game>__s<seed>/ "
+        "(executed notebook, params.yaml, status.json, results, figures). A finished run is kept "
+        "unless --overwrite; a failed or interrupted one is resumed.",
+    )
+    _add_common(p)
+    p.add_argument("--name", default=None, help="run folder name (default: derived)")
+    p.set_defaults(handler=main_run)
+    return p
+
+
+def _add_common(p: argparse.ArgumentParser, run_options: bool = True) -> None:
+    p.add_argument("notebook", help="notebook name (pretrain) or path (notebooks/pretrain.ipynb)")
+    p.add_argument(
+        "-f", "--params-file", dest="params_file", default=None, help="YAML parameters file"
+    )
+    p.add_argument(
+        "-p",
+        "--parameter",
+        nargs=2,
+        action="append",
+        metavar=("KEY", "VALUE"),
+        help="a parameter (YAML value), repeatable: -p game Breakout -p seed 1",
+    )
+    p.add_argument("--overwrite", action="store_true", help="redo finished runs from scratch")
+    if run_options:
+        p.add_argument("--out-root", default=DEFAULT_OUT_ROOT, help="where run folders go")
+        p.add_argument("--no-progress", action="store_true", help="hide papermill's progress bar")

@@ -1,0 +1,207 @@
+"""`sgi-lab run` and `sgi-lab sweep`: run folders, status, refusal to overwrite, failure, resume."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import nbformat
+import pytest
+import yaml
+
+from sgi_lab import notebook_runs, sweep
+from sgi_lab.config import ConfigError, PretrainConfig
+from sgi_lab.notebook_runs import NotebookRunError, RunExistsError, run_notebook
+from sgi_lab.runs import RunDir
+
+pytestmark = pytest.mark.smoke
+
+PARAMETERS = 'x = 1\nseed = 0\nname = "tiny"\nfail = False\nout_dir = ""\n'
+BODY = (
+    "from sgi_lab import notebook_runs\n"
+    "if fail:\n"
+    "    raise ValueError(f'boom {x}')\n"
+    "notebook_runs.record_results(out_dir, {'x': x, 'twice': 2 * x})\n"
+)
+
+
+@pytest.fixture
+def tiny_notebook(tmp_path):
+    """A throwaway notebook: a parameters cell, then a cell that fails on request."""
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell(PARAMETERS)
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, nbformat.v4.new_code_cell(BODY)]
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    path = tmp_path / "tiny.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def test_run_notebook_writes_a_finished_run_folder(tiny_notebook, tmp_path):
+    folder = run_notebook(
+        tiny_notebook, parameters={"x": 3}, out_root=tmp_path / "runs", progress=False
+    )
+    assert folder == tmp_path / "runs" / "tiny__tiny__s0"
+    status = RunDir(folder).status()
+    assert status["state"] == "finished"
+    assert status["results"] == {"x": 3, "twice": 6}
+    params = yaml.safe_load((folder / "params.yaml").read_text())
+    assert params["x"] == 3 and params["out_dir"] == str(folder)
+    executed = nbformat.read(folder / "tiny.ipynb", as_version=4)
+    assert any("injected-parameters" in c.metadata.get("tags", []) for c in executed.cells)
+
+
+def test_refuses_to_overwrite_a_finished_run_unless_asked(tiny_notebook, tmp_path):
+    root = tmp_path / "runs"
+    folder = run_notebook(tiny_notebook, parameters={"x": 1}, out_root=root, progress=False)
+    with pytest.raises(RunExistsError, match="overwrite"):
+        run_notebook(tiny_notebook, parameters={"x": 1}, out_root=root, progress=False)
+    (folder / "stale.txt").write_text("from the first run")
+    again = run_notebook(
+        tiny_notebook, parameters={"x": 5}, out_root=root, overwrite=True, progress=False
+    )
+    assert again == folder
+    assert not (folder / "stale.txt").exists()  # overwrite starts from an empty folder
+    assert RunDir(folder).status()["results"]["x"] == 5
+
+
+def test_failed_run_is_marked_and_then_resumed(tiny_notebook, tmp_path):
+    root = tmp_path / "runs"
+    with pytest.raises(NotebookRunError, match="boom 7") as info:
+        run_notebook(
+            tiny_notebook, parameters={"x": 7, "fail": True}, out_root=root, progress=False
+        )
+    folder = info.value.run_dir
+    status = RunDir(folder).status()
+    assert status["state"] == "failed"
+    assert "ValueError: boom 7" in status["error"]
+    assert status["failed_cell"] is not None
+    executed = nbformat.read(folder / "tiny.ipynb", as_version=4)
+    errors = [o for c in executed.cells for o in c.get("outputs", []) if o.output_type == "error"]
+    assert errors and errors[0].ename == "ValueError"  # the notebook shows where it failed
+
+    run_notebook(tiny_notebook, parameters={"x": 7}, out_root=root, progress=False)
+    status = RunDir(folder).status()
+    assert status["state"] == "finished"
+    assert status["attempt"] == 2 and status["resumed"] is True
+    assert status["error"] is None
+
+
+def test_params_file_and_parameters_precedence(tiny_notebook, tmp_path):
+    params_file = tmp_path / "tiny_smoke.yaml"
+    params_file.write_text("x: 10\nseed: 3\n")
+    folder = run_notebook(
+        tiny_notebook,
+        params_file=params_file,
+        parameters={"seed": 4, "name": ""},
+        out_root=tmp_path / "runs",
+        progress=False,
+    )
+    # name empty -> the file stem without its "<notebook>_" prefix
+    assert folder.name == "tiny__smoke__s4"
+    assert RunDir(folder).status()["results"]["x"] == 10
+
+
+def test_run_folder_name_and_parameter_parsing():
+    assert (
+        notebook_runs.run_folder_name(
+            "pretrain", {"game": "Pong", "seed": 1}, "params/notebooks/pretrain_smoke.yaml"
+        )
+        == "pretrain__smoke__Pong__s1"
+    )
+    assert notebook_runs.run_folder_name("pretrain", {"name": "sgi_m", "game": "ALE/Pong-v5"}) == (
+        "pretrain__sgi_m__ALE-Pong-v5"
+    )
+    assert notebook_runs.parse_parameter("3") == 3
+    assert notebook_runs.parse_parameter("1e-4") == pytest.approx(1e-4)
+    assert notebook_runs.parse_parameter("true") is True
+    assert notebook_runs.parse_parameter("Breakout") == "Breakout"
+    assert notebook_runs.parse_parameter("{steps: 5}") == {"steps": 5}
+
+
+def test_stage_config_precedence(tmp_path):
+    params_file = tmp_path / "p.yaml"
+    params_file.write_text("name: mine\nconfig:\n  encoder: nature\n  steps: 7\n")
+    cfg, name = notebook_runs.stage_config(PretrainConfig, str(params_file), {}, {}, "", seed=3)
+    assert (cfg.encoder, cfg.steps, cfg.seed, name) == ("nature", 7, 3, "mine")
+    # a non-empty config wins over the params file; overrides win over everything
+    cfg, name = notebook_runs.stage_config(
+        PretrainConfig, str(params_file), {"steps": 9}, {"seed": 5}, "sgi_m", seed=3
+    )
+    assert (cfg.encoder, cfg.steps, cfg.seed, name) == ("resnet", 9, 5, "sgi_m")
+    with pytest.raises(ConfigError, match="stepz"):
+        notebook_runs.stage_config(PretrainConfig, "", {"stepz": 1})
+
+
+def test_run_dir_for(tmp_path):
+    assert notebook_runs.run_dir_for("datasets", str(tmp_path / "x")) == tmp_path / "x"
+    folder = notebook_runs.run_dir_for("pretrain", "", "sgi_m", "Pong", 0, root=tmp_path)
+    assert folder == tmp_path / "pretrain__sgi_m__Pong__s0" and folder.is_dir()
+
+
+def test_cli_run_handler(tiny_notebook, tmp_path, capsys):
+    parser = argparse.ArgumentParser()
+    notebook_runs.add_run_parser(parser.add_subparsers(dest="command"))
+    argv = ["run", str(tiny_notebook), "-p", "x", "4", "--out-root", str(tmp_path), "--no-progress"]
+    args = parser.parse_args(argv)
+    assert args.handler(args) == 0
+    folder = tmp_path / "tiny__tiny__s0"
+    assert capsys.readouterr().out.strip() == str(folder)
+    assert args.handler(args) == 2  # a finished run is kept
+    assert "overwrite" in capsys.readouterr().err
+    # a failing notebook exits non-zero and names the executed notebook
+    args = parser.parse_args([*argv[:-1], "-p", "fail", "true", "--name", "bad", "--no-progress"])
+    assert args.handler(args) == 1
+    assert "tiny.ipynb" in capsys.readouterr().err
+
+
+def test_sweep_local_executor(tiny_notebook, tmp_path):
+    summary = sweep.sweep(
+        str(tiny_notebook),
+        {"x": [1, 2], "fail": [False, True]},
+        out_root=tmp_path / "sweep",
+        max_parallel=2,
+    )
+    states = {(p["grid"]["x"], p["grid"]["fail"]): p["state"] for p in summary["points"]}
+    assert states == {
+        (1, False): "finished",
+        (1, True): "failed",
+        (2, False): "finished",
+        (2, True): "failed",
+    }
+    payload = json.loads((tmp_path / "sweep" / "sweep.json").read_text())
+    assert payload["counts"] == {"failed": 2, "finished": 2}
+    finished = [p for p in payload["points"] if p["state"] == "finished"]
+    assert sorted(p["results"]["twice"] for p in finished) == [2, 4]
+
+
+def test_sweep_grid_parsing():
+    assert sweep.parse_grid(["game=Pong,Breakout", "seed=0,1"]) == {
+        "game": ["Pong", "Breakout"],
+        "seed": [0, 1],
+    }
+    assert sweep.grid_points({"a": [1, 2], "b": ["x"]}) == [{"a": 1, "b": "x"}, {"a": 2, "b": "x"}]
+    with pytest.raises(ValueError, match="non-empty"):
+        sweep.grid_points({"a": []})
+
+
+def test_sweep_ray_executor_without_ray_says_how_to_install(tiny_notebook, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    with pytest.raises(ImportError, match=r"sgi-lab\[sweep\]"):
+        sweep.sweep(str(tiny_notebook), {"x": [1]}, executor="ray", out_root=tmp_path / "s")
+
+
+def test_cli_sweep_parser(tmp_path):
+    parser = argparse.ArgumentParser()
+    sweep.add_sweep_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(
+        ["sweep", "finetune", "-f", "p.yaml", "--grid", "game=Pong,Breakout", "--executor", "ray"]
+    )
+    assert args.handler is sweep.main_sweep
+    assert args.grid == ["game=Pong,Breakout"] and args.executor == "ray"
