@@ -1,0 +1,518 @@
+"""The ablation explorer: our finetuning runs beside the paper's reported results.
+
+The model is a function from a *selection* (games, our methods, paper configurations, metrics)
+to tidy data, and from that to figures:
+
+* `load_run_scores` reads the ``eval.json`` of finetuning run folders into one row per run;
+* `run_aggregates` turns them into aggregate HNS with stratified bootstrap CIs;
+* `paper_aggregate_rows` gives the paper's rows (``"SGI-M (paper)"``, ``"Frozen (paper)"``, ...):
+  as printed (tab:IQMs with its CIs first) when all 26 games are selected, else recomputed from
+  the paper's per-game means over the selected games (no CI: the paper gives no per-seed scores);
+* `AblationModel.select` joins both; `AblationExplorer` puts ipywidgets on top, and its callbacks
+  can be driven from code (set a widget's ``value``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from sgi_lab.metrics import (
+    ATARI_100K_GAMES,
+    aggregate_scores,
+    aggregate_with_ci,
+    hns_matrix,
+    human_normalized_score,
+    paper_aggregates,
+    paper_column_for,
+    paper_configs,
+    paper_per_game,
+)
+from sgi_lab.metrics.hns import canonical_game
+
+__all__ = [
+    "DEFAULT_EXPLORER_METRICS",
+    "PAPER_SUFFIX",
+    "AblationExplorer",
+    "AblationModel",
+    "AblationView",
+    "find_runs",
+    "load_run_scores",
+    "paper_aggregate_rows",
+    "paper_config_for",
+    "paper_method",
+    "run_aggregates",
+    "run_label",
+]
+
+PAPER_SUFFIX = " (paper)"
+DEFAULT_EXPLORER_METRICS = ("iqm", "median", "mean")
+# Where a printed aggregate is looked up first: tab:IQMs has CIs; then the main tables.
+PAPER_TABLE_ORDER = (
+    "tab:IQMs",
+    "tab:HNS",
+    "tab:controls_hns",
+    "tab:finetune_controls_hns",
+    "tab:ssl_ft",
+    "tab:all_scores",
+    "tab:all_ft_control_scores",
+    "tab:all_abl_scores",
+)
+
+
+def paper_method(config: str) -> str:
+    """How a paper configuration is named among our methods: ``"SGI-M (paper)"``."""
+    return f"{config}{PAPER_SUFFIX}"
+
+
+def paper_config_for(name: str = "", pretrain: str = "", pretrained: bool = False) -> str:
+    """The paper's configuration for a finetuning parameter set, falling back sensibly.
+
+    Args:
+        name: the finetuning set's name (``reduced_lr``, ``frozen``, ``sgi_none``, ...).
+        pretrain: the pretraining set it starts from (``sgi_m``, ``s_g``, ...), when known.
+        pretrained: whether the run starts from a pretrained encoder at all.
+
+    Returns:
+        A key of `sgi_lab.metrics.paper_configs`: `paper_column_for(name, pretrain)` when the
+        names are the paper's, else ``"SGI-M"`` for a pretrained run and ``"SGI-None"`` for one
+        from scratch.
+    """
+    for candidate, base in ((name, pretrain or None), (pretrain, None), (name, None)):
+        if candidate:
+            try:
+                return paper_column_for(candidate, base)
+            except KeyError:
+                continue
+    return "SGI-M" if pretrained else "SGI-None"
+
+
+# -- our runs -----------------------------------------------------------------------------------
+
+
+def find_runs(root: str | os.PathLike = "outputs/runs", pattern: str = "*") -> list[Path]:
+    """Run folders under ``root`` (matching ``pattern``, searched recursively) with an eval.json."""
+    root = Path(root)
+    if not root.exists():
+        return []
+    return sorted({p.parent for p in root.rglob("eval.json") if p.parent.match(pattern)})
+
+
+def _yaml(path: Path) -> dict[str, Any]:
+    try:
+        payload = yaml.safe_load(path.read_text()) if path.exists() else {}
+    except yaml.YAMLError:
+        return {}
+    return payload if isinstance(payload, dict) else {}
+
+
+def run_label(run_dir: str | os.PathLike) -> str:
+    """A run's method label: its results' ``method``, else its params' ``name``, else the
+    config part of ``<notebook>__<config>__<game>__s<seed>``, else the folder name."""
+    run_dir = Path(run_dir)
+    results = run_dir / "results.json"
+    if results.exists():
+        try:
+            method = json.loads(results.read_text()).get("method")
+        except (json.JSONDecodeError, AttributeError):
+            method = None
+        if method:
+            return str(method)
+    name = _yaml(run_dir / "params.yaml").get("name")
+    if name:
+        return str(name)
+    parts = run_dir.name.split("__")
+    return parts[1] if len(parts) >= 3 else run_dir.name
+
+
+def load_run_scores(
+    run_dirs: Sequence[str | os.PathLike] | dict[str, Sequence[str | os.PathLike]],
+) -> pd.DataFrame:
+    """One row per evaluated run: ``method, run, game, seed, score, hns``.
+
+    Args:
+        run_dirs: finetuning run folders (labelled by `run_label`), or ``{method: folders}``.
+
+    Returns:
+        ``score`` is the mean raw evaluation return (eval.json's ``mean``); folders without an
+        eval.json are skipped.
+    """
+    if isinstance(run_dirs, dict):
+        labelled = [(m, Path(p)) for m, paths in run_dirs.items() for p in paths]
+    else:
+        labelled = [(run_label(p), Path(p)) for p in run_dirs]
+    records = []
+    for method, folder in labelled:
+        path = folder / "eval.json"
+        if not path.exists():
+            continue
+        result = json.loads(path.read_text())
+        config = _yaml(folder / "config.yaml")
+        game = canonical_game(result.get("game") or config.get("game"))
+        scores = result.get("scores") or []
+        score = float(result["mean"]) if "mean" in result else float(np.mean(scores))
+        records.append(
+            {
+                "method": method,
+                "run": folder.name,
+                "game": game,
+                "seed": int(config.get("seed", result.get("seed", 0))),
+                "score": score,
+                "hns": float(human_normalized_score(game, score)),
+            }
+        )
+    return pd.DataFrame(records, columns=["method", "run", "game", "seed", "score", "hns"])
+
+
+def _method_matrix(scores: pd.DataFrame, games: Sequence[str]) -> tuple[np.ndarray, list[str]]:
+    """(runs, games) HNS matrix of one method over the selected games it has, runs trimmed to
+    the smallest count per game (the stratified bootstrap needs a full matrix)."""
+    present = [g for g in games if g in set(scores["game"])]
+    if not present:
+        return np.zeros((0, 0)), []
+    per_game = {
+        g: scores[scores["game"] == g].sort_values("seed")["score"].to_numpy() for g in present
+    }
+    runs = min(len(v) for v in per_game.values())
+    return hns_matrix({g: v[:runs] for g, v in per_game.items()}, games=present), present
+
+
+def run_aggregates(
+    scores: pd.DataFrame,
+    games: Sequence[str] | None = None,
+    methods: Sequence[str] | None = None,
+    metrics: Sequence[str] = DEFAULT_EXPLORER_METRICS,
+    reps: int = 2_000,
+    seed: int = 0,
+) -> tuple[pd.DataFrame, list[str]]:
+    """Aggregate HNS of our methods with stratified bootstrap CIs over their runs.
+
+    Args:
+        scores: `load_run_scores` output.
+        games: games to aggregate over (default: all in ``scores``).
+        methods: methods to keep (default: all).
+        metrics: names from `sgi_lab.metrics.METRICS`.
+        reps: bootstrap resamples.
+        seed: bootstrap seed.
+
+    Returns:
+        ``(tidy frame with method, metric, value, lower, upper, runs, games, source; notes)``:
+        a note says when a method lacks some of the selected games.
+    """
+    columns = ["method", "metric", "value", "lower", "upper", "runs", "games", "source"]
+    if scores.empty:
+        return pd.DataFrame(columns=columns), []
+    games = [canonical_game(g) for g in (games or list(dict.fromkeys(scores["game"])))]
+    methods = list(methods) if methods is not None else list(dict.fromkeys(scores["method"]))
+    frames, notes = [], []
+    for method in methods:
+        matrix, present = _method_matrix(scores[scores["method"] == method], games)
+        if not present:
+            notes.append(f"{method}: no run on the selected games")
+            continue
+        if len(present) < len(games):
+            missing = sorted(set(games) - set(present))
+            notes.append(f"{method}: no runs on {', '.join(missing)} (aggregated without them)")
+        if matrix.shape[0] > 1:
+            df = aggregate_with_ci({method: matrix}, metrics, reps=reps, seed=seed)
+        else:  # one run per game: a bootstrap over runs has nothing to resample
+            df = aggregate_scores({method: matrix}, metrics).assign(lower=np.nan, upper=np.nan)
+        frames.append(df.assign(runs=matrix.shape[0], games=len(present), source="ours"))
+    if not frames:
+        return pd.DataFrame(columns=columns), notes
+    return pd.concat(frames, ignore_index=True)[columns], notes
+
+
+# -- the paper ----------------------------------------------------------------------------------
+
+
+def _printed_aggregates() -> pd.DataFrame:
+    frames = [paper_aggregates(t, tidy=True) for t in PAPER_TABLE_ORDER]
+    df = pd.concat(frames, ignore_index=True).dropna(subset=["value"])
+    return df.drop_duplicates(["method", "metric"], keep="first")
+
+
+def paper_aggregate_rows(
+    configs: Sequence[str],
+    games: Sequence[str] | None = None,
+    metrics: Sequence[str] = DEFAULT_EXPLORER_METRICS,
+) -> tuple[pd.DataFrame, list[str]]:
+    """The paper's aggregate rows for ``configs``, named ``"<config> (paper)"``.
+
+    With all 26 games (``games`` None or all of them) the printed numbers are used (tab:IQMs
+    first, with its 95% CIs), and a metric the paper never printed for a config is recomputed
+    from its per-game means. With fewer games every value is recomputed from the per-game means
+    over those games: the paper reports no per-seed scores, so these rows have no CI.
+
+    Returns:
+        ``(tidy frame with method, metric, value, lower, upper, runs, games, source; notes)``.
+    """
+    columns = ["method", "metric", "value", "lower", "upper", "runs", "games", "source"]
+    games = list(ATARI_100K_GAMES) if not games else [canonical_game(g) for g in games]
+    all_games = set(games) == set(ATARI_100K_GAMES)
+    printed = _printed_aggregates() if all_games else None
+    per_game = set(paper_configs(per_game=True))
+    rows, notes = [], []
+    for config in configs:
+        computed = None
+        if config in per_game:
+            means = paper_per_game(config).loc[games].to_numpy()[None, :]
+            hns = human_normalized_score(games, means)
+            computed = aggregate_scores({config: hns}, metrics).set_index("metric")["value"]
+        for metric in metrics:
+            hit = None
+            if printed is not None:
+                found = printed[(printed["method"] == config) & (printed["metric"] == metric)]
+                hit = None if found.empty else found.iloc[0]
+            if hit is not None:
+                rows.append(
+                    {
+                        "method": paper_method(config),
+                        "metric": metric,
+                        "value": float(hit["value"]),
+                        "lower": float(hit["lower"]),
+                        "upper": float(hit["upper"]),
+                        "runs": 10,
+                        "games": len(games),
+                        "source": f"paper {hit['table']}",
+                    }
+                )
+            elif computed is not None and metric in computed.index:
+                rows.append(
+                    {
+                        "method": paper_method(config),
+                        "metric": metric,
+                        "value": float(computed[metric]),
+                        "lower": np.nan,
+                        "upper": np.nan,
+                        "runs": 10,
+                        "games": len(games),
+                        "source": "paper per-game means",
+                    }
+                )
+        if computed is None and not all_games:
+            notes.append(f"{config}: the paper prints only 26-game aggregates for it")
+    return pd.DataFrame(rows, columns=columns), notes
+
+
+# -- the explorer's model -----------------------------------------------------------------------
+
+
+@dataclass
+class AblationView:
+    """What one selection shows.
+
+    Attributes:
+        aggregates: tidy ``method, metric, value, lower, upper, runs, games, source``.
+        per_game: ``game, method, hns`` (ours: mean over runs; paper: its per-game mean).
+        methods: the rows, in display order (ours first, then the paper's).
+        metrics: the metrics shown.
+        notes: what was left out and why.
+    """
+
+    aggregates: pd.DataFrame
+    per_game: pd.DataFrame
+    methods: list[str]
+    metrics: list[str]
+    notes: list[str] = field(default_factory=list)
+
+
+class AblationModel:
+    """Selections of games, our methods, paper configurations and metrics -> `AblationView`.
+
+    Args:
+        scores: `load_run_scores` output (may be empty: then only the paper is shown).
+        reps: bootstrap resamples for our CIs.
+        seed: bootstrap seed.
+    """
+
+    def __init__(self, scores: pd.DataFrame | None = None, reps: int = 2_000, seed: int = 0):
+        self.scores = scores if scores is not None else load_run_scores([])
+        self.reps = reps
+        self.seed = seed
+
+    @property
+    def games(self) -> list[str]:
+        """Every Atari 100k game, paper order."""
+        return list(ATARI_100K_GAMES)
+
+    @property
+    def our_games(self) -> list[str]:
+        """The games our runs cover, paper order."""
+        present = set(self.scores["game"])
+        return [g for g in ATARI_100K_GAMES if g in present]
+
+    @property
+    def methods(self) -> list[str]:
+        """Our methods (run labels)."""
+        return list(dict.fromkeys(self.scores["method"]))
+
+    @property
+    def paper_configs(self) -> list[str]:
+        """Paper configurations with results (the reference rows Random/Human left out)."""
+        return [c for c in paper_configs() if c not in ("Random", "Human")]
+
+    def default_paper(self) -> list[str]:
+        """SGI-M and SGI-None, plus the paper's column for each of our methods where one fits."""
+        chosen = ["SGI-M", "SGI-None"]
+        for method in self.methods:
+            try:
+                config = paper_column_for(method)
+            except KeyError:
+                continue
+            if config not in chosen:
+                chosen.append(config)
+        return chosen
+
+    def default_games(self) -> list[str]:
+        """The games our runs cover, else all 26."""
+        return self.our_games or self.games
+
+    def select(
+        self,
+        games: Sequence[str] | None = None,
+        methods: Sequence[str] | None = None,
+        paper: Sequence[str] | None = None,
+        metrics: Sequence[str] = DEFAULT_EXPLORER_METRICS,
+    ) -> AblationView:
+        """The data for one selection (None: the defaults)."""
+        games = [canonical_game(g) for g in (games or self.default_games())]
+        methods = self.methods if methods is None else list(methods)
+        paper = self.default_paper() if paper is None else list(paper)
+        metrics = list(metrics)
+        ours, notes = run_aggregates(self.scores, games, methods, metrics, self.reps, self.seed)
+        theirs, paper_notes = paper_aggregate_rows(paper, games, metrics)
+        frames = [f for f in (ours, theirs) if not f.empty]
+        aggregates = pd.concat(frames, ignore_index=True) if frames else ours.iloc[0:0].copy()
+        order = list(dict.fromkeys(aggregates["method"]))
+        return AblationView(
+            aggregates=aggregates,
+            per_game=self.per_game(games, methods, paper),
+            methods=order,
+            metrics=metrics,
+            notes=notes + paper_notes,
+        )
+
+    def per_game(
+        self, games: Sequence[str], methods: Sequence[str], paper: Sequence[str]
+    ) -> pd.DataFrame:
+        """``game, method, hns`` for our methods (mean over runs) and paper configs with
+        per-game scores."""
+        records = []
+        chosen = self.scores[self.scores["method"].isin(methods) & self.scores["game"].isin(games)]
+        for (method, game), part in chosen.groupby(["method", "game"], sort=False):
+            records.append({"game": game, "method": method, "hns": float(part["hns"].mean())})
+        with_scores = set(paper_configs(per_game=True))
+        for config in paper:
+            if config in with_scores:
+                means = paper_per_game(config)
+                for game in games:
+                    records.append(
+                        {
+                            "game": game,
+                            "method": paper_method(config),
+                            "hns": float(human_normalized_score(game, means[game])),
+                        }
+                    )
+        return pd.DataFrame(records, columns=["game", "method", "hns"])
+
+
+class AblationExplorer:
+    """ipywidgets over an `AblationModel`: pick games, our methods, paper rows and metrics; see
+    an interval plot, a table and per-game HNS, updated on every change.
+
+    The current data is ``explorer.view`` and the figures are ``explorer.interval.figure``,
+    ``explorer.table.figure`` and ``explorer.per_game.figure``; setting any control's ``value``
+    (``explorer.paper.value = ("SGI-M", "Frozen")``) runs the same callback as a click.
+
+    Args:
+        model: the data.
+        games, methods, paper, metrics: initial selections (None: the model's defaults).
+    """
+
+    def __init__(
+        self,
+        model: AblationModel,
+        games: Sequence[str] | None = None,
+        methods: Sequence[str] | None = None,
+        paper: Sequence[str] | None = None,
+        metrics: Sequence[str] = DEFAULT_EXPLORER_METRICS,
+    ) -> None:
+        import ipywidgets as widgets
+
+        from sgi_lab.metrics import METRICS
+        from sgi_lab.viz.training import LiveFigure
+
+        self.model = model
+        layout = widgets.Layout(width="240px", height="160px")
+        self.games = widgets.SelectMultiple(
+            options=model.games,
+            value=tuple(games or model.default_games()),
+            description="games",
+            layout=layout,
+        )
+        self.methods = widgets.SelectMultiple(
+            options=model.methods,
+            value=tuple(model.methods if methods is None else methods),
+            description="our runs",
+            layout=layout,
+        )
+        self.paper = widgets.SelectMultiple(
+            options=model.paper_configs,
+            value=tuple(model.default_paper() if paper is None else paper),
+            description="paper",
+            layout=layout,
+        )
+        self.metrics = widgets.SelectMultiple(
+            options=list(METRICS), value=tuple(metrics), description="metrics", layout=layout
+        )
+        self.notes = widgets.HTML()
+        self.interval = LiveFigure()
+        self.table = LiveFigure()
+        self.per_game = LiveFigure()
+        for control in (self.games, self.methods, self.paper, self.metrics):
+            control.observe(self._on_change, names="value")
+        self.widget = widgets.VBox(
+            [widgets.HBox([self.games, self.methods, self.paper, self.metrics]), self.notes]
+        )
+        self.update()
+
+    def _on_change(self, _change: dict[str, Any]) -> None:
+        self.update()
+
+    def update(self) -> None:
+        """Recompute the view from the controls and redraw the figures."""
+        from sgi_lab.viz.ablations import ablation_figures
+
+        if not self.games.value or not self.metrics.value:
+            self.notes.value = "<b>select at least one game and one metric</b>"
+            return
+        self.view = self.model.select(
+            self.games.value, self.methods.value, self.paper.value, self.metrics.value
+        )
+        figures = ablation_figures(self.view)
+        self.interval.replace(figures["interval"])
+        self.table.replace(figures["table"])
+        self.per_game.replace(figures["per_game"])
+        games = len(self.games.value)
+        self.notes.value = "<br>".join(
+            [f"{games} game{'s' * (games != 1)} selected", *self.view.notes]
+        )
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        # The figures are shown one by one (display handles, or FigureWidgets when anywidget is
+        # installed) rather than inside an ipywidgets.Output, which headless runs can hang on.
+        display(self.widget)
+        self.interval.show()
+        self.table.show()
+        self.per_game.show()

@@ -1,0 +1,298 @@
+"""What an encoder makes of a dataset: latents of stored states, 2-D embeddings (UMAP), the
+paper's representation-diversity measure (Fig. 4), and how far a dataset strays from its start
+states.
+
+Typical use (``notebooks/representations.ipynb``)::
+
+    model, label = load_encoder(run_dir, store)            # or a random one when run_dir == ""
+    rows = sample_rows(store, 1_000)
+    emb = embedding_frame(model, store, rows, label)       # x, y, step, action, reward, episode
+    viz.embedding_grid(pd.concat([emb, emb_random]))
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from sgi_lab.data import TransitionStore
+from sgi_lab.nets import SGIModel
+from sgi_lab.runs import read_jsonl, resolve_device
+
+__all__ = [
+    "DIVERSITY_KEY",
+    "diversity_curves",
+    "embed_2d",
+    "embedding_frame",
+    "encode_rows",
+    "load_encoder",
+    "mean_pairwise_cosine",
+    "random_model",
+    "representation_diversity",
+    "row_table",
+    "sample_rows",
+    "start_distance",
+]
+
+DIVERSITY_KEY = "repr/cosine_similarity"
+"""The metrics.jsonl key under which pretraining logs the mean pairwise cosine similarity."""
+
+
+# -- models -------------------------------------------------------------------------------------
+
+
+def random_model(
+    num_actions: int, encoder: str = "nature", seed: int = 0, goal_head: bool = True
+) -> SGIModel:
+    """A randomly initialized SGIModel (eval mode), built like a pretraining one.
+
+    Args:
+        num_actions: the game's action count (``store.num_actions``).
+        encoder: ``"nature"``, ``"resnet"`` or ``"resnet_l"``.
+        seed: torch seed of the initialization.
+        goal_head: build the goal-conditioned Q head (for `sgi_lab.goals`).
+    """
+    torch.manual_seed(seed)
+    model = SGIModel(
+        encoder, num_actions, noisy=False, rl_head=False, goal_head=goal_head, inverse_model=True
+    )
+    return model.eval()
+
+
+def load_encoder(
+    run_dir: str | os.PathLike = "",
+    store: TransitionStore | None = None,
+    encoder: str = "nature",
+    seed: int = 0,
+    num_actions: int | None = None,
+) -> tuple[SGIModel, str]:
+    """The pretrained model of a run folder, or a random one when ``run_dir`` is empty.
+
+    Args:
+        run_dir: a pretraining run folder (``model.pt`` or a checkpoint), or ``""``.
+        store: gives the action count of a random model.
+        encoder: architecture of a random model.
+        seed: initialization seed of a random model.
+        num_actions: action count of a random model when no store is given.
+
+    Returns:
+        ``(model in eval mode, label)``: label ``"pretrained: <folder>"`` or ``"random init"``.
+    """
+    if run_dir:
+        from sgi_lab.train.pretrain import load_pretrained_model
+
+        return load_pretrained_model(run_dir), f"pretrained: {Path(run_dir).name}"
+    if num_actions is None:
+        if store is None:
+            raise ValueError("a random model needs a store or num_actions")
+        num_actions = store.num_actions
+    return random_model(num_actions, encoder, seed), f"random init ({encoder})"
+
+
+# -- rows and latents ---------------------------------------------------------------------------
+
+
+def sample_rows(
+    store: TransitionStore, count: int, seed: int = 0, episodes: Sequence[int] | None = None
+) -> np.ndarray:
+    """``count`` distinct rows drawn uniformly (from ``episodes`` only, when given), sorted."""
+    if episodes is None:
+        pool = np.arange(len(store))
+    else:
+        pool = np.concatenate(
+            [np.arange(store.episode_starts[e], store.episode_ends[e] + 1) for e in episodes]
+        )
+    rng = np.random.default_rng(seed)
+    take = min(int(count), len(pool))
+    return np.sort(rng.choice(pool, size=take, replace=False))
+
+
+def row_table(store: TransitionStore, rows: np.ndarray) -> pd.DataFrame:
+    """Per row: ``row, episode, step`` (steps since its episode's start), ``action, reward``."""
+    rows = np.asarray(rows, dtype=np.int64)
+    return pd.DataFrame(
+        {
+            "row": rows,
+            "episode": store.episode_index[rows],
+            "step": rows - store.row_episode_start[rows],
+            "action": store.actions[rows],
+            "reward": store.rewards[rows],
+        }
+    )
+
+
+@torch.no_grad()
+def encode_rows(
+    model: SGIModel,
+    store: TransitionStore,
+    rows: np.ndarray,
+    projected: bool = False,
+    batch_size: int = 256,
+    device: str = "auto",
+) -> np.ndarray:
+    """Latents of the states at ``rows``: (N, C*7*7) renormalized encoder outputs, or the SPR
+    projections (N, P) with ``projected=True``. Frame stacks never cross episode starts."""
+    rows = np.asarray(rows, dtype=np.int64)
+    dev = resolve_device(device)
+    model = model.to(dev).eval()
+    out = []
+    for i in range(0, len(rows), batch_size):
+        obs = torch.from_numpy(store.stack(rows[i : i + batch_size])).to(dev)
+        z = model.encode(obs)
+        y = model.project(z) if projected else z.flatten(1)
+        out.append(y.float().cpu().numpy())
+    if not out:
+        return np.zeros((0, model.projection_size if projected else model.latent_size), np.float32)
+    return np.concatenate(out)
+
+
+def embed_2d(
+    latents: np.ndarray,
+    method: str = "umap",
+    n_neighbors: int = 15,
+    min_dist: float = 0.1,
+    seed: int = 0,
+) -> np.ndarray:
+    """(N, D) latents -> (N, 2) coordinates by UMAP (cosine metric) or PCA.
+
+    UMAP's neighbourhood is clipped to N - 1 so small samples work; with fewer than 4 points
+    PCA is used whatever ``method`` says.
+    """
+    x = np.asarray(latents, dtype=np.float32)
+    if method not in ("umap", "pca"):
+        raise ValueError(f"method must be 'umap' or 'pca', got {method!r}")
+    if method == "umap" and len(x) >= 4:
+        import warnings
+
+        import umap
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # n_jobs overridden by random_state, etc.
+            reducer = umap.UMAP(
+                n_neighbors=max(2, min(n_neighbors, len(x) - 1)),
+                min_dist=min_dist,
+                metric="cosine",
+                random_state=seed,
+                init="random" if len(x) < 20 else "spectral",
+            )
+            return np.asarray(reducer.fit_transform(x), dtype=np.float32)
+    centered = x - x.mean(axis=0, keepdims=True)
+    if len(x) < 2:
+        return np.zeros((len(x), 2), np.float32)
+    _, _, vt = np.linalg.svd(centered, full_matrices=False)
+    coords = centered @ vt[:2].T
+    if coords.shape[1] < 2:
+        coords = np.pad(coords, ((0, 0), (0, 2 - coords.shape[1])))
+    return coords.astype(np.float32)
+
+
+def embedding_frame(
+    model: SGIModel,
+    store: TransitionStore,
+    rows: np.ndarray,
+    label: str,
+    method: str = "umap",
+    projected: bool = False,
+    seed: int = 0,
+    **kwargs: Any,
+) -> pd.DataFrame:
+    """Encode ``rows``, embed them in 2-D and join what is known about each row.
+
+    Returns:
+        A DataFrame with ``x, y`` and the `row_table` columns, plus ``encoder`` = ``label``.
+    """
+    coords = embed_2d(
+        encode_rows(model, store, rows, projected=projected), method, seed=seed, **kwargs
+    )
+    df = row_table(store, rows)
+    df.insert(0, "y", coords[:, 1])
+    df.insert(0, "x", coords[:, 0])
+    df["encoder"] = label
+    return df
+
+
+# -- representation diversity (paper Fig. 4) ----------------------------------------------------
+
+
+def mean_pairwise_cosine(latents: np.ndarray | torch.Tensor) -> float:
+    """Mean cosine similarity over all pairs of distinct rows of (N, D) latents.
+
+    1 means every state looks the same to the encoder (collapse); lower is more diverse.
+    """
+    from sgi_lab.train.pretrain import representation_similarity
+
+    return float(representation_similarity(torch.as_tensor(np.asarray(latents, np.float32))))
+
+
+def representation_diversity(model: SGIModel, store: TransitionStore, rows: np.ndarray) -> float:
+    """Mean pairwise cosine similarity of the projected latents y = p(f(s)) of ``rows``."""
+    return mean_pairwise_cosine(encode_rows(model, store, rows, projected=True))
+
+
+def diversity_curves(
+    run_dirs: Sequence[str | os.PathLike] | dict[str, str | os.PathLike], key: str = DIVERSITY_KEY
+) -> pd.DataFrame:
+    """The diversity curves that pretraining runs logged, in one tidy frame.
+
+    Args:
+        run_dirs: pretraining run folders, or ``{label: folder}``.
+        key: the metrics.jsonl column to read.
+
+    Returns:
+        Columns ``run, step, cosine_similarity``; runs that logged nothing are left out.
+    """
+    named = run_dirs if isinstance(run_dirs, dict) else {Path(p).name: p for p in run_dirs}
+    frames = []
+    for label, folder in named.items():
+        rows = [r for r in read_jsonl(Path(folder) / "metrics.jsonl") if r.get(key) is not None]
+        if rows:
+            frames.append(
+                pd.DataFrame(
+                    {
+                        "run": label,
+                        "step": [r["step"] for r in rows],
+                        "cosine_similarity": [r[key] for r in rows],
+                    }
+                )
+            )
+    if not frames:
+        return pd.DataFrame(columns=["run", "step", "cosine_similarity"])
+    return pd.concat(frames, ignore_index=True)
+
+
+# -- how far the data goes ----------------------------------------------------------------------
+
+
+def start_distance(
+    store: TransitionStore, episodes: Sequence[int] | None = None, stride: int = 1
+) -> pd.DataFrame:
+    """Mean absolute pixel difference between each state and its episode's first frame.
+
+    A policy that never leaves the start screen stays near 0; one that reaches new parts of the
+    game climbs. Computed on single frames (the newest of each stack), in [0, 255].
+
+    Args:
+        store: the dataset.
+        episodes: which episodes (default: all).
+        stride: take every ``stride``-th step.
+
+    Returns:
+        Columns ``episode, step, pixel_distance``.
+    """
+    episodes = range(store.num_episodes) if episodes is None else episodes
+    frames = []
+    for e in episodes:
+        start, end = int(store.episode_starts[e]), int(store.episode_ends[e])
+        rows = np.arange(start, end + 1, max(1, int(stride)))
+        first = store.gather_frames(np.array([start]))[0].astype(np.int16)
+        distance = np.abs(store.gather_frames(rows).astype(np.int16) - first).mean(axis=(1, 2))
+        frames.append(
+            pd.DataFrame({"episode": e, "step": rows - start, "pixel_distance": distance})
+        )
+    return pd.concat(frames, ignore_index=True)

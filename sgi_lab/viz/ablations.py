@@ -1,0 +1,58 @@
+"""Figures of the ablation explorer: interval plot and table of aggregates (our runs beside the
+paper's rows), and per-game human-normalized scores."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from sgi_lab.viz.aggregates import aggregate_table, interval_plot
+
+if TYPE_CHECKING:
+    from sgi_lab.ablations import AblationView
+
+__all__ = ["ablation_figures", "per_game_hns_figure"]
+
+
+def per_game_hns_figure(per_game: pd.DataFrame, title: str | None = None) -> go.Figure:
+    """Grouped bars of per-game HNS, one trace per method.
+
+    Args:
+        per_game: ``game, method, hns`` rows (`sgi_lab.ablations.AblationModel.per_game`).
+        title: figure title.
+
+    Returns:
+        A figure with one ``Bar`` per method (x = games), dotted lines at 0 and 1.
+    """
+    fig = go.Figure()
+    for method, part in per_game.groupby("method", sort=False):
+        fig.add_trace(go.Bar(name=str(method), x=part["game"], y=part["hns"]))
+    fig.add_hline(y=0.0, line_dash="dot", line_color="gray", annotation_text="random")
+    fig.add_hline(y=1.0, line_dash="dot", line_color="gray", annotation_text="human")
+    fig.update_layout(
+        title=title or "per-game human-normalized score",
+        barmode="group",
+        template="plotly_white",
+        yaxis_title="HNS",
+        xaxis_tickangle=-45,
+        height=420,
+    )
+    return fig
+
+
+def ablation_figures(view: AblationView) -> dict[str, go.Figure]:
+    """The explorer's three figures for one selection: ``interval``, ``table``, ``per_game``."""
+    df = view.aggregates
+    if df.empty:
+        empty = go.Figure().update_layout(title="nothing selected", template="plotly_white")
+        return {"interval": empty, "table": go.Figure(empty), "per_game": go.Figure(empty)}
+    metrics = [m for m in view.metrics if m in set(df["metric"])]
+    games = int(df["games"].max()) if "games" in df else None
+    title = f"aggregate HNS over {games} game{'s' * (games != 1)}" if games else None
+    return {
+        "interval": interval_plot(df, metrics=metrics, methods=view.methods, title=title),
+        "table": aggregate_table(df, metrics=metrics, methods=view.methods),
+        "per_game": per_game_hns_figure(view.per_game),
+    }

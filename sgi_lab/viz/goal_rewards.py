@@ -1,0 +1,147 @@
+"""Figures of goal-conditioned RL along a trajectory: similarity to the goal, the synthetic
+reward, the goal-conditioned Q values, and the stored frames nearest to the goal."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.colors import qualitative
+from plotly.subplots import make_subplots
+
+from sgi_lab.data import TransitionStore
+
+__all__ = ["frames_figure", "goal_trajectory_figure", "nearest_frames_figure"]
+
+
+def goal_trajectory_figure(
+    df: pd.DataFrame, action_names: Sequence[str] | None = None, title: str | None = None
+) -> go.Figure:
+    """Three stacked panels over the trajectory's steps: s(z_t, g), the goal reward of t -> t+1
+    (green toward the goal, red away), and the goal-conditioned Q value of every action with the
+    action the data took marked.
+
+    Args:
+        df: `sgi_lab.goals.goal_analysis` output.
+        action_names: labels of the actions (default ``a0, a1, ...``).
+        title: figure title (default: the goal's label).
+
+    Returns:
+        A figure with traces ``"similarity"``, ``"goal reward"``, ``"Q(<action>)"`` for each
+        action (when the model has a goal head) and ``"action taken"``; a dotted line marks the
+        goal's step when it lies on the trajectory.
+    """
+    q_columns = [c for c in df.columns if c.startswith("q_") and c[2:].isdigit()]
+    panels = 3 if q_columns else 2
+    fig = make_subplots(
+        rows=panels,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.06,
+        subplot_titles=(
+            "similarity to the goal s(z_t, g)",
+            "goal reward r_t = scale (s(z_{t+1}, g) - s(z_t, g))",
+            "goal-conditioned Q values",
+        )[:panels],
+    )
+    step = df["step"].to_numpy()
+    fig.add_trace(go.Scatter(x=step, y=df["similarity"], mode="lines", name="similarity"), 1, 1)
+    reward = df["goal_reward"].to_numpy(float)
+    fig.add_trace(
+        go.Bar(
+            x=step,
+            y=reward,
+            name="goal reward",
+            marker={"color": np.where(np.nan_to_num(reward) >= 0, "#2ca02c", "#d62728")},
+        ),
+        2,
+        1,
+    )
+    if q_columns:
+        names = list(action_names) if action_names else [f"a{c[2:]}" for c in q_columns]
+        palette = qualitative.Plotly + qualitative.D3
+        for k, column in enumerate(q_columns):
+            fig.add_trace(
+                go.Scatter(
+                    x=step,
+                    y=df[column],
+                    mode="lines",
+                    name=f"Q({names[k]})",
+                    line={"color": palette[k % len(palette)], "width": 1.5},
+                ),
+                3,
+                1,
+            )
+        taken = df[q_columns].to_numpy()[np.arange(len(df)), df["action"].to_numpy()]
+        fig.add_trace(
+            go.Scatter(
+                x=step,
+                y=taken,
+                mode="markers",
+                name="action taken",
+                marker={"color": "black", "size": 4, "symbol": "x"},
+            ),
+            3,
+            1,
+        )
+    goal_row = df.attrs.get("goal_row")
+    if goal_row is not None and goal_row in set(df["row"]):
+        goal_step = int(df.loc[df["row"] == goal_row, "step"].iloc[0])
+        for r in range(1, panels + 1):
+            fig.add_vline(x=goal_step, line_dash="dot", line_color="gray", row=r, col=1)
+    fig.update_xaxes(title_text="step in episode", row=panels, col=1)
+    fig.update_layout(
+        title=title or df.attrs.get("goal_label", "goal"),
+        template="plotly_white",
+        height=260 * panels,
+        legend={"orientation": "h", "y": -0.08},
+    )
+    return fig
+
+
+def frames_figure(
+    frames: np.ndarray, titles: Sequence[str], title: str | None = None, height: int = 230
+) -> go.Figure:
+    """A strip of (N, 84, 84) grayscale frames with a title each."""
+    n = max(1, len(frames))
+    fig = make_subplots(rows=1, cols=n, subplot_titles=list(titles), horizontal_spacing=0.01)
+    for i, frame in enumerate(frames):
+        fig.add_trace(
+            go.Heatmap(z=frame[::-1], colorscale="gray", showscale=False, hoverinfo="skip"),
+            row=1,
+            col=i + 1,
+        )
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False, scaleanchor="x")
+    fig.update_layout(
+        title={"text": title, "y": 0.98, "yanchor": "top"},
+        height=height + 40,
+        margin={"l": 10, "r": 10, "t": 100, "b": 10},
+    )
+    return fig
+
+
+def nearest_frames_figure(store: TransitionStore, nearest: pd.DataFrame, goal=None) -> go.Figure:
+    """The goal's own frame (when it came from a state) and the stored frames nearest to it.
+
+    Args:
+        store: the dataset searched.
+        nearest: `sgi_lab.goals.nearest_to_goal` output.
+        goal: the `sgi_lab.goals.Goal` (its source frame is shown first).
+
+    Returns:
+        A frame strip (one ``Heatmap`` per frame) titled with rows and cosine similarities.
+    """
+    rows = list(nearest["row"])
+    titles = [
+        f"ep {e} t={s}<br>cos {c:.3f}"
+        for e, s, c in zip(nearest["episode"], nearest["step"], nearest["cosine"])
+    ]
+    if goal is not None and goal.row is not None:
+        rows = [goal.row, *rows]
+        titles = [f"<b>goal</b> (row {goal.row})", *titles]
+    frames = store.gather_frames(np.asarray(rows, dtype=np.int64))
+    label = goal.label if goal is not None else "goal"
+    return frames_figure(frames, titles, title=f"stored frames nearest to the {label}")

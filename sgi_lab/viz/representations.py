@@ -1,0 +1,256 @@
+"""Figures of what data and encoders look like: 2-D embeddings of latents coloured by what is
+known about each state, representation-diversity curves (the paper's Fig. 4), how far a dataset
+strays from its start states, and several datasets side by side."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.colors import qualitative
+from plotly.subplots import make_subplots
+
+from sgi_lab.data import TransitionStore
+
+__all__ = [
+    "compare_stores_figure",
+    "diversity_figure",
+    "embedding_grid",
+    "start_distance_figure",
+    "stores_table",
+]
+
+_CATEGORICAL = {"action", "episode"}
+_PALETTE = qualitative.Plotly + qualitative.D3
+
+
+def embedding_grid(
+    df: pd.DataFrame,
+    colors: Sequence[str] = ("step", "action", "reward", "episode"),
+    encoders: Sequence[str] | None = None,
+    title: str | None = None,
+) -> go.Figure:
+    """2-D embeddings, one column per encoder and one row per colouring.
+
+    Args:
+        df: `sgi_lab.representations.embedding_frame` rows (``x, y, encoder`` and the colour
+            columns), several encoders concatenated.
+        colors: columns to colour by; ``action`` and ``episode`` get discrete colours, others a
+            continuous scale.
+        encoders: encoder labels (columns), in order; default: as they appear in ``df``.
+        title: figure title.
+
+    Returns:
+        A figure with one ``Scatter`` per panel, named ``"<encoder> | <colour>"``.
+    """
+    encoders = list(dict.fromkeys(df["encoder"])) if encoders is None else list(encoders)
+    colors = [c for c in colors if c in df.columns]
+    fig = make_subplots(
+        rows=len(colors),
+        cols=len(encoders),
+        subplot_titles=[f"{e} — by {c}" for c in colors for e in encoders],
+        horizontal_spacing=0.06,
+        vertical_spacing=0.08 / max(1, len(colors) / 4),
+    )
+    for i, color in enumerate(colors):
+        for j, encoder in enumerate(encoders):
+            part = df[df["encoder"] == encoder]
+            values = part[color].to_numpy()
+            if color in _CATEGORICAL:
+                marker = {"color": [_PALETTE[int(v) % len(_PALETTE)] for v in values]}
+            else:
+                marker = {
+                    "color": values.astype(float),
+                    "colorscale": "Viridis" if color != "reward" else "RdBu",
+                    "showscale": j == len(encoders) - 1,
+                    "colorbar": {
+                        "title": color,
+                        "len": 1 / len(colors),
+                        "y": 1 - (i + 0.5) / len(colors),
+                        "thickness": 12,
+                    },
+                }
+                if color == "reward":
+                    bound = max(float(np.abs(values).max()) if len(values) else 1.0, 1e-6)
+                    marker.update(cmin=-bound, cmax=bound)
+            fig.add_trace(
+                go.Scattergl(
+                    x=part["x"],
+                    y=part["y"],
+                    mode="markers",
+                    name=f"{encoder} | {color}",
+                    marker={"size": 4, "opacity": 0.8, **marker},
+                    text=[
+                        f"row {r}, episode {e}, step {s}, action {a}, reward {w:g}"
+                        for r, e, s, a, w in zip(
+                            part["row"],
+                            part["episode"],
+                            part["step"],
+                            part["action"],
+                            part["reward"],
+                        )
+                    ],
+                    hoverinfo="text",
+                    showlegend=False,
+                ),
+                row=i + 1,
+                col=j + 1,
+            )
+    fig.update_xaxes(showticklabels=False)
+    fig.update_yaxes(showticklabels=False)
+    fig.update_layout(
+        title=title or "latent space (UMAP)",
+        template="plotly_white",
+        height=320 * len(colors),
+        width=max(700, 420 * len(encoders)),
+    )
+    return fig
+
+
+def diversity_figure(df: pd.DataFrame, title: str | None = None) -> go.Figure:
+    """Mean pairwise cosine similarity of representations over pretraining, one line per run.
+
+    Args:
+        df: `sgi_lab.representations.diversity_curves` (``run, step, cosine_similarity``).
+        title: figure title.
+
+    Returns:
+        A figure with one ``Scatter`` per run, named after it; lower means more diverse, 1 is
+        collapse.
+    """
+    fig = go.Figure()
+    for run, part in df.groupby("run", sort=False):
+        fig.add_trace(
+            go.Scatter(x=part["step"], y=part["cosine_similarity"], mode="lines", name=str(run))
+        )
+    fig.update_layout(
+        title=title or "representation diversity (paper Fig. 4): lower is more diverse",
+        xaxis_title="pretraining step",
+        yaxis_title="mean pairwise cosine similarity",
+        template="plotly_white",
+    )
+    return fig
+
+
+def start_distance_figure(
+    frames: Mapping[str, pd.DataFrame] | pd.DataFrame, title: str | None = None
+) -> go.Figure:
+    """How far the data goes from the start state: pixel distance to the episode's first frame
+    over time (mean and max over episodes), and the distribution of steps since an episode start.
+
+    Args:
+        frames: `sgi_lab.representations.start_distance` output, or ``{store label: output}``.
+        title: figure title.
+
+    Returns:
+        A two-panel figure; traces are named ``"<label> mean"``, ``"<label> max"`` (left) and
+        ``"<label> steps"`` (right).
+    """
+    frames = {"data": frames} if isinstance(frames, pd.DataFrame) else dict(frames)
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        subplot_titles=(
+            "pixel distance from the episode's first frame",
+            "steps since episode start (all states)",
+        ),
+    )
+    for k, (label, df) in enumerate(frames.items()):
+        color = _PALETTE[k % len(_PALETTE)]
+        by_step = df.groupby("step")["pixel_distance"].agg(["mean", "max"]).reset_index()
+        fig.add_trace(
+            go.Scatter(
+                x=by_step["step"], y=by_step["mean"], name=f"{label} mean", line={"color": color}
+            ),
+            row=1,
+            col=1,
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=by_step["step"],
+                y=by_step["max"],
+                name=f"{label} max",
+                line={"color": color, "dash": "dot"},
+            ),
+            row=1,
+            col=1,
+        )
+        fig.add_trace(
+            go.Histogram(x=df["step"], name=f"{label} steps", marker={"color": color}, opacity=0.6),
+            row=1,
+            col=2,
+        )
+    fig.update_xaxes(title_text="step in episode")
+    fig.update_yaxes(title_text="mean |frame - first frame|", row=1, col=1)
+    fig.update_layout(title=title, barmode="overlay", template="plotly_white", height=380)
+    return fig
+
+
+def compare_stores_figure(
+    stores: Mapping[str, TransitionStore], title: str | None = None
+) -> go.Figure:
+    """Several datasets side by side: action frequencies, episode returns and lengths, and the
+    share of steps with a non-zero reward.
+
+    Returns:
+        A 2x2 figure; every trace is named after its store's label.
+    """
+    fig = make_subplots(
+        rows=2,
+        cols=2,
+        subplot_titles=(
+            "action frequency",
+            "episode returns",
+            "episode lengths",
+            "reward density (share of steps with r != 0)",
+        ),
+    )
+    for k, (label, store) in enumerate(stores.items()):
+        color = _PALETTE[k % len(_PALETTE)]
+        counts = np.bincount(store.actions, minlength=store.num_actions)
+        common = {"name": label, "legendgroup": label, "marker": {"color": color}}
+        fig.add_trace(
+            go.Bar(x=np.arange(len(counts)), y=counts / counts.sum(), **common), row=1, col=1
+        )
+        fig.add_trace(
+            go.Histogram(x=store.episode_returns(), opacity=0.6, showlegend=False, **common),
+            row=1,
+            col=2,
+        )
+        fig.add_trace(
+            go.Histogram(x=store.episode_lengths(), opacity=0.6, showlegend=False, **common),
+            row=2,
+            col=1,
+        )
+        fig.add_trace(
+            go.Bar(x=[label], y=[float((store.rewards != 0).mean())], showlegend=False, **common),
+            row=2,
+            col=2,
+        )
+    fig.update_layout(title=title, barmode="group", template="plotly_white", height=620)
+    return fig
+
+
+def stores_table(stores: Mapping[str, TransitionStore]) -> go.Figure:
+    """The stores' `TransitionStore.summary` values as a table, one column per store."""
+    summaries = {label: store.summary() for label, store in stores.items()}
+    keys = list(next(iter(summaries.values())))
+    columns = [keys]
+    for summary in summaries.values():
+        columns.append(
+            [f"{v:.4g}" if isinstance(v, float) else str(v) for v in (summary[k] for k in keys)]
+        )
+    fig = go.Figure(
+        go.Table(
+            header={"values": ["", *summaries], "align": "left"},
+            cells={"values": columns, "align": "left"},
+        )
+    )
+    fig.update_layout(
+        template="plotly_white",
+        height=60 + 26 * len(keys),
+        margin={"l": 10, "r": 10, "t": 10, "b": 10},
+    )
+    return fig

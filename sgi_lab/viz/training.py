@@ -1,0 +1,398 @@
+"""Training figures: live curves fed by a trainer's callback, static curves from metrics.jsonl,
+finetuning learning curves, and a key/value summary table.
+
+`LiveCurves` is the callback a notebook hands to `sgi_lab.train.pretrain.pretrain`::
+
+    curves = viz.LiveCurves(viz.PRETRAIN_CURVES)
+    curves.show()
+    pretrain(config, data, out, callback=curves.update)
+    curves.finish()
+
+With ``anywidget`` installed, plotly's ``FigureWidget`` is updated in place; without it the
+figure is re-rendered through an IPython display handle (at most every ``min_interval_s``), which
+also leaves the final curves in a notebook executed by papermill.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+__all__ = [
+    "FINETUNE_CURVES",
+    "PRETRAIN_CURVES",
+    "LiveCurves",
+    "LiveFigure",
+    "figure_widget_available",
+    "learning_curve",
+    "summary_table",
+    "training_curves",
+]
+
+PRETRAIN_CURVES: tuple[str, ...] = (
+    "loss/total",
+    "loss/spr",
+    "loss/goal",
+    "loss/inverse",
+    "inverse/accuracy",
+    "goal/reward_mean",
+    "repr/cosine_similarity",
+    "perf/samples_per_s",
+)
+"""The pretraining metrics shown by default (those a run did not log are skipped)."""
+
+FINETUNE_CURVES: tuple[str, ...] = (
+    "episode/return",
+    "episode/clipped_return",
+    "losses/total",
+    "losses/rl",
+    "losses/spr",
+    "charts/q_mean",
+    "charts/epsilon",
+    "charts/sps",
+)
+"""The finetuning metrics shown by default (`sgi_lab.train.finetune`'s metrics.jsonl keys)."""
+
+
+def figure_widget_available() -> bool:
+    """Whether plotly's FigureWidget works here (plotly >= 6 needs ``anywidget``)."""
+    try:
+        go.FigureWidget()
+    except ImportError:
+        return False
+    return True
+
+
+def _show(fig: go.Figure, handle: Any = None) -> Any:
+    """Display ``fig`` with a display id, or redraw it in place through ``handle``.
+
+    plotly's own ``_ipython_display_`` ignores display ids, so every update would add a new
+    output; displaying its MIME bundle ourselves keeps one output that updates (in JupyterLab
+    and in notebooks executed by papermill alike).
+    """
+    from IPython.display import display
+
+    bundle = fig._repr_mimebundle_()
+    if not bundle:  # no renderer here (a plain Python process)
+        return handle
+    if handle is None:
+        return display(bundle, raw=True, display_id=True)
+    handle.update(bundle, raw=True)
+    return handle
+
+
+def _as_frame(metrics: pd.DataFrame | Iterable[Mapping[str, Any]]) -> pd.DataFrame:
+    return metrics if isinstance(metrics, pd.DataFrame) else pd.DataFrame(list(metrics))
+
+
+# -- live figures -------------------------------------------------------------------------------
+
+
+class LiveFigure:
+    """A figure that callbacks can replace after it is shown.
+
+    ``figure`` is a ``FigureWidget`` when anywidget is installed (changes show at once, and
+    ``widget`` can sit in an ipywidgets layout); else a plain ``go.Figure`` shown through an
+    IPython display handle that every `replace` updates (``widget`` is None). Either way
+    ``figure.data`` always holds what is drawn, so tests can read it.
+
+    Args:
+        figure: the initial figure (default: empty).
+    """
+
+    def __init__(self, figure: go.Figure | None = None) -> None:
+        figure = figure if figure is not None else go.Figure()
+        if figure_widget_available():
+            self.figure = go.FigureWidget(figure)
+            self.widget = self.figure
+        else:
+            self.figure = go.Figure(figure)
+            self.widget = None
+        self._handle = None
+
+    def show(self) -> None:
+        """Display the figure; later `replace` calls redraw it in place."""
+        from IPython.display import display
+
+        if self.widget is not None:
+            display(self.widget)
+        else:
+            self._handle = _show(self.figure)
+
+    def replace(self, figure: go.Figure) -> None:
+        """Show ``figure`` instead, where the old one was."""
+        if self.widget is not None:
+            with self.figure.batch_update():
+                self.figure.data = []
+                self.figure.layout = figure.layout
+                self.figure.add_traces(list(figure.data))
+        else:
+            self.figure = go.Figure(figure)
+            self.refresh()
+
+    def refresh(self) -> None:
+        """Redraw after ``figure`` was changed in place (a no-op for a FigureWidget)."""
+        if self._handle is not None:
+            _show(self.figure, self._handle)
+
+    def _ipython_display_(self) -> None:
+        self.show()
+
+
+class LiveCurves:
+    """Metric curves that grow while a trainer runs; pass :meth:`update` as its callback.
+
+    Args:
+        keys: metrics to plot, one panel each; keys never seen stay out of the final figure.
+        columns: panels per row.
+        title: figure title.
+        min_interval_s: without a FigureWidget, the figure is redrawn at most this often.
+        x: the row key on the x axis.
+    """
+
+    def __init__(
+        self,
+        keys: Sequence[str] = PRETRAIN_CURVES,
+        columns: int = 4,
+        title: str | None = None,
+        min_interval_s: float = 2.0,
+        x: str = "step",
+    ) -> None:
+        self.keys = list(keys)
+        self.columns = columns
+        self.title = title
+        self.x = x
+        self.min_interval_s = min_interval_s
+        self.rows: list[dict[str, Any]] = []
+        self._figure = self._empty_figure()
+        self._widget = go.FigureWidget(self._figure) if figure_widget_available() else None
+        self._handle = None
+        self._last_draw = 0.0
+        self._followed = 0
+
+    @property
+    def figure(self) -> go.Figure:
+        """The live figure: one trace per key, in the order of ``keys``."""
+        return self._widget if self._widget is not None else self._figure
+
+    def _empty_figure(self) -> go.Figure:
+        rows = max(1, math.ceil(len(self.keys) / self.columns))
+        fig = make_subplots(rows=rows, cols=self.columns, subplot_titles=self.keys)
+        for i, key in enumerate(self.keys):
+            fig.add_trace(
+                go.Scatter(x=[], y=[], mode="lines+markers", name=key, marker={"size": 4}),
+                row=i // self.columns + 1,
+                col=i % self.columns + 1,
+            )
+        fig.update_layout(
+            title=self.title, showlegend=False, template="plotly_white", height=260 * rows
+        )
+        return fig
+
+    def show(self) -> None:
+        """Display the (empty) figure; later updates draw into it."""
+        from IPython.display import display
+
+        if self._widget is not None:
+            display(self._widget)
+        else:
+            self._handle = _show(self._figure)
+            self._last_draw = time.monotonic()
+
+    def update(self, row: Mapping[str, Any]) -> None:
+        """Add one metrics row (the trainer's callback)."""
+        self.rows.append(dict(row))
+        x = row.get(self.x, len(self.rows))
+        fig = self.figure
+        with fig.batch_update() if self._widget is not None else contextlib.nullcontext():
+            for trace, key in zip(fig.data, self.keys):
+                value = row.get(key)
+                if value is None or (isinstance(value, float) and not math.isfinite(value)):
+                    continue
+                trace.x = (*(trace.x or ()), x)
+                trace.y = (*(trace.y or ()), value)
+        if self._handle is not None and time.monotonic() - self._last_draw >= self.min_interval_s:
+            self._draw()
+
+    def follow(self, metrics_path: str | os.PathLike, every: int = 100) -> Callable[..., None]:
+        """A trainer callback (any signature) that feeds this figure the rows appended to
+        ``metrics_path`` since the last look, reading the file every ``every`` calls.
+
+        For trainers whose callback does not carry metrics rows, e.g.
+        ``finetune(config, out, callback=curves.follow(out / "metrics.jsonl"))``.
+        """
+        path = Path(metrics_path)
+        calls = 0
+
+        def poll(*_args: Any, **_kwargs: Any) -> None:
+            nonlocal calls
+            calls += 1
+            if calls % every == 0:
+                self.poll(path)
+
+        return poll
+
+    def poll(self, metrics_path: str | os.PathLike) -> None:
+        """Feed the rows of ``metrics_path`` not seen yet (a rewritten, shorter file restarts)."""
+        from sgi_lab.runs import read_jsonl
+
+        rows = read_jsonl(metrics_path)
+        if len(rows) < self._followed:  # the trainer resumed and dropped rows
+            self._followed = 0
+        for row in rows[self._followed :]:
+            self.update(row)
+        self._followed = len(rows)
+
+    def _draw(self) -> None:
+        if self._handle is not None:
+            _show(self._figure, self._handle)
+            self._last_draw = time.monotonic()
+
+    def finish(self) -> go.Figure:
+        """Draw the last rows and return the final figure (only panels that got data)."""
+        self._draw()
+        return training_curves(self.rows, self.keys, self.columns, self.title, x=self.x)
+
+    @property
+    def frame(self) -> pd.DataFrame:
+        """Every row received, as a DataFrame."""
+        return pd.DataFrame(self.rows)
+
+
+# -- static figures -----------------------------------------------------------------------------
+
+
+def training_curves(
+    metrics: pd.DataFrame | Iterable[Mapping[str, Any]],
+    keys: Sequence[str] | None = None,
+    columns: int = 4,
+    title: str | None = None,
+    x: str = "step",
+    runs: str | None = None,
+) -> go.Figure:
+    """Metric curves from metrics.jsonl rows, one panel per key that has data.
+
+    Args:
+        metrics: rows (``RunDir.read_metrics()``) or a DataFrame.
+        keys: metrics to show (default: every numeric column but ``x``).
+        columns: panels per row.
+        title: figure title.
+        x: x-axis column.
+        runs: a column naming the run of each row; one line per run per panel when given.
+
+    Returns:
+        A figure with one ``Scatter`` per (panel, run), named ``<key>`` or ``<key> (<run>)``.
+    """
+    df = _as_frame(metrics)
+    if keys is None:
+        keys = [
+            c for c in df.columns if c not in (x, runs) and pd.api.types.is_numeric_dtype(df[c])
+        ]
+    keys = [k for k in keys if k in df.columns and df[k].notna().any()]
+    rows = max(1, math.ceil(len(keys) / columns))
+    fig = make_subplots(rows=rows, cols=columns, subplot_titles=keys or ["(no metrics yet)"])
+    groups = df.groupby(runs, sort=False) if runs else [(None, df)]
+    palette = ["#636efa", "#ef553b", "#00cc96", "#ab63fa", "#ffa15a", "#19d3f3", "#ff6692"]
+    for j, (run, part) in enumerate(groups):
+        for i, key in enumerate(keys):
+            data = part[[x, key]].dropna()
+            fig.add_trace(
+                go.Scatter(
+                    x=data[x],
+                    y=data[key],
+                    mode="lines",
+                    name=key if run is None else f"{key} ({run})",
+                    legendgroup=str(run),
+                    showlegend=run is not None and i == 0,
+                    line={"color": palette[j % len(palette)]},
+                ),
+                row=i // columns + 1,
+                col=i % columns + 1,
+            )
+    fig.update_layout(
+        title=title, template="plotly_white", height=260 * rows, showlegend=runs is not None
+    )
+    return fig
+
+
+def learning_curve(
+    metrics: pd.DataFrame | Iterable[Mapping[str, Any]],
+    key: str = "episode/return",
+    window: int = 10,
+    x: str = "step",
+    title: str | None = None,
+    reference: Mapping[str, float] | None = None,
+) -> go.Figure:
+    """Episode returns during finetuning with a rolling mean.
+
+    Args:
+        metrics: finetuning metrics rows (those without ``key`` are ignored).
+        key: the return column.
+        window: episodes in the rolling mean.
+        x: x-axis column (agent steps).
+        title: figure title.
+        reference: horizontal lines to draw, e.g. ``{"random": -20.7, "human": 14.6}``.
+
+    Returns:
+        A figure with ``Scatter`` traces ``"episodes"`` and ``"mean of <window>"``.
+    """
+    df = _as_frame(metrics)
+    data = df[[x, key]].dropna() if key in df.columns else pd.DataFrame({x: [], key: []})
+    fig = go.Figure(
+        [
+            go.Scatter(x=data[x], y=data[key], mode="markers", name="episodes", marker={"size": 5}),
+            go.Scatter(
+                x=data[x],
+                y=data[key].rolling(window, min_periods=1).mean(),
+                mode="lines",
+                name=f"mean of {window}",
+            ),
+        ]
+    )
+    for name, value in (reference or {}).items():
+        fig.add_hline(y=value, line_dash="dot", line_color="gray", annotation_text=name)
+    fig.update_layout(
+        title=title or f"learning curve ({key})",
+        xaxis_title=x,
+        yaxis_title=key,
+        template="plotly_white",
+    )
+    return fig
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (np.floating, np.integer)):
+        return _cell(value.item())
+    return str(value)
+
+
+def summary_table(values: Mapping[str, Any], title: str | None = None) -> go.Figure:
+    """A two-column plotly Table of ``{name: value}`` (floats to 4 significant digits)."""
+    fig = go.Figure(
+        go.Table(
+            header={"values": ["", "value"], "align": "left"},
+            cells={
+                "values": [list(map(str, values)), [_cell(v) for v in values.values()]],
+                "align": "left",
+            },
+        )
+    )
+    fig.update_layout(
+        title=title,
+        template="plotly_white",
+        height=60 + 28 * len(values),
+        margin={"l": 10, "r": 10, "t": 40 if title else 10, "b": 10},
+    )
+    return fig

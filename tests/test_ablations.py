@@ -1,0 +1,122 @@
+"""The ablation explorer: run scores, aggregates beside the paper, and widget callbacks."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from sgi_lab import ablations
+from sgi_lab.metrics import human_normalized_score, paper_per_game
+
+
+def _run(root, name, game, seed, mean, method=None):
+    folder = root / name
+    folder.mkdir(parents=True)
+    (folder / "eval.json").write_text(json.dumps({"game": game, "mean": mean, "scores": [mean]}))
+    (folder / "config.yaml").write_text(f"game: {game}\nseed: {seed}\n")
+    if method:
+        (folder / "results.json").write_text(json.dumps({"method": method}))
+    return folder
+
+
+@pytest.fixture
+def runs(tmp_path):
+    root = tmp_path / "runs"
+    for seed, (pong, breakout) in enumerate([(-10.0, 5.0), (0.0, 10.0), (10.0, 15.0)]):
+        _run(root, f"finetune__frozen__Pong__s{seed}", "Pong", seed, pong)
+        _run(root, f"finetune__frozen__Breakout__s{seed}", "Breakout", seed, breakout)
+    _run(root, "finetune__smoke__Pong__s0", "Pong", 0, -21.0, method="mine")
+    (root / "unevaluated").mkdir()
+    return root
+
+
+def test_load_run_scores(runs):
+    found = ablations.find_runs(runs)
+    assert len(found) == 7  # the folder without eval.json is not a run
+    scores = ablations.load_run_scores(found)
+    assert set(scores["method"]) == {"frozen", "mine"}
+    pong = scores[(scores["method"] == "frozen") & (scores["game"] == "Pong")]
+    assert sorted(pong["seed"]) == [0, 1, 2]
+    assert pong.set_index("seed")["hns"][1] == pytest.approx(human_normalized_score("Pong", 0.0))
+    explicit = ablations.load_run_scores({"renamed": found[:1]})
+    assert explicit["method"].tolist() == ["renamed"]
+
+
+def test_run_aggregates_have_cis_and_notes(runs):
+    scores = ablations.load_run_scores(ablations.find_runs(runs))
+    df, notes = ablations.run_aggregates(scores, ["Pong", "Breakout"], reps=200)
+    frozen = df[df["method"] == "frozen"].set_index("metric")
+    hns = np.array(
+        [
+            [human_normalized_score(g, s) for g, s in [("Pong", p), ("Breakout", b)]]
+            for p, b in [(-10.0, 5.0), (0.0, 10.0), (10.0, 15.0)]
+        ]
+    )
+    assert frozen.loc["mean", "value"] == pytest.approx(hns.mean(axis=0).mean())
+    assert frozen.loc["iqm", "lower"] <= frozen.loc["iqm", "value"] <= frozen.loc["iqm", "upper"]
+    mine = df[df["method"] == "mine"]
+    assert mine["games"].unique().tolist() == [1] and mine["lower"].isna().all()  # one run
+    assert any("mine" in n and "Breakout" in n for n in notes)
+
+
+def test_paper_rows_printed_for_all_games_recomputed_for_a_subset():
+    printed, _ = ablations.paper_aggregate_rows(["SGI-M"], None, ["iqm", "median"])
+    row = printed.set_index("metric").loc["iqm"]
+    assert row["method"] == "SGI-M (paper)" and row["value"] == pytest.approx(0.567)
+    assert row["lower"] == pytest.approx(0.524) and row["source"] == "paper tab:IQMs"
+
+    subset, _ = ablations.paper_aggregate_rows(["SGI-M"], ["Pong"], ["mean"])
+    expected = human_normalized_score("Pong", paper_per_game("SGI-M")["Pong"])
+    assert subset["value"].item() == pytest.approx(expected)
+    assert np.isnan(subset["lower"].item())
+
+    aggregate_only, notes = ablations.paper_aggregate_rows(["DrQ"], ["Pong"], ["mean"])
+    assert aggregate_only.empty and "DrQ" in notes[0]
+
+
+def test_paper_config_for():
+    assert ablations.paper_config_for("frozen") == "Frozen"
+    assert ablations.paper_config_for("reduced_lr", "s_g") == "S+G"
+    assert ablations.paper_config_for("smoke", "", pretrained=False) == "SGI-None"
+    assert ablations.paper_config_for("smoke", "", pretrained=True) == "SGI-M"
+    assert ablations.paper_config_for("smoke", "sgi_m_s", pretrained=True) == "SGI-M/S"
+
+
+def test_model_select(runs):
+    model = ablations.AblationModel(ablations.load_run_scores(ablations.find_runs(runs)), reps=100)
+    assert model.default_games() == ["Breakout", "Pong"]
+    assert model.default_paper()[:3] == ["SGI-M", "SGI-None", "Frozen"]
+    view = model.select(metrics=["iqm"])
+    assert view.methods[:2] == ["frozen", "mine"]
+    assert "Frozen (paper)" in view.methods
+    per_game = view.per_game.set_index(["method", "game"])["hns"]
+    assert per_game[("Frozen (paper)", "Pong")] == pytest.approx(
+        human_normalized_score("Pong", paper_per_game("Frozen")["Pong"])
+    )
+
+
+def test_explorer_callbacks_change_the_figures(runs):
+    model = ablations.AblationModel(ablations.load_run_scores(ablations.find_runs(runs)), reps=100)
+    explorer = ablations.AblationExplorer(model, paper=["SGI-M"], metrics=["iqm", "mean"])
+    rows = list(explorer.interval.figure.data[0].y)
+    assert rows == ["frozen", "mine", "SGI-M (paper)"]
+    assert len(explorer.interval.figure.data) == 4  # (CI bar, point) x 2 metrics
+
+    explorer.paper.value = ("SGI-M", "S+I")  # as a click would
+    assert list(explorer.interval.figure.data[0].y)[-1] == "S+I (paper)"
+
+    explorer.methods.value = ("frozen",)
+    assert "mine" not in list(explorer.interval.figure.data[0].y)
+
+    before = explorer.table.figure.data[0].cells.values[1]
+    explorer.games.value = ("Pong",)
+    assert explorer.table.figure.data[0].cells.values[1] != before
+    assert set(explorer.per_game.figure.data[0].x) == {"Pong"}
+
+    explorer.metrics.value = ("median",)
+    assert [t.name for t in explorer.interval.figure.data] == ["median CI", "median"]
+
+    explorer.games.value = ()
+    assert "select at least one game" in explorer.notes.value

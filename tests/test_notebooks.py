@@ -1,0 +1,225 @@
+"""The notebooks: committed clean, a literal-only ``parameters`` cell first, no functions, every
+params/notebooks set matching a notebook's parameters, and each notebook executed by papermill
+on CPU with its smoke parameters (the quick ones in the default suite, all of them with -m slow).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ("datasets", "pretrain", "finetune", "goal_rewards", "representations", "ablations")
+
+
+def _notebook(name: str) -> nbformat.NotebookNode:
+    return nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
+
+
+def _code_cells(nb: nbformat.NotebookNode) -> list:
+    return [c for c in nb.cells if c.cell_type == "code"]
+
+
+def _parameters(name: str) -> dict:
+    from sgi_lab.notebook_runs import notebook_defaults
+
+    return notebook_defaults(ROOT / "notebooks" / f"{name}.ipynb")
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_notebook_is_committed_clean_with_a_parameters_cell_first(name):
+    nb = _notebook(name)
+    nbformat.validate(nb)
+    cells = _code_cells(nb)
+    for cell in cells:
+        assert cell.outputs == [] and cell.execution_count is None, f"{name}: outputs committed"
+    first = cells[0]
+    assert "parameters" in first.metadata.get("tags", []), f"{name}: first code cell untagged"
+    # literals only: every statement is `name = <literal>`
+    for node in ast.parse(first.source).body:
+        assert isinstance(node, ast.Assign), f"{name}: {ast.unparse(node)} is not an assignment"
+        ast.literal_eval(node.value)
+    assert nb.cells[0].cell_type == "markdown", f"{name}: starts without its purpose"
+    assert "record_results" in cells[-1].source, f"{name}: the last cell records no metrics"
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_notebook_defines_no_functions_or_classes(name):
+    for cell in _code_cells(_notebook(name)):
+        for node in ast.walk(ast.parse(cell.source)):
+            assert not isinstance(
+                node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+            ), f"{name}: defines {type(node).__name__} (move it to sgi_lab)"
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_papermill_sees_every_parameter(name):
+    from papermill.inspection import inspect_notebook
+
+    found = inspect_notebook(str(ROOT / "notebooks" / f"{name}.ipynb"))
+    assert set(found) == set(_parameters(name)), "a line papermill cannot parse (a second '=')"
+    assert "out_dir" in found
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_every_notebook_has_a_smoke_set_of_its_own_parameters(name):
+    folder = ROOT / "params" / "notebooks"
+    sets = sorted([*folder.glob(f"{name}_*.yaml"), *folder.glob(f"demo_{name}.yaml")])
+    assert folder / f"{name}_smoke.yaml" in sets
+    assert folder / f"demo_{name}.yaml" in sets  # make demo's stage
+    declared = set(_parameters(name))
+    for path in sets:
+        keys = set(yaml.safe_load(path.read_text()))
+        assert keys <= declared, f"{path.name}: {sorted(keys - declared)} are not parameters"
+
+
+@pytest.mark.parametrize("stage", ["pretrain", "finetune"])
+def test_stage_params_files_are_valid_notebook_parameter_files(stage):
+    """``papermill notebooks/pretrain.ipynb OUT -f params/pretrain/sgi_m.yaml`` must work: each
+    top-level key of a stage params file is a parameter of the stage's notebook."""
+    declared = set(_parameters(stage))
+    assert {"name", "description", "config", "params_file", "overrides"} <= declared
+    for path in sorted((ROOT / "params" / stage).glob("*.yaml")):
+        assert set(yaml.safe_load(path.read_text())) <= declared, path.name
+
+
+# -- execution ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def pong_store(tmp_path_factory):
+    """A small Random Pong store shared by the notebook runs."""
+    from sgi_lab.data.collect import collect_random
+
+    path = tmp_path_factory.mktemp("data") / "pong_random"
+    return collect_random("Pong", 1_200, path, seed=0, progress=False).path
+
+
+def execute(name: str, tmp_path: Path, **parameters) -> dict:
+    """Run a notebook with its smoke set plus ``parameters``; return its results.json."""
+    import papermill
+
+    params = yaml.safe_load((ROOT / "params" / "notebooks" / f"{name}_smoke.yaml").read_text())
+    params.update(parameters, out_dir=str(tmp_path / "run"))
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    papermill.execute_notebook(
+        str(ROOT / "notebooks" / f"{name}.ipynb"),
+        str(tmp_path / f"{name}.ipynb"),
+        parameters=params,
+        kernel_name="python3",
+        progress_bar=False,
+        cwd=str(ROOT),
+    )
+    return json.loads((tmp_path / "run" / "results.json").read_text())
+
+
+@pytest.mark.smoke
+def test_datasets_notebook(tmp_path, pong_store):
+    results = execute("datasets", tmp_path, data=str(pong_store), compare_collect_steps=300)
+    assert len(results["stores"]) == 2
+    assert (tmp_path / "run" / "figures" / "start_distance.html").exists()
+
+
+@pytest.mark.smoke
+def test_goal_rewards_notebook(tmp_path, pong_store):
+    results = execute("goal_rewards", tmp_path, data=str(pong_store), bank_size=200)
+    assert results["model"].startswith("random init")
+    assert 0.0 <= results["positive_reward_share"] <= 1.0
+    assert (tmp_path / "run" / "figures" / "goal_trajectory.html").exists()
+
+
+@pytest.mark.smoke
+def test_representations_notebook_with_pca(tmp_path, pong_store):
+    results = execute(
+        "representations", tmp_path, data=str(pong_store), num_points=150, embedding="pca"
+    )
+    assert results["points"] == 150
+    assert (tmp_path / "run" / "figures" / "embeddings.html").exists()
+
+
+@pytest.mark.smoke
+def test_ablations_notebook_with_a_run(tmp_path):
+    runs = tmp_path / "runs" / "finetune__frozen__Pong__s0"
+    runs.mkdir(parents=True)
+    (runs / "eval.json").write_text(json.dumps({"game": "Pong", "mean": -10.0, "scores": [-10.0]}))
+    (runs / "config.yaml").write_text("game: Pong\nseed: 0\n")
+    results = execute("ablations", tmp_path, runs_root=str(tmp_path / "runs"), paper=[])
+    assert results["methods"] == ["frozen"]
+    assert results["games"] == ["Pong"]
+    methods = {row["method"] for row in results["aggregates"]}
+    assert {"frozen", "Frozen (paper)", "SGI-M (paper)"} <= methods
+
+
+@pytest.mark.smoke
+def test_pretrain_then_finetune_notebooks(tmp_path, pong_store):
+    """The training notebooks end to end: pretrain (10 steps), then finetune from that run."""
+    pretrain = execute(
+        "pretrain", tmp_path / "pretrain", data=str(pong_store), overrides={"steps": 10}
+    )
+    assert Path(pretrain["model"]).exists() and pretrain["steps"] == 10
+    run = tmp_path / "pretrain" / "run"
+    assert (run / "figures" / "training_curves.html").exists()
+    finetune = execute(
+        "finetune", tmp_path / "finetune", pretrained=str(run), pretrain_name="sgi_m"
+    )
+    assert finetune["paper_config"] == "SGI-M" and finetune["pretrained"] == str(run)
+    assert finetune["eval_episodes"] >= 1
+    assert (tmp_path / "finetune" / "run" / "eval.json").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.smoke
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_every_notebook_with_its_smoke_set(name, tmp_path, pong_store):
+    """Exactly the smoke sets (UMAP included), data aside."""
+    extra = {} if name in ("ablations", "finetune") else {"data": str(pong_store)}
+    assert execute(name, tmp_path, **extra)
+
+
+@pytest.mark.slow
+@pytest.mark.smoke
+def test_representations_of_a_pretrained_run(tmp_path, pong_store):
+    execute("pretrain", tmp_path / "pretrain", data=str(pong_store))
+    run = tmp_path / "pretrain" / "run"
+    results = execute(
+        "representations", tmp_path / "repr", data=str(pong_store), pretrained=str(run)
+    )
+    assert len(results["encoders"]) == 2
+    assert results["final_logged_cosine_similarity"]
+
+
+@pytest.mark.slow
+@pytest.mark.smoke
+def test_demo_pipeline_with_smoke_sets(tmp_path):
+    from sgi_lab.demo_pipeline import run_pipeline
+
+    stages, report = run_pipeline(tmp_path / "demo", smoke=True, progress=False)
+    assert [s.state for s in stages] == ["finished"] * 6
+    page = report.read_text()
+    for stage in stages:
+        assert f'href="{stage.notebook}/{stage.notebook}.html"' in page
+    again, _ = run_pipeline(tmp_path / "demo", smoke=True, progress=False)
+    assert [s.state for s in again] == ["skipped"] * 6  # finished stages are not redone
+
+
+def test_demo_report_links_what_exists(tmp_path):
+    from sgi_lab.demo_pipeline import Stage, write_report
+
+    (tmp_path / "pretrain" / "figures").mkdir(parents=True)
+    (tmp_path / "pretrain" / "pretrain.html").write_text("<html></html>")
+    (tmp_path / "pretrain" / "figures" / "training_curves.html").write_text("<html></html>")
+    stages = [
+        Stage(
+            "pretrain", "pretraining", 1.0, "finished", 12.0, None, {"steps": 10, "loss/total": 0.5}
+        ),
+        Stage("finetune", "finetuning", 1.0, "failed", 3.0, "ValueError: <boom>"),
+    ]
+    page = write_report(tmp_path, stages, 15.0).read_text()
+    assert 'href="pretrain/pretrain.html"' in page
+    assert 'href="pretrain/figures/training_curves.html"' in page
+    assert "loss/total: 0.5" in page and "ValueError: &lt;boom&gt;" in page

@@ -1,0 +1,281 @@
+"""Training, representation and goal-reward figures, and the computations behind them."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import pytest
+import torch
+
+from sgi_lab import goals, notebook_runs, representations, viz
+from sgi_lab.data import TransitionStoreWriter
+from sgi_lab.data.store import TransitionStore
+
+
+@pytest.fixture
+def small_store(tmp_path):
+    """Two episodes of 30 and 20 steps; frame t of an episode is filled with the value 4 t, so the
+    pixel distance to the episode's first frame is exactly 4 t."""
+    writer = TransitionStoreWriter.create(
+        tmp_path / "store", game="Pong", source="synthetic", num_actions=6, chunk_size=16
+    )
+    for length in (30, 20):
+        for t in range(length):
+            frame = np.full((84, 84), 4 * t, np.uint8)
+            frame[t % 84, :] = 255 - 4 * t  # a moving line, so latents differ over time
+            writer.append(frame, t % 6, float(t % 7 == 0), t == length - 1, t == 0)
+    return TransitionStore(writer.close())
+
+
+@pytest.fixture(scope="module")
+def model():
+    return representations.random_model(6, "nature", seed=0)
+
+
+# -- computations -------------------------------------------------------------------------------
+
+
+def test_mean_pairwise_cosine_by_hand():
+    x = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    # pairs: (1,2) 0, (1,3) 1/sqrt2, (2,3) 1/sqrt2 -> mean over the 3 pairs
+    expected = (0 + 2 / np.sqrt(2)) / 3
+    assert representations.mean_pairwise_cosine(x) == pytest.approx(expected, abs=1e-6)
+    assert representations.mean_pairwise_cosine(np.ones((4, 3))) == pytest.approx(1.0)
+
+
+def test_row_table_and_sample_rows(small_store):
+    rows = representations.sample_rows(small_store, 10, seed=1)
+    assert len(set(rows)) == 10 and np.all(np.diff(rows) > 0)
+    table = representations.row_table(small_store, np.array([0, 29, 30, 35]))
+    assert table["episode"].tolist() == [0, 0, 1, 1]
+    assert table["step"].tolist() == [0, 29, 0, 5]
+    only_second = representations.sample_rows(small_store, 100, episodes=[1])
+    assert only_second.tolist() == list(range(30, 50))
+
+
+def test_start_distance_is_the_pixel_distance_to_the_first_frame(small_store):
+    df = representations.start_distance(small_store, stride=1)
+    assert len(df) == 50
+    # frames are 4 t everywhere except one line of 255 - 4 t (row t) and the first frame's line
+    t = 10
+    got = df[(df["episode"] == 0) & (df["step"] == t)]["pixel_distance"].item()
+    first = np.full((84, 84), 0, np.int16)
+    first[0, :] = 255
+    frame = np.full((84, 84), 4 * t, np.int16)
+    frame[t, :] = 255 - 4 * t
+    assert got == pytest.approx(np.abs(frame - first).mean())
+
+
+def test_encode_rows_shapes_and_embedding(small_store, model):
+    rows = np.arange(0, 50, 5)
+    z = representations.encode_rows(model, small_store, rows)
+    y = representations.encode_rows(model, small_store, rows, projected=True)
+    assert z.shape == (10, model.latent_size) and y.shape == (10, model.projection_size)
+    assert representations.embed_2d(z, "pca").shape == (10, 2)
+    df = representations.embedding_frame(model, small_store, rows, "random", method="umap")
+    assert list(df.columns[:2]) == ["x", "y"] and len(df) == 10
+    assert np.isfinite(df[["x", "y"]].to_numpy()).all()
+
+
+def test_diversity_curves_read_metrics(tmp_path):
+    for name, values in {"a": [0.9, 0.8], "b": [0.5]}.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        lines = [
+            json.dumps({"step": 10 * (i + 1), "repr/cosine_similarity": v})
+            for i, v in enumerate(values)
+        ]
+        (folder / "metrics.jsonl").write_text("\n".join([*lines, json.dumps({"step": 99})]) + "\n")
+    df = representations.diversity_curves([tmp_path / "a", tmp_path / "b", tmp_path / "missing"])
+    assert df.groupby("run")["cosine_similarity"].apply(list).to_dict() == {
+        "a": [0.9, 0.8],
+        "b": [0.5],
+    }
+    fig = viz.diversity_figure(df)
+    assert [t.name for t in fig.data] == ["a", "b"]
+
+
+def test_future_goal_without_noise_is_reached_on_its_own_row(small_store, model):
+    rows = goals.trajectory_rows(small_store, episode=0, start=0, length=25)
+    goal = goals.make_goal(model, small_store, rows, "future", offset=12, alpha=0.0)
+    assert goal.row == 12
+    df = goals.goal_analysis(model, small_store, rows, goal)
+    assert df.loc[df["row"] == 12, "similarity"].item() == pytest.approx(1.0, abs=1e-4)
+    # potential-based: the rewards telescope to s(z_T) - s(z_0), times the scale
+    total = df["goal_reward"].sum()
+    assert total == pytest.approx(
+        10 * (df["similarity"].iloc[-1] - df["similarity"].iloc[0]), abs=1e-3
+    )
+    assert {f"q_{a}" for a in range(6)} <= set(df.columns)
+    nearest = goals.nearest_to_goal(model, small_store, goal, k=3)
+    assert nearest["row"].iloc[0] == 12 and nearest["cosine"].iloc[0] == pytest.approx(
+        1.0, abs=1e-4
+    )
+
+
+def test_goal_kinds_and_noise(small_store, model):
+    rows = goals.trajectory_rows(small_store, 0, 0, 10)
+    other = goals.make_goal(model, small_store, rows, "other_episode", seed=3)
+    assert 30 <= other.row < 50
+    noise = goals.make_goal(model, small_store, rows, "noise", alpha=0.0)
+    assert noise.row is None
+    plain = goals.make_goal(model, small_store, rows, "future", offset=5, alpha=0.0)
+    noisy = goals.make_goal(model, small_store, rows, "future", offset=5, alpha=0.5)
+    assert not torch.allclose(plain.latent, noisy.latent)
+    assert float(noisy.latent.min()) == pytest.approx(0.0) and float(
+        noisy.latent.max()
+    ) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="alpha"):
+        goals.make_goal(model, small_store, rows, alpha=1.5)
+    with pytest.raises(ValueError, match="kind"):
+        goals.goal_row(small_store, rows, "sideways")
+
+
+def test_goal_explorer_callbacks_redraw(small_store, model):
+    rows = goals.trajectory_rows(small_store, 0, 0, 20)
+    explorer = goals.GoalExplorer(model, small_store, rows, offset=5, bank_size=40, k=3)
+    before = explorer.analysis["similarity"].to_numpy().copy()
+    title = explorer.trajectory_view.figure.layout.title.text
+    explorer.offset.value = 15  # the widget's callback runs as on a drag
+    assert explorer.goal.row == 15
+    assert not np.allclose(explorer.analysis["similarity"].to_numpy(), before)
+    assert explorer.trajectory_view.figure.layout.title.text != title
+    explorer.kind.value = "noise"
+    assert explorer.offset.disabled and explorer.goal.row is None
+    # noise goal: the frames figure shows only the nearest frames (no goal frame)
+    assert len(explorer.frames_view.figure.data) == 3
+
+
+# -- figures ------------------------------------------------------------------------------------
+
+
+def test_live_curves_update_and_finish():
+    curves = viz.LiveCurves(["loss/total", "loss/spr", "never"], columns=2)
+    for step in (5, 10):
+        curves.update({"step": step, "loss/total": 1.0 / step, "loss/spr": float("nan")})
+    total = curves.figure.data[0]
+    assert list(total.x) == [5, 10] and list(total.y) == [0.2, 0.1]
+    assert not curves.figure.data[1].x  # NaN points are skipped
+    final = curves.finish()
+    assert [t.name for t in final.data] == ["loss/total"]  # keys without data are dropped
+    assert len(curves.frame) == 2
+
+
+def test_live_curves_follow_a_metrics_file(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(json.dumps({"step": 1, "episode/return": -21.0}) + "\n")
+    curves = viz.LiveCurves(["episode/return"])
+    callback = curves.follow(path, every=2)
+    callback(1, None)
+    assert not curves.figure.data[0].x  # read only every 2nd call
+    callback(2, None)
+    assert list(curves.figure.data[0].y) == [-21.0]
+    with open(path, "a") as fh:
+        fh.write(json.dumps({"step": 2, "episode/return": -20.0}) + "\n")
+    curves.poll(path)
+    assert list(curves.figure.data[0].y) == [-21.0, -20.0]
+
+
+def test_training_curves_and_learning_curve():
+    rows = [
+        {"step": 1, "loss/total": 2.0, "episode/return": -21.0},
+        {"step": 2, "loss/total": 1.0},
+        {"step": 3, "episode/return": -19.0},
+    ]
+    fig = viz.training_curves(rows, ["loss/total", "missing"])
+    assert [t.name for t in fig.data] == ["loss/total"]
+    two_runs = pd.DataFrame(rows).assign(run=["a", "b", "a"])
+    fig = viz.training_curves(two_runs, ["loss/total"], runs="run")
+    assert [t.name for t in fig.data] == ["loss/total (a)", "loss/total (b)"]
+    learning = viz.learning_curve(rows, window=2, reference={"human": 14.6})
+    assert list(learning.data[0].y) == [-21.0, -19.0]
+    assert list(learning.data[1].y) == [-21.0, -20.0]
+
+
+def test_summary_table_formats_values():
+    fig = viz.summary_table({"mean": 1.234567, "episodes": 3, "game": "Pong"})
+    assert list(fig.data[0].cells.values[1]) == ["1.235", "3", "Pong"]
+
+
+def test_representation_and_dataset_figures(small_store, model):
+    rows = np.arange(0, 50, 2)
+    emb = pd.concat(
+        [
+            representations.embedding_frame(model, small_store, rows, "A", method="pca"),
+            representations.embedding_frame(model, small_store, rows, "B", method="pca"),
+        ]
+    )
+    fig = viz.embedding_grid(emb)
+    assert len(fig.data) == 8  # 4 colourings x 2 encoders
+    assert fig.data[0].name == "A | step"
+    distance = representations.start_distance(small_store)
+    fig = viz.start_distance_figure({"s": distance})
+    assert [t.name for t in fig.data] == ["s mean", "s max", "s steps"]
+    stores = {"one": small_store, "two": small_store}
+    assert {t.name for t in viz.compare_stores_figure(stores).data} == {"one", "two"}
+    table = viz.stores_table(stores)
+    assert list(table.data[0].header.values) == ["", "one", "two"]
+
+
+def test_goal_figures(small_store, model):
+    rows = goals.trajectory_rows(small_store, 0, 0, 20)
+    goal = goals.make_goal(model, small_store, rows, "future", offset=8)
+    df = goals.goal_analysis(model, small_store, rows, goal)
+    fig = viz.goal_trajectory_figure(df)
+    names = [t.name for t in fig.data]
+    assert names[:2] == ["similarity", "goal reward"] and names[-1] == "action taken"
+    assert sum(n.startswith("Q(") for n in names) == 6
+    assert len(fig.layout.shapes) == 3  # the goal's step marked on each panel
+    nearest = goals.nearest_to_goal(model, small_store, goal, k=4)
+    frames = viz.nearest_frames_figure(small_store, nearest, goal)
+    assert len(frames.data) == 5 and "goal" in frames.layout.annotations[0].text
+
+
+def test_live_figure_replace():
+    view = viz.LiveFigure(go.Figure(go.Scatter(y=[1], name="a")))
+    view.replace(go.Figure([go.Bar(y=[1], name="b"), go.Bar(y=[2], name="c")]))
+    assert [t.name for t in view.figure.data] == ["b", "c"]
+
+
+def test_save_figure_and_record_results(tmp_path):
+    path = notebook_runs.save_figure(go.Figure(), tmp_path, "empty")
+    assert path == tmp_path / "figures" / "empty.html" and path.exists()
+    payload = notebook_runs.record_results(tmp_path, {"a": np.float32(1.5), "b": np.arange(2)})
+    assert payload == {"a": 1.5, "b": [0, 1]}
+    assert json.loads((tmp_path / "results.json").read_text()) == payload
+
+
+@pytest.mark.smoke
+def test_live_curves_leave_one_updated_output_in_an_executed_notebook(tmp_path):
+    """Display-handle updates replace the figure (plotly's own display would append outputs)."""
+    import nbformat
+    import papermill
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell(
+            "from sgi_lab import viz\n"
+            "curves = viz.LiveCurves(['loss'], min_interval_s=0.0)\n"
+            "curves.show()\n"
+            "for step in range(1, 6):\n"
+            "    curves.update({'step': step, 'loss': 1.0 / step})\n"
+            "curves.finish();"
+        )
+    ]
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nbformat.write(nb, tmp_path / "live.ipynb")
+    papermill.execute_notebook(
+        str(tmp_path / "live.ipynb"), str(tmp_path / "out.ipynb"), progress_bar=False
+    )
+    outputs = nbformat.read(tmp_path / "out.ipynb", as_version=4).cells[0].outputs
+    figures = [o for o in outputs if "application/vnd.plotly.v1+json" in o.get("data", {})]
+    assert len(figures) == 1
+    trace = figures[0]["data"]["application/vnd.plotly.v1+json"]["data"][0]
+    assert len(trace["y"]) == 5
