@@ -80,10 +80,10 @@ def intensity(
         Floating-point tensor shaped like x.
     """
     draw = _draw_shape(x, same_across_time)
-    x = x if x.is_floating_point() else x.float()
-    noise = torch.randn(draw, generator=generator, device=x.device, dtype=x.dtype)
+    dtype = x.dtype if x.is_floating_point() else torch.float32
+    noise = torch.randn(draw, generator=generator, device=x.device, dtype=dtype)
     factor = 1.0 + scale * noise.clamp_(-2.0, 2.0)
-    return x * factor.view(*draw, 1, 1, 1)
+    return x * factor.view(*draw, 1, 1, 1)  # uint8 * float promotes in the same pass
 
 
 def augment(

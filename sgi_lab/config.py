@@ -63,6 +63,11 @@ class PretrainConfig:
     adam_eps: float = F(1.5e-4, "Adam epsilon")
     grad_clip: float = F(10.0, "max gradient norm (0 disables)")
     ema_tau: float = F(0.99, "EMA coefficient of the target encoder/projection and goal target")
+    target_batch_norm: Literal["batch", "running"] = F(
+        "batch",
+        "target/goal encodings normalize with 'batch' statistics (the reference) or the EMA'd "
+        "'running' ones (eval mode: norms fold into the convs, ~2x faster passes; not the paper)",
+    )
     augment: bool = F(True, "random shift + intensity jitter on every input")
     steps: int = F(234_375, "gradient steps (paper: 10 epochs of 6M samples at batch 256)")
     log_every: int = F(100, "steps between metrics.jsonl rows")

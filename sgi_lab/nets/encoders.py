@@ -47,6 +47,26 @@ def renormalize(x: torch.Tensor, start_dim: int = -3, eps: float = 1e-6) -> torc
     return flat.view(x.shape)
 
 
+def scale_pixels(x: torch.Tensor, channels_last: bool = False) -> torch.Tensor:
+    """Pixels in [0, 255] (uint8 or float) -> x / 255, as the encoders' first conv takes them.
+
+    The cast, the scaling and, under autocast, the rounding to the autocast dtype (which the
+    first conv would do anyway) happen in one pass; the channels-last copy, when asked for,
+    then moves half-size bf16 data (a direct NCHW -> channels-last write of 4-channel frames
+    is slow). Under autocast the result equals autocast's own cast of ``x.float() / 255``.
+
+    Args:
+        x: (N, C, H, W) pixels.
+        channels_last: return a channels-last tensor.
+    """
+    device_type = x.device.type
+    dtype = torch.float32
+    if torch.is_autocast_enabled(device_type):
+        dtype = torch.get_autocast_dtype(device_type)
+    out = torch.mul(x, PIXEL_SCALE, out=torch.empty(x.shape, dtype=dtype, device=x.device))
+    return out.contiguous(memory_format=torch.channels_last) if channels_last else out
+
+
 def _conv_out(size: int, kernel: int, stride: int, padding: int = 0) -> int:
     return (size + 2 * padding - kernel) // stride + 1
 
@@ -71,10 +91,11 @@ class NatureCNN(nn.Module):
         )
         side = _conv_out(_conv_out(_conv_out(image_size, 8, 4), 4, 2), 3, 1)
         self.output_shape: tuple[int, int, int] = (64, side, side)
+        self.channels_last = False  # feed the first conv channels-last (set by SGIModel)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, 4, H, W) pixels in [0, 255] -> (B, 64, 7, 7)."""
-        return self.layers(x.float() * PIXEL_SCALE)
+        return self.layers(scale_pixels(x, self.channels_last))
 
 
 class InvertedResidual(nn.Module):
@@ -124,9 +145,45 @@ class InvertedResidual(nn.Module):
         nn.init.zeros_(self.project_bn.weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training and not torch.is_grad_enabled():
+            return self._folded_forward(x)
         h = F.relu(self.expand_bn(self.expand(x)), inplace=True)
-        h = F.relu(self.depthwise_bn(self.depthwise(h)), inplace=True)
+        h = F.relu(self.depthwise_bn(self._depthwise(h)), inplace=True)
         return self.shortcut(x) + self.project_bn(self.project(h))
+
+    def _folded_forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Eval-mode forward without gradient, each batch norm folded into the conv before it.
+
+        In eval mode a norm is a fixed per-channel affine map, so it becomes a scale on its
+        conv's output channels and a bias: three convs instead of three convs and three norm
+        passes over the activations (~2x faster on CPU). Same function as the eval-mode
+        forward, up to rounding.
+        """
+        h = F.relu(_folded_conv(self.expand, self.expand_bn, x), inplace=True)
+        h = F.relu(_folded_conv(self.depthwise, self.depthwise_bn, h), inplace=True)
+        return _folded_conv(self.project, self.project_bn, h).add_(self.shortcut(x))
+
+    def _depthwise(self, h: torch.Tensor) -> torch.Tensor:
+        # oneDNN's bf16 backward of a *strided* depthwise conv is ~10x slower than its fp32 one
+        # (measured 200 ms vs 21 ms at batch 256 on an AVX512-BF16 CPU), so under CPU autocast
+        # that conv runs in fp32 whenever it needs a gradient. Gradient-free passes stay bf16.
+        if (
+            self.depthwise.stride != (1, 1)
+            and h.device.type == "cpu"
+            and torch.is_autocast_enabled("cpu")
+            and torch.is_grad_enabled()
+        ):
+            with torch.autocast("cpu", enabled=False):
+                return self.depthwise(h.float())
+        return self.depthwise(h)
+
+
+def _folded_conv(conv: nn.Conv2d, bn: nn.BatchNorm2d, x: torch.Tensor) -> torch.Tensor:
+    """bn(conv(x)) for a bias-free conv and an eval-mode batch norm, as one conv."""
+    scale = bn.weight * torch.rsqrt(bn.running_var + bn.eps)
+    weight = conv.weight * scale.view(-1, 1, 1, 1)
+    bias = bn.bias - bn.running_mean * scale
+    return F.conv2d(x, weight, bias, conv.stride, conv.padding, conv.dilation, conv.groups)
 
 
 def _he_fan_out(weight: torch.Tensor, scale: float) -> None:
@@ -172,10 +229,11 @@ class ResNetEncoder(nn.Module):
             side, c_in = main, c_out
         self.layers = nn.Sequential(*groups)
         self.output_shape: tuple[int, int, int] = (c_in, side, side)
+        self.channels_last = False  # feed the first conv channels-last (set by SGIModel)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, 4, H, W) pixels in [0, 255] -> (B, C, 7, 7)."""
-        return self.layers(x.float() * PIXEL_SCALE)
+        return self.layers(scale_pixels(x, self.channels_last))
 
 
 ENCODERS = ("nature", "resnet", "resnet_l")

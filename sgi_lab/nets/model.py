@@ -139,6 +139,7 @@ class SGIModel(nn.Module):
             self.atc = ATCContrast(self.projection_size)
         self.register_buffer("support", torch.linspace(v_min, v_max, num_atoms), persistent=False)
         self.channels_last = channels_last
+        self.encoder.channels_last = channels_last
         if channels_last:
             self.to(memory_format=torch.channels_last)
 
@@ -146,10 +147,7 @@ class SGIModel(nn.Module):
     def encode(self, obs: torch.Tensor) -> torch.Tensor:
         """Pixels (..., 4, 84, 84), uint8 or float in [0, 255] -> renormalized (..., C, 7, 7)."""
         lead = obs.shape[:-3]
-        x = obs.reshape(-1, *obs.shape[-3:])
-        if self.channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
-        z = renormalize(self.encoder(x))
+        z = renormalize(self.encoder(obs.reshape(-1, *obs.shape[-3:])))
         return z.reshape(*lead, *z.shape[1:])
 
     def rollout(self, z0: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:

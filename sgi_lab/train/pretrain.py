@@ -15,7 +15,7 @@ import contextlib
 import dataclasses
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -29,6 +29,7 @@ from sgi_lab.augment import augment
 from sgi_lab.config import ConfigError, PretrainConfig, build_config, save_config, to_dict
 from sgi_lab.data import SequenceBatch, SequenceSampler, TransitionStore
 from sgi_lab.nets import SGIModel, ema_update, make_target
+from sgi_lab.nets.runtime import autocast, keep_freed_memory
 from sgi_lab.objectives import (
     atc_accuracy,
     atc_loss,
@@ -89,11 +90,18 @@ def check_objectives(config: PretrainConfig) -> None:
 
 
 def build_state(config: PretrainConfig, num_actions: int, device: torch.device) -> PretrainState:
+    if device.type == "cpu":
+        keep_freed_memory()  # activations reuse freed heap instead of page-faulting fresh mmaps
     torch.manual_seed(config.seed)
     channels_last = config.channels_last
     model = SGIModel(**model_args(config, num_actions), channels_last=channels_last).to(device)
     target = make_target(model)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, eps=config.adam_eps)
+    # One fused kernel over all parameters instead of a loop of ~10 ops per tensor: 2.5x faster
+    # on a 2-core CPU (22 ms vs 55 ms for the ResNet model's 22M parameters); same update.
+    fused = device.type in ("cpu", "cuda")
+    optimizer = torch.optim.Adam(
+        model.parameters(), lr=config.lr, eps=config.adam_eps, fused=fused or None
+    )
     generator = torch.Generator(device=device)
     generator.manual_seed(config.seed)
     return PretrainState(model, target, optimizer, generator)
@@ -135,6 +143,20 @@ def _to_device(batch: SequenceBatch, device: torch.device) -> dict[str, torch.Te
     return out
 
 
+@contextlib.contextmanager
+def target_passes(config: PretrainConfig, target: SGIModel) -> Iterator[None]:
+    """Gradient-free target/goal passes; in eval mode when ``target_batch_norm='running'``."""
+    running = config.target_batch_norm == "running" and target.training
+    if running:
+        target.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        if running:
+            target.train()
+
+
 @torch.no_grad()
 def representation_similarity(y: torch.Tensor) -> torch.Tensor:
     """Mean pairwise cosine similarity of projected latents (paper Fig. 4), (B, P) -> scalar."""
@@ -167,11 +189,13 @@ def sgi_losses(
     actions, valid = batch["actions"], batch["valid"]
     logs: dict[str, torch.Tensor] = {}
     total = torch.zeros((), device=obs.device)
-    need_targets = config.spr_weight > 0 or config.inverse_weight > 0 or config.goal_weight > 0
+    need_projections = config.spr_weight > 0 or config.inverse_weight > 0
+    need_targets = need_projections or config.goal_weight > 0
 
-    with torch.no_grad():
+    with target_passes(config, target):
         z_target = target.encode(obs) if need_targets else None  # (B, K+1, C, 7, 7)
-        y_target = target.project(z_target) if need_targets else None  # (B, K+1, P)
+        # p_m(z~_{t+1..t+K}): SPR and inverse dynamics never use p_m(z~_t)
+        y_target = target.project(z_target[:, 1:]) if need_projections else None  # (B, K, P)
 
     z0 = model.encode(obs[:, 0])
     y0 = model.project(z0)
@@ -182,12 +206,12 @@ def sgi_losses(
         y_pred = model.project(z_pred)  # (B, K, P)
         step_mask = valid[:, 1:].float()
         if config.spr_weight > 0:
-            loss = spr_loss(model.predict(y_pred), y_target[:, 1:], step_mask).mean()
+            loss = spr_loss(model.predict(y_pred), y_target, step_mask).mean()
             total = total + config.spr_weight * loss
             logs["loss/spr"] = loss
         if config.inverse_weight > 0:
             y_hat = torch.cat([y0[:, None], y_pred[:, :-1]], dim=1)  # y_hat_{t..t+K-1}
-            logits = model.inverse_logits(y_hat, y_target[:, 1:])
+            logits = model.inverse_logits(y_hat, y_target)
             loss = inverse_dynamics_loss(logits, actions[:, :K], step_mask).mean()
             total = total + config.inverse_weight * loss
             logs["loss/inverse"] = loss
@@ -198,7 +222,7 @@ def sgi_losses(
     if config.goal_weight > 0:
         n = config.n_step
         goal_obs = augment(batch["goal_obs"], gen) if config.augment else batch["goal_obs"].float()
-        with torch.no_grad():
+        with target_passes(config, target):
             goals = sample_goals(
                 target.encode(goal_obs), gen, config.goal_alpha_max, config.goal_swap_prob
             )
@@ -243,7 +267,7 @@ def atc_losses(
     obs = batch["obs"]
     obs = augment(obs, gen) if config.augment else obs.float()
     anchors = obs[:, :L].flatten(0, 1)
-    with torch.no_grad():
+    with target_passes(config, target):
         positives = target.project(target.encode(obs[:, d : d + L].flatten(0, 1)))
     y = model.project(model.encode(anchors))
     predictions = model.atc_predict(y)
@@ -262,13 +286,7 @@ def train_step(
     config: PretrainConfig, state: PretrainState, batch: dict[str, torch.Tensor]
 ) -> dict[str, torch.Tensor]:
     """One gradient step: losses, Adam, EMA. Raises FloatingPointError on a NaN/Inf loss."""
-    device = batch["obs"].device
-    autocast = (
-        torch.autocast("cuda", dtype=torch.bfloat16)
-        if device.type == "cuda" and config.amp
-        else contextlib.nullcontext()
-    )
-    with autocast:
+    with autocast(batch["obs"].device, cuda=config.amp, cpu=config.cpu_amp):
         losses = atc_losses if config.atc_weight > 0 else sgi_losses
         total, logs = losses(config, state, batch)
     if not torch.isfinite(total):

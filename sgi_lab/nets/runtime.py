@@ -1,0 +1,79 @@
+"""Execution settings that make the networks fast without changing what they compute.
+
+* :func:`autocast`: bf16 autocast on CUDA, and on CPUs with native bf16 instructions
+  (AVX512-BF16 or AMX), where it roughly halves a ResNet pretraining step; elsewhere bf16 is
+  emulated and slower than fp32, so those CPUs stay in fp32.
+* :func:`keep_freed_memory`: make glibc's allocator keep freed blocks instead of handing them
+  back to the kernel. A training step allocates and frees hundreds of activation tensors of
+  tens to hundreds of MB; by default each one is a fresh ``mmap`` whose pages are zero-filled
+  on first touch, and on the 2-core development VM that page faulting took ~60% of a ResNet
+  pretraining step (measured: 9.5 s -> 5.0 s per step at batch 256 on one thread).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import functools
+
+import torch
+
+# glibc mallopt parameters (malloc.h).
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+_INT_MAX = 2**31 - 1
+
+
+@functools.cache
+def cpu_has_native_bf16() -> bool:
+    """True on CPUs with bf16 instructions (AVX512-BF16 or AMX), where bf16 autocast pays."""
+    try:
+        caps = torch.cpu.get_capabilities()
+    except Exception:  # older torch or an unknown CPU: stay in fp32
+        return False
+    return bool(caps.get("avx512_bf16") or caps.get("amx_bf16"))
+
+
+def autocast(
+    device: torch.device, cuda: bool = True, cpu: bool = True
+) -> contextlib.AbstractContextManager:
+    """bf16 autocast on ``device`` when asked for and worth it, else a null context.
+
+    Args:
+        device: where the step runs.
+        cuda: use bf16 on CUDA.
+        cpu: use bf16 on a CPU, if it has native bf16 (:func:`cpu_has_native_bf16`).
+    """
+    if device.type == "cuda" and cuda:
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    if device.type == "cpu" and cpu and cpu_has_native_bf16():
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+@functools.cache
+def keep_freed_memory() -> bool:
+    """Let glibc malloc reuse freed memory for large blocks (process-wide; idempotent).
+
+    Raises the mmap threshold and the trim threshold to 2 GB, so blocks up to 2 GB come from
+    the heap and freed ones stay mapped for the next step instead of being unmapped and
+    page-faulted back in. The process keeps its peak heap (which a training loop reaches
+    every step anyway). A no-op returning False where glibc is absent (macOS, musl, Windows).
+    """
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return False
+    try:
+        libc = ctypes.CDLL(name)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    ok = mallopt(_M_MMAP_THRESHOLD, _INT_MAX) == 1
+    # -1 disables trimming altogether (mallopt(3)).
+    return mallopt(_M_TRIM_THRESHOLD, -1) == 1 and ok
+
+
+__all__ = ["autocast", "cpu_has_native_bf16", "keep_freed_memory"]

@@ -1,0 +1,96 @@
+"""The speed paths compute what the plain paths compute: folded eval-mode blocks, one-pass pixel
+scaling, fp32 strided depthwise under CPU autocast, running-statistics target passes."""
+
+import pytest
+import torch
+from torch import nn
+
+from sgi_lab.augment import intensity
+from sgi_lab.config import PretrainConfig, build_config
+from sgi_lab.nets import InvertedResidual, SGIModel, make_target
+from sgi_lab.nets.encoders import PIXEL_SCALE, scale_pixels
+from sgi_lab.nets.runtime import autocast, cpu_has_native_bf16, keep_freed_memory
+from sgi_lab.train.pretrain import target_passes
+
+
+def _block_with_statistics(stride: int, channels_last: bool) -> InvertedResidual:
+    torch.manual_seed(0)
+    block = InvertedResidual(8, 16, stride, expand_ratio=2)
+    with torch.no_grad():
+        for m in block.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.5, 0.5)
+                m.running_mean.uniform_(-1.0, 1.0)
+                m.running_var.uniform_(0.5, 2.0)
+    if channels_last:
+        block = block.to(memory_format=torch.channels_last)
+    return block.eval()
+
+
+@pytest.mark.parametrize("stride,channels_last", [(1, False), (2, True)])
+def test_folded_eval_forward_matches_the_batch_norm_one(stride, channels_last):
+    block = _block_with_statistics(stride, channels_last)
+    x = torch.randn(3, 8, 14, 14)
+    plain = block(x)  # gradient enabled: convs, then norms
+    with torch.no_grad():
+        folded = block(x)  # eval mode, no gradient: norms folded into the convs
+    torch.testing.assert_close(folded, plain.detach(), atol=1e-5, rtol=1e-5)
+
+
+def test_train_mode_without_gradient_keeps_batch_statistics():
+    block = _block_with_statistics(1, False)
+    x = torch.randn(4, 8, 7, 7) * 3 + 2
+    with torch.no_grad():
+        running = block(x)
+        block.train()
+        batch = block(x)
+    torch.testing.assert_close(batch, block(x).detach())  # the plain path, batch statistics
+    assert (batch - running).abs().max() > 0.1  # and not the running statistics
+
+
+def test_scale_pixels_is_autocasts_own_cast():
+    x = torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8)
+    torch.testing.assert_close(scale_pixels(x), x.float() * PIXEL_SCALE)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = scale_pixels(x, channels_last=True)
+    assert y.dtype == torch.bfloat16
+    assert y.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(y, (x.float() * PIXEL_SCALE).to(torch.bfloat16))
+
+
+def test_intensity_on_uint8_equals_intensity_on_float():
+    x = torch.randint(0, 256, (3, 2, 4, 8, 8), dtype=torch.uint8)
+    a = intensity(x, generator=torch.Generator().manual_seed(1))
+    b = intensity(x.float(), generator=torch.Generator().manual_seed(1))
+    assert a.dtype == torch.float32 and torch.equal(a, b)
+
+
+def test_strided_depthwise_gradient_under_cpu_autocast():
+    block = _block_with_statistics(2, True).train()
+    x = torch.randn(4, 8, 14, 14).contiguous(memory_format=torch.channels_last)
+    block(x).sum().backward()
+    reference = block.depthwise.weight.grad.clone()
+    block.zero_grad()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        block(x).float().sum().backward()
+    torch.testing.assert_close(block.depthwise.weight.grad, reference, atol=0.1, rtol=0.05)
+
+
+def test_autocast_and_allocator_settings():
+    cpu = torch.device("cpu")
+    with autocast(cpu, cpu=False):
+        assert not torch.is_autocast_enabled("cpu")
+    with autocast(cpu, cpu=True):
+        assert torch.is_autocast_enabled("cpu") == cpu_has_native_bf16()
+    assert keep_freed_memory() == keep_freed_memory()  # idempotent; False without glibc
+
+
+@pytest.mark.parametrize("mode", ["batch", "running"])
+def test_target_passes_mode(mode):
+    config = build_config(PretrainConfig, {"target_batch_norm": mode})
+    target = make_target(SGIModel("nature", 4, hidden_size=8, noisy=False)).train()
+    with target_passes(config, target):
+        assert not torch.is_grad_enabled()
+        assert target.training == (mode == "batch")
+    assert target.training and torch.is_grad_enabled()
