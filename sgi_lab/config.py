@@ -227,6 +227,18 @@ def read_params(path: str | os.PathLike) -> dict[str, Any]:
     return payload
 
 
+def parse_value(raw: str) -> Any:
+    """A command-line value as YAML: ``3`` -> 3, ``true`` -> True, ``1e-4`` -> 0.0001."""
+    value = yaml.safe_load(raw) if raw != "" else ""
+    # '1e-4' is a string to PyYAML; accept it as a number where the user clearly meant one.
+    if isinstance(value, str):
+        try:
+            value = float(value) if any(c in value for c in ".eE") else int(value)
+        except ValueError:
+            pass
+    return value
+
+
 def parse_overrides(pairs: list[str] | None) -> dict[str, Any]:
     """``["lr=3.0e-4", "augment=false"]`` -> ``{"lr": 0.0003, "augment": False}`` (YAML values)."""
     out: dict[str, Any] = {}
@@ -234,14 +246,7 @@ def parse_overrides(pairs: list[str] | None) -> dict[str, Any]:
         if "=" not in pair:
             raise ConfigError(f"override {pair!r} must look like key=value")
         key, raw = pair.split("=", 1)
-        value = yaml.safe_load(raw) if raw else ""
-        # '1e-4' is a string to PyYAML; accept it as a number where the user clearly meant one.
-        if isinstance(value, str):
-            try:
-                value = float(value) if any(c in value for c in ".eE") else int(value)
-            except ValueError:
-                pass
-        out[key.strip()] = value
+        out[key.strip()] = parse_value(raw)
     return out
 
 

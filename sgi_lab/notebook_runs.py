@@ -32,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from sgi_lab.config import ConfigError, load_config, read_params, to_dict
+from sgi_lab.config import ConfigError, load_config, parse_value, read_params, to_dict
 from sgi_lab.runs import RunDir, atomic_write_text, run_name
 
 __all__ = [
@@ -137,14 +137,7 @@ def read_param_file(path: str | os.PathLike) -> dict[str, Any]:
 
 def parse_parameter(raw: str) -> Any:
     """A ``-p KEY VALUE`` value as YAML: ``3`` -> 3, ``true`` -> True, ``1e-4`` -> 0.0001."""
-    value = yaml.safe_load(raw) if raw != "" else ""
-    # PyYAML reads '1e-4' as a string; a user typing it on the command line meant a number.
-    if isinstance(value, str):
-        try:
-            value = float(value) if any(c in value for c in ".eE") else int(value)
-        except ValueError:
-            pass
-    return value
+    return parse_value(raw)
 
 
 def notebook_defaults(notebook: str | os.PathLike) -> dict[str, Any]:
