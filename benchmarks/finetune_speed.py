@@ -40,7 +40,7 @@ FULL_RUN_STEPS = 100_000
 
 def filled_agent(config: FinetuneConfig, rows: int = 3_000, seed: int = 0):
     """An agent whose replay holds ``rows`` real Pong transitions (random policy)."""
-    agent, _ = make_agent(config, model_args_for(config, 6), "cpu")
+    agent, _ = make_agent(config, model_args_for(config, 6), config.device)
     env = make_env("Pong", seed=seed, train=True)
     obs, _ = env.reset()
     first = True
@@ -58,20 +58,30 @@ def filled_agent(config: FinetuneConfig, rows: int = 3_000, seed: int = 0):
     return agent
 
 
-def bench_update(encoder: str, cpu_amp: bool, repeats: int, profile: bool) -> dict:
-    config = FinetuneConfig(encoder=encoder, cpu_amp=cpu_amp, steps=4_000, device="cpu")
+def synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def bench_update(
+    encoder: str, cpu_amp: bool, repeats: int, profile: bool, device: str = "cpu"
+) -> dict:
+    config = FinetuneConfig(encoder=encoder, cpu_amp=cpu_amp, steps=4_000, device=device)
     agent = filled_agent(config)
-    for _ in range(2):  # warm-up (oneDNN primitive caches, allocator)
+    for _ in range(3):  # warm-up (oneDNN primitive caches / cuDNN autotuning, allocator)
         train_step(agent, *agent.replay.sample(config.batch_size, 0.4))
     wall, cpu = [], []
     for _ in range(repeats):
         batch, weights = agent.replay.sample(config.batch_size, 0.4)
+        synchronize(device)
         t, c = time.perf_counter(), time.process_time()
         train_step(agent, batch, weights)
+        synchronize(device)
         wall.append(time.perf_counter() - t)
         cpu.append(time.process_time() - c)
     result = {
         "encoder": encoder,
+        "device": device,
         "bf16": agent.amp,
         "threads": torch.get_num_threads(),
         "s_per_update": statistics.median(wall),
@@ -94,7 +104,7 @@ def bench_update(encoder: str, cpu_amp: bool, repeats: int, profile: bool) -> di
     return result
 
 
-def bench_steps(encoder: str, cpu_amp: bool, steps: int) -> dict:
+def bench_steps(encoder: str, cpu_amp: bool, steps: int, device: str = "cpu") -> dict:
     """Env steps/s of the real loop once learning has started (2 updates per step)."""
     warmup = 200
     config = FinetuneConfig(
@@ -108,7 +118,7 @@ def bench_steps(encoder: str, cpu_amp: bool, steps: int) -> dict:
         eval_episodes=1,
         eval_envs=1,
         eval_max_frames=40,
-        device="cpu",
+        device=device,
     )
     with tempfile.TemporaryDirectory() as tmp:
         finetune(config, Path(tmp) / "run", progress=False)
@@ -119,7 +129,8 @@ def bench_steps(encoder: str, cpu_amp: bool, steps: int) -> dict:
     projected = 2_000 / warm["charts/sps"] + (FULL_RUN_STEPS - 2_000) / sps
     return {
         "encoder": encoder,
-        "bf16": use_amp(config, torch.device("cpu")),
+        "device": device,
+        "bf16": use_amp(config, torch.device(device)),
         "threads": torch.get_num_threads(),
         "env_steps_per_s": sps,
         "updates_per_s": learning["charts/ups"],
@@ -162,6 +173,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     parser.add_argument("--precision", choices=["both", "fp32", "bf16"], default="both")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--device", default="cpu", help="'cpu' or 'cuda'")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args()
     if args.threads:
@@ -171,11 +183,11 @@ def main() -> None:
     for encoder in args.encoders:
         for cpu_amp in amps:
             if args.what in ("update", "all"):
-                r = bench_update(encoder, cpu_amp, args.repeats, args.profile)
+                r = bench_update(encoder, cpu_amp, args.repeats, args.profile, args.device)
                 results["update"].append(r)
                 print(json.dumps(r))
             if args.what in ("steps", "all"):
-                r = bench_steps(encoder, cpu_amp, args.steps)
+                r = bench_steps(encoder, cpu_amp, args.steps, args.device)
                 results["steps"].append(r)
                 print(json.dumps(r))
         if args.what in ("eval", "all"):

@@ -108,7 +108,7 @@ def make_config(encoder: str, batch_size: int, args: argparse.Namespace) -> Pret
         "encoder": encoder,
         "batch_size": batch_size,
         "spr_steps": K,
-        "device": "cpu",
+        "device": args.device,
         "channels_last": not args.no_channels_last,
     }
     fields = PretrainConfig.__dataclass_fields__
@@ -136,8 +136,12 @@ def conv_throughput(reps: int, dtype: torch.dtype = torch.float32) -> dict[str, 
     return {"gflop_per_s": statistics.median(rates), "best_gflop_per_s": max(rates)}
 
 
+def on_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    return {k: v.to(device) for k, v in batch.items()}
+
+
 def count_flops(config: PretrainConfig, batch: dict[str, torch.Tensor]) -> dict[str, float]:
-    state = build_state(config, NUM_ACTIONS, torch.device("cpu"))
+    state = build_state(config, NUM_ACTIONS, torch.device(config.device))
     state.model.train()
     state.target.train()
     raw = FlopCounterMode(display=False)
@@ -160,7 +164,7 @@ def count_flops(config: PretrainConfig, batch: dict[str, torch.Tensor]) -> dict[
 def time_steps(
     config: PretrainConfig, batch: dict[str, torch.Tensor], warmup: int, steps: int
 ) -> dict[str, Any]:
-    state = build_state(config, NUM_ACTIONS, torch.device("cpu"))
+    state = build_state(config, NUM_ACTIONS, torch.device(config.device))
     state.model.train()
     state.target.train()  # as the reference: target batch norms use batch statistics
     for _ in range(warmup):  # the first steps also grow the heap to its steady size
@@ -180,7 +184,7 @@ def profile_step(
 ) -> list[dict[str, Any]]:
     from torch.profiler import ProfilerActivity, profile
 
-    state = build_state(config, NUM_ACTIONS, torch.device("cpu"))
+    state = build_state(config, NUM_ACTIONS, torch.device(config.device))
     state.model.train()
     state.target.train()
     for _ in range(2):
@@ -202,7 +206,7 @@ def profile_step(
 
 def bench_encoder(encoder: str, args: argparse.Namespace, conv_fp32: float) -> dict[str, Any]:
     config = make_config(encoder, args.batch, args)
-    batch = synthetic_batch(args.batch)
+    batch = on_device(synthetic_batch(args.batch), torch.device(args.device))
     flops = count_flops(config, batch)
     timing = time_steps(config, batch, args.warmup, args.steps)
     step_s = statistics.median(timing["wall_s"])
@@ -279,6 +283,7 @@ def main() -> None:
         default="batch",
         help="target passes' batch norm statistics (config target_batch_norm)",
     )
+    parser.add_argument("--device", default="cpu", help="'cpu' or 'cuda' (conv throughput: CPU)")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args()
 
@@ -311,7 +316,8 @@ def main() -> None:
     profile = []
     if args.profile:
         config = make_config(args.profile, args.batch, args)
-        profile = profile_step(config, synthetic_batch(args.batch), args.top)
+        batch = on_device(synthetic_batch(args.batch), torch.device(args.device))
+        profile = profile_step(config, batch, args.top)
     # What the code under test actually did (older sgi_lab versions lack these levers).
     bf16 = not args.fp32 and hasattr(pretrain_module, "autocast") and cpu_has_native_bf16()
     tuned_malloc = hasattr(pretrain_module, "keep_freed_memory") and not args.default_malloc
@@ -319,6 +325,7 @@ def main() -> None:
         "bench": "pretrain_speed",
         "sgi_lab": os.path.dirname(sgi_lab.__file__),
         "torch": torch.__version__,
+        "device": args.device,
         "threads": args.threads,
         "cpu_bf16_autocast": bf16,
         "malloc": "keep freed memory" if tuned_malloc else "glibc default",

@@ -106,7 +106,9 @@ class FinetuneConfig:
     eps_steps: int = F(2_001, "steps to anneal epsilon over")
     target_update_period: int = F(1, "steps between target network updates")
     target_tau: float = F(1.0, "target = online when 1 (SPR's setting)")
-    spr_weight: float = F(5.0, "SPR's weight on mean_k(2 - 2 cos), i.e. 2w/K on -sum_k cos (SPR's convention)")
+    spr_weight: float = F(
+        5.0, "SPR's weight on mean_k(2 - 2 cos), i.e. 2w/K on -sum_k cos (SPR's convention)"
+    )
     spr_steps: int = F(5, "K: SPR prediction steps")
     spr_ema_tau: float = F(0.99, "EMA coefficient of SPR's target encoder")
     ssl: Literal["spr", "none", "all"] = F(
@@ -135,7 +137,9 @@ class FinetuneConfig:
     device: str = F("auto", "'auto', 'cpu' or 'cuda[:i]'")
     amp: bool = F(True, "bf16 autocast on CUDA (ignored on CPU)")
     cpu_amp: bool = F(True, "bf16 autocast on CPUs with native bf16 (AVX512-BF16/AMX), else fp32")
-    threads: int = F(0, "torch CPU threads during the run (0: torch's default; 1 when sharing CPUs)")
+    threads: int = F(
+        0, "torch CPU threads during the run (0: torch's default; 1 when sharing CPUs)"
+    )
     channels_last: bool = F(True, "channels-last memory format for conv layers")
 
 

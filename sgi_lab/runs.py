@@ -236,3 +236,20 @@ def resolve_device(name: str = "auto") -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
+
+
+def restore_generator(generator: torch.Generator, state: torch.Tensor) -> bool:
+    """Put a saved ``generator.get_state()`` back; False when it came from another device type.
+
+    A run checkpointed on a GPU and resumed on a CPU (or the reverse) cannot carry its random
+    stream across, since CPU and CUDA generators keep different states: the generator is then
+    reseeded from the saved state's bytes, which keeps the resumed run deterministic but not
+    identical to an uninterrupted one. The caller says so in its log.
+    """
+    state = state.detach().to("cpu", torch.uint8)
+    try:
+        generator.set_state(state)
+        return True
+    except (RuntimeError, TypeError, ValueError):
+        generator.manual_seed(int.from_bytes(bytes(state.flatten()[:8].tolist()), "little"))
+        return False

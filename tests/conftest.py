@@ -66,25 +66,26 @@ def store_factory(tmp_path):
 
 
 def moving_dot_store(
-    path, rows: int = 3000, seed: int = 0, episode_length: int = 200
+    path, rows: int = 3000, seed: int = 0, episode_length: int = 200, num_actions: int = 5
 ) -> TransitionStore:
     """A store whose next frame shows the action just taken: action a in 1..4 lights up a
     42x42 quadrant of the next frame, action 0 leaves it dark (chance is 1/5). Inverse dynamics
     is learnable from it in a few dozen steps: a quick end-to-end check that pretraining learns.
+    ``num_actions=6`` (Pong's action set, for finetuning from it) adds a second dark action.
     """
     rng = np.random.default_rng(seed)
     corners = [None, (0, 0), (0, 42), (42, 0), (42, 42)]
     writer = TransitionStoreWriter.create(
-        path, game="Pong", source="quadrants", num_actions=5, chunk_size=1000
+        path, game="Pong", source="quadrants", num_actions=num_actions, chunk_size=1000
     )
     previous = 0
     for t in range(rows):
         first = t % episode_length == 0
         frame = np.full((84, 84), 20, np.uint8)
-        if corners[previous] is not None and not first:
+        if previous < len(corners) and corners[previous] is not None and not first:
             r, c = corners[previous]
             frame[r : r + 42, c : c + 42] = 255
-        action = int(rng.integers(5))
+        action = int(rng.integers(num_actions))
         writer.append(frame, action, 0.0, t % episode_length == episode_length - 1, first)
         previous = action
     return TransitionStore(writer.close())

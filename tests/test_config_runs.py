@@ -16,7 +16,14 @@ from sgi_lab.config import (
     parse_overrides,
     read_params,
 )
-from sgi_lab.runs import CheckpointError, RunDir, atomic_torch_save, load_checkpoint, run_name
+from sgi_lab.runs import (
+    CheckpointError,
+    RunDir,
+    atomic_torch_save,
+    load_checkpoint,
+    restore_generator,
+    run_name,
+)
 
 
 def test_defaults_follow_the_paper():
@@ -127,3 +134,18 @@ def test_status_round_trip(tmp_path):
     run.set_status("finished")
     status = json.loads((run.path / "status.json").read_text())
     assert status["state"] == "finished" and status["step"] == 5 and run.finished
+
+
+def test_restore_generator_round_trip_and_foreign_state():
+    g = torch.Generator().manual_seed(11)
+    state = g.get_state()
+    expected = torch.rand(3, generator=g)
+    fresh = torch.Generator()
+    assert restore_generator(fresh, state.clone())
+    torch.testing.assert_close(torch.rand(3, generator=fresh), expected)
+    # A CUDA generator's state (16 bytes) cannot go into a CPU generator: reseeded, the same way
+    # every time, and the caller is told so.
+    foreign = torch.arange(16, dtype=torch.uint8)
+    a, b = torch.Generator(), torch.Generator()
+    assert not restore_generator(a, foreign) and not restore_generator(b, foreign)
+    torch.testing.assert_close(torch.rand(3, generator=a), torch.rand(3, generator=b))

@@ -106,6 +106,7 @@ from sgi_lab.runs import (
     load_checkpoint,
     read_jsonl,
     resolve_device,
+    restore_generator,
 )
 from sgi_lab.train.evaluate import cpu_has_native_bf16, evaluate, greedy_actions
 from sgi_lab.train.replay import PrioritizedReplay
@@ -862,7 +863,8 @@ def _restore(agent: Agent, ckpt: dict[str, Any], rng: np.random.Generator) -> No
     agent.optimizer.load_state_dict(ckpt["optimizer"])
     agent.replay.load_state_dict(ckpt["replay"])
     torch.set_rng_state(ckpt["rng"]["torch"])
-    agent.generator.set_state(ckpt["rng"]["generator"])
+    if not restore_generator(agent.generator, ckpt["rng"]["generator"]):
+        log.warning("resumed on another device type: the augmentation random stream is reseeded")
     rng.bit_generator.state = ckpt["rng"]["numpy"]
     agent.updates = int(ckpt["updates"])
 
@@ -939,7 +941,8 @@ def finetune(
         torch.set_num_threads(config.threads)
     try:
         device = resolve_device(config.device)
-        ckpt = run.load_latest("finetune", map_location=device)
+        # On the CPU: load_state_dict copies onto the parameters' device; RNG states are CPU.
+        ckpt = run.load_latest("finetune", map_location="cpu")
         if ckpt is not None:
             _check_same_config(run, config, ckpt.get("config"))
         save_config(config, run.path / "config.yaml")

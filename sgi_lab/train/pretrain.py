@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
+import warnings
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -42,7 +43,13 @@ from sgi_lab.objectives import (
     spr_loss,
 )
 from sgi_lab.objectives.goal_rl import goal_n_step_returns
-from sgi_lab.runs import RunDir, atomic_torch_save, load_checkpoint, resolve_device
+from sgi_lab.runs import (
+    RunDir,
+    atomic_torch_save,
+    load_checkpoint,
+    resolve_device,
+    restore_generator,
+)
 
 # Keys that may change when a run is resumed (they do not change what is being learned).
 RESUMABLE_CHANGES = {"steps", "log_every", "checkpoint_every", "prefetch", "device"}
@@ -160,11 +167,12 @@ def target_passes(config: PretrainConfig, target: SGIModel) -> Iterator[None]:
 @torch.no_grad()
 def representation_similarity(y: torch.Tensor) -> torch.Tensor:
     """Mean pairwise cosine similarity of projected latents (paper Fig. 4), (B, P) -> scalar."""
-    y = F.normalize(y.float(), dim=-1, eps=1e-6)
     b = y.shape[0]
     if b < 2:
         return torch.zeros((), device=y.device)
-    sim = y @ y.T
+    with torch.autocast(y.device.type, enabled=False):  # fp32: bf16 would round 0.998 to 1
+        y = F.normalize(y.detach().float(), dim=-1, eps=1e-6)
+        sim = y @ y.T
     return (sim.sum() - sim.diagonal().sum()) / (b * (b - 1))
 
 
@@ -194,8 +202,12 @@ def sgi_losses(
 
     with target_passes(config, target):
         z_target = target.encode(obs) if need_targets else None  # (B, K+1, C, 7, 7)
-        # p_m(z~_{t+1..t+K}): SPR and inverse dynamics never use p_m(z~_t)
-        y_target = target.project(z_target[:, 1:]) if need_projections else None  # (B, K, P)
+        # p_m(z~_{t+1..t+K}): SPR and inverse dynamics never use p_m(z~_t). (Contiguous: a
+        # strided 3-D input would send the linear layers to a batched matmul that copies
+        # their weights per batch element.)
+        y_target = (
+            target.project(z_target[:, 1:].contiguous()) if need_projections else None
+        )  # (B, K, P)
 
     z0 = model.encode(obs[:, 0])
     y0 = model.project(z0)
@@ -368,7 +380,8 @@ def pretrain(
     args = model_args(config, store.num_actions)
     state = build_state(config, store.num_actions, device)
     sampler = make_sampler(config, store)
-    checkpoint = run.load_latest("pretrain", map_location=device)
+    # On the CPU: load_state_dict copies onto the parameters' device, and RNG states must be CPU.
+    checkpoint = run.load_latest("pretrain", map_location="cpu")
     step = 0
     if checkpoint is not None:
         if checkpoint["model_args"] != args:
@@ -378,7 +391,12 @@ def pretrain(
         state.model.load_state_dict(checkpoint["model"])
         state.target.load_state_dict(checkpoint["target"])
         state.optimizer.load_state_dict(checkpoint["optimizer"])
-        state.generator.set_state(checkpoint["generator"])
+        if not restore_generator(state.generator, checkpoint["generator"]):
+            warnings.warn(
+                f"{run.path}: resumed on another device type; the augmentation random stream "
+                "is reseeded, so this run will not match an uninterrupted one bit for bit",
+                stacklevel=2,
+            )
         torch.set_rng_state(checkpoint["torch_rng"])
         sampler.load_state_dict(checkpoint["sampler"])
         step = int(checkpoint["step"])

@@ -1,0 +1,123 @@
+"""The CUDA path: the same numbers as on the CPU, and pretraining/finetuning end to end on a GPU.
+
+Skipped where no GPU is present (the development machine and CI); run on a GPU machine with
+``pytest tests/test_cuda.py``. Runs made on the GPU must load on a CPU-only machine.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from conftest import moving_dot_store
+
+import sgi_lab.train.finetune as ft
+from sgi_lab.augment import augment
+from sgi_lab.config import FinetuneConfig, PretrainConfig, build_config
+from sgi_lab.nets import SGIModel
+from sgi_lab.runs import RunDir, load_checkpoint, read_jsonl
+from sgi_lab.train.pretrain import load_pretrained_model, pretrain
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+PRETRAIN = dict(encoder="nature", batch_size=16, log_every=5, checkpoint_every=10, prefetch=2)
+FINETUNE = {
+    "encoder": "nature",
+    "batch_size": 8,
+    "updates_per_step": 1,
+    "spr_steps": 2,
+    "n_step": 3,
+    "learning_starts": 20,
+    "eps_steps": 21,
+    "eval_episodes": 2,
+    "eval_envs": 2,
+    "eval_max_frames": 200,
+    "log_every": 10,
+    "checkpoint_every": 30,
+    "device": "cuda",
+}
+
+
+@pytest.fixture(scope="module")
+def dot_store(tmp_path_factory):
+    # Pong's 6 actions, so that a run pretrained on it finetunes on Pong.
+    return moving_dot_store(tmp_path_factory.mktemp("data") / "dot", rows=1200, num_actions=6)
+
+
+@pytest.mark.parametrize("encoder", ["nature", "resnet"])
+def test_fp32_forward_matches_the_cpu(encoder):
+    torch.manual_seed(0)
+    model = SGIModel(encoder, 6, goal_head=True, inverse_model=True).eval()
+    x = torch.randint(0, 256, (5, 4, 84, 84), dtype=torch.uint8)
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    with torch.no_grad():
+        z_cpu = model.encode(x)
+        q_cpu = model.q_logits(z_cpu)
+        gpu = model.cuda()
+        z_gpu = gpu.encode(x.cuda())
+        q_gpu = gpu.q_logits(z_gpu)
+    torch.testing.assert_close(z_gpu.cpu(), z_cpu, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(q_gpu.cpu(), q_cpu, rtol=1e-3, atol=1e-3)
+
+
+def test_augmentation_on_the_gpu_keeps_shape_range_and_seed():
+    x = torch.randint(0, 256, (6, 3, 4, 84, 84), dtype=torch.uint8, device="cuda")
+    g = torch.Generator(device="cuda")
+    out = [augment(x, g.manual_seed(3)) for _ in range(2)]
+    assert out[0].device.type == "cuda" and out[0].shape == x.shape
+    torch.testing.assert_close(out[0], out[1])  # same seed, same draws
+    assert not torch.equal(out[0], x.float())  # something was shifted or jittered
+
+
+def test_pretraining_on_the_gpu_resumes_and_loads_on_the_cpu(dot_store, tmp_path):
+    config = build_config(PretrainConfig, {**PRETRAIN, "steps": 20, "device": "cuda"})
+
+    def crash(row):
+        if row["step"] == 15:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        pretrain(config, dot_store, tmp_path / "run", progress=False, callback=crash)
+    path = pretrain(config, dot_store, tmp_path / "run", progress=False)
+    rows = RunDir(tmp_path / "run").read_metrics()
+    assert [r["step"] for r in rows] == [5, 10, 15, 20]
+    for key in ("loss/spr", "loss/goal", "loss/inverse", "loss/total"):
+        assert all(np.isfinite(r[key]) for r in rows), key
+    payload = load_checkpoint(path, kind="pretrained_model")  # map_location cpu
+    assert all(t.device.type == "cpu" for t in payload["model"].values())
+    model = load_pretrained_model(tmp_path / "run")
+    assert next(model.parameters()).device.type == "cpu"
+
+
+def test_finetuning_on_the_gpu_from_a_gpu_pretraining_run(dot_store, tmp_path):
+    pre = build_config(PretrainConfig, {**PRETRAIN, "steps": 5, "device": "cuda"})
+    pretrain(pre, dot_store, tmp_path / "pre", progress=False)
+    config = FinetuneConfig(**FINETUNE, steps=60, pretrained=str(tmp_path / "pre"))
+
+    def crash(step, agent):
+        if step == 45:
+            raise RuntimeError("simulated crash")
+
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        ft.finetune(config, tmp_path / "run", progress=False, callback=crash)
+    run = ft.finetune(config, tmp_path / "run", progress=False)
+    assert run.status()["state"] == "finished"
+    assert run.evaluation["episodes"] == 2
+    rows = [r for r in read_jsonl(run.metrics_path) if "losses/total" in r]
+    assert rows and all(np.isfinite(r["losses/total"]) for r in rows)
+    ckpt = load_checkpoint(run.checkpoints()[-1], kind="finetune")
+    assert all(t.device.type == "cpu" for t in ckpt["model"].values())
+
+
+def test_all_ssl_update_on_the_gpu():
+    config = FinetuneConfig(**{**FINETUNE, "ssl": "all"}, steps=100)
+    agent, _ = ft.make_agent(config, ft.model_args_for(config, 6), "cuda")
+    rng = np.random.default_rng(0)
+    first = True
+    for i in range(80):
+        frame = rng.integers(0, 255, (84, 84), dtype=np.uint8)
+        agent.replay.append(frame, int(rng.integers(6)), float(i % 7 == 0), i % 40 == 39, first)
+        first = i % 40 == 39
+    logs = ft.train_step(agent, *agent.replay.sample(8, 0.4))
+    for key in ("losses/rl", "losses/spr", "losses/goal_rl", "losses/inverse"):
+        assert torch.isfinite(logs[key]).item(), key
