@@ -348,17 +348,30 @@ def test_smoke_finetune_from_a_pretraining_run_via_the_cli(tmp_path, capsys):
     assert json.loads((out / "eval.json").read_text())["episodes"] == 1
 
 
-def test_augmented_frames_match_sgi_augment():
+@pytest.mark.parametrize("amp", [False, True], ids=["fp32", "bf16"])
+def test_augmented_frames_are_sgi_augment_scaled_for_the_encoder(amp):
     from sgi_lab.augment import augment
+    from sgi_lab.nets.encoders import PIXEL_SCALE
 
     config = FinetuneConfig(**TINY, steps=100)
     agent, _ = ft.make_agent(config, ft.model_args_for(config, 6), "cpu")
+    agent.amp = amp
     obs = np.random.default_rng(0).integers(0, 255, (3, 4, 4, 84, 84), dtype=np.uint8)
     agent.generator.manual_seed(5)
     ours = ft.augmented_frames(agent, obs, time_major=True)
     assert ours.shape == (4, 3, 4, 84, 84) and ours[1:].flatten(0, 1).is_contiguous(
         memory_format=torch.channels_last
     )
+    assert ours.dtype == (torch.bfloat16 if amp else torch.float32)
     generator = torch.Generator().manual_seed(5)
     expected = augment(torch.from_numpy(obs).transpose(0, 1).reshape(12, 4, 84, 84), generator)
-    torch.testing.assert_close(ours.flatten(0, 1), expected, rtol=0, atol=0)
+    tol = {"rtol": 8e-3, "atol": 1e-3} if amp else {"rtol": 1e-6, "atol": 1e-6}
+    torch.testing.assert_close(ours.flatten(0, 1).float(), expected * PIXEL_SCALE, **tol)
+    # Encoding the prepared frames is encoding the augmented pixels.
+    with torch.no_grad():
+        torch.testing.assert_close(
+            agent.model.encode(ours[0].float(), prepared=True),
+            agent.model.encode(expected[:3]),
+            rtol=1e-2 if amp else 1e-5,
+            atol=1e-2 if amp else 1e-5,
+        )

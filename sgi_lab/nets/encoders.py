@@ -47,24 +47,41 @@ def renormalize(x: torch.Tensor, start_dim: int = -3, eps: float = 1e-6) -> torc
     return flat.view(x.shape)
 
 
-def scale_pixels(x: torch.Tensor, channels_last: bool = False) -> torch.Tensor:
-    """Pixels in [0, 255] (uint8 or float) -> x / 255, as the encoders' first conv takes them.
+def prepare_pixels(
+    x: torch.Tensor,
+    factor: torch.Tensor | None = None,
+    channels_last: bool = False,
+    dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """Pixels in [0, 255] -> the first conv's input ``x * factor / 255``, in one pass.
 
-    The cast, the scaling and, under autocast, the rounding to the autocast dtype (which the
-    first conv would do anyway) happen in one pass; the channels-last copy, when asked for,
-    then moves half-size bf16 data (a direct NCHW -> channels-last write of 4-channel frames
-    is slow). Under autocast the result equals autocast's own cast of ``x.float() / 255``.
+    The cast, the scaling by 1/255, an optional per-stack factor (the intensity jitter of
+    `sgi_lab.augment`) and the rounding to ``dtype`` happen in a single multiply; the
+    channels-last copy, when asked for, then moves the (half-size, under bf16) result, since a
+    direct NCHW -> channels-last write of 4-channel frames is several times slower.
 
     Args:
-        x: (N, C, H, W) pixels.
+        x: (N, C, H, W) pixels, uint8 or float.
+        factor: (N, 1, 1, 1) per-stack multipliers, or None.
         channels_last: return a channels-last tensor.
+        dtype: result dtype; default: the autocast dtype under autocast, else float32 (under
+            autocast the result then equals autocast's own cast of ``x.float() / 255``).
+
+    Returns:
+        A tensor for an encoder called with ``prepared=True``.
     """
-    device_type = x.device.type
-    dtype = torch.float32
-    if torch.is_autocast_enabled(device_type):
-        dtype = torch.get_autocast_dtype(device_type)
-    out = torch.mul(x, PIXEL_SCALE, out=torch.empty(x.shape, dtype=dtype, device=x.device))
+    if dtype is None:
+        dtype = torch.float32
+        if torch.is_autocast_enabled(x.device.type):
+            dtype = torch.get_autocast_dtype(x.device.type)
+    scale = PIXEL_SCALE if factor is None else factor * PIXEL_SCALE
+    out = torch.mul(x, scale, out=torch.empty(x.shape, dtype=dtype, device=x.device))
     return out.contiguous(memory_format=torch.channels_last) if channels_last else out
+
+
+def scale_pixels(x: torch.Tensor, channels_last: bool = False) -> torch.Tensor:
+    """Pixels in [0, 255] (uint8 or float) -> x / 255 (see :func:`prepare_pixels`)."""
+    return prepare_pixels(x, channels_last=channels_last)
 
 
 def _conv_out(size: int, kernel: int, stride: int, padding: int = 0) -> int:
@@ -93,9 +110,12 @@ class NatureCNN(nn.Module):
         self.output_shape: tuple[int, int, int] = (64, side, side)
         self.channels_last = False  # feed the first conv channels-last (set by SGIModel)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, 4, H, W) pixels in [0, 255] -> (B, 64, 7, 7)."""
-        return self.layers(scale_pixels(x, self.channels_last))
+    def forward(self, x: torch.Tensor, prepared: bool = False) -> torch.Tensor:
+        """(B, 4, H, W) pixels in [0, 255] -> (B, 64, 7, 7).
+
+        ``prepared=True``: x is already :func:`prepare_pixels`'s output (scaled, in layout).
+        """
+        return self.layers(x if prepared else scale_pixels(x, self.channels_last))
 
 
 class InvertedResidual(nn.Module):
@@ -231,9 +251,12 @@ class ResNetEncoder(nn.Module):
         self.output_shape: tuple[int, int, int] = (c_in, side, side)
         self.channels_last = False  # feed the first conv channels-last (set by SGIModel)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, 4, H, W) pixels in [0, 255] -> (B, C, 7, 7)."""
-        return self.layers(scale_pixels(x, self.channels_last))
+    def forward(self, x: torch.Tensor, prepared: bool = False) -> torch.Tensor:
+        """(B, 4, H, W) pixels in [0, 255] -> (B, C, 7, 7).
+
+        ``prepared=True``: x is already :func:`prepare_pixels`'s output (scaled, in layout).
+        """
+        return self.layers(x if prepared else scale_pixels(x, self.channels_last))
 
 
 ENCODERS = ("nature", "resnet", "resnet_l")

@@ -144,10 +144,14 @@ class SGIModel(nn.Module):
             self.to(memory_format=torch.channels_last)
 
     # -- latents --------------------------------------------------------------------------------
-    def encode(self, obs: torch.Tensor) -> torch.Tensor:
-        """Pixels (..., 4, 84, 84), uint8 or float in [0, 255] -> renormalized (..., C, 7, 7)."""
+    def encode(self, obs: torch.Tensor, prepared: bool = False) -> torch.Tensor:
+        """Pixels (..., 4, 84, 84), uint8 or float in [0, 255] -> renormalized (..., C, 7, 7).
+
+        ``prepared=True``: obs come from `sgi_lab.nets.encoders.prepare_pixels` (already
+        scaled by 1/255, in the compute dtype and layout), as the training loops make them.
+        """
         lead = obs.shape[:-3]
-        z = renormalize(self.encoder(obs.reshape(-1, *obs.shape[-3:])))
+        z = renormalize(self.encoder(obs.reshape(-1, *obs.shape[-3:]), prepared=prepared))
         return z.reshape(*lead, *z.shape[1:])
 
     def rollout(self, z0: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:

@@ -89,6 +89,7 @@ from sgi_lab.data.sampler import SequenceBatch
 from sgi_lab.envs import canonical_game, make_env
 from sgi_lab.envs import num_actions as game_actions
 from sgi_lab.nets import SGIModel, ema_update, make_target, parameter_group
+from sgi_lab.nets.encoders import prepare_pixels
 from sgi_lab.objectives import (
     c51_kl,
     c51_loss,
@@ -549,37 +550,37 @@ def _tensor(array: np.ndarray, device: torch.device) -> torch.Tensor:
 
 
 def augmented_frames(agent: Agent, obs: np.ndarray, time_major: bool = False) -> torch.Tensor:
-    """Uint8 frame stacks -> float pixels, each stack shifted and intensity-jittered
-    (`sgi_lab.augment`), in the model's memory format.
+    """Uint8 frame stacks -> the encoders' prepared input: each stack shifted and
+    intensity-jittered (`sgi_lab.augment`), scaled by 1/255, in the compute dtype (bf16 under
+    autocast) and the model's memory format; encode it with ``prepared=True``.
 
-    The jitter is applied while converting to float, straight into a channels-last buffer when
-    the model is channels-last: one pass instead of three (float copy, multiply, layout copy).
+    The shift gathers uint8 pixels; the jitter, the 1/255 and the cast are then one multiply
+    (`sgi_lab.nets.encoders.prepare_pixels`), instead of a float copy, a multiply, a layout
+    copy and the encoder's own scaling.
 
     Args:
-        agent: the agent (config.augment, generator, device, model layout).
+        agent: the agent (config.augment, generator, device, model layout, amp).
         obs: (B, 4, 84, 84) or (B, T, 4, 84, 84) uint8.
         time_major: return a (T, B, ...) sequence, so that ``x[1:]`` flattens to one encoder
             batch without a copy.
 
     Returns:
-        Float tensor of the same shape (time-major if asked) with pixel values in ~[0, 280].
+        Tensor of the same shape (time-major if asked): ``augment(obs) / 255``.
     """
     x = _tensor(obs, agent.device)
     if time_major:
         x = x.transpose(0, 1)
     lead = x.shape[:-3]
     x = x.reshape(-1, *x.shape[-3:])  # (n, 4, 84, 84)
-    layout = torch.channels_last if agent.model.channels_last else torch.contiguous_format
-    out = torch.empty(x.shape, dtype=torch.float32, device=x.device, memory_format=layout)
+    factor = None
     if agent.config.augment:
         x = random_shift(x, generator=agent.generator)
         # intensity() of ones is the per-stack factor itself, drawn exactly as for the frames.
         factor = intensity(
             torch.ones(x.shape[0], 1, 1, 1, device=x.device), generator=agent.generator
         )
-        torch.mul(x, factor, out=out)
-    else:
-        out.copy_(x)
+    dtype = torch.bfloat16 if agent.amp else torch.float32
+    out = prepare_pixels(x, factor, channels_last=agent.model.channels_last, dtype=dtype)
     return out.view(*lead, *out.shape[1:])
 
 
@@ -602,13 +603,15 @@ def rl_targets(
         (B, Z) projected targets, and (B, A) online Q values at s_{t+m} (for logging).
     """
     model, cfg = agent.model, agent.config
-    z = model.encode(boot_obs)
+    z = model.encode(boot_obs, prepared=True)
     if agent.q_target is None:
         model.reset_noise(agent.generator)
         target_probs = F.softmax(model.q_logits(z), -1)
     else:
         agent.q_target.reset_noise(agent.generator)
-        target_probs = F.softmax(agent.q_target.q_logits(agent.q_target.encode(boot_obs)), -1)
+        target_probs = F.softmax(
+            agent.q_target.q_logits(agent.q_target.encode(boot_obs, prepared=True)), -1
+        )
     model.reset_noise(agent.generator)
     online_probs = F.softmax(model.q_logits(z), -1)
     selection = online_probs if cfg.double_q else None
@@ -650,17 +653,17 @@ def train_step(agent: Agent, batch: SequenceBatch, weights: np.ndarray) -> dict[
             goal_obs = augmented_frames(agent, batch.goal_obs)
             # Time-major (T, B, ...) throughout: the linear projection of a transposed batch
             # would make matmul broadcast its weight into a (B, 3136, 512) copy.
-            target_z = target.encode(torch.cat([obs, goal_obs[None]], 0))
+            target_z = target.encode(torch.cat([obs, goal_obs[None]], 0), prepared=True)
             goals = sample_goals(target_z[-1], agent.generator)
             target_z = target_z[:-1]  # (K+1, B, C, 7, 7): s_t..s_{t+K}
             goal_next_probs = F.softmax(target.goal_q_logits(target_z[1], goals), -1)
         elif K > 0:
-            target_z = target.encode(obs[1:])  # (K, B, C, 7, 7): s_{t+1}..s_{t+K}
+            target_z = target.encode(obs[1:], prepared=True)  # (K, B, C, 7, 7): s_{t+1}..s_{t+K}
         target_y = target.project(target_z).transpose(0, 1) if K > 0 else None  # (B, T, P)
 
     # 3. Losses.
     with agent.autocast():
-        z0 = model.encode(obs[0])
+        z0 = model.encode(obs[0], prepared=True)
         logits = model.q_logits(z0)
         losses = {"rl": c51_loss(logits, actions[:, 0], rl_target)}
         if K > 0:
