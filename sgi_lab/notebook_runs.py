@@ -21,12 +21,14 @@ A notebook's first code cell holds only literals (the ``parameters`` cell); its 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
 import shutil
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -386,14 +388,18 @@ def run_notebook(
         started=time.strftime("%Y-%m-%dT%H:%M:%S"),
     )
     try:
-        papermill.execute_notebook(
-            str(nb_path),
-            str(out_nb),
-            parameters=resolved,
-            kernel_name=kernel_name,
-            progress_bar=progress,
-            cwd=str(find_project_root(nb_path.parent) or Path.cwd()),
-        )
+        # Static figures in the kernel: the executed notebook and its HTML page keep them.
+        from sgi_lab.viz.training import STATIC_FIGURES_ENV
+
+        with _environment({STATIC_FIGURES_ENV: "1"}):
+            papermill.execute_notebook(
+                str(nb_path),
+                str(out_nb),
+                parameters=resolved,
+                kernel_name=kernel_name,
+                progress_bar=progress,
+                cwd=str(find_project_root(nb_path.parent) or Path.cwd()),
+            )
     except PapermillExecutionError as exc:
         message = f"{exc.ename}: {exc.evalue}"
         run.set_status(
@@ -421,6 +427,21 @@ def run_notebook(
 
 
 # -- command line -------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """Set environment variables (inherited by the kernels started meanwhile), then restore."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _parameters(pairs: list[list[str]] | None) -> dict[str, Any]:

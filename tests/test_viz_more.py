@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pandas as pd
@@ -279,3 +280,17 @@ def test_live_curves_leave_one_updated_output_in_an_executed_notebook(tmp_path):
     assert len(figures) == 1
     trace = figures[0]["data"]["application/vnd.plotly.v1+json"]["data"][0]
     assert len(trace["y"]) == 5
+
+
+def test_static_figures_env_switches_off_figure_widgets(monkeypatch):
+    from sgi_lab.notebook_runs import _environment
+    from sgi_lab.viz.training import STATIC_FIGURES_ENV, LiveCurves, figure_widget_available
+
+    monkeypatch.delenv(STATIC_FIGURES_ENV, raising=False)
+    widgets = figure_widget_available()  # True where anywidget is installed
+    with _environment({STATIC_FIGURES_ENV: "1"}):
+        assert not figure_widget_available()
+        curves = LiveCurves(["loss"])
+        assert not isinstance(curves.figure, go.FigureWidget)
+    assert STATIC_FIGURES_ENV not in os.environ  # restored
+    assert figure_widget_available() == widgets

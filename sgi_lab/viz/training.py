@@ -64,8 +64,17 @@ FINETUNE_CURVES: tuple[str, ...] = (
 """The finetuning metrics shown by default (`sgi_lab.train.finetune`'s metrics.jsonl keys)."""
 
 
+STATIC_FIGURES_ENV = "SGI_LAB_STATIC_FIGURES"
+"""Set to 1 for static figures only: `sgi_lab.notebook_runs` sets it for the kernels it starts,
+so that executed notebooks and their HTML pages hold the figures themselves (a widget's view
+needs a live kernel to render)."""
+
+
 def figure_widget_available() -> bool:
-    """Whether plotly's FigureWidget works here (plotly >= 6 needs ``anywidget``)."""
+    """Whether live figures use plotly's FigureWidget: it works here (plotly >= 6 needs
+    ``anywidget``) and static figures were not asked for (:data:`STATIC_FIGURES_ENV`)."""
+    if os.environ.get(STATIC_FIGURES_ENV) == "1":
+        return False
     try:
         go.FigureWidget()
     except ImportError:
@@ -177,6 +186,7 @@ class LiveCurves:
         self._figure = self._empty_figure()
         self._widget = go.FigureWidget(self._figure) if figure_widget_available() else None
         self._handle = None
+        self._widget_handle = None
         self._last_draw = 0.0
         self._followed = 0
 
@@ -204,7 +214,7 @@ class LiveCurves:
         from IPython.display import display
 
         if self._widget is not None:
-            display(self._widget)
+            self._widget_handle = display(self._widget, display_id=True)
         else:
             self._handle = _show(self._figure)
             self._last_draw = time.monotonic()
@@ -259,8 +269,14 @@ class LiveCurves:
             self._last_draw = time.monotonic()
 
     def finish(self) -> go.Figure:
-        """Draw the last rows and return the final figure (only panels that got data)."""
+        """Draw the last rows and return the final figure (only panels that got data).
+
+        A FigureWidget's output is replaced by the static figure, so that the curves stay in
+        the notebook file (papermill runs included) after the kernel is gone.
+        """
         self._draw()
+        if self._widget_handle is not None:
+            _show(go.Figure(self._widget), self._widget_handle)
         return training_curves(self.rows, self.keys, self.columns, self.title, x=self.x)
 
     @property
