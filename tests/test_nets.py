@@ -274,3 +274,22 @@ def test_scale_gradient():
     x = torch.ones(3, requires_grad=True)
     (scale_gradient(x, 0.5).sum() + x.sum()).backward()
     torch.testing.assert_close(x.grad, torch.full((3,), 1.5))
+
+
+def test_noisy_linear_factorised_forward_equals_the_built_weight():
+    """Few rows take the factorised path; the function and its gradients are the same."""
+    torch.manual_seed(0)
+    layer = NoisyLinear(20, 7)
+    layer.reset_noise(torch.Generator().manual_seed(3))
+    assert NoisyLinear.FACTORISED_MAX_ROWS < 16
+    x = torch.randn(16, 20)
+    few = layer(x[:2])  # factorised
+    grads_few = torch.autograd.grad(few.sum(), list(layer.parameters()))
+    many = layer(x)  # noisy weight built
+    grads_many = torch.autograd.grad(many[:2].sum(), list(layer.parameters()))
+    weight = layer.weight_mu + layer.weight_sigma * torch.outer(layer.eps_out, layer.eps_in)
+    by_hand = x[:2] @ weight.T + layer.bias_mu + layer.bias_sigma * layer.eps_out
+    torch.testing.assert_close(few, by_hand)
+    torch.testing.assert_close(few, many[:2])
+    for a, b in zip(grads_few, grads_many):
+        torch.testing.assert_close(a, b)

@@ -32,6 +32,9 @@ class NoisyLinear(nn.Module):
         noise_enabled: initial noise switch.
     """
 
+    FACTORISED_MAX_ROWS = 8
+    """Inputs of at most this many rows use the factorised forward (same function)."""
+
     def __init__(
         self,
         in_features: int,
@@ -82,10 +85,16 @@ class NoisyLinear(nn.Module):
         use_noise = self.noise_enabled if noise is None else noise
         if not use_noise:
             return F.linear(x, self.weight_mu, self.bias_mu)
+        bias = torch.addcmul(self.bias_mu, self.bias_sigma, self.eps_out)
+        if x.numel() <= self.FACTORISED_MAX_ROWS * self.in_features:
+            # Few rows (acting, evaluation): (sigma * eps_out eps_in^T) x
+            # = eps_out * (sigma (eps_in * x)), two thin matmuls instead of building the
+            # (out, in) noisy weight, ~3x faster at batch 1. Larger batches amortize the build.
+            noise = F.linear(x * self.eps_in, self.weight_sigma)
+            return torch.addcmul(F.linear(x, self.weight_mu, bias), noise, self.eps_out)
         weight = torch.addcmul(
             self.weight_mu, self.weight_sigma, torch.outer(self.eps_out, self.eps_in)
         )
-        bias = torch.addcmul(self.bias_mu, self.bias_sigma, self.eps_out)
         return F.linear(x, weight, bias)
 
     def extra_repr(self) -> str:

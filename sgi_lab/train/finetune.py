@@ -537,8 +537,10 @@ def act(agent: Agent, obs: np.ndarray, eps: float, rng: np.random.Generator) -> 
     rlpyt's sampling mode); the network goes back to training mode afterwards."""
     model = agent.model
     model.eval()
+    # bf16 only on a GPU: for one observation on a CPU the weight casts cost more than they save.
+    amp = agent.amp and agent.device.type == "cuda"
     try:
-        return int(greedy_actions(model, _tensor(obs[None], agent.device), eps, rng, agent.amp)[0])
+        return int(greedy_actions(model, _tensor(obs[None], agent.device), eps, rng, amp)[0])
     finally:
         model.train()
         if agent.config.scheme == "frozen":
@@ -1031,7 +1033,7 @@ def finetune(
             device=device,
             max_frames=config.eval_max_frames,
             progress=progress,
-            amp=agent.amp,
+            amp=agent.amp and device.type == "cuda",  # a few envs at a time: fp32 on a CPU
         )
         result["step"] = step
         atomic_write_text(run.path / "eval.json", json.dumps(result, indent=2))
