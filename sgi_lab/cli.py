@@ -48,6 +48,7 @@ def _collect(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         full_action_space=args.full_action_space,
         terminal_on_life_loss=args.terminal_on_life_loss,
+        progress=not args.no_progress,
     )
     print(json.dumps(store.summary(), indent=2))
     return 0
@@ -65,6 +66,7 @@ def _import(args: argparse.Namespace) -> int:
         args.samples,
         args.out,
         overwrite=args.overwrite,
+        progress=not args.no_progress,
     )
     print(json.dumps(store.summary(), indent=2))
     return 0
@@ -88,7 +90,14 @@ def _pretrain(args: argparse.Namespace) -> int:
 
     config = load_config(PretrainConfig, args.params, parse_overrides(args.set))
     name = read_params(args.params).get("name", Path(args.params).stem)
-    model = pretrain(config, args.data, args.out, overwrite=args.overwrite, params_name=name)
+    model = pretrain(
+        config,
+        args.data,
+        args.out,
+        overwrite=args.overwrite,
+        params_name=name,
+        progress=not args.no_progress,
+    )
     print(f"pretrained model: {model}")
     return 0
 
@@ -183,6 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--full-action-space", action="store_true")
     p.add_argument("--terminal-on-life-loss", action="store_true")
     p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     p = sub.add_parser("import", help="import external data into a TransitionStore")
     p.add_argument("format", choices=["dqn-replay"])
@@ -192,6 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--samples", type=int, default=None, help="transitions from each checkpoint")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     p = sub.add_parser("pretrain", help="offline pretraining (SGI, its ablations, ATC, BC)")
     p.add_argument("--params", type=Path, required=True, help="params/pretrain/NAME.yaml")
@@ -199,6 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", type=Path, required=True, help="TransitionStore folder")
     p.add_argument("--out", type=Path, required=True, help="run folder (re-run to resume)")
     p.add_argument("--overwrite", action="store_true", help="discard an existing run there")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     p = sub.add_parser("finetune", help="finetune on Atari 100k (Rainbow + SPR), then evaluate")
     p.add_argument("--params", type=Path, required=True, help="params/finetune/NAME.yaml")

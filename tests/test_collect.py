@@ -113,8 +113,9 @@ def test_cli_collect_and_info(tmp_path, capsys):
 
     out = tmp_path / "cli_store"
     args = ["collect", "random", "--game", "ALE/Pong-v5", "--steps", "200", "--seed", "1"]
-    assert main([*args, "--out", str(out), "--chunk-size", "64"]) == 0
-    assert '"transitions": 200' in capsys.readouterr().out
+    assert main([*args, "--out", str(out), "--chunk-size", "64", "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    assert '"transitions": 200' in captured.out and "%|" not in captured.err
     assert main(["info", str(out)]) == 0
     assert '"game": "Pong"' in capsys.readouterr().out
     assert (

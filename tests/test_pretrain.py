@@ -207,9 +207,11 @@ def test_cli_pretrain_smoke_and_bad_key(dot_store, tmp_path, capsys):
             str(dot_store.path),
             "--out",
             str(out),
+            "--no-progress",
         ]
     )
     assert rc == 0 and (out / "model.pt").exists()
+    assert "%|" not in capsys.readouterr().err  # no progress bar
     assert RunDir(out).status()["params"] == "smoke"
     rc = cli_main(
         [
