@@ -210,17 +210,23 @@ def build_config(cls: type, values: dict[str, Any] | None = None, **overrides: A
     return cls(**checked)
 
 
-def read_params(path: str | os.PathLike) -> dict[str, Any]:
-    """Read a params YAML file (``yaml.safe_load``) and check its top-level keys."""
-    path = Path(path)
-    if not path.exists():
-        raise ConfigError(f"{path}: params file not found")
+def load_yaml_mapping(path: Path, what: str = "a mapping at the top level") -> dict[str, Any]:
+    """``yaml.safe_load`` of an existing file that must hold a mapping (empty file: {})."""
     try:
         payload = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML ({exc})") from exc
     if not isinstance(payload, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level")
+        raise ConfigError(f"{path}: expected {what}")
+    return payload
+
+
+def read_params(path: str | os.PathLike) -> dict[str, Any]:
+    """Read a params YAML file (``yaml.safe_load``) and check its top-level keys."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"{path}: params file not found")
+    payload = load_yaml_mapping(path)
     unknown = sorted(set(payload) - TOP_LEVEL_KEYS)
     if unknown:
         raise ConfigError(

@@ -34,7 +34,13 @@ from typing import Any
 
 import yaml
 
-from sgi_lab.config import ConfigError, load_config, parse_value, read_params, to_dict
+from sgi_lab.config import (
+    load_config,
+    load_yaml_mapping,
+    parse_value,
+    read_params,
+    to_dict,
+)
 from sgi_lab.runs import RunDir, atomic_write_text, run_name
 
 __all__ = [
@@ -128,13 +134,7 @@ def read_param_file(path: str | os.PathLike) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: parameters file not found")
-    try:
-        payload = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({exc})") from exc
-    if not isinstance(payload, dict):
-        raise ConfigError(f"{path}: expected a mapping of parameter names to values")
-    return payload
+    return load_yaml_mapping(path, "a mapping of parameter names to values")
 
 
 def parse_parameter(raw: str) -> Any:

@@ -167,3 +167,22 @@ def test_pickled_object_chunk_is_refused(good_store):
     )
     with pytest.raises(StoreError, match="action_00000.npy"):
         TransitionStore(good_store)
+
+
+def test_resume_matching_continues_only_the_same_settings(tmp_path):
+    out = tmp_path / "store"
+    assert TransitionStoreWriter.resume_matching(out, "Pong", {"seed": 0}) is None  # nothing
+    writer = TransitionStoreWriter.create(
+        out, game="Pong", source="random", params={"seed": 0}, num_actions=6, chunk_size=4
+    )
+    for t in range(10):  # two durable chunks of 4, then 2 rows lost with the "crash"
+        writer.append(encode_row(t), t % 6, 0.0, False, t == 0)
+    del writer
+    resumed = TransitionStoreWriter.resume_matching(out, "Pong", {"seed": 0})
+    assert resumed is not None and resumed.num_rows == 8
+    with pytest.raises(StoreError, match="different settings"):
+        TransitionStoreWriter.resume_matching(out, "Pong", {"seed": 1})
+    with pytest.raises(StoreError, match="different settings"):
+        TransitionStoreWriter.resume_matching(out, "Breakout", {"seed": 0})
+    (tmp_path / "store.partial" / "manifest.json").write_text("{not json")
+    assert TransitionStoreWriter.resume_matching(out, "Pong", {"seed": 0}) is None  # start over

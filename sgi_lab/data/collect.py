@@ -16,8 +16,6 @@ from tqdm.auto import tqdm
 
 from sgi_lab.data.store import (
     DEFAULT_CHUNK_SIZE,
-    PARTIAL_SUFFIX,
-    StoreError,
     TransitionStore,
     TransitionStoreWriter,
 )
@@ -107,7 +105,6 @@ def collect(
     out = Path(out)
     if out.exists() and not overwrite:
         raise FileExistsError(f"{out} already exists (use overwrite to replace it)")
-    partial = out.with_name(out.name + PARTIAL_SUFFIX)
     record = {
         "steps": steps,
         "seed": seed,
@@ -115,18 +112,7 @@ def collect(
         "full_action_space": full_action_space,
         **(params or {}),
     }
-    writer = None
-    if resume and partial.exists():
-        try:
-            writer = TransitionStoreWriter.resume(out)
-        except StoreError:
-            writer = None  # unreadable leftovers: start over
-        else:
-            if writer.manifest.game != game or writer.manifest.params != record:
-                raise StoreError(
-                    f"{partial} was started with different settings "
-                    f"({writer.manifest.game}, {writer.manifest.params}); remove it or match them"
-                )
+    writer = TransitionStoreWriter.resume_matching(out, game, record) if resume else None
     env_seed = seed + (len(writer.manifest.chunks) if writer else 0)
     env = make_env(
         game, seed=env_seed, train=False, full_action_space=full_action_space, **(env_kwargs or {})

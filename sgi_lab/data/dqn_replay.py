@@ -47,8 +47,6 @@ from tqdm.auto import tqdm
 
 from sgi_lab.data.store import (
     FRAME_SHAPE,
-    PARTIAL_SUFFIX,
-    StoreError,
     TransitionStore,
     TransitionStoreWriter,
 )
@@ -455,19 +453,7 @@ def import_dqn_replay(
         "stack_size": STACK_SIZE,
     }
 
-    writer = None
-    partial = out.with_name(out.name + PARTIAL_SUFFIX)
-    if resume and partial.exists():
-        try:
-            writer = TransitionStoreWriter.resume(out)
-        except StoreError:
-            writer = None  # unreadable leftovers: start over
-        else:
-            if writer.manifest.game != game or writer.manifest.params != params:
-                raise StoreError(
-                    f"{partial} was started with different settings "
-                    f"({writer.manifest.game}, {writer.manifest.params}); remove it or match them"
-                )
+    writer = TransitionStoreWriter.resume_matching(out, game, params) if resume else None
     if writer is None:
         writer = TransitionStoreWriter.create(
             out,

@@ -191,7 +191,11 @@ class TransitionStoreWriter:
         manifest_path = partial / MANIFEST
         if not manifest_path.exists():
             raise StoreError(f"nothing to resume: {manifest_path} does not exist")
-        manifest = StoreManifest.from_json(json.loads(manifest_path.read_text()), manifest_path)
+        try:
+            raw = json.loads(manifest_path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise StoreError(f"{manifest_path}: not valid JSON ({exc})") from exc
+        manifest = StoreManifest.from_json(raw, manifest_path)
         # Drop any chunk files written after the last one the manifest records.
         for stray in (partial / "chunks").glob("*.npy*"):
             index = int(stray.name.split("_")[-1].split(".")[0])
@@ -199,6 +203,31 @@ class TransitionStoreWriter:
                 stray.unlink()
         writer = cls(path, manifest)
         writer._overwrite = True
+        return writer
+
+    @classmethod
+    def resume_matching(
+        cls, path: str | os.PathLike, game: str, params: dict[str, Any]
+    ) -> TransitionStoreWriter | None:
+        """The interrupted writer of ``path`` if it was started with this game and params.
+
+        Returns None when there is nothing to resume or the leftovers are unreadable (the caller
+        starts over); raises StoreError when they were made with other settings, which mixing
+        into one store would corrupt.
+        """
+        path = Path(path)
+        partial = path.with_name(path.name + PARTIAL_SUFFIX)
+        if not partial.exists():
+            return None
+        try:
+            writer = cls.resume(path)
+        except StoreError:
+            return None
+        if writer.manifest.game != game or writer.manifest.params != params:
+            raise StoreError(
+                f"{partial} was started with different settings "
+                f"({writer.manifest.game}, {writer.manifest.params}); remove it or match them"
+            )
         return writer
 
     # -- appending ----------------------------------------------------------------------------
