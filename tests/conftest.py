@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from sgi_lab.data import TransitionStore, TransitionStoreWriter
 
@@ -89,3 +90,13 @@ def moving_dot_store(
         writer.append(frame, action, 0.0, t % episode_length == episode_length - 1, first)
         previous = action
     return TransitionStore(writer.close())
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread for the test: on a busy 2-core machine two OpenMP threads per process
+    thrash, and one is up to 10x faster there."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

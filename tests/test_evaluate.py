@@ -13,13 +13,7 @@ from sgi_lab.envs import UnknownGameError
 from sgi_lab.nets import SGIModel
 from sgi_lab.runs import CheckpointError
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_episode_quotas_split_evenly():

@@ -31,13 +31,7 @@ TINY = {
 }
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # On a busy 2-core machine two OpenMP threads per process thrash; one is 10x faster there.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def save_pretrained_run(path, encoder="nature", num_actions=6, **kwargs) -> SGIModel:
