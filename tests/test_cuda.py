@@ -44,12 +44,21 @@ def dot_store(tmp_path_factory):
     return moving_dot_store(tmp_path_factory.mktemp("data") / "dot", rows=1200, num_actions=6)
 
 
+@pytest.fixture
+def no_tf32():
+    """True fp32 on the GPU for the test (restored after; monkeypatch cannot undo these)."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+@pytest.mark.usefixtures("no_tf32")
 @pytest.mark.parametrize("encoder", ["nature", "resnet"])
 def test_fp32_forward_matches_the_cpu(encoder):
     torch.manual_seed(0)
     model = SGIModel(encoder, 6, goal_head=True, inverse_model=True).eval()
     x = torch.randint(0, 256, (5, 4, 84, 84), dtype=torch.uint8)
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     with torch.no_grad():
         z_cpu = model.encode(x)
         q_cpu = model.q_logits(z_cpu)
