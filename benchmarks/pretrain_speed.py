@@ -288,8 +288,10 @@ def main() -> None:
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
-    if args.default_malloc and hasattr(pretrain_module, "keep_freed_memory"):
-        pretrain_module.keep_freed_memory = lambda: False
+    if args.default_malloc:  # older sgi_lab versions called keep_freed_memory directly
+        for name in ("prepare_device", "keep_freed_memory"):
+            if hasattr(pretrain_module, name):
+                setattr(pretrain_module, name, lambda *_: None)
     load_before = os.getloadavg()
     conv_before = conv_throughput(args.conv_reps)
     conv_bf16 = conv_throughput(args.conv_reps, torch.bfloat16)
@@ -320,7 +322,8 @@ def main() -> None:
         profile = profile_step(config, batch, args.top)
     # What the code under test actually did (older sgi_lab versions lack these levers).
     bf16 = not args.fp32 and hasattr(pretrain_module, "autocast") and cpu_has_native_bf16()
-    tuned_malloc = hasattr(pretrain_module, "keep_freed_memory") and not args.default_malloc
+    levers = ("prepare_device", "keep_freed_memory")
+    tuned_malloc = any(hasattr(pretrain_module, n) for n in levers) and not args.default_malloc
     result = {
         "bench": "pretrain_speed",
         "sgi_lab": os.path.dirname(sgi_lab.__file__),

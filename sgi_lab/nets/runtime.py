@@ -76,4 +76,16 @@ def keep_freed_memory() -> bool:
     return mallopt(_M_TRIM_THRESHOLD, -1) == 1 and ok
 
 
-__all__ = ["autocast", "cpu_has_native_bf16", "keep_freed_memory"]
+def prepare_device(device: torch.device) -> None:
+    """Process-wide settings for a training loop on ``device`` (idempotent).
+
+    CPU: :func:`keep_freed_memory`. CUDA: nothing; cuDNN autotuning (``cudnn.benchmark``) was
+    measured on an H100 and left off: ResNet pretraining 0.065 -> 0.055 s per step, but Nature
+    pretraining 0.030 -> 0.036 s and the finetuning loop 10-20% slower (acting and evaluation
+    bring new shapes to tune).
+    """
+    if device.type == "cpu":
+        keep_freed_memory()
+
+
+__all__ = ["autocast", "cpu_has_native_bf16", "keep_freed_memory", "prepare_device"]

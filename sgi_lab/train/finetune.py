@@ -90,6 +90,7 @@ from sgi_lab.envs import canonical_game, make_env
 from sgi_lab.envs import num_actions as game_actions
 from sgi_lab.nets import SGIModel, ema_update, make_target, parameter_group
 from sgi_lab.nets.encoders import prepare_pixels
+from sgi_lab.nets.runtime import prepare_device
 from sgi_lab.objectives import (
     c51_kl,
     c51_loss,
@@ -459,6 +460,7 @@ def make_agent(
         The agent and what was transferred.
     """
     device = torch.device(device)
+    prepare_device(device)  # CPU: freed heap is reused instead of page-faulted back
     torch.manual_seed(config.seed)
     model = SGIModel(**model_args)
     if pretrained is not None:

@@ -30,7 +30,7 @@ from sgi_lab.augment import augment
 from sgi_lab.config import ConfigError, PretrainConfig, build_config, save_config, to_dict
 from sgi_lab.data import SequenceBatch, SequenceSampler, TransitionStore
 from sgi_lab.nets import SGIModel, ema_update, make_target
-from sgi_lab.nets.runtime import autocast, keep_freed_memory
+from sgi_lab.nets.runtime import autocast, prepare_device
 from sgi_lab.objectives import (
     atc_accuracy,
     atc_loss,
@@ -97,8 +97,7 @@ def check_objectives(config: PretrainConfig) -> None:
 
 
 def build_state(config: PretrainConfig, num_actions: int, device: torch.device) -> PretrainState:
-    if device.type == "cpu":
-        keep_freed_memory()  # activations reuse freed heap instead of page-faulting fresh mmaps
+    prepare_device(device)  # CPU: freed heap is reused instead of page-faulted back
     torch.manual_seed(config.seed)
     channels_last = config.channels_last
     model = SGIModel(**model_args(config, num_actions), channels_last=channels_last).to(device)
