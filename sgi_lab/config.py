@@ -245,7 +245,7 @@ def parse_value(raw: str) -> Any:
         try:
             value = float(value) if any(c in value for c in ".eE") else int(value)
         except ValueError:
-            pass
+            pass  # not a number: the string it is ('adam', 'cuda:0', ...)
     return value
 
 
