@@ -17,6 +17,7 @@ sequence.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 
 def _draw_shape(x: torch.Tensor, same_across_time: bool) -> tuple[int, ...]:
@@ -32,34 +33,94 @@ def random_shift(
     pad: int = 4,
     generator: torch.Generator | None = None,
     same_across_time: bool = False,
+    time_major: bool = False,
 ) -> torch.Tensor:
     """Random translation by up to ``pad`` pixels with replicate padding (pad + random crop).
 
-    Implemented as one gather with clamped indices, which equals ``ReplicationPad2d(pad)``
-    followed by a crop at offset (dy, dx) ~ U{0..2 pad}^2.
+    Exactly ``ReplicationPad2d(pad)`` followed by a crop at offset (dy, dx) ~ U{0..2 pad}^2:
+    on a CPU the pad then a crop of whole rows (:func:`_crop_rows`), elsewhere one gather with
+    clamped indices (:func:`_shift_gather`); both give the same result.
 
     Args:
         x: (B, C, H, W) or (B, T, C, H, W) images, any dtype.
         pad: maximum shift in pixels (4).
         generator: random source on x's device.
         same_across_time: one shift per sequence instead of one per (b, t).
+        time_major: for (B, T, C, H, W) input, return the contiguous (T, B, C, H, W) transpose
+            of the result (the same draws), written in that order directly.
 
     Returns:
-        Tensor with the shape, dtype and device of x.
+        Tensor with the dtype and device of x, shaped like x (or its time-major transpose).
     """
     draw = _draw_shape(x, same_across_time)
-    h, w = x.shape[-2:]
-    n = x[..., 0, 0, 0].numel()  # number of frame stacks
+    c, h, w = x.shape[-3:]
+    lead = x.shape[:-3]
     offsets = torch.randint(
         0, 2 * pad + 1, (*draw, 2), generator=generator, device=x.device
-    ).expand(*x.shape[:-3], 2)
-    offsets = offsets.reshape(n, 2) - pad
-    rows = (torch.arange(h, device=x.device) + offsets[:, :1]).clamp_(0, h - 1)  # (n, H)
-    cols = (torch.arange(w, device=x.device) + offsets[:, 1:]).clamp_(0, w - 1)  # (n, W)
+    ).expand(*lead, 2)  # crop corners (dy, dx) in the padded frames
+    frames = x.reshape(-1, c, h, w)
+    source = None  # which input stack each output stack crops, in output order
+    if time_major:
+        if x.dim() != 5:
+            raise ValueError(f"time_major needs (B, T, C, H, W), got shape {tuple(x.shape)}")
+        source = torch.arange(frames.shape[0], device=x.device).view(lead).t().reshape(-1)
+        offsets, lead = offsets.transpose(0, 1), (lead[1], lead[0])
+    offsets = offsets.reshape(-1, 2)
+    if _crops_rows(x.device):
+        padded = F.pad(frames, (pad,) * 4, mode="replicate")
+        out = _crop_rows(padded, offsets, h, w, source)
+    else:
+        out = _shift_gather(frames if source is None else frames[source], offsets - pad)
+    return out.view(*lead, c, h, w)
+
+
+def _crops_rows(device: torch.device) -> bool:
+    """Whether :func:`random_shift` crops rows (CPU) or gathers (elsewhere) on ``device``."""
+    return device.type == "cpu"
+
+
+def _crop_rows(
+    padded: torch.Tensor,
+    offsets: torch.Tensor,
+    h: int,
+    w: int,
+    source: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Crop (n, C, h, w) at per-sample corners ``offsets`` out of padded (N, C, H', W').
+
+    Every output row is a contiguous run of ``w`` elements of the padded tensor, so the crop is
+    one ``index_select`` of row windows (a view of all length-``w`` windows of the flat
+    storage) at computed starts. On a CPU this moves whole rows instead of gathering element by
+    element, about 3x faster than :func:`_shift_gather` for uint8 frame stacks.
+
+    Args:
+        padded: (N, C, H', W') padded frames.
+        offsets: (n, 2) int64 corner (dy, dx) of each output's crop.
+        h, w: crop size.
+        source: (n,) index of the padded stack each output crops (default: output i crops i).
+    """
+    n, (_, c, hp, wp) = offsets.shape[0], padded.shape
+    if source is None:
+        source = torch.arange(n, device=padded.device)
+    flat = padded.contiguous().view(-1).unfold(0, w, 1)  # (numel - w + 1, w) windows, a view
+    stack = (source.view(n, 1, 1) * c + torch.arange(c, device=padded.device).view(1, c, 1)) * (
+        hp * wp
+    )
+    row = torch.arange(h, device=padded.device).view(1, 1, h)
+    dy, dx = offsets[:, 0].view(n, 1, 1), offsets[:, 1].view(n, 1, 1)
+    starts = stack + (row + dy) * wp + dx  # (n, C, h) first element of each output row
+    return flat.index_select(0, starts.view(-1)).view(n, c, h, w)
+
+
+def _shift_gather(frames: torch.Tensor, shifts: torch.Tensor) -> torch.Tensor:
+    """Translate (n, C, H, W) by per-sample ``shifts`` in [-pad, pad], replicating edges: one
+    gather with clamped indices (what a GPU does best; same result as :func:`_crop_rows`)."""
+    n, _, h, w = frames.shape
+    rows = (torch.arange(h, device=frames.device) + shifts[:, :1]).clamp_(0, h - 1)  # (n, H)
+    cols = (torch.arange(w, device=frames.device) + shifts[:, 1:]).clamp_(0, w - 1)  # (n, W)
     index = (rows[:, :, None] * w + cols[:, None, :]).view(n, 1, h * w)
-    flat = x.reshape(n, -1, h * w)
-    out = flat.gather(2, index.expand(-1, flat.shape[1], -1))
-    return out.view(x.shape)
+    flat = frames.reshape(n, -1, h * w)
+    return flat.gather(2, index.expand(-1, flat.shape[1], -1)).view(frames.shape)
 
 
 def intensity(

@@ -91,3 +91,52 @@ def test_augment_combines_both():
     again = augment(x, torch.Generator().manual_seed(0))
     torch.testing.assert_close(out, again)
     assert torch.equal(augment(x, pad=0, intensity_scale=0.0), x.float())
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+def test_cpu_row_crop_equals_clamped_gather(dtype):
+    """The CPU path (pad, then crop whole rows) gives what the GPU path (one clamped gather)
+    gives, for every one of the 81 shifts and for non-square frames."""
+    from sgi_lab.augment import _crop_rows, _shift_gather
+
+    for h, w in [(84, 84), (10, 13)]:
+        x = images(81, 3, h, w, dtype=dtype, seed=h)
+        grid = torch.arange(9)
+        offsets = torch.stack(torch.meshgrid(grid, grid, indexing="ij"), -1).view(81, 2)
+        crops = _crop_rows(F.pad(x, (4,) * 4, mode="replicate"), offsets, h, w)
+        assert torch.equal(crops, _shift_gather(x, offsets - 4))
+        # and by hand: shift (+2, -3) means out[i, j] = x[clamp(i + 2), clamp(j - 3)]
+        k = 6 * 9 + 1  # dy = 6 - 4 = 2, dx = 1 - 4 = -3
+        rows = (torch.arange(h) + 2).clamp(0, h - 1)
+        cols = (torch.arange(w) - 3).clamp(0, w - 1)
+        assert torch.equal(crops[k], x[k][:, rows][:, :, cols])
+
+
+@pytest.mark.parametrize("same_across_time", [False, True])
+def test_shift_time_major_is_the_transpose_of_the_same_draws(same_across_time):
+    x = images(3, 5, 4, 84, 84)
+    plain = random_shift(
+        x, generator=torch.Generator().manual_seed(2), same_across_time=same_across_time
+    )
+    tm = random_shift(
+        x,
+        generator=torch.Generator().manual_seed(2),
+        same_across_time=same_across_time,
+        time_major=True,
+    )
+    assert tm.shape == (5, 3, 4, 84, 84) and tm.is_contiguous()
+    assert torch.equal(tm, plain.transpose(0, 1))
+    with pytest.raises(ValueError, match="time_major"):
+        random_shift(x[:, 0], time_major=True)
+
+
+@pytest.mark.parametrize("time_major", [False, True])
+def test_gather_path_gives_the_row_crop_result(monkeypatch, time_major):
+    """random_shift's non-CPU path (one gather), forced on the CPU, draws and shifts alike."""
+    import sgi_lab.augment as aug
+
+    x = images(3, 5, 4, 84, 84)
+    rows = random_shift(x, generator=torch.Generator().manual_seed(4), time_major=time_major)
+    monkeypatch.setattr(aug, "_crops_rows", lambda device: False)
+    gathered = random_shift(x, generator=torch.Generator().manual_seed(4), time_major=time_major)
+    assert torch.equal(rows, gathered)

@@ -358,7 +358,7 @@ def test_augmented_frames_are_sgi_augment_scaled_for_the_encoder(amp):
     )
     assert ours.dtype == (torch.bfloat16 if amp else torch.float32)
     generator = torch.Generator().manual_seed(5)
-    expected = augment(torch.from_numpy(obs).transpose(0, 1).reshape(12, 4, 84, 84), generator)
+    expected = augment(torch.from_numpy(obs), generator).transpose(0, 1).reshape(12, 4, 84, 84)
     tol = {"rtol": 8e-3, "atol": 1e-3} if amp else {"rtol": 1e-6, "atol": 1e-6}
     torch.testing.assert_close(ours.flatten(0, 1).float(), expected * PIXEL_SCALE, **tol)
     # Encoding the prepared frames is encoding the augmented pixels.

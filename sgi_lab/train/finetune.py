@@ -558,9 +558,10 @@ def augmented_frames(agent: Agent, obs: np.ndarray, time_major: bool = False) ->
     intensity-jittered (`sgi_lab.augment`), scaled by 1/255, in the compute dtype (bf16 under
     autocast) and the model's memory format; encode it with ``prepared=True``.
 
-    The shift gathers uint8 pixels; the jitter, the 1/255 and the cast are then one multiply
-    (`sgi_lab.nets.encoders.prepare_pixels`), instead of a float copy, a multiply, a layout
-    copy and the encoder's own scaling.
+    The shift crops uint8 pixels, writing a time-major sequence in that order; the jitter, the
+    1/255 and the cast are then one multiply (`sgi_lab.nets.encoders.prepare_pixels`) instead
+    of a float copy, a multiply, a layout copy and the encoder's own scaling. Draws are made in
+    (B, T) order whatever the output order, as ``sgi_lab.augment.augment(obs)`` makes them.
 
     Args:
         agent: the agent (config.augment, generator, device, model layout, amp).
@@ -572,18 +573,20 @@ def augmented_frames(agent: Agent, obs: np.ndarray, time_major: bool = False) ->
         Tensor of the same shape (time-major if asked): ``augment(obs) / 255``.
     """
     x = _tensor(obs, agent.device)
-    if time_major:
-        x = x.transpose(0, 1)
-    lead = x.shape[:-3]
-    x = x.reshape(-1, *x.shape[-3:])  # (n, 4, 84, 84)
+    time_major = time_major and x.dim() == 5
     factor = None
     if agent.config.augment:
-        x = random_shift(x, generator=agent.generator)
+        x = random_shift(x, generator=agent.generator, time_major=time_major)
         # intensity() of ones is the per-stack factor itself, drawn exactly as for the frames.
-        factor = intensity(
-            torch.ones(x.shape[0], 1, 1, 1, device=x.device), generator=agent.generator
-        )
+        draw = obs.shape[:-3]
+        factor = intensity(torch.ones(*draw, 1, 1, 1, device=x.device), generator=agent.generator)
+        factor = factor.transpose(0, 1) if time_major else factor
+    elif time_major:
+        x = x.transpose(0, 1)
+    lead = x.shape[:-3]
     dtype = torch.bfloat16 if agent.amp else torch.float32
+    x = x.reshape(-1, *x.shape[-3:])  # (n, 4, 84, 84)
+    factor = None if factor is None else factor.reshape(-1, 1, 1, 1)
     out = prepare_pixels(x, factor, channels_last=agent.model.channels_last, dtype=dtype)
     return out.view(*lead, *out.shape[1:])
 
@@ -646,27 +649,29 @@ def train_step(agent: Agent, batch: SequenceBatch, weights: np.ndarray) -> dict[
     actions, valid = _tensor(batch.actions, dev), _tensor(batch.valid, dev)
     w = _tensor(weights, dev).float()
 
-    # 2. Targets, no gradient: C51 n-step target; target latents of s_{t+1..t+K} in one pass
-    #    (s_t too and the goal observations for the goal-RL and inverse losses of ssl 'all').
-    with torch.no_grad(), agent.autocast():
-        returns, discounts = _tensor(batch.returns, dev), _tensor(batch.bootstrap_discount, dev)
-        rl_target, q_next = rl_targets(agent, boot_obs, returns, discounts)
-        target = agent.spr_target
-        if cfg.ssl == "all":
-            target.reset_noise(agent.generator)
-            goal_obs = augmented_frames(agent, batch.goal_obs)
-            # Time-major (T, B, ...) throughout: the linear projection of a transposed batch
-            # would make matmul broadcast its weight into a (B, 3136, 512) copy.
-            target_z = target.encode(torch.cat([obs, goal_obs[None]], 0), prepared=True)
-            goals = sample_goals(target_z[-1], agent.generator)
-            target_z = target_z[:-1]  # (K+1, B, C, 7, 7): s_t..s_{t+K}
-            goal_next_probs = F.softmax(target.goal_q_logits(target_z[1], goals), -1)
-        elif K > 0:
-            target_z = target.encode(obs[1:], prepared=True)  # (K, B, C, 7, 7): s_{t+1}..s_{t+K}
-        target_y = target.project(target_z).transpose(0, 1) if K > 0 else None  # (B, T, P)
-
-    # 3. Losses.
+    # One autocast region for targets and losses: autocast casts each parameter to bf16 once per
+    # region, so the casts of the online weights made for the targets serve the losses too.
     with agent.autocast():
+        # 2. Targets, no gradient: C51 n-step target; target latents of s_{t+1..t+K} in one pass
+        #    (s_t too and the goal observations for the goal-RL and inverse losses of ssl 'all').
+        with torch.no_grad():
+            returns, discounts = _tensor(batch.returns, dev), _tensor(batch.bootstrap_discount, dev)
+            rl_target, q_next = rl_targets(agent, boot_obs, returns, discounts)
+            target = agent.spr_target
+            if cfg.ssl == "all":
+                target.reset_noise(agent.generator)
+                goal_obs = augmented_frames(agent, batch.goal_obs)
+                # Time-major (T, B, ...) throughout: the linear projection of a transposed batch
+                # would make matmul broadcast its weight into a (B, 3136, 512) copy.
+                target_z = target.encode(torch.cat([obs, goal_obs[None]], 0), prepared=True)
+                goals = sample_goals(target_z[-1], agent.generator)
+                target_z = target_z[:-1]  # (K+1, B, C, 7, 7): s_t..s_{t+K}
+                goal_next_probs = F.softmax(target.goal_q_logits(target_z[1], goals), -1)
+            elif K > 0:  # (K, B, C, 7, 7): s_{t+1}..s_{t+K}
+                target_z = target.encode(obs[1:], prepared=True)
+            target_y = target.project(target_z).transpose(0, 1) if K > 0 else None  # (B, T, P)
+
+        # 3. Losses.
         z0 = model.encode(obs[0], prepared=True)
         logits = model.q_logits(z0)
         losses = {"rl": c51_loss(logits, actions[:, 0], rl_target)}
