@@ -92,6 +92,26 @@ def test_transition_matches_one_hot_planes():
     assert (fast.flatten(1).amax(1) - 1).abs().max() < 1e-5
 
 
+def test_transition_rollout_is_k_reference_steps_with_their_gradients():
+    """The rollout's one gather of all K action maps is K textbook steps, gradients included."""
+    torch.manual_seed(0)
+    h = TransitionModel(8, 5)
+    z0 = renormalize(torch.rand(4, 8, 7, 7))
+    actions = torch.randint(0, 5, (4, 3))
+    fast = h.rollout(z0, actions)
+    z, steps = z0, []
+    for k in range(3):
+        z = h.reference_forward(z, actions[:, k])
+        steps.append(z)
+    slow = torch.stack(steps, 1)
+    torch.testing.assert_close(fast, slow, atol=1e-5, rtol=1e-5)
+    weights = torch.rand_like(fast)
+    g_fast = torch.autograd.grad((fast * weights).sum(), list(h.parameters()))
+    g_slow = torch.autograd.grad((slow * weights).sum(), list(h.parameters()))
+    for a, b in zip(g_fast, g_slow, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+
+
 def test_noisy_linear_noise_on_off():
     torch.manual_seed(0)
     layer = NoisyLinear(6, 3, std_init=0.5)

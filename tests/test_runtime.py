@@ -94,3 +94,51 @@ def test_target_passes_mode(mode):
         assert not torch.is_grad_enabled()
         assert target.training == (mode == "batch")
     assert target.training and torch.is_grad_enabled()
+
+
+@pytest.mark.parametrize("momentum", [0.1, None])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_narrow_channels_last_train_norm_is_the_batch_norm(monkeypatch, momentum, dtype):
+    """The fast gradient-free training-mode norm of 8-channel channels-last activations gives
+    batch norm's output, running statistics and batch count, without calling it."""
+    from sgi_lab.nets.encoders import _train_norm
+
+    torch.manual_seed(1)
+    x = (torch.randn(5, 8, 12, 12) * torch.linspace(0.5, 3, 8).view(1, 8, 1, 1) + 4).to(dtype)
+    x = x.contiguous(memory_format=torch.channels_last)
+    plain = nn.BatchNorm2d(8, momentum=momentum)
+    with torch.no_grad():
+        plain.weight.uniform_(0.5, 1.5)
+        plain.bias.uniform_(-0.5, 0.5)
+        plain.running_mean.uniform_(-1.0, 1.0)
+    fast = nn.BatchNorm2d(8, momentum=momentum)
+    fast.load_state_dict(plain.state_dict())
+    monkeypatch.setattr(fast, "forward", lambda _: pytest.fail("took the plain path"))
+    with torch.no_grad():
+        for _ in range(2):  # twice: the cumulative average depends on the batch count
+            expected = plain(x)
+            ours = _train_norm(fast, x)
+    assert ours.dtype == dtype and ours.is_contiguous(memory_format=torch.channels_last)
+    tol = {"atol": 0.02, "rtol": 0.01} if dtype == torch.bfloat16 else {"atol": 1e-5, "rtol": 1e-5}
+    torch.testing.assert_close(ours, expected, **tol)
+    torch.testing.assert_close(fast.running_mean, plain.running_mean, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(fast.running_var, plain.running_var, atol=1e-5, rtol=1e-5)
+    assert int(fast.num_batches_tracked) == int(plain.num_batches_tracked) == 2
+
+
+def test_train_norm_falls_back_to_the_module_elsewhere():
+    from sgi_lab.nets.encoders import _train_norm
+
+    calls = []
+    narrow, wide = nn.BatchNorm2d(8), nn.BatchNorm2d(16)
+    for bn in (narrow, wide):
+        bn.register_forward_hook(lambda *args: calls.append(1))
+    x = torch.randn(2, 8, 4, 4).contiguous(memory_format=torch.channels_last)
+    _train_norm(narrow, x.requires_grad_())  # a gradient is wanted
+    with torch.no_grad():
+        _train_norm(narrow, x.contiguous())  # NCHW
+        _train_norm(wide, torch.cat([x, x], 1).contiguous(memory_format=torch.channels_last))
+        _train_norm(narrow.eval(), x)  # eval mode
+        assert len(calls) == 4
+        _train_norm(narrow.train(), x)  # the fast path
+    assert len(calls) == 4

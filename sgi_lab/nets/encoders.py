@@ -180,8 +180,8 @@ class InvertedResidual(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training and not torch.is_grad_enabled():
             return self._folded_forward(x)
-        h = F.relu(self.expand_bn(self.expand(x)), inplace=True)
-        h = F.relu(self.depthwise_bn(self._depthwise(h)), inplace=True)
+        h = F.relu(_train_norm(self.expand_bn, self.expand(x)), inplace=True)
+        h = F.relu(_train_norm(self.depthwise_bn, self._depthwise(h)), inplace=True)
         return self.shortcut(x) + self.project_bn(self.project(h))
 
     def _folded_forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -209,6 +209,62 @@ class InvertedResidual(nn.Module):
             with torch.autocast("cpu", enabled=False):
                 return self.depthwise(h.float())
         return self.depthwise(h)
+
+
+_WIDE = 64
+"""Channels of a channels-last row at which the CPU batch norm kernels run at full speed."""
+
+
+def _train_norm(bn: nn.BatchNorm2d, x: torch.Tensor) -> torch.Tensor:
+    """``bn(x)``, faster on a CPU for the narrow channels-last activations of the first block.
+
+    PyTorch's CPU batch norm walks a channels-last tensor one pixel (C values) at a time, which
+    for the 8 hidden channels of the first ResNet block at 84x84 is ~5x slower than for 64
+    channels (measured 17 ms vs 3.5 ms for (160, 8, 84, 84) bf16 in training mode). Such an
+    activation is, in memory, a (pixels / k, k * C) matrix with k * C = 64. Without gradient
+    (the SPR target passes) we take per-column statistics of that wide view, pool its k column
+    groups (law of total variance) into the C channel means and variances, and run the
+    eval-mode kernel on the wide view with the tiled statistics: the same affine map as
+    training mode, computed in float32 and rounded once, and the running statistics updated
+    exactly as ``bn`` would. 3.2 ms instead of 16.5 ms for that activation.
+
+    Anything else is ``bn(x)``: other devices, eval mode, gradient-carrying passes (an NCHW
+    round trip was measured 1.5x slower there, the backward dominating), 16 or more channels
+    (no faster: 9.0 ms vs 8.4 ms at 16), other layouts.
+    """
+    n, c, h, w = x.shape
+    k = _WIDE // c
+    if (
+        x.device.type != "cpu"
+        or not bn.training
+        or torch.is_grad_enabled()
+        or c * 8 > _WIDE
+        or _WIDE % c
+        or (n * h * w) % k
+        or not x.is_contiguous(memory_format=torch.channels_last)
+    ):
+        return bn(x)
+    wide = x.permute(0, 2, 3, 1).reshape(-1, k * c)  # a view: (pixels / k, k * C)
+    # float32 scratch buffers make the kernel return float32 statistics (it would round them
+    # to x's dtype otherwise); momentum 0 leaves them as they are.
+    scratch = torch.zeros(k * c, device=x.device), torch.ones(k * c, device=x.device)
+    col_mean, col_var = torch.batch_norm_update_stats(wide, *scratch, 0.0)
+    col_mean, col_var = col_mean.view(k, c), col_var.view(k, c)
+    mean = col_mean.mean(0)
+    var = (col_var + (col_mean - mean).square_()).mean(0)  # biased, as the norm uses
+    if bn.track_running_stats and bn.running_mean is not None:
+        bn.num_batches_tracked.add_(1)
+        factor = bn.momentum
+        if factor is None:  # cumulative moving average
+            factor = 1.0 / float(bn.num_batches_tracked)
+        count = n * h * w
+        bn.running_mean.lerp_(mean, factor)
+        bn.running_var.lerp_(var * (count / max(count - 1, 1)), factor)
+    tile = lambda t: None if t is None else t.repeat(k)  # noqa: E731
+    out = F.batch_norm(
+        wide, tile(mean), tile(var), tile(bn.weight), tile(bn.bias), False, 0.0, bn.eps
+    )
+    return out.view(n, h, w, c).permute(0, 3, 1, 2)
 
 
 def _folded_conv(conv: nn.Conv2d, bn: nn.BatchNorm2d, x: torch.Tensor) -> torch.Tensor:

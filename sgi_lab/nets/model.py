@@ -164,11 +164,7 @@ class SGIModel(nn.Module):
         Returns:
             (B, K, C, 7, 7) predicted latents.
         """
-        z, preds = z0, []
-        for k in range(actions.shape[1]):
-            z = self.transition(z, actions[:, k])
-            preds.append(z)
-        return torch.stack(preds, dim=1)
+        return self.transition.rollout(z0, actions)
 
     def project(self, z: torch.Tensor) -> torch.Tensor:
         """SPR projection p (first Q-head layers, noise-free): (..., C, 7, 7) -> (..., P)."""

@@ -42,22 +42,39 @@ class TransitionModel(nn.Module):
         planes = planes[:, :, None, None].expand(-1, -1, height, width)
         return F.conv2d(planes, w, padding=1)
 
-    def forward(self, z: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, z: torch.Tensor, action: torch.Tensor, action_map: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Predict the next latent.
 
         Args:
             z: (B, C, H, W) renormalized latent.
             action: (B,) int64 actions.
+            action_map: (B, C, H, W) ``action_maps(H, W)[action]``, when the caller has it
+                (a rollout computes the maps of all its steps at once).
 
         Returns:
             (B, C, H, W) renormalized predicted next latent.
         """
         w = self.first.weight
         h = F.conv2d(z, w[:, : self.channels], self.first.bias, padding=1)
-        h = h + self.action_maps(z.shape[-2], z.shape[-1])[action]
-        h = self.first_bn(F.relu(h))
+        if action_map is None:
+            action_map = self.action_maps(z.shape[-2], z.shape[-1])[action]
+        h = self.first_bn(F.relu(h + action_map))
         h = F.relu(self.final(h))
         return renormalize(h)
+
+    def rollout(self, z: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """K recursive predictions from z with actions (B, K): (B, K, C, H, W).
+
+        The action maps of all K steps are one small conv and one gather (not K of each).
+        """
+        maps = self.action_maps(z.shape[-2], z.shape[-1])[actions]  # (B, K, C, H, W)
+        preds = []
+        for k in range(actions.shape[1]):
+            z = self(z, actions[:, k], maps[:, k])
+            preds.append(z)
+        return torch.stack(preds, dim=1)
 
     def reference_forward(self, z: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """The same map computed the textbook way (concatenate one-hot planes); for tests."""
