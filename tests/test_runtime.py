@@ -142,3 +142,25 @@ def test_train_norm_falls_back_to_the_module_elsewhere():
         assert len(calls) == 4
         _train_norm(narrow.train(), x)  # the fast path
     assert len(calls) == 4
+
+
+@pytest.mark.parametrize("max_norm", [0.5, 100.0, 1e9])
+def test_clip_gradients_is_clip_grad_norm(max_norm):
+    """Clipped or not, the same gradients and the same returned norm as the library."""
+    from sgi_lab.nets.runtime import clip_gradients
+
+    def model_with_grads():
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 2))
+        net(torch.randn(4, 6)).square().sum().backward()
+        return list(net.parameters())
+
+    ours, library = model_with_grads(), model_with_grads()
+    norm = clip_gradients(ours, max_norm)
+    expected = torch.nn.utils.clip_grad_norm_(library, max_norm, foreach=True)
+    torch.testing.assert_close(norm, expected)
+    for a, b in zip(ours, library, strict=True):
+        torch.testing.assert_close(a.grad, b.grad)
+    if max_norm == 0.5:  # really clipped
+        clipped = torch.linalg.vector_norm(torch.cat([p.grad.flatten() for p in ours]))
+        torch.testing.assert_close(clipped, torch.tensor(0.5), rtol=1e-5, atol=1e-6)

@@ -76,6 +76,26 @@ def keep_freed_memory() -> bool:
     return mallopt(_M_TRIM_THRESHOLD, -1) == 1 and ok
 
 
+def clip_gradients(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """``torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)``, the same result.
+
+    That function always multiplies every gradient by min(1, max_norm / norm), a full pass
+    over them (~1.5 ms of a Nature finetuning update on the 2-core CPU) even when nothing is
+    clipped. On a CPU, where reading the norm costs no device synchronization, we multiply
+    only when the norm exceeds ``max_norm``; other devices call the library function.
+
+    Returns:
+        The total gradient norm before clipping (a 0-d tensor).
+    """
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads or grads[0].device.type != "cpu":
+        return torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
+    norm = torch.nn.utils.get_total_norm(grads, foreach=True)
+    if not norm <= max_norm:  # also NaN and inf, which the library function propagates
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm, foreach=True)
+    return norm
+
+
 def prepare_device(device: torch.device) -> None:
     """Process-wide settings for a training loop on ``device`` (idempotent).
 
@@ -88,4 +108,10 @@ def prepare_device(device: torch.device) -> None:
         keep_freed_memory()
 
 
-__all__ = ["autocast", "cpu_has_native_bf16", "keep_freed_memory", "prepare_device"]
+__all__ = [
+    "autocast",
+    "clip_gradients",
+    "cpu_has_native_bf16",
+    "keep_freed_memory",
+    "prepare_device",
+]

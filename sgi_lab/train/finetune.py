@@ -90,7 +90,7 @@ from sgi_lab.envs import canonical_game, make_env
 from sgi_lab.envs import num_actions as game_actions
 from sgi_lab.nets import SGIModel, ema_update, make_target, parameter_group
 from sgi_lab.nets.encoders import prepare_pixels
-from sgi_lab.nets.runtime import prepare_device
+from sgi_lab.nets.runtime import clip_gradients, prepare_device
 from sgi_lab.objectives import (
     c51_kl,
     c51_loss,
@@ -713,7 +713,7 @@ def train_step(agent: Agent, batch: SequenceBatch, weights: np.ndarray) -> dict[
     agent.optimizer.zero_grad(set_to_none=True)
     total.backward()
     if cfg.grad_clip > 0:
-        grad_norm = torch.nn.utils.clip_grad_norm_(agent.trainable, cfg.grad_clip, foreach=True)
+        grad_norm = clip_gradients(agent.trainable, cfg.grad_clip)
     else:
         grad_norm = torch.zeros((), device=dev)
     agent.optimizer.step()

@@ -30,7 +30,7 @@ from sgi_lab.augment import augment
 from sgi_lab.config import ConfigError, PretrainConfig, build_config, save_config, to_dict
 from sgi_lab.data import SequenceBatch, SequenceSampler, TransitionStore
 from sgi_lab.nets import SGIModel, ema_update, make_target
-from sgi_lab.nets.runtime import autocast, prepare_device
+from sgi_lab.nets.runtime import autocast, clip_gradients, prepare_device
 from sgi_lab.objectives import (
     atc_accuracy,
     atc_loss,
@@ -306,9 +306,7 @@ def train_step(
     state.optimizer.zero_grad(set_to_none=True)
     total.backward()
     if config.grad_clip > 0:
-        logs["grad_norm"] = torch.nn.utils.clip_grad_norm_(
-            state.model.parameters(), config.grad_clip
-        )
+        logs["grad_norm"] = clip_gradients(list(state.model.parameters()), config.grad_clip)
     state.optimizer.step()
     ema_update(state.target, state.model, config.ema_tau)
     return logs
