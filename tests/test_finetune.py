@@ -235,6 +235,28 @@ def test_train_step_variants(overrides):
         assert not torch.equal(q, before["head.value_out.weight_mu"])
 
 
+@pytest.mark.parametrize("amp", [False, True], ids=["fp32", "bf16"])
+def test_every_trainable_parameter_gets_its_gradient(monkeypatch, amp):
+    """Targets and losses share one autocast region, so the losses reuse bf16 casts of weights
+    first cast by the gradient-free target passes; those casts must still carry gradients."""
+    config = FinetuneConfig(**TINY, steps=100)
+    agent, _ = ft.make_agent(config, ft.model_args_for(config, 6), "cpu")
+    agent.amp = amp
+    filled_replay(agent)
+    grads = {}
+
+    def record():
+        grads.update({n: p.grad for n, p in agent.model.named_parameters() if p.requires_grad})
+
+    monkeypatch.setattr(agent.optimizer, "step", record)
+    ft.train_step(agent, *agent.replay.sample(4, beta=0.4))
+    # The goal and inverse heads only learn with ssl 'all'.
+    expected = [n for n in grads if not n.startswith(("goal_head.", "inverse"))]
+    missing = [n for n in expected if grads[n] is None or not grads[n].abs().sum() > 0]
+    assert not missing, f"no gradient for {missing}"
+    assert any(n.endswith("weight_sigma") for n in expected)  # the noisy layers are in there
+
+
 def test_frozen_encoder_weights_and_batch_norm_stay_bit_identical(tmp_path):
     save_pretrained_run(tmp_path / "pre", encoder="resnet")
     config = FinetuneConfig(**{**TINY, "encoder": "resnet"}, scheme="frozen", steps=100)
