@@ -8,8 +8,9 @@ evaluation episodes/s (vectorized vs one environment at a time).
     python benchmarks/finetune_speed.py all                     # everything, JSON summary at the end
 
 An update is the paper's: batch 32, RL + SPR with K = 5, 10-step returns, double Q, augmentation.
-Times are wall-clock medians over ``--repeats`` updates after a warm-up (CPU seconds beside them:
-on a shared machine the wall-clock includes other processes' time, the CPU time does not). Set
+Times are wall-clock medians over ``--repeats`` updates after a warm-up, with the fastest update
+beside them (on a shared VM whose speed drifts, the minimum is the steadier figure) and CPU seconds
+(on a shared machine the wall-clock includes other processes' time, the CPU time does not). Set
 ``--threads`` to compare intra-op thread counts; on a busy 2-core machine one thread per process
 avoids OpenMP oversubscription, which can cost 10x.
 """
@@ -85,6 +86,7 @@ def bench_update(
         "bf16": agent.amp,
         "threads": torch.get_num_threads(),
         "s_per_update": statistics.median(wall),
+        "min_s_per_update": min(wall),
         "cpu_s_per_update": statistics.median(cpu),
         "reference_s_per_update": REFERENCE_S_PER_UPDATE[encoder],
     }
