@@ -103,9 +103,8 @@ def _crop_rows(
     if source is None:
         source = torch.arange(n, device=padded.device)
     flat = padded.contiguous().view(-1).unfold(0, w, 1)  # (numel - w + 1, w) windows, a view
-    stack = (source.view(n, 1, 1) * c + torch.arange(c, device=padded.device).view(1, c, 1)) * (
-        hp * wp
-    )
+    channel = torch.arange(c, device=padded.device).view(1, c, 1)
+    stack = (source.view(n, 1, 1) * c + channel) * (hp * wp)  # first element of each frame
     row = torch.arange(h, device=padded.device).view(1, 1, h)
     dy, dx = offsets[:, 0].view(n, 1, 1), offsets[:, 1].view(n, 1, 1)
     starts = stack + (row + dy) * wp + dx  # (n, C, h) first element of each output row
