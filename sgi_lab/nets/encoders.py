@@ -80,8 +80,12 @@ def prepare_pixels(
     if factor is not None and dtype in _HALF and not x.is_floating_point():
         # Training batches: a cast (exact: every integer up to 256 is a bf16) and one multiply
         # in bf16, a third of the memory traffic of the float32 route below; the factor's own
-        # rounding (relative 2^-9) perturbs the random jitter a little, nothing else.
-        out = x.to(dtype).mul_((factor * PIXEL_SCALE).to(dtype))
+        # rounding (relative 2^-9) perturbs the random jitter a little, nothing else. The
+        # layout change moves the uint8 pixels, half the bytes of the bf16 result (the cast
+        # keeps the layout; the in-place multiply then runs on memory still in cache).
+        if channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return x.to(dtype).mul_((factor * PIXEL_SCALE).to(dtype))
     else:
         # A float32 copy, an in-place multiply and one rounding: the exact product, and about
         # 2x faster than one mixed-dtype multiply into the result (which makes temporaries).
