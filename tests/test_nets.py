@@ -11,6 +11,7 @@ from sgi_lab.nets import (
     ENCODERS,
     PARAMETER_GROUPS,
     FiLMGenerator,
+    InvertedResidual,
     NoisyLinear,
     SGIModel,
     TransitionModel,
@@ -312,4 +313,21 @@ def test_noisy_linear_factorised_forward_equals_the_built_weight():
     torch.testing.assert_close(few, by_hand)
     torch.testing.assert_close(few, many[:2])
     for a, b in zip(grads_few, grads_many):
+        torch.testing.assert_close(a, b)
+
+
+def test_inverted_residual_training_forward_and_gradients_are_the_textbook_ones():
+    """The block adds its shortcut in place; outputs and gradients match the plain composition."""
+    torch.manual_seed(0)
+    block = InvertedResidual(8, 8, 1, expand_ratio=2)
+    nn.init.uniform_(block.project_bn.weight, 0.5, 1.5)  # not the zero init, so gradients flow
+    x = torch.randn(3, 8, 9, 9, requires_grad=True)
+    out = block(x)
+    grads = torch.autograd.grad(out.square().sum(), [x, *block.parameters()])
+    h = F.relu(block.expand_bn(block.expand(x)))
+    h = F.relu(block.depthwise_bn(block.depthwise(h)))
+    plain = block.shortcut(x) + block.project_bn(block.project(h))
+    plain_grads = torch.autograd.grad(plain.square().sum(), [x, *block.parameters()])
+    torch.testing.assert_close(out, plain)
+    for a, b in zip(grads, plain_grads, strict=True):
         torch.testing.assert_close(a, b)

@@ -186,7 +186,8 @@ class InvertedResidual(nn.Module):
             return self._folded_forward(x)
         h = F.relu(_train_norm(self.expand_bn, self.expand(x)), inplace=True)
         h = F.relu(_train_norm(self.depthwise_bn, self._depthwise(h)), inplace=True)
-        return self.shortcut(x) + self.project_bn(self.project(h))
+        # In place: batch norm's backward needs its input, not its output.
+        return self.project_bn(self.project(h)).add_(self.shortcut(x))
 
     def _folded_forward(self, x: torch.Tensor) -> torch.Tensor:
         """Eval-mode forward without gradient, each batch norm folded into the conv before it.
