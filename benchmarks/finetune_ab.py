@@ -5,7 +5,7 @@
 On a shared VM whose speed drifts by tens of percent from one minute to the next, two timings
 taken minutes apart compare machine states, not code. This script checks the base ref out into a
 temporary git worktree and, round after round, times the base's and this checkout's update in
-fresh processes one right after the other (each process imports its own ``sgi_lab`` through
+fresh processes one right after the other, alternating which goes first (each process imports its own ``sgi_lab`` through
 PYTHONPATH), so each round compares the two versions on the same machine state. It prints, per
 round and version, the fastest and the median update, and the per-round ratio of medians.
 """
@@ -77,7 +77,10 @@ def main() -> None:
             for round_ in range(1, args.rounds + 1):
                 for encoder in args.encoders:
                     row = {"round": round_, "encoder": encoder}
-                    for name, checkout in (("base", base), ("now", ROOT)):
+                    versions = [("base", base), ("now", ROOT)]
+                    if round_ % 2 == 0:  # alternate which goes first
+                        versions.reverse()
+                    for name, checkout in versions:
                         timing = time_version(checkout, encoder, args.updates, args.threads)
                         row[f"{name}_min_s"] = round(timing["min"], 4)
                         row[f"{name}_median_s"] = round(timing["median"], 4)
