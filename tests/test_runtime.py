@@ -130,18 +130,52 @@ def test_train_norm_falls_back_to_the_module_elsewhere():
     from sgi_lab.nets.encoders import _train_norm
 
     calls = []
-    narrow, wide = nn.BatchNorm2d(8), nn.BatchNorm2d(16)
-    for bn in (narrow, wide):
+    narrow, wide, plain = nn.BatchNorm2d(8), nn.BatchNorm2d(16), nn.BatchNorm2d(8, affine=False)
+    for bn in (narrow, wide, plain):
         bn.register_forward_hook(lambda *args: calls.append(1))
     x = torch.randn(2, 8, 4, 4).contiguous(memory_format=torch.channels_last)
-    _train_norm(narrow, x.requires_grad_())  # a gradient is wanted
     with torch.no_grad():
         _train_norm(narrow, x.contiguous())  # NCHW
         _train_norm(wide, torch.cat([x, x], 1).contiguous(memory_format=torch.channels_last))
+        _train_norm(plain, x)  # no affine parameters
         _train_norm(narrow.eval(), x)  # eval mode
         assert len(calls) == 4
         _train_norm(narrow.train(), x)  # the fast path
+    _train_norm(narrow, x.requires_grad_()).sum().backward()  # the fast path, with gradient
     assert len(calls) == 4
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_narrow_train_norm_gradients_are_batch_norms(monkeypatch, dtype):
+    """With a gradient wanted, the wide-view norm gives batch norm's output, input gradient,
+    weight and bias gradients and running statistics, without calling it."""
+    from sgi_lab.nets.encoders import _train_norm
+
+    torch.manual_seed(2)
+    x0 = torch.randn(6, 8, 12, 12) * torch.linspace(0.5, 3, 8).view(1, 8, 1, 1) + 4
+    grad = torch.randn(6, 8, 12, 12).to(dtype).contiguous(memory_format=torch.channels_last)
+    plain = nn.BatchNorm2d(8)
+    with torch.no_grad():
+        plain.weight.uniform_(0.5, 1.5)
+        plain.bias.uniform_(-0.5, 0.5)
+    fast = nn.BatchNorm2d(8)
+    fast.load_state_dict(plain.state_dict())
+    monkeypatch.setattr(fast, "forward", lambda _: pytest.fail("took the plain path"))
+    results = []
+    for bn, norm in ((plain, lambda b, x: b(x)), (fast, _train_norm)):
+        x = x0.to(dtype).contiguous(memory_format=torch.channels_last).requires_grad_()
+        out = norm(bn, x)
+        out.backward(grad)
+        assert out.dtype == x.grad.dtype == dtype
+        assert out.is_contiguous(memory_format=torch.channels_last)
+        results.append((out.detach().float(), x.grad.float(), bn.weight.grad, bn.bias.grad))
+    loose = {"atol": 0.04, "rtol": 0.01}  # one bf16 rounding more than the library's kernel
+    tol = loose if dtype == torch.bfloat16 else {"atol": 1e-5, "rtol": 1e-5}
+    for ours, expected in zip(results[1], results[0], strict=True):
+        torch.testing.assert_close(ours, expected, **tol)
+    assert results[1][1].abs().max() > 0.5  # the input gradient is not trivially small
+    torch.testing.assert_close(fast.running_mean, plain.running_mean)
+    torch.testing.assert_close(fast.running_var, plain.running_var)
 
 
 @pytest.mark.parametrize("max_norm", [0.5, 100.0, 1e9])

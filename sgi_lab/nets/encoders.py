@@ -221,28 +221,28 @@ _WIDE = 64
 
 
 def _train_norm(bn: nn.BatchNorm2d, x: torch.Tensor) -> torch.Tensor:
-    """``bn(x)``, faster on a CPU for the narrow channels-last activations of the first block.
+    """``bn(x)`` in training mode, faster on a CPU for narrow channels-last activations.
 
     PyTorch's CPU batch norm walks a channels-last tensor one pixel (C values) at a time, which
-    for the 8 hidden channels of the first ResNet block at 84x84 is ~5x slower than for 64
-    channels (measured 17 ms vs 3.5 ms for (160, 8, 84, 84) bf16 in training mode). Such an
-    activation is, in memory, a (pixels / k, k * C) matrix with k * C = 64. Without gradient
-    (the SPR target passes) we take per-column statistics of that wide view, pool its k column
-    groups (law of total variance) into the C channel means and variances, and run the
-    eval-mode kernel on the wide view with the tiled statistics: the same affine map as
-    training mode, computed in float32 and rounded once, and the running statistics updated
-    exactly as ``bn`` would. 3.2 ms instead of 16.5 ms for that activation.
+    for the 8 hidden channels of the first ResNet block at 84x84 is several times slower than
+    for 64 channels (measured for (32, 8, 84, 84) bf16: forward 3.5 ms, backward 7.2 ms). Such
+    an activation is, in memory, a (pixels / k, k * C) matrix with k * C = 64. We take
+    per-column statistics of that wide view, pool its k column groups (law of total variance)
+    into the C channel means and variances, update the running statistics exactly as ``bn``
+    would, and run the eval-mode kernel on the wide view with the tiled statistics: the same
+    affine map as training mode, computed in float32 and rounded once. When a gradient is
+    wanted, `_WideNorm` gives training mode's backward from the eval-mode backward kernel on the
+    same view plus a per-channel correction.
 
-    Anything else is ``bn(x)``: other devices, eval mode, gradient-carrying passes (an NCHW
-    round trip was measured 1.5x slower there, the backward dominating), more than 8 channels
-    (no faster: 9.0 ms vs 8.4 ms at 16), other layouts.
+    Anything else is ``bn(x)``: other devices, eval mode, more than 8 channels (no faster:
+    9.0 ms vs 8.4 ms at 16), other layouts, a norm without affine parameters.
     """
     n, c, h, w = x.shape
     k = _WIDE // c
     if (
         x.device.type != "cpu"
         or not bn.training
-        or torch.is_grad_enabled()
+        or bn.weight is None
         or c * 8 > _WIDE
         or _WIDE % c
         or (n * h * w) % k
@@ -250,26 +250,74 @@ def _train_norm(bn: nn.BatchNorm2d, x: torch.Tensor) -> torch.Tensor:
     ):
         return bn(x)
     wide = x.permute(0, 2, 3, 1).reshape(-1, k * c)  # a view: (pixels / k, k * C)
-    # float32 scratch buffers make the kernel return float32 statistics (it would round them
-    # to x's dtype otherwise); momentum 0 leaves them as they are.
-    scratch = torch.zeros(k * c, device=x.device), torch.ones(k * c, device=x.device)
-    col_mean, col_var = torch.batch_norm_update_stats(wide, *scratch, 0.0)
-    col_mean, col_var = col_mean.view(k, c), col_var.view(k, c)
-    mean = col_mean.mean(0)
-    var = (col_var + (col_mean - mean).square_()).mean(0)  # biased, as the norm uses
-    if bn.track_running_stats and bn.running_mean is not None:
-        bn.num_batches_tracked.add_(1)
-        factor = bn.momentum
-        if factor is None:  # cumulative moving average
-            factor = 1.0 / float(bn.num_batches_tracked)
-        count = n * h * w
-        bn.running_mean.lerp_(mean, factor)
-        bn.running_var.lerp_(var * (count / max(count - 1, 1)), factor)
-    tile = lambda t: None if t is None else t.repeat(k)  # noqa: E731
-    out = F.batch_norm(
-        wide, tile(mean), tile(var), tile(bn.weight), tile(bn.bias), False, 0.0, bn.eps
-    )
+    with torch.no_grad():
+        # float32 scratch buffers make the kernel return float32 statistics (it would round
+        # them to x's dtype otherwise); momentum 0 leaves them as they are.
+        scratch = torch.zeros(k * c, device=x.device), torch.ones(k * c, device=x.device)
+        col_mean, col_var = torch.batch_norm_update_stats(wide, *scratch, 0.0)
+        col_mean, col_var = col_mean.view(k, c), col_var.view(k, c)
+        mean = col_mean.mean(0)
+        var = (col_var + (col_mean - mean).square_()).mean(0)  # biased, as the norm uses
+        if bn.track_running_stats and bn.running_mean is not None:
+            bn.num_batches_tracked.add_(1)
+            factor = bn.momentum
+            if factor is None:  # cumulative moving average
+                factor = 1.0 / float(bn.num_batches_tracked)
+            count = n * h * w
+            bn.running_mean.lerp_(mean, factor)
+            bn.running_var.lerp_(var * (count / max(count - 1, 1)), factor)
+    if torch.is_grad_enabled() and (x.requires_grad or bn.weight.requires_grad):
+        out = _WideNorm.apply(wide, mean, var, bn.weight, bn.bias, bn.eps)
+    else:
+        out = F.batch_norm(
+            wide, mean.repeat(k), var.repeat(k), bn.weight.repeat(k), bn.bias.repeat(k),
+            False, 0.0, bn.eps,
+        )  # fmt: skip
     return out.view(n, h, w, c).permute(0, 3, 1, 2)
+
+
+class _WideNorm(torch.autograd.Function):
+    """Training-mode batch norm of a (rows, k * C) wide view whose k column groups are the same
+    C channels, given the pooled batch statistics (see `_train_norm`).
+
+    Backward: with N values per channel, xhat = (x - mean) * invstd and the per-channel sums
+    gb = sum(g) and gw = sum(g * xhat), training mode's input gradient is
+
+        w * invstd * (g - gb / N - xhat * gw / N)  =  [w * invstd * g]  +  [xhat * s * gw + s * gb]
+
+    with s = -w * invstd / N. The eval-mode backward kernel on the wide view gives the first
+    bracket and the per-column sums that pool into gb and gw; the eval-mode forward kernel with
+    weight s * gw and bias s * gb gives the second (x - mean in float32, rounded once). Both run
+    at full speed on the wide view, in x's dtype (a float32 correction mixed into bf16 tensors
+    was 20x slower).
+    """
+
+    @staticmethod
+    def forward(ctx, wide, mean, var, weight, bias, eps):  # noqa: D102
+        k = wide.shape[1] // mean.numel()
+        tiled = [t.repeat(k) for t in (mean, var, weight, bias)]
+        ctx.save_for_backward(wide, *tiled)
+        ctx.eps, ctx.k = eps, k
+        return F.batch_norm(wide, *tiled, False, 0.0, eps)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):  # noqa: D102
+        wide, mean_t, var_t, weight_t, _ = ctx.saved_tensors
+        k, c = ctx.k, mean_t.numel() // ctx.k
+        grad = grad.contiguous()
+        g_eval, col_gw, col_gb = torch.ops.aten.native_batch_norm_backward(
+            grad, wide, weight_t, mean_t, var_t, None, None, False, ctx.eps, [True, True, True]
+        )
+        gw, gb = col_gw.view(k, c).sum(0), col_gb.view(k, c).sum(0)
+        grad_wide = None
+        if ctx.needs_input_grad[0]:
+            s = weight_t[:c] * torch.rsqrt(var_t[:c] + ctx.eps) / -(wide.shape[0] * k)
+            correction = F.batch_norm(
+                wide, mean_t, var_t, (s * gw).repeat(k), (s * gb).repeat(k), False, 0.0, ctx.eps
+            )
+            grad_wide = g_eval.add_(correction)
+        return grad_wide, None, None, gw, gb, None
 
 
 def _folded_conv(conv: nn.Conv2d, bn: nn.BatchNorm2d, x: torch.Tensor) -> torch.Tensor:
