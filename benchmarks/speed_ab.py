@@ -1,13 +1,19 @@
-"""Interleaved before/after timing of the finetuning update: this checkout against a git ref.
+"""Interleaved before/after timing of a training step: this checkout against a git ref.
 
-    python benchmarks/finetune_ab.py --base 8032bc1 --rounds 4
+    python benchmarks/speed_ab.py --base 8032bc1 --rounds 4                  # finetuning update
+    python benchmarks/speed_ab.py --base HEAD~1 --job pretrain --encoders resnet --steps 5
 
 On a shared VM whose speed drifts by tens of percent from one minute to the next, two timings
 taken minutes apart compare machine states, not code. This script checks the base ref out into a
 temporary git worktree and, round after round, times the base's and this checkout's update in
-fresh processes one right after the other, alternating which goes first (each process imports its own ``sgi_lab`` through
-PYTHONPATH), so each round compares the two versions on the same machine state. It prints, per
-round and version, the fastest and the median update, and the per-round ratio of medians.
+fresh processes one right after the other, alternating which goes first (each process imports
+its own ``sgi_lab`` through PYTHONPATH), so each round compares the two versions on the same
+machine state. It prints, per round and version, the fastest and the median step, and the
+per-round ratio of medians.
+
+Jobs: ``finetune`` times `sgi_lab.train.finetune.train_step` (batch 32, RL + SPR with K = 5,
+from a replay of real Pong transitions); ``pretrain`` times `sgi_lab.train.pretrain.train_step`
+(batch 256, all three objectives, the synthetic batch of ``pretrain_speed.py``).
 """
 
 from __future__ import annotations
@@ -22,31 +28,51 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Run inside each version's checkout: time `train_step` of that version's own code.
+# Run inside each version's checkout: time the step of that version's own code.
 CHILD = """
 import json, statistics, sys, time
 import torch
 sys.path.insert(0, "benchmarks")
 torch.set_num_threads({threads})
 import sgi_lab
-from finetune_speed import filled_agent
-from sgi_lab.config import FinetuneConfig
-from sgi_lab.train.finetune import train_step
-agent = filled_agent(FinetuneConfig(encoder="{encoder}", steps=4_000, device="cpu"), rows=1_500)
-batches = [agent.replay.sample(32, 0.4) for _ in range({updates} + 3)]
-for batch in batches[:3]:
-    train_step(agent, *batch)
+{setup}
+for _ in range(3):
+    step()
 times = []
-for batch in batches[3:]:
+for _ in range({steps}):
     start = time.perf_counter()
-    train_step(agent, *batch)
+    step()
     times.append(time.perf_counter() - start)
 print(json.dumps({{"sgi_lab": sgi_lab.__file__, "min": min(times), "median": statistics.median(times)}}))
 """
 
+SETUP = {
+    "finetune": """
+from finetune_speed import filled_agent
+from sgi_lab.config import FinetuneConfig
+from sgi_lab.train.finetune import train_step
+agent = filled_agent(FinetuneConfig(encoder="{encoder}", steps=4_000, device="cpu"), rows=1_500)
+batches = iter([agent.replay.sample(32, 0.4) for _ in range({steps} + 3)])
+step = lambda: train_step(agent, *next(batches))
+""",
+    "pretrain": """
+from types import SimpleNamespace
+from pretrain_speed import NUM_ACTIONS, make_config, synthetic_batch
+from sgi_lab.train.pretrain import build_state, train_step
+args = SimpleNamespace(device="cpu", no_channels_last=False, fp32=False, target_bn="batch")
+config = make_config("{encoder}", 256, args)
+state = build_state(config, NUM_ACTIONS, torch.device("cpu"))
+state.model.train()
+state.target.train()
+batch = synthetic_batch(256)
+step = lambda: train_step(config, state, batch)["loss/total"].item()
+""",
+}
 
-def time_version(checkout: Path, encoder: str, updates: int, threads: int) -> dict:
-    code = CHILD.format(encoder=encoder, updates=updates, threads=threads)
+
+def time_version(checkout: Path, job: str, encoder: str, steps: int, threads: int) -> dict:
+    setup = SETUP[job].format(encoder=encoder, steps=steps)
+    code = CHILD.format(setup=setup, steps=steps, threads=threads)
     env = {**os.environ, "PYTHONPATH": str(checkout)}
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=checkout, env=env, capture_output=True, text=True
@@ -64,7 +90,8 @@ def main() -> None:
     parser.add_argument("--base", required=True, help="git ref to compare against")
     parser.add_argument("--encoders", nargs="+", default=["nature", "resnet"])
     parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--updates", type=int, default=20, help="timed updates per process")
+    parser.add_argument("--job", choices=sorted(SETUP), default="finetune")
+    parser.add_argument("--steps", type=int, default=20, help="timed steps per process")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     rows = []
@@ -76,12 +103,12 @@ def main() -> None:
         try:
             for round_ in range(1, args.rounds + 1):
                 for encoder in args.encoders:
-                    row = {"round": round_, "encoder": encoder}
+                    row = {"round": round_, "job": args.job, "encoder": encoder}
                     versions = [("base", base), ("now", ROOT)]
                     if round_ % 2 == 0:  # alternate which goes first
                         versions.reverse()
                     for name, checkout in versions:
-                        timing = time_version(checkout, encoder, args.updates, args.threads)
+                        timing = time_version(checkout, args.job, encoder, args.steps, args.threads)
                         row[f"{name}_min_s"] = round(timing["min"], 4)
                         row[f"{name}_median_s"] = round(timing["median"], 4)
                     row["median_ratio"] = round(row["now_median_s"] / row["base_median_s"], 3)
