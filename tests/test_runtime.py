@@ -165,6 +165,7 @@ def test_narrow_train_norm_gradients_are_batch_norms(monkeypatch, dtype):
     for bn, norm in ((plain, lambda b, x: b(x)), (fast, _train_norm)):
         x = x0.to(dtype).contiguous(memory_format=torch.channels_last).requires_grad_()
         out = norm(bn, x)
+        assert out._base is None  # not a view: an in-place ReLU after it costs no CopySlices
         out.backward(grad)
         assert out.dtype == x.grad.dtype == dtype
         assert out.is_contiguous(memory_format=torch.channels_last)

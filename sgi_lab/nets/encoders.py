@@ -249,7 +249,7 @@ def _train_norm(bn: nn.BatchNorm2d, x: torch.Tensor) -> torch.Tensor:
         or not x.is_contiguous(memory_format=torch.channels_last)
     ):
         return bn(x)
-    wide = x.permute(0, 2, 3, 1).reshape(-1, k * c)  # a view: (pixels / k, k * C)
+    wide = _wide(x, k)
     with torch.no_grad():
         # float32 scratch buffers make the kernel return float32 statistics (it would round
         # them to x's dtype otherwise); momentum 0 leaves them as they are.
@@ -267,25 +267,47 @@ def _train_norm(bn: nn.BatchNorm2d, x: torch.Tensor) -> torch.Tensor:
             bn.running_mean.lerp_(mean, factor)
             bn.running_var.lerp_(var * (count / max(count - 1, 1)), factor)
     if torch.is_grad_enabled() and (x.requires_grad or bn.weight.requires_grad):
-        out = _WideNorm.apply(wide, mean, var, bn.weight, bn.bias, bn.eps)
-    else:
-        out = F.batch_norm(
-            wide, mean.repeat(k), var.repeat(k), bn.weight.repeat(k), bn.bias.repeat(k),
-            False, 0.0, bn.eps,
-        )  # fmt: skip
-    return out.view(n, h, w, c).permute(0, 3, 1, 2)
+        return _WideNorm.apply(x, mean, var, bn.weight, bn.bias, bn.eps)
+    return _wide_eval_norm(x, k, mean, var, bn.weight, bn.bias, bn.eps)
+
+
+def _wide(x: torch.Tensor, k: int) -> torch.Tensor:
+    """A channels-last (N, C, H, W) tensor as the (pixels / k, k * C) matrix it is in memory."""
+    return x.permute(0, 2, 3, 1).reshape(-1, k * x.shape[1])
+
+
+def _wide_eval_norm(
+    x: torch.Tensor,
+    k: int,
+    mean: torch.Tensor,
+    var: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    eps: float,
+) -> torch.Tensor:
+    """Eval-mode batch norm of channels-last ``x`` with per-channel (C,) statistics and affine
+    parameters, run on its wide view; the result is a new channels-last tensor (not a view, so
+    an in-place ReLU after it needs no autograd bookkeeping)."""
+    out = torch.empty_like(x, memory_format=torch.channels_last)
+    unused = x.new_empty(0, dtype=torch.float32), x.new_empty(0, dtype=torch.float32)
+    tiled = [t.detach().repeat(k) for t in (weight, bias, mean, var)]
+    torch.ops.aten.native_batch_norm.out(
+        _wide(x, k), *tiled, False, 0.0, eps,
+        out=_wide(out, k), save_mean=unused[0], save_invstd=unused[1],
+    )  # fmt: skip
+    return out
 
 
 class _WideNorm(torch.autograd.Function):
-    """Training-mode batch norm of a (rows, k * C) wide view whose k column groups are the same
-    C channels, given the pooled batch statistics (see `_train_norm`).
+    """Training-mode batch norm of channels-last (N, C, H, W) activations through their wide
+    view, given the pooled batch statistics (see `_train_norm`).
 
-    Backward: with N values per channel, xhat = (x - mean) * invstd and the per-channel sums
+    Backward: with M values per channel, xhat = (x - mean) * invstd and the per-channel sums
     gb = sum(g) and gw = sum(g * xhat), training mode's input gradient is
 
-        w * invstd * (g - gb / N - xhat * gw / N)  =  [w * invstd * g]  +  [xhat * s * gw + s * gb]
+        w * invstd * (g - gb / M - xhat * gw / M)  =  [w * invstd * g]  +  [xhat * s * gw + s * gb]
 
-    with s = -w * invstd / N. The eval-mode backward kernel on the wide view gives the first
+    with s = -w * invstd / M. The eval-mode backward kernel on the wide view gives the first
     bracket and the per-column sums that pool into gb and gw; the eval-mode forward kernel with
     weight s * gw and bias s * gb gives the second (x - mean in float32, rounded once). Both run
     at full speed on the wide view, in x's dtype (a float32 correction mixed into bf16 tensors
@@ -293,31 +315,29 @@ class _WideNorm(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, wide, mean, var, weight, bias, eps):  # noqa: D102
-        k = wide.shape[1] // mean.numel()
-        tiled = [t.repeat(k) for t in (mean, var, weight, bias)]
-        ctx.save_for_backward(wide, *tiled)
+    def forward(ctx, x, mean, var, weight, bias, eps):  # noqa: D102
+        k = _WIDE // x.shape[1]
+        ctx.save_for_backward(x, mean, var, weight)
         ctx.eps, ctx.k = eps, k
-        return F.batch_norm(wide, *tiled, False, 0.0, eps)
+        return _wide_eval_norm(x, k, mean, var, weight, bias, eps)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):  # noqa: D102
-        wide, mean_t, var_t, weight_t, _ = ctx.saved_tensors
-        k, c = ctx.k, mean_t.numel() // ctx.k
-        grad = grad.contiguous()
+        x, mean, var, weight = ctx.saved_tensors
+        k, c = ctx.k, x.shape[1]
+        grad = grad.contiguous(memory_format=torch.channels_last)
+        tiled = [t.repeat(k) for t in (weight, mean, var)]
         g_eval, col_gw, col_gb = torch.ops.aten.native_batch_norm_backward(
-            grad, wide, weight_t, mean_t, var_t, None, None, False, ctx.eps, [True, True, True]
+            _wide(grad, k), _wide(x, k), *tiled, None, None, False, ctx.eps, [True, True, True]
         )
         gw, gb = col_gw.view(k, c).sum(0), col_gb.view(k, c).sum(0)
-        grad_wide = None
+        grad_x = None
         if ctx.needs_input_grad[0]:
-            s = weight_t[:c] * torch.rsqrt(var_t[:c] + ctx.eps) / -(wide.shape[0] * k)
-            correction = F.batch_norm(
-                wide, mean_t, var_t, (s * gw).repeat(k), (s * gb).repeat(k), False, 0.0, ctx.eps
-            )
-            grad_wide = g_eval.add_(correction)
-        return grad_wide, None, None, gw, gb, None
+            s = weight * torch.rsqrt(var + ctx.eps) / -(x.numel() // c)
+            correction = _wide_eval_norm(x, k, mean, var, s * gw, s * gb, ctx.eps)
+            grad_x = correction.add_(g_eval.view(x.shape[0], *x.shape[2:], c).permute(0, 3, 1, 2))
+        return grad_x, None, None, gw, gb, None
 
 
 def _folded_conv(conv: nn.Conv2d, bn: nn.BatchNorm2d, x: torch.Tensor) -> torch.Tensor:
