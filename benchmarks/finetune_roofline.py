@@ -37,9 +37,8 @@ import time
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from finetune_speed import REFERENCE_S_PER_UPDATE, filled_agent
-from pretrain_speed import grouped_conv_backward_flop
+from pretrain_speed import conv_throughput, grouped_conv_backward_flop
 from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -70,21 +69,16 @@ def machine_ceilings(dtype: torch.dtype, reps: int) -> dict[str, float]:
     """Best matmul and conv GFLOP/s in ``dtype`` and copy bandwidth (GB/s), this process."""
     n = 2048
     a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
-    x = torch.randn(256, 64, 28, 28).contiguous(memory_format=torch.channels_last).to(dtype)
-    w = torch.randn(64, 64, 3, 3).contiguous(memory_format=torch.channels_last).to(dtype)
     src, dst = torch.randn(64 * 2**20), torch.empty(64 * 2**20)  # 256 MB each
     with torch.no_grad():
         matmul = best_rate(lambda: torch.mm(a, b), 2 * n**3 / 1e9, reps)
-        conv = best_rate(
-            lambda: F.conv2d(x, w, padding=1), 2 * 256 * 28 * 28 * 64 * 64 * 9 / 1e9, reps
-        )
         copy = best_rate(lambda: dst.copy_(src), 2 * src.numel() * 4 / 1e9, reps)
         # In place (read and write the same lines, as Adam and the EMA do): no write-allocate
         # reads, so a higher rate; the bound takes the better of the two.
         in_place = best_rate(lambda: dst.mul_(1.0), 2 * dst.numel() * 4 / 1e9, reps)
     return {
         "matmul_gflop_per_s": matmul,
-        "conv_gflop_per_s": conv,
+        "conv_gflop_per_s": conv_throughput(reps, dtype)["best_gflop_per_s"],
         "copy_gb_per_s": copy,
         "in_place_gb_per_s": in_place,
         "bandwidth_gb_per_s": max(copy, in_place),
