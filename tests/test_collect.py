@@ -109,7 +109,7 @@ def test_killed_collection_never_opens_as_complete_and_resumes(tmp_path):
 
 
 def test_cli_collect_and_info(tmp_path, capsys):
-    from sgi_lab.cli import main
+    from sgi_lab.launch.cli import main
 
     out = tmp_path / "cli_store"
     args = ["collect", "random", "--game", "ALE/Pong-v5", "--steps", "200", "--seed", "1"]

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 import sgi_lab.train.finetune as ft
-from sgi_lab.cli import main
 from sgi_lab.config import ConfigError, FinetuneConfig
 from sgi_lab.envs import UnknownGameError
+from sgi_lab.launch.cli import main
 from sgi_lab.nets import SGIModel
 from sgi_lab.runs import CheckpointError, RunDir, read_jsonl
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 from conftest import moving_dot_store
 
-from sgi_lab.cli import main as cli_main
 from sgi_lab.config import ConfigError, PretrainConfig, build_config, load_config
+from sgi_lab.launch.cli import main as cli_main
 from sgi_lab.runs import RunDir, load_checkpoint
 from sgi_lab.train import pretrain as pretrain_module
 from sgi_lab.train.pretrain import (

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from sgi_lab.cli import main
+from sgi_lab.launch.cli import main
 from sgi_lab.metrics import paper_per_game
 from sgi_lab.train.report import aggregates_csv_path, paper_config_of, report, run_results
 

@@ -1,0 +1,1 @@
+"""Launchers: the command line, notebook runs, sweeps and the demo pipeline."""
