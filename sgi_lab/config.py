@@ -144,6 +144,43 @@ class FinetuneConfig:
 
 
 STAGES: dict[str, type] = {"pretrain": PretrainConfig, "finetune": FinetuneConfig}
+
+# Value ranges, by key, wherever a stage config has the key: counts, intervals and step sizes
+# that only make sense above zero, and ones where zero means "none"/"off" but negative is a typo.
+POSITIVE_KEYS = frozenset(
+    {
+        "steps",
+        "batch_size",
+        "checkpoint_every",
+        "log_every",
+        "lr",
+        "adam_eps",
+        "eval_episodes",
+        "eval_envs",
+        "eval_max_frames",
+        "atc_sequences",
+        "atc_seq_len",
+        "num_atoms",
+        "target_update_period",
+        "n_step",
+    }
+)
+NON_NEGATIVE_KEYS = frozenset(
+    {
+        "seed",
+        "threads",
+        "prefetch",
+        "learning_starts",
+        "updates_per_step",
+        "grad_clip",
+        "spr_steps",
+        "eps_steps",
+        "goal_window",
+        "atc_delta",
+        "noisy_std",
+        "goal_reward_scale",
+    }
+)
 TOP_LEVEL_KEYS = {"name", "description", "config", "game", "seed", "data", "pretrained", "stage"}
 
 
@@ -207,7 +244,20 @@ def build_config(cls: type, values: dict[str, Any] | None = None, **overrides: A
             f"unknown key(s) {unknown} for {cls.__name__}; valid keys: {sorted(known)}"
         )
     checked = {k: _check(k, v, hints[k]) for k, v in merged.items()}
+    for key, value in checked.items():
+        _check_range(key, value)
     return cls(**checked)
+
+
+def _check_range(key: str, value: Any) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return
+    if key in POSITIVE_KEYS and not value > 0:
+        raise ConfigError(f"{key}: must be positive, got {value!r}")
+    if key in NON_NEGATIVE_KEYS and not value >= 0:
+        raise ConfigError(f"{key}: must be >= 0, got {value!r}")
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ConfigError(f"{key}: must be a finite number, got {value!r}")
 
 
 def load_yaml_mapping(path: Path, what: str = "a mapping at the top level") -> dict[str, Any]:
@@ -285,6 +335,6 @@ def to_dict(config: Any) -> dict[str, Any]:
 def save_config(config: Any, path: str | os.PathLike) -> None:
     """Write the resolved config as YAML (atomically)."""
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # runs.TEMP_RE: cleaned on resume
     tmp.write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
     os.replace(tmp, path)

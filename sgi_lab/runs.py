@@ -8,6 +8,11 @@ A run folder holds everything a run writes and nothing is written outside it::
       metrics.jsonl        one JSON object per row, always with a "step" key (pandas.read_json)
       checkpoints/ckpt_00001000.pt   atomic (temp file + rename), loaded with weights_only=True
       figures/             HTML figures
+
+Every stage that writes a run (pretraining, finetuning) goes through one lifecycle,
+:meth:`RunDir.open` -> :meth:`RunDir.start` -> :meth:`RunDir.finish` (or :meth:`RunDir.fail`),
+so they all refuse the same folders, check a resumed config the same way and write the same
+status words and fields.
 """
 
 from __future__ import annotations
@@ -16,17 +21,53 @@ import json
 import math
 import os
 import re
+import shutil
 import time
+import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
+
+from sgi_lab.config import ConfigError
 
 CHECKPOINT_RE = re.compile(r"ckpt_(\d{8})\.pt$")
+# Temp files of our atomic writes: ``.{name}.{pid}.tmp`` (see atomic_write_text).
+TEMP_RE = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.tmp$")
+
+# The status words every stage writes, and nothing else.
+RUNNING, FINISHED, FAILED = "running", "finished", "failed"
+STATES = (RUNNING, FINISHED, FAILED)
+
+# Config keys that may change when a run resumes: where and how fast it runs, not what it
+# learns. Every other key must match the run's config.yaml (one list, for every stage).
+RUNTIME_KEYS = frozenset({"device", "threads", "prefetch"})
+
+# What a run writes at its top level; --overwrite removes these and nothing else.
+RUN_FILES = (
+    "config.yaml",
+    "status.json",
+    "metrics.jsonl",
+    "log.txt",
+    "model.pt",
+    "eval.json",
+    "transfer.json",
+)
+RUN_FOLDERS = ("checkpoints", "figures")
 
 
 class CheckpointError(RuntimeError):
     """A checkpoint is missing, truncated, or not one of ours."""
+
+
+class RunFolderError(FileExistsError):
+    """A folder is not (this kind of) run of ours: nothing in it is written or removed."""
+
+
+class UnfinishedRunError(RuntimeError):
+    """A run that never finished was asked for as a result (evaluate, report, finetune from)."""
 
 
 def slug(text: str) -> str:
@@ -85,18 +126,290 @@ def load_checkpoint(
     return payload
 
 
+def read_status(path: str | os.PathLike) -> dict[str, Any] | None:
+    """A folder's ``status.json`` when it is one of ours (a JSON object with a known ``state``).
+
+    Returns None when the file is missing, unreadable, or not ours.
+    """
+    try:
+        payload = json.loads((Path(path) / "status.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(payload, dict) or payload.get("state") not in (*STATES, "interrupted"):
+        return None
+    return payload
+
+
+def run_kind(path: str | os.PathLike) -> str | None:
+    """What kind of run of ours a folder holds, or None when it is not one of ours.
+
+    A run is recognised by its ``status.json``: ``"kind"`` names the stage (``"pretrain"``,
+    ``"finetune"``). Runs written before kinds were recorded are recognised by a status file
+    beside a ``config.yaml`` (kind ``""``, any stage's), and a notebook run's folder by the
+    status its runner wrote (kind ``""`` too: the stage it runs makes it its own).
+    """
+    path = Path(path)
+    status = read_status(path)
+    if status is None:
+        return None
+    if status.get("kind"):
+        return str(status["kind"])
+    if (path / "config.yaml").is_file() or "notebook" in status:
+        return ""
+    return None
+
+
+def check_run_folder(path: str | os.PathLike, kind: str) -> bool:
+    """Refuse a folder a ``kind`` run must not write into; True when it already holds one.
+
+    A missing or empty folder is fine (False); a folder holding a ``kind`` run of ours (or an
+    older run without a kind) is fine (True); anything else raises :class:`RunFolderError`
+    naming the folder, before anything in it is touched.
+    """
+    path = Path(path)
+    if not path.exists():
+        return False
+    if not path.is_dir():
+        raise RunFolderError(f"{path}: exists and is not a folder; refusing to write a run there")
+    if not any(path.iterdir()):
+        return False
+    found = run_kind(path)
+    if found is None:
+        raise RunFolderError(
+            f"{path}: not empty and not an sgi-lab run (no status.json of ours); refusing to "
+            f"write a {kind} run into it: choose another --out"
+        )
+    if found and found != kind:
+        raise RunFolderError(
+            f"{path}: holds a {found} run, not a {kind} run; refusing to write into it"
+        )
+    return True
+
+
+def config_changes(
+    saved: Mapping[str, Any], config: Mapping[str, Any], runtime_keys=RUNTIME_KEYS
+) -> dict[str, tuple[Any, Any]]:
+    """``{key: (saved, new)}`` for every non-runtime key whose value differs (the one check)."""
+    keys = sorted((set(saved) | set(config)) - set(runtime_keys))
+    missing = object()
+    changes = {}
+    for key in keys:
+        old, new = saved.get(key, missing), config.get(key, missing)
+        if old is missing or new is missing:
+            # A key added to (or dropped from) the config class since the run started: only
+            # a real value on both sides can differ.
+            continue
+        if old != new:
+            changes[key] = (old, new)
+    return changes
+
+
+def check_same_config(
+    path: str | os.PathLike,
+    saved: Mapping[str, Any] | None,
+    config: Mapping[str, Any],
+    runtime_keys=RUNTIME_KEYS,
+) -> None:
+    """Raise ConfigError naming every changed key when a run is resumed with another config."""
+    if not saved:
+        return
+    changes = config_changes(saved, config, runtime_keys)
+    if changes:
+        details = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changes.items())
+        raise ConfigError(
+            f"{path} holds a run with a different config ({list(changes)}: {details}); "
+            "re-run with its config, use another folder, or --overwrite to start it over"
+        )
+
+
+def clean_temp_files(*folders: str | os.PathLike) -> list[Path]:
+    """Remove the temp files a killed atomic write left (``.NAME.PID.tmp``); returns them.
+
+    Only our own naming pattern is touched, and a file whose writer is still alive is kept.
+    """
+    removed = []
+    for folder in folders:
+        folder = Path(folder)
+        if not folder.is_dir():
+            continue
+        for path in folder.iterdir():
+            match = TEMP_RE.match(path.name)
+            if not match or not path.is_file():
+                continue
+            pid = int(match["pid"])
+            if pid != os.getpid() and _alive(pid):
+                continue
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
+
+
 class RunDir:
-    """A run folder: status, metrics and checkpoints.
+    """A run folder: status, metrics and checkpoints, and the lifecycle every stage shares.
+
+    A stage writes its run through :meth:`open` (refuse a foreign folder, check a resumed
+    config and inputs, clean crash litter), :meth:`start` (create the folder, write
+    ``config.yaml``, status ``running``), then :meth:`finish` or :meth:`fail`. Used as a
+    context manager after :meth:`start`, an exception marks the run ``failed`` with its reason.
+
+    ``RunDir(path)`` on its own is the reader (and low-level writer) of an existing folder.
 
     Args:
-        path: the folder (created if missing).
+        path: the folder.
         keep_checkpoints: how many of the newest checkpoints to keep.
+        create: create the folder now (readers of old code expect it); :meth:`open` does not,
+            so a run that fails its checks leaves nothing behind.
     """
 
-    def __init__(self, path: str | os.PathLike, keep_checkpoints: int = 2) -> None:
+    def __init__(
+        self, path: str | os.PathLike, keep_checkpoints: int = 2, create: bool = True
+    ) -> None:
         self.path = Path(path)
-        self.path.mkdir(parents=True, exist_ok=True)
+        if create:
+            self.path.mkdir(parents=True, exist_ok=True)
         self.keep = keep_checkpoints
+        self.kind: str | None = None
+        self.run_config: dict[str, Any] | None = None
+        self.inputs: dict[str, str] = {}
+        self.started = False
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike,
+        kind: str,
+        config: Mapping[str, Any],
+        *,
+        overwrite: bool = False,
+        inputs: Mapping[str, str] | None = None,
+        runtime_keys=RUNTIME_KEYS,
+        keep_checkpoints: int = 2,
+    ) -> RunDir:
+        """Open run folder ``path`` for a ``kind`` run with ``config``; writes nothing yet.
+
+        Order of checks, all before anything is written:
+
+        1. A folder that is not empty and not a ``kind`` run of ours is refused
+           (:class:`RunFolderError` naming it), with or without ``overwrite``.
+        2. ``overwrite``: the run's own files (:data:`RUN_FILES`, :data:`RUN_FOLDERS`) are
+           removed; anything else in the folder stays.
+        3. Otherwise an existing run must have been started with the same config (every key
+           but :data:`RUNTIME_KEYS`) and the same inputs (e.g. ``{"data": store fingerprint}``);
+           :class:`sgi_lab.config.ConfigError` names what differs. Temp files of killed
+           atomic writes are removed from the folder and ``checkpoints/``.
+
+        Then check what else can fail (load the pretrained model, build the network), call
+        :meth:`start`, and resume from :meth:`load_latest` when :attr:`resuming`. A finished run
+        has :attr:`finished` true: return its results instead of training again.
+
+        Args:
+            path: the run folder (created by :meth:`start`, not here).
+            kind: the stage, recorded in ``status.json`` (``"pretrain"``, ``"finetune"``).
+            config: the resolved config as a plain dict (``config.to_dict``).
+            overwrite: start over, discarding this run's files (only ever a run of ours).
+            inputs: identities of what the run reads (name -> string, e.g. a store's content
+                fingerprint), recorded in the status and checked on resume.
+            runtime_keys: config keys allowed to change on resume.
+            keep_checkpoints: how many of the newest checkpoints to keep.
+
+        Returns:
+            The run folder, not yet started.
+        """
+        path = Path(path)
+        exists = check_run_folder(path, kind)
+        run = cls(path, keep_checkpoints, create=False)
+        run.kind = kind
+        run.run_config = dict(config)
+        run.inputs = {k: str(v) for k, v in (inputs or {}).items()}
+        if exists and overwrite:
+            run._clear()
+        elif exists:
+            check_same_config(path, run.saved_config(), run.run_config, runtime_keys)
+            recorded = run.status().get("inputs") or {}
+            for name, identity in run.inputs.items():
+                if recorded.get(name) not in (None, identity):
+                    raise ConfigError(
+                        f"{path} was started on {name} {recorded[name]}, not {identity} "
+                        f"(--{name} points at another one); use the same {name}, another "
+                        "folder, or --overwrite to start it over"
+                    )
+            if not run.finished:
+                clean_temp_files(path, run.checkpoints_dir)
+        return run
+
+    def saved_config(self) -> dict[str, Any] | None:
+        """The run's ``config.yaml`` as a dict (None when missing or unreadable)."""
+        try:
+            saved = yaml.safe_load((self.path / "config.yaml").read_text())
+        except (OSError, yaml.YAMLError):
+            return None
+        return saved if isinstance(saved, dict) else None
+
+    @property
+    def resuming(self) -> bool:
+        """True when the run has a checkpoint to resume from."""
+        return bool(self.checkpoints())
+
+    def start(self, step: int = 0, **info: Any) -> None:
+        """Create the folder, write ``config.yaml`` and status ``running`` (with ``info``)."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        if self.run_config is not None:
+            atomic_write_text(
+                self.path / "config.yaml", yaml.safe_dump(self.run_config, sort_keys=False)
+            )
+        fields = {"kind": self.kind, "step": int(step), "message": ""}
+        if self.inputs:
+            fields["inputs"] = {**(self.status().get("inputs") or {}), **self.inputs}
+        if step == 0 or "started" not in self.status():
+            fields["started"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+        self.set_status(RUNNING, **fields, **info)
+        self.started = True
+
+    def fail(self, reason: str, step: int | None = None, **info: Any) -> None:
+        """Status ``failed`` with the reason (a resumable run: re-run the command)."""
+        if step is not None:
+            info["step"] = int(step)
+        self.set_status(FAILED, message=reason, **info)
+
+    def finish(self, step: int, **info: Any) -> None:
+        """Status ``finished``: the run's results are complete and may be reported."""
+        self.set_status(FINISHED, step=int(step), message="", **info)
+
+    def __enter__(self) -> RunDir:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc is None or not self.started:
+            return
+        if isinstance(exc, KeyboardInterrupt):
+            reason = "interrupted (re-run the same command to resume)"
+        else:
+            reason = f"{type(exc).__name__}: {exc}"
+        try:
+            self.fail(reason)
+        except OSError:
+            pass  # the disk that failed the run may fail this too; the exception says why
+
+    def _clear(self) -> None:
+        keep_status = "notebook" in self.status()  # a notebook runner's status: keep it
+        for name in RUN_FILES:
+            if name == "status.json" and keep_status:
+                continue
+            (self.path / name).unlink(missing_ok=True)
+        for name in RUN_FOLDERS:
+            shutil.rmtree(self.path / name, ignore_errors=True)
+        clean_temp_files(self.path)
 
     # -- layout -------------------------------------------------------------------------------
     @property
@@ -156,9 +469,30 @@ class RunDir:
         return path
 
     def load_latest(self, kind: str, map_location: Any = "cpu") -> dict[str, Any] | None:
-        """The newest checkpoint, or None when the run has none yet."""
-        latest = self.latest_checkpoint()
-        return None if latest is None else load_checkpoint(latest, map_location, kind=kind)
+        """The newest readable checkpoint, or None when the run has none yet.
+
+        A newer checkpoint that cannot be read (a kill mid-write on a file system without
+        atomic rename, a disk error) is skipped with a warning naming it, and the run resumes
+        from the newest one that loads. When none loads, the newest one's error is raised.
+        """
+        checkpoints = self.checkpoints()
+        errors: list[CheckpointError] = []
+        for path in reversed(checkpoints):
+            try:
+                payload = load_checkpoint(path, map_location, kind=kind)
+            except CheckpointError as exc:
+                errors.append(exc)
+                continue
+            if errors:
+                warnings.warn(
+                    f"{self.path}: newest checkpoint(s) unreadable ({'; '.join(map(str, errors))}); "
+                    f"resuming from {path.name} instead",
+                    stacklevel=2,
+                )
+            return payload
+        if errors:
+            raise errors[0]
+        return None
 
     # -- metrics ------------------------------------------------------------------------------
     def metrics_logger(self, resume_step: int | None = None) -> MetricsLogger:
@@ -253,3 +587,119 @@ def restore_generator(generator: torch.Generator, state: torch.Tensor) -> bool:
     except (RuntimeError, TypeError, ValueError):
         generator.manual_seed(int.from_bytes(bytes(state.flatten()[:8].tolist()), "little"))
         return False
+
+
+# -- results: only finished runs count ---------------------------------------------------------
+
+
+def require_finished(path: str | os.PathLike, what: str, allow_unfinished: bool = False) -> bool:
+    """Refuse a run that never finished as a result; returns whether it finished.
+
+    Args:
+        path: the run folder.
+        what: what is being done with it, for the message (``"evaluate"``, ``"report"``).
+        allow_unfinished: accept it anyway (``--allow-unfinished``); the caller marks it.
+
+    Raises:
+        UnfinishedRunError: the run's status is not ``finished`` and ``allow_unfinished`` is
+            false. A folder without a status of ours (a bare exported model) is accepted.
+    """
+    path = Path(path)
+    status = read_status(path)
+    if status is None or status.get("state") == FINISHED:
+        return True
+    if not allow_unfinished:
+        step = status.get("step")
+        reason = f": {status['message']}" if status.get("message") else ""
+        raise UnfinishedRunError(
+            f"{path}: unfinished run (state {status.get('state')!r}, step {step}{reason}); "
+            f"{what} counts finished runs only: re-run its command to finish it, or pass "
+            "--allow-unfinished to include it marked as unfinished"
+        )
+    return False
+
+
+def pretrained_source(source: str | os.PathLike) -> Path:
+    """The file a finetuning run may load its pretrained weights from.
+
+    Args:
+        source: a pretraining run folder, or a model/checkpoint file named explicitly.
+
+    Returns:
+        ``RUN/model.pt`` of a finished pretraining run, or the file itself when ``source`` is a
+        file (an explicit choice, e.g. ``RUN/checkpoints/ckpt_00002000.pt``).
+
+    Raises:
+        ConfigError (``pretrained: ...``): no such file or folder, a folder that is not a
+            pretraining run, or one that never finished (its latest checkpoint is not a result;
+            the message lists the checkpoints to name instead).
+    """
+    source = Path(source)
+    if source.is_file():
+        return source
+    if not source.is_dir():
+        raise ConfigError(f"pretrained: {source}: no such pretraining run folder or model file")
+    kind = run_kind(source)
+    if kind not in ("pretrain", ""):
+        what = "not an sgi-lab run" if kind is None else f"a {kind} run"
+        raise ConfigError(f"pretrained: {source}: {what}, not a pretraining run")
+    status = read_status(source) or {}
+    model = source / "model.pt"
+    if status.get("state") == FINISHED and model.is_file():
+        return model
+    checkpoints = RunDir(source, create=False).checkpoints()
+    names = ", ".join(str(p) for p in checkpoints[-2:]) or "none"
+    raise ConfigError(
+        f"pretrained: {source}: the pretraining run never finished (state "
+        f"{status.get('state')!r}, step {status.get('step')}); finish it (re-run its pretrain "
+        f"command), or name a checkpoint file explicitly to finetune from it (have: {names})"
+    )
+
+
+class FinetuneRun(RunDir):
+    """A finetuning run folder, with readers for its outputs.
+
+    Layout (beside the common run files)::
+
+        RUN/log.txt            what was loaded, resumed, evaluated
+        RUN/transfer.json      which tensors came from the pretrained run, which are fresh
+        RUN/model.pt           the final model (kind "finetuned_model")
+        RUN/eval.json          evaluation of the final model (sgi_lab.train.evaluate)
+    """
+
+    @property
+    def evaluation(self) -> dict[str, Any] | None:
+        """``eval.json`` (None until the run is evaluated)."""
+        path = self.path / "eval.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
+    @property
+    def transfer(self) -> dict[str, Any] | None:
+        path = self.path / "transfer.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
+    @property
+    def config(self) -> dict[str, Any] | None:
+        path = self.path / "config.yaml"
+        return yaml.safe_load(path.read_text()) if path.exists() else None
+
+    def metrics(self):
+        """metrics.jsonl as a pandas DataFrame (one row per logged step)."""
+        import pandas as pd
+
+        return pd.DataFrame(read_jsonl(self.metrics_path))
+
+    def episodes(self):
+        """The episode rows of the metrics: step, return (raw), clipped_return, length."""
+        import pandas as pd
+
+        df = self.metrics()
+        if df.empty or "episode/return" not in df:
+            return pd.DataFrame(columns=["step", "return", "clipped_return", "length"])
+        df = df.dropna(subset=["episode/return"])
+        return df[["step", "episode/return", "episode/clipped_return", "episode/length"]].rename(
+            columns=lambda c: c.removeprefix("episode/")
+        )
+
+    def __repr__(self) -> str:
+        return f"FinetuneRun({str(self.path)!r}, state={self.status().get('state')!r})"

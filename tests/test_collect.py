@@ -72,8 +72,60 @@ def test_collect_random_manifest(tmp_path):
     assert store.manifest.source == "random" and store.manifest.params["hold_p"] == pytest.approx(
         1 / 3
     )
-    with pytest.raises(FileExistsError):
-        collect_random("pong", 300, tmp_path / "r", progress=False)
+    # Re-running with the same settings is a no-op; other settings are refused, nothing touched.
+    stamp = (tmp_path / "r" / "manifest.json").stat().st_mtime_ns
+    again = collect_random("pong", 300, tmp_path / "r", seed=0, chunk_size=100, progress=False)
+    assert again.fingerprint == store.fingerprint
+    assert (tmp_path / "r" / "manifest.json").stat().st_mtime_ns == stamp
+    with pytest.raises(FileExistsError, match="other settings"):
+        collect_random("pong", 200, tmp_path / "r", progress=False)
+    assert (tmp_path / "r" / "manifest.json").stat().st_mtime_ns == stamp
+
+
+def test_interrupted_random_collection_equals_an_uninterrupted_one(tmp_path, monkeypatch):
+    import sgi_lab.data.store as store_module
+
+    kwargs = dict(seed=2, chunk_size=64, progress=False, env_kwargs={"max_episode_frames": 400})
+    straight = collect_random("breakout", 300, tmp_path / "straight", **kwargs)
+    # Die while writing the third chunk (after two finished ones), then resume.
+    real = store_module.TransitionStoreWriter._flush_chunk
+
+    def dying(self):
+        if len(self.manifest.chunks) == 2:
+            raise KeyboardInterrupt
+        real(self)
+
+    monkeypatch.setattr(store_module.TransitionStoreWriter, "_flush_chunk", dying)
+    with pytest.raises(KeyboardInterrupt):
+        collect_random("breakout", 300, tmp_path / "resumed", **kwargs)
+    monkeypatch.setattr(store_module.TransitionStoreWriter, "_flush_chunk", real)
+    assert (tmp_path / "resumed.partial").exists() and not (tmp_path / "resumed").exists()
+    resumed = collect_random("breakout", 300, tmp_path / "resumed", **kwargs)
+    np.testing.assert_array_equal(resumed.actions, straight.actions)
+    np.testing.assert_array_equal(resumed.firsts, straight.firsts)
+    np.testing.assert_array_equal(
+        resumed.gather_frames(np.arange(300)), straight.gather_frames(np.arange(300))
+    )
+    assert resumed.fingerprint == straight.fingerprint
+    assert resumed.verify() == []
+
+
+def test_overwrite_replaces_only_a_store_of_ours(tmp_path):
+    thesis = tmp_path / "thesis"
+    thesis.mkdir()
+    (thesis / "chapter1.tex").write_text("years of work")
+    with pytest.raises(FileExistsError, match="not an sgi-lab store"):
+        collect_random("pong", 50, thesis, overwrite=True, progress=False)
+    assert (thesis / "chapter1.tex").read_text() == "years of work"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["thesis"]
+    store = collect_random("pong", 50, tmp_path / "s", chunk_size=32, progress=False)
+    replaced = collect_random("pong", 40, tmp_path / "s", overwrite=True, progress=False)
+    assert len(store) == 50 and len(replaced) == 40
+    with pytest.raises(ValueError, match="chunk_size"):
+        collect_random("pong", 50, tmp_path / "bad", chunk_size=0, progress=False)
+    with pytest.raises(ValueError, match="seed"):
+        collect_random("pong", 50, tmp_path / "bad", seed=-1, progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s", "thesis"]
 
 
 _CHILD = """

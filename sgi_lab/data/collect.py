@@ -16,8 +16,10 @@ from tqdm.auto import tqdm
 
 from sgi_lab.data.store import (
     DEFAULT_CHUNK_SIZE,
+    StoreError,
     TransitionStore,
     TransitionStoreWriter,
+    check_store_target,
 )
 
 Policy = Callable[[np.ndarray], int]
@@ -34,7 +36,9 @@ class RandomHoldPolicy:
 
     def __init__(self, num_actions: int, p: float = 1 / 3, seed: int = 0) -> None:
         if not 0 < p <= 1:
-            raise ValueError(f"hold probability p must lie in (0, 1], got {p}")
+            raise ValueError(f"hold_p: the hold probability must lie in (0, 1], got {p}")
+        if seed < 0:
+            raise ValueError(f"seed: must be >= 0, got {seed}")
         self.num_actions = num_actions
         self.p = p
         self.rng = np.random.default_rng(seed)
@@ -51,6 +55,14 @@ class RandomHoldPolicy:
     def reset(self) -> None:
         """Start a fresh hold at the next call (e.g. at an episode start)."""
         self._left = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """The random stream and current hold (JSON), saved with each finished chunk."""
+        return {"rng": self.rng.bit_generator.state, "action": self._action, "left": self._left}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.rng.bit_generator.state = state["rng"]
+        self._action, self._left = int(state["action"]), int(state["left"])
 
 
 def collect(
@@ -72,9 +84,13 @@ def collect(
 ) -> TransitionStore:
     """Run ``policy`` for ``steps`` agent steps and write the transitions as a store at ``out``.
 
-    The store is built under ``out.partial`` and renamed into place when complete. If an
-    earlier run was interrupted and ``resume`` is true, collection continues after its last
-    finished chunk with a freshly reset environment (the interrupted episode is kept, truncated).
+    The store is built under ``out.partial`` and renamed into place when complete. Every chunk
+    starts a fresh episode (environment reset with ``seed + chunk index``, policy reset), and
+    a policy's ``state_dict()`` is saved with each finished chunk, so if an earlier run was
+    interrupted and ``resume`` is true, collection continues after its last finished chunk and
+    writes exactly the store an uninterrupted run writes. (The episode running at a chunk
+    boundary is kept, truncated: one per ``chunk_size`` rows.) Re-running a collection whose
+    store is complete, with the same settings, returns that store and writes nothing.
 
     Args:
         policy: ``policy(obs (4,84,84) uint8) -> action``, called with the stacked observation
@@ -83,14 +99,14 @@ def collect(
         game: any accepted spelling of an Atari 100k game.
         steps: transitions to write.
         out: store folder.
-        seed: environment seed (a resumed run re-seeds with ``seed + chunks done``).
+        seed: environment seed (chunk ``k`` starts from a reset seeded ``seed + k``).
         source: name recorded in the manifest (``random``, ``agent``, ...).
         params: extra creation parameters recorded in the manifest.
         terminal_on_life_loss: record life losses as terminals (the game still continues).
         full_action_space: use all 18 actions instead of the game's minimal set.
         chunk_size: rows per chunk file (the unit of crash safety).
         resume: continue an interrupted collection found at ``out.partial``.
-        overwrite: replace an existing finished store at ``out``.
+        overwrite: replace an existing store at ``out`` (only ever a store of ours).
         progress: show a tqdm progress bar.
         env_kwargs: extra keyword arguments for :func:`sgi_lab.envs.make_env`.
 
@@ -100,11 +116,13 @@ def collect(
     from sgi_lab.envs import canonical_game, make_env
 
     if steps < 1:
-        raise ValueError(f"steps must be positive, got {steps}")
+        raise ValueError(f"steps: must be positive, got {steps}")
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size: must be positive, got {chunk_size}")
+    if seed < 0:
+        raise ValueError(f"seed: must be >= 0, got {seed}")
     game = canonical_game(game)
     out = Path(out)
-    if out.exists() and not overwrite:
-        raise FileExistsError(f"{out} already exists (use overwrite to replace it)")
     record = {
         "steps": steps,
         "seed": seed,
@@ -112,6 +130,9 @@ def collect(
         "full_action_space": full_action_space,
         **(params or {}),
     }
+    done = check_store_target(out, game, source, record, overwrite=overwrite)
+    if done is not None:
+        return done  # complete already, same settings: nothing to do
     writer = TransitionStoreWriter.resume_matching(out, game, record) if resume else None
     env_seed = seed + (len(writer.manifest.chunks) if writer else 0)
     env = make_env(
@@ -128,6 +149,18 @@ def collect(
             chunk_size=chunk_size,
             overwrite=overwrite,
         )
+    save_state = getattr(policy, "state_dict", None)
+    if save_state is not None:
+        writer.state_fn = lambda: {"policy": save_state()}
+    if writer.manifest.chunks and save_state is not None:
+        saved = (writer.manifest.resume_state or {}).get("policy")
+        if saved is None:
+            env.close()
+            raise StoreError(
+                f"{writer.partial}: an interrupted collection without its policy's saved "
+                "state (an older sgi-lab made it); remove it to start over"
+            )
+        policy.load_state_dict(saved)
     done_rows = writer.num_rows
     bar = tqdm(
         total=steps,
@@ -139,6 +172,7 @@ def collect(
     )
     reset_policy = getattr(policy, "reset", None)
     obs, _ = env.reset(seed=env_seed)
+    segment = len(writer.manifest.chunks)
     first = True
     if reset_policy:
         reset_policy()
@@ -157,6 +191,14 @@ def collect(
             else:
                 obs = next_obs
             bar.update(1)
+            if len(writer.manifest.chunks) != segment and writer.num_rows < steps:
+                # A chunk just finished: the next one starts a fresh, seeded episode, exactly
+                # as a collection resumed here would.
+                segment = len(writer.manifest.chunks)
+                obs, _ = env.reset(seed=seed + segment)
+                first = True
+                if reset_policy:
+                    reset_policy()
         path = writer.close()
     finally:
         bar.close()

@@ -49,6 +49,7 @@ from sgi_lab.data.store import (
     FRAME_SHAPE,
     TransitionStore,
     TransitionStoreWriter,
+    check_store_target,
 )
 
 STORE_FILENAME_PREFIX = "$store$_"  # Dopamine's prefix for the arrays of ``_store``
@@ -419,8 +420,10 @@ def import_dqn_replay(
         samples: transitions taken from each checkpoint; None takes all of them. A checkpoint
             holding fewer gives what it has, with a warning.
         out: store folder (built under ``out.partial`` and renamed when complete).
-        overwrite: replace an existing finished store at ``out``.
+        overwrite: replace an existing store at ``out`` (only ever a store of ours).
         resume: continue an interrupted import found at ``out.partial`` with the same settings.
+            Re-running an import whose store is complete, with the same settings, returns that
+            store and writes nothing.
         progress: show a tqdm progress bar.
         chunk_size: rows per chunk file of the store.
 
@@ -439,19 +442,24 @@ def import_dqn_replay(
     if len(set(checkpoints)) != len(checkpoints) or min(checkpoints) < 0:
         raise ValueError(f"checkpoints must be distinct non-negative numbers, got {checkpoints}")
     if samples is not None and samples < 1:
-        raise ValueError(f"samples must be positive or None, got {samples}")
+        raise ValueError(f"samples: must be positive or None, got {samples}")
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size: must be positive, got {chunk_size}")
     if not src.is_dir():
         raise DQNReplayError(f"{src}: no such DQN Replay folder")
-    if out.exists() and not overwrite:
-        raise FileExistsError(f"{out} already exists (use overwrite to replace it)")
     game, num_actions = _resolve_game(game)
-    inspected = [_inspect_checkpoint(src, n) for n in checkpoints]  # fail before any work
     params = {
         "src": str(src.resolve()),
         "checkpoints": checkpoints,
         "samples": samples,
         "stack_size": STACK_SIZE,
     }
+    done = check_store_target(out, game, "dqn_replay", params, overwrite=overwrite)
+    if done is not None:
+        return done  # complete already, same settings: nothing to do
+    inspected = [_inspect_checkpoint(src, n) for n in checkpoints]
+    for ckpt in inspected:  # every error found by planning comes before anything is written
+        _plan_checkpoint(ckpt, num_actions)
 
     writer = TransitionStoreWriter.resume_matching(out, game, params) if resume else None
     if writer is None:

@@ -22,10 +22,20 @@ own frame stack does.
 Writing is crash-safe: a store is built in ``STORE.partial/`` and renamed to ``STORE`` only when
 complete. Each finished chunk is recorded in the partial manifest, so an interrupted collection
 resumes from its last finished chunk; nothing under ``STORE`` exists until the rename.
+
+The manifest records a checksum of every chunk file, written as it is created, and a content
+``fingerprint`` of the whole store (game, source, parameters, chunk rows and checksums): a run
+records the fingerprint of the store it reads, which survives moving or renaming the folder.
+Opening a store reads only the small fields; :meth:`TransitionStore.verify` reads everything
+and checks it against the manifest (``sgi-lab info --verify``).
+
+Only a store of ours is ever replaced (``overwrite``): a folder without our manifest is refused,
+naming it, with nothing touched (:func:`check_store_target`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import mmap
 import os
@@ -56,6 +66,35 @@ SMALL_FIELDS = ("action", "reward", "terminal", "first")
 
 class StoreError(RuntimeError):
     """A store on disk is missing, incomplete or inconsistent with its manifest."""
+
+
+class StoreFolderError(FileExistsError):
+    """A folder a store would be written to holds something else: nothing in it is touched."""
+
+
+def _new_hash() -> Any:
+    return hashlib.blake2b(digest_size=16)
+
+
+class _HashingFile:
+    """A write-only file wrapper that hashes what passes through (np.save writes via .write)."""
+
+    def __init__(self, fh) -> None:
+        self._fh = fh
+        self.hash = _new_hash()
+
+    def write(self, data) -> int:
+        self.hash.update(data)
+        return self._fh.write(data)
+
+
+def file_checksum(path: Path, block: int = 16 << 20) -> str:
+    """The checksum the manifest records for a chunk file (blake2b-128 of its bytes)."""
+    digest = _new_hash()
+    with open(path, "rb") as fh:
+        while data := fh.read(block):
+            digest.update(data)
+    return digest.hexdigest()
 
 
 def _chunk_path(root: Path, field_name: str, index: int) -> Path:
@@ -99,6 +138,9 @@ class StoreManifest:
     format_version: int = FORMAT_VERSION
     created: str = ""
     complete: bool = False
+    checksums: list[dict[str, str]] = field(default_factory=list)  # per chunk: field -> hash
+    fingerprint: str | None = None  # content identity, set when the store is complete
+    resume_state: dict[str, Any] | None = None  # a writer's state after its last chunk
     fields: dict[str, dict] = field(
         default_factory=lambda: {k: {"dtype": d, "shape": list(s)} for k, (d, s) in FIELDS.items()}
     )
@@ -106,8 +148,25 @@ class StoreManifest:
     def to_json(self) -> dict:
         return dict(self.__dict__)
 
+    def content_fingerprint(self) -> str:
+        """A hash of what the store holds; the same data gives the same value wherever it is."""
+        identity = {
+            "game": self.game,
+            "source": self.source,
+            "params": self.params,
+            "chunks": self.chunks,
+            "checksums": self.checksums,
+        }
+        digest = _new_hash()
+        digest.update(json.dumps(identity, sort_keys=True, default=str).encode())
+        return digest.hexdigest()
+
     @classmethod
-    def from_json(cls, payload: dict, path: Path) -> StoreManifest:
+    def from_json(cls, payload: Any, path: Path) -> StoreManifest:
+        if not isinstance(payload, dict):
+            raise StoreError(
+                f"{path}: manifest must be a JSON object, got {type(payload).__name__}"
+            )
         version = payload.get("format_version")
         if version != FORMAT_VERSION:
             raise StoreError(
@@ -121,7 +180,92 @@ class StoreManifest:
         missing = {"game", "source", "chunks", "num_transitions"} - set(payload)
         if missing:
             raise StoreError(f"{path}: manifest lacks keys {sorted(missing)}")
+        chunks = payload["chunks"]
+        if not isinstance(chunks, list) or not all(
+            isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in chunks
+        ):
+            raise StoreError(f"{path}: 'chunks' must be a list of row counts")
+        for key in ("num_transitions", "num_episodes", "num_terminals", "chunk_size"):
+            value = payload.get(key, 0)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise StoreError(f"{path}: {key!r} must be a non-negative integer, got {value!r}")
         return cls(**payload)
+
+
+def read_manifest(path: str | os.PathLike) -> StoreManifest | None:
+    """The manifest of a store folder when it is one of ours (complete or not), else None."""
+    manifest_path = Path(path) / MANIFEST
+    try:
+        return StoreManifest.from_json(json.loads(manifest_path.read_text()), manifest_path)
+    except (OSError, ValueError, StoreError, TypeError):
+        return None
+
+
+def _is_our_partial(partial: Path) -> bool:
+    """A ``.partial`` folder holds nothing but what a writer puts there (possibly unfinished)."""
+    for entry in partial.iterdir():
+        if entry.name in (MANIFEST, MANIFEST + ".tmp"):
+            continue
+        if entry.name != "chunks" or not entry.is_dir():
+            return False
+        for chunk in entry.iterdir():
+            stem = chunk.name.split(".")[0]
+            name, _, index = stem.rpartition("_")
+            if name not in FIELDS or not index.isdigit():
+                return False
+    return True
+
+
+def check_store_target(
+    path: str | os.PathLike,
+    game: str,
+    source: str,
+    params: dict[str, Any],
+    overwrite: bool = False,
+) -> TransitionStore | None:
+    """Decide what writing a store to ``path`` may do; nothing is touched here.
+
+    Returns:
+        The existing store when ``path`` already holds a complete store of ours made with the
+        same game, source and params and ``overwrite`` is false (re-running is a no-op), else
+        None: the caller builds the store (``overwrite`` replaces an existing store of ours).
+
+    Raises:
+        StoreFolderError: ``path`` (or ``path.partial``) holds something that is not a store
+            of ours, whatever ``overwrite`` says; or a store made with other settings and
+            ``overwrite`` is false.
+    """
+    path = Path(path)
+    partial = path.with_name(path.name + PARTIAL_SUFFIX)
+    if partial.exists() and (not partial.is_dir() or not _is_our_partial(partial)):
+        raise StoreFolderError(
+            f"{partial}: not an unfinished sgi-lab store; refusing to touch it "
+            "(move it away or choose another --out)"
+        )
+    if not path.exists():
+        return None
+    if path.is_dir() and not any(path.iterdir()):
+        if overwrite:
+            return None
+        raise StoreFolderError(f"{path} already exists (an empty folder); remove it first")
+    manifest = read_manifest(path)
+    if manifest is None or not path.is_dir():
+        raise StoreFolderError(
+            f"{path}: exists and is not an sgi-lab store (no manifest of ours); refusing to "
+            "replace it, with or without --overwrite: choose another --out"
+        )
+    if overwrite:
+        return None
+    same = (manifest.game, manifest.source, manifest.params) == (game, source, params)
+    if same and manifest.complete:
+        return TransitionStore(path)
+    diff = {
+        k: (getattr(manifest, k), v)
+        for k, v in (("game", game), ("source", source), ("params", params))
+        if getattr(manifest, k) != v
+    }
+    what = "is incomplete" if same else f"was made with other settings ({diff})"
+    raise StoreFolderError(f"{path} already exists and {what}; use --overwrite to replace it")
 
 
 class TransitionStoreWriter:
@@ -143,6 +287,9 @@ class TransitionStoreWriter:
         }
         self._fill = 0
         self._closed = False
+        # Called after each finished chunk; what it returns (JSON) is saved in the manifest
+        # with the chunk, so a resumed writer continues e.g. a policy's random stream.
+        self.state_fn: Any = None
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
@@ -160,15 +307,23 @@ class TransitionStoreWriter:
     ) -> TransitionStoreWriter:
         """Start a new store at ``path`` (built under ``path.partial``)."""
         path = Path(path)
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size: must be positive, got {chunk_size}")
         if path.exists():
             if not overwrite:
                 raise FileExistsError(f"{path} already exists (pass overwrite=True to replace it)")
+            if read_manifest(path) is None:
+                raise StoreFolderError(
+                    f"{path}: exists and is not an sgi-lab store; refusing to replace it"
+                )
         partial = path.with_name(path.name + PARTIAL_SUFFIX)
         if partial.exists():
+            if not partial.is_dir() or not _is_our_partial(partial):
+                raise StoreFolderError(
+                    f"{partial}: not an unfinished sgi-lab store; refusing to remove it"
+                )
             shutil.rmtree(partial)
         (partial / "chunks").mkdir(parents=True)
-        if chunk_size < 1:
-            raise ValueError(f"chunk_size must be positive, got {chunk_size}")
         manifest = StoreManifest(
             game=game,
             source=source,
@@ -272,20 +427,27 @@ class TransitionStoreWriter:
             return
         index = len(self.manifest.chunks)
         rows = self._fill
+        checksums = {}
         for name in FIELDS:
             target = _chunk_path(self.partial, name, index)
             tmp = target.with_name(target.name + ".tmp")
             with open(tmp, "wb") as fh:
-                np.save(fh, self._buffers[name][:rows], allow_pickle=False)
+                hashing = _HashingFile(fh)
+                np.save(hashing, self._buffers[name][:rows], allow_pickle=False)
                 fh.flush()
                 os.fsync(fh.fileno())
+            checksums[name] = hashing.hash.hexdigest()
             os.replace(tmp, target)
         m = self.manifest
+        if len(m.checksums) == len(m.chunks):  # stores begun before checksums have none
+            m.checksums.append(checksums)
         m.chunks.append(rows)
         m.num_transitions += rows
         m.num_episodes += int(self._buffers["first"][:rows].sum())
         m.num_terminals += int(self._buffers["terminal"][:rows].sum())
         self._fill = 0
+        if self.state_fn is not None:
+            m.resume_state = self.state_fn()
         self._save_manifest()
 
     def _save_manifest(self) -> None:
@@ -304,10 +466,15 @@ class TransitionStoreWriter:
         if not first[0]:
             raise StoreError(f"{self.path}: the first row must start an episode (first=1)")
         m.complete = True
+        m.fingerprint = m.content_fingerprint()
         self._save_manifest()
         if self.path.exists():
             if not getattr(self, "_overwrite", False):
                 raise FileExistsError(f"{self.path} already exists")
+            if read_manifest(self.path) is None:
+                raise StoreFolderError(
+                    f"{self.path}: exists and is not an sgi-lab store; refusing to replace it"
+                )
             shutil.rmtree(self.path)
         os.replace(self.partial, self.path)
         _fsync_dir(self.path.parent)
@@ -341,7 +508,7 @@ class TransitionStore:
             raise StoreError(f"{manifest_path}: manifest is missing")
         try:
             payload = json.loads(manifest_path.read_text())
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise StoreError(f"{manifest_path}: manifest is not valid JSON ({exc})") from exc
         self.manifest = StoreManifest.from_json(payload, manifest_path)
         m = self.manifest
@@ -362,6 +529,13 @@ class TransitionStore:
                 else:
                     columns[name].append(np.asarray(array))
         self.actions = np.concatenate(columns["action"]).astype(np.int64)
+        if m.num_actions is not None and len(self.actions):
+            low, high = int(self.actions.min()), int(self.actions.max())
+            if low < 0 or high >= m.num_actions:
+                raise StoreError(
+                    f"{self.path / 'chunks'}: actions span [{low}, {high}] but the manifest "
+                    f"says the game has {m.num_actions} actions"
+                )
         self.rewards = np.concatenate(columns["reward"])
         self.terminals = np.concatenate(columns["terminal"]).astype(bool)
         self.firsts = np.concatenate(columns["first"]).astype(bool)
@@ -404,6 +578,51 @@ class TransitionStore:
 
     def __len__(self) -> int:
         return self.manifest.num_transitions
+
+    @property
+    def fingerprint(self) -> str:
+        """The store's content identity (recorded at creation; computed for older stores)."""
+        return self.manifest.fingerprint or self.manifest.content_fingerprint()
+
+    def verify(self) -> list[str]:
+        """Read every chunk file and check it against the manifest; returns the problems found.
+
+        Checks each file's checksum (stores written before checksums get the count checks only)
+        and cross-checks the manifest's transition, episode and terminal counts against the
+        data. An empty list means the store is intact.
+        """
+        m = self.manifest
+        problems = []
+        if not m.checksums:
+            problems.append(f"{self.path / MANIFEST}: no checksums recorded (an older store)")
+        elif len(m.checksums) != len(m.chunks):
+            problems.append(
+                f"{self.path / MANIFEST}: {len(m.checksums)} checksum entries for "
+                f"{len(m.chunks)} chunks"
+            )
+        for index, expected in enumerate(m.checksums[: len(m.chunks)]):
+            for name in FIELDS:
+                path = _chunk_path(self.path, name, index)
+                try:
+                    actual = file_checksum(path)
+                except OSError as exc:
+                    problems.append(f"{path}: unreadable ({exc})")
+                    continue
+                if expected.get(name) != actual:
+                    problems.append(f"{path}: checksum {actual} differs from the manifest's")
+        counts = {
+            "num_transitions": len(self.actions),
+            "num_episodes": int(self.firsts.sum()),
+            "num_terminals": int(self.terminals.sum()),
+        }
+        for key, actual in counts.items():
+            if getattr(m, key) != actual:
+                problems.append(
+                    f"{self.path / MANIFEST}: {key} is {getattr(m, key)} but the data hold {actual}"
+                )
+        if m.fingerprint is not None and m.fingerprint != m.content_fingerprint():
+            problems.append(f"{self.path / MANIFEST}: fingerprint does not match its contents")
+        return problems
 
     @property
     def game(self) -> str:
