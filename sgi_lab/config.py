@@ -338,3 +338,49 @@ def save_config(config: Any, path: str | os.PathLike) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # runs.TEMP_RE: cleaned on resume
     tmp.write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
     os.replace(tmp, path)
+
+
+@dataclass(frozen=True)
+class ExploreConfig:
+    """The IDF curiosity agent that collects the Exploratory dataset (paper Sec. 3, "(E)").
+
+    The paper only says "the IDF variant of Burda et al. 2018, first 6M steps"; every other value
+    is Burda et al.'s (``openai/large-scale-curiosity``, ``run.py`` defaults and the IDF code),
+    named after the source in each doc, or the house protocol where it says so.
+    """
+
+    num_envs: int = F(128, "parallel environments (Burda: envs_per_process 128)")
+    rollout_steps: int = F(128, "steps per env between PPO updates (Burda: nsteps_per_seg 128)")
+    epochs: int = F(3, "PPO epochs over each rollout (Burda: nepochs 3)")
+    minibatches: int = F(8, "minibatches per epoch (Burda: nminibatches 8)")
+    lr: float = F(1.0e-4, "Adam learning rate of every network (Burda: lr 1e-4)")
+    gamma: float = F(0.99, "discount of the intrinsic return (Burda: gamma 0.99)")
+    gae_lambda: float = F(0.95, "GAE lambda (Burda: lambda 0.95)")
+    clip: float = F(0.1, "PPO ratio clip epsilon (Burda: cliprange 0.1)")
+    entropy_coef: float = F(0.001, "entropy bonus weight (Burda: ent_coeff 0.001)")
+    normalize_advantages: bool = F(True, "advantages to zero mean, unit std per rollout (Burda)")
+    normalize_intrinsic: bool = F(
+        True, "divide intrinsic rewards by a running std of the intrinsic return (Burda)"
+    )
+    feature_dim: int = F(512, "IDF embedding size, the forward model's space (Burda: 512)")
+    hidden_size: int = F(512, "width of policy, inverse and forward MLPs (Burda: hidsize 512)")
+    conv_width: int = F(32, "channels of the first conv; then 2x, 2x (Burda: 32/64/64)")
+    forward_blocks: int = F(4, "residual blocks of the forward model (Burda: 4)")
+    ob_norm_steps: int = F(
+        10_000, "random-agent steps for the observation mean/std (Burda: 10,000)"
+    )
+    max_episode_frames: int = F(
+        108_000, "raw-frame episode cap (house Atari 100k protocol; Burda capped at 18,000)"
+    )
+    terminal_on_life_loss: bool = F(False, "record life losses as terminals in the store")
+    full_action_space: bool = F(False, "all 18 actions instead of the minimal set (house)")
+    max_buffered_steps: int = F(
+        27_000,
+        "rows an env holds before an unfinished episode is written (a split restarts stacks; "
+        "27,000 steps = the episode cap, so episodes are never split)",
+    )
+    chunk_size: int = F(100_000, "store rows per chunk file (the unit of crash safety)")
+    checkpoint_every: int = F(10, "PPO updates between agent checkpoints")
+    asynchronous: bool = F(True, "one subprocess per env (else all envs in this process)")
+    device: str = F("auto", "'auto' (CUDA when present), 'cpu' or 'cuda[:i]'")
+    threads: int = F(0, "torch CPU threads (0: torch's default)")
