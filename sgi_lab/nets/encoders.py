@@ -241,6 +241,7 @@ def _train_norm(bn: nn.BatchNorm2d, x: torch.Tensor) -> torch.Tensor:
     k = _WIDE // c
     if (
         x.device.type != "cpu"
+        or _under_vmap(x)
         or not bn.training
         or bn.weight is None
         or c * 8 > _WIDE
@@ -269,6 +270,12 @@ def _train_norm(bn: nn.BatchNorm2d, x: torch.Tensor) -> torch.Tensor:
     if torch.is_grad_enabled() and (x.requires_grad or bn.weight.requires_grad):
         return _WideNorm.apply(x, mean, var, bn.weight, bn.bias, bn.eps)
     return _wide_eval_norm(x, k, mean, var, bn.weight, bn.bias, bn.eps)
+
+
+def _under_vmap(x: torch.Tensor) -> bool:
+    """Whether ``x`` is a torch.func (vmap) wrapper, as inside a population's batched update:
+    the wide-view kernels index raw memory, which a batched tensor does not expose."""
+    return torch._C._functorch.is_functorch_wrapped_tensor(x)
 
 
 def _wide(x: torch.Tensor, k: int) -> torch.Tensor:

@@ -6,6 +6,8 @@ Shapes: latents z are (B, C, 7, 7) and enter the heads flattened to (B, D), D = 
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -16,26 +18,57 @@ DUELING_GRAD_SCALE = 2**-0.5
 
 
 class _ScaleGradient(torch.autograd.Function):
+    generate_vmap_rule = True  # a population's batched update runs the heads under vmap
+
     @staticmethod
-    def forward(ctx, x: torch.Tensor, scale: float) -> torch.Tensor:
-        ctx.scale = scale
+    def forward(x: torch.Tensor, scale: float) -> torch.Tensor:
         return x.view_as(x)
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+        ctx.scale = inputs[1]
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         return grad * ctx.scale, None
 
 
 def scale_gradient(x: torch.Tensor, scale: float) -> torch.Tensor:
-    """Identity forward; multiplies the gradient flowing back through this use of x by scale."""
-    if not x.requires_grad or scale == 1.0:
+    """Identity forward; multiplies the gradient flowing back through this use of x by scale.
+
+    Applied whenever gradients are enabled: inside ``torch.func.vmap`` a tensor that carries a
+    gradient reports ``requires_grad=False``, so that flag cannot decide.
+    """
+    if scale == 1.0 or not torch.is_grad_enabled():
         return x
     return _ScaleGradient.apply(x, scale)
 
 
-def dueling_combine(value: torch.Tensor, advantage: torch.Tensor) -> torch.Tensor:
-    """Per-atom dueling: (B, 1, Z) value and (B, A, Z) advantage -> (B, A, Z) logits."""
-    return value + advantage - advantage.mean(dim=1, keepdim=True)
+INVALID_ACTION_LOGIT = -1.0e4
+"""Logit of every atom but the lowest for an action a game does not have (see `dueling_combine`)."""
+
+
+def dueling_combine(
+    value: torch.Tensor, advantage: torch.Tensor, action_mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Per-atom dueling: (B, 1, Z) value and (B, A, Z) advantage -> (B, A, Z) logits.
+
+    ``action_mask`` (A,) or (B, A) bool marks the actions the game has, when a network is wider
+    than its game (agents of a population share the widest action set). The advantage mean then
+    runs over the game's actions only, and every other action gets a distribution with all its
+    mass on the lowest atom: its expected value is v_min, so no argmax (acting, double Q) picks
+    it over a real action (ties go to the lower index, and real actions come first), and its
+    parameters get no gradient. With the mask all True the logits equal the unmasked ones.
+    """
+    if action_mask is None:
+        return value + advantage - advantage.mean(dim=1, keepdim=True)
+    mask = action_mask.view(*action_mask.shape[:-1], -1, 1)  # (..., A, 1)
+    count = mask.sum(dim=-2, keepdim=True).to(advantage.dtype)
+    mean = advantage.masked_fill(~mask, 0).sum(dim=1, keepdim=True) / count
+    logits = value + advantage - mean
+    invalid = torch.full_like(logits[..., :1, :], INVALID_ACTION_LOGIT)
+    invalid[..., 0] = 0.0
+    return torch.where(mask, logits, invalid)
 
 
 def film_layer_norm(
@@ -109,14 +142,14 @@ class DistributionalDuelingHead(nn.Module):
         x = scale_gradient(x, DUELING_GRAD_SCALE)
         return F.relu(self.advantage_hidden(x)), F.relu(self.value_hidden(x))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, D) flat latents -> (B, A, Z) atom logits."""
+    def forward(self, x: torch.Tensor, action_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, D) flat latents -> (B, A, Z) atom logits (``action_mask``: `dueling_combine`)."""
         if not self.has_outputs:
             raise RuntimeError("this head was built without output layers (outputs=False)")
         adv_h, val_h = self.hidden(x)
         advantage = self.advantage_out(adv_h).view(-1, self.num_actions, self.num_atoms)
         value = self.value_out(val_h).view(-1, 1, self.num_atoms)
-        return dueling_combine(value, advantage)
+        return dueling_combine(value, advantage, action_mask)
 
 
 class FiLMGenerator(nn.Module):
@@ -189,15 +222,20 @@ class GoalHeadOutputs(nn.Module):
         self.value_out = NoisyLinear(hidden_size, num_atoms, std_init, noise_enabled)
 
     def forward(
-        self, adv_h: torch.Tensor, val_h: torch.Tensor, film: tuple[torch.Tensor, ...]
+        self,
+        adv_h: torch.Tensor,
+        val_h: torch.Tensor,
+        film: tuple[torch.Tensor, ...],
+        action_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Hidden features (B, hidden) x2 and FiLM params -> (B, A, Z) atom logits."""
+        """Hidden features (B, hidden) x2 and FiLM params -> (B, A, Z) atom logits
+        (``action_mask``: `dueling_combine`)."""
         gamma_a, beta_a, gamma_v, beta_v = film
         adv_h = film_layer_norm(adv_h, gamma_a, beta_a)
         val_h = film_layer_norm(val_h, gamma_v, beta_v)
         advantage = self.advantage_out(adv_h).view(-1, self.num_actions, self.num_atoms)
         value = self.value_out(val_h).view(-1, 1, self.num_atoms)
-        return dueling_combine(value, advantage)
+        return dueling_combine(value, advantage, action_mask)
 
 
 class InverseModel(nn.Module):

@@ -34,6 +34,7 @@ from torch import nn
 
 from sgi_lab.nets.encoders import make_encoder, renormalize
 from sgi_lab.nets.heads import (
+    INVALID_ACTION_LOGIT,
     ATCContrast,
     DistributionalDuelingHead,
     FiLMGenerator,
@@ -110,6 +111,24 @@ class SGIModel(nn.Module):
         channels_last: bool = False,
     ) -> None:
         super().__init__()
+        self.init_args = {
+            "encoder": encoder,
+            "num_actions": num_actions,
+            "in_channels": in_channels,
+            "image_size": image_size,
+            "hidden_size": hidden_size,
+            "num_atoms": num_atoms,
+            "v_min": v_min,
+            "v_max": v_max,
+            "noisy": noisy,
+            "noise_std": noise_std,
+            "rl_head": rl_head,
+            "goal_head": goal_head,
+            "inverse_model": inverse_model,
+            "atc_head": atc_head,
+        }
+        """The constructor's arguments (channels_last aside): ``SGIModel(**m.init_args)`` builds
+        the same architecture."""
         self.encoder_name = encoder
         self.num_actions = num_actions
         self.num_atoms = num_atoms
@@ -175,36 +194,47 @@ class SGIModel(nn.Module):
         return self.predictor(y)
 
     # -- Q heads --------------------------------------------------------------------------------
-    def q_logits(self, z: torch.Tensor) -> torch.Tensor:
-        """Unconditioned C51 head: (B, C, 7, 7) -> (B, A, Z) atom logits (float32)."""
-        return self.head(z.flatten(1)).float()
+    def q_logits(self, z: torch.Tensor, action_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Unconditioned C51 head: (B, C, 7, 7) -> (B, A, Z) atom logits (float32).
+
+        ``action_mask``: (A,) bool, the actions the game has when the network is wider
+        (`sgi_lab.nets.heads.dueling_combine`); None: all of them.
+        """
+        return self.head(z.flatten(1), action_mask).float()
 
     def q_log_probs(self, z: torch.Tensor) -> torch.Tensor:
         """(B, C, 7, 7) -> (B, A, Z) log-probabilities over atoms."""
         return F.log_softmax(self.q_logits(z), dim=-1)
 
-    def q_values(self, z: torch.Tensor) -> torch.Tensor:
-        """(B, C, 7, 7) -> (B, A) expected returns."""
-        return (F.softmax(self.q_logits(z), dim=-1) * self.support).sum(-1)
+    def q_values(self, z: torch.Tensor, action_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, C, 7, 7) -> (B, A) expected returns (v_min for actions masked out)."""
+        return (F.softmax(self.q_logits(z, action_mask), dim=-1) * self.support).sum(-1)
 
-    def goal_q_logits(self, z: torch.Tensor, goal: torch.Tensor) -> torch.Tensor:
+    def goal_q_logits(
+        self, z: torch.Tensor, goal: torch.Tensor, action_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """FiLM goal-conditioned C51 head: latents (B, C, 7, 7), goals (B, D) -> (B, A, Z).
 
         Shares the hidden layers with :meth:`q_logits`; a layer norm whose affine parameters
         come from the FiLM generator sits after them, then the goal head's output layers.
         """
         adv_h, val_h = self.head.hidden(z.flatten(1))
-        return self.goal_head(adv_h, val_h, self.film(goal)).float()
+        return self.goal_head(adv_h, val_h, self.film(goal), action_mask).float()
 
     def goal_q_log_probs(self, z: torch.Tensor, goal: torch.Tensor) -> torch.Tensor:
         """(B, C, 7, 7), (B, D) -> (B, A, Z) log-probabilities over atoms."""
         return F.log_softmax(self.goal_q_logits(z, goal), dim=-1)
 
     # -- other heads ----------------------------------------------------------------------------
-    def inverse_logits(self, y: torch.Tensor, y_next: torch.Tensor) -> torch.Tensor:
+    def inverse_logits(
+        self, y: torch.Tensor, y_next: torch.Tensor, action_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Inverse dynamics: online projection y_hat_k, target projection y_tilde_{k+1}
-        (..., P) each -> (..., A) logits of a_k."""
-        return self.inverse(y, y_next)
+        (..., P) each -> (..., A) logits of a_k (actions masked out get a logit of -1e4)."""
+        logits = self.inverse(y, y_next)
+        if action_mask is not None:
+            logits = logits.masked_fill(~action_mask, INVALID_ACTION_LOGIT)
+        return logits
 
     def bc_logits(self, z: torch.Tensor) -> torch.Tensor:
         """Behavioural-cloning logits (B, A): the Q head's expected values.

@@ -6,10 +6,12 @@ The trainer weights and reduces them (SGI pretraining: 2 x SPR + 1 x inverse + 1
 from sgi_lab.objectives.atc import atc_accuracy, atc_logits, atc_loss
 from sgi_lab.objectives.bc import bc_accuracy, bc_loss
 from sgi_lab.objectives.goal_rl import (
+    goal_draws,
     goal_n_step_returns,
     goal_reward,
     goal_rl_loss,
     goal_similarity,
+    goals_from_draws,
     sample_goals,
 )
 from sgi_lab.objectives.inverse import inverse_dynamics_accuracy, inverse_dynamics_loss
@@ -40,6 +42,8 @@ __all__ = [
     "inverse_dynamics_loss",
     "n_step_return",
     "project_distribution",
+    "goal_draws",
+    "goals_from_draws",
     "sample_goals",
     "select_next_distribution",
     "spr_loss",

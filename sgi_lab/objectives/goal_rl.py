@@ -28,6 +28,53 @@ from sgi_lab.nets.encoders import renormalize
 from sgi_lab.objectives.rainbow import c51_loss, c51_target, n_step_return
 
 
+def goal_draws(
+    batch: int,
+    size: int,
+    generator: torch.Generator | None = None,
+    device: torch.device | str | None = None,
+    swap_prob: float = 0.2,
+) -> dict[str, torch.Tensor]:
+    """The random numbers :func:`sample_goals` uses, drawn in its order: a (B, D) Gaussian, a
+    (B, 1) uniform for alpha and, when rows can swap, a (B,) uniform and (B,) offsets in 1..B-1.
+
+    Drawing them ahead lets a population's batched update (under ``torch.func.vmap``) give each
+    agent the draws of its own generator (:func:`goals_from_draws`).
+    """
+    kw = {"generator": generator, "device": device}
+    draws = {"noise": torch.randn(batch, size, **kw), "alpha": torch.rand(batch, 1, **kw)}
+    if batch > 1 and swap_prob > 0:
+        draws["swap"] = torch.rand(batch, **kw)
+        draws["offset"] = torch.randint(1, batch, (batch,), **kw)
+    return draws
+
+
+def goals_from_draws(
+    future_latents: torch.Tensor,
+    draws: dict[str, torch.Tensor],
+    alpha_max: float = 0.5,
+    swap_prob: float = 0.2,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`sample_goals` with its random numbers given (:func:`goal_draws`).
+
+    Returns:
+        (B, D) goals and the (B,) bool mask of swapped rows.
+    """
+    g = future_latents.detach().flatten(1).float()
+    b = g.shape[0]
+    noise = F.normalize(draws["noise"], dim=-1, eps=1e-3)
+    alpha = draws["alpha"] * alpha_max
+    g = alpha * noise + (1.0 - alpha) * g
+    rows = torch.arange(b, device=g.device)
+    if "swap" in draws:
+        swapped = draws["swap"] < swap_prob
+        other = (rows + draws["offset"]) % b
+        g = g[torch.where(swapped, other, rows)]
+    else:
+        swapped = torch.zeros(b, dtype=torch.bool, device=g.device)
+    return renormalize(g, start_dim=-1), swapped
+
+
 def sample_goals(
     future_latents: torch.Tensor,
     generator: torch.Generator | None = None,
@@ -53,20 +100,9 @@ def sample_goals(
         L2-normalized first); a 3,136-d latent in [0, 1] has a norm of tens, so the noise moves
         goals only slightly off the latent manifold.
     """
-    g = future_latents.detach().flatten(1).float()
-    b, d = g.shape
-    kw = {"generator": generator, "device": g.device}
-    noise = F.normalize(torch.randn(b, d, **kw), dim=-1, eps=1e-3)
-    alpha = torch.rand(b, 1, **kw) * alpha_max
-    g = alpha * noise + (1.0 - alpha) * g
-    rows = torch.arange(b, device=g.device)
-    if b > 1 and swap_prob > 0:
-        swapped = torch.rand(b, **kw) < swap_prob
-        other = (rows + torch.randint(1, b, (b,), **kw)) % b
-        g = g[torch.where(swapped, other, rows)]
-    else:
-        swapped = torch.zeros(b, dtype=torch.bool, device=g.device)
-    goals = renormalize(g, start_dim=-1)
+    b, d = future_latents.shape[0], future_latents[0].numel()
+    draws = goal_draws(b, d, generator, future_latents.device, swap_prob)
+    goals, swapped = goals_from_draws(future_latents, draws, alpha_max, swap_prob)
     return (goals, swapped) if return_swapped else goals
 
 

@@ -1,0 +1,825 @@
+"""The Rainbow + SPR agent and its update, batched over a population of independent agents.
+
+A `Population` holds N agents (games x seeds) whose networks have one shape: each agent's
+parameters, batch-norm statistics, noise samples, target networks and Adam moments are stacked
+along a leading agent axis, and one update runs all of them at once (``torch.func.vmap`` over
+``functional_call``; a population of one calls the same function without vmap). Agents stay
+independent: every agent has its own replay, random streams (`torch.Generator` per agent for
+augmentation, noise and goals), epsilon draws and gradient-norm clipping; nothing in the update
+mixes agents, so the gradient of the summed losses is each agent's own gradient.
+
+Games with fewer actions than the widest in the population are padded: tensors with an action
+dimension (the transition model's action planes, the Q and goal heads' advantage outputs, the
+inverse model's outputs) get zero rows for the missing actions, and a per-agent action mask makes
+the dueling mean skip them and gives them a distribution on the lowest atom, so they are never
+chosen and never trained (`sgi_lab.nets.heads.dueling_combine`). An agent's checkpoints and
+``model.pt`` hold its own, unpadded tensors, the same files a run of that game alone writes.
+
+The update (`update`) follows SPR (paper Sec. 4, App. C): C51 over 51 atoms, dueling noisy head,
+double Q, n-step returns, prioritized replay weights, SPR with K steps against the EMA target
+encoder and projection (and the goal-RL and inverse-dynamics losses for ``ssl: all``), Adam,
+gradient norm clipped per agent. The Q target network is the online network with its own noise
+sample (SPR's ``target_update_tau = 1``), or a separate EMA copy otherwise. Losses, per sample and
+weighted by the importance-sampling weights, then averaged over the batch::
+
+    total = rl + 2 * spr_weight / K * spr [+ goal_weight * goal_rl + inverse_weight * inverse]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call, vmap
+
+from sgi_lab.augment import intensity, random_shift
+from sgi_lab.config import FinetuneConfig
+from sgi_lab.data.sampler import SequenceBatch
+from sgi_lab.nets import SGIModel
+from sgi_lab.nets.encoders import prepare_pixels
+from sgi_lab.nets.noisy import NoisyLinear
+from sgi_lab.nets.runtime import cpu_has_native_bf16, prepare_device
+from sgi_lab.objectives import (
+    c51_kl,
+    c51_loss,
+    c51_target,
+    goal_rl_loss,
+    goals_from_draws,
+    inverse_dynamics_loss,
+    spr_loss,
+)
+from sgi_lab.objectives import goal_draws as draw_goals
+from sgi_lab.train.transfer import LR_GROUPS, lr_group, lr_scales
+
+__all__ = [
+    "POPULATION_KEYS",
+    "Population",
+    "augmented_frames",
+    "beta_at",
+    "epsilon_at",
+    "pad_to",
+    "spr_coefficient",
+    "unpad_to",
+    "use_amp",
+]
+
+POPULATION_KEYS = ("game", "seed", "pretrained")
+"""Config keys that may differ between the agents of one population; all others are shared."""
+
+
+# -- schedules ---------------------------------------------------------------------------------
+
+
+def epsilon_at(step: int, config: FinetuneConfig) -> float:
+    """Linear from eps_start at step 0 to eps_end at eps_steps, then constant."""
+    frac = min(1.0, step / max(1, config.eps_steps))
+    return config.eps_start + frac * (config.eps_end - config.eps_start)
+
+
+def beta_at(step: int, config: FinetuneConfig) -> float:
+    """Importance-sampling exponent: linear from priority_beta_start when learning starts to 1
+    at the last step (rlpyt's schedule, which SPR uses)."""
+    span = max(1, config.steps - config.learning_starts)
+    frac = min(1.0, max(0.0, (step - config.learning_starts) / span))
+    return config.priority_beta_start + frac * (1.0 - config.priority_beta_start)
+
+
+def spr_coefficient(config: FinetuneConfig) -> float:
+    """Weight of `spr_loss` (minus the sum over k of the cosine) that gives the reference's
+    ``spr_weight`` on mean_k(2 - 2 cos), whose gradient is 2 / K times as large."""
+    return 2.0 * config.spr_weight / max(1, config.spr_steps)
+
+
+def use_amp(config: FinetuneConfig, device: torch.device) -> bool:
+    """bf16 autocast: on CUDA when ``amp``, on CPU when ``cpu_amp`` and the CPU has native bf16."""
+    if device.type == "cuda":
+        return config.amp
+    return device.type == "cpu" and config.cpu_amp and cpu_has_native_bf16()
+
+
+# -- padding to the population's widest action set ---------------------------------------------
+
+
+def pad_to(tensor: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+    """Zero-pad ``tensor`` at the end of every dimension that is shorter than ``shape``."""
+    if tuple(tensor.shape) == tuple(shape):
+        return tensor
+    out = tensor.new_zeros(shape)
+    out[tuple(slice(0, s) for s in tensor.shape)] = tensor
+    return out
+
+
+def unpad_to(tensor: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+    """The leading ``shape`` block of ``tensor`` (the inverse of `pad_to`), as a copy."""
+    return tensor[tuple(slice(0, s) for s in shape)].clone()
+
+
+# -- augmentation ------------------------------------------------------------------------------
+
+
+def augmented_frames(
+    obs: np.ndarray | torch.Tensor,
+    generator: torch.Generator,
+    *,
+    augment: bool,
+    channels_last: bool,
+    dtype: torch.dtype,
+    device: torch.device,
+    time_major: bool = False,
+) -> torch.Tensor:
+    """Uint8 frame stacks -> the encoders' prepared input: each stack shifted and
+    intensity-jittered (`sgi_lab.augment`), scaled by 1/255, in ``dtype`` and layout; encode it
+    with ``prepared=True``.
+
+    The shift crops uint8 pixels (time-major when asked); the jitter, the 1/255 and the cast are
+    then one multiply (`sgi_lab.nets.encoders.prepare_pixels`). Draws are made in (B, T) order
+    whatever the output order, as ``sgi_lab.augment.augment(obs)`` makes them.
+
+    Args:
+        obs: (B, 4, 84, 84) or (B, T, 4, 84, 84) uint8.
+        generator: the agent's random source on ``device``.
+        augment: shift + jitter (else only scaled).
+        channels_last: the model's memory format.
+        dtype: compute dtype (bf16 under autocast).
+        device: where the networks live.
+        time_major: return a (T, B, ...) sequence.
+    """
+    x = torch.as_tensor(obs).to(device, non_blocking=True)
+    time_major = time_major and x.dim() == 5
+    factor = None
+    if augment:
+        x = random_shift(x, generator=generator, time_major=time_major)
+        # intensity() of ones is the per-stack factor itself, drawn exactly as for the frames.
+        draw = obs.shape[:-3]
+        factor = intensity(torch.ones(*draw, 1, 1, 1, device=x.device), generator=generator)
+        factor = factor.transpose(0, 1) if time_major else factor
+    elif time_major:
+        x = x.transpose(0, 1)
+    lead = x.shape[:-3]
+    x = x.reshape(-1, *x.shape[-3:])
+    factor = None if factor is None else factor.reshape(-1, 1, 1, 1)
+    out = prepare_pixels(x, factor, channels_last=channels_last, dtype=dtype)
+    return out.view(*lead, *out.shape[1:])
+
+
+# -- the population ----------------------------------------------------------------------------
+
+
+class _Apply(nn.Module):
+    """``functional_call`` target: calls ``fn(model, *args)`` with the given tensors swapped in."""
+
+    def __init__(self, model: SGIModel) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return fn(self.model, *args)
+
+
+def _signed_sqrt(x: torch.Tensor) -> torch.Tensor:
+    return x.sign() * x.abs().sqrt()
+
+
+@dataclass
+class Population:
+    """N finetuning agents as one batched computation; built by `Population.build`.
+
+    Attributes:
+        configs: per-agent configs (equal but for `POPULATION_KEYS`).
+        model_args: per-agent SGIModel arguments (own action count; saved in model.pt).
+        loaded: names the pretrained models provided (the same for every agent).
+        template: the functional skeleton (widest action set) on ``device``.
+        online: name -> (N, ...) stacked parameters (leaves) and buffers of the online networks.
+        spr_target: name -> (N, ...) the EMA target networks (SPR; goal RL for ssl 'all').
+        q_target: separate Q target networks, or None when the online network is its own target.
+        optimizer: Adam over the stacked parameters, one group per learning rate.
+        generators: per-agent torch random sources on ``device``.
+        action_mask: (N, A) bool, the actions each agent's game has.
+        device: where everything lives.
+        amp: bf16 autocast in the update.
+        updates: gradient updates done (all agents move in lockstep).
+    """
+
+    configs: list[FinetuneConfig]
+    model_args: list[dict[str, Any]]
+    loaded: tuple[str, ...]
+    template: SGIModel
+    online: dict[str, torch.Tensor]
+    spr_target: dict[str, torch.Tensor]
+    q_target: dict[str, torch.Tensor] | None
+    optimizer: torch.optim.Adam
+    generators: list[torch.Generator]
+    action_mask: torch.Tensor
+    device: torch.device
+    amp: bool = False
+    updates: int = 0
+
+    # -- construction --------------------------------------------------------------------------
+    @classmethod
+    def build(
+        cls,
+        configs: Sequence[FinetuneConfig],
+        models: Sequence[SGIModel],
+        loaded: Sequence[str],
+        device: torch.device | str = "cpu",
+    ) -> Population:
+        """Stack N initialized agents (own action counts) into one population on ``device``.
+
+        Args:
+            configs: per-agent configs; all keys but `POPULATION_KEYS` must agree.
+            models: per-agent online networks, already initialized (fresh, pretrained or
+                restored from a checkpoint), each with its game's action count.
+            loaded: names of the tensors the pretrained models provided (learning-rate groups).
+            device: where the population trains.
+        """
+        configs, models = list(configs), list(models)
+        if not configs or len(configs) != len(models):
+            raise ValueError("a population needs one model per config, at least one")
+        check_compatible(configs)
+        cfg, device = configs[0], torch.device(device)
+        prepare_device(device)
+        widest = max(m.num_actions for m in models)
+        args = [_model_args(m) for m in models]
+        template = SGIModel(**{**args[0], "num_actions": widest}).to(device)
+        shapes = {k: v.shape for k, v in template.state_dict().items()}
+        online: dict[str, torch.Tensor] = {}
+        loaded = tuple(loaded)
+        loaded_set = frozenset(loaded)
+        for name, ref in template.state_dict(keep_vars=True).items():
+            stacked = torch.stack(
+                [pad_to(m.state_dict()[name].detach().to(device), shapes[name]) for m in models]
+            )
+            if isinstance(ref, nn.Parameter):
+                trained = lr_group(name, loaded_set, cfg.scheme) is not None
+                stacked.requires_grad_(trained)
+            online[name] = stacked
+        # Noise samples are non-persistent buffers: state_dict() leaves them out.
+        for name, layer in template.named_modules():
+            if isinstance(layer, NoisyLinear):
+                for part in ("eps_in", "eps_out"):
+                    full = getattr(layer, part).shape
+                    online[f"{name}.{part}"] = torch.stack(
+                        [
+                            pad_to(getattr(m.get_submodule(name), part).to(device), full)
+                            for m in models
+                        ]
+                    )
+        if cfg.channels_last:
+            template.channels_last = template.encoder.channels_last = True
+        mask = torch.zeros(len(models), widest, dtype=torch.bool, device=device)
+        for i, m in enumerate(models):
+            mask[i, : m.num_actions] = True
+        spr_target = {k: v.detach().clone() for k, v in online.items()}
+        separate_q = not (cfg.target_tau == 1.0 and cfg.target_update_period == 1)
+        q_target = {k: v.detach().clone() for k, v in online.items()} if separate_q else None
+        scales = lr_scales(cfg)
+        groups: dict[str, list[torch.Tensor]] = {g: [] for g in LR_GROUPS}
+        for name, _ in template.named_parameters():
+            group = lr_group(name, loaded_set, cfg.scheme)
+            if group is not None:
+                groups[group].append(online[name])
+        param_groups = [
+            {"name": g, "params": ps, "lr": cfg.lr * scales[g]} for g, ps in groups.items() if ps
+        ]
+        # fused: one pass over each tensor instead of ~8 (6x faster on CPU for 8M parameters).
+        optimizer = torch.optim.Adam(param_groups, lr=cfg.lr, eps=cfg.adam_eps, fused=True)
+        generators = []
+        for c in configs:
+            g = torch.Generator(device=device)
+            g.manual_seed(c.seed)
+            generators.append(g)
+        pop = cls(
+            configs=configs,
+            model_args=args,
+            loaded=loaded,
+            template=template,
+            online=online,
+            spr_target=spr_target,
+            q_target=q_target,
+            optimizer=optimizer,
+            generators=generators,
+            action_mask=mask,
+            device=device,
+            amp=use_amp(cfg, device),
+        )
+        pop.train_mode()
+        pop._noise_shapes = [_noise_shapes(m) for m in models]
+        return pop
+
+    @property
+    def size(self) -> int:
+        return len(self.configs)
+
+    @property
+    def config(self) -> FinetuneConfig:
+        """The shared config (agent 0's; only `POPULATION_KEYS` differ between agents)."""
+        return self.configs[0]
+
+    def trainable(self) -> list[torch.Tensor]:
+        return [p for g in self.optimizer.param_groups for p in g["params"]]
+
+    def train_mode(self) -> None:
+        """Batch norm on batch statistics, except a frozen encoder (running statistics)."""
+        self.template.train()
+        if self.config.scheme == "frozen":
+            self.template.encoder.eval()
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        if self.amp:
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    # -- calling the networks ------------------------------------------------------------------
+    def _batched(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` over the agent axis: vmap for N > 1, a plain call on agent 0's slices for
+        N = 1 (the CPU kernels that cannot run under vmap stay in use)."""
+        if self.size > 1:
+            return vmap(fn)
+
+        def single(*args: Any) -> Any:
+            out = fn(*_tree_map(lambda t: t[0], args))
+            return _tree_map(lambda t: t.unsqueeze(0), out)
+
+        return single
+
+    def _call(self, state: dict[str, torch.Tensor], fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(model, *args)`` with one agent's tensors (inside `_batched`)."""
+        return functional_call(
+            self._apply, {f"model.{k}": v for k, v in state.items()}, (fn, *args), strict=False
+        )
+
+    @property
+    def _apply(self) -> _Apply:
+        wrapper = self.__dict__.get("_apply_module")
+        if wrapper is None:
+            wrapper = self.__dict__["_apply_module"] = _Apply(self.template)
+        return wrapper
+
+    # -- noise ---------------------------------------------------------------------------------
+    def draw_noise(self) -> dict[str, torch.Tensor]:
+        """A fresh factorised noise sample per agent, from each agent's own generator and at its
+        own layer sizes (then padded), so an agent's stream does not depend on the others."""
+        per_agent = []
+        for shapes, g in zip(self._noise_shapes, self.generators, strict=True):
+            sample = {}
+            for name, (n_in, n_out) in shapes.items():
+                sample[f"{name}.eps_in"] = _signed_sqrt(
+                    torch.randn(n_in, generator=g, device=self.device)
+                )
+                sample[f"{name}.eps_out"] = _signed_sqrt(
+                    torch.randn(n_out, generator=g, device=self.device)
+                )
+            per_agent.append(sample)
+        return {
+            k: torch.stack([pad_to(s[k], self.online[k].shape[1:]) for s in per_agent])
+            for k in per_agent[0]
+        }
+
+    # -- acting --------------------------------------------------------------------------------
+    @torch.no_grad()
+    def act(
+        self, obs: np.ndarray, eps: Sequence[float], rngs: Sequence[np.random.Generator]
+    ) -> np.ndarray:
+        """Epsilon-greedy actions of every agent on its current observation, in one forward.
+
+        Noisy Q values with the noise of the last update and batch norm on running statistics
+        (rlpyt's sampling mode). Each agent draws its epsilon decision and random action from
+        its own ``rng`` (one draw each, as a run alone would), then the greedy forward runs for
+        all agents at once unless every action came out random.
+
+        Args:
+            obs: (N, 4, 84, 84) uint8, one observation per agent.
+            eps: per-agent epsilon.
+            rngs: per-agent numpy generators.
+
+        Returns:
+            (N,) int64 actions, each within its game's action set.
+        """
+        n = self.size
+        random = np.empty(n, bool)
+        actions = np.empty(n, np.int64)
+        for i in range(n):
+            random[i] = rngs[i].random(1)[0] < eps[i]
+            actions[i] = rngs[i].integers(0, self.model_args[i]["num_actions"], size=1)[0]
+        if random.all():
+            return actions
+        x = torch.as_tensor(obs).to(self.device)[:, None]  # (N, 1, 4, 84, 84)
+        # bf16 only on a GPU: for one observation on a CPU the weight casts cost more than
+        # they save.
+        amp = self.amp and self.device.type == "cuda"
+        self.template.eval()
+        try:
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=amp):
+
+                def q_values(state, x, mask):
+                    return self._call(state, lambda m, x: m.q_values(m.encode(x), mask), x)
+
+                q = self._batched(q_values)(self.online, x, self.action_mask)
+        finally:
+            self.train_mode()
+        greedy = q[:, 0].argmax(-1).cpu().numpy()
+        return np.where(random, actions, greedy)
+
+    # -- one update ----------------------------------------------------------------------------
+    def update(
+        self, batches: Sequence[SequenceBatch], weights: Sequence[np.ndarray]
+    ) -> tuple[dict[str, torch.Tensor], np.ndarray]:
+        """One gradient update of every agent: batch -> targets under no_grad -> loss -> step.
+
+        Args:
+            batches: per-agent replay batches (K+1 observations per sample, n-step returns,
+                bootstrap observations; goal observations for ssl 'all').
+            weights: per-agent (B,) importance-sampling weights.
+
+        Returns:
+            Per-agent stats, each an (N,) tensor left on the device (losses/rl, losses/spr,
+            losses/total [, losses/goal_rl, losses/inverse], charts/q_mean, charts/q_next_mean,
+            charts/grad_norm), and the (N, B) new priorities (C51 KL), for the caller to put
+            into each agent's replay.
+
+        Raises:
+            FloatingPointError: an agent's loss is NaN or infinite (checked on a CPU every
+                update, on other devices when the stats are read).
+        """
+        cfg, dev = self.config, self.device
+        K = cfg.spr_steps if cfg.ssl != "none" else 0
+        dtype = torch.bfloat16 if self.amp else torch.float32
+        prep = {
+            "augment": cfg.augment,
+            "channels_last": self.template.channels_last,
+            "dtype": dtype,
+            "device": dev,
+        }
+
+        # 1. Batch on the device, every observation augmented with its agent's generator, and
+        #    every random draw of the update made now, per agent, in a fixed order.
+        def stack(xs: list[Any]) -> torch.Tensor:
+            return torch.stack([torch.as_tensor(x).to(dev, non_blocking=True) for x in xs])
+
+        obs, boot_obs, goal_obs, goal_draws = [], [], [], []
+        for batch, g in zip(batches, self.generators, strict=True):
+            obs.append(augmented_frames(batch.obs, g, time_major=True, **prep))
+            boot_obs.append(augmented_frames(batch.bootstrap_obs, g, **prep))
+        noise_target = self.draw_noise()
+        noise_online = self.draw_noise()
+        if cfg.ssl == "all":
+            noise_goal = self.draw_noise()
+            for batch, g in zip(batches, self.generators, strict=True):
+                goal_obs.append(augmented_frames(batch.goal_obs, g, **prep))
+                b = batch.goal_obs.shape[0]
+                goal_draws.append(draw_goals(b, self.template.latent_size, g, dev))
+        inputs = {
+            "obs": torch.stack(obs),  # (N, K+1, B, 4, 84, 84)
+            "boot_obs": torch.stack(boot_obs),
+            "actions": stack([b.actions for b in batches]),
+            "valid": stack([b.valid for b in batches]),
+            "returns": stack([b.returns for b in batches]),
+            "discounts": stack([b.bootstrap_discount for b in batches]),
+            "weights": stack(list(weights)).float(),
+            "mask": self.action_mask,
+            "noise_target": noise_target,
+            "noise_online": noise_online,
+        }
+        if cfg.ssl == "all":
+            inputs["goal_obs"] = torch.stack(goal_obs)
+            inputs["noise_goal"] = noise_goal
+            inputs["goal_draws"] = {
+                k: torch.stack([d[k] for d in goal_draws]) for k in goal_draws[0]
+            }
+
+        # 2-3. Targets under no_grad and losses, per agent, all agents at once.
+        def agent_losses(online, spr_target, q_target, x):
+            return self._agent_losses(online, spr_target, q_target, x, K)
+
+        q_target = self.q_target if self.q_target is not None else {}
+        with self.autocast():
+            total, stats, priorities = self._batched(agent_losses)(
+                self.online, self.spr_target, q_target, inputs
+            )
+        if dev.type == "cpu" and not bool(torch.isfinite(total).all()):
+            bad = [i for i, t in enumerate(total.tolist()) if not math.isfinite(t)]
+            raise FloatingPointError(
+                f"non-finite loss at update {self.updates} for agent(s) "
+                + ", ".join(f"{self.configs[i].game} seed {self.configs[i].seed}" for i in bad)
+            )
+
+        # 4. Step: the gradient of the sum is each agent's own; clip per agent.
+        self.optimizer.zero_grad(set_to_none=True)
+        total.sum().backward()
+        grad_norm = self.clip_gradients(cfg.grad_clip)
+        self.optimizer.step()
+        self.updates += 1
+        with torch.no_grad():
+            for k, v in noise_online.items():  # acting uses the update's noise
+                self.online[k].copy_(v)
+        self.update_targets()
+        stats["losses/total"] = total.detach()
+        stats["charts/grad_norm"] = grad_norm
+        return stats, priorities.float().cpu().numpy()
+
+    def _agent_losses(
+        self,
+        online: dict[str, torch.Tensor],
+        spr_target: dict[str, torch.Tensor],
+        q_target: dict[str, torch.Tensor],
+        x: dict[str, Any],
+        K: int,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+        """One agent's weighted loss (scalar), stats and priorities (B,); runs under vmap."""
+        cfg, call = self.config, self._call
+        mask, actions, valid = x["mask"], x["actions"], x["valid"]
+        obs = x["obs"]
+        with torch.no_grad():
+            # C51 n-step target: bootstrap distribution from the target network (the online
+            # parameters with their own noise sample unless there is a separate copy); with
+            # double Q the action is picked by the online network with the update's noise.
+            z_boot = call(online, lambda m, o: m.encode(o, prepared=True), x["boot_obs"])
+            if q_target:
+                target_logits = call(
+                    {**q_target, **x["noise_target"]},
+                    lambda m, o: m.q_logits(m.encode(o, prepared=True), mask),
+                    x["boot_obs"],
+                )
+            else:
+                target_logits = call(
+                    {**online, **x["noise_target"]}, lambda m, z: m.q_logits(z, mask), z_boot
+                )
+            target_probs = F.softmax(target_logits, -1)
+            support = self.template.support
+            online_probs = F.softmax(
+                call({**online, **x["noise_online"]}, lambda m, z: m.q_logits(z, mask), z_boot),
+                -1,
+            )
+            selection = online_probs if cfg.double_q else None
+            rl_target = c51_target(target_probs, x["returns"], x["discounts"], support, selection)
+            q_next = _masked_mean((online_probs * support).sum(-1), mask)
+
+            # Target latents of s_{t+1..t+K} in one pass (s_t too and the goal observations for
+            # the goal-RL and inverse losses of ssl 'all'), time-major (T, B, ...).
+            target_y = goals = target_z = goal_next_probs = None
+            if cfg.ssl == "all":
+                goal_target = {**spr_target, **x["noise_goal"]}
+                target_z = call(
+                    goal_target,
+                    lambda m, o: m.encode(o, prepared=True),
+                    torch.cat([obs, x["goal_obs"][None]], 0),
+                )
+                goals, _ = goals_from_draws(target_z[-1], x["goal_draws"])
+                target_z = target_z[:-1]
+                goal_next_probs = F.softmax(
+                    call(
+                        goal_target, lambda m, z, g: m.goal_q_logits(z, g, mask), target_z[1], goals
+                    ),
+                    -1,
+                )
+            elif K > 0:
+                target_z = call(spr_target, lambda m, o: m.encode(o, prepared=True), obs[1:])
+            if K > 0:
+                target_y = call(spr_target, lambda m, z: m.project(z), target_z).transpose(0, 1)
+
+        noisy = {**online, **x["noise_online"]}
+
+        def forward(m: SGIModel) -> dict[str, torch.Tensor]:
+            z0 = m.encode(obs[0], prepared=True)
+            logits = m.q_logits(z0, mask)
+            out = {"logits": logits, "rl": c51_loss(logits, actions[:, 0], rl_target)}
+            if K > 0:
+                z_hat = m.rollout(z0, actions[:, :K])  # (B, K, C, 7, 7)
+                if cfg.ssl == "all":
+                    y_hat = m.project(torch.cat([z0[:, None], z_hat], 1))  # k = 0..K
+                else:
+                    y_hat = m.project(z_hat)  # k = 1..K
+                # contiguous: a strided 3-D input would make the predictor's matmul copy its
+                # weight.
+                predictions = m.predict(y_hat[:, -K:].contiguous())
+                out["spr"] = spr_loss(predictions, target_y[:, -K:], valid[:, 1:])
+            if cfg.ssl == "all":
+                inv_logits = m.inverse_logits(y_hat[:, :-1], target_y[:, 1:], mask)
+                out["inverse"] = inverse_dynamics_loss(inv_logits, actions[:, :K], valid[:, 1:])
+                out["goal_rl"] = goal_rl_loss(
+                    m.goal_q_logits(z0, goals, mask),
+                    actions[:, 0],
+                    target_z[:2].transpose(0, 1).flatten(2),
+                    goals,
+                    goal_next_probs,
+                    valid[:, :2],
+                    m.support,
+                    gamma=cfg.gamma,
+                    reward_scale=cfg.goal_reward_scale,
+                )
+            return out
+
+        out = call(noisy, lambda m: forward(m))
+        logits = out.pop("logits")
+        coef = {
+            "rl": 1.0,
+            "spr": spr_coefficient(cfg),
+            "goal_rl": cfg.goal_weight,
+            "inverse": cfg.inverse_weight,
+        }
+        total = (x["weights"] * sum(coef[k] * v for k, v in out.items())).mean()
+        priorities = c51_kl(logits.detach(), actions[:, 0], rl_target)
+        with torch.no_grad():
+            q_mean = _masked_mean((F.softmax(logits.detach(), -1) * support).sum(-1), mask)
+        stats = {f"losses/{k}": v.detach().mean() for k, v in out.items()}
+        stats["charts/q_mean"] = q_mean.mean()
+        stats["charts/q_next_mean"] = q_next.mean()
+        return total, stats, priorities
+
+    @torch.no_grad()
+    def clip_gradients(self, max_norm: float) -> torch.Tensor:
+        """Scale each agent's gradients so that its own total norm is at most ``max_norm``
+        (``torch.nn.utils.clip_grad_norm_``'s rule, per agent); returns the (N,) norms before
+        clipping. ``max_norm <= 0`` only measures."""
+        grads = [p.grad for p in self.trainable() if p.grad is not None]
+        if not grads:
+            return torch.zeros(self.size, device=self.device)
+        per_tensor = torch.stack(
+            [torch.linalg.vector_norm(g.flatten(1), dim=1, dtype=torch.float32) for g in grads]
+        )  # (tensors, N)
+        norms = torch.linalg.vector_norm(per_tensor, dim=0)
+        if max_norm > 0:
+            coef = (max_norm / (norms + 1e-6)).clamp(max=1.0)
+            # On a CPU reading the coefficients costs no synchronization: skip the pass over
+            # every gradient when nothing is clipped (the result is the same).
+            if self.device.type != "cpu" or bool((coef < 1.0).any()):
+                for g in grads:
+                    g.mul_(coef.view(-1, *([1] * (g.dim() - 1))).to(g.dtype))
+        return norms
+
+    @torch.no_grad()
+    def update_targets(self) -> None:
+        """EMA step of the SPR target (every update) and, when there is a separate Q target,
+        its update every ``target_update_period`` updates."""
+        cfg = self.config
+        names = self._ema_names()
+        targets = [self.spr_target[k] for k in names]
+        torch._foreach_lerp_(
+            targets, [self.online[k].detach() for k in names], 1.0 - cfg.spr_ema_tau
+        )
+        if self.q_target is not None and self.updates % cfg.target_update_period == 0:
+            floats = [
+                k for k, v in self.online.items() if v.is_floating_point() and ".eps_" not in k
+            ]
+            torch._foreach_lerp_(
+                [self.q_target[k] for k in floats],
+                [self.online[k].detach() for k in floats],
+                cfg.target_tau,
+            )
+            for k, v in self.online.items():
+                if not v.is_floating_point():
+                    self.q_target[k].copy_(v)
+
+    def _ema_names(self) -> list[str]:
+        """Float tensors the SPR target follows: encoder (parameters and batch-norm statistics)
+        and projection means; for ssl 'all' also the projection sigmas and the goal head (the
+        goal-RL target network)."""
+        names = self.__dict__.get("_ema")
+        if names is None:
+            prefixes = ["encoder."]
+            if self.config.ssl == "all":
+                prefixes += ["head.advantage_hidden.", "head.value_hidden.", "film.", "goal_head."]
+            else:  # project() never uses the sigmas
+                prefixes += [
+                    f"head.{s}_hidden.{p}_mu"
+                    for s in ("advantage", "value")
+                    for p in ("weight", "bias")
+                ]
+            names = [
+                k
+                for k, v in self.online.items()
+                if k.startswith(tuple(prefixes)) and v.is_floating_point() and ".eps_" not in k
+            ]
+            self.__dict__["_ema"] = names
+        return names
+
+    # -- one agent's state ---------------------------------------------------------------------
+    def _persistent(self) -> list[str]:
+        return list(self.template.state_dict())
+
+    def agent_state(self, i: int, which: str = "online") -> dict[str, torch.Tensor]:
+        """Agent ``i``'s state dict in its own shapes (what ``SGIModel(**model_args[i])``
+        loads), on the CPU; ``which``: online, spr_target or q_target."""
+        source = {"online": self.online, "spr_target": self.spr_target, "q_target": self.q_target}[
+            which
+        ]
+        own = _own_shapes(self.model_args[i])
+        return {k: unpad_to(source[k][i].detach(), own[k]).cpu() for k in self._persistent()}
+
+    def agent_model(self, i: int) -> SGIModel:
+        """Agent ``i``'s online network as a standalone SGIModel on the population's device."""
+        model = SGIModel(**self.model_args[i])
+        model.load_state_dict(self.agent_state(i))
+        return model.to(self.device)
+
+    def agent_optimizer_state(self, i: int) -> dict[str, Any]:
+        """Agent ``i``'s Adam state in the layout of a single agent's optimizer state dict."""
+        own = _own_shapes(self.model_args[i])
+        names = self._trained_names()
+        full = self.optimizer.state_dict()
+        state = {}
+        for idx, st in full["state"].items():
+            shape = own[names[idx]]
+            state[idx] = {
+                k: (unpad_to(v[i], shape).cpu() if v.dim() > 0 else v.clone().cpu())
+                for k, v in st.items()
+            }
+        return {"state": state, "param_groups": full["param_groups"]}
+
+    def load_agent_optimizer_state(self, i: int, saved: dict[str, Any]) -> None:
+        """Put a single agent's Adam state (`agent_optimizer_state`) into slot ``i``."""
+        params = self.trainable()
+        groups = [g["name"] for g in self.optimizer.param_groups]
+        saved_groups = [g.get("name") for g in saved["param_groups"]]
+        if groups != saved_groups:
+            raise ValueError(f"optimizer groups differ: saved {saved_groups}, built {groups}")
+        for idx, st in saved["state"].items():
+            p = params[int(idx)]
+            mine = self.optimizer.state[p]
+            for k, v in st.items():
+                v = v.to(self.device)
+                if v.dim() == 0:
+                    if k not in mine:
+                        mine[k] = v.clone()
+                    else:
+                        mine[k].copy_(v)
+                    continue
+                if k not in mine:
+                    mine[k] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                mine[k][i].copy_(pad_to(v, p.shape[1:]))
+
+    def _trained_names(self) -> list[str]:
+        by_id = {id(v): k for k, v in self.online.items()}
+        return [by_id[id(p)] for p in self.trainable()]
+
+    def load_agent_state(self, i: int, which: str, state: dict[str, torch.Tensor]) -> None:
+        """Put agent ``i``'s own-shape state dict (online / spr_target / q_target) into its slot."""
+        target = {"online": self.online, "spr_target": self.spr_target, "q_target": self.q_target}[
+            which
+        ]
+        with torch.no_grad():
+            for k in self._persistent():
+                target[k][i].copy_(pad_to(state[k].to(self.device), target[k].shape[1:]))
+
+
+def check_compatible(configs: Sequence[FinetuneConfig]) -> None:
+    """Agents of one population share every config key but `POPULATION_KEYS`.
+
+    Raises:
+        ValueError: naming the keys that differ.
+    """
+    from sgi_lab.config import to_dict
+
+    first = to_dict(configs[0])
+    for c in configs[1:]:
+        other = to_dict(c)
+        diff = sorted(k for k in first if k not in POPULATION_KEYS and first[k] != other[k])
+        if diff:
+            raise ValueError(
+                "agents of one population must share their config except "
+                f"{', '.join(POPULATION_KEYS)}; these differ: {', '.join(diff)}"
+            )
+
+
+def _model_args(model: SGIModel) -> dict[str, Any]:
+    args = getattr(model, "init_args", None)
+    if args is None:
+        raise ValueError("build the agents' models with sgi_lab.nets.SGIModel (init_args missing)")
+    return dict(args)
+
+
+def _own_shapes(model_args: dict[str, Any]) -> dict[str, torch.Size]:
+    with torch.device("meta"):
+        model = SGIModel(**model_args)
+    return {k: v.shape for k, v in model.state_dict().items()}
+
+
+def _noise_shapes(model: SGIModel) -> dict[str, tuple[int, int]]:
+    return {
+        name: (m.in_features, m.out_features)
+        for name, m in model.named_modules()
+        if isinstance(m, NoisyLinear)
+    }
+
+
+def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean over the last axis of (B, A) values, counting only the game's actions."""
+    return (values * mask).sum(-1) / mask.sum()
+
+
+def _tree_map(fn: Callable[[torch.Tensor], Any], tree: Any) -> Any:
+    """``fn`` on every tensor of nested dicts, tuples and lists."""
+    if isinstance(tree, torch.Tensor):
+        return fn(tree)
+    if isinstance(tree, dict):
+        return {k: _tree_map(fn, v) for k, v in tree.items()}
+    if isinstance(tree, (tuple, list)):
+        return type(tree)(_tree_map(fn, v) for v in tree)
+    return tree

@@ -1,0 +1,245 @@
+"""From a pretraining run to a finetuning model: load the pretrained weights, copy the tensors the
+two models share, and say which learning rate each parameter trains with.
+
+Every tensor whose name exists in both models with the same shape is copied; the rest of the
+finetuning model starts fresh and tensors only the pretrained model has (goal head, inverse model,
+ATC head) are ignored; a shared name with another shape is an error. The noisy layers' sigmas are
+then reset (pretraining runs noise-free). The learning-rate groups of each scheme are in
+`lr_group` and README.md.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from sgi_lab.config import FinetuneConfig
+from sgi_lab.nets import SGIModel, parameter_group
+from sgi_lab.runs import CheckpointError, load_checkpoint
+
+__all__ = [
+    "ARCHITECTURE_ARGS",
+    "LR_GROUPS",
+    "Pretrained",
+    "PretrainedMismatchError",
+    "Transfer",
+    "load_pretrained",
+    "lr_group",
+    "lr_scales",
+    "model_args_for",
+    "transfer_pretrained",
+]
+
+# SGIModel arguments that shape the tensors shared with a pretrained model; taken from it.
+ARCHITECTURE_ARGS = ("in_channels", "image_size", "hidden_size")
+
+LR_GROUPS = ("encoder_transition", "pretrained", "fresh")
+"""Optimizer parameter groups, in this order (empty ones are left out)."""
+
+
+class PretrainedMismatchError(ValueError):
+    """The pretrained model does not fit the finetuning model (encoder or tensor shapes)."""
+
+
+@dataclass(frozen=True)
+class Pretrained:
+    """A pretrained model as read from a pretraining run.
+
+    Attributes:
+        path: the file read (``RUN/model.pt`` or a checkpoint named explicitly).
+        state: its state dict.
+        model_args: SGIModel arguments it was built with (``encoder``, ``num_actions``...).
+        step: pretraining steps behind it.
+        game: game it was pretrained on (None if unrecorded).
+        params: the pretraining params name from the run's status.json (None if unrecorded).
+        config: the pretraining config recorded in the file (empty if unrecorded).
+    """
+
+    path: Path
+    state: dict[str, torch.Tensor]
+    model_args: dict[str, Any]
+    step: int
+    game: str | None = None
+    params: str | None = None
+    config: dict[str, Any] | None = None
+
+    def build_model(self) -> SGIModel:
+        """The pretrained SGIModel itself, in eval mode (for analysis notebooks)."""
+        model = SGIModel(**self.model_args)
+        model.load_state_dict(self.state)
+        return model.eval()
+
+
+def load_pretrained(source: str | Path) -> Pretrained:
+    """Read a pretrained model: a finished pretraining run's ``model.pt``, or a file named.
+
+    A run folder without ``model.pt`` has not finished: it is refused rather than quietly
+    finetuning from whatever its last checkpoint holds. Name a checkpoint file
+    (``RUN/checkpoints/ckpt_00001000.pt``) to use one on purpose.
+
+    Args:
+        source: a pretraining run folder, or a model/checkpoint file.
+
+    Raises:
+        CheckpointError: nothing to load, an unfinished run, or a truncated or foreign file.
+    """
+    source = Path(source)
+    if source.is_file():
+        path = source
+    elif (source / "model.pt").is_file():
+        path = source / "model.pt"
+    elif source.is_dir():
+        found = sorted((source / "checkpoints").glob("ckpt_*.pt"))
+        latest = found[-1] if found else None
+        hint = (
+            f"; to finetune from its last checkpoint anyway, name it: --pretrained {latest}"
+            if latest is not None
+            else ""
+        )
+        raise CheckpointError(f"{source}: pretraining run has not finished (no model.pt){hint}")
+    else:
+        raise CheckpointError(f"{source}: pretraining run folder not found")
+    payload = load_checkpoint(path, "cpu")
+    if payload.get("kind") not in ("pretrained_model", "pretrain"):
+        raise CheckpointError(
+            f"{path}: a {payload.get('kind')!r} file, expected a pretrained model "
+            "('pretrained_model' or a 'pretrain' checkpoint)"
+        )
+    for key in ("model", "model_args"):
+        if not isinstance(payload.get(key), dict):
+            raise CheckpointError(f"{path}: no {key!r} entry; not a pretrained model")
+    run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
+    try:
+        status = json.loads((run_dir / "status.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        status = {}
+    return Pretrained(
+        path=path,
+        state=payload["model"],
+        model_args=dict(payload["model_args"]),
+        step=int(payload.get("step", 0)),
+        game=payload.get("game"),
+        params=status.get("params") if isinstance(status, dict) else None,
+        config=payload.get("config") if isinstance(payload.get("config"), dict) else None,
+    )
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """Which tensors of the finetuning model came from the pretrained model.
+
+    Attributes:
+        loaded: names (parameters and buffers) copied from the pretrained model.
+        fresh: names of the finetuning model left at their initialization.
+        ignored: names only the pretrained model has.
+        source: the file they came from (None: no pretraining).
+    """
+
+    loaded: tuple[str, ...] = ()
+    fresh: tuple[str, ...] = ()
+    ignored: tuple[str, ...] = ()
+    source: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "loaded": list(self.loaded),
+            "fresh": list(self.fresh),
+            "ignored": list(self.ignored),
+        }
+
+
+def transfer_pretrained(model: SGIModel, pretrained: Pretrained) -> Transfer:
+    """Copy every tensor the two models share by name (shapes must agree), then reset the noisy
+    layers' sigmas (pretraining runs without noise).
+
+    Raises:
+        PretrainedMismatchError: different encoders, or shared names with different shapes
+            (listed with both shapes).
+    """
+    enc = pretrained.model_args.get("encoder")
+    if enc is not None and enc != model.encoder_name:
+        raise PretrainedMismatchError(
+            f"{pretrained.path}: pretrained encoder is {enc!r} but finetuning builds "
+            f"{model.encoder_name!r}; set encoder={enc} (or pretrain a {model.encoder_name})"
+        )
+    own = model.state_dict()
+    theirs = pretrained.state
+    mismatched = [
+        f"{k}: pretrained {tuple(theirs[k].shape)} vs finetune {tuple(v.shape)}"
+        for k, v in own.items()
+        if k in theirs and tuple(theirs[k].shape) != tuple(v.shape)
+    ]
+    if mismatched:
+        hint = ""
+        their_actions = pretrained.model_args.get("num_actions")
+        if their_actions is not None and their_actions != model.num_actions:
+            hint = (
+                f" (the pretrained model has {their_actions} actions, the finetuning model "
+                f"{model.num_actions}: another game, or a different action set?)"
+            )
+        raise PretrainedMismatchError(
+            f"{pretrained.path}: {len(mismatched)} tensor(s) differ in shape{hint}: "
+            + "; ".join(mismatched)
+        )
+    loaded = tuple(k for k in own if k in theirs)
+    model.load_state_dict({**own, **{k: theirs[k] for k in loaded}})
+    model.reset_noise_parameters()
+    return Transfer(
+        loaded=loaded,
+        fresh=tuple(k for k in own if k not in theirs),
+        ignored=tuple(k for k in theirs if k not in own),
+        source=str(pretrained.path),
+    )
+
+
+def model_args_for(
+    config: FinetuneConfig, num_actions: int, pretrained: Pretrained | None = None
+) -> dict[str, Any]:
+    """SGIModel keyword arguments of the finetuning model (saved with it in ``model.pt``)."""
+    args: dict[str, Any] = {
+        "encoder": config.encoder,
+        "num_actions": num_actions,
+        "num_atoms": config.num_atoms,
+        "v_min": config.v_min,
+        "v_max": config.v_max,
+        "noisy": config.noisy_std > 0,
+        "noise_std": config.noisy_std,
+        "rl_head": True,
+        "goal_head": config.ssl == "all",
+        "inverse_model": config.ssl == "all",
+    }
+    if pretrained is not None:
+        args.update(
+            {k: pretrained.model_args[k] for k in ARCHITECTURE_ARGS if k in pretrained.model_args}
+        )
+    return args
+
+
+def lr_group(name: str, loaded: set[str] | frozenset[str], scheme: str) -> str | None:
+    """The optimizer group of parameter ``name``, or None when it is not trained.
+
+    ``encoder_transition``: pretrained encoder and transition model; ``pretrained``: other
+    pretrained parameters; ``fresh``: everything the pretrained model did not provide. With the
+    frozen scheme the encoder is not trained at all.
+    """
+    part = parameter_group(name)
+    if scheme == "frozen" and part == "encoder":
+        return None
+    if name not in loaded:
+        return "fresh"
+    return "encoder_transition" if part in ("encoder", "transition") else "pretrained"
+
+
+def lr_scales(config: FinetuneConfig) -> dict[str, float]:
+    """Learning-rate multiplier of each group under ``config.scheme`` (naive: all 1)."""
+    naive = config.scheme == "naive"
+    return {
+        "encoder_transition": 1.0 if naive else config.encoder_lr_scale,
+        "pretrained": 1.0 if naive else config.pretrained_lr_scale,
+        "fresh": 1.0,
+    }
