@@ -93,7 +93,7 @@ def test_interrupted_run_resumes_at_the_right_step_and_matches(dot_store, tmp_pa
     with pytest.raises(KeyboardInterrupt):
         pretrain(config, dot_store, tmp_path / "crashed", progress=False, callback=crash)
     run = RunDir(tmp_path / "crashed")
-    assert run.status()["state"] == "interrupted"
+    assert run.status()["state"] == "failed" and "interrupted" in run.status()["message"]
     assert [p.name for p in run.checkpoints()] == ["ckpt_00000010.pt"]
     assert [r["step"] for r in run.read_metrics()] == [5, 10, 15]
     resumed = pretrain(config, dot_store, tmp_path / "crashed", progress=False)
@@ -111,8 +111,7 @@ def test_finished_run_is_not_rerun_and_config_change_is_refused(dot_store, tmp_p
     stamp = path.stat().st_mtime_ns
     assert pretrain(config, dot_store, tmp_path / "run", progress=False) == path
     assert path.stat().st_mtime_ns == stamp
-    (tmp_path / "run" / "status.json").unlink()
-    with pytest.raises(ConfigError, match=r"different config \(\['lr'\]\)"):
+    with pytest.raises(ConfigError, match=r"different config \(\['lr'\]"):
         pretrain(
             build_config(PretrainConfig, {**TINY, "steps": 5, "goal_weight": 0.0, "lr": 0.1}),
             dot_store,

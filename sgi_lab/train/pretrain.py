@@ -27,7 +27,7 @@ import yaml
 from tqdm.auto import tqdm
 
 from sgi_lab.augment import augment
-from sgi_lab.config import ConfigError, PretrainConfig, build_config, save_config, to_dict
+from sgi_lab.config import ConfigError, PretrainConfig, build_config, to_dict
 from sgi_lab.data import SequenceBatch, SequenceSampler, TransitionStore
 from sgi_lab.nets import SGIModel, ema_update, make_target
 from sgi_lab.nets.runtime import autocast, clip_gradients, prepare_device
@@ -50,9 +50,6 @@ from sgi_lab.runs import (
     resolve_device,
     restore_generator,
 )
-
-# Keys that may change when a run is resumed (they do not change what is being learned).
-RESUMABLE_CHANGES = {"steps", "log_every", "checkpoint_every", "prefetch", "device"}
 
 
 class PretrainState(NamedTuple):
@@ -328,20 +325,6 @@ def _checkpoint_payload(config, state, sampler, step, args, store) -> dict[str, 
     return payload
 
 
-def _check_resume_config(run: RunDir, config: PretrainConfig) -> None:
-    path = run.path / "config.yaml"
-    if not path.exists():
-        return
-    old = yaml.safe_load(path.read_text()) or {}
-    new = to_dict(config)
-    changed = sorted(k for k in new if k not in RESUMABLE_CHANGES and old.get(k) != new[k])
-    if changed:
-        raise ConfigError(
-            f"{run.path} holds a run with a different config ({changed}); "
-            "use another folder or overwrite=True"
-        )
-
-
 def pretrain(
     config: PretrainConfig,
     data: str | Path | TransitionStore,
@@ -356,27 +339,44 @@ def pretrain(
     Args:
         config: the pretraining config.
         data: a TransitionStore or its folder.
-        out: run folder; re-running into it resumes from its last checkpoint.
+        out: run folder (the shared lifecycle, :meth:`sgi_lab.runs.RunDir.open`): re-running
+            into it resumes from its last checkpoint with the same config and store, returns a
+            finished run's model as is; a folder that is not a pretraining run is refused.
         progress: show a tqdm bar.
         callback: called with every metrics row (e.g. a live plot's ``update``).
-        overwrite: discard an existing run in ``out`` and start over.
+        overwrite: discard an existing pretraining run in ``out`` and start over.
         params_name: the params file's name, recorded in status.json for reports.
+
+    Raises:
+        ConfigError: bad objective weights, or ``out`` holds a run with another config or
+            another store (the store is recognised by its content fingerprint).
+        RunFolderError: ``out`` is not empty and not a pretraining run of ours.
     """
     check_objectives(config)
     store = data if isinstance(data, TransitionStore) else TransitionStore(data)
-    run = RunDir(out)
-    if overwrite:
-        for path in run.checkpoints() + [run.path / "model.pt", run.path / "status.json"]:
-            path.unlink(missing_ok=True)
-    elif run.finished and (run.path / "model.pt").exists():
+    run = RunDir.open(
+        out, "pretrain", to_dict(config), overwrite=overwrite, inputs={"data": store.fingerprint}
+    )
+    if run.finished and (run.path / "model.pt").exists():
         return run.path / "model.pt"
-    else:
-        _check_resume_config(run, config)
+    with run:
+        return _pretrain(config, store, run, progress, callback, params_name)
 
+
+def _pretrain(config, store, run, progress, callback, params_name) -> Path:
     device = resolve_device(config.device)
     args = model_args(config, store.num_actions)
     state = build_state(config, store.num_actions, device)
     sampler = make_sampler(config, store)
+    try:
+        return _train_loop(
+            config, store, run, state, sampler, args, device, progress, callback, params_name
+        )
+    finally:
+        sampler.close()
+
+
+def _train_loop(config, store, run, state, sampler, args, device, progress, callback, params_name):
     # On the CPU: load_state_dict copies onto the parameters' device, and RNG states must be CPU.
     checkpoint = run.load_latest("pretrain", map_location="cpu")
     step = 0
@@ -397,15 +397,7 @@ def pretrain(
         torch.set_rng_state(checkpoint["torch_rng"])
         sampler.load_state_dict(checkpoint["sampler"])
         step = int(checkpoint["step"])
-    save_config(config, run.path / "config.yaml")
-    run.set_status(
-        "running",
-        step=step,
-        params=params_name,
-        data=str(store.path),
-        game=store.game,
-        kind="pretrain",
-    )
+    run.start(step, params=params_name, data=str(store.path), game=store.game)
     logger = run.metrics_logger(resume_step=step if checkpoint is not None else None)
     window: dict[str, list[float]] = defaultdict(list)
     bar = tqdm(total=config.steps, initial=step, disable=not progress, desc="pretrain", unit="step")
@@ -443,21 +435,14 @@ def pretrain(
                     step, _checkpoint_payload(config, state, sampler, step, args, store), "pretrain"
                 )
                 run.set_status("running", step=step)
-    except BaseException as exc:
-        message = f"{type(exc).__name__}: {exc}"
-        if isinstance(exc, FloatingPointError):
-            last = run.latest_checkpoint()
-            message += f" (at step {step + 1}; last good checkpoint: {last})"
-        run.set_status(
-            "failed" if not isinstance(exc, KeyboardInterrupt) else "interrupted", error=message
-        )
-        if isinstance(exc, FloatingPointError):
-            raise FloatingPointError(message) from None
-        raise
+    except FloatingPointError as exc:
+        last = run.latest_checkpoint()
+        raise FloatingPointError(
+            f"{exc} (at step {step + 1}; last good checkpoint: {last})"
+        ) from None
     finally:
         bar.close()
         logger.close()
-        sampler.close()
     model_path = run.path / "model.pt"
     atomic_torch_save(
         {
@@ -471,7 +456,7 @@ def pretrain(
         },
         model_path,
     )
-    run.set_status("finished", step=step, model=str(model_path))
+    run.finish(step, model=str(model_path))
     return model_path
 
 
