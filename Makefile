@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)  ## create .venv and install sgi-lab with its dev extras
 
 demo: $(STAMP)  ## the whole pipeline on the embedded default (Pong, small data, CPU)
-	$(PY) -m sgi_lab.demo
+	$(PY) -m sgi_lab.launch.demo
 
 test: $(STAMP)  ## the default (fast) test suite
 	$(PY) -m pytest

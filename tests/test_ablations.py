@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from sgi_lab import ablations
+from sgi_lab.analysis import ablations
 from sgi_lab.metrics import human_normalized_score, paper_per_game
 
 

@@ -26,7 +26,7 @@ def _code_cells(nb: nbformat.NotebookNode) -> list:
 
 
 def _parameters(name: str) -> dict:
-    from sgi_lab.notebook_runs import notebook_defaults
+    from sgi_lab.launch.notebooks import notebook_defaults
 
     return notebook_defaults(ROOT / "notebooks" / f"{name}.ipynb")
 
@@ -196,7 +196,7 @@ def test_representations_of_a_pretrained_run(tmp_path, pong_store):
 @pytest.mark.slow
 @pytest.mark.smoke
 def test_demo_pipeline_with_smoke_sets(tmp_path):
-    from sgi_lab.demo_pipeline import run_pipeline
+    from sgi_lab.launch.demo import run_pipeline
 
     stages, report = run_pipeline(tmp_path / "demo", smoke=True, progress=False)
     assert [s.state for s in stages] == ["finished"] * 6
@@ -208,7 +208,7 @@ def test_demo_pipeline_with_smoke_sets(tmp_path):
 
 
 def test_demo_report_links_what_exists(tmp_path):
-    from sgi_lab.demo_pipeline import Stage, write_report
+    from sgi_lab.launch.demo import Stage, write_report
 
     (tmp_path / "pretrain" / "figures").mkdir(parents=True)
     (tmp_path / "pretrain" / "pretrain.html").write_text("<html></html>")

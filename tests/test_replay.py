@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from conftest import decode_rows, encode_row
 
-from sgi_lab.train.replay import PrioritizedReplay, SumTree
+from sgi_lab.data.replay import PrioritizedReplay, SumTree
 
 
 def test_sum_tree_totals_and_find():

@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 import yaml
 
+from sgi_lab.analysis.report import aggregates_csv_path, paper_config_of, report, run_results
 from sgi_lab.launch.cli import main
 from sgi_lab.metrics import paper_per_game
-from sgi_lab.train.report import aggregates_csv_path, paper_config_of, report, run_results
 
 
 def fake_run(

@@ -11,9 +11,11 @@ import plotly.graph_objects as go
 import pytest
 import torch
 
-from sgi_lab import goals, notebook_runs, representations, viz
+from sgi_lab import viz
+from sgi_lab.analysis import goals, representations
 from sgi_lab.data import TransitionStoreWriter
 from sgi_lab.data.store import TransitionStore
+from sgi_lab.launch import notebooks
 
 
 @pytest.fixture
@@ -242,9 +244,9 @@ def test_live_figure_replace():
 
 
 def test_save_figure_and_record_results(tmp_path):
-    path = notebook_runs.save_figure(go.Figure(), tmp_path, "empty")
+    path = notebooks.save_figure(go.Figure(), tmp_path, "empty")
     assert path == tmp_path / "figures" / "empty.html" and path.exists()
-    payload = notebook_runs.record_results(tmp_path, {"a": np.float32(1.5), "b": np.arange(2)})
+    payload = notebooks.record_results(tmp_path, {"a": np.float32(1.5), "b": np.arange(2)})
     assert payload == {"a": 1.5, "b": [0, 1]}
     assert json.loads((tmp_path / "results.json").read_text()) == payload
 
@@ -283,7 +285,7 @@ def test_live_curves_leave_one_updated_output_in_an_executed_notebook(tmp_path):
 
 
 def test_static_figures_env_switches_off_figure_widgets(monkeypatch):
-    from sgi_lab.notebook_runs import _environment
+    from sgi_lab.launch.notebooks import _environment
     from sgi_lab.viz.training import STATIC_FIGURES_ENV, LiveCurves, figure_widget_available
 
     monkeypatch.delenv(STATIC_FIGURES_ENV, raising=False)

@@ -158,7 +158,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from sgi_lab.train.report import aggregates_csv_path, format_aggregates, report
+    from sgi_lab.analysis.report import aggregates_csv_path, format_aggregates, report
 
     per_game, aggregates = report(args.runs, csv=args.csv, reps=args.reps)
     with pd.option_context("display.width", 160, "display.max_columns", 20):
@@ -236,8 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("info", help="print a store's summary")
     p.add_argument("store", type=Path)
     # Notebook runs and sweeps register their own sub-parsers (handler in args.handler).
-    from sgi_lab.notebook_runs import add_run_parser
-    from sgi_lab.sweep import add_sweep_parser
+    from sgi_lab.launch.notebooks import add_run_parser
+    from sgi_lab.launch.sweep import add_sweep_parser
 
     add_run_parser(sub)
     add_sweep_parser(sub)

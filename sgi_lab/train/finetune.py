@@ -85,6 +85,7 @@ from tqdm.auto import tqdm
 
 from sgi_lab.augment import intensity, random_shift
 from sgi_lab.config import ConfigError, FinetuneConfig, save_config, to_dict
+from sgi_lab.data.replay import PrioritizedReplay
 from sgi_lab.data.sampler import SequenceBatch
 from sgi_lab.envs import canonical_game, make_env
 from sgi_lab.envs import num_actions as game_actions
@@ -111,7 +112,6 @@ from sgi_lab.runs import (
     restore_generator,
 )
 from sgi_lab.train.evaluate import cpu_has_native_bf16, evaluate, greedy_actions
-from sgi_lab.train.replay import PrioritizedReplay
 
 __all__ = [
     "Agent",

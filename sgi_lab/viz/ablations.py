@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 from sgi_lab.viz.aggregates import aggregate_table, interval_plot
 
 if TYPE_CHECKING:
-    from sgi_lab.ablations import AblationView
+    from sgi_lab.analysis.ablations import AblationView
 
 __all__ = ["ablation_figures", "per_game_hns_figure"]
 
@@ -20,7 +20,7 @@ def per_game_hns_figure(per_game: pd.DataFrame, title: str | None = None) -> go.
     """Grouped bars of per-game HNS, one trace per method.
 
     Args:
-        per_game: ``game, method, hns`` rows (`sgi_lab.ablations.AblationModel.per_game`).
+        per_game: ``game, method, hns`` rows (`sgi_lab.analysis.ablations.AblationModel.per_game`).
         title: figure title.
 
     Returns:

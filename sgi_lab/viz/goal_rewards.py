@@ -24,7 +24,7 @@ def goal_trajectory_figure(
     action the data took marked.
 
     Args:
-        df: `sgi_lab.goals.goal_analysis` output.
+        df: `sgi_lab.analysis.goals.goal_analysis` output.
         action_names: labels of the actions (default ``a0, a1, ...``).
         title: figure title (default: the goal's label).
 
@@ -128,8 +128,8 @@ def nearest_frames_figure(store: TransitionStore, nearest: pd.DataFrame, goal=No
 
     Args:
         store: the dataset searched.
-        nearest: `sgi_lab.goals.nearest_to_goal` output.
-        goal: the `sgi_lab.goals.Goal` (its source frame is shown first).
+        nearest: `sgi_lab.analysis.goals.nearest_to_goal` output.
+        goal: the `sgi_lab.analysis.goals.Goal` (its source frame is shown first).
 
     Returns:
         A frame strip (one ``Heatmap`` per frame) titled with rows and cosine similarities.

@@ -35,7 +35,7 @@ def embedding_grid(
     """2-D embeddings, one column per encoder and one row per colouring.
 
     Args:
-        df: `sgi_lab.representations.embedding_frame` rows (``x, y, encoder`` and the colour
+        df: `sgi_lab.analysis.representations.embedding_frame` rows (``x, y, encoder`` and the colour
             columns), several encoders concatenated.
         colors: columns to colour by; ``action`` and ``episode`` get discrete colours, others a
             continuous scale.
@@ -113,7 +113,7 @@ def diversity_figure(df: pd.DataFrame, title: str | None = None) -> go.Figure:
     """Mean pairwise cosine similarity of representations over pretraining, one line per run.
 
     Args:
-        df: `sgi_lab.representations.diversity_curves` (``run, step, cosine_similarity``).
+        df: `sgi_lab.analysis.representations.diversity_curves` (``run, step, cosine_similarity``).
         title: figure title.
 
     Returns:
@@ -141,7 +141,7 @@ def start_distance_figure(
     over time (mean and max over episodes), and the distribution of steps since an episode start.
 
     Args:
-        frames: `sgi_lab.representations.start_distance` output, or ``{store label: output}``.
+        frames: `sgi_lab.analysis.representations.start_distance` output, or ``{store label: output}``.
         title: figure title.
 
     Returns:

@@ -65,7 +65,7 @@ FINETUNE_CURVES: tuple[str, ...] = (
 
 
 STATIC_FIGURES_ENV = "SGI_LAB_STATIC_FIGURES"
-"""Set to 1 for static figures only: `sgi_lab.notebook_runs` sets it for the kernels it starts,
+"""Set to 1 for static figures only: `sgi_lab.launch.notebooks` sets it for the kernels it starts,
 so that executed notebooks and their HTML pages hold the figures themselves (a widget's view
 needs a live kernel to render)."""
 

@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from sgi_lab.notebook_runs import (
+from sgi_lab.launch.notebooks import (
     NotebookRunError,
     RunExistsError,
     _add_common,
@@ -153,7 +153,7 @@ def sweep(
     """Run ``notebook`` at every point of ``grid`` and summarise the outcomes in sweep.json.
 
     Args:
-        notebook: notebook name or path (see `sgi_lab.notebook_runs.resolve_notebook`).
+        notebook: notebook name or path (see `sgi_lab.launch.notebooks.resolve_notebook`).
         grid: ``{parameter: [values]}``; every combination is one run.
         params_file: parameters shared by every point (papermill ``-f``).
         parameters: more shared parameters (grid values win over them).

@@ -10,19 +10,19 @@ import nbformat
 import pytest
 import yaml
 
-from sgi_lab import notebook_runs, sweep
 from sgi_lab.config import ConfigError, PretrainConfig
-from sgi_lab.notebook_runs import NotebookRunError, RunExistsError, run_notebook
+from sgi_lab.launch import notebooks, sweep
+from sgi_lab.launch.notebooks import NotebookRunError, RunExistsError, run_notebook
 from sgi_lab.runs import RunDir
 
 pytestmark = pytest.mark.smoke
 
 PARAMETERS = 'x = 1\nseed = 0\nname = "tiny"\nfail = False\nout_dir = ""\n'
 BODY = (
-    "from sgi_lab import notebook_runs\n"
+    "from sgi_lab.launch import notebooks\n"
     "if fail:\n"
     "    raise ValueError(f'boom {x}')\n"
-    "notebook_runs.record_results(out_dir, {'x': x, 'twice': 2 * x})\n"
+    "notebooks.record_results(out_dir, {'x': x, 'twice': 2 * x})\n"
 )
 
 
@@ -110,44 +110,44 @@ def test_params_file_and_parameters_precedence(tiny_notebook, tmp_path):
 
 def test_run_folder_name_and_parameter_parsing():
     assert (
-        notebook_runs.run_folder_name(
+        notebooks.run_folder_name(
             "pretrain", {"game": "Pong", "seed": 1}, "params/notebooks/pretrain_smoke.yaml"
         )
         == "pretrain__smoke__Pong__s1"
     )
-    assert notebook_runs.run_folder_name("pretrain", {"name": "sgi_m", "game": "ALE/Pong-v5"}) == (
+    assert notebooks.run_folder_name("pretrain", {"name": "sgi_m", "game": "ALE/Pong-v5"}) == (
         "pretrain__sgi_m__ALE-Pong-v5"
     )
-    assert notebook_runs.parse_parameter("3") == 3
-    assert notebook_runs.parse_parameter("1e-4") == pytest.approx(1e-4)
-    assert notebook_runs.parse_parameter("true") is True
-    assert notebook_runs.parse_parameter("Breakout") == "Breakout"
-    assert notebook_runs.parse_parameter("{steps: 5}") == {"steps": 5}
+    assert notebooks.parse_parameter("3") == 3
+    assert notebooks.parse_parameter("1e-4") == pytest.approx(1e-4)
+    assert notebooks.parse_parameter("true") is True
+    assert notebooks.parse_parameter("Breakout") == "Breakout"
+    assert notebooks.parse_parameter("{steps: 5}") == {"steps": 5}
 
 
 def test_stage_config_precedence(tmp_path):
     params_file = tmp_path / "p.yaml"
     params_file.write_text("name: mine\nconfig:\n  encoder: nature\n  steps: 7\n")
-    cfg, name = notebook_runs.stage_config(PretrainConfig, str(params_file), {}, {}, "", seed=3)
+    cfg, name = notebooks.stage_config(PretrainConfig, str(params_file), {}, {}, "", seed=3)
     assert (cfg.encoder, cfg.steps, cfg.seed, name) == ("nature", 7, 3, "mine")
     # a non-empty config wins over the params file; overrides win over everything
-    cfg, name = notebook_runs.stage_config(
+    cfg, name = notebooks.stage_config(
         PretrainConfig, str(params_file), {"steps": 9}, {"seed": 5}, "sgi_m", seed=3
     )
     assert (cfg.encoder, cfg.steps, cfg.seed, name) == ("resnet", 9, 5, "sgi_m")
     with pytest.raises(ConfigError, match="stepz"):
-        notebook_runs.stage_config(PretrainConfig, "", {"stepz": 1})
+        notebooks.stage_config(PretrainConfig, "", {"stepz": 1})
 
 
 def test_run_dir_for(tmp_path):
-    assert notebook_runs.run_dir_for("datasets", str(tmp_path / "x")) == tmp_path / "x"
-    folder = notebook_runs.run_dir_for("pretrain", "", "sgi_m", "Pong", 0, root=tmp_path)
+    assert notebooks.run_dir_for("datasets", str(tmp_path / "x")) == tmp_path / "x"
+    folder = notebooks.run_dir_for("pretrain", "", "sgi_m", "Pong", 0, root=tmp_path)
     assert folder == tmp_path / "pretrain__sgi_m__Pong__s0" and folder.is_dir()
 
 
 def test_cli_run_handler(tiny_notebook, tmp_path, capsys):
     parser = argparse.ArgumentParser()
-    notebook_runs.add_run_parser(parser.add_subparsers(dest="command"))
+    notebooks.add_run_parser(parser.add_subparsers(dest="command"))
     argv = ["run", str(tiny_notebook), "-p", "x", "4", "--out-root", str(tmp_path), "--no-progress"]
     args = parser.parse_args(argv)
     assert args.handler(args) == 0

@@ -56,7 +56,7 @@ def random_model(
         num_actions: the game's action count (``store.num_actions``).
         encoder: ``"nature"``, ``"resnet"`` or ``"resnet_l"``.
         seed: torch seed of the initialization.
-        goal_head: build the goal-conditioned Q head (for `sgi_lab.goals`).
+        goal_head: build the goal-conditioned Q head (for `sgi_lab.analysis.goals`).
     """
     torch.manual_seed(seed)
     model = SGIModel(

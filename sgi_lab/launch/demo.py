@@ -25,7 +25,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from sgi_lab.notebook_runs import (
+from sgi_lab.launch.notebooks import (
     NotebookRunError,
     RunExistsError,
     find_project_root,

@@ -311,7 +311,7 @@ def _jsonable(value: Any) -> Any:
 def record_results(out_dir: str | os.PathLike, results: dict[str, Any]) -> dict[str, Any]:
     """The last cell of every notebook: write ``results.json`` in the run folder and return it.
 
-    `run_notebook` copies it into ``status.json`` and `sgi_lab.sweep` into ``sweep.json``.
+    `run_notebook` copies it into ``status.json`` and `sgi_lab.launch.sweep` into ``sweep.json``.
     """
     payload = _jsonable(results)
     path = Path(out_dir) / RESULTS_FILE

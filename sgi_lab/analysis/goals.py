@@ -18,10 +18,10 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from sgi_lab.analysis.representations import encode_rows, row_table, sample_rows
 from sgi_lab.data import TransitionStore
 from sgi_lab.nets import SGIModel, renormalize
 from sgi_lab.objectives.goal_rl import goal_reward, goal_similarity
-from sgi_lab.representations import encode_rows, row_table, sample_rows
 
 __all__ = [
     "GOAL_KINDS",

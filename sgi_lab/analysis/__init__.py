@@ -1,0 +1,1 @@
+"""Analysis models behind the notebooks: ablations, goal rewards, representations, run reports."""
