@@ -237,6 +237,7 @@ def evaluate_run(
     device: str | None = None,
     progress: bool = True,
     num_envs: int | None = None,
+    allow_unfinished: bool = False,
 ) -> dict[str, Any]:
     """Evaluate a finetuning run's final model with its config and write ``RUN/eval.json``.
 
@@ -246,12 +247,21 @@ def evaluate_run(
         device: override the config's device (``"auto"``: CUDA when present).
         progress: tqdm bar.
         num_envs: override the config's ``eval_envs``.
+        allow_unfinished: evaluate a run that never finished (its latest checkpoint); the
+            result then says ``"run_finished": false`` and reports mark it.
 
     Returns:
-        The evaluation dict of `evaluate` plus ``step`` (training steps of the model).
-    """
-    from sgi_lab.runs import resolve_device
+        The evaluation dict of `evaluate` plus ``step`` (training steps of the model) and
+        ``run_finished``.
 
+    Raises:
+        UnfinishedRunError: the run never finished and ``allow_unfinished`` is false.
+    """
+    from sgi_lab.runs import require_finished, resolve_device
+
+    if not Path(run_dir).is_dir():
+        raise FileNotFoundError(f"{run_dir}: run folder not found")
+    finished = require_finished(run_dir, "evaluate", allow_unfinished)
     model, info = load_run_model(run_dir)
     run = RunDir(run_dir)
     config = info["config"] or {}
@@ -279,6 +289,7 @@ def evaluate_run(
     finally:
         torch.set_num_threads(threads)
     result["step"] = info["step"]
+    result["run_finished"] = finished
     atomic_write_text(run.path / "eval.json", json.dumps(result, indent=2))
     return result
 
