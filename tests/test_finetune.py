@@ -8,12 +8,16 @@ import numpy as np
 import pytest
 import torch
 
+import sgi_lab.train.agent as agent_module
 import sgi_lab.train.finetune as ft
+import sgi_lab.train.transfer as tr
 from sgi_lab.config import ConfigError, FinetuneConfig
+from sgi_lab.data.replay import PrioritizedReplay
 from sgi_lab.envs import UnknownGameError
 from sgi_lab.launch.cli import main
 from sgi_lab.nets import SGIModel
 from sgi_lab.runs import CheckpointError, RunDir, read_jsonl
+from sgi_lab.train.agent import Population
 
 TINY = {
     "encoder": "nature",
@@ -58,30 +62,57 @@ def save_pretrained_run(path, encoder="nature", num_actions=6, **kwargs) -> SGIM
         "game": "Pong",
     }
     torch.save(payload, path / "model.pt")
-    (path / "status.json").write_text(json.dumps({"state": "finished", "params": "sgi_m"}))
+    (path / "status.json").write_text(
+        json.dumps({"state": "finished", "kind": "pretrain", "params": "sgi_m"})
+    )
     return model
 
 
-def filled_replay(agent, rows=60, seed=0):
+def filled_replay(config, rows=60, seed=0) -> PrioritizedReplay:
+    replay = PrioritizedReplay(
+        100,
+        K=config.spr_steps if config.ssl != "none" else 0,
+        n_step=config.n_step,
+        seed=seed,
+        goal_window=config.goal_window if config.ssl == "all" else 0,
+    )
     rng = np.random.default_rng(seed)
     for t in range(rows):
         frame = rng.integers(0, 255, (84, 84), dtype=np.uint8)
         terminal = t % 25 == 24
-        agent.replay.append(
-            frame, int(rng.integers(6)), float(rng.random() < 0.2), terminal, t % 25 == 0
-        )
+        replay.append(frame, int(rng.integers(6)), float(rng.random() < 0.2), terminal, t % 25 == 0)
+    return replay
+
+
+def population_of_one(config, pretrained=None) -> Population:
+    torch.manual_seed(config.seed)
+    model = SGIModel(**tr.model_args_for(config, 6, pretrained))
+    loaded = tr.transfer_pretrained(model, pretrained).loaded if pretrained else ()
+    return Population.build([config], [model], loaded=loaded, device="cpu")
+
+
+def update(pop, replay):
+    batch, weights = replay.sample(pop.config.batch_size, beta=0.4)
+    stats, priorities = pop.update([batch], [weights])
+    replay.update_priorities(batch.indices, priorities[0])
+    return {k: v[0] for k, v in stats.items()}
 
 
 # -- pretrained weights and learning rates ------------------------------------------------------
 
 
+def lr_groups(pop: Population) -> dict[str, set[str]]:
+    by_id = {id(v): k for k, v in pop.online.items()}
+    return {g["name"]: {by_id[id(p)] for p in g["params"]} for g in pop.optimizer.param_groups}
+
+
 def test_transfer_loads_shared_tensors_and_builds_lr_groups(tmp_path):
     pre = save_pretrained_run(tmp_path / "pre")
     config = FinetuneConfig(encoder="nature")
-    pretrained = ft.load_pretrained(tmp_path / "pre")
+    pretrained = tr.load_pretrained(tmp_path / "pre")
     assert pretrained.params == "sgi_m" and pretrained.step == 7
-    model = SGIModel(**ft.model_args_for(config, 6, pretrained))
-    transfer = ft.transfer_pretrained(model, pretrained)
+    model = SGIModel(**tr.model_args_for(config, 6, pretrained))
+    transfer = tr.transfer_pretrained(model, pretrained)
 
     names = set(model.state_dict())
     outputs = {n for n in names if n.startswith(("head.advantage_out.", "head.value_out."))}
@@ -95,11 +126,10 @@ def test_transfer_loads_shared_tensors_and_builds_lr_groups(tmp_path):
     sigma = model.head.advantage_hidden.weight_sigma
     assert torch.allclose(sigma, torch.full_like(sigma, 0.5 / 3136**0.5))
 
-    opt = ft.build_optimizer(model, transfer.loaded, config)
-    lrs = {g["name"]: g["lr"] for g in opt.param_groups}
+    pop = population_of_one(config, pretrained)
+    lrs = {g["name"]: g["lr"] for g in pop.optimizer.param_groups}
     assert lrs == pytest.approx({"encoder_transition": 1e-6, "pretrained": 1e-4 / 3, "fresh": 1e-4})
-    by_name = {id(p): n for n, p in model.named_parameters()}
-    groups = {g["name"]: {by_name[id(p)] for p in g["params"]} for g in opt.param_groups}
+    groups = lr_groups(pop)
     params = {n for n, _ in model.named_parameters()}
     assert groups["encoder_transition"] == {
         n for n in params if n.startswith(("encoder.", "transition."))
@@ -111,62 +141,59 @@ def test_transfer_loads_shared_tensors_and_builds_lr_groups(tmp_path):
 
 def test_naive_and_frozen_schemes(tmp_path):
     save_pretrained_run(tmp_path / "pre")
-    pretrained = ft.load_pretrained(tmp_path / "pre")
+    pretrained = tr.load_pretrained(tmp_path / "pre")
     for scheme in ("naive", "frozen"):
         config = FinetuneConfig(encoder="nature", scheme=scheme)
-        model = SGIModel(**ft.model_args_for(config, 6, pretrained))
-        transfer = ft.transfer_pretrained(model, pretrained)
-        opt = ft.build_optimizer(model, transfer.loaded, config)
-        in_opt = {id(p) for g in opt.param_groups for p in g["params"]}
-        encoder = list(model.encoder.parameters())
+        pop = population_of_one(config, pretrained)
+        trained = set().union(*lr_groups(pop).values())
+        encoder = [k for k in pop.online if k.startswith("encoder.") and "running" not in k]
         if scheme == "naive":
-            assert {g["lr"] for g in opt.param_groups} == {1e-4}
-            assert all(id(p) in in_opt for p in encoder)
+            assert {g["lr"] for g in pop.optimizer.param_groups} == {1e-4}
+            assert all(k in trained for k in encoder)
         else:
-            assert not any(id(p) in in_opt for p in encoder)
-            assert not any(p.requires_grad for p in encoder)
-            lrs = {g["name"]: g["lr"] for g in opt.param_groups}
+            assert not any(k in trained for k in encoder)
+            assert not any(pop.online[k].requires_grad for k in encoder)
+            lrs = {g["name"]: g["lr"] for g in pop.optimizer.param_groups}
             assert lrs["encoder_transition"] == pytest.approx(1e-6)  # the transition model
 
 
 def test_mismatched_pretrained_models_are_clear_errors(tmp_path):
     save_pretrained_run(tmp_path / "nature")
     config = FinetuneConfig(encoder="resnet")
-    pretrained = ft.load_pretrained(tmp_path / "nature")
-    model = SGIModel(**ft.model_args_for(config, 6, pretrained))
-    with pytest.raises(ft.PretrainedMismatchError, match="'nature'.*'resnet'"):
-        ft.transfer_pretrained(model, pretrained)
+    pretrained = tr.load_pretrained(tmp_path / "nature")
+    model = SGIModel(**tr.model_args_for(config, 6, pretrained))
+    with pytest.raises(tr.PretrainedMismatchError, match="'nature'.*'resnet'"):
+        tr.transfer_pretrained(model, pretrained)
     # Same encoder, another game's action count: the differing tensors are named with shapes.
     save_pretrained_run(tmp_path / "four", num_actions=4)
-    pretrained = ft.load_pretrained(tmp_path / "four")
-    model = SGIModel(**ft.model_args_for(FinetuneConfig(encoder="nature"), 6, pretrained))
+    pretrained = tr.load_pretrained(tmp_path / "four")
+    model = SGIModel(**tr.model_args_for(FinetuneConfig(encoder="nature"), 6, pretrained))
     with pytest.raises(
-        ft.PretrainedMismatchError,
+        tr.PretrainedMismatchError,
         match=r"4 actions.*transition.first.weight: pretrained \(64, 68, 3, 3\) vs finetune \(64, 70, 3, 3\)",
     ):
-        ft.transfer_pretrained(model, pretrained)
+        tr.transfer_pretrained(model, pretrained)
 
 
-def test_pretrained_checkpoint_fallback_and_bad_files(tmp_path):
+def test_unfinished_pretraining_runs_need_an_explicit_checkpoint(tmp_path):
     pre = SGIModel("nature", 6, noisy=False, rl_head=False)
     run = RunDir(tmp_path / "unfinished")
-    run.save_checkpoint(
+    run.set_status("running", kind="pretrain", step=50)
+    path = run.save_checkpoint(
         50,
         {"model": pre.state_dict(), "model_args": {"encoder": "nature", "num_actions": 6}},
         "pretrain",
     )
-    assert ft.load_pretrained(run.path).path.name == "ckpt_00000050.pt"
-    with pytest.raises(CheckpointError, match="neither model.pt nor a checkpoint"):
-        ft.load_pretrained(RunDir(tmp_path / "empty").path)
-    (tmp_path / "truncated").mkdir()
-    full = (run.checkpoints()[0]).read_bytes()
-    (tmp_path / "truncated" / "model.pt").write_bytes(full[: len(full) // 2])
+    with pytest.raises(ConfigError, match="never finished.*ckpt_00000050.pt"):
+        tr.load_pretrained(run.path)
+    assert tr.load_pretrained(path).path == path  # named explicitly: used
+    full = path.read_bytes()
+    (tmp_path / "truncated.pt").write_bytes(full[: len(full) // 2])
     with pytest.raises(CheckpointError, match="truncated.*not a readable"):
-        ft.load_pretrained(tmp_path / "truncated")
-    (tmp_path / "foreign").mkdir()
-    torch.save({"weights": torch.zeros(2)}, tmp_path / "foreign" / "model.pt")
+        tr.load_pretrained(tmp_path / "truncated.pt")
+    torch.save({"weights": torch.zeros(2)}, tmp_path / "foreign.pt")
     with pytest.raises(CheckpointError, match="foreign"):
-        ft.load_pretrained(tmp_path / "foreign")
+        tr.load_pretrained(tmp_path / "foreign.pt")
 
 
 # -- the update ---------------------------------------------------------------------------------
@@ -174,35 +201,37 @@ def test_pretrained_checkpoint_fallback_and_bad_files(tmp_path):
 
 def test_schedules():
     config = FinetuneConfig(steps=10_000, learning_starts=2_000, eps_steps=2_001)
-    assert ft.epsilon_at(0, config) == 1.0 and ft.epsilon_at(2_001, config) == 0.0
-    assert ft.epsilon_at(1_000, config) == pytest.approx(1 - 1000 / 2001)
-    assert ft.beta_at(0, config) == 0.4 and ft.beta_at(2_000, config) == 0.4
-    assert ft.beta_at(6_000, config) == pytest.approx(0.7) and ft.beta_at(10_000, config) == 1.0
-    assert ft.spr_coefficient(FinetuneConfig()) == pytest.approx(2.0)  # reference weight 5, K 5
+    assert agent_module.epsilon_at(0, config) == 1.0
+    assert agent_module.epsilon_at(2_001, config) == 0.0
+    assert agent_module.epsilon_at(1_000, config) == pytest.approx(1 - 1000 / 2001)
+    assert agent_module.beta_at(0, config) == 0.4 and agent_module.beta_at(2_000, config) == 0.4
+    assert agent_module.beta_at(6_000, config) == pytest.approx(0.7)
+    assert agent_module.beta_at(10_000, config) == 1.0
+    # reference weight 5, K 5
+    assert agent_module.spr_coefficient(FinetuneConfig()) == pytest.approx(2.0)
 
 
-def test_train_step_targets_use_sampler_returns_and_discounts(monkeypatch):
+def test_update_targets_use_sampler_returns_and_discounts(monkeypatch):
     config = FinetuneConfig(**TINY, steps=100)
-    agent, _ = ft.make_agent(config, ft.model_args_for(config, 6), "cpu")
-    filled_replay(agent)
+    pop = population_of_one(config)
+    replay = filled_replay(config)
     seen = {}
-    real = ft.c51_target
+    real = agent_module.c51_target
 
     def spy(target_probs, returns, discounts, support, selection=None):
         seen.update(returns=returns.clone(), discounts=discounts.clone(), selection=selection)
         return real(target_probs, returns, discounts, support, selection)
 
-    monkeypatch.setattr(ft, "c51_target", spy)
-    batch, weights = agent.replay.sample(4, beta=0.4)
-    before = agent.replay.tree.get(batch.indices).copy()
-    stats = ft.train_step(agent, batch, weights)
+    monkeypatch.setattr(agent_module, "c51_target", spy)
+    batch, weights = replay.sample(4, beta=0.4)
+    stats, priorities = pop.update([batch], [weights])
     np.testing.assert_array_equal(seen["returns"].numpy(), batch.returns)
     np.testing.assert_array_equal(seen["discounts"].numpy(), batch.bootstrap_discount)
     assert seen["selection"] is not None  # double Q
     assert set(stats) >= {"losses/rl", "losses/spr", "losses/total", "charts/q_mean"}
-    assert all(torch.isfinite(v) for v in stats.values())
-    assert not np.array_equal(agent.replay.tree.get(batch.indices), before)  # priorities updated
-    assert agent.updates == 1
+    assert all(torch.isfinite(v).all() for v in stats.values())
+    assert priorities.shape == (1, 4) and (priorities >= 0).all()
+    assert pop.updates == 1
 
 
 @pytest.mark.parametrize(
@@ -214,25 +243,26 @@ def test_train_step_targets_use_sampler_returns_and_discounts(monkeypatch):
     ],
     ids=["no_ssl", "all_ssl", "separate_q_target"],
 )
-def test_train_step_variants(overrides):
+def test_update_variants(overrides):
     config = FinetuneConfig(**{**TINY, **overrides}, steps=100)
-    agent, _ = ft.make_agent(config, ft.model_args_for(config, 6), "cpu")
-    filled_replay(agent)
-    before = {k: v.clone() for k, v in agent.model.state_dict().items()}
+    pop = population_of_one(config)
+    replay = filled_replay(config)
+    before = {k: v.clone() for k, v in pop.agent_state(0).items()}
     for _ in range(2):
-        batch, weights = agent.replay.sample(4, beta=0.4)
-        stats = ft.train_step(agent, batch, weights)
+        stats = update(pop, replay)
     assert all(torch.isfinite(v) for v in stats.values())
-    changed = [k for k, v in agent.model.state_dict().items() if not torch.equal(v, before[k])]
+    after = pop.agent_state(0)
+    changed = [k for k, v in after.items() if not torch.equal(v, before[k])]
     assert any(k.startswith("encoder.") for k in changed)
     if config.ssl == "all":
         assert {"losses/goal_rl", "losses/inverse"} <= set(stats)
         assert any(k.startswith("goal_head.") for k in changed)
     if config.ssl == "none":
         assert "losses/spr" not in stats and not any(k.startswith("transition.") for k in changed)
-    if agent.q_target is not None:
-        q = agent.q_target.state_dict()["head.value_out.weight_mu"]
+    if pop.q_target is not None:
+        q = pop.agent_state(0, "q_target")["head.value_out.weight_mu"]
         assert not torch.equal(q, before["head.value_out.weight_mu"])
+        assert not torch.equal(q, after["head.value_out.weight_mu"])  # an EMA, not a copy
 
 
 @pytest.mark.parametrize("amp", [False, True], ids=["fp32", "bf16"])
@@ -240,16 +270,17 @@ def test_every_trainable_parameter_gets_its_gradient(monkeypatch, amp):
     """Targets and losses share one autocast region, so the losses reuse bf16 casts of weights
     first cast by the gradient-free target passes; those casts must still carry gradients."""
     config = FinetuneConfig(**TINY, steps=100)
-    agent, _ = ft.make_agent(config, ft.model_args_for(config, 6), "cpu")
-    agent.amp = amp
-    filled_replay(agent)
+    pop = population_of_one(config)
+    pop.amp = amp
+    replay = filled_replay(config)
     grads = {}
+    names = {id(v): k for k, v in pop.online.items()}
 
     def record():
-        grads.update({n: p.grad for n, p in agent.model.named_parameters() if p.requires_grad})
+        grads.update({names[id(p)]: p.grad for p in pop.trainable()})
 
-    monkeypatch.setattr(agent.optimizer, "step", record)
-    ft.train_step(agent, *agent.replay.sample(4, beta=0.4))
+    monkeypatch.setattr(pop.optimizer, "step", record)
+    update(pop, replay)
     # The goal and inverse heads only learn with ssl 'all'.
     expected = [n for n in grads if not n.startswith(("goal_head.", "inverse"))]
     missing = [n for n in expected if grads[n] is None or not grads[n].abs().sum() > 0]
@@ -260,26 +291,28 @@ def test_every_trainable_parameter_gets_its_gradient(monkeypatch, amp):
 def test_frozen_encoder_weights_and_batch_norm_stay_bit_identical(tmp_path):
     save_pretrained_run(tmp_path / "pre", encoder="resnet")
     config = FinetuneConfig(**{**TINY, "encoder": "resnet"}, scheme="frozen", steps=100)
-    pretrained = ft.load_pretrained(tmp_path / "pre")
-    agent, _ = ft.make_agent(config, ft.model_args_for(config, 6, pretrained), "cpu", pretrained)
-    filled_replay(agent)
-    encoder = {k: v.clone() for k, v in agent.model.encoder.state_dict().items()}
+    pop = population_of_one(config, tr.load_pretrained(tmp_path / "pre"))
+    replay = filled_replay(config)
+    encoder = {k: v.clone() for k, v in pop.agent_state(0).items() if k.startswith("encoder.")}
     assert any("running_mean" in k for k in encoder)
-    head = agent.model.head.advantage_out.weight_mu.clone()
+    head = pop.agent_state(0)["head.advantage_out.weight_mu"]
     for _ in range(3):
-        batch, weights = agent.replay.sample(4, beta=0.4)
-        ft.train_step(agent, batch, weights)
-    for k, v in agent.model.encoder.state_dict().items():
-        assert torch.equal(v, encoder[k]), k
-    for k, v in agent.spr_target.encoder.state_dict().items():
-        assert torch.equal(v, encoder[k]), k
-    assert not torch.equal(agent.model.head.advantage_out.weight_mu, head)
+        update(pop, replay)
+    for which in ("online", "spr_target"):
+        state = pop.agent_state(0, which)
+        for k, v in encoder.items():
+            assert torch.equal(state[k], v), (which, k)
+    assert not torch.equal(pop.agent_state(0)["head.advantage_out.weight_mu"], head)
 
 
 def test_non_finite_loss_stops_with_a_clear_error(tmp_path, monkeypatch):
-    monkeypatch.setattr(ft, "c51_loss", lambda logits, actions, target: logits[:, 0, 0] * np.nan)
+    monkeypatch.setattr(
+        agent_module, "c51_loss", lambda logits, actions, target: logits[:, 0, 0] * np.nan
+    )
     config = FinetuneConfig(**{**TINY, "learning_starts": 5}, steps=20)
-    with pytest.raises(FloatingPointError, match="non-finite loss at update 0: rl=nan"):
+    with pytest.raises(
+        FloatingPointError, match="non-finite loss at update 0 for agent.*Pong seed 0"
+    ):
         ft.finetune(config, tmp_path / "run", progress=False)
     status = RunDir(tmp_path / "run").status()
     assert status["state"] == "failed" and "non-finite" in status["message"]
@@ -294,9 +327,52 @@ def test_bad_input_is_rejected_clearly(tmp_path):
     config = FinetuneConfig(
         **{**TINY, "encoder": "resnet"}, steps=40, pretrained=str(tmp_path / "pre")
     )
-    with pytest.raises(ft.PretrainedMismatchError, match="encoder is 'nature'"):
+    with pytest.raises(tr.PretrainedMismatchError, match="encoder is 'nature'"):
         ft.finetune(config, tmp_path / "c", progress=False)
-    assert RunDir(tmp_path / "c").status()["state"] == "failed"
+    # Validation failures leave nothing behind.
+    assert not (tmp_path / "a").exists() and not (tmp_path / "c").exists()
+    with pytest.raises(ConfigError, match="share their config.*lr"):
+        ft.finetune_population(
+            [FinetuneConfig(**TINY), FinetuneConfig(**TINY, lr=1.0e-3, seed=1)],
+            [tmp_path / "d", tmp_path / "e"],
+            progress=False,
+        )
+
+
+@pytest.mark.parametrize("amp", [False, True], ids=["fp32", "bf16"])
+def test_augmented_frames_are_sgi_augment_scaled_for_the_encoder(amp):
+    from sgi_lab.augment import augment
+    from sgi_lab.nets.encoders import PIXEL_SCALE
+
+    dtype = torch.bfloat16 if amp else torch.float32
+    obs = np.random.default_rng(0).integers(0, 255, (3, 4, 4, 84, 84), dtype=np.uint8)
+    generator = torch.Generator().manual_seed(5)
+    ours = agent_module.augmented_frames(
+        obs,
+        generator,
+        augment=True,
+        channels_last=True,
+        dtype=dtype,
+        device=torch.device("cpu"),
+        time_major=True,
+    )
+    assert ours.shape == (4, 3, 4, 84, 84) and ours[1:].flatten(0, 1).is_contiguous(
+        memory_format=torch.channels_last
+    )
+    assert ours.dtype == dtype
+    generator = torch.Generator().manual_seed(5)
+    expected = augment(torch.from_numpy(obs), generator).transpose(0, 1).reshape(12, 4, 84, 84)
+    tol = {"rtol": 8e-3, "atol": 1e-3} if amp else {"rtol": 1e-6, "atol": 1e-6}
+    torch.testing.assert_close(ours.flatten(0, 1).float(), expected * PIXEL_SCALE, **tol)
+    # Encoding the prepared frames is encoding the augmented pixels.
+    model = SGIModel("nature", 6)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            model.encode(ours[0].float(), prepared=True),
+            model.encode(expected[:3]),
+            rtol=1e-2 if amp else 1e-5,
+            atol=1e-2 if amp else 1e-5,
+        )
 
 
 # -- runs ---------------------------------------------------------------------------------------
@@ -319,7 +395,7 @@ def test_resume_after_a_crash_continues_at_the_checkpoint(tmp_path):
 
     seen = []
     run = ft.finetune(
-        config, out, progress=False, callback=lambda s, a: seen.append((s, a.updates))
+        config, out, progress=False, callback=lambda s, pop: seen.append((s, pop.updates))
     )
     assert seen[0] == (31, 12) and seen[-1] == (60, 41)  # updates at steps 20..60, one per step
     assert run.status()["state"] == "finished" and run.evaluation["episodes"] == 1
@@ -362,32 +438,3 @@ def test_smoke_finetune_from_a_pretraining_run_via_the_cli(tmp_path, capsys):
     assert list(run.episodes().columns) == ["step", "return", "clipped_return", "length"]
     assert main(["evaluate", str(out), "--episodes", "1", "--no-progress"]) == 0
     assert json.loads((out / "eval.json").read_text())["episodes"] == 1
-
-
-@pytest.mark.parametrize("amp", [False, True], ids=["fp32", "bf16"])
-def test_augmented_frames_are_sgi_augment_scaled_for_the_encoder(amp):
-    from sgi_lab.augment import augment
-    from sgi_lab.nets.encoders import PIXEL_SCALE
-
-    config = FinetuneConfig(**TINY, steps=100)
-    agent, _ = ft.make_agent(config, ft.model_args_for(config, 6), "cpu")
-    agent.amp = amp
-    obs = np.random.default_rng(0).integers(0, 255, (3, 4, 4, 84, 84), dtype=np.uint8)
-    agent.generator.manual_seed(5)
-    ours = ft.augmented_frames(agent, obs, time_major=True)
-    assert ours.shape == (4, 3, 4, 84, 84) and ours[1:].flatten(0, 1).is_contiguous(
-        memory_format=torch.channels_last
-    )
-    assert ours.dtype == (torch.bfloat16 if amp else torch.float32)
-    generator = torch.Generator().manual_seed(5)
-    expected = augment(torch.from_numpy(obs), generator).transpose(0, 1).reshape(12, 4, 84, 84)
-    tol = {"rtol": 8e-3, "atol": 1e-3} if amp else {"rtol": 1e-6, "atol": 1e-6}
-    torch.testing.assert_close(ours.flatten(0, 1).float(), expected * PIXEL_SCALE, **tol)
-    # Encoding the prepared frames is encoding the augmented pixels.
-    with torch.no_grad():
-        torch.testing.assert_close(
-            agent.model.encode(ours[0].float(), prepared=True),
-            agent.model.encode(expected[:3]),
-            rtol=1e-2 if amp else 1e-5,
-            atol=1e-2 if amp else 1e-5,
-        )

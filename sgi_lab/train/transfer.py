@@ -19,7 +19,7 @@ import torch
 
 from sgi_lab.config import FinetuneConfig
 from sgi_lab.nets import SGIModel, parameter_group
-from sgi_lab.runs import CheckpointError, load_checkpoint
+from sgi_lab.runs import CheckpointError, load_checkpoint, pretrained_source
 
 __all__ = [
     "ARCHITECTURE_ARGS",
@@ -85,24 +85,11 @@ def load_pretrained(source: str | Path) -> Pretrained:
         source: a pretraining run folder, or a model/checkpoint file.
 
     Raises:
-        CheckpointError: nothing to load, an unfinished run, or a truncated or foreign file.
+        ConfigError: no such run or file, or a run that never finished
+            (`sgi_lab.runs.pretrained_source`).
+        CheckpointError: a truncated or foreign file.
     """
-    source = Path(source)
-    if source.is_file():
-        path = source
-    elif (source / "model.pt").is_file():
-        path = source / "model.pt"
-    elif source.is_dir():
-        found = sorted((source / "checkpoints").glob("ckpt_*.pt"))
-        latest = found[-1] if found else None
-        hint = (
-            f"; to finetune from its last checkpoint anyway, name it: --pretrained {latest}"
-            if latest is not None
-            else ""
-        )
-        raise CheckpointError(f"{source}: pretraining run has not finished (no model.pt){hint}")
-    else:
-        raise CheckpointError(f"{source}: pretraining run folder not found")
+    path = pretrained_source(source)
     payload = load_checkpoint(path, "cpu")
     if payload.get("kind") not in ("pretrained_model", "pretrain"):
         raise CheckpointError(
