@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from sgi_lab.envs.games import ATARI_100K_GAMES
 from sgi_lab.metrics import aggregate, hns, paper
 from sgi_lab.metrics.aggregate import (
     aggregate_scores,
@@ -27,7 +28,7 @@ from sgi_lab.metrics.aggregate import (
 )
 from sgi_lab.metrics.hns import canonical_game, hns_matrix, human_normalized_score, per_game_hns
 
-GAMES = paper.atari_100k_games()
+GAMES = tuple(ATARI_100K_GAMES)
 
 # ---------------------------------------------------------------------------- HNS
 
@@ -71,16 +72,14 @@ def test_unknown_game_lists_valid_games():
 
 
 def test_reference_scores_cover_26_games():
-    refs = paper.reference_scores()
-    assert list(refs) == list(GAMES) and len(GAMES) == 26
-    assert refs["Pong"] == (-20.7, 14.6)
-    assert all(human > random for random, human in refs.values())
+    assert len(GAMES) == 26
+    assert (hns.random_score("Pong"), hns.human_score("pong")) == (-20.7, 14.6)
+    assert all(hns.human_score(g) > hns.random_score(g) for g in GAMES)
 
 
-def test_reference_scores_agree_with_env_game_table():
-    games = pytest.importorskip("sgi_lab.envs.games")
-    for name, info in games.ATARI_100K_GAMES.items():
-        assert paper.reference_scores()[name] == (info.random_score, info.human_score)
+def test_game_table_is_the_papers_game_order():
+    assert list(GAMES) == paper.paper_data()["games"]
+    for name, info in ATARI_100K_GAMES.items():
         assert canonical_game(info.ale_id) == name
 
 
@@ -158,20 +157,17 @@ SCORES = {
 }
 
 
-@pytest.mark.parametrize("backend", ["rliable", "numpy"])
-def test_ci_contains_point_and_is_reproducible(backend):
-    if backend == "rliable":
-        pytest.importorskip("rliable")
-    df = aggregate_with_ci(SCORES, reps=300, seed=3, backend=backend)
+def test_ci_contains_point_and_is_reproducible():
+    df = aggregate_with_ci(SCORES, reps=300, seed=3)
     assert list(df.columns) == ["method", "metric", "value", "lower", "upper"]
     assert len(df) == 2 * len(aggregate.DEFAULT_METRICS)
     assert (df["lower"] <= df["value"] + 1e-12).all() and (df["value"] <= df["upper"] + 1e-12).all()
-    again = aggregate_with_ci(SCORES, reps=300, seed=3, backend=backend)
+    again = aggregate_with_ci(SCORES, reps=300, seed=3)
     pd.testing.assert_frame_equal(df, again)
-    other_seed = aggregate_with_ci(SCORES, reps=300, seed=4, backend=backend)
+    other_seed = aggregate_with_ci(SCORES, reps=300, seed=4)
     assert not np.allclose(df["lower"], other_seed["lower"])
     # A method's interval does not depend on the other methods in the dict.
-    alone = aggregate_with_ci({"b": SCORES["b"]}, reps=300, seed=3, backend=backend)
+    alone = aggregate_with_ci({"b": SCORES["b"]}, reps=300, seed=3)
     pd.testing.assert_frame_equal(
         alone, df[df["method"] == "b"].reset_index(drop=True), check_exact=False
     )
@@ -180,37 +176,25 @@ def test_ci_contains_point_and_is_reproducible(backend):
 
 
 def test_rliable_seeding_leaves_global_numpy_state_alone():
-    pytest.importorskip("rliable")
     np.random.seed(123)
     expected = np.random.random()
     np.random.seed(123)
-    aggregate_with_ci(SCORES["a"], metrics=["iqm"], reps=50, seed=0, backend="rliable")
+    aggregate_with_ci(SCORES["a"], metrics=["iqm"], reps=50, seed=0)
     assert np.random.random() == expected
 
 
-def test_numpy_fallback_agrees_with_rliable():
-    pytest.importorskip("rliable")
-    kwargs = dict(metrics=["iqm", "mean", "median"], reps=1000, seed=0)
-    rl = aggregate_with_ci(SCORES, backend="rliable", **kwargs)
-    fallback = aggregate_with_ci(SCORES, backend="numpy", **kwargs)
-    np.testing.assert_allclose(rl["value"], fallback["value"])
-    np.testing.assert_allclose(rl["lower"], fallback["lower"], atol=0.03)
-    np.testing.assert_allclose(rl["upper"], fallback["upper"], atol=0.03)
-
-
-def test_falls_back_with_warning_when_rliable_is_missing(monkeypatch):
-    aggregate._rliable.cache_clear()
+def test_missing_rliable_is_an_error_that_says_what_to_install(monkeypatch):
+    aggregate._rliable_library.cache_clear()
     monkeypatch.setitem(sys.modules, "rliable", None)  # makes `import rliable` fail
     try:
-        with pytest.warns(RuntimeWarning, match="rliable could not be imported"):
-            df = aggregate_with_ci(SCORES["a"], metrics=["iqm"], reps=100, seed=0)
-        assert df["lower"].iloc[0] <= df["value"].iloc[0] <= df["upper"].iloc[0]
+        with pytest.raises(ImportError, match="pip install rliable"):
+            aggregate_with_ci(SCORES["a"], metrics=["iqm"], reps=100, seed=0)
     finally:
-        aggregate._rliable.cache_clear()
+        aggregate._rliable_library.cache_clear()
 
 
 def test_probability_of_improvement_ci():
-    df = probability_of_improvement_with_ci(SCORES, reps=200, seed=0, backend="numpy")
+    df = probability_of_improvement_with_ci(SCORES, reps=200, seed=0)
     assert set(zip(df["x"], df["y"])) == {("a", "b"), ("b", "a")}
     assert ((df["lower"] <= df["value"]) & (df["value"] <= df["upper"])).all()
     ab, ba = df["value"]
@@ -334,7 +318,7 @@ def test_paper_cis_bracket_their_point_estimates():
 
 
 def test_paper_aggregates_tidy_concats_with_ours():
-    ours = aggregate_with_ci({"SGI-M": SCORES["a"]}, metrics=["iqm"], reps=50, backend="numpy")
+    ours = aggregate_with_ci({"SGI-M": SCORES["a"]}, metrics=["iqm"], reps=50)
     theirs = paper.paper_aggregates("IQMs", tidy=True)
     both = pd.concat([ours.assign(source="ours"), theirs.assign(source="paper")])
     assert set(both[both["metric"] == "iqm"]["method"]) >= {"SGI-M", "SGI-M/L"}
@@ -385,7 +369,7 @@ def test_paper_column_for_rejects_unreported_combinations():
 
 
 def test_compare_to_paper():
-    df = paper.compare_to_paper({"ALE/Pong-v5": [14.6, -20.7], "Breakout": 42.8}, "sgi_m")
+    df = hns.compare_to_paper({"ALE/Pong-v5": [14.6, -20.7], "Breakout": 42.8}, "sgi_m")
     assert list(df.columns) == ["game", "ours", "paper", "ours_hns", "paper_hns"]
     assert list(df["game"]) == ["Breakout", "Pong"]
     pong = df.set_index("game").loc["Pong"]
@@ -395,9 +379,10 @@ def test_compare_to_paper():
     breakout = df.set_index("game").loc["Breakout"]
     assert breakout["ours_hns"] == pytest.approx(breakout["paper_hns"])
     assert df.attrs["config"] == "SGI-M"
-    full = paper.compare_to_paper({"Pong": 0.0}, "Frozen", all_games=True)
+    full = hns.compare_to_paper({"Pong": 0.0}, "Frozen", all_games=True)
     assert len(full) == 26 and full["ours"].isna().sum() == 25
 
 
-def test_hns_module_constants_match_paper():
-    assert hns.ATARI_100K_GAMES == GAMES
+def test_metrics_define_no_second_game_table():
+    assert hns.ATARI_100K_GAMES is ATARI_100K_GAMES  # the env table itself, not a copy
+    assert not hasattr(paper, "atari_100k_games") and not hasattr(paper, "reference_scores")

@@ -25,8 +25,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from sgi_lab.envs.games import ATARI_100K_GAMES, canonical_game
 from sgi_lab.metrics import (
-    ATARI_100K_GAMES,
     aggregate_scores,
     aggregate_with_ci,
     hns_matrix,
@@ -36,7 +36,6 @@ from sgi_lab.metrics import (
     paper_configs,
     paper_per_game,
 )
-from sgi_lab.metrics.hns import canonical_game
 
 __all__ = [
     "DEFAULT_EXPLORER_METRICS",

@@ -21,8 +21,8 @@ from sgi_lab.metrics.aggregate import (
     probability_of_improvement_with_ci,
 )
 from sgi_lab.metrics.hns import (
-    ATARI_100K_GAMES,
     canonical_game,
+    compare_to_paper,
     hns_matrix,
     human_normalized_score,
     human_score,
@@ -30,7 +30,6 @@ from sgi_lab.metrics.hns import (
     random_score,
 )
 from sgi_lab.metrics.paper import (
-    compare_to_paper,
     paper_aggregates,
     paper_clique_scores,
     paper_column_for,
@@ -40,11 +39,9 @@ from sgi_lab.metrics.paper import (
     paper_per_game,
     paper_per_game_table,
     paper_tables,
-    reference_scores,
 )
 
 __all__ = [
-    "ATARI_100K_GAMES",
     "DEFAULT_METRICS",
     "METRICS",
     "METRIC_LABELS",
@@ -74,5 +71,4 @@ __all__ = [
     "probability_of_improvement",
     "probability_of_improvement_with_ci",
     "random_score",
-    "reference_scores",
 ]

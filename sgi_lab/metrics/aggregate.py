@@ -4,8 +4,7 @@ A metric is a function of a ``(num_runs, num_games)`` HNS array, as in rliable (
 2021), which the paper follows for its IQM table (tab:IQMs). Median and mean are taken over the
 per-game means, as in the paper's median/mean columns; IQM and optimality gap over all
 runs × games. Confidence intervals come from `rliable.library.get_interval_estimates`
-(percentile method, runs resampled within each game); a NumPy implementation of the same
-bootstrap is used only when rliable cannot be imported.
+(percentile method, runs resampled within each game); rliable is a declared dependency.
 """
 
 from __future__ import annotations
@@ -170,22 +169,22 @@ def aggregate_scores(
 
 
 @functools.lru_cache(maxsize=1)
-def _rliable():
-    """rliable's library and metrics modules, or None (with a warning) if they fail to import.
+def _rliable_library():
+    """rliable's ``library`` module, imported on first use.
 
     Imported lazily: rliable pulls in arch and absl (~2 s), which plain metric calls don't need.
+
+    Raises:
+        ImportError: rliable cannot be imported; the message says what to install.
     """
     try:
-        from rliable import library, metrics
-    except Exception as err:  # arch < 8 breaks at import under pandas 3, see DESIGN.md
-        warnings.warn(
-            f"rliable could not be imported ({type(err).__name__}: {err}); confidence "
-            "intervals fall back to sgi_lab's NumPy stratified bootstrap",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-        return None
-    return library, metrics
+        from rliable import library
+    except Exception as err:  # arch >= 8 breaks at import under pandas 3: rliable needs arch<8
+        raise ImportError(
+            f"confidence intervals need rliable, which could not be imported "
+            f"({type(err).__name__}: {err}); pip install rliable 'arch<8'"
+        ) from err
+    return library
 
 
 @contextlib.contextmanager
@@ -201,30 +200,6 @@ def _global_numpy_seed(seed: int) -> Iterator[None]:
         np.random.set_state(state)
 
 
-def _numpy_bootstrap(
-    arrays: Sequence[np.ndarray],
-    fn: Callable[..., np.ndarray],
-    reps: int,
-    confidence: float,
-    rng: np.random.Generator,
-    task_bootstrap: bool = False,
-) -> np.ndarray:
-    """Percentile CIs of ``fn(*arrays)``, resampling runs within each game of each array."""
-    stats = []
-    for _ in range(reps):
-        resampled = []
-        for a in arrays:
-            num_runs, num_games = a.shape
-            cols = np.arange(num_games)
-            if task_bootstrap:
-                cols = rng.integers(0, num_games, size=num_games)
-            rows = rng.integers(0, num_runs, size=a.shape)
-            resampled.append(a[rows, cols[None, :]])
-        stats.append(fn(*resampled))
-    tail = 100 * (1 - confidence) / 2
-    return np.percentile(np.asarray(stats), [tail, 100 - tail], axis=0)
-
-
 def _interval_estimates(
     score_dict: Mapping[str, np.ndarray | tuple[np.ndarray, ...]],
     fn: Callable[..., np.ndarray],
@@ -232,35 +207,23 @@ def _interval_estimates(
     seed: int,
     confidence: float,
     task_bootstrap: bool,
-    backend: str,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    if backend not in ("auto", "rliable", "numpy"):
-        raise ValueError(f"backend must be 'auto', 'rliable' or 'numpy', got {backend!r}")
-    rl = None if backend == "numpy" else _rliable()
-    if rl is None and backend == "rliable":
-        raise ImportError("backend='rliable' requested but rliable cannot be imported")
+    library = _rliable_library()
     points, intervals = {}, {}
     for key, value in score_dict.items():
-        arrays = value if isinstance(value, tuple) else (value,)
         # Each method gets its own freshly seeded bootstrap, so its CI does not depend on which
         # other methods are in the dict or in what order.
-        if rl is not None:
-            library = rl[0]
-            with _global_numpy_seed(seed), warnings.catch_warnings():
-                warnings.simplefilter("ignore", FutureWarning)  # arch's random_state notice
-                p, ci = library.get_interval_estimates(
-                    {key: list(value) if isinstance(value, tuple) else value},
-                    fn,
-                    method="percentile",
-                    task_bootstrap=task_bootstrap and not isinstance(value, tuple),
-                    reps=reps,
-                    confidence_interval_size=confidence,
-                )
-            points[key], intervals[key] = np.asarray(p[key]), np.asarray(ci[key])
-        else:
-            rng = np.random.default_rng(seed)
-            points[key] = np.asarray(fn(*arrays))
-            intervals[key] = _numpy_bootstrap(arrays, fn, reps, confidence, rng, task_bootstrap)
+        with _global_numpy_seed(seed), warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # arch's random_state notice
+            p, ci = library.get_interval_estimates(
+                {key: list(value) if isinstance(value, tuple) else value},
+                fn,
+                method="percentile",
+                task_bootstrap=task_bootstrap and not isinstance(value, tuple),
+                reps=reps,
+                confidence_interval_size=confidence,
+            )
+        points[key], intervals[key] = np.asarray(p[key]), np.asarray(ci[key])
     return points, intervals
 
 
@@ -271,7 +234,6 @@ def aggregate_with_ci(
     seed: int = 0,
     confidence: float = 0.95,
     task_bootstrap: bool = False,
-    backend: str = "auto",
 ) -> pd.DataFrame:
     """Aggregate metrics with stratified bootstrap confidence intervals.
 
@@ -288,7 +250,6 @@ def aggregate_with_ci(
         confidence: Coverage of the intervals.
         task_bootstrap: Also resample games (rliable's option): the CI then reflects the choice
             of games as well as the seeds.
-        backend: ``"auto"`` (rliable, else NumPy with a warning), ``"rliable"`` or ``"numpy"``.
 
     Returns:
         A tidy DataFrame with columns ``method, metric, value, lower, upper``, one row per
@@ -300,7 +261,7 @@ def aggregate_with_ci(
         return np.array([fn(hns) for fn in fns.values()])
 
     points, intervals = _interval_estimates(
-        _score_dict(scores), all_metrics, reps, seed, confidence, task_bootstrap, backend
+        _score_dict(scores), all_metrics, reps, seed, confidence, task_bootstrap
     )
     rows = []
     for method in points:
@@ -344,7 +305,6 @@ def probability_of_improvement_with_ci(
     reps: int = 2000,
     seed: int = 0,
     confidence: float = 0.95,
-    backend: str = "auto",
 ) -> pd.DataFrame:
     """Probability of improvement of method X over Y, with bootstrap CIs.
 
@@ -354,7 +314,6 @@ def probability_of_improvement_with_ci(
         reps: Bootstrap resamples (each method's runs are resampled independently per game).
         seed: Seed of the bootstrap.
         confidence: Coverage of the intervals.
-        backend: ``"auto"``, ``"rliable"`` or ``"numpy"`` (see `aggregate_with_ci`).
 
     Returns:
         A DataFrame with columns ``x, y, value, lower, upper``.
@@ -368,7 +327,7 @@ def probability_of_improvement_with_ci(
     def poi(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         return np.array([probability_of_improvement(x, y)])
 
-    points, intervals = _interval_estimates(pair_dict, poi, reps, seed, confidence, False, backend)
+    points, intervals = _interval_estimates(pair_dict, poi, reps, seed, confidence, False)
     return pd.DataFrame(
         [
             {

@@ -1,8 +1,8 @@
-"""Human-normalized score (HNS) of Atari 100k returns.
+"""Human-normalized score (HNS) of Atari 100k returns, and our returns beside the paper's.
 
 ``hns = (score - random) / (human - random)``: 0 is a uniformly random policy, 1 a human tester.
-The random and human scores are the paper's (`sgi_lab.metrics.paper.reference_scores`), so our
-numbers and the paper's are normalized with the same constants.
+The random and human scores are the paper's, from the one game table (`sgi_lab.envs.games`), so
+our numbers and the paper's are normalized with the same constants.
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from sgi_lab.envs.games import canonical_game
-from sgi_lab.metrics.paper import atari_100k_games, reference_scores
+from sgi_lab.envs.games import ATARI_100K_GAMES, canonical_game
+from sgi_lab.metrics.paper import paper_column_for, paper_configs, paper_per_game
 
 __all__ = [
-    "ATARI_100K_GAMES",
     "canonical_game",
+    "compare_to_paper",
     "hns_matrix",
     "human_normalized_score",
     "human_score",
@@ -25,10 +25,7 @@ __all__ = [
     "random_score",
 ]
 
-ATARI_100K_GAMES: tuple[str, ...] = atari_100k_games()
-"""The 26 Atari 100k games (canonical CamelCase names) in the paper's order."""
-
-_REFERENCE = reference_scores()
+_REFERENCE = {name: (g.random_score, g.human_score) for name, g in ATARI_100K_GAMES.items()}
 
 
 def random_score(game: str) -> float:
@@ -153,3 +150,42 @@ def hns_matrix(
         raise ValueError("no games in scores")
     raw = np.stack([runs[g] for g in games], axis=1)
     return human_normalized_score(games, raw)
+
+
+def compare_to_paper(
+    our_scores: Mapping[str, float | Sequence[float]],
+    config: str,
+    all_games: bool = False,
+) -> pd.DataFrame:
+    """Places our per-game returns beside the paper's for the same configuration.
+
+    Args:
+        our_scores: ``{game: mean return}`` or ``{game: [return of each run]}`` (averaged); game
+            names in any usual spelling (``"Pong"``, ``"ALE/Pong-v5"``, ``"ms_pacman"``).
+        config: A paper config key with per-game scores, or a parameter-set name (see
+            `paper_column_for`).
+        all_games: If True, one row for each of the 26 games (``ours`` NaN where missing);
+            otherwise only the games in ``our_scores``.
+
+    Returns:
+        A DataFrame with columns ``game, ours, paper, ours_hns, paper_hns``, games in the paper's
+        order; ``df.attrs["config"]`` holds the config key compared against.
+    """
+    if config not in paper_configs():
+        config = paper_column_for(config)
+    paper = paper_per_game(config)
+    ours = {canonical_game(g): float(np.mean(v)) for g, v in our_scores.items()}
+    games = [g for g in ATARI_100K_GAMES if all_games or g in ours]
+    ours_arr = np.array([ours.get(g, np.nan) for g in games])
+    paper_arr = paper.loc[games].to_numpy()
+    df = pd.DataFrame(
+        {
+            "game": games,
+            "ours": ours_arr,
+            "paper": paper_arr,
+            "ours_hns": [human_normalized_score(g, s) for g, s in zip(games, ours_arr)],
+            "paper_hns": [human_normalized_score(g, s) for g, s in zip(games, paper_arr)],
+        }
+    )
+    df.attrs["config"] = config
+    return df

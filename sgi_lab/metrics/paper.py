@@ -17,7 +17,7 @@ import copy
 import functools
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -26,9 +26,6 @@ import numpy as np
 import pandas as pd
 
 __all__ = [
-    "atari_100k_games",
-    "compare_to_paper",
-    "game_display_name",
     "paper_aggregates",
     "paper_clique_scores",
     "paper_column_for",
@@ -39,7 +36,6 @@ __all__ = [
     "paper_per_game",
     "paper_per_game_table",
     "paper_tables",
-    "reference_scores",
 ]
 
 PER_GAME_TABLES = ("tab:all_scores", "tab:all_ft_control_scores", "tab:all_abl_scores")
@@ -61,28 +57,6 @@ def paper_data() -> dict[str, Any]:
         ``notes``. It is a deep copy, so callers may modify it freely.
     """
     return copy.deepcopy(_data())
-
-
-def atari_100k_games() -> tuple[str, ...]:
-    """Returns the 26 Atari 100k games as canonical CamelCase names, in the paper's order."""
-    return tuple(_data()["games"])
-
-
-def game_display_name(game: str) -> str:
-    """Returns a game's name as printed in the paper (``"MsPacman"`` -> ``"Ms Pacman"``)."""
-    return _data()["game_display_names"][game]
-
-
-def reference_scores() -> dict[str, tuple[float, float]]:
-    """Returns the random and human reference score of every game.
-
-    These are the "Random" and "Human" columns of the paper's per-game tables (identical in all
-    three), the constants of the human-normalized score.
-
-    Returns:
-        ``{game: (random_score, human_score)}`` for the 26 games, in the paper's order.
-    """
-    return {g: (r["random"], r["human"]) for g, r in _data()["reference_scores"].items()}
 
 
 def paper_tables() -> list[str]:
@@ -367,44 +341,3 @@ def paper_column_for(name: str, pretrain: str | None = None) -> str:
         f"the paper reports finetuning scheme {config!r} only with SGI-M pretraining, "
         f"not with {base!r}"
     )
-
-
-def compare_to_paper(
-    our_scores: Mapping[str, float | Sequence[float]],
-    config: str,
-    all_games: bool = False,
-) -> pd.DataFrame:
-    """Places our per-game returns beside the paper's for the same configuration.
-
-    Args:
-        our_scores: ``{game: mean return}`` or ``{game: [return of each run]}`` (averaged); game
-            names in any usual spelling (``"Pong"``, ``"ALE/Pong-v5"``, ``"ms_pacman"``).
-        config: A paper config key with per-game scores, or a parameter-set name (see
-            `paper_column_for`).
-        all_games: If True, one row for each of the 26 games (``ours`` NaN where missing);
-            otherwise only the games in ``our_scores``.
-
-    Returns:
-        A DataFrame with columns ``game, ours, paper, ours_hns, paper_hns``, games in the paper's
-        order; ``df.attrs["config"]`` holds the config key compared against.
-    """
-    from sgi_lab.metrics.hns import canonical_game, human_normalized_score
-
-    if config not in _data()["configs"]:
-        config = paper_column_for(config)
-    paper = paper_per_game(config)
-    ours = {canonical_game(g): float(np.mean(v)) for g, v in our_scores.items()}
-    games = [g for g in atari_100k_games() if all_games or g in ours]
-    ours_arr = np.array([ours.get(g, np.nan) for g in games])
-    paper_arr = paper.loc[games].to_numpy()
-    df = pd.DataFrame(
-        {
-            "game": games,
-            "ours": ours_arr,
-            "paper": paper_arr,
-            "ours_hns": [human_normalized_score(g, s) for g, s in zip(games, ours_arr)],
-            "paper_hns": [human_normalized_score(g, s) for g, s in zip(games, paper_arr)],
-        }
-    )
-    df.attrs["config"] = config
-    return df
