@@ -266,6 +266,8 @@ def load_yaml_mapping(path: Path, what: str = "a mapping at the top level") -> d
         payload = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML ({exc})") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not a text file ({exc})") from exc
     if not isinstance(payload, dict):
         raise ConfigError(f"{path}: expected {what}")
     return payload
@@ -276,6 +278,8 @@ def read_params(path: str | os.PathLike) -> dict[str, Any]:
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"{path}: params file not found")
+    if not path.is_file():
+        raise ConfigError(f"{path}: is a folder, not a params file (name a .yaml file)")
     payload = load_yaml_mapping(path)
     unknown = sorted(set(payload) - TOP_LEVEL_KEYS)
     if unknown:

@@ -32,6 +32,7 @@ from sgi_lab.metrics import (
     paper_per_game,
 )
 from sgi_lab.metrics.paper import PER_GAME_TABLES
+from sgi_lab.runs import require_finished
 
 __all__ = ["format_aggregates", "paper_config_of", "report", "run_results"]
 
@@ -64,16 +65,23 @@ def paper_config_of(
         return None
 
 
-def run_results(run_dirs: Sequence[str | Path]) -> pd.DataFrame:
+def run_results(run_dirs: Sequence[str | Path], allow_unfinished: bool = False) -> pd.DataFrame:
     """One row per evaluated run: run, method, paper_config, game, seed, score (mean raw return
-    over its evaluation episodes), hns, episodes, step.
+    over its evaluation episodes), hns, episodes, step, finished.
+
+    Args:
+        run_dirs: finetuning run folders.
+        allow_unfinished: include runs that never finished (``finished`` False); else they
+            are refused.
 
     Raises:
+        UnfinishedRunError: a run never finished and ``allow_unfinished`` is false.
         FileNotFoundError: a folder is missing or holds no ``eval.json`` (listed).
     """
     rows, missing = [], []
     for run_dir in run_dirs:
         path = Path(run_dir)
+        finished = require_finished(path, "report", allow_unfinished) if path.is_dir() else True
         evaluation = _read_json(path / "eval.json")
         if not evaluation:
             missing.append(str(path))
@@ -99,6 +107,7 @@ def run_results(run_dirs: Sequence[str | Path]) -> pd.DataFrame:
                 "hns": human_normalized_score(game, float(evaluation["mean"])),
                 "episodes": evaluation.get("episodes"),
                 "step": evaluation.get("step"),
+                "finished": finished,
             }
         )
     if missing:
@@ -145,6 +154,7 @@ def report(
     csv: str | Path | None = None,
     reps: int = 5000,
     seed: int = 0,
+    allow_unfinished: bool = False,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per-game and aggregate results of finetuning runs, beside the paper's.
 
@@ -155,6 +165,8 @@ def report(
             (``NAME.aggregates.csv``).
         reps: bootstrap resamples for the CIs (the paper's 5000).
         seed: bootstrap seed.
+        allow_unfinished: include runs that never finished; both tables then count them in
+            an ``unfinished`` column (else such runs are refused).
 
     Returns:
         ``(per_game, aggregates)``. per_game: method, paper_config, game, runs, score (mean raw
@@ -163,7 +175,7 @@ def report(
         one run per game), paper_same_games (the metric of the paper's per-game means over the
         same games), paper_reported (the paper's printed value over all 26 games).
     """
-    runs = run_results(run_dirs)
+    runs = run_results(run_dirs, allow_unfinished=allow_unfinished)
     per_game_rows, aggregate_rows = [], []
     for method, group in runs.groupby("method", sort=False):
         config = group["paper_config"].iloc[0]
@@ -181,6 +193,7 @@ def report(
                     "paper_config": config,
                     "game": game,
                     "runs": len(scores),
+                    "unfinished": int((~group[group.game == game]["finished"]).sum()),
                     "score": float(scores.mean()),
                     "score_std": float(scores.std(ddof=0)),
                     "hns": human_normalized_score(game, float(scores.mean())),
@@ -211,6 +224,7 @@ def report(
                     "upper": float(row["upper"]),
                     "paper_same_games": float(same_games.get(row["metric"], np.nan)),
                     "paper_reported": float(reported.get(row["metric"], np.nan)),
+                    "unfinished": int((~group["finished"]).sum()),
                 }
             )
     per_game = pd.DataFrame(per_game_rows)

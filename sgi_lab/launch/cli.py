@@ -58,7 +58,13 @@ def _collect(args: argparse.Namespace) -> int:
 def _import(args: argparse.Namespace) -> int:
     from sgi_lab.data.dqn_replay import import_dqn_replay
 
-    checkpoints = [int(c) for c in args.checkpoints.split(",") if c.strip()]
+    try:
+        checkpoints = [int(c) for c in args.checkpoints.split(",") if c.strip()]
+    except ValueError:
+        raise ValueError(
+            f"--checkpoints: expected comma-separated checkpoint numbers (e.g. 1,25,50), "
+            f"got {args.checkpoints!r}"
+        ) from None
     store = import_dqn_replay(
         args.src,
         args.game,
@@ -76,7 +82,16 @@ def _import(args: argparse.Namespace) -> int:
 def _info(args: argparse.Namespace) -> int:
     from sgi_lab.data import TransitionStore
 
-    print(json.dumps(TransitionStore(args.store).summary(), indent=2))
+    store = TransitionStore(args.store)
+    print(json.dumps(store.summary(), indent=2))
+    if args.verify:
+        problems = store.verify()
+        for problem in problems:
+            print(f"sgi-lab info: {problem}", file=sys.stderr)
+        if not store.manifest.checksums:
+            print("sgi-lab info: no checksums recorded (an older store): counts checked only")
+        print(f"verify: {'FAILED' if problems else 'ok'} ({len(problems)} problem(s))")
+        return 1 if problems else 0
     return 0
 
 
@@ -160,13 +175,18 @@ def _report(args: argparse.Namespace) -> int:
 
     from sgi_lab.analysis.report import aggregates_csv_path, format_aggregates, report
 
-    per_game, aggregates = report(args.runs, csv=args.csv, reps=args.reps)
+    per_game, aggregates = report(
+        args.runs, csv=args.csv, reps=args.reps, allow_unfinished=args.allow_unfinished
+    )
     with pd.option_context("display.width", 160, "display.max_columns", 20):
         print("Per game (mean raw score over runs, HNS; paper's column for the same config)")
         print(per_game.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
         print()
         print("Aggregates (HNS; 95% stratified bootstrap CIs over runs)")
         print(format_aggregates(aggregates).to_string(index=False))
+    unfinished = int(per_game["unfinished"].sum()) if "unfinished" in per_game else 0
+    if unfinished:
+        print(f"\nNOTE: {unfinished} run(s) never finished (the 'unfinished' column)")
     if args.csv:
         print(f"\nwrote {args.csv} and {aggregates_csv_path(args.csv)}")
     return 0
@@ -215,10 +235,26 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("finetune", help="finetune on Atari 100k (Rainbow + SPR), then evaluate")
     p.add_argument("--params", type=Path, required=True, help="params/finetune/NAME.yaml")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override")
-    p.add_argument("--game", default=None, help="Atari 100k game (default: the params file's)")
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--pretrained", type=Path, default=None, help="pretraining run folder")
-    p.add_argument("--out", type=Path, default=None, help="run folder (re-run to resume)")
+    p.add_argument(
+        "--game",
+        default=None,
+        help="Atari 100k game, or games a,b,c (default: the params file's); with several games "
+        "or seeds every (game, seed) pair is one agent of a population trained as one batch",
+    )
+    p.add_argument("--seed", default=None, help="seed, or seeds 0,1,2")
+    p.add_argument(
+        "--pretrained",
+        default=None,
+        help="pretraining run folder (or a model/checkpoint file); {game} is filled in per "
+        "agent, e.g. 'outputs/runs/pretrain__sgi_m__{game}'",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="run folder (re-run to resume); for a population the folder holding one run "
+        "folder per agent, OUT/<game>__s<seed>",
+    )
     p.add_argument("--overwrite", action="store_true", help="discard an existing run there")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -227,14 +263,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--episodes", type=int, default=None, help="default: the run's eval_episodes")
     p.add_argument("--device", default=None, help="default: the run's device setting")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--allow-unfinished", action="store_true", help="evaluate a run that never finished"
+    )
 
     p = sub.add_parser("report", help="per-game and aggregate results of finetuning runs")
     p.add_argument("runs", type=Path, nargs="+", help="finetuning run folders")
     p.add_argument("--csv", type=Path, default=None, help="write the tables as CSV")
     p.add_argument("--reps", type=int, default=5000, help="bootstrap resamples")
+    p.add_argument(
+        "--allow-unfinished",
+        action="store_true",
+        help="include runs that never finished (marked in an 'unfinished' column)",
+    )
 
     p = sub.add_parser("info", help="print a store's summary")
     p.add_argument("store", type=Path)
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="read every chunk: checksums and counts against the manifest (exit 1 if not)",
+    )
     # Notebook runs and sweeps register their own sub-parsers (handler in args.handler).
     from sgi_lab.launch.notebooks import add_run_parser
     from sgi_lab.launch.sweep import add_sweep_parser
@@ -249,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         handler = getattr(args, "handler", None) or COMMANDS[args.command]
         return handler(args) or 0
-    except (ValueError, RuntimeError, FileExistsError, FileNotFoundError) as exc:
+    except (ValueError, RuntimeError, OSError) as exc:  # FileExistsError etc. are OSErrors
         print(f"sgi-lab {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -35,6 +35,7 @@ from typing import Any
 import yaml
 
 from sgi_lab.config import (
+    ConfigError,
     load_config,
     load_yaml_mapping,
     parse_value,
@@ -174,9 +175,22 @@ def resolve_parameters(
     notebook: str | os.PathLike | None = None,
 ) -> dict[str, Any]:
     """The notebook's defaults (when ``notebook`` is given), updated by the parameters file's
-    mapping, updated by ``parameters``: what the notebook will run with."""
+    mapping, updated by ``parameters``: what the notebook will run with.
+
+    Raises:
+        ConfigError: a parameter the notebook's ``parameters`` cell does not define (papermill
+            would only warn, and the run would silently ignore it).
+    """
     resolved = notebook_defaults(notebook) if notebook is not None else {}
-    resolved.update(read_param_file(params_file) if params_file else {})
+    from_file = read_param_file(params_file) if params_file else {}
+    if resolved:
+        unknown = sorted((set(from_file) | set(parameters or {})) - set(resolved))
+        if unknown:
+            raise ConfigError(
+                f"unknown notebook parameter(s) {unknown} for {Path(notebook).name}; "
+                f"its parameters cell defines: {sorted(resolved)}"
+            )
+    resolved.update(from_file)
     resolved.update(parameters or {})
     return resolved
 
