@@ -27,6 +27,7 @@ import yaml
 
 from sgi_lab.envs.games import ATARI_100K_GAMES, canonical_game
 from sgi_lab.metrics import (
+    METRICS,
     aggregate_scores,
     aggregate_with_ci,
     hns_matrix,
@@ -36,6 +37,8 @@ from sgi_lab.metrics import (
     paper_configs,
     paper_per_game,
 )
+from sgi_lab.viz.ablations import ablation_figures
+from sgi_lab.viz.training import LiveFigure
 
 __all__ = [
     "DEFAULT_EXPLORER_METRICS",
@@ -447,9 +450,6 @@ class AblationExplorer:
     ) -> None:
         import ipywidgets as widgets
 
-        from sgi_lab.metrics import METRICS
-        from sgi_lab.viz.training import LiveFigure
-
         self.model = model
         layout = widgets.Layout(width="240px", height="160px")
         self.games = widgets.SelectMultiple(
@@ -489,8 +489,6 @@ class AblationExplorer:
 
     def update(self) -> None:
         """Recompute the view from the controls and redraw the figures."""
-        from sgi_lab.viz.ablations import ablation_figures
-
         if not self.games.value or not self.metrics.value:
             self.notes.value = "<b>select at least one game and one metric</b>"
             return

@@ -22,6 +22,8 @@ from sgi_lab.analysis.representations import encode_rows, row_table, sample_rows
 from sgi_lab.data import TransitionStore
 from sgi_lab.nets import SGIModel, renormalize
 from sgi_lab.objectives.goal_rl import goal_reward, goal_similarity
+from sgi_lab.viz.goal_rewards import goal_trajectory_figure, nearest_frames_figure
+from sgi_lab.viz.training import LiveFigure
 
 __all__ = [
     "GOAL_KINDS",
@@ -253,8 +255,6 @@ class GoalExplorer:
     ) -> None:
         import ipywidgets as widgets
 
-        from sgi_lab.viz.training import LiveFigure
-
         self.model, self.store, self.rows, self.k = model, store, np.asarray(rows), k
         self.action_names = action_names
         self.latents = _latents(model, store, self.rows)
@@ -287,8 +287,6 @@ class GoalExplorer:
 
     def update(self) -> None:
         """Recompute the goal from the controls and redraw both figures."""
-        from sgi_lab.viz.goal_rewards import goal_trajectory_figure, nearest_frames_figure
-
         self.offset.disabled = self.kind.value != "future"
         try:
             self.goal = make_goal(

@@ -24,6 +24,7 @@ import torch
 from sgi_lab.data import TransitionStore
 from sgi_lab.nets import SGIModel
 from sgi_lab.runs import read_jsonl, resolve_device
+from sgi_lab.train.pretrain import load_pretrained_model, representation_similarity
 
 __all__ = [
     "DIVERSITY_KEY",
@@ -85,8 +86,6 @@ def load_encoder(
         ``(model in eval mode, label)``: label ``"pretrained: <folder>"`` or ``"random init"``.
     """
     if run_dir:
-        from sgi_lab.train.pretrain import load_pretrained_model
-
         return load_pretrained_model(run_dir), f"pretrained: {Path(run_dir).name}"
     if num_actions is None:
         if store is None:
@@ -225,8 +224,6 @@ def mean_pairwise_cosine(latents: np.ndarray | torch.Tensor) -> float:
 
     1 means every state looks the same to the encoder (collapse); lower is more diverse.
     """
-    from sgi_lab.train.pretrain import representation_similarity
-
     return float(representation_similarity(torch.as_tensor(np.asarray(latents, np.float32))))
 
 

@@ -3,17 +3,24 @@ paper's rows), and per-game human-normalized scores."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Protocol
 
 import pandas as pd
 import plotly.graph_objects as go
 
 from sgi_lab.viz.aggregates import aggregate_table, interval_plot
 
-if TYPE_CHECKING:
-    from sgi_lab.analysis.ablations import AblationView
-
 __all__ = ["ablation_figures", "per_game_hns_figure"]
+
+
+class Selection(Protocol):
+    """What the figures need of a selection (`sgi_lab.analysis.ablations.AblationView`)."""
+
+    aggregates: pd.DataFrame
+    per_game: pd.DataFrame
+    metrics: Sequence[str]
+    methods: Sequence[str]
 
 
 def per_game_hns_figure(per_game: pd.DataFrame, title: str | None = None) -> go.Figure:
@@ -42,7 +49,7 @@ def per_game_hns_figure(per_game: pd.DataFrame, title: str | None = None) -> go.
     return fig
 
 
-def ablation_figures(view: AblationView) -> dict[str, go.Figure]:
+def ablation_figures(view: Selection) -> dict[str, go.Figure]:
     """The explorer's three figures for one selection: ``interval``, ``table``, ``per_game``."""
     df = view.aggregates
     if df.empty:

@@ -1,0 +1,142 @@
+"""The package's layering: imports flow one way, from launch/ down to the base, with no cycles.
+
+Every module under ``sgi_lab`` is parsed with `ast` (nothing is imported), and every import of
+an ``sgi_lab`` module is checked, at the top of a file or inside a function alike.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import sgi_lab
+
+PACKAGE = Path(sgi_lab.__file__).resolve().parent
+
+# Lowest first. A module may import from its own layer or any layer below it, never above.
+# metrics sits below train: train/evaluate scores its returns with metrics.hns, and nothing in
+# metrics needs training. viz sits below analysis: the analysis models draw with viz figures.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("sgi_lab", "sgi_lab.config", "sgi_lab.runs", "sgi_lab.augment"),
+    ("sgi_lab.envs",),
+    ("sgi_lab.data", "sgi_lab.nets", "sgi_lab.objectives"),
+    ("sgi_lab.metrics",),
+    ("sgi_lab.train",),
+    ("sgi_lab.viz",),
+    ("sgi_lab.analysis",),
+    ("sgi_lab.launch",),
+)
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imported(name: str, path: Path, known: set[str]) -> list[tuple[int, str]]:
+    """``(line, module)`` of every sgi_lab module that ``name`` imports, anywhere in the file."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            # `from sgi_lab.x import y` imports sgi_lab.x.y when y is a module, else sgi_lab.x.
+            targets = [
+                f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names
+            ]
+        else:
+            continue
+        for target in targets:
+            while target and target not in known:  # `import sgi_lab.a.b` counts as sgi_lab.a.b
+                target = target.rpartition(".")[0]
+            if target and target.startswith("sgi_lab") and target != name:
+                found.append((node.lineno, target))
+    return found
+
+
+def layer_of(name: str) -> int:
+    best = None
+    for index, layer in enumerate(LAYERS):
+        for prefix in layer:
+            if name == prefix or (prefix != "sgi_lab" and name.startswith(prefix + ".")):
+                best = index
+    if best is None:
+        raise AssertionError(f"{name} is in no layer: add its package to LAYERS")
+    return best
+
+
+GRAPH = {name: imported(name, path, set(modules())) for name, path in modules().items()}
+
+
+def test_every_module_has_a_layer():
+    for name in GRAPH:
+        layer_of(name)
+
+
+def test_no_import_climbs_up_a_layer():
+    climbs = [
+        f"{name}:{line} imports {target} ({LAYERS[layer_of(target)][0]} is above "
+        f"{LAYERS[layer_of(name)][0]})"
+        for name, edges in GRAPH.items()
+        for line, target in edges
+        if layer_of(target) > layer_of(name)
+    ]
+    assert not climbs, "\n".join(climbs)
+
+
+def find_cycle(graph: dict[str, list[tuple[int, str]]]) -> list[str] | None:
+    """One import cycle among the modules of ``graph``, or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for _, target in graph.get(node, []):
+            if state.get(target) == 1:
+                return path[path.index(target) :] + [target]
+            if target not in state and (cycle := visit(target)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in graph:
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_no_import_cycles():
+    cycle = find_cycle(GRAPH)
+    assert cycle is None, " -> ".join(cycle)
+
+
+@pytest.mark.parametrize(
+    ("graph", "cyclic"),
+    [
+        ({"a": [(1, "b")], "b": [(1, "a")]}, True),
+        ({"a": [(1, "b")], "b": [(1, "c")], "c": [(1, "a")]}, True),
+        ({"a": [(1, "b")], "b": [(1, "c")], "c": []}, False),
+    ],
+)
+def test_find_cycle(graph, cyclic):
+    assert (find_cycle(graph) is not None) == cyclic
+
+
+def test_imports_inside_functions_are_seen(tmp_path):
+    source = tmp_path / "x.py"
+    source.write_text("def f():\n    from sgi_lab.launch import cli\n")
+    edges = imported("sgi_lab.x", source, set(modules()))
+    assert edges == [(2, "sgi_lab.launch.cli")]
