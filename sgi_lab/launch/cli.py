@@ -122,35 +122,85 @@ def _pretrain(args: argparse.Namespace) -> int:
 
 @command("finetune")
 def _finetune(args: argparse.Namespace) -> int:
+    import dataclasses
     import logging
 
-    from sgi_lab.config import FinetuneConfig, load_config, parse_overrides, read_params
+    from sgi_lab.config import (
+        ConfigError,
+        FinetuneConfig,
+        load_config,
+        parse_overrides,
+        read_params,
+    )
+    from sgi_lab.envs import canonical_game
     from sgi_lab.runs import run_name
-    from sgi_lab.train.finetune import finetune
+    from sgi_lab.train.finetune import finetune_population
 
     params = read_params(args.params)
     name = params.get("name") or Path(args.params).stem
     overrides = parse_overrides(args.set)
     # Top-level literals of the params file (game, seed, pretrained) are defaults; flags win.
-    for key in ("game", "seed", "pretrained"):
-        value = getattr(args, key)
+    # --game and --seed take comma lists: every (game, seed) pair is one agent of a population.
+    games = _list_option(args.game, "--game") if args.game is not None else None
+    seeds = _list_option(args.seed, "--seed", int) if args.seed is not None else None
+    for key, value in (("game", games), ("seed", seeds)):
         if value is not None:
-            overrides[key] = str(value) if key == "pretrained" else value
+            overrides[key] = value[0]
         elif params.get(key) is not None and key not in overrides:
             overrides[key] = params[key]
-    config = load_config(FinetuneConfig, args.params, overrides)
-    out = args.out or Path("outputs") / "finetune" / run_name(name, config.game, f"s{config.seed}")
+    pattern = args.pretrained if args.pretrained is not None else params.get("pretrained")
+    if pattern is not None and "pretrained" not in overrides:
+        overrides["pretrained"] = str(pattern)
+    base = load_config(FinetuneConfig, args.params, overrides)
+    games = [canonical_game(g) for g in (games or [base.game])]
+    seeds = seeds or [base.seed]
+    configs, outs = [], []
+    for game in games:
+        for seed in seeds:
+            pretrained = base.pretrained
+            if pretrained is not None and "{game}" in pretrained:
+                pretrained = pretrained.replace("{game}", game)
+            elif pretrained is not None and "{" in pretrained:
+                raise ConfigError(f"--pretrained: only {{game}} may be filled in ({pretrained})")
+            configs.append(dataclasses.replace(base, game=game, seed=seed, pretrained=pretrained))
+    if len(configs) == 1:
+        c = configs[0]
+        outs = [args.out or Path("outputs") / "finetune" / run_name(name, c.game, f"s{c.seed}")]
+    else:
+        root = args.out or Path("outputs") / "finetune" / run_name(name, "population")
+        outs = [root / run_name(c.game, f"s{c.seed}") for c in configs]
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     try:
-        run = finetune(
-            config, out, progress=not args.no_progress, overwrite=args.overwrite, params=name
+        runs = finetune_population(
+            configs, outs, progress=not args.no_progress, overwrite=args.overwrite, params=name
         )
     except FloatingPointError as exc:  # NaN/Inf loss; status.json says failed
-        raise RuntimeError(f"{exc} (run folder {out})") from exc
-    evaluation = run.evaluation or {}
-    summary = {k: evaluation.get(k) for k in ("game", "episodes", "mean", "std", "hns", "step")}
-    print(json.dumps({"run": str(run.path), **summary}, indent=2))
+        raise RuntimeError(f"{exc} (run folders {', '.join(map(str, outs))})") from exc
+    summaries = []
+    for run in runs:
+        evaluation = run.evaluation or {}
+        keys = ("game", "episodes", "mean", "std", "hns", "step")
+        summaries.append({"run": str(run.path), **{k: evaluation.get(k) for k in keys}})
+    print(json.dumps(summaries[0] if len(summaries) == 1 else summaries, indent=2))
     return 0
+
+
+def _list_option(text: str, option: str, kind: type = str) -> list:
+    """``a,b,c`` -> [a, b, c] of ``kind``; a clear error naming the option otherwise."""
+    from sgi_lab.config import ConfigError
+
+    items = [t.strip() for t in str(text).split(",")]
+    if not all(items):
+        raise ConfigError(f"{option}: empty item in {text!r} (write a,b,c)")
+    try:
+        values = [kind(t) for t in items]
+    except ValueError:
+        raise ConfigError(
+            f"{option}: expected {kind.__name__}s separated by commas, got {text!r}"
+        ) from None
+    if len(set(values)) != len(values):
+        raise ConfigError(f"{option}: repeated item in {text!r}")
+    return values
 
 
 @command("evaluate")
@@ -158,7 +208,11 @@ def _evaluate(args: argparse.Namespace) -> int:
     from sgi_lab.train.evaluate import evaluate_run
 
     result = evaluate_run(
-        args.run, episodes=args.episodes, device=args.device, progress=not args.no_progress
+        args.run,
+        episodes=args.episodes,
+        device=args.device,
+        progress=not args.no_progress,
+        allow_unfinished=args.allow_unfinished,
     )
     summary = {k: result.get(k) for k in ("game", "episodes", "mean", "std", "median", "hns")}
     print(

@@ -27,7 +27,6 @@ weighted by the importance-sampling weights, then averaged over the batch::
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -331,10 +330,12 @@ class Population:
         if self.config.scheme == "frozen":
             self.template.encoder.eval()
 
-    def autocast(self) -> contextlib.AbstractContextManager:
-        if self.amp:
-            return torch.autocast(self.device.type, dtype=torch.bfloat16)
-        return contextlib.nullcontext()
+    @property
+    def update_amp(self) -> bool:
+        """bf16 autocast in the update: ``amp``, except for a population of several agents on
+        a CPU, where autocast does not reach into ``vmap`` (PyTorch's CPU autocast is not
+        applied to batched operations: a bf16 input then meets fp32 weights), so it runs fp32."""
+        return self.amp and (self.size == 1 or self.device.type != "cpu")
 
     # -- calling the networks ------------------------------------------------------------------
     def _batched(self, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -410,16 +411,20 @@ class Population:
             actions[i] = rngs[i].integers(0, self.model_args[i]["num_actions"], size=1)[0]
         if random.all():
             return actions
-        x = torch.as_tensor(obs).to(self.device)[:, None]  # (N, 1, 4, 84, 84)
+        x = torch.as_tensor(obs).to(self.device)
         # bf16 only on a GPU: for one observation on a CPU the weight casts cost more than
         # they save.
         amp = self.amp and self.device.type == "cuda"
         self.template.eval()
         try:
             with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=amp):
+                # Scaled outside vmap (a layout change cannot be asked for inside it).
+                x = prepare_pixels(x, channels_last=self.template.channels_last)[:, None]
 
                 def q_values(state, x, mask):
-                    return self._call(state, lambda m, x: m.q_values(m.encode(x), mask), x)
+                    return self._call(
+                        state, lambda m, x: m.q_values(m.encode(x, prepared=True), mask), x
+                    )
 
                 q = self._batched(q_values)(self.online, x, self.action_mask)
         finally:
@@ -450,7 +455,8 @@ class Population:
         """
         cfg, dev = self.config, self.device
         K = cfg.spr_steps if cfg.ssl != "none" else 0
-        dtype = torch.bfloat16 if self.amp else torch.float32
+        amp = self.update_amp
+        dtype = torch.bfloat16 if amp else torch.float32
         prep = {
             "augment": cfg.augment,
             "channels_last": self.template.channels_last,
@@ -499,7 +505,7 @@ class Population:
             return self._agent_losses(online, spr_target, q_target, x, K)
 
         q_target = self.q_target if self.q_target is not None else {}
-        with self.autocast():
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
             total, stats, priorities = self._batched(agent_losses)(
                 self.online, self.spr_target, q_target, inputs
             )
