@@ -14,9 +14,12 @@ from conftest import moving_dot_store
 import sgi_lab.train.finetune as ft
 from sgi_lab.augment import augment
 from sgi_lab.config import FinetuneConfig, PretrainConfig, build_config
+from sgi_lab.data.replay import PrioritizedReplay
 from sgi_lab.nets import SGIModel
 from sgi_lab.runs import RunDir, load_checkpoint, read_jsonl
+from sgi_lab.train.agent import Population
 from sgi_lab.train.pretrain import load_pretrained_model, pretrain
+from sgi_lab.train.transfer import model_args_for
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
@@ -120,13 +123,46 @@ def test_finetuning_on_the_gpu_from_a_gpu_pretraining_run(dot_store, tmp_path):
 
 def test_all_ssl_update_on_the_gpu():
     config = FinetuneConfig(**{**FINETUNE, "ssl": "all"}, steps=100)
-    agent, _ = ft.make_agent(config, ft.model_args_for(config, 6), "cuda")
+    torch.manual_seed(0)
+    model = SGIModel(**model_args_for(config, 6))
+    pop = Population.build([config], [model], loaded=(), device="cuda")
+    replay = PrioritizedReplay(100, K=2, n_step=3, goal_window=50)
     rng = np.random.default_rng(0)
     first = True
     for i in range(80):
         frame = rng.integers(0, 255, (84, 84), dtype=np.uint8)
-        agent.replay.append(frame, int(rng.integers(6)), float(i % 7 == 0), i % 40 == 39, first)
+        replay.append(frame, int(rng.integers(6)), float(i % 7 == 0), i % 40 == 39, first)
         first = i % 40 == 39
-    logs = ft.train_step(agent, *agent.replay.sample(8, 0.4))
+    batch, weights = replay.sample(8, 0.4)
+    logs, _ = pop.update([batch], [weights])
     for key in ("losses/rl", "losses/spr", "losses/goal_rl", "losses/inverse"):
-        assert torch.isfinite(logs[key]).item(), key
+        assert torch.isfinite(logs[key]).all().item(), key
+
+
+@pytest.mark.parametrize("amp", [False, True], ids=["fp32", "bf16"])
+def test_population_update_on_the_gpu_equals_separate_updates(amp):
+    """vmap'd update of 3 agents (two action counts) against populations of one, on CUDA; with
+    bf16 autocast too (which, unlike the CPU's, applies inside vmap)."""
+    from test_population import fake_batch, make_config
+
+    configs = [
+        make_config(seed=s, encoder="resnet", device="cuda", amp=amp, cpu_amp=False)
+        for s in range(3)
+    ]
+    actions = (6, 4, 6)
+    models = []
+    for c, a in zip(configs, actions):
+        torch.manual_seed(c.seed)
+        models.append(SGIModel(**model_args_for(c, a)))
+    batches = [fake_batch(c, a, i) for i, (c, a) in enumerate(zip(configs, actions))]
+    weights = [np.ones(c.batch_size, np.float32) for c in configs]
+    together = Population.build(configs, models, loaded=(), device="cuda")
+    together.update(batches, weights)
+    tol = {"rtol": 2e-2, "atol": 2e-3} if amp else {"rtol": 1e-3, "atol": 1e-4}
+    for i, (c, a) in enumerate(zip(configs, actions)):
+        torch.manual_seed(c.seed)
+        alone = Population.build([c], [SGIModel(**model_args_for(c, a))], (), "cuda")
+        alone.update([batches[i]], [weights[i]])
+        mine, theirs = together.agent_state(i), alone.agent_state(0)
+        for k in theirs:
+            torch.testing.assert_close(mine[k], theirs[k], msg=k, **tol)
