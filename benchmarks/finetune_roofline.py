@@ -43,7 +43,6 @@ from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode
 
 from sgi_lab.config import FinetuneConfig
-from sgi_lab.train.finetune import train_step
 
 ARITHMETIC_OPS = (
     "aten::mm",
@@ -87,11 +86,13 @@ def machine_ceilings(dtype: torch.dtype, reps: int) -> dict[str, float]:
 
 def obligatory_bytes(agent) -> dict[str, float]:
     """Parameter-side memory traffic of one update (see the module docstring), in MB."""
-    trainable = agent.trainable
+    pop = agent.population
+    trainable = pop.trainable()
     n_train = sum(p.numel() for p in trainable)
-    n_matrix = sum(p.numel() for p in trainable if p.dim() >= 2)
-    n_ema = sum(t.numel() for t in agent.ema_target)
-    n_ema_matrix = sum(t.numel() for t in agent.ema_target if t.dim() >= 2)
+    n_matrix = sum(p.numel() for p in trainable if p.dim() >= 3)  # (agents, out, in...)
+    ema = [pop.spr_target[k] for k in pop._ema_names()]
+    n_ema = sum(t.numel() for t in ema)
+    n_ema_matrix = sum(t.numel() for t in ema if t.dim() >= 3)
     cast = 6 if agent.amp else 0
     parts = {
         "adam": 28 * n_train,
@@ -112,7 +113,7 @@ def count_flops(agent) -> dict[str, float]:
         custom_mapping={torch.ops.aten.convolution_backward: grouped_conv_backward_flop},
     )
     with counter:
-        train_step(agent, *agent.replay.sample(agent.config.batch_size, 0.4))
+        agent.step()
     by_op = counter.get_flop_counts()["Global"]
     conv = sum(v for k, v in by_op.items() if "convolution" in str(k))
     return {"gflop": counter.get_total_flops() / 1e9, "conv_gflop": conv / 1e9}
@@ -120,9 +121,9 @@ def count_flops(agent) -> dict[str, float]:
 
 def profile_split(agent) -> dict[str, float]:
     """Self CPU seconds of one profiled update: arithmetic ops, Adam, everything else."""
-    batch = agent.replay.sample(agent.config.batch_size, 0.4)
+    sampled = agent.sample()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
-        train_step(agent, *batch)
+        agent.step(sampled)
     events = prof.key_averages()
     total = sum(e.self_cpu_time_total for e in events) / 1e6
     arithmetic = sum(e.self_cpu_time_total for e in events if e.key in ARITHMETIC_OPS) / 1e6
@@ -140,12 +141,12 @@ def bench(encoder: str, repeats: int, reps: int) -> dict[str, Any]:
     config = FinetuneConfig(encoder=encoder, steps=4_000, device="cpu")
     agent = filled_agent(config)
     for _ in range(3):
-        train_step(agent, *agent.replay.sample(config.batch_size, 0.4))
+        agent.step()
     wall = []
     for _ in range(repeats):
-        batch = agent.replay.sample(config.batch_size, 0.4)
+        sampled = agent.sample()
         t0 = time.perf_counter()
-        train_step(agent, *batch)
+        agent.step(sampled)
         wall.append(time.perf_counter() - t0)
     flops = count_flops(agent)
     traffic = obligatory_bytes(agent)

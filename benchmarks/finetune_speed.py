@@ -5,6 +5,7 @@ evaluation episodes/s (vectorized vs one environment at a time).
     python benchmarks/finetune_speed.py update --profile        # + torch.profiler table of one update
     python benchmarks/finetune_speed.py steps --steps 300       # env steps/s with 2 updates per step
     python benchmarks/finetune_speed.py eval --episodes 8       # evaluation episodes/s
+    python benchmarks/finetune_speed.py population --agents 4   # a population of 4 vs 4 single agents
     python benchmarks/finetune_speed.py all                     # everything, JSON summary at the end
 
 An update is the paper's: batch 32, RL + SPR with K = 5, 10-step returns, double Q, augmentation.
@@ -27,21 +28,56 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sgi_lab.config import FinetuneConfig
+from sgi_lab.config import FinetuneConfig, to_dict
+from sgi_lab.data.replay import PrioritizedReplay
 from sgi_lab.envs import make_env
 from sgi_lab.nets import SGIModel
 from sgi_lab.runs import read_jsonl
+from sgi_lab.train.agent import Population, use_amp
 from sgi_lab.train.evaluate import evaluate
-from sgi_lab.train.finetune import finetune, make_agent, model_args_for, train_step, use_amp
+from sgi_lab.train.finetune import finetune
+from sgi_lab.train.transfer import model_args_for
 
 ENCODERS = ("nature", "resnet")
 REFERENCE_S_PER_UPDATE = {"resnet": 0.68, "nature": 0.18}  # reference implementation, this CPU
 FULL_RUN_STEPS = 100_000
 
 
-def filled_agent(config: FinetuneConfig, rows: int = 3_000, seed: int = 0):
-    """An agent whose replay holds ``rows`` real Pong transitions (random policy)."""
-    agent, _ = make_agent(config, model_args_for(config, 6), config.device)
+class Learner:
+    """A population (of one by default) with real Pong replays: ``step()`` is one update."""
+
+    def __init__(self, config: FinetuneConfig, agents: int = 1, rows: int = 3_000) -> None:
+        configs, models = [], []
+        for i in range(agents):
+            c = FinetuneConfig(**{**to_dict(config), "seed": config.seed + i})
+            torch.manual_seed(c.seed)
+            configs.append(c)
+            models.append(SGIModel(**model_args_for(c, 6)))
+        self.population = Population.build(configs, models, loaded=(), device=config.device)
+        self.replays = [filled_replay(c, rows, seed=c.seed) for c in configs]
+        self.config = config
+
+    @property
+    def amp(self) -> bool:
+        return self.population.update_amp
+
+    def sample(self) -> tuple[list, list]:
+        sampled = [r.sample(self.config.batch_size, 0.4) for r in self.replays]
+        return [b for b, _ in sampled], [w for _, w in sampled]
+
+    def step(self, sampled: tuple[list, list] | None = None) -> None:
+        batches, weights = sampled or self.sample()
+        _, priorities = self.population.update(batches, weights)
+        for replay, batch, p in zip(self.replays, batches, priorities, strict=True):
+            replay.update_priorities(batch.indices, p)
+
+
+def filled_replay(config: FinetuneConfig, rows: int = 3_000, seed: int = 0) -> PrioritizedReplay:
+    """A prioritized replay holding ``rows`` real Pong transitions (random policy)."""
+    replay = PrioritizedReplay(
+        config.steps, alpha=config.priority_alpha, K=config.spr_steps, n_step=config.n_step,
+        gamma=config.gamma, seed=seed,
+    )  # fmt: skip
     env = make_env("Pong", seed=seed, train=True)
     obs, _ = env.reset()
     first = True
@@ -49,14 +85,18 @@ def filled_agent(config: FinetuneConfig, rows: int = 3_000, seed: int = 0):
     for _ in range(rows):
         action = int(rng.integers(6))
         nxt, _, term, trunc, info = env.step(action)
-        agent.replay.append(obs[-1], action, info["raw_reward"], info["terminal"], first)
+        replay.append(obs[-1], action, info["raw_reward"], info["terminal"], first)
         first = False
         if term or trunc:
             nxt, _ = env.reset()
             first = True
         obs = nxt
     env.close()
-    return agent
+    return replay
+
+
+def filled_agent(config: FinetuneConfig, rows: int = 3_000, agents: int = 1) -> Learner:
+    return Learner(config, agents, rows)
 
 
 def synchronize(device: str) -> None:
@@ -70,13 +110,13 @@ def bench_update(
     config = FinetuneConfig(encoder=encoder, cpu_amp=cpu_amp, steps=4_000, device=device)
     agent = filled_agent(config)
     for _ in range(3):  # warm-up (oneDNN primitive caches / cuDNN autotuning, allocator)
-        train_step(agent, *agent.replay.sample(config.batch_size, 0.4))
+        agent.step()
     wall, cpu = [], []
     for _ in range(repeats):
-        batch, weights = agent.replay.sample(config.batch_size, 0.4)
+        sampled = agent.sample()
         synchronize(device)
         t, c = time.perf_counter(), time.process_time()
-        train_step(agent, batch, weights)
+        agent.step(sampled)
         synchronize(device)
         wall.append(time.perf_counter() - t)
         cpu.append(time.process_time() - c)
@@ -95,9 +135,9 @@ def bench_update(
         from torch.profiler import ProfilerActivity
         from torch.profiler import profile as torch_profile
 
-        batch, weights = agent.replay.sample(config.batch_size, 0.4)
+        sampled = agent.sample()
         with torch_profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
-            train_step(agent, batch, weights)
+            agent.step(sampled)
         print(
             prof.key_averages(group_by_input_shape=True).table(
                 sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=32
@@ -163,9 +203,57 @@ def bench_eval(encoder: str, episodes: int, num_envs: int, max_frames: int) -> d
     return out
 
 
+def bench_population(
+    encoder: str, agents: int, rounds: int, cpu_amp: bool, device: str = "cpu"
+) -> dict:
+    """Agent-updates/s of one population of ``agents`` against the same agents as populations
+    of one updated one after another, interleaved round by round (one update of each per
+    round), so that drift of a shared machine hits both alike."""
+    config = FinetuneConfig(encoder=encoder, cpu_amp=cpu_amp, steps=4_000, device=device)
+    together = Learner(config, agents, rows=1_500)
+    alone = [
+        Learner(FinetuneConfig(**{**to_dict(config), "seed": config.seed + i}), 1, rows=1_500)
+        for i in range(agents)
+    ]
+    for _ in range(2):  # warm-up
+        together.step()
+        for a in alone:
+            a.step()
+    batched, separate = [], []
+    for _ in range(rounds):
+        sampled = together.sample()
+        synchronize(device)
+        t = time.perf_counter()
+        together.step(sampled)
+        synchronize(device)
+        batched.append(time.perf_counter() - t)
+        samples = [a.sample() for a in alone]
+        synchronize(device)
+        t = time.perf_counter()
+        for a, sampled in zip(alone, samples, strict=True):
+            a.step(sampled)
+        synchronize(device)
+        separate.append(time.perf_counter() - t)
+    b, sep = statistics.median(batched), statistics.median(separate)
+    return {
+        "encoder": encoder,
+        "agents": agents,
+        "device": device,
+        "bf16_batched": together.amp,
+        "bf16_separate": alone[0].amp,
+        "threads": torch.get_num_threads(),
+        "s_per_population_update": b,
+        "s_per_separate_updates": sep,
+        "agent_updates_per_s_batched": agents / b,
+        "agent_updates_per_s_separate": agents / sep,
+        "speedup": sep / b,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["update", "steps", "eval", "all"])
+    parser.add_argument("what", choices=["update", "steps", "eval", "population", "all"])
+    parser.add_argument("--agents", type=int, default=4, help="population size for 'population'")
     parser.add_argument("--encoders", nargs="+", default=list(ENCODERS), choices=ENCODERS)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--steps", type=int, default=200, help="learning steps for 'steps'")
@@ -181,12 +269,16 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     amps = {"both": (False, True), "fp32": (False,), "bf16": (True,)}[args.precision]
-    results: dict[str, list] = {"update": [], "steps": [], "eval": []}
+    results: dict[str, list] = {"update": [], "steps": [], "eval": [], "population": []}
     for encoder in args.encoders:
         for cpu_amp in amps:
             if args.what in ("update", "all"):
                 r = bench_update(encoder, cpu_amp, args.repeats, args.profile, args.device)
                 results["update"].append(r)
+                print(json.dumps(r))
+            if args.what == "population":
+                r = bench_population(encoder, args.agents, args.repeats, cpu_amp, args.device)
+                results["population"].append(r)
                 print(json.dumps(r))
             if args.what in ("steps", "all"):
                 r = bench_steps(encoder, cpu_amp, args.steps, args.device)

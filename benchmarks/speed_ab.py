@@ -11,7 +11,7 @@ its own ``sgi_lab`` through PYTHONPATH), so each round compares the two versions
 machine state. It prints, per round and version, the fastest and the median step, and the
 per-round ratio of medians.
 
-Jobs: ``finetune`` times `sgi_lab.train.finetune.train_step` (batch 32, RL + SPR with K = 5,
+Jobs: ``finetune`` times one update of a population of one (`sgi_lab.train.agent.Population`; `train_step` in versions before it) (batch 32, RL + SPR with K = 5,
 from a replay of real Pong transitions); ``pretrain`` times `sgi_lab.train.pretrain.train_step`
 (batch 256, all three objectives, the synthetic batch of ``pretrain_speed.py``).
 """
@@ -48,12 +48,18 @@ print(json.dumps({{"sgi_lab": sgi_lab.__file__, "min": min(times), "median": sta
 
 SETUP = {
     "finetune": """
-from finetune_speed import filled_agent
 from sgi_lab.config import FinetuneConfig
-from sgi_lab.train.finetune import train_step
-agent = filled_agent(FinetuneConfig(encoder="{encoder}", steps=4_000, device="cpu"), rows=1_500)
-batches = iter([agent.replay.sample(32, 0.4) for _ in range({steps} + 3)])
-step = lambda: train_step(agent, *next(batches))
+import finetune_speed as fs
+config = FinetuneConfig(encoder="{encoder}", steps=4_000, device="cpu")
+if hasattr(fs, "Learner"):  # the population learner
+    learner = fs.Learner(config, rows=1_500)
+    batches = iter([learner.sample() for _ in range({steps} + 3)])
+    step = lambda: learner.step(next(batches))
+else:  # versions before it: one agent and train_step
+    from sgi_lab.train.finetune import train_step
+    agent = fs.filled_agent(config, rows=1_500)
+    batches = iter([agent.replay.sample(32, 0.4) for _ in range({steps} + 3)])
+    step = lambda: train_step(agent, *next(batches))
 """,
     "pretrain": """
 from types import SimpleNamespace
