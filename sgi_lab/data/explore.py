@@ -523,8 +523,6 @@ def collect_exploratory(
     out = Path(out)
     if out.exists() and not overwrite:
         raise FileExistsError(f"{out} already exists (use overwrite to replace it)")
-    if config.threads > 0:
-        torch.set_num_threads(config.threads)
     record = {"steps": steps, "seed": seed, **data_params(config)}
     writer = TransitionStoreWriter.resume_matching(out, game, record) if resume else None
     env_kwargs = {
@@ -532,6 +530,9 @@ def collect_exploratory(
         "max_episode_frames": config.max_episode_frames,
     }
     n = config.num_envs
+    threads = torch.get_num_threads()
+    if config.threads > 0:
+        torch.set_num_threads(config.threads)
     agent_dir = out.with_name(out.name + ".partial") / AGENT_DIR
     agent = None
     if writer is not None and (agent_dir / CHECKPOINT).exists():
@@ -563,6 +564,7 @@ def collect_exploratory(
         path = writer.close()
     finally:
         envs.close()
+        torch.set_num_threads(threads)
     return TransitionStore(path)
 
 
