@@ -336,14 +336,6 @@ def to_dict(config: Any) -> dict[str, Any]:
     return dataclasses.asdict(config)
 
 
-def save_config(config: Any, path: str | os.PathLike) -> None:
-    """Write the resolved config as YAML (atomically)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # runs.TEMP_RE: cleaned on resume
-    tmp.write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
-    os.replace(tmp, path)
-
-
 @dataclass(frozen=True)
 class ExploreConfig:
     """The IDF curiosity agent that collects the Exploratory dataset (paper Sec. 3, "(E)").

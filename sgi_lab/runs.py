@@ -17,6 +17,7 @@ status words and fields.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -24,9 +25,9 @@ import re
 import shutil
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 import yaml
@@ -80,26 +81,43 @@ def run_name(*parts: Any) -> str:
     return "__".join(slug(p) for p in parts if p is not None and p != "")
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+def atomic_write(path: str | os.PathLike, write: Callable[[IO], Any], binary: bool = False) -> None:
+    """The one atomic write: ``write(fh)`` into a temp file in the same folder, fsync, rename.
+
+    A crash leaves either the old file or the new one, never a torn one; the temp file
+    (``.{name}.{pid}.tmp``, `TEMP_RE`) is removed by `clean_temp_files` on resume.
+    """
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as fh:
-        fh.write(text)
+    with open(tmp, "wb" if binary else "w") as fh:
+        write(fh)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (see `atomic_write`)."""
+    atomic_write(path, lambda fh: fh.write(text))
 
 
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
-    """``torch.save`` to a temp file in the same folder, fsync, then rename over ``path``."""
+    """``torch.save`` to ``path`` atomically (see `atomic_write`), creating its folder."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as fh:
-        torch.save(obj, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    atomic_write(path, lambda fh: torch.save(obj, fh), binary=True)
+
+
+def read_mapping(path: str | os.PathLike) -> dict[str, Any]:
+    """The one lenient reader of a run's small files: a JSON (``.json``) or YAML file's
+    top-level mapping, or ``{}`` when the file is missing, unreadable, torn or not a mapping."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+        payload = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError):
+        return {}
+    return payload if isinstance(payload, dict) else {}
 
 
 def load_checkpoint(
@@ -517,16 +535,23 @@ def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
     return rows
 
 
-def _clean(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        value = value.item()
+def jsonable(value: Any) -> Any:
+    """The one JSON cleaner: tensors and NumPy values to Python numbers or lists, NaN and
+    infinities to None (JSON has neither), paths to strings, dataclasses to dicts, recursively."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "item") and getattr(value, "ndim", 0) == 0 and not isinstance(value, str):
+        value = value.item()  # 0-d tensors and arrays, NumPy scalars
+    elif hasattr(value, "tolist"):
+        return jsonable(value.tolist())
     if isinstance(value, float) and not math.isfinite(value):
         return None
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
-        try:
-            return value.item()
-        except (ValueError, AttributeError):
-            pass
     return value
 
 
@@ -550,7 +575,7 @@ class MetricsLogger:
         self._fh = open(self.path, "a")
 
     def log(self, step: int, **values: Any) -> dict[str, Any]:
-        row = {"step": int(step), **{k: _clean(v) for k, v in values.items()}}
+        row = {"step": int(step), **{k: jsonable(v) for k, v in values.items()}}
         self._fh.write(json.dumps(row) + "\n")
         self._fh.flush()
         return row

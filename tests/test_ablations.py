@@ -76,14 +76,6 @@ def test_paper_rows_printed_for_all_games_recomputed_for_a_subset():
     assert aggregate_only.empty and "DrQ" in notes[0]
 
 
-def test_paper_config_for():
-    assert ablations.paper_config_for("frozen") == "Frozen"
-    assert ablations.paper_config_for("reduced_lr", "s_g") == "S+G"
-    assert ablations.paper_config_for("smoke", "", pretrained=False) == "SGI-None"
-    assert ablations.paper_config_for("smoke", "", pretrained=True) == "SGI-M"
-    assert ablations.paper_config_for("smoke", "sgi_m_s", pretrained=True) == "SGI-M/S"
-
-
 def test_model_select(runs):
     model = ablations.AblationModel(ablations.load_run_scores(ablations.find_runs(runs)), reps=100)
     assert model.default_games() == ["Breakout", "Pong"]

@@ -9,7 +9,14 @@ import pandas as pd
 import pytest
 import yaml
 
-from sgi_lab.analysis.report import aggregates_csv_path, paper_config_of, report, run_results
+from sgi_lab.analysis.report import (
+    aggregates_csv_path,
+    paper_config,
+    read_run,
+    report,
+    run_label,
+    run_results,
+)
 from sgi_lab.launch.cli import main
 from sgi_lab.metrics import paper_per_game
 
@@ -38,15 +45,47 @@ def fake_run(
 
 
 def test_paper_config_of_runs():
-    assert paper_config_of("reduced_lr", True, "sgi_m") == "SGI-M"
-    assert paper_config_of("reduced_lr", True, None) == "SGI-M"
-    assert paper_config_of("naive", True, "sgi_m") == "Naive"
-    assert paper_config_of("reduced_lr", True, "s_g") == "S+G"
-    assert paper_config_of("sgi_none", False, None) == "SGI-None"
-    assert paper_config_of("reduced_lr", False, None) == "SGI-None"
-    assert paper_config_of("no_ssl", False, None) == "SGI-None (No SPR)"
-    assert paper_config_of("smoke", True, "smoke") is None
-    assert paper_config_of(None, False, None) is None
+    assert paper_config("reduced_lr", True, "sgi_m") == "SGI-M"
+    assert paper_config("reduced_lr", True, None) == "SGI-M"
+    assert paper_config("naive", True, "sgi_m") == "Naive"
+    assert paper_config("reduced_lr", True, "s_g") == "S+G"
+    assert paper_config("sgi_none", False, None) == "SGI-None"
+    assert paper_config("reduced_lr", False, None) == "SGI-None"
+    assert paper_config("no_ssl", False, None) == "SGI-None (No SPR)"
+    assert paper_config("smoke", True, "smoke") is None
+    assert paper_config(None, False, None) is None
+
+
+def test_paper_config_with_fallback_always_names_a_column():
+    assert paper_config("frozen", True, fallback=True) == "Frozen"
+    assert paper_config("reduced_lr", True, "s_g", fallback=True) == "S+G"
+    assert paper_config("smoke", False, fallback=True) == "SGI-None"
+    assert paper_config("smoke", True, fallback=True) == "SGI-M"
+    assert paper_config("smoke", True, "sgi_m_s", fallback=True) == "SGI-M/S"
+
+
+def test_run_label_and_read_run(tmp_path):
+    assert run_label("reduced_lr", "sgi_m") == "reduced_lr@sgi_m"
+    assert run_label("sgi_none", "sgi_m", pretrained=False) == "sgi_none"
+    assert run_label(None) == "unnamed"
+    run = read_run(fake_run(tmp_path / "a", "pong", 3, [1.0, 2.0]))
+    assert (run.label, run.game, run.seed, run.paper_config) == (
+        "reduced_lr@sgi_m",
+        "Pong",
+        3,
+        "SGI-M",
+    )
+    # A notebook run: the label it recorded wins; a bare folder is named by its config part.
+    (run.path / "results.json").write_text(json.dumps({"method": "mine"}))
+    assert read_run(run.path).label == "mine"
+    bare = tmp_path / "finetune__frozen__Pong__s0"
+    bare.mkdir()
+    (bare / "status.json").write_text("{torn")
+    assert (read_run(bare).label, read_run(bare).evaluation, read_run(bare).game) == (
+        "frozen",
+        {},
+        None,
+    )
 
 
 def test_report_per_game_and_aggregates(tmp_path):

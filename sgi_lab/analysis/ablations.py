@@ -14,7 +14,6 @@ to tidy data, and from that to figures:
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,8 +22,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import yaml
 
+from sgi_lab.analysis.report import read_run
 from sgi_lab.envs.games import ATARI_100K_GAMES, canonical_game
 from sgi_lab.metrics import (
     METRICS,
@@ -49,10 +48,8 @@ __all__ = [
     "find_runs",
     "load_run_scores",
     "paper_aggregate_rows",
-    "paper_config_for",
     "paper_method",
     "run_aggregates",
-    "run_label",
 ]
 
 PAPER_SUFFIX = " (paper)"
@@ -75,28 +72,6 @@ def paper_method(config: str) -> str:
     return f"{config}{PAPER_SUFFIX}"
 
 
-def paper_config_for(name: str = "", pretrain: str = "", pretrained: bool = False) -> str:
-    """The paper's configuration for a finetuning parameter set, falling back sensibly.
-
-    Args:
-        name: the finetuning set's name (``reduced_lr``, ``frozen``, ``sgi_none``, ...).
-        pretrain: the pretraining set it starts from (``sgi_m``, ``s_g``, ...), when known.
-        pretrained: whether the run starts from a pretrained encoder at all.
-
-    Returns:
-        A key of `sgi_lab.metrics.paper_configs`: `paper_column_for(name, pretrain)` when the
-        names are the paper's, else ``"SGI-M"`` for a pretrained run and ``"SGI-None"`` for one
-        from scratch.
-    """
-    for candidate, base in ((name, pretrain or None), (pretrain, None), (name, None)):
-        if candidate:
-            try:
-                return paper_column_for(candidate, base)
-            except KeyError:
-                continue
-    return "SGI-M" if pretrained else "SGI-None"
-
-
 # -- our runs -----------------------------------------------------------------------------------
 
 
@@ -108,67 +83,37 @@ def find_runs(root: str | os.PathLike = "outputs/runs", pattern: str = "*") -> l
     return sorted({p.parent for p in root.rglob("eval.json") if p.parent.match(pattern)})
 
 
-def _yaml(path: Path) -> dict[str, Any]:
-    try:
-        payload = yaml.safe_load(path.read_text()) if path.exists() else {}
-    except yaml.YAMLError:
-        return {}
-    return payload if isinstance(payload, dict) else {}
-
-
-def run_label(run_dir: str | os.PathLike) -> str:
-    """A run's method label: its results' ``method``, else its params' ``name``, else the
-    config part of ``<notebook>__<config>__<game>__s<seed>``, else the folder name."""
-    run_dir = Path(run_dir)
-    results = run_dir / "results.json"
-    if results.exists():
-        try:
-            method = json.loads(results.read_text()).get("method")
-        except (json.JSONDecodeError, AttributeError):
-            method = None
-        if method:
-            return str(method)
-    name = _yaml(run_dir / "params.yaml").get("name")
-    if name:
-        return str(name)
-    parts = run_dir.name.split("__")
-    return parts[1] if len(parts) >= 3 else run_dir.name
-
-
 def load_run_scores(
     run_dirs: Sequence[str | os.PathLike] | dict[str, Sequence[str | os.PathLike]],
 ) -> pd.DataFrame:
     """One row per evaluated run: ``method, run, game, seed, score, hns``.
 
     Args:
-        run_dirs: finetuning run folders (labelled by `run_label`), or ``{method: folders}``.
+        run_dirs: finetuning run folders (labelled by `sgi_lab.analysis.report.read_run`), or
+            ``{method: folders}``.
 
     Returns:
         ``score`` is the mean raw evaluation return (eval.json's ``mean``); folders without an
         eval.json are skipped.
     """
     if isinstance(run_dirs, dict):
-        labelled = [(m, Path(p)) for m, paths in run_dirs.items() for p in paths]
+        labelled = [(m, read_run(p)) for m, paths in run_dirs.items() for p in paths]
     else:
-        labelled = [(run_label(p), Path(p)) for p in run_dirs]
+        labelled = [(run.label, run) for run in map(read_run, run_dirs)]
     records = []
-    for method, folder in labelled:
-        path = folder / "eval.json"
-        if not path.exists():
+    for method, run in labelled:
+        if not run.evaluation:
             continue
-        result = json.loads(path.read_text())
-        config = _yaml(folder / "config.yaml")
-        game = canonical_game(result.get("game") or config.get("game"))
-        scores = result.get("scores") or []
-        score = float(result["mean"]) if "mean" in result else float(np.mean(scores))
+        evaluation = run.evaluation
+        score = float(evaluation["mean"] if "mean" in evaluation else np.mean(evaluation["scores"]))
         records.append(
             {
                 "method": method,
-                "run": folder.name,
-                "game": game,
-                "seed": int(config.get("seed", result.get("seed", 0))),
+                "run": run.path.name,
+                "game": run.game,
+                "seed": run.seed or 0,
                 "score": score,
-                "hns": float(human_normalized_score(game, score)),
+                "hns": float(human_normalized_score(run.game, score)),
             }
         )
     return pd.DataFrame(records, columns=["method", "run", "game", "seed", "score", "hns"])

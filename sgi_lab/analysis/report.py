@@ -10,15 +10,14 @@ that start from a pretraining run, that run's params name (``pretrain_params``).
 
 from __future__ import annotations
 
-import json
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from sgi_lab.metrics import (
     METRIC_LABELS,
@@ -32,37 +31,130 @@ from sgi_lab.metrics import (
     paper_per_game,
 )
 from sgi_lab.metrics.paper import PER_GAME_TABLES
-from sgi_lab.runs import require_finished
+from sgi_lab.runs import read_mapping, require_finished
 
-__all__ = ["format_aggregates", "paper_config_of", "report", "run_results"]
+__all__ = [
+    "RunRecord",
+    "format_aggregates",
+    "paper_config",
+    "read_run",
+    "report",
+    "run_label",
+    "run_results",
+]
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
+@dataclass(frozen=True)
+class RunRecord:
+    """A finetuning run folder as the reports read it (`read_run`).
+
+    Attributes:
+        path: the run folder.
+        label: its method label (`run_label`): what the notebook recorded in ``results.json``,
+            else the params name, with ``@<pretraining params>`` for a pretrained run.
+        params: the finetuning params name (``status.json``, else ``params.yaml``'s ``name``,
+            else the ``<config>`` part of a ``<notebook>__<config>__<game>__s<seed>`` folder).
+        pretrain_params: the params name of the pretraining run it started from, if known.
+        pretrained: whether it started from a pretraining run.
+        game: canonical game name (None if the run records none).
+        seed: the run's seed, if recorded.
+        evaluation, status, config, results: ``eval.json``, ``status.json``, ``config.yaml``,
+            ``results.json`` (``{}`` when missing).
+    """
+
+    path: Path
+    label: str
+    params: str | None
+    pretrain_params: str | None
+    pretrained: bool
+    game: str | None
+    seed: int | None
+    evaluation: dict[str, Any] = field(repr=False)
+    status: dict[str, Any] = field(repr=False)
+    config: dict[str, Any] = field(repr=False)
+    results: dict[str, Any] = field(repr=False)
+
+    @property
+    def paper_config(self) -> str | None:
+        """The paper's config for this run (`paper_config`), None when it has none."""
+        return paper_config(self.params, self.pretrained, self.pretrain_params)
 
 
-def paper_config_of(
-    params: str | None, pretrained: bool, pretrain_params: str | None
+def run_label(
+    params: str | None, pretrain_params: str | None = None, pretrained: bool = True
+) -> str:
+    """The one method label of a run: ``reduced_lr@sgi_m`` (pretrained), ``sgi_none``, ...
+
+    Args:
+        params: the finetuning params name (``"unnamed"`` when None).
+        pretrain_params: the pretraining run's params name, when known.
+        pretrained: whether the run starts from a pretraining run (else the suffix is dropped).
+    """
+    label = params or "unnamed"
+    return f"{label}@{pretrain_params}" if pretrained and pretrain_params else label
+
+
+def paper_config(
+    params: str | None,
+    pretrained: bool,
+    pretrain_params: str | None = None,
+    fallback: bool = False,
 ) -> str | None:
-    """The paper's config key for a run, or None when the paper has no such configuration.
+    """The paper's config key for a run (`sgi_lab.metrics.paper_column_for` of its params).
 
     Args:
         params: the finetuning params name (``reduced_lr``, ``naive``, ``sgi_none``...).
         pretrained: whether the run started from a pretraining run.
         pretrain_params: that pretraining run's params name (``sgi_m``, ``s_g``...), if known;
             unknown means SGI-M, the paper's default.
+        fallback: when the names are not the paper's (smoke sets), try the pretraining name
+            alone, then answer ``"SGI-M"`` for a pretrained run and ``"SGI-None"`` for one from
+            scratch, instead of None (for a notebook that always draws the paper's column).
+
+    Returns:
+        A key of `sgi_lab.metrics.paper_configs`, or None (only when ``fallback`` is false).
     """
+    candidates = [(params, pretrain_params if pretrained else "none")] if params else []
+    if fallback and pretrained and pretrain_params:
+        candidates.append((pretrain_params, None))
+    for name, base in candidates:
+        try:
+            return paper_column_for(name, pretrain=base)
+        except KeyError:
+            continue
+    if not fallback:
+        return None
+    return "SGI-M" if pretrained else "SGI-None"
+
+
+def read_run(run_dir: str | Path) -> RunRecord:
+    """The one reader of a finetuning run folder's results (nothing is required to exist)."""
+    path = Path(run_dir)
+    evaluation = read_mapping(path / "eval.json")
+    status = read_mapping(path / "status.json")
+    config = read_mapping(path / "config.yaml")
+    results = read_mapping(path / "results.json")
+    params = status.get("params") or read_mapping(path / "params.yaml").get("name")
     if not params:
-        return None
-    try:
-        if not pretrained:
-            return paper_column_for(params, pretrain="none")
-        return paper_column_for(params, pretrain=pretrain_params)
-    except KeyError:
-        return None
+        parts = path.name.split("__")
+        params = parts[1] if len(parts) >= 3 else path.name
+    pretrain_params = status.get("pretrain_params")
+    pretrained = bool(config.get("pretrained") or status.get("pretrained"))
+    game = evaluation.get("game") or config.get("game") or status.get("game")
+    seed = config.get("seed", status.get("seed", evaluation.get("seed")))
+    return RunRecord(
+        path=path,
+        label=str(results.get("method") or run_label(params, pretrain_params, pretrained)),
+        params=params,
+        pretrain_params=pretrain_params,
+        pretrained=pretrained,
+        game=canonical_game(game) if game else None,
+        seed=None if seed is None else int(seed),
+        evaluation=evaluation,
+        status=status,
+        config=config,
+        results=results,
+    )
 
 
 def run_results(run_dirs: Sequence[str | Path], allow_unfinished: bool = False) -> pd.DataFrame:
@@ -70,7 +162,7 @@ def run_results(run_dirs: Sequence[str | Path], allow_unfinished: bool = False) 
     over its evaluation episodes), hns, episodes, step, finished.
 
     Args:
-        run_dirs: finetuning run folders.
+        run_dirs: finetuning run folders (read by `read_run`).
         allow_unfinished: include runs that never finished (``finished`` False); else they
             are refused.
 
@@ -82,31 +174,22 @@ def run_results(run_dirs: Sequence[str | Path], allow_unfinished: bool = False) 
     for run_dir in run_dirs:
         path = Path(run_dir)
         finished = require_finished(path, "report", allow_unfinished) if path.is_dir() else True
-        evaluation = _read_json(path / "eval.json")
-        if not evaluation:
+        run = read_run(path)
+        if not run.evaluation:
             missing.append(str(path))
             continue
-        status = _read_json(path / "status.json")
-        config_path = path / "config.yaml"
-        config = yaml.safe_load(config_path.read_text()) if config_path.exists() else {}
-        params = status.get("params")
-        pretrain_params = status.get("pretrain_params")
-        pretrained = bool(config.get("pretrained") or status.get("pretrained"))
-        method = params or "unnamed"
-        if pretrained and pretrain_params:
-            method = f"{method}@{pretrain_params}"
-        game = canonical_game(evaluation.get("game") or config.get("game"))
+        score = float(run.evaluation["mean"])
         rows.append(
             {
                 "run": str(path),
-                "method": method,
-                "paper_config": paper_config_of(params, pretrained, pretrain_params),
-                "game": game,
-                "seed": config.get("seed", status.get("seed")),
-                "score": float(evaluation["mean"]),
-                "hns": human_normalized_score(game, float(evaluation["mean"])),
-                "episodes": evaluation.get("episodes"),
-                "step": evaluation.get("step"),
+                "method": run.label,
+                "paper_config": run.paper_config,
+                "game": run.game,
+                "seed": run.seed,
+                "score": score,
+                "hns": human_normalized_score(run.game, score),
+                "episodes": run.evaluation.get("episodes"),
+                "step": run.evaluation.get("step"),
                 "finished": finished,
             }
         )

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
 import shutil
 import sys
@@ -40,9 +39,8 @@ from sgi_lab.config import (
     load_yaml_mapping,
     parse_value,
     read_params,
-    to_dict,
 )
-from sgi_lab.runs import RunDir, atomic_write_text, run_name
+from sgi_lab.runs import RunDir, atomic_write_text, jsonable, run_name
 
 __all__ = [
     "NotebookRunError",
@@ -304,30 +302,12 @@ def save_figure(fig: Any, out_dir: str | os.PathLike, name: str) -> Path:
     return path
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None  # JSON has no NaN
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, Path):
-        return str(value)
-    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
-        return _jsonable(value.item())
-    if hasattr(value, "tolist"):
-        return _jsonable(value.tolist())
-    if hasattr(value, "__dataclass_fields__"):
-        return to_dict(value)
-    return value
-
-
 def record_results(out_dir: str | os.PathLike, results: dict[str, Any]) -> dict[str, Any]:
     """The last cell of every notebook: write ``results.json`` in the run folder and return it.
 
     `run_notebook` copies it into ``status.json`` and `sgi_lab.launch.sweep` into ``sweep.json``.
     """
-    payload = _jsonable(results)
+    payload = jsonable(results)
     path = Path(out_dir) / RESULTS_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, json.dumps(payload, indent=2, default=str))
@@ -387,7 +367,7 @@ def run_notebook(
         run = RunDir(folder)
         state = "new"
     resolved["out_dir"] = str(folder)
-    atomic_write_text(folder / PARAMS_FILE, yaml.safe_dump(_jsonable(resolved), sort_keys=False))
+    atomic_write_text(folder / PARAMS_FILE, yaml.safe_dump(jsonable(resolved), sort_keys=False))
     out_nb = folder / nb_path.name
     attempt = int(run.status().get("attempt", 0)) + 1 if state != "new" else 1
     started = time.time()
