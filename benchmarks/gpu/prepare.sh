@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Run HERE (a machine with network), before the GPU session's first `run`: downloads the wheels the
+# device image lacks (it has torch + CUDA but not gymnasium/ale-py/...) into .gpu-wheels/ (ignored
+# by git; name it in the device tool's `carry`). Pure-Python wheels plus ale-py for the CPython
+# versions the image may have. Keep the folder under the 64 MiB a run may carry.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+dest=.gpu-wheels
+mkdir -p "$dest"
+grep -qx "/$dest/" .git/info/exclude 2>/dev/null || echo "/$dest/" >> .git/info/exclude
+pure="gymnasium farama-notifications cloudpickle typing_extensions pyyaml tqdm rliable arch<8"
+for py in 3.10 3.11 3.12 3.13; do
+  pip download --quiet --dest "$dest" --only-binary :all: --no-deps \
+      --python-version "$py" --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 \
+      "ale-py>=0.9" "pyyaml>=6" || echo "no ale-py/pyyaml wheel for Python $py"
+done
+pip download --quiet --dest "$dest" --no-deps $pure || true
+du -sh "$dest"

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Run ON THE DEVICE, from the repo root, with .gpu-wheels carried (benchmarks/gpu/prepare.sh):
+#   device run: bash benchmarks/gpu/run.sh [checks|population|benchmark26] ; carry: [".gpu-wheels"]
+# checks       tests/test_cuda.py (CUDA path, population equivalence on the GPU in fp32 and bf16)
+# population   agent-updates/s of populations of 1, 4 and 26 agents (Nature and ResNet)
+# benchmark26  the 26-game Atari 100k population (SGI-None, one seed), resumable across calls:
+#              run it again after a timeout and it continues from its last checkpoints.
+set -euo pipefail
+what=${1:-checks}
+python -V; nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
+pip install --quiet --no-index --find-links .gpu-wheels --no-deps .gpu-wheels/*.whl 2>/dev/null \
+  || pip install --quiet --no-index --find-links .gpu-wheels gymnasium ale-py pyyaml tqdm
+pip install --quiet --no-deps --no-build-isolation -e . >/dev/null
+out=${OUT:-/tmp/out}; mkdir -p "$out"
+case "$what" in
+  checks)
+    python -m pytest -q tests/test_cuda.py -p no:cacheprovider 2>&1 | tail -20 | tee "$out/checks.txt" ;;
+  population)
+    for n in 1 4 26; do
+      python benchmarks/finetune_speed.py population --device cuda --agents "$n" --repeats 10 \
+        --precision bf16 --json "$out/population_$n.json" | tail -30
+    done ;;
+  benchmark26)
+    games=$(python -c "from sgi_lab.envs.games import ATARI_100K_GAMES as g; print(','.join(g))")
+    timeout 560 sgi-lab finetune --params params/finetune/sgi_none.yaml --game "$games" --seed 0 \
+      --set device=cuda --set checkpoint_every=5000 --out /root/benchmark26 --no-progress 2>&1 | tail -40 || true
+    nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv || true
+    ls /root/benchmark26 | head -30
+    sgi-lab report /root/benchmark26/* --csv "$out/benchmark26.csv" 2>&1 | tail -40 || true ;;
+esac
