@@ -47,15 +47,11 @@ from torch.utils.flop_counter import FlopCounterMode, conv_flop_count
 
 import sgi_lab
 from sgi_lab.config import PretrainConfig, build_config
+from sgi_lab.nets.runtime import cpu_has_native_bf16
 from sgi_lab.train import pretrain as pretrain_module
 from sgi_lab.train.pretrain import build_state, train_step
 
 REFERENCE_SAMPLES_PER_S = {"nature": 176.0, "resnet": 24.5}
-
-
-def cpu_has_native_bf16() -> bool:
-    caps = torch.cpu.get_capabilities() if hasattr(torch.cpu, "get_capabilities") else {}
-    return bool(caps.get("avx512_bf16") or caps.get("amx_bf16"))
 
 
 NUM_ACTIONS = 18

@@ -23,6 +23,7 @@ from sgi_lab.nets import (
     renormalize,
     scale_gradient,
 )
+from sgi_lab.nets.ema import lerp_
 
 
 def n_params(module: nn.Module) -> int:
@@ -351,3 +352,15 @@ def test_inverted_residual_training_forward_and_gradients_are_the_textbook_ones(
     torch.testing.assert_close(out, plain, **tol)
     for a, b in zip(grads, plain_grads, strict=True):
         torch.testing.assert_close(a, b, **tol)
+
+
+def test_lerp_is_the_per_tensor_lerp(monkeypatch):
+    targets = [torch.zeros(3), torch.ones(2, 2)]
+    sources = [torch.full((3,), 2.0), torch.full((2, 2), 3.0)]
+    lerp_(targets, sources, 0.25)  # t + 0.25 * (s - t)
+    torch.testing.assert_close(targets[0], torch.full((3,), 0.5))
+    torch.testing.assert_close(targets[1], torch.full((2, 2), 1.5))
+    monkeypatch.delattr(torch, "_foreach_lerp_")  # the public fallback gives the same
+    lerp_(targets, sources, 0.25)
+    torch.testing.assert_close(targets[0], torch.full((3,), 0.875))
+    lerp_([], [], 0.5)

@@ -9,7 +9,7 @@ from sgi_lab.augment import intensity
 from sgi_lab.config import PretrainConfig, build_config
 from sgi_lab.nets import InvertedResidual, SGIModel, make_target
 from sgi_lab.nets.encoders import PIXEL_SCALE, scale_pixels
-from sgi_lab.nets.runtime import autocast, cpu_has_native_bf16, keep_freed_memory
+from sgi_lab.nets.runtime import autocast, cpu_has_native_bf16, keep_freed_memory, use_bf16
 from sgi_lab.train.pretrain import target_passes
 
 
@@ -199,3 +199,10 @@ def test_clip_gradients_is_clip_grad_norm(max_norm):
     if max_norm == 0.5:  # really clipped
         clipped = torch.linalg.vector_norm(torch.cat([p.grad.flatten() for p in ours]))
         torch.testing.assert_close(clipped, torch.tensor(0.5), rtol=1e-5, atol=1e-6)
+
+
+def test_use_bf16_is_the_one_decision(monkeypatch):
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert use_bf16(cuda) and not use_bf16(cuda, cuda=False)
+    assert not use_bf16(cpu, cpu=False) and not use_bf16(torch.device("meta"))
+    assert use_bf16(cpu) == cpu_has_native_bf16()

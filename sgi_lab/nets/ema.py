@@ -47,5 +47,24 @@ def ema_update(target: nn.Module, online: nn.Module, tau: float) -> None:
             floats_o.append(o.data)
         else:
             t.copy_(o)
-    if floats_t:
-        torch._foreach_lerp_(floats_t, floats_o, 1.0 - tau)
+    lerp_(floats_t, floats_o, 1.0 - tau)
+
+
+@torch.no_grad()
+def lerp_(targets: list[torch.Tensor], sources: list[torch.Tensor], weight: float) -> None:
+    """``t <- t + weight * (s - t)`` for each pair, in place: the one EMA step on tensors.
+
+    ``weight = 1 - tau``. Use this (or `ema_update` for whole modules) for every target
+    network, so the arithmetic lives in one place.
+    """
+    if not targets:
+        return
+    # torch._foreach_lerp_ is private API, used here and nowhere else: one fused kernel per
+    # dtype/device group instead of one lerp_ per tensor (an EMA step touches every parameter
+    # every update). It computes exactly Tensor.lerp_, the public fallback if it ever goes.
+    foreach = getattr(torch, "_foreach_lerp_", None)
+    if foreach is not None:
+        foreach(targets, sources, weight)
+    else:
+        for target, source in zip(targets, sources, strict=True):
+            target.lerp_(source, weight)

@@ -35,20 +35,26 @@ def cpu_has_native_bf16() -> bool:
     return bool(caps.get("avx512_bf16") or caps.get("amx_bf16"))
 
 
-def autocast(
-    device: torch.device, cuda: bool = True, cpu: bool = True
-) -> contextlib.AbstractContextManager:
-    """bf16 autocast on ``device`` when asked for and worth it, else a null context.
+def use_bf16(device: torch.device, cuda: bool = True, cpu: bool = True) -> bool:
+    """The one bf16 decision: on CUDA when ``cuda``; on a CPU when ``cpu`` and the CPU has
+    native bf16 (:func:`cpu_has_native_bf16`; elsewhere bf16 is emulated and slower than fp32).
 
     Args:
         device: where the step runs.
-        cuda: use bf16 on CUDA.
-        cpu: use bf16 on a CPU, if it has native bf16 (:func:`cpu_has_native_bf16`).
+        cuda: use bf16 on CUDA (a config's ``amp``).
+        cpu: use bf16 on a CPU (a config's ``cpu_amp``).
     """
-    if device.type == "cuda" and cuda:
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    if device.type == "cpu" and cpu and cpu_has_native_bf16():
-        return torch.autocast("cpu", dtype=torch.bfloat16)
+    if device.type == "cuda":
+        return bool(cuda)
+    return device.type == "cpu" and bool(cpu) and cpu_has_native_bf16()
+
+
+def autocast(
+    device: torch.device, cuda: bool = True, cpu: bool = True
+) -> contextlib.AbstractContextManager:
+    """bf16 autocast on ``device`` when `use_bf16` says so, else a null context."""
+    if use_bf16(device, cuda, cpu):
+        return torch.autocast(device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
 
 
@@ -114,4 +120,5 @@ __all__ = [
     "cpu_has_native_bf16",
     "keep_freed_memory",
     "prepare_device",
+    "use_bf16",
 ]

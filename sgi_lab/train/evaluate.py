@@ -30,10 +30,10 @@ from sgi_lab.envs import canonical_game, make_vector_env
 from sgi_lab.envs.atari import MAX_EPISODE_FRAMES
 from sgi_lab.metrics import human_normalized_score
 from sgi_lab.nets import SGIModel
+from sgi_lab.nets.runtime import use_bf16
 from sgi_lab.runs import CheckpointError, RunDir, atomic_write_text, load_checkpoint
 
 __all__ = [
-    "cpu_has_native_bf16",
     "episode_quotas",
     "evaluate",
     "evaluate_run",
@@ -294,17 +294,5 @@ def evaluate_run(
     return result
 
 
-def cpu_has_native_bf16() -> bool:
-    """True on CPUs with bf16 instructions (AVX512-BF16 or AMX), where bf16 autocast pays
-    (measured 1.4-2.6x on the encoders); elsewhere it is emulated and slower than fp32."""
-    try:
-        caps = torch.cpu.get_capabilities()
-    except Exception:  # older torch or an unknown CPU: stay in fp32
-        return False
-    return bool(caps.get("avx512_bf16") or caps.get("amx_bf16"))
-
-
 def _amp(config: dict[str, Any], device: torch.device) -> bool:
-    if device.type == "cuda":
-        return bool(config.get("amp", True))
-    return bool(config.get("cpu_amp", False)) and cpu_has_native_bf16()
+    return use_bf16(device, config.get("amp", True), config.get("cpu_amp", False))
