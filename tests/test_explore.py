@@ -248,3 +248,38 @@ def test_interrupted_collection_resumes_with_its_agent(tmp_path):
     assert len(tail) and resumed.episode_starts[tail[0]] == durable
     assert sum(map(len, seen)) >= 1200 - durable
     _match_streams(resumed, [np.stack(s) for s in seen], from_row=durable)
+
+
+# -- coverage -----------------------------------------------------------------------------------
+
+
+def test_state_coverage_counts_distinct_coarse_screens(tmp_path):
+    from sgi_lab.data import TransitionStoreWriter
+    from sgi_lab.data.coverage import frame_cells, state_coverage
+
+    a = np.zeros((84, 84), np.uint8)
+    b = a.copy()
+    b[:42] = 200  # a new screen: the top half lit
+    c = a.copy()
+    c[42:, 42:] = 200
+    noisy = a.copy()
+    noisy[3, 3] = 255  # one pixel: 255/49 ~ 5 gray values in its block, far under 256/8 = 32
+    ids = frame_cells(np.stack([a, noisy, b, c]))
+    assert ids[0] == ids[1] and len(set(ids.tolist())) == 3
+    frames = np.stack([a, noisy, a, a, a, b, c, b, c, b])
+    writer = TransitionStoreWriter.create(
+        tmp_path / "s", game="Pong", source="test", num_actions=6, chunk_size=4
+    )
+    writer.append_many(
+        frame=frames,
+        action=np.zeros(10, np.int32),
+        reward=np.zeros(10, np.float32),
+        terminal=np.zeros(10, np.uint8),
+        first=np.eye(1, 10, dtype=np.uint8)[0],
+    )
+    store = TransitionStore(writer.close())
+    cov = state_coverage(store, batch=3)  # batches and chunks both split the rows
+    np.testing.assert_array_equal(cov["rows"], np.arange(1, 11))
+    np.testing.assert_array_equal(cov["distinct_cells"], [1, 1, 1, 1, 1, 2, 3, 3, 3, 3])
+    assert cov["cells"] == 3 and cov["cells_per_1k"] == pytest.approx(300.0)
+    assert state_coverage(store, budget=5)["cells"] == 1
