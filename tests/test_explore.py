@@ -283,3 +283,29 @@ def test_state_coverage_counts_distinct_coarse_screens(tmp_path):
     np.testing.assert_array_equal(cov["distinct_cells"], [1, 1, 1, 1, 1, 2, 3, 3, 3, 3])
     assert cov["cells"] == 3 and cov["cells_per_1k"] == pytest.approx(300.0)
     assert state_coverage(store, budget=5)["cells"] == 1
+
+
+# -- command line -------------------------------------------------------------------------------
+
+
+@pytest.mark.smoke
+def test_cli_collect_exploratory_in_process(tmp_path, capsys):
+    from sgi_lab.launch.cli import main
+
+    out = tmp_path / "e"
+    argv = ["collect", "exploratory", "--game", "pong", "--steps", "300", "--envs", "2"]
+    argv += ["--params", "params/collect/exploratory_smoke.yaml", "--set", "threads=1"]
+    rc = main([*argv, "--seed", "3", "--out", str(out), "--no-progress"])
+    assert rc == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["transitions"] == 300 and summary["source"] == "exploratory"
+    store = TransitionStore(out)
+    assert store.manifest.params["num_envs"] == 2 and store.manifest.params["seed"] == 3
+    assert (out / "agent/checkpoint.pt").exists()
+    # A bad override names its key; the random policy still goes to its own collector.
+    assert main([*argv, "--set", "gae_lamda=0.9", "--out", str(tmp_path / "x")]) == 2
+    assert "gae_lamda" in capsys.readouterr().err
+    rc = main(
+        ["collect", "random", "--game", "pong", "--steps", "50", "--out", str(tmp_path / "r")]
+    )
+    assert rc == 0 and TransitionStore(tmp_path / "r").manifest.source == "random"

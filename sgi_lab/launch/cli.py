@@ -256,7 +256,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("collect", help="collect an offline dataset into a TransitionStore")
-    p.add_argument("policy", choices=["random"], help="the paper's Random dataset policy")
+    p.add_argument(
+        "policy",
+        choices=["random", "exploratory"],
+        help="random: the paper's Random policy; exploratory: the IDF curiosity agent (SGI-E)",
+    )
+    from sgi_lab.launch import explore
+
+    explore.add_arguments(p)  # --envs, --params, --set; routes `exploratory` to its collector
     p.add_argument("--game", required=True)
     p.add_argument("--steps", type=int, required=True)
     p.add_argument("--seed", type=int, default=0)
