@@ -25,6 +25,8 @@ from typing import Any, Literal
 
 import yaml
 
+from sgi_lab.envs.games import UnknownGameError, canonical_game
+
 
 class ConfigError(ValueError):
     """A params file or override is malformed: unknown key, wrong type or bad value."""
@@ -141,6 +143,18 @@ class FinetuneConfig:
         0, "torch CPU threads during the run (0: torch's default; 1 when sharing CPUs)"
     )
     channels_last: bool = F(True, "channels-last memory format for conv layers")
+
+    def __post_init__(self) -> None:
+        # The one place a game name is canonicalised: "pong", "ALE/Pong-v5" and "Pong" are the
+        # same config, so they name the same run folder and resume each other.
+        object.__setattr__(self, "game", _canonical_game("game", self.game))
+
+
+def _canonical_game(key: str, name: Any) -> str:
+    try:
+        return canonical_game(name)
+    except UnknownGameError as exc:
+        raise UnknownGameError(f"{key}: {exc}") from None
 
 
 STAGES: dict[str, type] = {"pretrain": PretrainConfig, "finetune": FinetuneConfig}

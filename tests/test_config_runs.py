@@ -149,3 +149,13 @@ def test_restore_generator_round_trip_and_foreign_state():
     a, b = torch.Generator(), torch.Generator()
     assert not restore_generator(a, foreign) and not restore_generator(b, foreign)
     torch.testing.assert_close(torch.rand(3, generator=a), torch.rand(3, generator=b))
+
+
+def test_finetune_config_canonicalises_the_game_once():
+    from sgi_lab.config import FinetuneConfig, build_config
+    from sgi_lab.envs import UnknownGameError
+
+    assert FinetuneConfig(game="pong") == FinetuneConfig(game="Pong") == FinetuneConfig()
+    assert build_config(FinetuneConfig, {"game": "ALE/MsPacman-v5"}).game == "MsPacman"
+    with pytest.raises(UnknownGameError, match="game: unknown Atari 100k game 'pongg'"):
+        FinetuneConfig(game="pongg")

@@ -16,11 +16,13 @@ import sgi_lab
 PACKAGE = Path(sgi_lab.__file__).resolve().parent
 
 # Lowest first. A module may import from its own layer or any layer below it, never above.
+# envs (the game table and the environment factory) imports nothing of ours, and sits below the
+# base so that the configs canonicalise a game name once, with envs.games.canonical_game.
 # metrics sits below train: train/evaluate scores its returns with metrics.hns, and nothing in
 # metrics needs training. viz sits below analysis: the analysis models draw with viz figures.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("sgi_lab", "sgi_lab.config", "sgi_lab.runs", "sgi_lab.augment"),
     ("sgi_lab.envs",),
+    ("sgi_lab", "sgi_lab.config", "sgi_lab.runs", "sgi_lab.augment"),
     ("sgi_lab.data", "sgi_lab.nets", "sgi_lab.objectives"),
     ("sgi_lab.metrics",),
     ("sgi_lab.train",),
