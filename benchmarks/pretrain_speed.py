@@ -169,7 +169,7 @@ def time_steps(
     for _ in range(steps):
         t0, c0 = time.perf_counter(), time.process_time()
         logs = train_step(config, state, batch)
-        logs["loss/total"].item()
+        logs["losses/total"].item()
         wall.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
     return {"wall_s": wall, "cpu_s": cpu, "state": state}

@@ -71,7 +71,7 @@ state = build_state(config, NUM_ACTIONS, torch.device("cpu"))
 state.model.train()
 state.target.train()
 batch = synthetic_batch(256)
-step = lambda: train_step(config, state, batch)["loss/total"].item()
+step = lambda: train_step(config, state, batch)["losses/total"].item()
 """,
 }
 

@@ -520,7 +520,22 @@ class RunDir:
         return read_jsonl(self.metrics_path)
 
 
+# Pretraining keys written before pretraining and finetuning shared one metric namespace
+# (``losses/...`` and ``charts/...``): renamed on read, so older runs plot and resume alike.
+LEGACY_METRIC_KEYS = {
+    **{f"loss/{k}": f"losses/{k}" for k in ("total", "spr", "goal", "inverse", "bc", "atc")},
+    "perf/samples_per_s": "charts/samples_per_s",
+    "inverse/accuracy": "charts/inverse_accuracy",
+    "goal/reward_mean": "charts/goal_reward_mean",
+    "bc/accuracy": "charts/bc_accuracy",
+    "atc/accuracy": "charts/atc_accuracy",
+    "repr/cosine_similarity": "charts/cosine_similarity",
+}
+
+
 def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The rows of a ``metrics.jsonl`` (``[]`` if missing), up to a torn last line, with
+    `LEGACY_METRIC_KEYS` renamed."""
     path = Path(path)
     if not path.exists():
         return []
@@ -529,9 +544,10 @@ def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
         line = line.strip()
         if line:
             try:
-                rows.append(json.loads(line))
+                row = json.loads(line)
             except json.JSONDecodeError:
                 break  # a torn last line from a crash
+            rows.append({LEGACY_METRIC_KEYS.get(k, k): v for k, v in row.items()})
     return rows
 
 

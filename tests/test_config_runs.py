@@ -159,3 +159,22 @@ def test_finetune_config_canonicalises_the_game_once():
     assert build_config(FinetuneConfig, {"game": "ALE/MsPacman-v5"}).game == "MsPacman"
     with pytest.raises(UnknownGameError, match="game: unknown Atari 100k game 'pongg'"):
         FinetuneConfig(game="pongg")
+
+
+def test_metrics_written_before_the_shared_namespace_are_renamed_on_read(tmp_path):
+    from sgi_lab.runs import read_jsonl
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(
+        '{"step": 1, "loss/total": 2.0, "perf/samples_per_s": 9.0, "repr/cosine_similarity": 0.5}\n'
+        '{"step": 2, "losses/total": 1.0, "charts/sps": 3.0}\n{"step": 3, "los'
+    )
+    assert read_jsonl(path) == [
+        {
+            "step": 1,
+            "losses/total": 2.0,
+            "charts/samples_per_s": 9.0,
+            "charts/cosine_similarity": 0.5,
+        },
+        {"step": 2, "losses/total": 1.0, "charts/sps": 3.0},
+    ]

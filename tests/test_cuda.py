@@ -93,7 +93,7 @@ def test_pretraining_on_the_gpu_resumes_and_loads_on_the_cpu(dot_store, tmp_path
     path = pretrain(config, dot_store, tmp_path / "run", progress=False)
     rows = RunDir(tmp_path / "run").read_metrics()
     assert [r["step"] for r in rows] == [5, 10, 15, 20]
-    for key in ("loss/spr", "loss/goal", "loss/inverse", "loss/total"):
+    for key in ("losses/spr", "losses/goal", "losses/inverse", "losses/total"):
         assert all(np.isfinite(r[key]) for r in rows), key
     payload = load_checkpoint(path, kind="pretrained_model")  # map_location cpu
     assert all(t.device.type == "cpu" for t in payload["model"].values())

@@ -49,15 +49,15 @@ def test_every_objective_runs_and_logs(dot_store, tmp_path, weights):
     rows = RunDir(tmp_path / "run").read_metrics()
     assert [r["step"] for r in rows] == [5]
     expected = {
-        "spr_weight": "loss/spr",
-        "goal_weight": "loss/goal",
-        "inverse_weight": "loss/inverse",
-        "atc_weight": "loss/atc",
-        "bc_weight": "loss/bc",
+        "spr_weight": "losses/spr",
+        "goal_weight": "losses/goal",
+        "inverse_weight": "losses/inverse",
+        "atc_weight": "losses/atc",
+        "bc_weight": "losses/bc",
     }
     for key, metric in expected.items():
         assert (metric in rows[0]) == (getattr(config, key) > 0)
-    assert 0 <= rows[0]["repr/cosine_similarity"] <= 1 and rows[0]["perf/samples_per_s"] > 0
+    assert 0 <= rows[0]["charts/cosine_similarity"] <= 1 and rows[0]["charts/samples_per_s"] > 0
     payload = load_checkpoint(model_path, kind="pretrained_model")
     assert payload["model_args"]["goal_head"] == (config.goal_weight > 0)
 
@@ -78,8 +78,8 @@ def test_pretraining_learns_inverse_dynamics(dot_store, tmp_path):
     pretrain(config, dot_store, tmp_path / "run", progress=False)
     rows = RunDir(tmp_path / "run").read_metrics()
     first, last = rows[0], rows[-1]
-    assert last["inverse/accuracy"] > 0.35  # chance is 1/5
-    assert last["loss/total"] < first["loss/total"]
+    assert last["charts/inverse_accuracy"] > 0.35  # chance is 1/5
+    assert last["losses/total"] < first["losses/total"]
 
 
 def test_interrupted_run_resumes_at_the_right_step_and_matches(dot_store, tmp_path):

@@ -88,7 +88,7 @@ def test_diversity_curves_read_metrics(tmp_path):
         folder = tmp_path / name
         folder.mkdir()
         lines = [
-            json.dumps({"step": 10 * (i + 1), "repr/cosine_similarity": v})
+            json.dumps({"step": 10 * (i + 1), "charts/cosine_similarity": v})
             for i, v in enumerate(values)
         ]
         (folder / "metrics.jsonl").write_text("\n".join([*lines, json.dumps({"step": 99})]) + "\n")
@@ -156,14 +156,14 @@ def test_goal_explorer_callbacks_redraw(small_store, model):
 
 
 def test_live_curves_update_and_finish():
-    curves = viz.LiveCurves(["loss/total", "loss/spr", "never"], columns=2)
+    curves = viz.LiveCurves(["losses/total", "losses/spr", "never"], columns=2)
     for step in (5, 10):
-        curves.update({"step": step, "loss/total": 1.0 / step, "loss/spr": float("nan")})
+        curves.update({"step": step, "losses/total": 1.0 / step, "losses/spr": float("nan")})
     total = curves.figure.data[0]
     assert list(total.x) == [5, 10] and list(total.y) == [0.2, 0.1]
     assert not curves.figure.data[1].x  # NaN points are skipped
     final = curves.finish()
-    assert [t.name for t in final.data] == ["loss/total"]  # keys without data are dropped
+    assert [t.name for t in final.data] == ["losses/total"]  # keys without data are dropped
     assert len(curves.frame) == 2
 
 
@@ -184,15 +184,15 @@ def test_live_curves_follow_a_metrics_file(tmp_path):
 
 def test_training_curves_and_learning_curve():
     rows = [
-        {"step": 1, "loss/total": 2.0, "episode/return": -21.0},
-        {"step": 2, "loss/total": 1.0},
+        {"step": 1, "losses/total": 2.0, "episode/return": -21.0},
+        {"step": 2, "losses/total": 1.0},
         {"step": 3, "episode/return": -19.0},
     ]
-    fig = viz.training_curves(rows, ["loss/total", "missing"])
-    assert [t.name for t in fig.data] == ["loss/total"]
+    fig = viz.training_curves(rows, ["losses/total", "missing"])
+    assert [t.name for t in fig.data] == ["losses/total"]
     two_runs = pd.DataFrame(rows).assign(run=["a", "b", "a"])
-    fig = viz.training_curves(two_runs, ["loss/total"], runs="run")
-    assert [t.name for t in fig.data] == ["loss/total (a)", "loss/total (b)"]
+    fig = viz.training_curves(two_runs, ["losses/total"], runs="run")
+    assert [t.name for t in fig.data] == ["losses/total (a)", "losses/total (b)"]
     learning = viz.learning_curve(rows, window=2, reference={"human": 14.6})
     assert list(learning.data[0].y) == [-21.0, -19.0]
     assert list(learning.data[1].y) == [-21.0, -20.0]

@@ -41,7 +41,7 @@ __all__ = [
     "start_distance",
 ]
 
-DIVERSITY_KEY = "repr/cosine_similarity"
+DIVERSITY_KEY = "charts/cosine_similarity"
 """The metrics.jsonl key under which pretraining logs the mean pairwise cosine similarity."""
 
 

@@ -207,7 +207,7 @@ def sgi_losses(
 
     z0 = model.encode(obs[:, 0])
     y0 = model.project(z0)
-    logs["repr/cosine_similarity"] = representation_similarity(y0)
+    logs["charts/cosine_similarity"] = representation_similarity(y0)
 
     if config.spr_weight > 0 or config.inverse_weight > 0:
         z_pred = model.rollout(z0, actions[:, :K])  # (B, K, C, 7, 7)
@@ -216,14 +216,14 @@ def sgi_losses(
         if config.spr_weight > 0:
             loss = spr_loss(model.predict(y_pred), y_target, step_mask).mean()
             total = total + config.spr_weight * loss
-            logs["loss/spr"] = loss
+            logs["losses/spr"] = loss
         if config.inverse_weight > 0:
             y_hat = torch.cat([y0[:, None], y_pred[:, :-1]], dim=1)  # y_hat_{t..t+K-1}
             logits = model.inverse_logits(y_hat, y_target)
             loss = inverse_dynamics_loss(logits, actions[:, :K], step_mask).mean()
             total = total + config.inverse_weight * loss
-            logs["loss/inverse"] = loss
-            logs["inverse/accuracy"] = inverse_dynamics_accuracy(
+            logs["losses/inverse"] = loss
+            logs["charts/inverse_accuracy"] = inverse_dynamics_accuracy(
                 logits, actions[:, :K], step_mask
             ).mean()
 
@@ -252,17 +252,17 @@ def sgi_losses(
             config.goal_reward_scale,
         ).mean()
         total = total + config.goal_weight * loss
-        logs["loss/goal"] = loss
-        logs["goal/reward_mean"] = rewards[:, 0].mean()
+        logs["losses/goal"] = loss
+        logs["charts/goal_reward_mean"] = rewards[:, 0].mean()
 
     if config.bc_weight > 0:
         logits = model.bc_logits(z0)
         loss = bc_loss(logits, actions[:, 0]).mean()
         total = total + config.bc_weight * loss
-        logs["loss/bc"] = loss
-        logs["bc/accuracy"] = bc_accuracy(logits, actions[:, 0]).mean()
+        logs["losses/bc"] = loss
+        logs["charts/bc_accuracy"] = bc_accuracy(logits, actions[:, 0]).mean()
 
-    logs["loss/total"] = total
+    logs["losses/total"] = total
     return total, logs
 
 
@@ -282,10 +282,10 @@ def atc_losses(
     valid = batch["valid"][:, d : d + L].flatten()
     loss = atc_loss(predictions, positives, valid).mean()
     logs = {
-        "loss/atc": loss,
-        "atc/accuracy": atc_accuracy(predictions, positives)[valid].mean(),
-        "repr/cosine_similarity": representation_similarity(y),
-        "loss/total": config.atc_weight * loss,
+        "losses/atc": loss,
+        "charts/atc_accuracy": atc_accuracy(predictions, positives)[valid].mean(),
+        "charts/cosine_similarity": representation_similarity(y),
+        "losses/total": config.atc_weight * loss,
     }
     return config.atc_weight * loss, logs
 
@@ -420,10 +420,16 @@ def _train_loop(config, store, run, state, sampler, args, device, progress, call
             if step % config.log_every == 0 or step == config.steps:
                 elapsed = time.perf_counter() - t_window
                 row = {k: float(np.mean(v)) for k, v in window.items()}
-                row["perf/samples_per_s"] = steps_in_window * samples_per_step / max(elapsed, 1e-9)
+                row["charts/samples_per_s"] = (
+                    steps_in_window * samples_per_step / max(elapsed, 1e-9)
+                )
                 row = logger.log(step, **row)
                 bar.set_postfix(
-                    {k.split("/")[-1]: f"{v:.3g}" for k, v in row.items() if k.startswith("loss/")}
+                    {
+                        k.split("/")[-1]: f"{v:.3g}"
+                        for k, v in row.items()
+                        if k.startswith("losses/")
+                    }
                 )
                 if callback is not None:
                     callback(row)

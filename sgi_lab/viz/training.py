@@ -40,14 +40,14 @@ __all__ = [
 ]
 
 PRETRAIN_CURVES: tuple[str, ...] = (
-    "loss/total",
-    "loss/spr",
-    "loss/goal",
-    "loss/inverse",
-    "inverse/accuracy",
-    "goal/reward_mean",
-    "repr/cosine_similarity",
-    "perf/samples_per_s",
+    "losses/total",
+    "losses/spr",
+    "losses/goal",
+    "losses/inverse",
+    "charts/inverse_accuracy",
+    "charts/goal_reward_mean",
+    "charts/cosine_similarity",
+    "charts/samples_per_s",
 )
 """The pretraining metrics shown by default (those a run did not log are skipped)."""
 
