@@ -112,3 +112,9 @@ def test_explorer_callbacks_change_the_figures(runs):
 
     explorer.games.value = ()
     assert "select at least one game" in explorer.notes.value
+
+
+def test_paper_objective_ablations_are_paper_configs():
+    from sgi_lab.metrics import paper_configs
+
+    assert set(ablations.PAPER_OBJECTIVE_ABLATIONS) <= set(paper_configs())

@@ -296,3 +296,27 @@ def test_static_figures_env_switches_off_figure_widgets(monkeypatch):
         assert not isinstance(curves.figure, go.FigureWidget)
     assert STATIC_FIGURES_ENV not in os.environ  # restored
     assert figure_widget_available() == widgets
+
+
+def test_load_encoders_puts_the_pretrained_model_first(small_store, monkeypatch):
+    models = representations.load_encoders("", small_store, encoder="nature", seed=0)
+    assert list(models) == ["random init (nature)"]
+    pretrained = representations.random_model(6, "nature", 1)
+    monkeypatch.setattr(representations, "load_pretrained_model", lambda run_dir: pretrained)
+    models = representations.load_encoders("runs/pre", small_store, encoder="nature")
+    assert list(models) == ["pretrained: pre", "random init (nature)"]
+    assert models["pretrained: pre"] is pretrained
+
+
+def test_goal_summary():
+    analysis = pd.DataFrame(
+        {"goal_reward": [np.nan, 1.0, -0.5, 2.0], "similarity": [0.1, 0.4, 0.3, 0.9]}
+    )
+    nearest = pd.DataFrame({"cosine": [0.95, 0.5]})
+    assert goals.goal_summary(analysis, nearest) == {
+        "goal_reward_sum": 2.5,
+        "similarity_start": 0.1,
+        "similarity_max": 0.9,
+        "positive_reward_share": pytest.approx(2 / 3),
+        "nearest_cosine": 0.95,
+    }

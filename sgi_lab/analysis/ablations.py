@@ -41,6 +41,7 @@ from sgi_lab.viz.training import LiveFigure
 
 __all__ = [
     "DEFAULT_EXPLORER_METRICS",
+    "PAPER_OBJECTIVE_ABLATIONS",
     "PAPER_SUFFIX",
     "AblationExplorer",
     "AblationModel",
@@ -54,6 +55,9 @@ __all__ = [
 
 PAPER_SUFFIX = " (paper)"
 DEFAULT_EXPLORER_METRICS = ("iqm", "median", "mean")
+PAPER_OBJECTIVE_ABLATIONS = ("SGI-M", "S+I", "G+I", "S+G", "I", "G", "S", "SGI-None")
+"""The paper's pretraining-objective ablation (tab:IQMs): SGI-M, each objective pair and single
+objective, and no pretraining."""
 # Where a printed aggregate is looked up first: tab:IQMs has CIs; then the main tables.
 PAPER_TABLE_ORDER = (
     "tab:IQMs",

@@ -31,6 +31,7 @@ __all__ = [
     "GoalExplorer",
     "goal_analysis",
     "goal_q_values",
+    "goal_summary",
     "make_goal",
     "nearest_to_goal",
     "trajectory_rows",
@@ -314,3 +315,24 @@ class GoalExplorer:
         display(self.widget)
         self.trajectory_view.show()
         self.frames_view.show()
+
+
+def goal_summary(analysis: pd.DataFrame, nearest: pd.DataFrame) -> dict[str, float]:
+    """The numbers the goal-rewards notebook records for one goal.
+
+    Args:
+        analysis: `goal_analysis` rows (``goal_reward``, ``similarity``).
+        nearest: `nearest_to_goal` rows, nearest first (``cosine``).
+
+    Returns:
+        ``goal_reward_sum``, ``similarity_start``, ``similarity_max``, ``positive_reward_share``
+        (share of the defined rewards that are positive) and ``nearest_cosine``.
+    """
+    rewards = analysis["goal_reward"].dropna()
+    return {
+        "goal_reward_sum": float(analysis["goal_reward"].sum()),
+        "similarity_start": float(analysis["similarity"].iloc[0]),
+        "similarity_max": float(analysis["similarity"].max()),
+        "positive_reward_share": float((rewards > 0).mean()),
+        "nearest_cosine": float(nearest["cosine"].iloc[0]),
+    }

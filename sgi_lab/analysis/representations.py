@@ -33,6 +33,7 @@ __all__ = [
     "embedding_frame",
     "encode_rows",
     "load_encoder",
+    "load_encoders",
     "mean_pairwise_cosine",
     "random_model",
     "representation_diversity",
@@ -92,6 +93,23 @@ def load_encoder(
             raise ValueError("a random model needs a store or num_actions")
         num_actions = store.num_actions
     return random_model(num_actions, encoder, seed), f"random init ({encoder})"
+
+
+def load_encoders(
+    pretrained: str | os.PathLike = "",
+    store: TransitionStore | None = None,
+    encoder: str = "nature",
+    seed: int = 0,
+) -> dict[str, SGIModel]:
+    """``{label: model}`` to compare: the pretrained run's model first (when ``pretrained`` is
+    given), then a random one of architecture ``encoder`` (see `load_encoder`)."""
+    models = {}
+    if pretrained:
+        model, label = load_encoder(pretrained, store)
+        models[label] = model
+    model, label = load_encoder("", store, encoder=encoder, seed=seed)
+    models[label] = model
+    return models
 
 
 # -- rows and latents ---------------------------------------------------------------------------
