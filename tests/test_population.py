@@ -291,3 +291,32 @@ def test_an_agent_trajectory_does_not_depend_on_its_population(tmp_path):
     b = load_checkpoint(tmp_path / "crowd0/checkpoints/ckpt_00000030.pt")["replay"]
     torch.testing.assert_close(a["actions"], b["actions"], rtol=0, atol=0)
     torch.testing.assert_close(a["frames"], b["frames"], rtol=0, atol=0)
+
+
+def test_population_evaluation_equals_each_agents_own_evaluation():
+    """One batched forward for all agents' environments gives each agent the episodes
+    `evaluate` gives its standalone network (same env seeds, epsilon draws and scores)."""
+    from sgi_lab.train.evaluate import evaluate, play_episodes
+
+    configs = [make_config(seed=0, encoder="nature"), make_config(seed=1, game="Breakout")]
+    configs[1] = build_config(
+        FinetuneConfig, {**TINY, "seed": 1, "game": "Breakout", "encoder": "nature"}
+    )
+    pop = population(configs, (6, 4))
+    with torch.no_grad():  # a sharper head, so that different frames pick different actions
+        pop.online["head.advantage_out.weight_mu"].mul_(300.0)
+    obs = np.random.default_rng(0).integers(0, 255, (2, 5, 4, 84, 84), dtype=np.uint8)
+    greedy = pop.greedy(obs)
+    for i in range(2):
+        model = pop.agent_model(i).eval()
+        model.set_noise(False)
+        with torch.no_grad():
+            q = model.q_values(model.encode(torch.as_tensor(obs[i])))
+        np.testing.assert_array_equal(greedy[i], q.argmax(-1).numpy())
+    assert len(set(greedy[0].tolist())) > 1  # the observations do not all give one action
+    kw = {"episodes": 3, "eps": 0.2, "num_envs": 2, "max_frames": 160, "progress": False}
+    together = play_episodes(pop.greedy, ["Pong", "Breakout"], [6, 4], seeds=[5, 6], **kw)
+    for i, (game, seed) in enumerate([("Pong", 5), ("Breakout", 6)]):
+        alone = evaluate(pop.agent_model(i), game, seed=seed, asynchronous=False, **kw)
+        assert together[i]["scores"] == alone["scores"]
+        assert together[i]["lengths"] == alone["lengths"] and together[i]["episodes"] == 3

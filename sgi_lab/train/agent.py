@@ -432,6 +432,38 @@ class Population:
         greedy = q[:, 0].argmax(-1).cpu().numpy()
         return np.where(random, actions, greedy)
 
+    @torch.no_grad()
+    def greedy(self, obs: np.ndarray) -> np.ndarray:
+        """Evaluation policy of every agent (`sgi_lab.train.evaluate.Policy`): greedy actions on
+        noise-free Q values, batch norm on running statistics, one forward for all agents.
+
+        Args:
+            obs: (N, E, 4, 84, 84) uint8, E observations per agent.
+
+        Returns:
+            (N, E) int64 actions, each within its game's action set.
+        """
+        x = torch.as_tensor(obs).to(self.device)
+        n, e = x.shape[:2]
+        amp = self.amp and self.device.type == "cuda"
+        self.template.eval()
+        self.template.set_noise(False)
+        try:
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=amp):
+                x = prepare_pixels(x.flatten(0, 1), channels_last=self.template.channels_last)
+                x = x.view(n, e, *x.shape[1:])
+
+                def q_values(state, x, mask):
+                    return self._call(
+                        state, lambda m, x: m.q_values(m.encode(x, prepared=True), mask), x
+                    )
+
+                q = self._batched(q_values)(self.online, x, self.action_mask)
+        finally:
+            self.template.set_noise(self.config.noisy_std > 0)
+            self.train_mode()
+        return q.argmax(-1).cpu().numpy()
+
     # -- one update ----------------------------------------------------------------------------
     def update(
         self, batches: Sequence[SequenceBatch], weights: Sequence[np.ndarray]

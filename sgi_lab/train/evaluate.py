@@ -19,6 +19,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +35,13 @@ from sgi_lab.nets.runtime import use_bf16
 from sgi_lab.runs import CheckpointError, RunDir, atomic_write_text, load_checkpoint
 
 __all__ = [
+    "Policy",
     "episode_quotas",
     "evaluate",
     "evaluate_run",
     "greedy_actions",
     "load_run_model",
+    "play_episodes",
 ]
 
 
@@ -84,6 +87,10 @@ def greedy_actions(
     return np.where(random, actions, greedy)
 
 
+Policy = Callable[[np.ndarray], np.ndarray]
+"""Greedy actions of N agents: (N, E, 4, 84, 84) uint8 observations -> (N, E) int64."""
+
+
 def evaluate(
     model: SGIModel,
     game: str,
@@ -99,7 +106,8 @@ def evaluate(
 ) -> dict[str, Any]:
     """Play ``episodes`` whole games with an epsilon-greedy, noise-free policy; raw scores.
 
-    The model's train/eval mode and noise switch are restored afterwards.
+    The model's train/eval mode and noise switch are restored afterwards. One agent of
+    `play_episodes` (which a population's evaluation uses for all its agents at once).
 
     Args:
         model: the agent (any device).
@@ -122,83 +130,161 @@ def evaluate(
     Raises:
         UnknownGameError: unknown game (lists the valid ones).
     """
-    game = canonical_game(game)
     device = torch.device(device) if device is not None else next(model.parameters()).device
-    num_envs = min(num_envs, episodes)
-    quotas = episode_quotas(episodes, num_envs)
     amp = (device.type == "cuda") if amp is None else amp
-    if asynchronous is None:
-        # Worker processes only pay with cores to spare: on 2 cores, stepping 8 emulators in this
-        # process beats 8 workers competing with the network's threads (measured 1.5x).
-        asynchronous = num_envs > 1 and (os.cpu_count() or 1) >= 4
-    context = "spawn" if torch.cuda.is_initialized() else None
-    envs = make_vector_env(
-        game,
-        num_envs,
-        seed=seed,
-        train=False,
-        asynchronous=asynchronous,
-        context=context if asynchronous else None,
-        max_episode_frames=max_frames,
-    )
-    rng = np.random.default_rng(seed)
     was_training = model.training
     noise_was = [layer.noise_enabled for layer in model.noisy_layers()]
     model.eval()
     model.set_noise(False)
-    scores: list[float] = []
-    lengths: list[int] = []
-    done = np.zeros(num_envs, np.int64)  # episodes finished per env
-    returns = np.zeros(num_envs)
-    steps = np.zeros(num_envs, np.int64)
-    total_steps = 0
-    bar = tqdm(total=episodes, desc=f"evaluate {game}", disable=not progress, leave=False)
-    start = time.perf_counter()
+
+    @torch.no_grad()
+    def policy(obs: np.ndarray) -> np.ndarray:
+        x = torch.from_numpy(obs[0]).to(device, non_blocking=True)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+            q = model.q_values(model.encode(x))
+        return q.argmax(-1).cpu().numpy()[None]
+
     try:
-        obs, _ = envs.reset()
-        while (done < quotas).any():
-            active = done < quotas
-            actions = np.zeros(num_envs, np.int64)
-            obs_t = torch.from_numpy(obs[active]).to(device, non_blocking=True)
-            actions[active] = greedy_actions(model, obs_t, eps, rng, amp)
-            obs, rewards, terminated, truncated, info = envs.step(actions)
-            returns += np.where(active, rewards, 0.0)
-            steps += active
-            total_steps += int(active.sum())
-            for i in np.flatnonzero((terminated | truncated) & active):
-                scores.append(float(returns[i]))
-                lengths.append(int(steps[i]))
-                done[i] += 1
-                returns[i], steps[i] = 0.0, 0
-                bar.update(1)
-                bar.set_postfix(mean=f"{np.mean(scores):.1f}")
+        return play_episodes(
+            policy,
+            [game],
+            [model.num_actions],
+            episodes=episodes,
+            eps=eps,
+            num_envs=num_envs,
+            seeds=[seed],
+            max_frames=max_frames,
+            progress=progress,
+            asynchronous=asynchronous,
+        )[0]
     finally:
-        bar.close()
-        envs.close()
         model.train(was_training)
         for layer, flag in zip(model.noisy_layers(), noise_was):
             layer.noise_enabled = flag
+
+
+def play_episodes(
+    policy: Policy,
+    games: Sequence[str],
+    num_actions: Sequence[int],
+    episodes: int = 100,
+    eps: float = 0.001,
+    num_envs: int = 8,
+    seeds: Sequence[int] = (0,),
+    max_frames: int | None = MAX_EPISODE_FRAMES,
+    progress: bool = True,
+    asynchronous: bool | None = None,
+) -> list[dict[str, Any]]:
+    """Evaluate N agents at once: each plays ``episodes`` whole games of its own game in its own
+    ``num_envs`` environments, and one call of ``policy`` gives every agent's greedy actions for
+    all its environments (one batched forward for a population).
+
+    Each agent draws its epsilon decisions and random actions from its own generator (seeded
+    with its seed), exactly as a lone agent would, so an agent's scores do not depend on the
+    others. Each environment has a fixed quota of episodes (module docstring); finished ones
+    keep stepping but are ignored.
+
+    Args:
+        policy: greedy actions of all agents (`Policy`).
+        games: per-agent game.
+        num_actions: per-agent action count (random actions are drawn below it).
+        episodes, eps, num_envs, max_frames, progress, asynchronous: as in `evaluate`.
+        seeds: per-agent seed: env i of an agent is seeded ``seed + i``.
+
+    Returns:
+        One result dict per agent (see `evaluate`).
+    """
+    games = [canonical_game(g) for g in games]
+    n = len(games)
+    num_envs = min(num_envs, episodes)
+    quotas = episode_quotas(episodes, num_envs)
+    if asynchronous is None:
+        # Worker processes only pay with cores to spare: on 2 cores, stepping 8 emulators in this
+        # process beats 8 workers competing with the network's threads (measured 1.5x).
+        asynchronous = num_envs > 1 and (os.cpu_count() or 1) >= 4 * n
+    context = "spawn" if torch.cuda.is_initialized() else None
+    envs = [
+        make_vector_env(
+            game,
+            num_envs,
+            seed=seed,
+            train=False,
+            asynchronous=asynchronous,
+            context=context if asynchronous else None,
+            max_episode_frames=max_frames,
+        )
+        for game, seed in zip(games, seeds, strict=True)
+    ]
+    rngs = [np.random.default_rng(seed) for seed in seeds]
+    scores: list[list[float]] = [[] for _ in range(n)]
+    lengths: list[list[int]] = [[] for _ in range(n)]
+    done = np.zeros((n, num_envs), np.int64)  # episodes finished per env
+    returns = np.zeros((n, num_envs))
+    steps = np.zeros((n, num_envs), np.int64)
+    total_steps = np.zeros(n, np.int64)
+    label = games[0] if n == 1 else f"{n} agents"
+    bar = tqdm(total=episodes * n, desc=f"evaluate {label}", disable=not progress, leave=False)
+    start = time.perf_counter()
+    try:
+        obs = np.stack([e.reset()[0] for e in envs])  # (N, E, 4, 84, 84)
+        while (done < quotas).any():
+            active = done < quotas
+            actions = np.zeros((n, num_envs), np.int64)
+            random, drawn = [], []
+            for i in range(n):
+                k = int(active[i].sum())
+                random.append(rngs[i].random(k) < eps)
+                drawn.append(rngs[i].integers(0, num_actions[i], size=k))
+            if not all(r.all() for r in random):
+                greedy = policy(obs)
+            for i in range(n):
+                if not active[i].any():
+                    continue
+                chosen = drawn[i] if random[i].all() else greedy[i][active[i]]
+                actions[i, active[i]] = np.where(random[i], drawn[i], chosen)
+            results = [e.step(a) for e, a in zip(envs, actions, strict=True)]
+            obs = np.stack([r[0] for r in results])
+            for i, (_, rewards, terminated, truncated, _) in enumerate(results):
+                returns[i] += np.where(active[i], rewards, 0.0)
+                steps[i] += active[i]
+                total_steps[i] += int(active[i].sum())
+                for j in np.flatnonzero((terminated | truncated) & active[i]):
+                    scores[i].append(float(returns[i, j]))
+                    lengths[i].append(int(steps[i, j]))
+                    done[i, j] += 1
+                    returns[i, j], steps[i, j] = 0.0, 0
+                    bar.update(1)
+            bar.set_postfix(mean=f"{np.mean([np.mean(s) for s in scores if s] or [0]):.1f}")
+    finally:
+        bar.close()
+        for e in envs:
+            e.close()
     seconds = time.perf_counter() - start
-    mean = float(np.mean(scores))
-    return {
-        "game": game,
-        "episodes": len(scores),
-        "scores": scores,
-        "lengths": lengths,
-        "mean": mean,
-        "std": float(np.std(scores)),
-        "median": float(np.median(scores)),
-        "min": float(np.min(scores)),
-        "max": float(np.max(scores)),
-        "hns": human_normalized_score(game, mean),
-        "eps": eps,
-        "num_envs": num_envs,
-        "max_frames": max_frames,
-        "seed": seed,
-        "seconds": seconds,
-        "episodes_per_s": len(scores) / seconds if seconds > 0 else math.inf,
-        "steps_per_s": total_steps / seconds if seconds > 0 else math.inf,
-    }
+    out = []
+    for i, game in enumerate(games):
+        mean = float(np.mean(scores[i]))
+        out.append(
+            {
+                "game": game,
+                "episodes": len(scores[i]),
+                "scores": scores[i],
+                "lengths": lengths[i],
+                "mean": mean,
+                "std": float(np.std(scores[i])),
+                "median": float(np.median(scores[i])),
+                "min": float(np.min(scores[i])),
+                "max": float(np.max(scores[i])),
+                "hns": human_normalized_score(game, mean),
+                "eps": eps,
+                "num_envs": num_envs,
+                "max_frames": max_frames,
+                "seed": seeds[i],
+                "seconds": seconds,
+                "episodes_per_s": len(scores[i]) / seconds if seconds > 0 else math.inf,
+                "steps_per_s": int(total_steps[i]) / seconds if seconds > 0 else math.inf,
+            }
+        )
+    return out
 
 
 def load_run_model(

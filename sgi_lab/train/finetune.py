@@ -43,7 +43,7 @@ from sgi_lab.runs import (
     restore_generator,
 )
 from sgi_lab.train.agent import Population, beta_at, check_compatible, epsilon_at
-from sgi_lab.train.evaluate import evaluate
+from sgi_lab.train.evaluate import play_episodes
 from sgi_lab.train.transfer import (
     Pretrained,
     Transfer,
@@ -438,7 +438,9 @@ def _train_and_evaluate(
             actions = population.act(obs, [eps] * n, [a.rng for a in agents])
             for a, action, row in zip(agents, actions, rows, strict=True):
                 next_obs, reward, terminated, truncated, info = a.env.step(int(action))
-                a.replay.append(a.obs[-1], int(action), info["raw_reward"], info["terminal"], a.first)
+                a.replay.append(
+                    a.obs[-1], int(action), info["raw_reward"], info["terminal"], a.first
+                )
                 a.first = False
                 a.ep_return += info["raw_reward"]
                 a.ep_clipped += float(reward)
@@ -501,7 +503,6 @@ def _train_and_evaluate(
         bar.close()
 
     for i, a in enumerate(agents):
-        model = population.agent_model(i)
         payload = {
             "format": "sgi-lab",
             "kind": "finetuned_model",
@@ -512,18 +513,19 @@ def _train_and_evaluate(
             "game": a.game,
         }
         atomic_torch_save(payload, a.run.path / "model.pt")
-        result = evaluate(
-            model,
-            a.game,
-            episodes=a.config.eval_episodes,
-            eps=a.config.eval_eps,
-            num_envs=a.config.eval_envs,
-            seed=a.config.seed + 10_000,
-            device=population.device,
-            max_frames=a.config.eval_max_frames,
-            progress=progress,
-            amp=population.amp and population.device.type == "cuda",
-        )
+    # Every agent's evaluation episodes at once, one batched forward per environment step.
+    results = play_episodes(
+        population.greedy,
+        [a.game for a in agents],
+        [a.model_args["num_actions"] for a in agents],
+        episodes=cfg.eval_episodes,
+        eps=cfg.eval_eps,
+        num_envs=cfg.eval_envs,
+        seeds=[a.config.seed + 10_000 for a in agents],
+        max_frames=cfg.eval_max_frames,
+        progress=progress,
+    )
+    for a, result in zip(agents, results, strict=True):
         result["step"] = step
         atomic_write_text(a.run.path / "eval.json", json.dumps(result, indent=2))
         a.log(
@@ -533,4 +535,3 @@ def _train_and_evaluate(
             result["hns"],
         )
         a.run.finish(step, eval_mean=result["mean"], eval_hns=result["hns"])
-
