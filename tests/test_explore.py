@@ -118,6 +118,9 @@ def test_forward_model_error_falls_on_transitions_it_trained_on():
     rollout = _rollout()
     obs, nxt = rollout.obs[:-1].reshape(-1, 4, 84, 84), rollout.obs[1:].reshape(-1, 4, 84, 84)
     before = agent.intrinsic_reward(obs, rollout.actions.reshape(-1), nxt)
+    # The rollout form (each state's features once, env groups) gives the same numbers.
+    per_rollout = agent.rollout_intrinsic_reward(rollout.obs, rollout.actions, batch=10)
+    np.testing.assert_allclose(per_rollout.reshape(-1), before, rtol=1e-4, atol=1e-6)
     for _ in range(30):
         ppo_update(agent, rollout)
     after = agent.intrinsic_reward(obs, rollout.actions.reshape(-1), nxt)

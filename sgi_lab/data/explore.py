@@ -28,8 +28,8 @@ interrupted collection resumes after the last finished chunk with that agent and
 envs. The finished store keeps ``agent/`` (final checkpoint and ``metrics.jsonl``).
 
 Differences from Burda et al., all deliberate: the environment is the house Atari 100k
-protocol (no sticky actions either way; 108k-frame cap instead of 18k), minibatches split samples
-rather than whole env segments, and the networks use PyTorch's default initialisation.
+protocol (no sticky actions either way; 108k-frame cap instead of 18k), and the networks use
+PyTorch's default initialisation.
 """
 
 from __future__ import annotations
@@ -205,8 +205,25 @@ class IDFModel(nn.Module):
         The forward error is the intrinsic reward; its gradient reaches only the forward model
         (inputs and targets are detached features), the inverse loss trains the features.
         """
-        both = self.features(torch.cat([obs, next_obs]))
-        phi, phi_next = both.chunk(2)
+        phi, phi_next = self.features(torch.cat([obs, next_obs])).chunk(2)
+        return self.feature_losses(phi, phi_next, actions)
+
+    def sequence_losses(
+        self, obs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`losses` of the T transitions of streams: obs (T + 1, B, 4, 84, 84), actions (T, B).
+
+        Each observation's features are computed once (s_{t+1} is the next state of step t and
+        the state of step t+1). Returns two (T * B,) tensors in time-major order.
+        """
+        steps, batch = actions.shape
+        phi = self.features(obs.flatten(0, 1)).view(steps + 1, batch, -1)
+        return self.feature_losses(phi[:-1].flatten(0, 1), phi[1:].flatten(0, 1), actions.flatten())
+
+    def feature_losses(
+        self, phi: torch.Tensor, phi_next: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inverse cross-entropy and forward error (B,) from features (B, d) of s_t, s_{t+1}."""
         inverse = F.cross_entropy(
             self.inverse(torch.cat([phi, phi_next], -1)), actions, reduction="none"
         )
@@ -304,6 +321,21 @@ class ExploreAgent:
             out.append(forward.float().cpu().numpy())
         return np.concatenate(out)
 
+    @torch.no_grad()
+    def rollout_intrinsic_reward(
+        self, obs: np.ndarray, actions: np.ndarray, batch: int = 2048
+    ) -> np.ndarray:
+        """Forward-model error of a rollout: obs (T + 1, N, 4, 84, 84), actions (T, N) -> (T, N)."""
+        steps, num_envs = actions.shape
+        group = max(1, batch // (steps + 1))  # envs per pass
+        out = np.empty((steps, num_envs), np.float32)
+        for start in range(0, num_envs, group):
+            sl = slice(start, start + group)
+            a = torch.as_tensor(actions[:, sl], device=self.device, dtype=torch.int64)
+            _, forward = self.idf.sequence_losses(self.normalize(obs[:, sl]), a)
+            out[:, sl] = forward.float().cpu().numpy().reshape(steps, -1)
+        return out
+
     def state_dict(self) -> dict[str, Any]:
         """Everything a resumed collection needs, loadable with ``weights_only=True``."""
         return {
@@ -368,7 +400,8 @@ def ppo_update(agent: ExploreAgent, rollout: Rollout) -> dict[str, float]:
 
     Order: intrinsic rewards (forward-model error, under no_grad) -> normalised by the running
     std of the intrinsic return -> non-episodic GAE -> advantages normalised -> ``epochs``
-    passes of ``minibatches`` steps on ``clip + value - entropy + inverse + forward`` losses.
+    passes over ``minibatches`` groups of whole env segments, one Adam step each on
+    ``clip + value - entropy + inverse + forward`` losses.
     ``rollout.game_rewards`` is not read: no extrinsic reward reaches the objective.
 
     Returns:
@@ -376,10 +409,7 @@ def ppo_update(agent: ExploreAgent, rollout: Rollout) -> dict[str, float]:
     """
     cfg = agent.config
     steps, num_envs = rollout.actions.shape
-    obs = rollout.obs[:-1].reshape(steps * num_envs, *rollout.obs.shape[2:])
-    next_obs = rollout.obs[1:].reshape(steps * num_envs, *rollout.obs.shape[2:])
-    actions = rollout.actions.reshape(-1)
-    intrinsic = agent.intrinsic_reward(obs, actions, next_obs).reshape(steps, num_envs)
+    intrinsic = agent.rollout_intrinsic_reward(rollout.obs, rollout.actions)
     rewards = agent.normalizer(intrinsic) if cfg.normalize_intrinsic else intrinsic
     advantages, returns = gae(
         rewards, rollout.values, rollout.last_value, cfg.gamma, cfg.gae_lambda, dones=None
@@ -390,29 +420,28 @@ def ppo_update(agent: ExploreAgent, rollout: Rollout) -> dict[str, float]:
     def tensor(x: np.ndarray, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         return torch.as_tensor(x, dtype=dtype, device=agent.device)
 
-    flat = {
-        "actions": tensor(actions, torch.int64),
-        "old_log_probs": tensor(rollout.log_probs.reshape(-1)),
-        "advantages": tensor(advantages.reshape(-1)),
-        "returns": tensor(returns.reshape(-1)),
-    }
+    # (T, N) each, time-major like the observations.
+    actions, old_log_probs = tensor(rollout.actions, torch.int64), tensor(rollout.log_probs)
+    advantages, returns = tensor(advantages), tensor(returns)
     stats: dict[str, list[float]] = collections.defaultdict(list)
     for _ in range(cfg.epochs):
         stats.clear()
-        order = agent.rng.permutation(steps * num_envs)
-        for idx in np.array_split(order, min(cfg.minibatches, len(order))):
-            x, x_next = agent.normalize(obs[idx]), agent.normalize(next_obs[idx])
-            index = torch.as_tensor(idx, device=agent.device)
-            a = flat["actions"][index]
-            logits, values = agent.policy(x)
+        # Minibatches are groups of whole env segments, as Burda et al.'s: each observation's
+        # features then serve both as s_t and as s_{t+1}.
+        order = agent.rng.permutation(num_envs)
+        for envs in np.array_split(order, min(cfg.minibatches, num_envs)):
+            index = torch.as_tensor(envs, device=agent.device)
+            x = agent.normalize(rollout.obs[:, envs])  # (T + 1, n, 4, 84, 84)
+            a = actions[:, index]
+            logits, values = agent.policy(x[:-1].flatten(0, 1))
             log_probs = torch.log_softmax(logits.float(), -1)
-            logp = log_probs.gather(-1, a[:, None]).squeeze(-1)
+            logp = log_probs.gather(-1, a.reshape(-1, 1)).squeeze(-1)
             entropy = -(log_probs.exp() * log_probs).sum(-1)
             policy_loss = ppo_clip_loss(
-                logp, flat["old_log_probs"][index], flat["advantages"][index], cfg.clip
+                logp, old_log_probs[:, index].flatten(), advantages[:, index].flatten(), cfg.clip
             )
-            critic_loss = value_loss(values.float(), flat["returns"][index])
-            inverse_loss, forward_loss = agent.idf.losses(x, x_next, a)
+            critic_loss = value_loss(values.float(), returns[:, index].flatten())
+            inverse_loss, forward_loss = agent.idf.sequence_losses(x, a)
             loss = (
                 policy_loss.mean()
                 + critic_loss.mean()
