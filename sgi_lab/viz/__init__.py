@@ -2,7 +2,7 @@
 
 from sgi_lab.viz.ablations import ablation_figures, per_game_hns_figure
 from sgi_lab.viz.aggregates import aggregate_table, interval_plot, per_game_bar
-from sgi_lab.viz.datasets import frame_strip, store_summary_figure
+from sgi_lab.viz.datasets import coverage_figure, frame_strip, store_summary_figure
 from sgi_lab.viz.goal_rewards import frames_figure, goal_trajectory_figure, nearest_frames_figure
 from sgi_lab.viz.representations import (
     compare_stores_figure,
@@ -30,6 +30,7 @@ __all__ = [
     "ablation_figures",
     "aggregate_table",
     "compare_stores_figure",
+    "coverage_figure",
     "diversity_figure",
     "embedding_grid",
     "figure_widget_available",

@@ -51,3 +51,23 @@ def frame_strip(
     fig.update_yaxes(visible=False)
     fig.update_layout(title=f"episode {episode} of {store.game}", height=220)
     return fig
+
+
+def coverage_figure(coverages: dict[str, dict], title: str = "state coverage") -> go.Figure:
+    """Distinct cells against rows of data, one line per store.
+
+    Args:
+        coverages: ``{label: sgi_lab.data.coverage.state_coverage(store, ...)}``.
+        title: figure title.
+    """
+    fig = go.Figure()
+    for label, cov in coverages.items():
+        name = f"{label}: {cov['cells_per_1k']:.1f} cells / 1k rows"
+        fig.add_trace(go.Scatter(x=cov["rows"], y=cov["distinct_cells"], mode="lines", name=name))
+    fig.update_layout(
+        title=title,
+        xaxis_title="rows of data",
+        yaxis_title="distinct cells (12x12 blocks, 8 gray levels)",
+        height=380,
+    )
+    return fig
