@@ -55,6 +55,7 @@ from sgi_lab.data.store import TransitionStore, TransitionStoreWriter
 from sgi_lab.objectives.ppo import gae, ppo_clip_loss, value_loss
 
 CHECKPOINT = "checkpoint.pt"
+METRICS = "metrics.jsonl"
 AGENT_DIR = "agent"
 # Settings that do not change what is collected: a resume may change them.
 RUNTIME_KEYS = ("asynchronous", "device", "threads", "checkpoint_every")
@@ -559,18 +560,19 @@ def collect_exploratory(
         "max_episode_frames": config.max_episode_frames,
     }
     n = config.num_envs
-    threads = torch.get_num_threads()
-    if config.threads > 0:
-        torch.set_num_threads(config.threads)
     agent_dir = out.with_name(out.name + ".partial") / AGENT_DIR
     agent = None
     if writer is not None and (agent_dir / CHECKPOINT).exists():
         agent = ExploreAgent.load(agent_dir / CHECKPOINT, config, seed)
+        _drop_metrics_after(agent_dir / METRICS, agent.updates)
     env_seed = seed + (len(writer.manifest.chunks) * n if writer else 0)
     envs = make_vector_env(
         game, n, seed=env_seed, train=False, asynchronous=config.asynchronous, **env_kwargs
     )
+    threads = torch.get_num_threads()
     try:
+        if config.threads > 0:
+            torch.set_num_threads(config.threads)
         num_actions = int(envs.single_action_space.n)
         if agent is None:
             mean, std = observation_moments(
@@ -595,6 +597,22 @@ def collect_exploratory(
         envs.close()
         torch.set_num_threads(threads)
     return TransitionStore(path)
+
+
+def _drop_metrics_after(path: Path, update: int) -> None:
+    """Keep the metrics rows of updates up to ``update`` (the resumed agent redoes the rest)."""
+    if not path.exists():
+        return
+    keep = []
+    for line in path.read_text().splitlines():
+        try:
+            if json.loads(line)["update"] <= update:
+                keep.append(line)
+        except (json.JSONDecodeError, KeyError, TypeError):
+            pass  # a row torn by the crash
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(f"{line}\n" for line in keep))
+    os.replace(tmp, path)
 
 
 class _EpisodeBuffers:
@@ -664,7 +682,7 @@ def _run(
     done = False
     last_time, last_steps = time.perf_counter(), agent.agent_steps
     try:
-        with open(agent_dir / "metrics.jsonl", "a") as log:
+        with open(agent_dir / METRICS, "a") as log:
             while not done:
                 for t in range(horizon):
                     obs_buf[t] = obs
