@@ -288,6 +288,10 @@ def test_state_coverage_counts_distinct_coarse_screens(tmp_path):
     np.testing.assert_array_equal(cov["distinct_cells"], [1, 1, 1, 1, 1, 2, 3, 3, 3, 3])
     assert cov["cells"] == 3 and cov["cells_per_1k"] == pytest.approx(300.0)
     assert state_coverage(store, budget=5)["cells"] == 1
+    from sgi_lab.viz import coverage_figure
+
+    fig = coverage_figure({"a": cov, "b": state_coverage(store, budget=5)})
+    assert [len(t.x) for t in fig.data] == [10, 5] and "300.0 cells" in fig.data[0].name
 
 
 # -- command line -------------------------------------------------------------------------------
