@@ -13,6 +13,8 @@ import nbformat
 import pytest
 import yaml
 
+from conftest import write_finetune_run
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ("datasets", "pretrain", "finetune", "goal_rewards", "representations", "ablations")
 
@@ -91,15 +93,6 @@ def test_stage_params_files_are_valid_notebook_parameter_files(stage):
 # -- execution ----------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def pong_store(tmp_path_factory):
-    """A small Random Pong store shared by the notebook runs."""
-    from sgi_lab.data.collect import collect_random
-
-    path = tmp_path_factory.mktemp("data") / "pong_random"
-    return collect_random("Pong", 1_200, path, seed=0, progress=False).path
-
-
 def execute(name: str, tmp_path: Path, **parameters) -> dict:
     """Run a notebook with its smoke set plus ``parameters``; return its results.json."""
     import papermill
@@ -144,10 +137,7 @@ def test_representations_notebook_with_pca(tmp_path, pong_store):
 
 @pytest.mark.smoke
 def test_ablations_notebook_with_a_run(tmp_path):
-    runs = tmp_path / "runs" / "finetune__frozen__Pong__s0"
-    runs.mkdir(parents=True)
-    (runs / "eval.json").write_text(json.dumps({"game": "Pong", "mean": -10.0, "scores": [-10.0]}))
-    (runs / "config.yaml").write_text("game: Pong\nseed: 0\n")
+    write_finetune_run(tmp_path / "runs", "frozen", "Pong", 0, -10.0)
     results = execute("ablations", tmp_path, runs_root=str(tmp_path / "runs"), paper=[])
     assert results["methods"] == ["frozen"]
     assert results["games"] == ["Pong"]
@@ -170,6 +160,20 @@ def test_pretrain_then_finetune_notebooks(tmp_path, pong_store):
     assert finetune["paper_config"] == "SGI-M" and finetune["pretrained"] == str(run)
     assert finetune["eval_episodes"] >= 1
     assert (tmp_path / "finetune" / "run" / "eval.json").exists()
+
+
+@pytest.mark.smoke
+def test_finetune_notebook_trains_a_population(tmp_path):
+    """games x seeds: one population, one run folder per agent, compared with the paper."""
+    overrides = {"steps": 60, "learning_starts": 30, "eval_max_frames": 200, "eval_episodes": 1}
+    results = execute(
+        "finetune", tmp_path, games=["Pong", "Breakout"], seeds=[0], overrides=overrides
+    )
+    assert results["agents"] == 2 and results["game"] == "Pong"
+    for game in ("Pong", "Breakout"):
+        evaluation = json.loads((tmp_path / "run" / f"{game}__s0" / "eval.json").read_text())
+        assert evaluation["game"] == game and evaluation["step"] == 60
+    assert (tmp_path / "run" / "figures" / "vs_paper.html").exists()
 
 
 @pytest.mark.slow

@@ -94,6 +94,18 @@ def run_label(
     return f"{label}@{pretrain_params}" if pretrained and pretrain_params else label
 
 
+def scores_by_game(runs: Sequence[Any]) -> dict[str, list[float]]:
+    """``{game: every evaluation episode's score}`` over finetuning runs (objects with an
+    ``evaluation`` dict, e.g. `sgi_lab.runs.FinetuneRun`), for `sgi_lab.metrics.compare_to_paper`:
+    with the same episodes per run, their mean is the mean over runs of each run's mean."""
+    out: dict[str, list[float]] = {}
+    for run in runs:
+        evaluation = run.evaluation or {}
+        if evaluation.get("scores"):
+            out.setdefault(evaluation["game"], []).extend(float(x) for x in evaluation["scores"])
+    return out
+
+
 def paper_config(
     params: str | None,
     pretrained: bool,

@@ -122,19 +122,16 @@ def _pretrain(args: argparse.Namespace) -> int:
 
 @command("finetune")
 def _finetune(args: argparse.Namespace) -> int:
-    import dataclasses
     import logging
 
     from sgi_lab.config import (
-        ConfigError,
         FinetuneConfig,
         load_config,
         parse_overrides,
         read_params,
     )
-    from sgi_lab.envs import canonical_game
     from sgi_lab.runs import run_name
-    from sgi_lab.train.finetune import finetune_population
+    from sgi_lab.train.finetune import finetune_population, population_configs, population_folders
 
     params = read_params(args.params)
     name = params.get("name") or Path(args.params).stem
@@ -152,23 +149,12 @@ def _finetune(args: argparse.Namespace) -> int:
     if pattern is not None and "pretrained" not in overrides:
         overrides["pretrained"] = str(pattern)
     base = load_config(FinetuneConfig, args.params, overrides)
-    games = [canonical_game(g) for g in (games or [base.game])]
-    seeds = seeds or [base.seed]
-    configs, outs = [], []
-    for game in games:
-        for seed in seeds:
-            pretrained = base.pretrained
-            if pretrained is not None and "{game}" in pretrained:
-                pretrained = pretrained.replace("{game}", game)
-            elif pretrained is not None and "{" in pretrained:
-                raise ConfigError(f"--pretrained: only {{game}} may be filled in ({pretrained})")
-            configs.append(dataclasses.replace(base, game=game, seed=seed, pretrained=pretrained))
-    if len(configs) == 1:
-        c = configs[0]
-        outs = [args.out or Path("outputs") / "finetune" / run_name(name, c.game, f"s{c.seed}")]
-    else:
-        root = args.out or Path("outputs") / "finetune" / run_name(name, "population")
-        outs = [root / run_name(c.game, f"s{c.seed}") for c in configs]
+    configs = population_configs(base, games or (), seeds or ())
+    c = configs[0]
+    default = (
+        run_name(name, c.game, f"s{c.seed}") if len(configs) == 1 else run_name(name, "population")
+    )
+    outs = population_folders(args.out or Path("outputs") / "finetune" / default, configs)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     try:
         runs = finetune_population(

@@ -52,7 +52,14 @@ from sgi_lab.train.transfer import (
     transfer_pretrained,
 )
 
-__all__ = ["FinetuneRun", "check_supported", "finetune", "finetune_population"]
+__all__ = [
+    "FinetuneRun",
+    "check_supported",
+    "finetune",
+    "finetune_population",
+    "population_configs",
+    "population_folders",
+]
 
 log = logging.getLogger("sgi_lab.finetune")
 
@@ -81,6 +88,45 @@ def check_supported(config: FinetuneConfig) -> None:
         raise ConfigError(
             f"eval_max_frames: must be a multiple of 4 (got {config.eval_max_frames})"
         )
+
+
+def population_configs(
+    base: FinetuneConfig, games: Sequence[str] = (), seeds: Sequence[int] = ()
+) -> list[FinetuneConfig]:
+    """One config per (game, seed) pair of ``games`` x ``seeds`` (each defaults to the base
+    config's own), games outermost; ``{game}`` in ``pretrained`` is filled in per agent, so one
+    pattern names each game's pretraining run (``outputs/runs/pretrain__sgi_m__{game}``).
+
+    Raises:
+        UnknownGameError: an unknown game. ConfigError: a repeated game or seed, or another
+            ``{...}`` field in ``pretrained``.
+    """
+    games = [canonical_game(g) for g in (games or [base.game])]
+    seeds = [int(s) for s in (seeds or [base.seed])]
+    for what, items in (("games", games), ("seeds", seeds)):
+        if len(set(items)) != len(items):
+            raise ConfigError(f"{what}: repeated item in {items}")
+    pattern = base.pretrained
+    if pattern is not None and "{" in pattern.replace("{game}", ""):
+        raise ConfigError(f"pretrained: only {{game}} may be filled in ({pattern})")
+    return [
+        dataclasses.replace(
+            base,
+            game=game,
+            seed=seed,
+            pretrained=None if pattern is None else pattern.replace("{game}", game),
+        )
+        for game in games
+        for seed in seeds
+    ]
+
+
+def population_folders(root: str | Path, configs: Sequence[FinetuneConfig]) -> list[Path]:
+    """The run folder of each agent: ``ROOT/<game>__s<seed>``; a population of one runs in
+    ``ROOT`` itself (a single run's folder, as before populations)."""
+    if len(configs) == 1:
+        return [Path(root)]
+    return [Path(root) / f"{c.game}__s{c.seed}" for c in configs]
 
 
 def finetune(
