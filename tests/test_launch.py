@@ -205,3 +205,31 @@ def test_cli_sweep_parser(tmp_path):
     )
     assert args.handler is sweep.main_sweep
     assert args.grid == ["game=Pong,Breakout"] and args.executor == "ray"
+
+
+def test_sweep_population_folds_games_and_seeds_into_one_run_per_point(tmp_path):
+    assert sweep.population_grid({"game": ["Pong"], "seed": [0, 1]}) == (
+        {},
+        {"games": ["Pong"], "seeds": [0, 1]},
+    )
+    with pytest.raises(ValueError, match="neither a game nor a seed"):
+        sweep.population_grid({"x": [1]})
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell(PARAMETERS + "games = []\nseeds = []\n")
+    params.metadata["tags"] = ["parameters"]
+    body = "from sgi_lab.launch import notebooks\nnotebooks.record_results(out_dir, {'x': x, 'games': games, 'seeds': seeds})\n"
+    nb.cells = [params, nbformat.v4.new_code_cell(body)]
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    path = tmp_path / "pop.ipynb"
+    nbformat.write(nb, path)
+    grid = {"game": ["Pong", "Breakout"], "seed": [0, 1], "x": [1, 2]}
+    summary = sweep.sweep(str(path), grid, out_root=tmp_path / "sweep", population=True)
+    assert [p["state"] for p in summary["points"]] == ["finished", "finished"]
+    results = sorted(
+        (p["results"]["x"], p["results"]["games"], p["results"]["seeds"]) for p in summary["points"]
+    )
+    assert results == [(1, ["Pong", "Breakout"], [0, 1]), (2, ["Pong", "Breakout"], [0, 1])]

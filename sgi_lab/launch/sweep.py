@@ -45,6 +45,7 @@ __all__ = [
     "main_sweep",
     "parse_grid",
     "point_folder_name",
+    "population_grid",
     "sweep",
 ]
 
@@ -74,6 +75,26 @@ def parse_grid(items: list[str] | None) -> dict[str, list[Any]]:
 
 # Parameters that `run_folder_name` already puts in a folder's name.
 _NAMED = ("name", "game", "seed")
+
+
+def population_grid(
+    grid: dict[str, list[Any]], parameters: dict[str, Any] | None = None
+) -> tuple[dict[str, list[Any]], dict[str, Any]]:
+    """Move the grid's ``game`` and ``seed`` axes into the ``games`` and ``seeds`` parameters of
+    one population run per remaining grid point (an empty grid is one point).
+
+    >>> population_grid({"game": ["Pong", "Breakout"], "seed": [0, 1], "name": ["a", "b"]})
+    ({'name': ['a', 'b']}, {'games': ['Pong', 'Breakout'], 'seeds': [0, 1]})
+    """
+    if not {"game", "seed"} & set(grid):
+        raise ValueError("population: the grid has neither a game nor a seed axis to fold")
+    rest = {k: v for k, v in grid.items() if k not in ("game", "seed")}
+    folded = dict(parameters or {})
+    if "game" in grid:
+        folded["games"] = list(grid["game"])
+    if "seed" in grid:
+        folded["seeds"] = list(grid["seed"])
+    return rest, folded
 
 
 def point_folder_name(
@@ -149,6 +170,7 @@ def sweep(
     name: str | None = None,
     overwrite: bool = False,
     ray_options: dict[str, Any] | None = None,
+    population: bool = False,
 ) -> dict[str, Any]:
     """Run ``notebook`` at every point of ``grid`` and summarise the outcomes in sweep.json.
 
@@ -164,6 +186,9 @@ def sweep(
         overwrite: re-run points whose folder holds a finished run.
         ray_options: resources of one run on Ray (``ray.remote`` options); default
             ``{"num_cpus": 1}``, e.g. ``{"num_cpus": 4, "num_gpus": 1}`` on a GPU cluster.
+        population: (finetune notebook) fold the grid's ``game`` and ``seed`` axes into one
+            run per remaining point that trains every (game, seed) pair as one population (the
+            notebook's ``games`` and ``seeds`` parameters) instead of a run per pair.
 
     Returns:
         The sweep.json payload: ``notebook, params_file, grid, executor, points`` (each with
@@ -175,6 +200,8 @@ def sweep(
     if executor not in EXECUTORS:
         raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
     nb_path = resolve_notebook(notebook)
+    if population:
+        grid, parameters = population_grid(grid, parameters)
     stem = Path(params_file).stem if params_file else "default"
     name = name or f"{nb_path.stem}__{stem}"
     root = Path(out_root) if out_root else Path("outputs/sweeps") / name
@@ -247,6 +274,7 @@ def main_sweep(args: argparse.Namespace) -> int:
         name=args.name,
         overwrite=args.overwrite,
         ray_options={"num_cpus": args.cpus_per_run, "num_gpus": args.gpus_per_run},
+        population=args.population,
     )
     for point in summary["points"]:
         line = f"{point['state']:>8}  {point['folder']}"
@@ -269,6 +297,11 @@ def add_sweep_parser(subparsers: Any) -> argparse.ArgumentParser:
         action="append",
         metavar="KEY=V1,V2",
         help="values of one parameter, repeatable: --grid game=Pong,Breakout --grid seed=0,1,2",
+    )
+    p.add_argument(
+        "--population",
+        action="store_true",
+        help="finetune: train the grid's games x seeds as one batched population per run",
     )
     p.add_argument("--executor", choices=EXECUTORS, default="local")
     p.add_argument("--max-parallel", type=int, default=1, help="local executor: runs at a time")
