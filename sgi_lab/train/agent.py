@@ -42,9 +42,10 @@ from sgi_lab.augment import intensity, random_shift
 from sgi_lab.config import FinetuneConfig
 from sgi_lab.data.sampler import SequenceBatch
 from sgi_lab.nets import SGIModel
+from sgi_lab.nets.ema import lerp_
 from sgi_lab.nets.encoders import prepare_pixels
 from sgi_lab.nets.noisy import NoisyLinear
-from sgi_lab.nets.runtime import cpu_has_native_bf16, prepare_device
+from sgi_lab.nets.runtime import prepare_device, use_bf16
 from sgi_lab.objectives import (
     c51_kl,
     c51_loss,
@@ -97,10 +98,9 @@ def spr_coefficient(config: FinetuneConfig) -> float:
 
 
 def use_amp(config: FinetuneConfig, device: torch.device) -> bool:
-    """bf16 autocast: on CUDA when ``amp``, on CPU when ``cpu_amp`` and the CPU has native bf16."""
-    if device.type == "cuda":
-        return config.amp
-    return device.type == "cpu" and config.cpu_amp and cpu_has_native_bf16()
+    """bf16 autocast: `sgi_lab.nets.runtime.use_bf16` with the config's ``amp`` (CUDA) and
+    ``cpu_amp`` (CPUs with native bf16)."""
+    return use_bf16(device, config.amp, config.cpu_amp)
 
 
 # -- padding to the population's widest action set ---------------------------------------------
@@ -699,14 +699,12 @@ class Population:
         cfg = self.config
         names = self._ema_names()
         targets = [self.spr_target[k] for k in names]
-        torch._foreach_lerp_(
-            targets, [self.online[k].detach() for k in names], 1.0 - cfg.spr_ema_tau
-        )
+        lerp_(targets, [self.online[k].detach() for k in names], 1.0 - cfg.spr_ema_tau)
         if self.q_target is not None and self.updates % cfg.target_update_period == 0:
             floats = [
                 k for k, v in self.online.items() if v.is_floating_point() and ".eps_" not in k
             ]
-            torch._foreach_lerp_(
+            lerp_(
                 [self.q_target[k] for k in floats],
                 [self.online[k].detach() for k in floats],
                 cfg.target_tau,

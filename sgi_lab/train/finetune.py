@@ -283,6 +283,8 @@ def finetune_population(
 
 
 def _canonical(config: FinetuneConfig) -> FinetuneConfig:
+    # FinetuneConfig canonicalises its game when built; a config made by dataclasses.replace
+    # (or an old run's) may still carry another spelling.
     game = canonical_game(config.game)
     return config if game == config.game else dataclasses.replace(config, game=game)
 
