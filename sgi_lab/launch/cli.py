@@ -249,7 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     from sgi_lab.launch import explore
 
-    explore.add_arguments(p)  # --envs, --params, --set; routes `exploratory` to its collector
+    # --envs, --params, --set; routes `exploratory` to its collector, `random` back to ours.
+    explore.add_arguments(p, COMMANDS["collect"])
     p.add_argument("--game", required=True)
     p.add_argument("--steps", type=int, required=True)
     p.add_argument("--seed", type=int, default=0)

@@ -10,14 +10,17 @@ same command resumes an interrupted collection.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 DEFAULT_PARAMS = Path("params/collect/exploratory.yaml")
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the exploratory options to the ``collect`` parser and route it through `collect`."""
+def add_arguments(parser: argparse.ArgumentParser, random_handler: Callable[..., int]) -> None:
+    """Add the exploratory options to the ``collect`` parser and route it through `collect`;
+    ``random_handler`` (the CLI's own) collects the other policies."""
     parser.add_argument("--envs", type=int, default=None, help="exploratory: parallel envs")
     parser.add_argument(
         "--params", type=Path, default=None, help=f"exploratory: settings ({DEFAULT_PARAMS})"
@@ -25,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="exploratory: override"
     )
-    parser.set_defaults(handler=collect)
+    parser.set_defaults(handler=functools.partial(collect, random_handler=random_handler))
 
 
 def explore_config(args: argparse.Namespace):
@@ -45,12 +48,10 @@ def explore_config(args: argparse.Namespace):
     return load_config(ExploreConfig, params, overrides)
 
 
-def collect(args: argparse.Namespace) -> int:
+def collect(args: argparse.Namespace, random_handler: Callable[..., int]) -> int:
     """``sgi-lab collect POLICY``: ``exploratory`` here, ``random`` by the CLI's own handler."""
     if args.policy != "exploratory":
-        from sgi_lab.launch.cli import COMMANDS
-
-        return COMMANDS["collect"](args)
+        return random_handler(args)
     from sgi_lab.data.explore import collect_exploratory
 
     store = collect_exploratory(
