@@ -45,7 +45,12 @@ class PretrainConfig:
     """Offline pretraining (paper Sec. 2, App. C): SPR + goal RL + inverse dynamics, or a baseline."""
 
     encoder: Literal["nature", "resnet", "resnet_l"] = F("resnet", "encoder architecture")
-    spr_weight: float = F(2.0, "lambda_SPR on the paper's -sum_k cos loss (Eq. 1); 0 disables")
+    spr_weight: float = F(2.0, "SPR weight, read as spr_weight_convention says; 0 disables")
+    spr_weight_convention: Literal["text", "reference"] = F(
+        "text",
+        "'text': lambda_SPR on -sum_k cos (paper: 2); 'reference': the authors' script's weight "
+        "on mean_k(2 - 2 cos) (1), i.e. 2w/K on -sum_k cos (docs/paper_vs_code.md)",
+    )
     goal_weight: float = F(1.0, "weight of the goal-conditioned RL loss (0 disables)")
     inverse_weight: float = F(1.0, "lambda_IM: weight of the inverse-dynamics loss (0 disables)")
     atc_weight: float = F(0.0, "weight of the ATC baseline loss (exclusive with S/G/I)")
@@ -55,9 +60,22 @@ class PretrainConfig:
     n_step: int = F(1, "n for the goal-RL n-step return (1 as the reference; at most spr_steps)")
     gamma: float = F(0.99, "discount")
     goal_window: int = F(50, "goals are states 1..goal_window steps ahead")
+    goal_offsets: Literal["text", "reference"] = F(
+        "text",
+        "near an episode's end, 'text': offset uniform over the states that exist; 'reference': "
+        "Uniform{1..goal_window} clipped to the episode's last state",
+    )
     goal_alpha_max: float = F(0.5, "goal noise weight alpha ~ U(0, goal_alpha_max)")
+    goal_noise: Literal["text", "reference"] = F(
+        "text",
+        "'text': unit noise scaled to the goal's L2 norm (goals pushed off the manifold); "
+        "'reference': unit-norm noise mixed into the [0, 1] latent as is (barely moves it)",
+    )
     goal_swap_prob: float = F(0.2, "probability to swap in another batch element's goal")
     goal_reward_scale: float = F(10.0, "scale of the potential-based goal reward")
+    goal_distance_scale: float = F(
+        1.0, "c in the goal reward's s = exp(2c(cos - 1)): 1 the text's, 5 the reference code's"
+    )
     atc_sequences: int = F(32, "ATC: sequences per batch")
     atc_seq_len: int = F(8, "ATC: consecutive steps per sequence")
     atc_delta: int = F(3, "ATC: steps between anchor and positive")
@@ -143,6 +161,9 @@ class FinetuneConfig:
         0, "torch CPU threads during the run (0: torch's default; 1 when sharing CPUs)"
     )
     channels_last: bool = F(True, "channels-last memory format for conv layers")
+    env_workers: int = F(
+        0, "processes stepping the agents' environments (0: the learner's own process)"
+    )
 
     def __post_init__(self) -> None:
         # The one place a game name is canonicalised: "pong", "ALE/Pong-v5" and "Pong" are the
@@ -177,12 +198,14 @@ POSITIVE_KEYS = frozenset(
         "num_atoms",
         "target_update_period",
         "n_step",
+        "goal_distance_scale",
     }
 )
 NON_NEGATIVE_KEYS = frozenset(
     {
         "seed",
         "threads",
+        "env_workers",
         "prefetch",
         "learning_starts",
         "updates_per_step",

@@ -30,8 +30,9 @@ from tqdm.auto import tqdm
 
 from sgi_lab.config import ConfigError, FinetuneConfig, to_dict
 from sgi_lab.data.replay import PrioritizedReplay
-from sgi_lab.envs import canonical_game, make_env
+from sgi_lab.envs import canonical_game
 from sgi_lab.envs import num_actions as game_actions
+from sgi_lab.envs.pool import EnvPool
 from sgi_lab.nets import SGIModel
 from sgi_lab.runs import (
     CheckpointError,
@@ -168,8 +169,6 @@ class _Agent:
         self.pretrained: Pretrained | None = None
         self.transfer = Transfer()
         self.model_args: dict[str, Any] = {}
-        self.env = None
-        self.obs: np.ndarray | None = None
         self.first = True
         self.ep_return = self.ep_clipped = 0.0
         self.ep_length = 0
@@ -222,7 +221,7 @@ def finetune_population(
             unfinished pretraining run.
         FloatingPointError: a loss became NaN or infinite (status "failed").
     """
-    configs = [_canonical(c) for c in configs]
+    configs = list(configs)  # FinetuneConfig canonicalises its game itself
     if len(configs) != len(outs) or not configs:
         raise ValueError("finetune_population needs one run folder per config, at least one")
     for config in configs:
@@ -275,18 +274,9 @@ def finetune_population(
     finally:
         torch.set_num_threads(threads)
         for a in agents:
-            if a.env is not None:
-                a.env.close()
             if a.metrics is not None:
                 a.metrics.close()
     return runs
-
-
-def _canonical(config: FinetuneConfig) -> FinetuneConfig:
-    # FinetuneConfig canonicalises its game when built; a config made by dataclasses.replace
-    # (or an old run's) may still carry another spelling.
-    game = canonical_game(config.game)
-    return config if game == config.game else dataclasses.replace(config, game=game)
 
 
 # -- building the population: fresh, pretrained or resumed -------------------------------------
@@ -469,9 +459,14 @@ def _train_and_evaluate(
     n = len(agents)
     for a in agents:
         a.metrics = a.run.metrics_logger(resume_step=step if a.checkpoint is not None else None)
-        # A resumed run cannot restore the emulator: new seed, fresh episode.
-        a.env = make_env(a.game, seed=a.config.seed + step, train=True)
-        a.obs, _ = a.env.reset()
+    # A resumed run cannot restore the emulator: new seed, fresh episode.
+    pool = EnvPool(
+        [a.game for a in agents],
+        [a.config.seed + step for a in agents],
+        train=True,
+        workers=cfg.env_workers,
+    )
+    obs = pool.reset()
     window = _Window()
     label = agents[0].game if n == 1 else f"{n} agents"
     bar = tqdm(
@@ -482,18 +477,16 @@ def _train_and_evaluate(
         while step < cfg.steps:
             rows: list[dict[str, Any]] = [{} for _ in agents]
             eps = epsilon_at(step, cfg)
-            obs = np.stack([a.obs for a in agents])
             actions = population.act(obs, [eps] * n, [a.rng for a in agents])
-            for a, action, row in zip(agents, actions, rows, strict=True):
-                next_obs, reward, terminated, truncated, info = a.env.step(int(action))
-                a.replay.append(
-                    a.obs[-1], int(action), info["raw_reward"], info["terminal"], a.first
-                )
+            # Environments whose episode ended come back already reset (EnvPool).
+            next_obs, rewards, terminated, truncated, raw, terminal = pool.step(actions)
+            for i, (a, row) in enumerate(zip(agents, rows, strict=True)):
+                a.replay.append(obs[i, -1], int(actions[i]), raw[i], terminal[i], a.first)
                 a.first = False
-                a.ep_return += info["raw_reward"]
-                a.ep_clipped += float(reward)
+                a.ep_return += float(raw[i])
+                a.ep_clipped += float(rewards[i])
                 a.ep_length += 1
-                if terminated or truncated:
+                if terminated[i] or truncated[i]:
                     row.update(
                         {
                             "episode/return": a.ep_return,
@@ -501,12 +494,10 @@ def _train_and_evaluate(
                             "episode/length": a.ep_length,
                         }
                     )
-                    a.obs, _ = a.env.reset()
                     a.first = True
                     a.ep_return = a.ep_clipped = 0.0
                     a.ep_length = 0
-                else:
-                    a.obs = next_obs
+            obs = next_obs
             step += 1
             window.steps += 1
 
@@ -549,6 +540,7 @@ def _train_and_evaluate(
                 callback(step, population)
     finally:
         bar.close()
+        pool.close()
 
     for i, a in enumerate(agents):
         payload = {

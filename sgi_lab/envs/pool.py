@@ -1,0 +1,157 @@
+"""The training environments of a population: one per agent, each its own game and seed, stepped
+together, in this process or spread over worker processes.
+
+gymnasium's vector envs need one observation and action space for all members; a population
+mixes games with different action sets, so this pool steps `make_env` environments itself.
+``workers=0`` steps them here one after another; ``workers=k`` gives each of k processes a slice
+of the environments, so emulators of different agents run in parallel (worth it with cores to
+spare, e.g. a GPU machine's 16; on a 2-core machine the learner needs them). Either way an
+environment whose episode ended is reset in the same step and the new episode's first
+observation is returned in its place, as the finetuning loop used to do by hand.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from sgi_lab.envs.atari import make_env
+
+__all__ = ["EnvPool", "PoolStep"]
+
+
+class PoolStep(tuple):
+    """What `EnvPool.step` returns: ``(obs, rewards, terminated, truncated, raw_rewards,
+    terminals)``, arrays with one row per environment; ``obs`` of an environment whose episode
+    ended is the first observation of its next episode."""
+
+    __slots__ = ()
+
+
+def _step_slice(envs: list, actions: np.ndarray) -> tuple[np.ndarray, ...]:
+    obs, rewards, terminated, truncated, raw, terminal = [], [], [], [], [], []
+    for env, action in zip(envs, actions, strict=True):
+        o, r, term, trunc, info = env.step(int(action))
+        if term or trunc:
+            o, _ = env.reset()
+        obs.append(o)
+        rewards.append(float(r))
+        terminated.append(bool(term))
+        truncated.append(bool(trunc))
+        raw.append(float(info["raw_reward"]))
+        terminal.append(bool(info["terminal"]))
+    return (
+        np.stack(obs),
+        np.asarray(rewards, np.float32),
+        np.asarray(terminated),
+        np.asarray(truncated),
+        np.asarray(raw, np.float64),
+        np.asarray(terminal),
+    )
+
+
+def _worker(conn: Any, games: list[str], seeds: list[int], train: bool) -> None:
+    envs = [make_env(g, seed=s, train=train) for g, s in zip(games, seeds, strict=True)]
+    try:
+        while True:
+            command, payload = conn.recv()
+            if command == "reset":
+                conn.send(np.stack([env.reset()[0] for env in envs]))
+            elif command == "step":
+                conn.send(_step_slice(envs, payload))
+            else:  # "close"
+                break
+    except (EOFError, KeyboardInterrupt):
+        pass
+    finally:
+        for env in envs:
+            env.close()
+        conn.close()
+
+
+class EnvPool:
+    """N training (or evaluation) environments, one per agent.
+
+    Args:
+        games: per-environment Atari 100k game.
+        seeds: per-environment seed of its first reset (`make_env`).
+        train: training mode (life loss terminal for learning, clipped rewards).
+        workers: processes stepping the environments (0: this process); at most N are used.
+    """
+
+    def __init__(
+        self, games: Sequence[str], seeds: Sequence[int], train: bool = True, workers: int = 0
+    ) -> None:
+        if len(games) != len(seeds) or not games:
+            raise ValueError("EnvPool needs one seed per game, at least one environment")
+        self.num_envs = len(games)
+        self.workers = min(max(int(workers), 0), self.num_envs)
+        self._envs: list = []
+        self._conns: list = []
+        self._procs: list = []
+        if self.workers == 0:
+            self._envs = [make_env(g, seed=s, train=train) for g, s in zip(games, seeds)]
+            return
+        # Contiguous slices, as even as possible; spawn: a forked child of a process holding
+        # torch's thread pools (or CUDA) can deadlock.
+        bounds = np.linspace(0, self.num_envs, self.workers + 1).round().astype(int)
+        self._slices = [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+        context = mp.get_context("spawn")
+        try:
+            for part in self._slices:
+                parent, child = context.Pipe()
+                proc = context.Process(
+                    target=_worker,
+                    args=(child, list(games[part]), list(seeds[part]), train),
+                    daemon=True,
+                )
+                proc.start()
+                child.close()
+                self._conns.append(parent)
+                self._procs.append(proc)
+        except BaseException:
+            self.close()
+            raise
+
+    def reset(self) -> np.ndarray:
+        """First observations, (N, 4, 84, 84) uint8."""
+        if self.workers == 0:
+            return np.stack([env.reset()[0] for env in self._envs])
+        for conn in self._conns:
+            conn.send(("reset", None))
+        return np.concatenate([conn.recv() for conn in self._conns])
+
+    def step(self, actions: np.ndarray) -> PoolStep:
+        """One step of every environment (see `PoolStep`)."""
+        actions = np.asarray(actions)
+        if self.workers == 0:
+            return PoolStep(_step_slice(self._envs, actions))
+        for conn, part in zip(self._conns, self._slices, strict=True):
+            conn.send(("step", actions[part]))
+        parts = [conn.recv() for conn in self._conns]
+        return PoolStep(tuple(np.concatenate([p[i] for p in parts]) for i in range(6)))
+
+    def close(self) -> None:
+        for env in self._envs:
+            env.close()
+        self._envs = []
+        for conn in self._conns:
+            try:
+                conn.send(("close", None))
+            except (BrokenPipeError, OSError):
+                pass
+            conn.close()
+        for proc in self._procs:
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.kill()
+        self._conns, self._procs = [], []
+
+    def __enter__(self) -> EnvPool:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -1,0 +1,49 @@
+"""EnvPool: a population's environments stepped together, in worker processes or not."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sgi_lab.envs import make_env
+from sgi_lab.envs.pool import EnvPool
+
+
+def test_worker_processes_give_exactly_the_in_process_steps():
+    games, seeds = ["Pong", "Breakout", "Pong"], [0, 1, 2]
+    rng = np.random.default_rng(0)
+    actions = np.stack([rng.integers(0, [6, 4, 6]) for _ in range(500)])
+    runs = []
+    for workers in (0, 2):
+        with EnvPool(games, seeds, train=True, workers=workers) as pool:
+            steps = [pool.reset()]
+            steps += [pool.step(a) for a in actions]
+        runs.append(steps)
+    alone, parallel = runs
+    np.testing.assert_array_equal(alone[0], parallel[0])
+    for a, b in zip(alone[1:], parallel[1:]):
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x, y)
+    # Breakout's life losses end learning episodes within 500 steps: resets happened.
+    assert any(step[2][1] for step in alone[1:])
+
+
+def test_an_ended_episode_comes_back_reset_like_a_lone_env():
+    env = make_env("Breakout", seed=1, train=True)
+    obs, _ = env.reset()
+    with EnvPool(["Breakout"], [1]) as pool:
+        np.testing.assert_array_equal(pool.reset()[0], obs)
+        for _ in range(200):
+            o, r, term, trunc, info = env.step(1)
+            if term or trunc:
+                o, _ = env.reset()
+            out = pool.step(np.array([1]))
+            np.testing.assert_array_equal(out[0][0], o)
+            assert out[2][0] == term and out[4][0] == info["raw_reward"]
+            assert out[5][0] == info["terminal"]
+    env.close()
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="one seed per game"):
+        EnvPool(["Pong"], [0, 1])
