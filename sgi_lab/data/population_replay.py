@@ -1,0 +1,566 @@
+"""Prioritized replay for a whole population of agents, vectorized across agents in torch.
+
+`PopulationReplay` holds N agents' append-only replays as tensors with a leading agent axis on
+one device (the learner's, so that on a GPU frames never cross the bus after they are stored).
+All agents append one row per environment step together, so every agent holds the same number of
+rows; appending, prioritized sampling, batch assembly and priority updates are single tensor
+programs over the agent axis. Only the random draws loop over agents: each agent draws from its
+own ``torch.Generator`` so that its stream does not depend on who else is in the population.
+
+Semantics are those of :class:`sgi_lab.data.replay.PrioritizedReplay` (rows, valid starts,
+``max_priority ** alpha`` for new starts, stratified proportional sampling, importance weights)
+and batches those of :class:`sgi_lab.data.sampler.SequenceSampler` (see its module docstring),
+with every array carrying the agent axis first. One difference, on float round-off only: where
+the numpy sum tree's descent lands on a zero-priority leaf and the numpy replay redraws it
+uniformly, :meth:`BatchedSumTree.find` never enters an empty subtree and returns the nearest
+positive leaf, which keeps the sampling free of host synchronisation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from sgi_lab.data.replay import PrioritizedReplay
+from sgi_lab.data.sampler import HISTORY
+
+__all__ = ["BatchedSumTree", "PopulationBatch", "PopulationReplay"]
+
+FRAME_SHAPE = (84, 84)
+
+
+class PopulationBatch(NamedTuple):
+    """A batch of B sequences per agent, torch tensors on the replay's device.
+
+    The fields are :class:`sgi_lab.data.sampler.SequenceBatch`'s with a leading agent axis N,
+    plus the importance-sampling weights.
+
+    Attributes:
+        obs: (N, B, K+1, 4, 84, 84) uint8 frame stacks for steps t..t+K (zero where not valid).
+        actions: (N, B, K+1) int64 (0 where not valid).
+        rewards: (N, B, K+1) float32 sign-clipped rewards (0 where not valid).
+        valid: (N, B, K+1) bool; ``valid[..., 0]`` is always True.
+        terminals: (N, B, K+1) bool.
+        returns: (N, B) float32 n-step returns of clipped rewards (zeros if n_step == 0).
+        bootstrap_obs: (N, B, 4, 84, 84) uint8 stack at t+m, or None when n_step == 0.
+        bootstrap_discount: (N, B) float32 gamma^m, or 0 after a terminal.
+        goal_obs: (N, B, 4, 84, 84) uint8 stack of a future state, or None when goal_window == 0.
+        goal_offset: (N, B) int64 steps from t to the goal (0 if disabled).
+        indices: (N, B) int64 start rows.
+        weights: (N, B) float32 importance-sampling weights, each agent's max normalised to 1
+            (ones from `PopulationReplay.batch_at`).
+    """
+
+    obs: torch.Tensor
+    actions: torch.Tensor
+    rewards: torch.Tensor
+    valid: torch.Tensor
+    terminals: torch.Tensor
+    returns: torch.Tensor
+    bootstrap_obs: torch.Tensor | None
+    bootstrap_discount: torch.Tensor
+    goal_obs: torch.Tensor | None
+    goal_offset: torch.Tensor
+    indices: torch.Tensor
+    weights: torch.Tensor
+
+
+class BatchedSumTree:
+    """N binary sum trees over ``capacity`` priorities each, as one (N, 2 * size) float64 tensor.
+
+    Node 1 is a root, node j's children are 2j and 2j+1, leaves are ``size .. 2*size - 1``
+    (``size`` the power of two at or above ``capacity``), as in :class:`SumTree`, whose float64
+    sums this reproduces bit for bit.
+    """
+
+    def __init__(self, num_trees: int, capacity: int, device: torch.device | str = "cpu") -> None:
+        self.capacity = int(capacity)
+        size = 1
+        while size < self.capacity:
+            size *= 2
+        self.size = size
+        self.levels = size.bit_length() - 1  # edges from the root to a leaf
+        self.tree = torch.zeros(num_trees, 2 * size, dtype=torch.float64, device=device)
+
+    @property
+    def total(self) -> torch.Tensor:
+        """(N,) total priority of each tree."""
+        return self.tree[:, 1]
+
+    def get(self, rows: torch.Tensor) -> torch.Tensor:
+        """(N, B) leaf priorities at ``rows`` (N, B)."""
+        return self.tree.gather(1, rows + self.size)
+
+    def update(self, rows: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        """Set leaves and recompute their ancestors, level by level, for all trees at once.
+
+        A row repeated within a tree's batch takes the value of its last occurrence (as numpy
+        fancy assignment does in :class:`SumTree`). Values are validated on a CPU only, where
+        checking costs no device synchronisation.
+
+        Args:
+            rows: (N, B) int64 leaf indices per tree.
+            values: (N, B) new priorities (broadcastable), finite and non-negative.
+
+        Returns:
+            (N,) int64 change in each tree's count of positive leaves.
+        """
+        rows = torch.as_tensor(rows, dtype=torch.int64, device=self.tree.device)
+        values = torch.as_tensor(values, dtype=torch.float64, device=self.tree.device)
+        values = values.expand(rows.shape)
+        if self.tree.device.type == "cpu" and (
+            bool((values < 0).any()) or not bool(torch.isfinite(values).all())
+        ):
+            raise ValueError("priorities must be finite and non-negative")
+        # Scatter order among duplicate indices is unspecified (and differs on a GPU): give every
+        # duplicate the value of its last occurrence, so any write order ends the same.
+        rows, order = torch.sort(rows, dim=1, stable=True)
+        values = values.gather(1, order)
+        B = rows.shape[1]
+        is_last = torch.ones_like(rows, dtype=torch.bool)
+        is_last[:, :-1] = rows[:, 1:] != rows[:, :-1]
+        position = torch.arange(B, device=rows.device).expand_as(rows)
+        group_end = torch.where(is_last, position, B)
+        group_end = group_end.flip(1).cummin(1).values.flip(1)
+        values = values.gather(1, group_end)
+
+        nodes = rows + self.size
+        old = self.tree.gather(1, nodes)
+        positive_change = ((values > 0).long() - (old > 0).long()) * is_last
+        self.tree.scatter_(1, nodes, values)
+        for _ in range(self.levels):
+            # Siblings within a level are final before their parents are summed; duplicate
+            # parents read the same children and so write the same sum.
+            nodes = nodes // 2
+            sums = self.tree.gather(1, 2 * nodes) + self.tree.gather(1, 2 * nodes + 1)
+            self.tree.scatter_(1, nodes, sums)
+        return positive_change.sum(1)
+
+    def rebuild(self, tree: int, leaves: torch.Tensor) -> None:
+        """Replace all leaves of one tree (the first ``len(leaves)``; the rest 0) and its sums."""
+        t = self.tree[tree]
+        t.zero_()
+        t[self.size : self.size + len(leaves)] = leaves.to(t)
+        lo = self.size
+        while lo > 1:
+            hi, lo = lo, lo // 2
+            t[lo:hi] = t[2 * lo : 2 * hi : 2] + t[2 * lo + 1 : 2 * hi : 2]
+
+    def find(self, mass: torch.Tensor) -> torch.Tensor:
+        """(N, B) leaves whose prefix-sum interval contains ``mass`` (N, B) in ``[0, total)``.
+
+        The descent goes right when the mass reaches past the left subtree, as `SumTree.find`
+        does, but never into an empty subtree, so round-off near a tree's total still lands on a
+        positive leaf (the numpy replay redraws those instead).
+        """
+        mass = mass.to(torch.float64)
+        nodes = torch.ones_like(mass, dtype=torch.int64)
+        for _ in range(self.levels):
+            left = 2 * nodes
+            left_sum = self.tree.gather(1, left)
+            right_sum = self.tree.gather(1, left + 1)
+            go_right = (mass >= left_sum) & (right_sum > 0)
+            mass = torch.where(go_right, mass - left_sum, mass)
+            nodes = left + go_right.long()
+        return (nodes - self.size).clamp_(max=self.capacity - 1)
+
+
+class PopulationReplay:
+    """Append-only prioritized replays of N agents, stored and sampled together on one device.
+
+    Args:
+        num_agents: N.
+        capacity: maximum rows per agent (the run's steps).
+        alpha: priority exponent; sampling probability is proportional to ``priority ** alpha``.
+        K, n_step, gamma: sequence length and n-step return settings (as `SequenceSampler`).
+        seeds: one seed per agent for its ``torch.Generator`` (default ``0..N-1``).
+        goal_window: goals lie 1..goal_window steps ahead (0: no goals).
+        device: where storage, sum trees and batches live.
+
+    Memory per agent: ``capacity * (84*84 + 38)`` bytes of rows and episode bookkeeping plus
+    16 bytes per sum-tree leaf (``capacity`` rounded up to a power of two, times 2): about
+    0.71 GB at 100k rows.
+    """
+
+    def __init__(
+        self,
+        num_agents: int,
+        capacity: int,
+        alpha: float = 0.5,
+        K: int = 5,
+        n_step: int = 10,
+        gamma: float = 0.99,
+        seeds: Sequence[int] | None = None,
+        goal_window: int = 0,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        if K < 0 or n_step < 0 or goal_window < 0:
+            raise ValueError("K, n_step and goal_window must be >= 0")
+        seeds = list(range(num_agents)) if seeds is None else [int(s) for s in seeds]
+        if len(seeds) != num_agents:
+            raise ValueError(f"{len(seeds)} seeds for {num_agents} agents")
+        self.num_agents = N = int(num_agents)
+        self.capacity = C = int(capacity)
+        self.alpha = alpha
+        self.K, self.n_step, self.gamma, self.goal_window = K, n_step, gamma, goal_window
+        self.device = dev = torch.device(device)
+        # Frames as flat rows with one all-zero row at the end: padding frames are gathered
+        # from it, so no masking pass follows the gather (and 2-D row gathers are the fast ones).
+        pixels = FRAME_SHAPE[0] * FRAME_SHAPE[1]
+        self._frame_rows = torch.zeros(N * C + 1, pixels, dtype=torch.uint8, device=dev)
+        self.frames = self._frame_rows[: N * C].view(N, C, *FRAME_SHAPE)
+        self.actions = torch.zeros(N, C, dtype=torch.int64, device=dev)
+        self.rewards = torch.zeros(N, C, dtype=torch.float32, device=dev)
+        self.terminals = torch.zeros(N, C, dtype=torch.bool, device=dev)
+        self.firsts = torch.zeros(N, C, dtype=torch.bool, device=dev)
+        # Episode bookkeeping: a row's episode start, its episode's index, and each episode's
+        # last stored row (the current episode's end moves with every append).
+        self.row_episode_start = torch.zeros(N, C, dtype=torch.int64, device=dev)
+        self.episode_of_row = torch.zeros(N, C, dtype=torch.int64, device=dev)
+        self.episode_end = torch.zeros(N, C, dtype=torch.int64, device=dev)
+        self.episodes = torch.zeros(N, dtype=torch.int64, device=dev)
+        self.size = 0
+        self.tree = BatchedSumTree(N, C, dev)
+        self.positive_leaves = torch.zeros(N, dtype=torch.int64, device=dev)
+        self.max_priority = torch.ones(N, dtype=torch.float64, device=dev)
+        self.generators = [torch.Generator(device=dev).manual_seed(s) for s in seeds]
+        # Kept only so that state_dict(i) reads as a PrioritizedReplay checkpoint.
+        self._numpy_rng_states = [
+            np.random.Generator(np.random.PCG64(s)).bit_generator.state for s in seeds
+        ]
+        self._ready = False  # every agent has a valid start (totals never decrease after)
+        self._agents = torch.arange(N, device=dev)
+        self._gamma_powers = torch.from_numpy(gamma ** np.arange(n_step + 1)).to(dev)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def _tensor(self, x: Any, dtype: torch.dtype) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(x) if not torch.is_tensor(x) else x).to(
+            self.device, dtype, non_blocking=True
+        )
+
+    # -- appending ------------------------------------------------------------------------------
+    def append(
+        self,
+        frames: np.ndarray | torch.Tensor,
+        actions: np.ndarray | torch.Tensor,
+        rewards: np.ndarray | torch.Tensor,
+        terminals: np.ndarray | torch.Tensor,
+        firsts: np.ndarray | torch.Tensor,
+    ) -> None:
+        """Add row t for every agent (the newest frame of ``s_t``, ``a_t``, raw ``r_t``, flags).
+
+        Args:
+            frames: (N, 84, 84) uint8.
+            actions: (N,) int.
+            rewards: (N,) raw rewards (clipped when sampled).
+            terminals: (N,) bool, transition t ended the episode for learning.
+            firsts: (N,) bool, row t starts an episode.
+        """
+        t = self.size
+        if t >= self.capacity:
+            raise RuntimeError(f"replay is full ({self.capacity} rows)")
+        first = self._tensor(firsts, torch.bool)
+        terminal = self._tensor(terminals, torch.bool)
+        if t == 0 and not bool(first.all()):
+            raise ValueError("the first row must start an episode")
+        self.frames[:, t] = self._tensor(frames, torch.uint8)
+        self.actions[:, t] = self._tensor(actions, torch.int64)
+        self.rewards[:, t] = self._tensor(rewards, torch.float32)
+        self.terminals[:, t] = terminal
+        self.firsts[:, t] = first
+        self.episodes += first
+        episode = self.episodes - 1
+        self.episode_of_row[:, t] = episode
+        self.episode_end[self._agents, episode] = t
+        previous_start = self.row_episode_start[:, max(t - 1, 0)]
+        self.row_episode_start[:, t] = torch.where(first, t, previous_start)
+
+        # Row t-1 becomes a valid start once its successor is stored (unless it was terminal,
+        # then it already was); a terminal row t is valid at once. Rows left alone are written
+        # with their current priority; the pair [t-1, t] is one t-only write when t == 0.
+        rows = torch.tensor([max(t - 1, 0), t], device=self.device).expand(self.num_agents, 2)
+        if t > 0:
+            gets_successor = ~first & ~self.terminals[:, t - 1]
+        else:
+            gets_successor = torch.zeros_like(first)
+        new = torch.stack([gets_successor, terminal], 1)
+        values = torch.where(new, self._power(self.max_priority)[:, None], self.tree.get(rows))
+        self.positive_leaves += self.tree.update(rows, values)
+        self.size = t + 1
+
+    # -- sampling -------------------------------------------------------------------------------
+    def sample(self, batch_size: int, beta: float) -> PopulationBatch:
+        """A prioritized batch per agent with importance-sampling weights.
+
+        Stratified as in Rainbow: agent i's draw b lies in the b-th of ``batch_size`` equal
+        slices of its total priority. Weights are ``(count * p) ** -beta`` over each agent's
+        batch max, ``p`` the sampling probability and ``count`` the agent's positive leaves.
+
+        Args:
+            batch_size: B sequences per agent.
+            beta: importance-sampling exponent.
+
+        Returns:
+            A `PopulationBatch` with (N, B, ...) tensors on the device.
+        """
+        if not self._ready:  # one host synchronisation per check, only until every agent has data
+            if not bool((self.tree.total > 0).all()):
+                raise RuntimeError("an agent has no valid transition to sample yet")
+            self._ready = True
+        B = batch_size
+        uniforms = torch.stack(
+            [
+                torch.rand(B, generator=g, device=self.device, dtype=torch.float64)
+                for g in self.generators
+            ]
+        )
+        offsets = self._draw_goal_offsets(B)
+        total = self.tree.total[:, None]
+        bounds = (torch.arange(B, device=self.device) + uniforms) * (total / B)
+        starts = self.tree.find(bounds)
+        probs = self.tree.get(starts) / total
+        weights = (self.positive_leaves[:, None] * probs) ** (-beta)
+        weights = (weights / weights.max(1, keepdim=True).values).float()
+        return self.batch_at(starts, offsets)._replace(weights=weights)
+
+    def _draw_goal_offsets(self, B: int) -> torch.Tensor | None:
+        if self.goal_window == 0:
+            return None
+        return torch.stack(
+            [
+                torch.randint(1, self.goal_window + 1, (B,), generator=g, device=self.device)
+                for g in self.generators
+            ]
+        )
+
+    def batch_at(
+        self, starts: torch.Tensor, goal_offset: torch.Tensor | None = None
+    ) -> PopulationBatch:
+        """Assemble the batch for given start rows, all agents at once (weights: ones).
+
+        Args:
+            starts: (N, B) int64 valid start rows.
+            goal_offset: (N, B) int64 offsets in 1..goal_window before clipping to the episode's
+                end; None draws them from the agents' generators (ignored without goals).
+        """
+        t = self._tensor(starts, torch.int64)
+        N, B = t.shape
+        K = self.K
+        e0 = self.row_episode_start.gather(1, t)
+        e1 = self._episode_end_of(t)
+
+        steps = t[..., None] + torch.arange(K + 1, device=self.device)  # (N, B, K+1)
+        in_episode = steps <= e1[..., None]
+        safe_steps = torch.where(in_episode, steps, t[..., None])
+        term = self._rows(self.terminals, safe_steps) & in_episode
+        term_before = (term.cumsum(-1) - term.long()) > 0
+        valid = in_episode & ~term_before
+        actions = torch.where(valid, self._rows(self.actions, safe_steps), 0)
+        rewards = torch.where(valid, self._rows(self.rewards, safe_steps).sign(), 0.0)
+
+        # Frame j of stack k is row t+k+j-3: real from the episode's start up to the last valid
+        # step, zero elsewhere (before the start, and for invalid steps entirely). Rows out of
+        # range are masked before they are used.
+        history = torch.arange(-(HISTORY - 1), 1, device=self.device)
+        frame_rows = steps[..., None] + history  # (N, B, K+1, 4)
+        last_valid = t + valid.sum(-1) - 1
+        frame_ok = (frame_rows >= e0[..., None, None]) & (frame_rows <= last_valid[..., None, None])
+        frame_ok &= valid[..., None]
+        obs = self._gather_frames(frame_rows, frame_ok)
+
+        if self.n_step > 0:
+            returns, boot_rows, discount = self._n_step_targets(t, e1)
+            # After a terminal the discount is 0 and the row may lie past e1: any stack will do.
+            bootstrap_obs = self._stacks(torch.minimum(boot_rows, e1), e0)
+        else:
+            returns = torch.zeros(N, B, device=self.device)
+            discount = torch.zeros(N, B, device=self.device)
+            bootstrap_obs = None
+
+        if self.goal_window > 0:
+            if goal_offset is None:
+                goal_offset = self._draw_goal_offsets(B)
+            goal_rows = torch.minimum(t + self._tensor(goal_offset, torch.int64), e1)
+            goal_obs = self._stacks(goal_rows, e0)
+            offset = goal_rows - t
+        else:
+            goal_obs, offset = None, torch.zeros(N, B, dtype=torch.int64, device=self.device)
+
+        return PopulationBatch(
+            obs=obs,
+            actions=actions,
+            rewards=rewards.float(),
+            valid=valid,
+            terminals=term,
+            returns=returns,
+            bootstrap_obs=bootstrap_obs,
+            bootstrap_discount=discount,
+            goal_obs=goal_obs,
+            goal_offset=offset,
+            indices=t,
+            weights=torch.ones(N, B, device=self.device),
+        )
+
+    def _episode_end_of(self, rows: torch.Tensor) -> torch.Tensor:
+        """(N, B) last stored row of each row's episode."""
+        return self.episode_end.gather(1, self.episode_of_row.gather(1, rows))
+
+    def _rows(self, table: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """``table[i, rows[i, ...]]`` for an (N, capacity) table and (N, ...) rows."""
+        return table.gather(1, rows.reshape(rows.shape[0], -1)).reshape(rows.shape)
+
+    def _gather_frames(self, rows: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        """(N, ..., 84, 84) frames at ``rows`` (N, ...), zero where ``keep`` is False."""
+        flat = rows + self._agents.view(-1, *([1] * (rows.dim() - 1))) * self.capacity
+        flat = torch.where(keep, flat, self.num_agents * self.capacity)  # the zero row
+        frames = self._frame_rows.index_select(0, flat.reshape(-1))
+        return frames.view(*rows.shape, *FRAME_SHAPE)
+
+    def _stacks(self, rows: torch.Tensor, episode_start: torch.Tensor) -> torch.Tensor:
+        """(N, B, 4, 84, 84) stacks ending at ``rows``, zero before each episode's start."""
+        idx = rows[..., None] + torch.arange(-(HISTORY - 1), 1, device=self.device)
+        return self._gather_frames(idx, idx >= episode_start[..., None])
+
+    def _n_step_targets(
+        self, t: torch.Tensor, e1: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`sampler.n_step_targets` with clipped rewards over (N, B) starts and episode ends."""
+        j = torch.arange(self.n_step, device=self.device)
+        rows = t[..., None] + j  # (N, B, n)
+        in_data = rows <= e1[..., None]
+        safe = torch.where(in_data, rows, t[..., None])
+        term = self._rows(self.terminals, safe) & in_data
+        term_before = (term.cumsum(-1) - term.long()) > 0
+        # A reward counts if no terminal came before it and its row has a known successor; the
+        # first step that does not count ends the sum (truncation or terminal).
+        has_successor = (rows < e1[..., None]) | term
+        counted = (in_data & ~term_before & has_successor).long().cumprod(-1).bool()
+        m = counted.sum(-1)
+        step_rewards = self._rows(self.rewards, safe).double().sign()
+        returns = (torch.where(counted, step_rewards, 0.0) * self._gamma_powers[:-1]).sum(-1)
+        ended = (term & counted).any(-1)
+        discount = torch.where(ended, 0.0, self._gamma_powers[m])
+        return returns.float(), t + m, discount.float()
+
+    # -- priorities -----------------------------------------------------------------------------
+    def update_priorities(
+        self, indices: torch.Tensor | np.ndarray, priorities: torch.Tensor | np.ndarray
+    ) -> None:
+        """Set new priorities (e.g. per-sample losses) for sampled rows, all agents at once.
+
+        Args:
+            indices: (N, B) rows (a batch's ``indices``).
+            priorities: (N, B) non-negative priorities (before ``alpha``).
+        """
+        rows = self._tensor(indices, torch.int64)
+        p = self._tensor(priorities, torch.float64) + 1e-6
+        self.max_priority = torch.maximum(self.max_priority, p.max(1).values)
+        self.positive_leaves += self.tree.update(rows, self._power(p))
+
+    def _power(self, p: torch.Tensor) -> torch.Tensor:
+        """``p ** alpha``. numpy (hence `PrioritizedReplay`) computes ``** 0.5`` as a correctly
+        rounded square root; torch's sqrt is one on a GPU, while its vectorised CPU kernels
+        (sqrt and pow alike) can be an ulp off, so priorities agree to float64 round-off."""
+        return p.sqrt() if self.alpha == 0.5 else p**self.alpha
+
+    # -- checkpointing, in PrioritizedReplay.state_dict's format, per agent --------------------
+    def state_dict(self, i: int) -> dict[str, Any]:
+        """Agent i's replay as `PrioritizedReplay.state_dict` writes it (CPU tensors), plus its
+        torch generator state under ``"torch_rng"``; ``"rng"`` carries the numpy state that was
+        loaded (or the seed's), which this class does not draw from."""
+        n = self.size
+        return {
+            "size": n,
+            "frames": self.frames[i, :n].cpu().clone(),
+            "actions": self.actions[i, :n].cpu().clone(),
+            "rewards": self.rewards[i, :n].cpu().clone(),
+            "terminals": self.terminals[i, :n].cpu().clone(),
+            "firsts": self.firsts[i, :n].cpu().clone(),
+            "priorities": self.tree.tree[i, self.tree.size : self.tree.size + n].cpu().clone(),
+            "max_priority": float(self.max_priority[i]),
+            "rng": self._numpy_rng_states[i],
+            "torch_rng": self.generators[i].get_state(),
+        }
+
+    def load_state_dict(self, i: int, state: dict[str, Any]) -> None:
+        """Restore agent i from `state_dict` or `PrioritizedReplay.state_dict` output.
+
+        All agents hold the same number of rows: load into an empty population (which takes the
+        checkpoint's size; then load every agent) or one of the same size. Without
+        ``"torch_rng"`` (a `PrioritizedReplay` checkpoint) the generator is seeded from the
+        numpy state, so a resumed agent's draws stay reproducible.
+        """
+        n = int(state["size"])
+        if n > self.capacity:
+            raise ValueError(f"checkpoint replay holds {n} rows, capacity is {self.capacity}")
+        if self.size not in (0, n):
+            raise ValueError(f"checkpoint replay holds {n} rows, the population {self.size}")
+        dev = self.device
+        firsts = state["firsts"].to(dev, torch.bool)
+        if n > 0 and not bool(firsts[0]):
+            raise ValueError("the first row must start an episode")
+        for name in ("frames", "actions", "rewards", "terminals", "firsts"):
+            table = getattr(self, name)
+            table[i].zero_()
+            table[i, :n] = state[name].to(dev, table.dtype)
+        rows = torch.arange(n, device=dev)
+        episode = firsts.long().cumsum(0) - 1
+        self.episode_of_row[i].zero_()
+        self.episode_of_row[i, :n] = episode
+        self.row_episode_start[i].zero_()
+        self.row_episode_start[i, :n] = torch.where(firsts, rows, 0).cummax(0).values
+        self.episode_end[i].zero_()
+        self.episode_end[i].scatter_reduce_(0, episode, rows, "amax")
+        self.episodes[i] = int(firsts.sum())
+        priorities = state["priorities"].to(dev, torch.float64)
+        self.tree.rebuild(i, priorities)
+        self.positive_leaves[i] = (priorities > 0).sum()
+        self.max_priority[i] = float(state["max_priority"])
+        self._numpy_rng_states[i] = state["rng"]
+        if "torch_rng" in state:
+            self.generators[i].set_state(state["torch_rng"])
+        else:
+            rng = np.random.Generator(np.random.PCG64())
+            rng.bit_generator.state = state["rng"]
+            self.generators[i].manual_seed(int(rng.integers(2**63)))
+        self.size = n
+        self._ready = False
+
+    @classmethod
+    def from_replays(
+        cls, replays: Sequence[PrioritizedReplay], device: torch.device | str = "cpu"
+    ) -> PopulationReplay:
+        """A population holding copies of per-agent replays (same settings, same sizes)."""
+        r = replays[0]
+        s = r.sampler
+        population = cls(
+            len(replays),
+            r.capacity,
+            alpha=r.alpha,
+            K=s.K,
+            n_step=s.n_step,
+            gamma=s.gamma,
+            goal_window=s.goal_window,
+            device=device,
+        )
+        for i, replay in enumerate(replays):
+            population.load_state_dict(i, replay.state_dict())
+        return population
+
+    def to_replay(self, i: int) -> PrioritizedReplay:
+        """Agent i as a numpy `PrioritizedReplay` (its numpy RNG at the loaded/seed state)."""
+        replay = PrioritizedReplay(
+            self.capacity,
+            alpha=self.alpha,
+            K=self.K,
+            n_step=self.n_step,
+            gamma=self.gamma,
+            goal_window=self.goal_window,
+        )
+        replay.load_state_dict(self.state_dict(i))
+        return replay
