@@ -72,6 +72,19 @@ def model_args(config: PretrainConfig, num_actions: int) -> dict[str, Any]:
     }
 
 
+def spr_coefficient(config: PretrainConfig) -> float:
+    """Weight of `spr_loss` (-sum_k cos) for ``spr_weight`` read by ``spr_weight_convention``.
+
+    ``"text"``: spr_weight is lambda_SPR on -sum_k cos (the paper's 2). ``"reference"``: it is
+    the authors' weight on mean_k(2 - 2 cos) (their script's 1), whose gradient is 2 / K times
+    that of -sum_k cos: 2 w / K (0.4 for w = 1, K = 5). The constant 2 w the reference loss
+    adds changes no gradient, so it is left out (``losses/total`` is lower by it).
+    """
+    if config.spr_weight_convention == "reference":
+        return 2.0 * config.spr_weight / max(1, config.spr_steps)
+    return config.spr_weight
+
+
 def check_objectives(config: PretrainConfig) -> None:
     weights = {
         "spr_weight": config.spr_weight,
@@ -215,7 +228,7 @@ def sgi_losses(
         step_mask = valid[:, 1:].float()
         if config.spr_weight > 0:
             loss = spr_loss(model.predict(y_pred), y_target, step_mask).mean()
-            total = total + config.spr_weight * loss
+            total = total + spr_coefficient(config) * loss
             logs["losses/spr"] = loss
         if config.inverse_weight > 0:
             y_hat = torch.cat([y0[:, None], y_pred[:, :-1]], dim=1)  # y_hat_{t..t+K-1}
@@ -232,12 +245,21 @@ def sgi_losses(
         goal_obs = augment(batch["goal_obs"], gen) if config.augment else batch["goal_obs"].float()
         with target_passes(config, target):
             goals = sample_goals(
-                target.encode(goal_obs), gen, config.goal_alpha_max, config.goal_swap_prob
+                target.encode(goal_obs),
+                gen,
+                config.goal_alpha_max,
+                config.goal_swap_prob,
+                noise_scale="unit" if config.goal_noise == "reference" else "latent_norm",
             )
             target_next = F.softmax(target.goal_q_logits(z_target[:, n], goals), dim=-1)
             target_latents = z_target[:, : n + 1].flatten(2)
             _, _, rewards = goal_n_step_returns(
-                target_latents, goals, valid[:, : n + 1], config.gamma, config.goal_reward_scale
+                target_latents,
+                goals,
+                valid[:, : n + 1],
+                config.gamma,
+                config.goal_reward_scale,
+                config.goal_distance_scale,
             )
         logits = model.goal_q_logits(z0, goals)
         loss = goal_rl_loss(
@@ -250,6 +272,7 @@ def sgi_losses(
             model.support,
             config.gamma,
             config.goal_reward_scale,
+            config.goal_distance_scale,
         ).mean()
         total = total + config.goal_weight * loss
         logs["losses/goal"] = loss
@@ -518,5 +541,6 @@ __all__ = [
     "model_args",
     "pretrain",
     "representation_similarity",
+    "spr_coefficient",
     "train_step",
 ]

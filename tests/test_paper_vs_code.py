@@ -1,0 +1,121 @@
+"""Where the paper's text and the authors' code differ, both are available: each option pinned
+against hand-computed values (docs/paper_vs_code.md lists every difference)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from sgi_lab.config import ConfigError, PretrainConfig, build_config, load_config
+from sgi_lab.objectives import spr_loss
+from sgi_lab.objectives.goal_rl import goals_from_draws
+from sgi_lab.train.pretrain import spr_coefficient
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# -- SPR weight convention ------------------------------------------------------------------
+
+
+def test_spr_coefficient_text_and_reference():
+    text = build_config(PretrainConfig, {"spr_weight": 2.0})
+    assert text.spr_weight_convention == "text"
+    assert spr_coefficient(text) == 2.0
+    ref = build_config(PretrainConfig, {"spr_weight": 1.0, "spr_weight_convention": "reference"})
+    assert spr_coefficient(ref) == pytest.approx(0.4)  # 2 * 1 / K, K = 5
+    ref3 = build_config(
+        PretrainConfig, {"spr_weight": 1.0, "spr_weight_convention": "reference", "spr_steps": 2}
+    )
+    assert spr_coefficient(ref3) == pytest.approx(1.0)
+    with pytest.raises(ConfigError, match="spr_weight_convention"):
+        build_config(PretrainConfig, {"spr_weight_convention": "paper"})
+
+
+def test_reference_convention_matches_the_reference_loss_and_gradient():
+    # K = 2 steps: cos = 1 and 1/sqrt(2). Text loss -sum_k cos = -1.7071; the reference's
+    # w * mean_k(2 - 2 cos) = (0 + 2 - sqrt(2)) / 2 = 0.2929 for w = 1, = 2w + (2w/K) * text.
+    pred = torch.tensor([[[1.0, 0.0], [1.0, 1.0]]], requires_grad=True)
+    targ = torch.tensor([[[1.0, 0.0], [0.0, 1.0]]])
+    text = spr_loss(pred, targ)
+    assert text.item() == pytest.approx(-(1 + 1 / math.sqrt(2)), abs=1e-6)
+    config = build_config(
+        PretrainConfig, {"spr_weight": 1.0, "spr_weight_convention": "reference", "spr_steps": 2}
+    )
+    ours = spr_coefficient(config) * text.sum()
+    (g_ours,) = torch.autograd.grad(ours, pred)
+    a, b = F.normalize(pred, dim=-1), F.normalize(targ, dim=-1)
+    reference = 1.0 * (a - b).pow(2).sum(-1).mean(-1).sum()  # the authors' spr_loss
+    assert reference.item() == pytest.approx((2 - math.sqrt(2)) / 2, abs=1e-6)
+    assert (ours + 2.0).item() == pytest.approx(reference.item(), abs=1e-6)
+    (g_ref,) = torch.autograd.grad(reference, pred)
+    torch.testing.assert_close(g_ours, g_ref)
+
+
+# -- goal noise -------------------------------------------------------------------------------
+
+
+def _draws(noise, alpha):
+    return {"noise": torch.tensor([noise]), "alpha": torch.tensor([[alpha]])}
+
+
+def test_goal_noise_unit_reference_hand_computed():
+    # g = (0, 3, 0, 4) (norm 5), n = e1, alpha = 1 * alpha_max = 0.5:
+    # 0.5 n + 0.5 g = (0.5, 1.5, 0, 2) -> min-max -> (0.25, 0.75, 0, 1)
+    g = torch.tensor([[0.0, 3.0, 0.0, 4.0]])
+    goals, swapped = goals_from_draws(g, _draws([2.0, 0, 0, 0], 1.0), 0.5, 0.0, "unit")
+    torch.testing.assert_close(goals, torch.tensor([[0.25, 0.75, 0.0, 1.0]]))
+    assert not swapped.any()
+
+
+def test_goal_noise_latent_norm_text_hand_computed():
+    # the noise scaled to ||g|| = 5: 0.5 * 5 e1 + 0.5 g = (2.5, 1.5, 0, 2) -> (1, 0.6, 0, 0.8)
+    g = torch.tensor([[0.0, 3.0, 0.0, 4.0]])
+    goals, _ = goals_from_draws(g, _draws([2.0, 0, 0, 0], 1.0), 0.5, 0.0, "latent_norm")
+    torch.testing.assert_close(goals, torch.tensor([[1.0, 0.6, 0.0, 0.8]]))
+    # ... which is unit noise mixed into the L2-normalized goal (min-max is scale-free)
+    unit, _ = goals_from_draws(g / 5.0, _draws([2.0, 0, 0, 0], 1.0), 0.5, 0.0, "unit")
+    torch.testing.assert_close(goals, unit)
+    with pytest.raises(ValueError, match="noise_scale"):
+        goals_from_draws(g, _draws([1.0, 0, 0, 0], 1.0), 0.5, 0.0, "huge")
+
+
+def test_goal_noise_moves_text_goals_off_the_manifold():
+    # A 3,136-d [0, 1] latent (norm ~32): unit noise barely moves it, scaled noise does.
+    gen = torch.Generator().manual_seed(0)
+    z = torch.rand(8, 3136, generator=gen)
+    draws = {"noise": torch.randn(8, 3136, generator=gen), "alpha": torch.ones(8, 1)}
+    for scale, low, high in [("unit", 0.998, 1.0), ("latent_norm", 0.8, 0.95)]:
+        goals, _ = goals_from_draws(z, draws, 0.5, 0.0, scale)
+        cos = F.cosine_similarity(goals, z, dim=-1)
+        assert low <= cos.min() and cos.max() <= high, (scale, cos)
+
+
+# -- params files: the reference code's choices ------------------------------------------------
+
+
+PAPER_PARAMS = sorted(p for p in (ROOT / "params/pretrain").glob("*.yaml") if p.stem != "smoke")
+
+
+@pytest.mark.parametrize("path", PAPER_PARAMS, ids=lambda p: p.stem)
+def test_paper_params_follow_the_reference_code(path):
+    config = load_config(PretrainConfig, path)
+    if config.spr_weight > 0:
+        assert config.spr_weight_convention == "reference"
+        assert spr_coefficient(config) == pytest.approx(0.4)
+    if config.goal_weight > 0:
+        assert (config.goal_noise, config.goal_offsets) == ("reference", "reference")
+        assert config.goal_distance_scale == 5.0
+
+
+def test_dataclass_defaults_are_the_text():
+    c = PretrainConfig()
+    assert (c.spr_weight, c.spr_weight_convention) == (2.0, "text")
+    assert (c.goal_noise, c.goal_offsets, c.goal_distance_scale) == ("text", "text", 1.0)
+    with pytest.raises(ConfigError, match="goal_distance_scale: must be positive"):
+        build_config(PretrainConfig, {"goal_distance_scale": 0.0})
+    assert np.isfinite(spr_coefficient(c))
