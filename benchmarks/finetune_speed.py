@@ -6,6 +6,7 @@ evaluation episodes/s (vectorized vs one environment at a time).
     python benchmarks/finetune_speed.py steps --steps 300       # env steps/s with 2 updates per step
     python benchmarks/finetune_speed.py eval --episodes 8       # evaluation episodes/s
     python benchmarks/finetune_speed.py population --agents 4   # a population of 4 vs 4 single agents
+    python benchmarks/finetune_speed.py replay                  # N numpy replays vs one PopulationReplay
     python benchmarks/finetune_speed.py all                     # everything, JSON summary at the end
 
 An update is the paper's: batch 32, RL + SPR with K = 5, 10-step returns, double Q, augmentation.
@@ -29,6 +30,7 @@ import numpy as np
 import torch
 
 from sgi_lab.config import FinetuneConfig, to_dict
+from sgi_lab.data.population_replay import PopulationReplay
 from sgi_lab.data.replay import PrioritizedReplay
 from sgi_lab.envs import make_env
 from sgi_lab.nets import SGIModel
@@ -250,10 +252,102 @@ def bench_population(
     }
 
 
+def bench_replay(
+    agents: int, rounds: int, rows: int = 2_000, batch_size: int = 32, device: str = "cpu"
+) -> dict:
+    """Replay work of one population step: sampling N batches (K = 5, 10-step returns) from N
+    numpy `PrioritizedReplay` s, alone and then stacked onto the device as `Population.update`
+    does, against one `PopulationReplay.sample` there; also one append per agent and one
+    priority update. Random episodes of ``rows`` rows; interleaved round by round."""
+    K, n_step, beta = 5, 10, 0.4
+    settings = {"alpha": 0.5, "K": K, "n_step": n_step, "gamma": 0.99}
+    population = PopulationReplay(agents, rows, seeds=range(agents), device=device, **settings)
+    replays = [PrioritizedReplay(rows, seed=i, **settings) for i in range(agents)]
+    rng = np.random.default_rng(0)
+    first = np.ones(agents, bool)
+    append_numpy, append_population = [], []
+    for _ in range(rows):
+        frames = rng.integers(0, 256, (agents, 84, 84), dtype=np.uint8)
+        actions, rewards = rng.integers(0, 6, agents), rng.normal(size=agents).astype(np.float32)
+        end = rng.random(agents) < 0.005
+        terminals = end & (rng.random(agents) < 0.5)
+        t = time.perf_counter()
+        for i, replay in enumerate(replays):
+            replay.append(frames[i], actions[i], rewards[i], terminals[i], first[i])
+        append_numpy.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        population.append(frames, actions, rewards, terminals, first)
+        synchronize(device)
+        append_population.append(time.perf_counter() - t)
+        first = end
+    dev = torch.device(device)
+
+    def numpy_sample(to_device: bool) -> tuple[list, list]:
+        sampled = [r.sample(batch_size, beta) for r in replays]
+        if to_device:
+            for field in ("obs", "bootstrap_obs", "actions", "valid", "returns"):
+                torch.stack([torch.as_tensor(getattr(b, field)).to(dev) for b, _ in sampled])
+            torch.stack([torch.as_tensor(w).to(dev) for _, w in sampled])
+            synchronize(device)
+        return sampled
+
+    def population_sample() -> object:
+        batch = population.sample(batch_size, beta)
+        synchronize(device)
+        return batch
+
+    times: dict[str, list[float]] = {k: [] for k in ("numpy", "numpy_to_device", "population")}
+    priority_numpy, priority_population = [], []
+    for _ in range(2):  # warm-up
+        numpy_sample(True)
+        population_sample()
+    for _ in range(rounds):
+        outputs = {}
+        for name, fn in (
+            ("numpy", lambda: numpy_sample(False)),
+            ("numpy_to_device", lambda: numpy_sample(True)),
+            ("population", population_sample),
+        ):
+            t = time.perf_counter()
+            outputs[name] = fn()
+            times[name].append(time.perf_counter() - t)
+        new = rng.random((agents, batch_size))
+        t = time.perf_counter()
+        for replay, (b, _), p in zip(replays, outputs["numpy"], new, strict=True):
+            replay.update_priorities(b.indices, p)
+        priority_numpy.append(time.perf_counter() - t)
+        new = torch.as_tensor(new, device=dev)
+        synchronize(device)
+        t = time.perf_counter()
+        population.update_priorities(outputs["population"].indices, new)
+        synchronize(device)
+        priority_population.append(time.perf_counter() - t)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {
+        "agents": agents,
+        "device": device,
+        "batch_size": batch_size,
+        "rows": rows,
+        "threads": torch.get_num_threads(),
+        "s_numpy_sample": med["numpy"],
+        "s_numpy_sample_to_device": med["numpy_to_device"],
+        "s_population_sample": med["population"],
+        "min_s_population_sample": min(times["population"]),
+        "speedup_vs_numpy_to_device": med["numpy_to_device"] / med["population"],
+        "s_numpy_append": statistics.median(append_numpy),
+        "s_population_append": statistics.median(append_population),
+        "s_numpy_update_priorities": statistics.median(priority_numpy),
+        "s_population_update_priorities": statistics.median(priority_population),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["update", "steps", "eval", "population", "all"])
+    parser.add_argument("what", choices=["update", "steps", "eval", "population", "replay", "all"])
     parser.add_argument("--agents", type=int, default=4, help="population size for 'population'")
+    parser.add_argument(
+        "--replay-agents", type=int, nargs="+", default=[1, 4, 16], help="sizes for 'replay'"
+    )
     parser.add_argument("--encoders", nargs="+", default=list(ENCODERS), choices=ENCODERS)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--steps", type=int, default=200, help="learning steps for 'steps'")
@@ -269,7 +363,15 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     amps = {"both": (False, True), "fp32": (False,), "bf16": (True,)}[args.precision]
-    results: dict[str, list] = {"update": [], "steps": [], "eval": [], "population": []}
+    results: dict[str, list] = {
+        "update": [], "steps": [], "eval": [], "population": [], "replay": []
+    }  # fmt: skip
+    if args.what == "replay":
+        for agents in args.replay_agents:
+            r = bench_replay(agents, args.repeats, device=args.device)
+            results["replay"].append(r)
+            print(json.dumps(r))
+        args.encoders = []
     for encoder in args.encoders:
         for cpu_amp in amps:
             if args.what in ("update", "all"):
