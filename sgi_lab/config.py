@@ -164,6 +164,7 @@ class FinetuneConfig:
     env_workers: int = F(
         0, "processes stepping the agents' environments (0: the learner's own process)"
     )
+    cuda_graphs: bool = F(True, "capture the update once as a CUDA graph and replay it (CUDA only)")
 
     def __post_init__(self) -> None:
         # The one place a game name is canonicalised: "pong", "ALE/Pong-v5" and "Pong" are the
