@@ -257,8 +257,8 @@ def bench_replay(
 ) -> dict:
     """Replay work of one population step: sampling N batches (K = 5, 10-step returns) from N
     numpy `PrioritizedReplay` s, alone and then stacked onto the device as `Population.update`
-    does, against one `PopulationReplay.sample` there; also one append per agent and one
-    priority update. Random episodes of ``rows`` rows; interleaved round by round."""
+    does, against one `PopulationReplay.sample` there (fresh tensors, and with
+    ``reuse_buffers``); also one append per agent and one priority update. Random episodes of ``rows`` rows; interleaved round by round."""
     K, n_step, beta = 5, 10, 0.4
     settings = {"alpha": 0.5, "K": K, "n_step": n_step, "gamma": 0.99}
     population = PopulationReplay(agents, rows, seeds=range(agents), device=device, **settings)
@@ -296,17 +296,26 @@ def bench_replay(
         synchronize(device)
         return batch
 
-    times: dict[str, list[float]] = {k: [] for k in ("numpy", "numpy_to_device", "population")}
+    def population_sample_reused() -> object:
+        population.reuse_buffers = True
+        batch = population_sample()
+        population.reuse_buffers = False
+        return batch
+
+    names = ("numpy", "numpy_to_device", "population", "population_reused")
+    times: dict[str, list[float]] = {k: [] for k in names}
     priority_numpy, priority_population = [], []
     for _ in range(2):  # warm-up
         numpy_sample(True)
         population_sample()
+        population_sample_reused()
     for _ in range(rounds):
         outputs = {}
         for name, fn in (
             ("numpy", lambda: numpy_sample(False)),
             ("numpy_to_device", lambda: numpy_sample(True)),
             ("population", population_sample),
+            ("population_reused", population_sample_reused),
         ):
             t = time.perf_counter()
             outputs[name] = fn()
@@ -333,7 +342,9 @@ def bench_replay(
         "s_numpy_sample_to_device": med["numpy_to_device"],
         "s_population_sample": med["population"],
         "min_s_population_sample": min(times["population"]),
+        "s_population_sample_reused_buffers": med["population_reused"],
         "speedup_vs_numpy_to_device": med["numpy_to_device"] / med["population"],
+        "speedup_reused_vs_numpy_to_device": med["numpy_to_device"] / med["population_reused"],
         "s_numpy_append": statistics.median(append_numpy),
         "s_population_append": statistics.median(append_population),
         "s_numpy_update_priorities": statistics.median(priority_numpy),

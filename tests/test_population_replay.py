@@ -251,6 +251,22 @@ def test_an_agent_samples_the_same_alone_and_beside_another():
         together.update_priorities(b.indices, torch.cat([p, p * 7]))
 
 
+def test_reused_buffers_give_the_same_batches_and_are_overwritten():
+    rows = random_rows(2, 60, seed=14)
+    fresh, _ = build(rows, seeds=[1, 2])
+    reused, _ = build(rows, seeds=[1, 2])
+    reused.reuse_buffers = True
+    batches = []
+    for _ in range(2):
+        a, b = fresh.sample(8, 0.4), reused.sample(8, 0.4)
+        for name in (*FIELDS, "weights"):
+            assert torch.equal(getattr(a, name), getattr(b, name)), name
+        batches.append((a, b))
+    (_, first), (second, _) = batches
+    assert batches[0][1].obs.data_ptr() == batches[1][1].obs.data_ptr()
+    assert torch.equal(first.obs, second.obs)  # the first batch now shows the second's frames
+
+
 # -- (5) checkpoints -----------------------------------------------------------------------------
 def test_state_dict_round_trip_and_compatibility_with_prioritized_replay():
     rows = random_rows(2, 80, seed=12)

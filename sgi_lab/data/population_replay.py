@@ -179,6 +179,10 @@ class PopulationReplay:
         seeds: one seed per agent for its ``torch.Generator`` (default ``0..N-1``).
         goal_window: goals lie 1..goal_window steps ahead (0: no goals).
         device: where storage, sum trees and batches live.
+        reuse_buffers: write each batch's frames (obs, bootstrap_obs, goal_obs) into buffers
+            the replay keeps, so a batch is valid only until the next `sample`/`batch_at`. On a
+            CPU this saves the page faults of a fresh allocation per batch (about 45 of 60 ms
+            for 16 agents at batch 32, K = 5); on a GPU the caching allocator already does.
 
     Memory per agent: ``capacity * (84*84 + 38)`` bytes of rows and episode bookkeeping plus
     16 bytes per sum-tree leaf (``capacity`` rounded up to a power of two, times 2): about
@@ -196,6 +200,7 @@ class PopulationReplay:
         seeds: Sequence[int] | None = None,
         goal_window: int = 0,
         device: torch.device | str = "cpu",
+        reuse_buffers: bool = False,
     ) -> None:
         if K < 0 or n_step < 0 or goal_window < 0:
             raise ValueError("K, n_step and goal_window must be >= 0")
@@ -231,6 +236,8 @@ class PopulationReplay:
         self._numpy_rng_states = [
             np.random.Generator(np.random.PCG64(s)).bit_generator.state for s in seeds
         ]
+        self.reuse_buffers = reuse_buffers
+        self._buffers: dict[str, torch.Tensor] = {}
         self._ready = False  # every agent has a valid start (totals never decrease after)
         self._agents = torch.arange(N, device=dev)
         self._gamma_powers = torch.from_numpy(gamma ** np.arange(n_step + 1)).to(dev)
@@ -371,12 +378,12 @@ class PopulationReplay:
         last_valid = t + valid.sum(-1) - 1
         frame_ok = (frame_rows >= e0[..., None, None]) & (frame_rows <= last_valid[..., None, None])
         frame_ok &= valid[..., None]
-        obs = self._gather_frames(frame_rows, frame_ok)
+        obs = self._gather_frames(frame_rows, frame_ok, "obs")
 
         if self.n_step > 0:
             returns, boot_rows, discount = self._n_step_targets(t, e1)
             # After a terminal the discount is 0 and the row may lie past e1: any stack will do.
-            bootstrap_obs = self._stacks(torch.minimum(boot_rows, e1), e0)
+            bootstrap_obs = self._stacks(torch.minimum(boot_rows, e1), e0, "bootstrap_obs")
         else:
             returns = torch.zeros(N, B, device=self.device)
             discount = torch.zeros(N, B, device=self.device)
@@ -386,7 +393,7 @@ class PopulationReplay:
             if goal_offset is None:
                 goal_offset = self._draw_goal_offsets(B)
             goal_rows = torch.minimum(t + self._tensor(goal_offset, torch.int64), e1)
-            goal_obs = self._stacks(goal_rows, e0)
+            goal_obs = self._stacks(goal_rows, e0, "goal_obs")
             offset = goal_rows - t
         else:
             goal_obs, offset = None, torch.zeros(N, B, dtype=torch.int64, device=self.device)
@@ -414,17 +421,22 @@ class PopulationReplay:
         """``table[i, rows[i, ...]]`` for an (N, capacity) table and (N, ...) rows."""
         return table.gather(1, rows.reshape(rows.shape[0], -1)).reshape(rows.shape)
 
-    def _gather_frames(self, rows: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    def _gather_frames(self, rows: torch.Tensor, keep: torch.Tensor, name: str) -> torch.Tensor:
         """(N, ..., 84, 84) frames at ``rows`` (N, ...), zero where ``keep`` is False."""
         flat = rows + self._agents.view(-1, *([1] * (rows.dim() - 1))) * self.capacity
-        flat = torch.where(keep, flat, self.num_agents * self.capacity)  # the zero row
-        frames = self._frame_rows.index_select(0, flat.reshape(-1))
+        flat = torch.where(keep, flat, self.num_agents * self.capacity).reshape(-1)  # zero row
+        out = None
+        if self.reuse_buffers:
+            out = self._buffers.get(name)
+            if out is None or out.shape[0] != len(flat):
+                out = self._buffers[name] = self._frame_rows.new_empty(len(flat), 84 * 84)
+        frames = torch.index_select(self._frame_rows, 0, flat, out=out)
         return frames.view(*rows.shape, *FRAME_SHAPE)
 
-    def _stacks(self, rows: torch.Tensor, episode_start: torch.Tensor) -> torch.Tensor:
+    def _stacks(self, rows: torch.Tensor, episode_start: torch.Tensor, name: str) -> torch.Tensor:
         """(N, B, 4, 84, 84) stacks ending at ``rows``, zero before each episode's start."""
         idx = rows[..., None] + torch.arange(-(HISTORY - 1), 1, device=self.device)
-        return self._gather_frames(idx, idx >= episode_start[..., None])
+        return self._gather_frames(idx, idx >= episode_start[..., None], name)
 
     def _n_step_targets(
         self, t: torch.Tensor, e1: torch.Tensor
