@@ -155,6 +155,7 @@ def test_import_two_checkpoints_with_sample_limits(replay, tmp_path):
     np.testing.assert_array_equal(uids, expected[1][:30] + expected[0][:30])
     assert (uids >= 0).all()  # no zero padding survived
     assert len(store) == 60
+    assert store.manifest.sticky_action_prob == 0.25  # DQN Replay: sticky actions, unlike 100k
 
     # Fields preserved.
     np.testing.assert_array_equal(store.actions, [truth[u][2] for u in uids])

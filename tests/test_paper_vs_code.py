@@ -119,3 +119,60 @@ def test_dataclass_defaults_are_the_text():
     with pytest.raises(ConfigError, match="goal_distance_scale: must be positive"):
         build_config(PretrainConfig, {"goal_distance_scale": 0.0})
     assert np.isfinite(spr_coefficient(c))
+
+
+# -- sticky actions recorded in a store's manifest ---------------------------------------------
+
+
+def _tiny_store(path, source="synthetic", **kw):
+    from sgi_lab.data import TransitionStore, TransitionStoreWriter
+
+    writer = TransitionStoreWriter.create(path, game="Pong", source=source, num_actions=6, **kw)
+    for i in range(5):
+        writer.append(np.full((84, 84), i, np.uint8), i % 6, 0.0, i == 4, i == 0)
+    return TransitionStore(writer.close())
+
+
+def _drop_manifest_key(store_path, key):
+    import json
+
+    manifest = Path(store_path) / "manifest.json"
+    payload = json.loads(manifest.read_text())
+    del payload[key]
+    manifest.write_text(json.dumps(payload))
+
+
+def test_sticky_action_prob_recorded_shown_and_old_stores_open(tmp_path, capsys):
+    from sgi_lab.data import TransitionStore
+    from sgi_lab.data.store import StoreError
+    from sgi_lab.launch.cli import main
+    from sgi_lab.viz.datasets import store_summary_figure
+
+    store = _tiny_store(tmp_path / "dqn", source="dqn_replay", sticky_action_prob=0.25)
+    assert store.manifest.sticky_action_prob == 0.25 and store.sticky_action_prob == 0.25
+    assert store.summary()["sticky_action_prob"] == 0.25
+    assert "sticky actions p=0.25" in store_summary_figure(store).layout.title.text
+    assert main(["info", str(store.path)]) == 0
+    assert "sticky actions (repeat probability 0.25)" in capsys.readouterr().out
+
+    ours = _tiny_store(tmp_path / "random", sticky_action_prob=0.0)
+    assert "no sticky actions" in store_summary_figure(ours).layout.title.text
+
+    # Stores written before the field existed still open: unknown, except DQN Replay's (0.25).
+    fingerprint = store.fingerprint
+    _drop_manifest_key(store.path, "sticky_action_prob")
+    old = TransitionStore(store.path)
+    assert old.manifest.sticky_action_prob is None and old.sticky_action_prob == 0.25
+    assert old.fingerprint == fingerprint
+    _drop_manifest_key(ours.path, "sticky_action_prob")
+    old_ours = TransitionStore(ours.path)
+    assert old_ours.sticky_action_prob is None and old_ours.summary()["sticky_action_prob"] is None
+    assert "sticky" not in store_summary_figure(old_ours).layout.title.text
+
+    bad = _tiny_store(tmp_path / "bad", sticky_action_prob=0.25)
+    manifest = bad.path / "manifest.json"
+    manifest.write_text(
+        manifest.read_text().replace('"sticky_action_prob": 0.25', '"sticky_action_prob": 2')
+    )
+    with pytest.raises(StoreError, match="sticky_action_prob"):
+        TransitionStore(bad.path)

@@ -148,6 +148,7 @@ def collect(
             num_actions=num_actions,
             chunk_size=chunk_size,
             overwrite=overwrite,
+            sticky_action_prob=0.0,  # make_env: Atari 100k, no sticky actions
         )
     save_state = getattr(policy, "state_dict", None)
     if save_state is not None:

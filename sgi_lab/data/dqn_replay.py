@@ -30,6 +30,10 @@ range and — in a wrapped buffer — the ``stack_size - 1`` oldest rows (which 
 terminal was overwritten; Dopamine's sampler skips them too), and marks ``first=1`` on every row
 that starts an episode: after padding, after a dropped row and at the start of each checkpoint's
 slice. A slice whose last row is not terminal ends a truncated episode.
+
+DQN Replay was recorded with sticky actions (the emulator repeats the previous action with
+probability 0.25), unlike Atari 100k (0): the store's manifest records ``sticky_action_prob:
+0.25`` and ``sgi-lab info`` shows it.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from tqdm.auto import tqdm
 
 from sgi_lab.data.store import (
     FRAME_SHAPE,
+    SOURCE_STICKY_ACTION_PROB,
     TransitionStore,
     TransitionStoreWriter,
     check_store_target,
@@ -472,6 +477,7 @@ def import_dqn_replay(
             rewards_clipped=True,
             chunk_size=chunk_size,
             overwrite=overwrite,
+            sticky_action_prob=SOURCE_STICKY_ACTION_PROB["dqn_replay"],
         )
     skip = writer.num_rows  # rows an interrupted import already made durable
     max_action = -1
@@ -499,6 +505,8 @@ def import_dqn_replay(
             del plan
         if writer.manifest.num_actions is None:
             writer.manifest.num_actions = max_action + 1
+        # Recorded with sticky actions, unlike Atari 100k (also when resuming an older partial).
+        writer.manifest.sticky_action_prob = SOURCE_STICKY_ACTION_PROB["dqn_replay"]
         path = writer.close()
     finally:
         bar.close()

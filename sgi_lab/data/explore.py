@@ -588,6 +588,7 @@ def collect_exploratory(
                 num_actions=num_actions,
                 chunk_size=config.chunk_size,
                 overwrite=overwrite,
+                sticky_action_prob=0.0,  # make_env: Atari 100k, no sticky actions
             )
         agent_dir.mkdir(exist_ok=True)
         _run(agent, envs, writer, steps, agent_dir, progress, on_update, on_step, game)

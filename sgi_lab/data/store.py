@@ -52,6 +52,10 @@ FRAME_SHAPE = (84, 84)
 DEFAULT_CHUNK_SIZE = 100_000
 MANIFEST = "manifest.json"
 PARTIAL_SUFFIX = ".partial"
+# Sticky-action probability of a data source recorded elsewhere with a fixed protocol, for
+# stores whose manifest predates the field: DQN Replay ran ALE with repeat probability 0.25
+# (Agarwal et al., 2020, Dopamine's default), unlike Atari 100k (0).
+SOURCE_STICKY_ACTION_PROB = {"dqn_replay": 0.25}
 
 # name -> (dtype, per-row shape)
 FIELDS: dict[str, tuple[str, tuple[int, ...]]] = {
@@ -135,6 +139,10 @@ class StoreManifest:
     chunks: list[int] = field(default_factory=list)  # rows per chunk, in order
     rewards_clipped: bool = False
     num_actions: int | None = None
+    # Probability the emulator repeated the previous action (ALE sticky actions) when the data
+    # was recorded: 0 for Atari 100k-style collection, 0.25 for DQN Replay; None: not recorded
+    # (stores written before this field existed).
+    sticky_action_prob: float | None = None
     format_version: int = FORMAT_VERSION
     created: str = ""
     complete: bool = False
@@ -189,6 +197,11 @@ class StoreManifest:
             value = payload.get(key, 0)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise StoreError(f"{path}: {key!r} must be a non-negative integer, got {value!r}")
+        sticky = payload.get("sticky_action_prob")  # absent in older stores: None, unknown
+        if sticky is not None and (
+            isinstance(sticky, bool) or not isinstance(sticky, (int, float)) or not 0 <= sticky <= 1
+        ):
+            raise StoreError(f"{path}: 'sticky_action_prob' must be in [0, 1], got {sticky!r}")
         return cls(**payload)
 
 
@@ -304,8 +317,10 @@ class TransitionStoreWriter:
         rewards_clipped: bool = False,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         overwrite: bool = False,
+        sticky_action_prob: float | None = None,
     ) -> TransitionStoreWriter:
-        """Start a new store at ``path`` (built under ``path.partial``)."""
+        """Start a new store at ``path`` (built under ``path.partial``); ``sticky_action_prob``:
+        the recording environment's repeat-action probability (None: unknown)."""
         path = Path(path)
         if chunk_size < 1:
             raise ValueError(f"chunk_size: must be positive, got {chunk_size}")
@@ -331,6 +346,7 @@ class TransitionStoreWriter:
             chunk_size=int(chunk_size),
             num_actions=num_actions,
             rewards_clipped=rewards_clipped,
+            sticky_action_prob=sticky_action_prob,
             created=time.strftime("%Y-%m-%dT%H:%M:%S"),
         )
         writer = cls(path, manifest)
@@ -641,6 +657,14 @@ class TransitionStore:
     def rewards_clipped(self) -> bool:
         return bool(self.manifest.rewards_clipped)
 
+    @property
+    def sticky_action_prob(self) -> float | None:
+        """The recording environment's repeat-action probability: the manifest's value, else the
+        source's known one (``dqn_replay``: 0.25), else None (not recorded)."""
+        if self.manifest.sticky_action_prob is not None:
+            return float(self.manifest.sticky_action_prob)
+        return SOURCE_STICKY_ACTION_PROB.get(self.manifest.source)
+
     def gather_frames(self, rows: np.ndarray) -> np.ndarray:
         """Frames at arbitrary row indices: ``rows`` of any shape -> ``rows.shape + (84, 84)``."""
         rows = np.asarray(rows, dtype=np.int64)
@@ -705,6 +729,7 @@ class TransitionStore:
             "max_episode_length": int(lengths.max()),
             "reward_density": float((self.rewards != 0).mean()),
             "num_actions": self.num_actions,
+            "sticky_action_prob": self.sticky_action_prob,
             "frames_gb": len(self) * FRAME_SHAPE[0] * FRAME_SHAPE[1] / 1e9,
         }
 

@@ -84,6 +84,11 @@ def _info(args: argparse.Namespace) -> int:
 
     store = TransitionStore(args.store)
     print(json.dumps(store.summary(), indent=2))
+    if store.sticky_action_prob:
+        print(
+            f"note: recorded with sticky actions (repeat probability {store.sticky_action_prob:g}),"
+            " unlike Atari 100k (0)"
+        )
     if args.verify:
         problems = store.verify()
         for problem in problems:

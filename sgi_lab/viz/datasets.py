@@ -23,11 +23,21 @@ def store_summary_figure(store: TransitionStore, title: str | None = None) -> go
     density = _rolling_density(store.rewards != 0, window=max(1, len(store) // 200))
     fig.add_trace(go.Scatter(y=density, mode="lines", name="nonzero reward rate"), row=2, col=2)
     fig.update_layout(
-        title=title or f"{store.game} — {store.manifest.source} ({len(store):,} transitions)",
+        title=title
+        or f"{store.game} — {store.manifest.source} ({len(store):,} transitions{_sticky(store)})",
         showlegend=False,
         height=600,
     )
     return fig
+
+
+def _sticky(store: TransitionStore) -> str:
+    """', sticky actions p=0.25' (DQN Replay), ', no sticky actions' (Atari 100k), or '' when
+    the store does not record it."""
+    p = store.sticky_action_prob
+    if p is None:
+        return ""
+    return f", sticky actions p={p:g}" if p > 0 else ", no sticky actions"
 
 
 def _rolling_density(mask: np.ndarray, window: int) -> np.ndarray:
