@@ -1,4 +1,5 @@
-"""``sgi-lab`` command line: collect, import, info, pretrain, finetune, evaluate, report, run, sweep.
+"""``sgi-lab`` command line: collect, import, info, pretrain, finetune, evaluate, report, run,
+sweep, experiment.
 
 Examples::
 
@@ -10,6 +11,7 @@ Examples::
     sgi-lab report outputs/runs/finetune__* --csv outputs/report.csv
     sgi-lab run pretrain -f params/notebooks/pretrain_smoke.yaml -p game Pong
     sgi-lab sweep finetune -f params/notebooks/finetune_smoke.yaml --grid seed=0,1,2
+    sgi-lab experiment params/experiments/finetune_schemes.yaml --dry-run
 """
 
 from __future__ import annotations
@@ -338,11 +340,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="read every chunk: checksums and counts against the manifest (exit 1 if not)",
     )
     # Notebook runs and sweeps register their own sub-parsers (handler in args.handler).
+    from sgi_lab.launch.experiment import add_experiment_parser
     from sgi_lab.launch.notebooks import add_run_parser
     from sgi_lab.launch.sweep import add_sweep_parser
 
     add_run_parser(sub)
     add_sweep_parser(sub)
+    add_experiment_parser(sub)
     return parser
 
 
