@@ -176,3 +176,72 @@ def test_sticky_action_prob_recorded_shown_and_old_stores_open(tmp_path, capsys)
     )
     with pytest.raises(StoreError, match="sticky_action_prob"):
         TransitionStore(bad.path)
+
+
+# -- goal offsets near an episode's end --------------------------------------------------------
+
+
+def test_goal_offsets_clip_reference_hand_computed():
+    from sgi_lab.data.sampler import draw_goal_offsets
+
+    # starts 7, 8, 9 in an episode ending at row 9 (terminal), window 50: Uniform{1..50} clipped
+    # to the room left, 2, 1 and 0 steps; the draws are exactly rng.integers(1, 51).
+    starts, ends = np.array([7, 8, 9, 0]), np.array([9, 9, 9, 99])
+    draws = np.random.default_rng(5).integers(1, 51, size=4)
+    got = draw_goal_offsets(np.random.default_rng(5), starts, ends, 50, "clip")
+    np.testing.assert_array_equal(got, np.minimum(draws, [2, 1, 0, 99]))
+    # P(offset = 1 | two steps left) = 1/50: nearly every goal is the last state
+    many = draw_goal_offsets(np.random.default_rng(0), np.full(20_000, 7), np.full(20_000, 9), 50)
+    assert set(np.unique(many)) == {1, 2} and abs((many == 1).mean() - 1 / 50) < 0.005
+
+
+def test_goal_offsets_uniform_text_hand_computed():
+    from sgi_lab.data.sampler import draw_goal_offsets
+
+    # two steps left: offsets 1 and 2 equally likely; one step left: 1; none left: 0 (s_t)
+    n = 20_000
+    many = draw_goal_offsets(np.random.default_rng(0), np.full(n, 7), np.full(n, 9), 50, "uniform")
+    assert set(np.unique(many)) == {1, 2} and abs((many == 1).mean() - 0.5) < 0.02
+    got = draw_goal_offsets(
+        np.random.default_rng(1), np.array([8, 9]), np.array([9, 9]), 50, "uniform"
+    )
+    np.testing.assert_array_equal(got, [1, 0])
+    # far from the end both modes are Uniform{1..window}
+    far = draw_goal_offsets(
+        np.random.default_rng(2), np.zeros(n, int), np.full(n, 999), 4, "uniform"
+    )
+    np.testing.assert_allclose(np.bincount(far, minlength=5)[1:] / n, 0.25, atol=0.02)
+    with pytest.raises(ValueError, match="goal_offsets"):
+        draw_goal_offsets(
+            np.random.default_rng(0),
+            starts=np.zeros(1, int),
+            episode_end=np.ones(1, int),
+            window=5,
+            mode="end",
+        )
+
+
+def test_sampler_goal_offsets_option(store_factory):
+    from sgi_lab.data import SequenceSampler
+
+    # one 4-row episode (terminal) + a 30-row truncated one; window 50
+    store = store_factory([{"length": 4, "terminal": True}, {"length": 30}])
+    for mode in ("clip", "uniform"):
+        sampler = SequenceSampler(
+            store, batch_size=4000, K=1, n_step=0, goal_window=50, seed=0, goal_offsets=mode
+        )
+        b = sampler.sample()
+        e1 = store.row_episode_end[b.indices]
+        assert (b.indices + b.goal_offset <= e1).all()
+        near = b.indices == 1  # rows 2 and 3 ahead
+        share_last = (b.goal_offset[near] == 2).mean()
+        assert share_last > 0.9 if mode == "clip" else abs(share_last - 0.5) < 0.1
+        assert (b.goal_offset[b.indices == 3] == 0).all()  # the terminal row: its own state
+    with pytest.raises(ValueError, match="goal_offsets"):
+        SequenceSampler(store, goal_offsets="text")
+    config = load_config(PretrainConfig, ROOT / "params/pretrain/sgi_m.yaml")
+    from sgi_lab.train.pretrain import make_sampler
+
+    assert make_sampler(config, store).goal_offsets == "clip"
+    text = build_config(PretrainConfig, {"prefetch": 0})
+    assert make_sampler(text, store).goal_offsets == "uniform"

@@ -9,7 +9,10 @@ start row ``t`` inside an episode whose rows are ``e0..e1``:
   (inclusive; then the bootstrap discount is 0), or at the episode's last stored row ``e1`` when
   the episode was truncated (its last transition has no stored next state); otherwise the target
   bootstraps from the stack at ``t+m`` with discount ``gamma^m``.
-* goal: a future row ``t+i``, ``i ~ Uniform{1..window}``, clipped to ``e1`` (same episode).
+* goal: a future row ``t+i`` of the same episode (:func:`draw_goal_offsets`):
+  ``i ~ Uniform{1..window}`` clipped to ``e1`` (``"clip"``, the reference code), or uniform over
+  the rows that exist, ``1..min(window, e1 - t)`` (``"uniform"``, the paper's text); ``i = 0``
+  when ``t == e1``.
 
 A row is a valid start when it has at least one complete transition: ``t < e1``, or ``t == e1``
 and that last transition was terminal.
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 import numpy as np
 
@@ -122,6 +125,39 @@ def n_step_targets(
     return returns.astype(np.float32), starts + m, discount.astype(np.float32)
 
 
+GoalOffsets = Literal["clip", "uniform"]
+
+
+def draw_goal_offsets(
+    rng: np.random.Generator,
+    starts: np.ndarray,
+    episode_end: np.ndarray,
+    window: int,
+    mode: GoalOffsets = "clip",
+) -> np.ndarray:
+    """How many steps ahead each start's goal lies, within its episode.
+
+    Args:
+        rng: random source (one draw per start).
+        starts: (B,) start rows t.
+        episode_end: (B,) last stored row e1 of each start's episode.
+        window: goals lie at most ``window`` steps ahead.
+        mode: ``"clip"`` (the reference code: ``i ~ Uniform{1..window}``, then ``min(t + i, e1)``,
+            so near the end most goals are the last state) or ``"uniform"`` (the text:
+            ``i ~ Uniform{1..min(window, e1 - t)}``, every existing future state equally likely).
+
+    Returns:
+        (B,) int64 offsets; 0 where ``t == e1`` (no later state is stored).
+    """
+    room = np.asarray(episode_end, np.int64) - np.asarray(starts, np.int64)
+    if mode == "clip":
+        return np.minimum(rng.integers(1, window + 1, size=len(room)), room)
+    if mode == "uniform":
+        high = np.minimum(window, room)
+        return np.where(high > 0, rng.integers(1, np.maximum(high, 1) + 1), 0).astype(np.int64)
+    raise ValueError(f"goal_offsets must be 'clip' or 'uniform', got {mode!r}")
+
+
 class SequenceSampler:
     """Uniform sampler of valid start rows that assembles :class:`SequenceBatch` es.
 
@@ -132,6 +168,7 @@ class SequenceSampler:
         n_step: steps for the n-step return (0: no returns and no bootstrap stacks).
         gamma: discount.
         goal_window: goals lie 1..goal_window steps ahead (0: no goals).
+        goal_offsets: ``"clip"`` or ``"uniform"`` near an episode's end (:func:`draw_goal_offsets`).
         seed: RNG seed; the sampler is reproducible and its state can be saved and restored.
         clip_rewards: clip rewards to [-1, 1] (sign) before returns, as the learner sees them.
         prefetch: batches prepared ahead on a background thread (0: none).
@@ -148,7 +185,10 @@ class SequenceSampler:
         seed: int = 0,
         clip_rewards: bool = True,
         prefetch: int = 0,
+        goal_offsets: GoalOffsets = "clip",
     ) -> None:
+        if goal_offsets not in ("clip", "uniform"):
+            raise ValueError(f"goal_offsets must be 'clip' or 'uniform', got {goal_offsets!r}")
         if batch_size < 1 or K < 0 or n_step < 0 or goal_window < 0:
             raise ValueError("batch_size must be >= 1 and K, n_step, goal_window >= 0")
         self.source = source
@@ -157,6 +197,7 @@ class SequenceSampler:
         self.n_step = n_step
         self.gamma = gamma
         self.goal_window = goal_window
+        self.goal_offsets = goal_offsets
         self.clip_rewards = clip_rewards
         self.rng = np.random.Generator(np.random.PCG64(seed))
         self.refresh()
@@ -224,8 +265,8 @@ class SequenceSampler:
             bootstrap_obs = None
 
         if self.goal_window > 0:
-            offset = rng.integers(1, self.goal_window + 1, size=B)
-            goal_rows = np.minimum(t + offset, e1)
+            offset = draw_goal_offsets(rng, t, e1, self.goal_window, self.goal_offsets)
+            goal_rows = t + offset
             goal_obs = self._stacks(goal_rows, e0)
             goal_offset = goal_rows - t
         else:

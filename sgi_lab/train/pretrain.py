@@ -141,6 +141,7 @@ def make_sampler(config: PretrainConfig, store: TransitionStore) -> SequenceSamp
         K=config.spr_steps,
         n_step=0,  # reward-free: goal RL's returns come from synthetic rewards
         goal_window=config.goal_window if config.goal_weight > 0 else 0,
+        goal_offsets="clip" if config.goal_offsets == "reference" else "uniform",
         seed=config.seed,
         prefetch=config.prefetch,
     )
