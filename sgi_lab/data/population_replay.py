@@ -301,6 +301,13 @@ class PopulationReplay:
         self.size = t + 1
 
     # -- sampling -------------------------------------------------------------------------------
+    def ready(self) -> bool:
+        """Whether every agent has a valid start to sample (reads the device until it is so;
+        totals never decrease after)."""
+        if not self._ready:
+            self._ready = bool((self.tree.total > 0).all())
+        return self._ready
+
     def sample(self, batch_size: int, beta: float) -> PopulationBatch:
         """A prioritized batch per agent with importance-sampling weights.
 
@@ -315,10 +322,8 @@ class PopulationReplay:
         Returns:
             A `PopulationBatch` with (N, B, ...) tensors on the device.
         """
-        if not self._ready:  # one host synchronisation per check, only until every agent has data
-            if not bool((self.tree.total > 0).all()):
-                raise RuntimeError("an agent has no valid transition to sample yet")
-            self._ready = True
+        if not self.ready():  # a host synchronisation only until every agent has data
+            raise RuntimeError("an agent has no valid transition to sample yet")
         B = batch_size
         uniforms = torch.stack(
             [

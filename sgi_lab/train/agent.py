@@ -40,6 +40,7 @@ from torch.func import functional_call, vmap
 
 from sgi_lab.augment import intensity, random_shift
 from sgi_lab.config import FinetuneConfig
+from sgi_lab.data.population_replay import PopulationBatch
 from sgi_lab.data.sampler import SequenceBatch
 from sgi_lab.nets import SGIModel
 from sgi_lab.nets.ema import lerp_
@@ -493,7 +494,29 @@ class Population:
             FloatingPointError: an agent's loss is NaN or infinite (checked on a CPU every
                 update, before anything changes; on other devices when the stats are read).
         """
-        staged = self.stage(batches, weights)
+        stats, priorities = self.update_staged(self.stage(batches, weights))
+        return stats, priorities.float().cpu().numpy()
+
+    def update_batch(self, batch: PopulationBatch) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """`update` from a `sgi_lab.data.population_replay.PopulationBatch` (already stacked
+        and on the device); the (N, B) priorities stay on the device too."""
+        staged = {
+            "obs": batch.obs,
+            "boot_obs": batch.bootstrap_obs,
+            "actions": batch.actions,
+            "valid": batch.valid,
+            "returns": batch.returns,
+            "discounts": batch.bootstrap_discount,
+            "weights": batch.weights,
+        }
+        if self.config.ssl == "all":
+            staged["goal_obs"] = batch.goal_obs
+        return self.update_staged(staged)
+
+    def update_staged(
+        self, staged: dict[str, torch.Tensor]
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """One update from staged device tensors (`stage`); stats and priorities on the device."""
         if self.uses_cuda_graph:
             stats, priorities = self._graphed_step(staged)
         else:
@@ -502,8 +525,8 @@ class Population:
         cfg = self.config
         if self.q_target is not None and self.updates % cfg.target_update_period == 0:
             self.update_q_target()
-        stats = {k: v.clone() for k, v in stats.items()}  # a graph overwrites its outputs
-        return stats, priorities.float().cpu().numpy()
+        # A graph overwrites its outputs at the next replay: hand out copies.
+        return {k: v.clone() for k, v in stats.items()}, priorities.detach().clone()
 
     def stage(
         self, batches: Sequence[SequenceBatch], weights: Sequence[np.ndarray]

@@ -29,7 +29,7 @@ import torch
 from tqdm.auto import tqdm
 
 from sgi_lab.config import ConfigError, FinetuneConfig, to_dict
-from sgi_lab.data.replay import PrioritizedReplay
+from sgi_lab.data.population_replay import PopulationReplay
 from sgi_lab.envs import canonical_game
 from sgi_lab.envs import num_actions as game_actions
 from sgi_lab.envs.pool import EnvPool
@@ -149,22 +149,14 @@ def finetune(
 
 
 class _Agent:
-    """What the loop keeps per agent besides the learner: run folder, env, replay, episode."""
+    """What the loop keeps per agent besides the learner and the replay: run folder, epsilon
+    draws, episode statistics, metrics."""
 
     def __init__(self, config: FinetuneConfig, run: FinetuneRun) -> None:
         self.config = config
         self.game = config.game
         self.run = run
         self.rng = np.random.default_rng(config.seed)
-        self.replay = PrioritizedReplay(
-            config.steps,
-            alpha=config.priority_alpha,
-            K=config.spr_steps if config.ssl != "none" else 0,
-            n_step=config.n_step,
-            gamma=config.gamma,
-            seed=config.seed,
-            goal_window=config.goal_window if config.ssl == "all" else 0,
-        )
         self.checkpoint: dict[str, Any] | None = None
         self.pretrained: Pretrained | None = None
         self.transfer = Transfer()
@@ -250,7 +242,7 @@ def finetune_population(
     try:
         device = resolve_device(configs[0].device)
         step = _prepare(agents)
-        population = _build(agents, device)
+        population, replay = _build(agents, device)
         for a in agents:
             launch = {"params": params, "game": a.game, "seed": a.config.seed}
             if a.checkpoint is None:
@@ -260,7 +252,7 @@ def finetune_population(
             a.log("started at step %d in a population of %d", step, len(agents))
             if a.checkpoint is None:
                 _write_transfer(a, population)
-        _train_and_evaluate(agents, population, step, progress, callback)
+        _train_and_evaluate(agents, population, replay, step, progress, callback)
     except BaseException as exc:
         reason = (
             "interrupted (re-run the same command to resume)"
@@ -330,7 +322,7 @@ def _prepare(agents: list[_Agent]) -> int:
     return 0
 
 
-def _build(agents: list[_Agent], device: torch.device) -> Population:
+def _build(agents: list[_Agent], device: torch.device) -> tuple[Population, PopulationReplay]:
     models = []
     for a in agents:
         torch.manual_seed(a.config.seed)
@@ -353,6 +345,20 @@ def _build(agents: list[_Agent], device: torch.device) -> Population:
     population = Population.build(
         [a.config for a in agents], models, loaded=loaded.pop(), device=device
     )
+    cfg = population.config
+    # All agents' replays as one on the learner's device (frames never cross a GPU's bus again).
+    replay = PopulationReplay(
+        len(agents),
+        cfg.steps,
+        alpha=cfg.priority_alpha,
+        K=cfg.spr_steps if cfg.ssl != "none" else 0,
+        n_step=cfg.n_step,
+        gamma=cfg.gamma,
+        seeds=[a.config.seed for a in agents],
+        goal_window=cfg.goal_window if cfg.ssl == "all" else 0,
+        device=population.device,
+        reuse_buffers=population.device.type == "cpu",
+    )
     for i, a in enumerate(agents):
         if a.checkpoint is None:
             continue
@@ -361,7 +367,7 @@ def _build(agents: list[_Agent], device: torch.device) -> Population:
         if population.q_target is not None and ckpt.get("q_target") is not None:
             population.load_agent_state(i, "q_target", ckpt["q_target"])
         population.load_agent_optimizer_state(i, ckpt["optimizer"])
-        a.replay.load_state_dict(ckpt["replay"])
+        replay.load_state_dict(i, ckpt["replay"])
         if i == 0:
             torch.set_rng_state(ckpt["rng"]["torch"])
         if not restore_generator(population.generators[i], ckpt["rng"]["generator"]):
@@ -369,7 +375,7 @@ def _build(agents: list[_Agent], device: torch.device) -> Population:
         a.rng.bit_generator.state = ckpt["rng"]["numpy"]
         population.updates = int(ckpt["updates"])
         a.log("resuming at step %d (the env starts a fresh episode)", int(ckpt["step"]))
-    return population
+    return population, replay
 
 
 def _write_transfer(a: _Agent, population: Population) -> None:
@@ -422,7 +428,9 @@ class _Window:
         return rows
 
 
-def _checkpoint(a: _Agent, i: int, population: Population, step: int) -> None:
+def _checkpoint(
+    a: _Agent, i: int, population: Population, replay: PopulationReplay, step: int
+) -> None:
     a.run.save_checkpoint(
         step,
         {
@@ -432,7 +440,7 @@ def _checkpoint(a: _Agent, i: int, population: Population, step: int) -> None:
                 None if population.q_target is None else population.agent_state(i, "q_target")
             ),
             "optimizer": population.agent_optimizer_state(i),
-            "replay": a.replay.state_dict(),
+            "replay": replay.state_dict(i),
             "rng": {
                 "torch": torch.get_rng_state(),
                 "generator": population.generators[i].get_state(),
@@ -451,6 +459,7 @@ def _checkpoint(a: _Agent, i: int, population: Population, step: int) -> None:
 def _train_and_evaluate(
     agents: list[_Agent],
     population: Population,
+    replay: PopulationReplay,
     step: int,
     progress: bool,
     callback: Callback | None,
@@ -480,8 +489,8 @@ def _train_and_evaluate(
             actions = population.act(obs, [eps] * n, [a.rng for a in agents])
             # Environments whose episode ended come back already reset (EnvPool).
             next_obs, rewards, terminated, truncated, raw, terminal = pool.step(actions)
+            replay.append(obs[:, -1], actions, raw, terminal, [a.first for a in agents])
             for i, (a, row) in enumerate(zip(agents, rows, strict=True)):
-                a.replay.append(obs[i, -1], int(actions[i]), raw[i], terminal[i], a.first)
                 a.first = False
                 a.ep_return += float(raw[i])
                 a.ep_clipped += float(rewards[i])
@@ -501,15 +510,12 @@ def _train_and_evaluate(
             step += 1
             window.steps += 1
 
-            if step >= cfg.learning_starts and all(a.replay.tree.total > 0 for a in agents):
+            if step >= cfg.learning_starts and replay.ready():
                 beta = beta_at(step, cfg)
                 for _ in range(cfg.updates_per_step):
-                    sampled = [a.replay.sample(cfg.batch_size, beta) for a in agents]
-                    stats, priorities = population.update(
-                        [b for b, _ in sampled], [w for _, w in sampled]
-                    )
-                    for a, (batch, _), p in zip(agents, sampled, priorities, strict=True):
-                        a.replay.update_priorities(batch.indices, p)
+                    batch = replay.sample(cfg.batch_size, beta)
+                    stats, priorities = population.update_batch(batch)
+                    replay.update_priorities(batch.indices, priorities)
                     window.add(stats)
 
             if step % cfg.log_every == 0 or step == cfg.steps:
@@ -524,7 +530,7 @@ def _train_and_evaluate(
                     a.metrics.log(step, **row)
             if step % cfg.checkpoint_every == 0 or step == cfg.steps:
                 for i, a in enumerate(agents):
-                    _checkpoint(a, i, population, step)
+                    _checkpoint(a, i, population, replay, step)
                 for a in agents:
                     a.run.set_status("running", step=step)
             bar.update(1)
