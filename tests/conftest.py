@@ -100,3 +100,23 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def pong_store(tmp_path_factory):
+    """A small Random Pong store shared by the notebook runs (papermill and browser tiers)."""
+    from sgi_lab.data.collect import collect_random
+
+    path = tmp_path_factory.mktemp("data") / "pong_random"
+    return collect_random("Pong", 1_200, path, seed=0, progress=False).path
+
+
+def write_finetune_run(root, method: str, game: str, seed: int, mean: float):
+    """A finetuning run folder as the ablations notebook finds it: ``eval.json`` and config."""
+    import json
+
+    run = root / f"finetune__{method}__{game}__s{seed}"
+    run.mkdir(parents=True)
+    (run / "eval.json").write_text(json.dumps({"game": game, "mean": mean, "scores": [mean]}))
+    (run / "config.yaml").write_text(f"game: {game}\nseed: {seed}\n")
+    return run

@@ -101,6 +101,12 @@ def test_diversity_curves_read_metrics(tmp_path):
     assert [t.name for t in fig.data] == ["a", "b"]
 
 
+def test_diversity_figure_without_runs_says_why_it_is_empty():
+    fig = viz.diversity_figure(representations.diversity_curves([]))
+    assert not fig.data
+    assert "diversity_runs" in fig.layout.annotations[0].text
+
+
 def test_future_goal_without_noise_is_reached_on_its_own_row(small_store, model):
     rows = goals.trajectory_rows(small_store, episode=0, start=0, length=25)
     goal = goals.make_goal(model, small_store, rows, "future", offset=12, alpha=0.0)

@@ -118,12 +118,22 @@ def diversity_figure(df: pd.DataFrame, title: str | None = None) -> go.Figure:
 
     Returns:
         A figure with one ``Scatter`` per run, named after it; lower means more diverse, 1 is
-        collapse.
+        collapse. Without runs (a random encoder only), its annotation says what to pass.
     """
     fig = go.Figure()
     for run, part in df.groupby("run", sort=False):
         fig.add_trace(
             go.Scatter(x=part["step"], y=part["cosine_similarity"], mode="lines", name=str(run))
+        )
+    if not fig.data:  # else a researcher sees blank axes
+        fig.add_annotation(
+            text="no pretraining run logged a cosine similarity: "
+            "set <i>pretrained</i> or <i>diversity_runs</i>",
+            showarrow=False,
+            xref="paper",
+            yref="paper",
+            x=0.5,
+            y=0.5,
         )
     fig.update_layout(
         title=title or "representation diversity (paper Fig. 4): lower is more diverse",
