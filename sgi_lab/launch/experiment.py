@@ -616,12 +616,14 @@ def estimate_cost(graph: Graph) -> dict[str, Any]:
     """Runs, agent steps, pretraining samples and hours per stage on each machine of `MACHINES`.
 
     Returns:
-        ``{"stages": {stage: {tasks, runs, steps, samples, hours: {machine: h or None}}},
-        "total": {...}, "unknown": [stages without a measured speed]}``. Hours are one
-        process's (or one GPU's) time per task, summed over tasks: divide by the tasks that run
-        at once.
+        ``{"stages": {stage: {tasks, runs, steps, samples, hours: {machine: h}, unmeasured}},
+        "total": {...}, "unknown": [stage/encoder without a measured speed]}``. Hours are one
+        process's (or one GPU's) time per task, summed over tasks (divide by the tasks that run
+        at once); tasks without a measured speed count 0 and put their machine in
+        ``unmeasured``.
     """
     stages: dict[str, dict[str, Any]] = {}
+    unknown: set[str] = set()
     for task in graph.tasks:
         if task.kind == "report":
             continue
@@ -642,8 +644,9 @@ def estimate_cost(graph: Graph) -> dict[str, Any]:
         work = task.samples if task.stage == "pretrain" else task.steps
         for machine in MACHINES:
             rate = _speed(task.stage, task.encoder, machine)
-            if rate is None or row["hours"][machine] is None:
-                row["hours"][machine] = None
+            if rate is None:
+                unknown.add(f"{task.stage}" + (f"/{task.encoder}" if task.encoder else ""))
+                row.setdefault("unmeasured", set()).add(machine)
             else:
                 row["hours"][machine] += work / rate / 3600
     total = {
@@ -651,12 +654,10 @@ def estimate_cost(graph: Graph) -> dict[str, Any]:
         "runs": sum(r["runs"] for r in stages.values()),
         "steps": sum(r["steps"] for r in stages.values()),
         "samples": sum(r["samples"] for r in stages.values()),
-        "hours": {m: sum(r["hours"][m] or 0.0 for r in stages.values()) for m in MACHINES},
+        "hours": {m: sum(r["hours"][m] for r in stages.values()) for m in MACHINES},
+        "unmeasured": set().union(*(r.get("unmeasured", set()) for r in stages.values())),
     }
-    unknown = sorted(
-        {f"{s} ({m})" for s, r in stages.items() for m, h in r["hours"].items() if h is None}
-    )
-    return {"stages": stages, "total": total, "unknown": unknown}
+    return {"stages": stages, "total": total, "unknown": sorted(unknown)}
 
 
 def _fmt_count(n: float) -> str:
@@ -694,13 +695,16 @@ def format_plan(graph: Graph) -> str:
     header += "".join(f"{m + ' h':>12}" for m in MACHINES)
     lines.append(header)
 
-    def hours(h: float | None) -> str:
-        return f"{'?':>12}" if h is None else f"{h:>12.1f}"
+    def hours(row: dict[str, Any], machine: str) -> str:
+        h = row["hours"][machine]
+        if machine not in row.get("unmeasured", ()):
+            return f"{h:>12.1f}"
+        return f"{'?':>12}" if h == 0 else f"{f'{h:.1f}+?':>12}"
 
     for stage, row in [*cost["stages"].items(), ("total", cost["total"])]:
         line = f"{stage:<20}{row.get('tasks', 0):>6}{row['runs']:>7}"
         line += f"{_fmt_count(row['steps']):>13}{_fmt_count(row['samples']):>10}"
-        line += "".join(hours(row["hours"][m]) for m in MACHINES)
+        line += "".join(hours(row, m) for m in MACHINES)
         lines.append(line)
     for machine, what in MACHINES.items():
         lines.append(f"  {machine}: {what}")
@@ -709,7 +713,7 @@ def format_plan(graph: Graph) -> str:
         "rate per agent (a batched population is faster)"
     )
     if cost["unknown"]:
-        lines.append(f"  no measured speed (counted as 0): {', '.join(cost['unknown'])}")
+        lines.append(f"  ?: no measured speed for {', '.join(cost['unknown'])} (counted as 0)")
     return "\n".join(lines)
 
 

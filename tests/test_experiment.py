@@ -1,0 +1,397 @@
+"""Experiments as task graphs (sgi_lab.launch.experiment): the shipped files' graphs, validation,
+the dry run, retries and failures, and (slow) the smoke experiment end to end, resumed after a
+kill, and on a real local Ray cluster."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sgi_lab.config import ConfigError
+from sgi_lab.launch import experiment as ex
+from sgi_lab.launch.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+FILES = sorted((ROOT / "params" / "experiments").glob("*.yaml"))
+SMOKE = ROOT / "params" / "experiments" / "smoke.yaml"
+DQN = {"dqn_replay": "/data/dqn_replay"}
+
+
+def graph_of(name: str, tmp_path: Path, parameters: dict | None = None) -> ex.Graph:
+    file = ROOT / "params" / "experiments" / f"{name}.yaml"
+    return ex.expand(ex.load_experiment(file, parameters), tmp_path / name)
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "exp.yaml"
+    path.write_text(text)
+    return path
+
+
+# -- graphs of the shipped files ----------------------------------------------------------------
+
+
+def test_shipped_experiment_files():
+    names = {f.stem for f in FILES}
+    assert {"hns", "architecture", "objectives", "finetune_schemes"} <= names
+    assert {"finetune_objectives", "baselines", "smoke"} <= names
+
+
+@pytest.mark.parametrize("file", FILES, ids=[f.stem for f in FILES])
+def test_every_experiment_expands(file, tmp_path):
+    experiment = ex.load_experiment(file, DQN if "dqn_replay" in _params(file) else None)
+    graph = ex.expand(experiment, tmp_path / "exp")
+    games, seeds = experiment.games, experiment.seeds
+    used = {p.data for p in experiment.pretrain}
+    counts = graph.counts()
+    assert counts["data"] == len(used) * len(games)
+    assert counts["pretrain"] == len(experiment.pretrain) * len(games)
+    assert counts["finetune"] == sum(len(f.pretrain) for f in experiment.finetune)
+    assert counts["report"] == 1 and not graph.dropped
+    ids = [t.id for t in graph.tasks]
+    assert len(set(ids)) == len(ids)
+    for task in graph.tasks:  # dependency order: every input comes earlier
+        assert all(ids.index(d) < ids.index(task.id) for d in task.deps)
+        assert task.folder == graph.out or graph.out in task.folder.parents
+    for task in (t for t in graph.tasks if t.kind == "finetune"):
+        # ONE task per (finetuning, pretraining) config: all games x seeds as a population
+        assert set(task.agents) == {(g, s) for g in games for s in seeds}
+        assert len(task.agent_folders) == len(games) * len(seeds)
+        assert all(d.startswith("pretrain/") for d in task.deps)
+        assert len(task.deps) in (0, len(games))
+    report = graph.task("report")
+    assert set(report.deps) == {t.id for t in graph.tasks if t.kind == "finetune"}
+
+
+def _params(file: Path) -> dict:
+    import yaml
+
+    return yaml.safe_load(file.read_text()).get("parameters") or {}
+
+
+def test_hns_graph_hand_counted(tmp_path):
+    # 26 games: Random, Exploratory, Weak, Mixed datasets; SGI-R/E/W/M; 4 populations from
+    # them + SGI-None; 10 seeds.
+    graph = graph_of("hns", tmp_path, DQN)
+    assert graph.counts() == {"data": 104, "pretrain": 104, "finetune": 5, "report": 1}
+    assert len(graph.tasks) == 214
+    assert sum(len(t.deps) for t in graph.tasks) == 104 + 4 * 26 + 5
+    task = graph.task("finetune/reduced_lr__sgi_w")
+    assert len(task.agents) == 260
+    assert task.deps[0] == "pretrain/sgi_w__Alien"
+    assert graph.task("pretrain/sgi_w__Pong").deps == ("data/weak__Pong",)
+    argv = graph.task("data/weak__Pong").argv
+    assert argv[:4] == ("import", "dqn-replay", "--src", "/data/dqn_replay/Pong/1/replay_logs")
+    assert graph.task("finetune/sgi_none").deps == ()
+    # Without the DQN Replay folder the Weak and Mixed branches are dropped, and said so.
+    graph = graph_of("hns", tmp_path, None)
+    assert graph.counts() == {"data": 52, "pretrain": 52, "finetune": 3, "report": 1}
+    assert any("dqn_replay" in note for note in graph.dropped)
+
+
+def test_finetune_schemes_graph_hand_counted(tmp_path):
+    graph = graph_of("finetune_schemes", tmp_path, DQN)
+    assert graph.counts() == {"data": 26, "pretrain": 26, "finetune": 4, "report": 1}
+    assert sum(len(t.deps) for t in graph.tasks) == 26 + 3 * 26 + 4
+    naive = graph.task("finetune/naive__sgi_m")
+    assert "--pretrained" in naive.argv and naive.steps == 260 * 100_000
+    params = graph.params_files[str(graph.out / "params" / "finetune__naive__sgi_m.yaml")]
+    assert params["name"] == "naive" and params["config"]["scheme"] == "naive"
+
+
+def test_finetune_encoder_follows_pretraining(tmp_path):
+    graph = graph_of("architecture", tmp_path, DQN)
+    encoders = {t.id: t.encoder for t in graph.tasks if t.kind == "finetune"}
+    assert encoders == {
+        "finetune/reduced_lr__sgi_m_s": "nature",
+        "finetune/reduced_lr__sgi_m": "resnet",
+        "finetune/reduced_lr__sgi_m_l": "resnet_l",
+        "finetune/sgi_none": "resnet",
+    }
+
+
+# -- validation ---------------------------------------------------------------------------------
+
+
+BASE = """
+name: t
+games: [Pong]
+data: {random: {source: random, steps: 100}}
+pretrain: [{name: a, params: params/pretrain/smoke.yaml, data: random}]
+finetune: [{name: f, params: params/finetune/smoke.yaml, pretrain: [a]}]
+"""
+
+
+@pytest.mark.parametrize(
+    "change, key",
+    [
+        ("gamez: [Pong]\n", "gamez"),
+        ("seeds: ['0']\n", "seeds[0]"),
+        ("parameters: 3\n", "parameters"),
+        ("resources: {pretrain: {num_gpu: 1}}\n", "resources.pretrain"),
+    ],
+)
+def test_bad_top_level_keys_are_named(tmp_path, change, key):
+    with pytest.raises(ConfigError, match=key.replace("[", r"\[").replace("]", r"\]")):
+        ex.load_experiment(write(tmp_path, BASE + change))
+
+
+def test_bad_nested_keys_are_named(tmp_path):
+    text = BASE.replace("data: random}]", "data: random, paramz: 1}]")
+    with pytest.raises(ConfigError, match=r"pretrain\[0\]\.paramz|paramz"):
+        ex.load_experiment(write(tmp_path, text))
+    text = BASE.replace("steps: 100", "steps: many")
+    with pytest.raises(ConfigError, match=r"data\.random\.steps"):
+        ex.load_experiment(write(tmp_path, text))
+    text = BASE.replace("data: random}]", "data: nowhere}]")
+    with pytest.raises(ConfigError, match=r"pretrain\[0\]\.data: 'nowhere'"):
+        ex.load_experiment(write(tmp_path, text))
+    text = BASE.replace("pretrain: [a]", "pretrain: [b]")
+    with pytest.raises(ConfigError, match=r"finetune\[0\]\.pretrain: 'b'"):
+        ex.load_experiment(write(tmp_path, text))
+    with pytest.raises(ConfigError, match="games"):
+        ex.load_experiment(write(tmp_path, BASE.replace("[Pong]", "[Pongg]")))
+    with pytest.raises(ConfigError, match="not declared"):
+        ex.load_experiment(write(tmp_path, BASE), {"dqn_replay": "/x"})
+
+
+def test_bad_overrides_are_named_at_expansion(tmp_path):
+    text = BASE.replace("data: random}]", "data: random, set: {stepz: 3}}]")
+    experiment = ex.load_experiment(write(tmp_path, text))
+    with pytest.raises(ConfigError, match="stepz"):
+        ex.expand(experiment, tmp_path / "out")
+
+
+# -- dry run ------------------------------------------------------------------------------------
+
+
+def test_dry_run_prints_graph_and_cost(tmp_path, capsys):
+    out = tmp_path / "exp"
+    file = ROOT / "params" / "experiments" / "finetune_schemes.yaml"
+    code = main(
+        ["experiment", str(file), "--out", str(out), "--dry-run", "--param", "dqn_replay=/d"]
+    )
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "tasks: 26 data, 26 pretrain, 4 finetune, 1 report" in text
+    assert "finetune/naive__sgi_m  [260 agents]" in text
+    assert "sgi-lab pretrain --params" in text and "estimated cost" in text
+    total = next(line for line in text.splitlines() if line.startswith("total"))
+    assert total.split()[1:3] == ["57", "1092"]  # tasks, runs
+    assert "h100" in text and not out.exists()  # nothing written
+    cost = ex.estimate_cost(graph_of("finetune_schemes", tmp_path, DQN))
+    # 26 x 60M samples of ResNet at the H100's 3,929 samples/s
+    assert cost["stages"]["pretrain"]["hours"]["h100"] == pytest.approx(26 * 6e7 / 3929 / 3600)
+    assert cost["stages"]["finetune"]["steps"] == 4 * 260 * 100_000
+
+
+def test_speeds_name_their_machine_and_source():
+    assert all(s.machine in ex.MACHINES and s.rate > 0 and s.source for s in ex.SPEEDS)
+
+
+# -- running: retries, failures, independent branches -------------------------------------------
+
+
+def test_failed_task_is_retried_then_reported_while_a_branch_finishes(tmp_path):
+    text = """
+name: failing
+games: [Pong]
+data:
+  good: {source: random, steps: 60}
+  broken: {source: dqn_replay, src: "/nonexistent/{game}", checkpoints: [1]}
+pretrain:
+  - {name: a, params: params/pretrain/smoke.yaml, data: good}
+  - {name: b, params: params/pretrain/smoke.yaml, data: broken}
+finetune: [{name: f, params: params/finetune/smoke.yaml, pretrain: [a, b]}]
+"""
+    file = write(tmp_path, text)
+    full = ex.expand(ex.load_experiment(file), tmp_path / "out")
+    # Only the datasets and what depends on the broken one: enough to see the scheduler's
+    # decisions in seconds (the whole chain runs in the slow tests).
+    keep = ("data/good__Pong", "data/broken__Pong", "pretrain/b__Pong")
+    graph = dataclasses.replace(full, tasks=tuple(t for t in full.tasks if t.id in keep))
+    events = []
+    summary = ex.run_graph(
+        graph,
+        max_parallel=2,
+        retries=1,
+        progress=False,
+        on_event=lambda event, task, info: events.append((event, task.id)),
+    )
+    tasks = summary["tasks"]
+    assert tasks["data/good__Pong"]["state"] == "done"
+    assert tasks["data/broken__Pong"]["state"] == "failed"
+    assert tasks["data/broken__Pong"]["attempts"] == 2
+    assert "nonexistent" in tasks["data/broken__Pong"]["error"]
+    assert tasks["pretrain/b__Pong"]["state"] == "blocked"
+    assert ("retry", "data/broken__Pong") in events
+    log = Path(tasks["data/broken__Pong"]["log"]).read_text()
+    assert log.count("== ") == 2  # both attempts in the task's log
+    assert json.loads((graph.out / "experiment.json").read_text())["counts"]["failed"] == 1
+    # Re-running skips the finished dataset and tries the failed one again.
+    events.clear()
+    ex.run_graph(
+        graph, retries=0, progress=False, on_event=lambda e, t, i: events.append((e, t.id))
+    )
+    assert ("skipped", "data/good__Pong") in events
+    assert ("started", "data/broken__Pong") in events
+
+
+def test_oversubscription_warns(tmp_path, monkeypatch):
+    graph = ex.expand(ex.load_experiment(SMOKE), tmp_path / "out")
+    cores = os.cpu_count() or 1
+    notes = ex._oversubscription(graph, cores + 1)
+    assert any("max-parallel" in n for n in notes)
+    # the smoke finetuning params set threads: 1, so 2 x cores processes oversubscribe
+    assert any("threads=1" in n for n in ex._oversubscription(graph, 2 * cores))
+    assert ex._threads_per_task(1) == cores
+
+
+def test_ray_missing_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(ImportError, match="pip install"):
+        ex.RayExecutor()
+
+
+# -- end to end (slow) --------------------------------------------------------------------------
+
+
+def _mtimes(out: Path) -> dict[str, float]:
+    found = {}
+    for kind in ("data", "pretrain", "finetune"):
+        for path in (out / kind).rglob("*"):
+            if path.name in ("manifest.json", "status.json", "model.pt"):
+                found[str(path.relative_to(out))] = path.stat().st_mtime_ns
+    return found
+
+
+@pytest.mark.slow
+def test_smoke_experiment_end_to_end_killed_and_resumed(tmp_path):
+    out = tmp_path / "smoke"
+    cmd = [sys.executable, "-m", "sgi_lab.launch.cli", "experiment", str(SMOKE)]
+    cmd += ["--out", str(out), "--max-parallel", "2", "--no-progress"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True)
+    try:  # kill the whole experiment (driver and tasks) once a pretraining run finished
+        deadline = time.time() + 300
+        while time.time() < deadline and proc.poll() is None:
+            done = [
+                p
+                for p in (out / "pretrain").glob("*/status.json")
+                if json.loads(p.read_text() or "{}").get("state") == "finished"
+            ]
+            if done:
+                break
+            time.sleep(0.5)
+        assert proc.poll() is None, "the experiment ended before it could be killed"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    before = _mtimes(out)
+    assert any(k.startswith("data/") for k in before)
+    events = []
+    summary = ex.run_experiment(
+        SMOKE,
+        out,
+        max_parallel=2,
+        progress=False,
+        on_event=lambda e, t, i: events.append((e, t.id)),
+    )
+    assert summary["counts"]["done"] == 7, summary
+    skipped = {t for e, t in events if e == "skipped"}
+    assert {"data/random__Pong", "data/random__Breakout"} <= skipped
+    after = _mtimes(out)
+    for key, mtime in before.items():  # finished tasks were not run again
+        task = key.split("/")[0] + "/" + key.split("/")[1]
+        if task in skipped:
+            assert after[key] == mtime, key
+    # The report: per-game scores, aggregates with CIs, the paper's column per configuration.
+    import pandas as pd
+
+    per_game = pd.read_csv(out / "results.csv")
+    assert set(per_game["method"]) == {"reduced_lr@sgi_r", "sgi_none"}
+    assert set(per_game["paper_config"]) == {"SGI-R", "SGI-None"}
+    assert per_game["paper_score"].notna().all()
+    aggregates = pd.read_csv(out / "results.aggregates.csv")
+    assert {"iqm", "median", "mean"} <= set(aggregates["metric"])
+    html = (out / "report.html").read_text()
+    assert "SGI-R" in html and "plotly" in html
+    agents = sorted(p.parent.name for p in (out / "finetune").rglob("eval.json"))
+    assert agents == ["Breakout__s0", "Breakout__s0", "Pong__s0", "Pong__s0"]
+    # A second run has nothing to do.
+    events.clear()
+    ex.run_experiment(SMOKE, out, progress=False, on_event=lambda e, t, i: events.append(e))
+    assert set(events) == {"skipped"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_smoke_experiment_on_a_local_ray_cluster(tmp_path):
+    """A real Ray head (127.0.0.1, 2 CPUs) started here, joined by address; one task fails on
+    its first attempt (its run folder holds a foreign file) and succeeds on the retry."""
+    ray = pytest.importorskip("ray")
+    port = _free_port()
+    temp = Path(f"/tmp/rx{os.getpid()}")
+    head = subprocess.Popen(
+        [str(Path(sys.executable).parent / "ray"), "start", "--head", "--block"]
+        + ["--node-ip-address", "127.0.0.1", "--port", str(port), "--num-cpus", "2"]
+        + ["--num-gpus", "0", "--include-dashboard", "false", f"--temp-dir={temp}"],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        graph = ex.expand(ex.load_experiment(SMOKE), tmp_path / "ray")
+        victim = graph.task("pretrain/sgi_r__Pong")
+        victim.folder.mkdir(parents=True)
+        (victim.folder / "foreign.txt").write_text("not a run")
+        events = []
+
+        def on_event(event, task, info):
+            events.append((event, task.id))
+            if event == "retry" and task.id == victim.id:
+                (victim.folder / "foreign.txt").unlink()
+
+        deadline = time.time() + 60
+        while True:  # wait for the head to accept drivers
+            try:
+                summary = ex.run_graph(
+                    graph,
+                    executor="ray",
+                    address=f"127.0.0.1:{port}",
+                    retries=1,
+                    progress=False,
+                    on_event=on_event,
+                )
+                break
+            except ConnectionError:
+                if time.time() > deadline:
+                    raise
+                time.sleep(2)
+        assert summary["counts"]["done"] == 7, summary
+        assert summary["tasks"][victim.id]["attempts"] == 2
+        assert ("retry", victim.id) in events
+        assert (graph.out / "report.html").exists()
+        assert ray.is_initialized() and ray.cluster_resources().get("CPU") == 2
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        os.killpg(head.pid, signal.SIGTERM)
+        try:
+            head.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait()
