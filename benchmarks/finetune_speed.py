@@ -206,12 +206,23 @@ def bench_eval(encoder: str, episodes: int, num_envs: int, max_frames: int) -> d
 
 
 def bench_population(
-    encoder: str, agents: int, rounds: int, cpu_amp: bool, device: str = "cpu"
+    encoder: str,
+    agents: int,
+    rounds: int,
+    cpu_amp: bool,
+    device: str = "cpu",
+    batching: str = "auto",
 ) -> dict:
     """Agent-updates/s of one population of ``agents`` against the same agents as populations
     of one updated one after another, interleaved round by round (one update of each per
     round), so that drift of a shared machine hits both alike."""
-    config = FinetuneConfig(encoder=encoder, cpu_amp=cpu_amp, steps=4_000, device=device)
+    config = FinetuneConfig(
+        encoder=encoder,
+        cpu_amp=cpu_amp,
+        steps=4_000,
+        device=device,
+        population_batching=batching,
+    )
     together = Learner(config, agents, rows=1_500)
     alone = [
         Learner(FinetuneConfig(**{**to_dict(config), "seed": config.seed + i}), 1, rows=1_500)
@@ -241,6 +252,7 @@ def bench_population(
         "encoder": encoder,
         "agents": agents,
         "device": device,
+        "batching": together.population.batching,
         "bf16_batched": together.amp,
         "bf16_separate": alone[0].amp,
         "threads": torch.get_num_threads(),
@@ -357,6 +369,9 @@ def main() -> None:
     parser.add_argument("what", choices=["update", "steps", "eval", "population", "replay", "all"])
     parser.add_argument("--agents", type=int, default=4, help="population size for 'population'")
     parser.add_argument(
+        "--batching", choices=["auto", "vmap", "loop"], default="auto", help="for 'population'"
+    )
+    parser.add_argument(
         "--replay-agents", type=int, nargs="+", default=[1, 4, 16], help="sizes for 'replay'"
     )
     parser.add_argument("--encoders", nargs="+", default=list(ENCODERS), choices=ENCODERS)
@@ -390,7 +405,9 @@ def main() -> None:
                 results["update"].append(r)
                 print(json.dumps(r))
             if args.what == "population":
-                r = bench_population(encoder, args.agents, args.repeats, cpu_amp, args.device)
+                r = bench_population(
+                    encoder, args.agents, args.repeats, cpu_amp, args.device, args.batching
+                )
                 results["population"].append(r)
                 print(json.dumps(r))
             if args.what in ("steps", "all"):

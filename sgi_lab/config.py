@@ -165,6 +165,9 @@ class FinetuneConfig:
         0, "processes stepping the agents' environments (0: the learner's own process)"
     )
     cuda_graphs: bool = F(True, "capture the update once as a CUDA graph and replay it (CUDA only)")
+    population_batching: Literal["auto", "vmap", "loop"] = F(
+        "auto", "how a population's networks run together: vmap, a loop over agents, or auto"
+    )
 
     def __post_init__(self) -> None:
         # The one place a game name is canonicalised: "pong", "ALE/Pong-v5" and "Pong" are the

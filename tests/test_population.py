@@ -73,8 +73,12 @@ def clone_state(pop: Population, i: int) -> dict[str, torch.Tensor]:
         ("nature", "none", (3, 6)),
     ],
 )
-def test_batched_update_equals_separate_updates(encoder, ssl, actions):
-    configs = [make_config(seed=s, encoder=encoder, ssl=ssl) for s in range(len(actions))]
+@pytest.mark.parametrize("batching", ["vmap", "loop"])
+def test_batched_update_equals_separate_updates(encoder, ssl, actions, batching):
+    configs = [
+        make_config(seed=s, encoder=encoder, ssl=ssl, population_batching=batching)
+        for s in range(len(actions))
+    ]
     batches = [fake_batch(c, a, 10 + i) for i, (c, a) in enumerate(zip(configs, actions))]
     weights = [np.linspace(0.5, 1.0, c.batch_size).astype(np.float32) for c in configs]
 
@@ -320,3 +324,17 @@ def test_population_evaluation_equals_each_agents_own_evaluation():
         alone = evaluate(pop.agent_model(i), game, seed=seed, asynchronous=False, **kw)
         assert together[i]["scores"] == alone["scores"]
         assert together[i]["lengths"] == alone["lengths"] and together[i]["episodes"] == 3
+
+
+def test_auto_batching_is_vmap_in_fp32_and_a_loop_in_bf16_on_a_cpu():
+    fp32 = population([make_config(seed=s, cpu_amp=False) for s in range(2)], (6, 6))
+    assert fp32.batching == "vmap" and not fp32.update_amp
+    bf16 = population([make_config(seed=s, cpu_amp=True) for s in range(2)], (6, 6))
+    # amp needs a CPU with native bf16 (nets.runtime.use_bf16); the loop keeps autocast working
+    assert bf16.batching == ("loop" if bf16.amp else "vmap")
+    assert bf16.update_amp == bf16.amp
+    forced = population(
+        [make_config(seed=s, cpu_amp=True, population_batching="vmap") for s in range(2)], (6, 6)
+    )
+    assert forced.batching == "vmap" and not forced.update_amp  # CPU autocast stops at vmap
+    assert population([make_config()], (6,)).update_amp == population([make_config()], (6,)).amp
