@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -395,3 +396,33 @@ def test_smoke_experiment_on_a_local_ray_cluster(tmp_path):
         except subprocess.TimeoutExpired:
             os.killpg(head.pid, signal.SIGKILL)
             head.wait()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+# -- the ablations notebook opens an experiment folder ------------------------------------------
+
+
+def test_ablations_find_runs_of_an_experiment_folder(tmp_path):
+    from sgi_lab.analysis import ablations
+
+    out = tmp_path / "exp"
+    tasks = {"finetune/reduced_lr__sgi_r": {"kind": "finetune"}, "report": {"kind": "report"}}
+    (out / "finetune").mkdir(parents=True)
+    (out / "experiment.json").write_text(json.dumps({"tasks": tasks}))
+    for game, score in (("Pong", -5.0), ("Breakout", 3.0)):
+        run = out / "finetune" / "reduced_lr__sgi_r" / f"{game}__s0"
+        run.mkdir(parents=True)
+        (run / "eval.json").write_text(json.dumps({"game": game, "mean": score}))
+        status = {"state": "finished", "params": "reduced_lr", "pretrain_params": "sgi_r"}
+        (run / "status.json").write_text(json.dumps(status))
+        (run / "config.yaml").write_text(f"game: {game}\nseed: 0\npretrained: /p/{game}\n")
+    stray = out / "finetune" / "old_copy" / "Pong__s0"  # not a task of the experiment
+    stray.mkdir(parents=True)
+    (stray / "eval.json").write_text(json.dumps({"game": "Pong", "mean": 0.0}))
+    found = ablations.find_runs(out)
+    assert [p.name for p in found] == ["Breakout__s0", "Pong__s0"]
+    scores = ablations.load_run_scores(found)
+    assert set(scores["method"]) == {"reduced_lr@sgi_r"}
+    assert ablations.find_runs(out, "Pong*") == [found[1]]
+    assert ablations.experiment_finetune_folders(tmp_path) is None  # not an experiment
+    assert len(ablations.find_runs(tmp_path)) == 3  # a plain root is searched recursively

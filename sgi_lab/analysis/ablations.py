@@ -14,6 +14,7 @@ to tidy data, and from that to figures:
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ __all__ = [
     "AblationExplorer",
     "AblationModel",
     "AblationView",
+    "experiment_finetune_folders",
     "find_runs",
     "load_run_scores",
     "paper_aggregate_rows",
@@ -79,12 +81,41 @@ def paper_method(config: str) -> str:
 # -- our runs -----------------------------------------------------------------------------------
 
 
+EXPERIMENT_STATE = "experiment.json"
+"""The file that marks an experiment folder (``sgi-lab experiment``): its task states."""
+
+
 def find_runs(root: str | os.PathLike = "outputs/runs", pattern: str = "*") -> list[Path]:
-    """Run folders under ``root`` (matching ``pattern``, searched recursively) with an eval.json."""
+    """Run folders under ``root`` (matching ``pattern``, searched recursively) with an eval.json.
+
+    ``root`` may be an experiment folder (``outputs/experiments/NAME``, written by
+    ``sgi-lab experiment``): then only its finetuning agents are returned, those of the
+    finetuning tasks its ``experiment.json`` lists (each ``<ft>__<pretraining>/<Game>__s<seed>``),
+    and never a stray folder copied beside them.
+    """
     root = Path(root)
     if not root.exists():
         return []
-    return sorted({p.parent for p in root.rglob("eval.json") if p.parent.match(pattern)})
+    folders = experiment_finetune_folders(root)
+    searched = folders if folders is not None else [root]
+    return sorted(
+        {p.parent for f in searched for p in f.rglob("eval.json") if p.parent.match(pattern)}
+    )
+
+
+def experiment_finetune_folders(root: str | os.PathLike) -> list[Path] | None:
+    """The finetuning task folders of an experiment folder (from its ``experiment.json``), or
+    None when ``root`` is not an experiment folder. Folders are taken relative to ``root``, so
+    an experiment folder that was moved or copied still finds its runs."""
+    root = Path(root)
+    try:
+        state = json.loads((root / EXPERIMENT_STATE).read_text())
+    except (OSError, ValueError):
+        return None
+    tasks = state.get("tasks") if isinstance(state, dict) else None
+    if not isinstance(tasks, dict):
+        return None
+    return [root / task_id for task_id, task in tasks.items() if task.get("kind") == "finetune"]
 
 
 def load_run_scores(
