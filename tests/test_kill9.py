@@ -128,3 +128,44 @@ def test_pretrain_killed_at_random_resumes_bit_exact(tmp_path):
         torch.set_num_threads(threads)
     print(f"\npretrain: {TRIALS} trials, {killed} killed mid-run, {recovered} bit-exact")
     assert recovered == TRIALS and killed >= 1
+
+
+FINETUNE = """
+import sys, torch
+torch.set_num_threads(1)
+from sgi_lab.config import FinetuneConfig, build_config
+from sgi_lab.train.finetune import finetune_population, population_configs, population_folders
+base = build_config(FinetuneConfig, dict(encoder="nature", batch_size=4, updates_per_step=1,
+    spr_steps=2, n_step=3, steps=80, learning_starts=20, eps_steps=21, log_every=10,
+    checkpoint_every=10, eval_episodes=1, eval_envs=1, eval_max_frames=100, cpu_amp=False))
+configs = population_configs(base, ["Pong", "Breakout"], [0])
+finetune_population(configs, population_folders(sys.argv[1], configs), progress=False)
+"""
+
+
+def test_finetune_population_killed_at_random_resumes_and_finishes(tmp_path):
+    """Two agents killed -9 during training (or evaluation), re-run: both finish, metrics
+    never repeat a step, no temp file is left, and a killed run never reads as finished."""
+    from sgi_lab.runs import FinetuneRun, read_jsonl
+    from sgi_lab.train.finetune import finetune_population
+
+    rng = random.Random(2)
+    killed = recovered = 0
+    for trial in range(TRIALS):
+        root = tmp_path / f"t{trial}"
+        folders = [root / "Pong__s0", root / "Breakout__s0"]
+        ready = lambda f=folders[1]: len(list((f / "checkpoints").glob("ckpt_*.pt"))) >= 1  # noqa: E731
+        if kill_at_random(FINETUNE, [str(root)], ready, rng):
+            killed += 1
+            assert not all(FinetuneRun(f).finished for f in folders)
+        subprocess.run([sys.executable, "-c", FINETUNE, str(root)], check=True)
+        for f in folders:
+            run = FinetuneRun(f)
+            assert run.finished and run.evaluation["step"] == 80
+            steps = [r["step"] for r in read_jsonl(run.metrics_path)]
+            assert steps == sorted(set(steps)) and steps[-1] == 80
+            assert not list(f.rglob("*.tmp"))
+        recovered += 1
+    print(f"\\nfinetune population: {TRIALS} trials, {killed} killed, {recovered} recovered")
+    assert recovered == TRIALS and killed >= 1
+    del finetune_population
