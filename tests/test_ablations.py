@@ -94,7 +94,8 @@ def test_explorer_callbacks_change_the_figures(runs):
     explorer = ablations.AblationExplorer(model, paper=["SGI-M"], metrics=["iqm", "mean"])
     rows = list(explorer.interval.figure.data[0].y)
     assert rows == ["frozen", "mine", "SGI-M (paper)"]
-    assert len(explorer.interval.figure.data) == 4  # (CI bar, point) x 2 metrics
+    # (CI bar, point) x 2 metrics, then a legend entry per row
+    assert [t.name for t in explorer.interval.figure.data][4:] == rows
 
     explorer.paper.value = ("SGI-M", "S+I")  # as a click would
     assert list(explorer.interval.figure.data[0].y)[-1] == "S+I (paper)"
@@ -108,7 +109,7 @@ def test_explorer_callbacks_change_the_figures(runs):
     assert set(explorer.per_game.figure.data[0].x) == {"Pong"}
 
     explorer.metrics.value = ("median",)
-    assert [t.name for t in explorer.interval.figure.data] == ["median CI", "median"]
+    assert [t.name for t in explorer.interval.figure.data][:2] == ["median CI", "median"]
 
     explorer.games.value = ()
     assert "select at least one game" in explorer.notes.value
@@ -118,3 +119,42 @@ def test_paper_objective_ablations_are_paper_configs():
     from sgi_lab.metrics import paper_configs
 
     assert set(ablations.PAPER_OBJECTIVE_ABLATIONS) <= set(paper_configs())
+
+
+def test_explorer_is_right_on_first_display(runs):
+    model = ablations.AblationModel(ablations.load_run_scores(ablations.find_runs(runs)), reps=50)
+    explorer = ablations.AblationExplorer(model, paper=["SGI-M", "Frozen"], metrics=["iqm"])
+    for view in (explorer.interval, explorer.table, explorer.per_game):
+        # plotly.io.to_json writes NaN as NaN (invalid JSON) unless the figure holds none
+        assert "NaN" not in view.figure.to_json() and "Infinity" not in view.figure.to_json()
+        json.dumps(view.figure.to_plotly_json(), allow_nan=False, default=list)
+    header = list(explorer.table.figure.data[0].header.values)
+    assert header[0] == "Method" and header[1].startswith("IQM")
+    assert "Frozen (paper)" in list(explorer.table.figure.data[0].cells.values[0])
+    assert "Frozen (paper)" in list(explorer.interval.figure.layout.yaxis.tickvals)
+
+
+def test_no_runs_says_where_it_looked(tmp_path):
+    root = tmp_path / "nothing"
+    model = ablations.AblationModel(
+        ablations.load_run_scores(ablations.find_runs(root)), reps=50, source=root
+    )
+    view = model.select(metrics=["iqm"])
+    assert view.notes[0].startswith(f"no finetuning runs under {root}")
+    explorer = ablations.AblationExplorer(model, metrics=["iqm"])
+    assert f"no finetuning runs under {root}" in explorer.notes.value
+    assert "SGI-M (paper)" in view.methods  # the paper's rows still show
+
+
+def test_scores_carry_their_protocol(tmp_path):
+    run = tmp_path / "finetune__smoke__Pong__s0"
+    run.mkdir()
+    (run / "eval.json").write_text(
+        json.dumps({"game": "Pong", "mean": -20.0, "episodes": 2, "max_frames": 2000})
+    )
+    scores = ablations.load_run_scores([run])
+    assert scores[["episodes", "max_frames"]].iloc[0].tolist() == [2, 2000]
+    view = ablations.AblationModel(scores, reps=50).select(metrics=["iqm"])
+    assert "not comparable" in view.protocol_note
+    figures = ablations.ablation_figures(view)
+    assert "not comparable" in figures["interval"].layout.title.text

@@ -370,7 +370,15 @@ def test_paper_column_for_rejects_unreported_combinations():
 
 def test_compare_to_paper():
     df = hns.compare_to_paper({"ALE/Pong-v5": [14.6, -20.7], "Breakout": 42.8}, "sgi_m")
-    assert list(df.columns) == ["game", "ours", "paper", "ours_hns", "paper_hns"]
+    assert list(df.columns) == [
+        "game",
+        "ours",
+        "paper",
+        "ours_hns",
+        "paper_hns",
+        "protocol",
+        "comparable",
+    ]
     assert list(df["game"]) == ["Breakout", "Pong"]
     pong = df.set_index("game").loc["Pong"]
     assert pong["ours"] == pytest.approx(-3.05) and pong["ours_hns"] == pytest.approx(0.5)
@@ -386,3 +394,21 @@ def test_compare_to_paper():
 def test_metrics_define_no_second_game_table():
     assert hns.ATARI_100K_GAMES is ATARI_100K_GAMES  # the env table itself, not a copy
     assert not hasattr(paper, "atari_100k_games") and not hasattr(paper, "reference_scores")
+
+
+def test_evaluation_protocol_labels_and_comparability():
+    from sgi_lab.metrics import PAPER_PROTOCOL, EvalProtocol, comparability_note, protocol_of
+
+    assert PAPER_PROTOCOL == EvalProtocol(100, 108_000) and PAPER_PROTOCOL.comparable
+    assert PAPER_PROTOCOL.label == "100 episodes, cap 108,000 frames (27,000 steps)"
+    assert EvalProtocol(1, None).label == "1 episode, no frame cap"
+    # several runs: the weakest protocol decides
+    mixed = protocol_of(
+        [{"episodes": 100, "max_frames": 108_000}, {"episodes": 2, "max_frames": 2000}]
+    )
+    assert mixed == EvalProtocol(2, 2000) and not mixed.comparable
+    assert protocol_of({"scores": [1.0, 2.0, 3.0]}) == EvalProtocol(3, None)
+    assert protocol_of([]) is None and protocol_of(None) is None
+    assert "not comparable" in comparability_note(mixed)
+    assert comparability_note(PAPER_PROTOCOL).endswith("(the paper's protocol)")
+    assert mixed.to_dict()["comparable_with_paper"] is False

@@ -44,7 +44,7 @@ def test_interval_plot_traces_hold_intervals_and_points():
 
 def test_interval_plot_selects_and_orders_methods_and_metrics():
     fig = interval_plot(DF, metrics=["median"], methods=["SGI-None", "SGI-M"])
-    assert len(fig.data) == 2
+    assert [t.name for t in fig.data] == ["median CI", "median", "SGI-None", "SGI-M"]
     assert list(_trace(fig, "median").y) == ["SGI-None", "SGI-M"]
     np.testing.assert_allclose(_trace(fig, "median").x, [0.343, 0.679])
     with pytest.raises(KeyError):
@@ -92,3 +92,38 @@ def test_aggregate_table_of_paper_rows_without_ci():
     methods, medians, above = fig.data[0].cells.values
     row = list(methods).index("S+G")
     assert medians[row] == "0.029" and above[row] == "0"
+
+
+def test_interval_plot_axis_titles_legend_and_ticks():
+    fig = interval_plot(DF)
+    assert [fig.layout[k].title.text for k in ("xaxis", "xaxis2", "xaxis3")] == [
+        "human-normalized score",
+        "human-normalized score",
+        "games",
+    ]
+    legend = [t.name for t in fig.data if t.showlegend is not False]
+    assert legend == ["SGI-M", "SGI-None"]
+    assert list(fig.layout.yaxis.tickvals) == ["SGI-M", "SGI-None"]  # no name dropped
+
+
+def test_interval_plot_without_ci_puts_no_nan_in_json():
+    import json
+
+    no_ci = DF.assign(lower=np.nan, upper=np.nan)
+    fig = interval_plot(no_ci)
+    json.dumps(fig.to_plotly_json(), allow_nan=False, default=list)
+    assert list(fig.data[0].base) == [None, None]
+
+
+def test_per_game_bar_says_whether_the_protocol_is_the_papers():
+    smoke = compare_to_paper({"Pong": -20.0}, "SGI-M", protocol={"episodes": 2, "max_frames": 2000})
+    assert smoke["comparable"].tolist() == [False]
+    assert smoke.attrs["protocol"] == "2 episodes, cap 2,000 frames (500 steps)"
+    title = per_game_bar(smoke).layout.title.text
+    assert "2 episodes" in title and "not comparable" in title
+    full = compare_to_paper(
+        {"Pong": -20.0}, "SGI-M", protocol=[{"episodes": 100, "max_frames": 108_000}]
+    )
+    assert full["comparable"].all() and "not comparable" not in per_game_bar(full).layout.title.text
+    unknown = compare_to_paper({"Pong": -20.0}, "SGI-M")
+    assert not unknown.attrs["comparable"] and "unknown" in unknown.attrs["note"]

@@ -218,7 +218,8 @@ def test_representation_and_dataset_figures(small_store, model):
         ]
     )
     fig = viz.embedding_grid(emb)
-    assert len(fig.data) == 8  # 4 colourings x 2 encoders
+    # step and reward: one trace per encoder; action (3 values) and episode (2): one per value
+    assert len(fig.data) == 2 * (1 + 3 + 1 + 2)
     assert fig.data[0].name == "A | step"
     distance = representations.start_distance(small_store)
     fig = viz.start_distance_figure({"s": distance})
@@ -326,3 +327,105 @@ def test_goal_summary():
         "positive_reward_share": pytest.approx(2 / 3),
         "nearest_cosine": 0.95,
     }
+
+
+# -- figures that explain themselves (issue 17, item 1) -----------------------------------------
+
+PONG_ACTIONS = ["NOOP", "FIRE", "RIGHT", "LEFT", "RIGHTFIRE", "LEFTFIRE"]
+
+
+def _annotations(fig) -> list[str]:
+    return [a.text for a in fig.layout.annotations]
+
+
+def _axis_titles(fig, axis: str) -> list[str]:
+    """Titles of every x (or y) axis of a figure, in subplot order."""
+    layout = fig.to_plotly_json()["layout"]
+    keys = sorted((k for k in layout if k.startswith(axis + "axis")), key=lambda k: (len(k), k))
+    return [(layout[k].get("title") or {}).get("text") for k in keys]
+
+
+def test_action_names_come_from_ale_py():
+    from sgi_lab.envs import action_names
+    from sgi_lab.viz.common import action_labels
+
+    assert list(action_names("Pong")) == PONG_ACTIONS
+    assert len(action_names("Pong", full_action_space=True)) == 18
+    assert action_labels("Pong", 6) == PONG_ACTIONS
+    assert action_labels("Pong", 18)[2] == "UP"  # the full action set
+    assert action_labels("Pong", 4) == ["a0", "a1", "a2", "a3"]  # no action set of that size
+    assert action_labels("NotAGame", 2) == ["a0", "a1"] and action_labels(None, 1) == ["a0"]
+
+
+def test_store_figures_title_their_axes_and_name_actions(small_store):
+    fig = viz.store_summary_figure(small_store)
+    assert all(_axis_titles(fig, "x")) and all(_axis_titles(fig, "y"))
+    assert list(fig.data[0].x) == PONG_ACTIONS
+    comparison = viz.compare_stores_figure({"one": small_store})
+    assert list(comparison.data[0].x) == PONG_ACTIONS
+    assert all(_axis_titles(comparison, "x")) and all(_axis_titles(comparison, "y"))
+    distance = viz.start_distance_figure(representations.start_distance(small_store))
+    assert all(_axis_titles(distance, "x")) and all(_axis_titles(distance, "y"))
+
+
+def test_frame_strips_keep_square_pixels(small_store):
+    strip = viz.frame_strip(small_store, episode=0, count=3, stride=5)
+    layout = strip.layout
+    for i, suffix in enumerate(["", "2", "3"]):
+        assert layout[f"yaxis{suffix}"].scaleanchor == f"x{suffix}", i
+        assert layout[f"yaxis{suffix}"].scaleratio == 1
+    frames = viz.frames_figure(small_store.gather_frames(np.array([0, 1])), ["a", "b"])
+    assert frames.layout.yaxis2.scaleanchor == "x2"
+    missing = viz.frame_strip(small_store, episode=7)
+    assert not missing.data and "no episode 7" in _annotations(missing)[0]
+
+
+def test_training_figures_title_axes_and_say_when_empty():
+    rows = [{"step": 1, "losses/total": 2.0, "charts/sps": 10.0}]
+    fig = viz.training_curves(rows, ["losses/total", "charts/sps"])
+    assert _axis_titles(fig, "y")[:2] == ["loss", "agent steps / s"]
+    assert _axis_titles(fig, "x")[0] == "step"
+    live = viz.LiveCurves(["losses/total"], columns=1)
+    assert _axis_titles(live.figure, "y")[0] == "loss"
+    empty = viz.training_curves([{"step": 1}], ["losses/total"])
+    assert _annotations(empty) == ["no metrics logged yet"]
+    no_episode = viz.learning_curve(rows, reference={"human": 14.6})
+    assert _annotations(no_episode) == ["no episode has finished yet"]
+    assert not no_episode.layout.shapes  # no reference line over empty axes
+    curve = viz.learning_curve([{"step": 5, "episode/return": -21.0}])
+    assert curve.layout.xaxis.title.text == "agent step"
+    assert curve.layout.yaxis.title.text == "episode return (raw score)"
+
+
+def test_goal_figure_names_actions_and_skips_the_goal_line_for_noise(small_store, model):
+    rows = goals.trajectory_rows(small_store, 0, 0, 20)
+    future = goals.make_goal(model, small_store, rows, "future", offset=8)
+    fig = viz.goal_trajectory_figure(goals.goal_analysis(model, small_store, rows, future))
+    assert [t.name for t in fig.data if t.name.startswith("Q(")] == [
+        f"Q({a})" for a in PONG_ACTIONS
+    ]
+    assert _axis_titles(fig, "y") == ["similarity (0 to 1)", "goal reward", "expected return"]
+    assert len(fig.layout.shapes) == 3
+    noise = goals.make_goal(model, small_store, rows, "noise")
+    df = goals.goal_analysis(model, small_store, rows, noise)
+    df.attrs["goal_row"] = int(rows[8])  # even a stale row must not draw a goal line
+    assert not viz.goal_trajectory_figure(df).layout.shapes
+
+
+def test_embedding_legends_name_actions_and_episodes(small_store, model):
+    rows = np.arange(0, 50)
+    emb = representations.embedding_frame(model, small_store, rows, "A", method="pca")
+    fig = viz.embedding_grid(emb, colors=("action", "episode"))
+    legend = [t.name for t in fig.data if t.showlegend is not False]
+    assert legend == [f"A | action={a}" for a in PONG_ACTIONS] + ["A | episode=0", "A | episode=1"]
+    assert "action NOOP" in fig.data[0].text[0]
+    empty = viz.embedding_grid(emb.iloc[0:0])
+    assert _annotations(empty) == ["no states were embedded"]
+
+
+def test_live_figure_replace_drops_stale_shapes(capsys):
+    view = viz.LiveFigure()
+    view.replace(go.Figure(go.Scatter(y=[1])).add_vline(x=1))
+    view.show()
+    view.replace(go.Figure(go.Scatter(y=[2])))
+    assert not view.figure.layout.shapes and list(view.figure.data[0].y) == [2]

@@ -36,7 +36,9 @@ from sgi_lab.metrics import (
     paper_column_for,
     paper_configs,
     paper_per_game,
+    protocol_of,
 )
+from sgi_lab.metrics.protocol import comparability_note
 from sgi_lab.viz.ablations import ablation_figures
 from sgi_lab.viz.training import LiveFigure
 
@@ -53,6 +55,7 @@ __all__ = [
     "paper_aggregate_rows",
     "paper_method",
     "run_aggregates",
+    "scores_protocol_note",
 ]
 
 PAPER_SUFFIX = " (paper)"
@@ -128,8 +131,9 @@ def load_run_scores(
             ``{method: folders}``.
 
     Returns:
-        ``score`` is the mean raw evaluation return (eval.json's ``mean``); folders without an
-        eval.json are skipped.
+        ``score`` is the mean raw evaluation return (eval.json's ``mean``), measured over
+        ``episodes`` episodes capped at ``max_frames`` raw frames (None: no cap or not recorded);
+        folders without an eval.json are skipped.
     """
     if isinstance(run_dirs, dict):
         labelled = [(m, read_run(p)) for m, paths in run_dirs.items() for p in paths]
@@ -149,9 +153,25 @@ def load_run_scores(
                 "seed": run.seed or 0,
                 "score": score,
                 "hns": float(human_normalized_score(run.game, score)),
+                "episodes": evaluation.get("episodes", len(evaluation.get("scores") or []) or None),
+                "max_frames": evaluation.get("max_frames"),
             }
         )
-    return pd.DataFrame(records, columns=["method", "run", "game", "seed", "score", "hns"])
+    columns = ["method", "run", "game", "seed", "score", "hns", "episodes", "max_frames"]
+    return pd.DataFrame(records, columns=columns)
+
+
+def scores_protocol_note(scores: pd.DataFrame) -> str | None:
+    """The evaluation protocol of ``scores`` (`load_run_scores`) and whether the paper's
+    numbers are comparable with it (`sgi_lab.metrics.comparability_note`); None without runs."""
+    if scores.empty:
+        return None
+    evaluations = [
+        {"episodes": e, "max_frames": None if pd.isna(m) else int(m)}
+        for e, m in zip(scores["episodes"], scores["max_frames"])
+        if not pd.isna(e)
+    ]
+    return comparability_note(protocol_of(evaluations))
 
 
 def _method_matrix(scores: pd.DataFrame, games: Sequence[str]) -> tuple[np.ndarray, list[str]]:
@@ -297,7 +317,8 @@ class AblationView:
         per_game: ``game, method, hns`` (ours: mean over runs; paper: its per-game mean).
         methods: the rows, in display order (ours first, then the paper's).
         metrics: the metrics shown.
-        notes: what was left out and why.
+        notes: what was left out and why (first: "no finetuning runs under ..." when none).
+        protocol_note: our runs' evaluation protocol and whether it is the paper's.
     """
 
     aggregates: pd.DataFrame
@@ -305,6 +326,7 @@ class AblationView:
     methods: list[str]
     metrics: list[str]
     notes: list[str] = field(default_factory=list)
+    protocol_note: str | None = None
 
 
 class AblationModel:
@@ -314,12 +336,21 @@ class AblationModel:
         scores: `load_run_scores` output (may be empty: then only the paper is shown).
         reps: bootstrap resamples for our CIs.
         seed: bootstrap seed.
+        source: where the runs were searched (``runs_root``), named in the note shown when
+            there are none.
     """
 
-    def __init__(self, scores: pd.DataFrame | None = None, reps: int = 2_000, seed: int = 0):
+    def __init__(
+        self,
+        scores: pd.DataFrame | None = None,
+        reps: int = 2_000,
+        seed: int = 0,
+        source: str | os.PathLike | None = None,
+    ):
         self.scores = scores if scores is not None else load_run_scores([])
         self.reps = reps
         self.seed = seed
+        self.source = None if source is None else str(source)
 
     @property
     def games(self) -> list[str]:
@@ -375,12 +406,17 @@ class AblationModel:
         frames = [f for f in (ours, theirs) if not f.empty]
         aggregates = pd.concat(frames, ignore_index=True) if frames else ours.iloc[0:0].copy()
         order = list(dict.fromkeys(aggregates["method"]))
+        if self.scores.empty:
+            where = f"under {self.source}" if self.source else "given"
+            notes.insert(0, f"no finetuning runs {where}: only the paper's rows are shown")
+        chosen = self.scores[self.scores["method"].isin(methods)]
         return AblationView(
             aggregates=aggregates,
             per_game=self.per_game(games, methods, paper),
             methods=order,
             metrics=metrics,
             notes=notes + paper_notes,
+            protocol_note=scores_protocol_note(chosen),
         )
 
     def per_game(
@@ -481,7 +517,11 @@ class AblationExplorer:
         self.per_game.replace(figures["per_game"])
         games = len(self.games.value)
         self.notes.value = "<br>".join(
-            [f"{games} game{'s' * (games != 1)} selected", *self.view.notes]
+            [
+                f"{games} game{'s' * (games != 1)} selected",
+                *self.view.notes,
+                *([f"our runs: {self.view.protocol_note}"] if self.view.protocol_note else []),
+            ]
         )
 
     def _ipython_display_(self) -> None:

@@ -166,7 +166,7 @@ def goal_analysis(
     Returns:
         The `row_table` columns plus ``similarity``; ``goal_reward`` for t -> t+1 (NaN on the
         last row); ``q_0..q_{A-1}``, ``q_max`` and ``greedy_action`` when the model has a goal
-        head. ``df.attrs`` holds ``goal_label`` and ``goal_row``.
+        head. ``df.attrs`` holds ``goal_label``, ``goal_row``, ``goal_kind`` and ``game``.
     """
     rows = np.asarray(rows, dtype=np.int64)
     z = _latents(model, store, rows) if latents is None else latents
@@ -184,6 +184,8 @@ def goal_analysis(
         df["greedy_action"] = q.argmax(axis=1)
     df.attrs["goal_label"] = goal.label
     df.attrs["goal_row"] = goal.row
+    df.attrs["goal_kind"] = goal.kind
+    df.attrs["game"] = store.game
     return df
 
 

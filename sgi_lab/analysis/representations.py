@@ -231,6 +231,8 @@ def embedding_frame(
     df.insert(0, "y", coords[:, 1])
     df.insert(0, "x", coords[:, 0])
     df["encoder"] = label
+    # What `sgi_lab.viz.embedding_grid` needs to name the actions.
+    df.attrs.update(game=store.game, num_actions=store.num_actions)
     return df
 
 

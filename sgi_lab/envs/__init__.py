@@ -1,6 +1,6 @@
 """Atari 100k environments (gymnasium + ale-py) and the table of the 26 games."""
 
-from sgi_lab.envs.atari import make_env, num_actions
+from sgi_lab.envs.atari import action_names, make_env, num_actions
 from sgi_lab.envs.games import (
     ATARI_100K_GAMES,
     GameInfo,
@@ -14,6 +14,7 @@ __all__ = [
     "ATARI_100K_GAMES",
     "GameInfo",
     "UnknownGameError",
+    "action_names",
     "canonical_game",
     "game_info",
     "make_env",

@@ -263,6 +263,31 @@ def _action_set_size(ale_id: str, full_action_space: bool) -> int:
         env.close()
 
 
+@functools.cache
+def _action_meanings(ale_id: str, full_action_space: bool) -> tuple[str, ...]:
+    env = gym.make(ale_id, full_action_space=full_action_space, disable_env_checker=True)
+    try:
+        return tuple(env.unwrapped.get_action_meanings())
+    finally:
+        env.close()
+
+
+def action_names(
+    game: str, full_action_space: bool = False, allow_any_ale_game: bool = False
+) -> tuple[str, ...]:
+    """The game's action names in action-index order, as ale-py names them.
+
+    Args:
+        game: Game name in any spelling accepted by `canonical_game`.
+        full_action_space: Name the full 18-action ALE set instead of the minimal one.
+        allow_any_ale_game: Accept ALE games outside the 26 Atari 100k games.
+
+    Returns:
+        E.g. ``("NOOP", "FIRE", "RIGHT", "LEFT", "RIGHTFIRE", "LEFTFIRE")`` for Pong.
+    """
+    return _action_meanings(resolve_ale_id(game, allow_any_ale_game), full_action_space)
+
+
 def num_actions(
     game: str, full_action_space: bool = False, allow_any_ale_game: bool = False
 ) -> int:

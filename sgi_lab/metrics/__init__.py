@@ -40,9 +40,19 @@ from sgi_lab.metrics.paper import (
     paper_per_game_table,
     paper_tables,
 )
+from sgi_lab.metrics.protocol import (
+    PAPER_PROTOCOL,
+    EvalProtocol,
+    comparability_note,
+    protocol_of,
+)
 
 __all__ = [
     "DEFAULT_METRICS",
+    "PAPER_PROTOCOL",
+    "EvalProtocol",
+    "comparability_note",
+    "protocol_of",
     "METRICS",
     "METRIC_LABELS",
     "aggregate_scores",

@@ -14,6 +14,7 @@ import pandas as pd
 
 from sgi_lab.envs.games import ATARI_100K_GAMES, canonical_game
 from sgi_lab.metrics.paper import paper_column_for, paper_configs, paper_per_game
+from sgi_lab.metrics.protocol import EvalProtocol, comparability_note, protocol_of
 
 __all__ = [
     "canonical_game",
@@ -156,6 +157,7 @@ def compare_to_paper(
     our_scores: Mapping[str, float | Sequence[float]],
     config: str,
     all_games: bool = False,
+    protocol: EvalProtocol | Mapping | Sequence[Mapping] | None = None,
 ) -> pd.DataFrame:
     """Places our per-game returns beside the paper's for the same configuration.
 
@@ -166,11 +168,18 @@ def compare_to_paper(
             `paper_column_for`).
         all_games: If True, one row for each of the 26 games (``ours`` NaN where missing);
             otherwise only the games in ``our_scores``.
+        protocol: How our scores were measured: an `EvalProtocol`, or the ``eval.json``
+            mapping(s) it is read from (`protocol_of`). None: unknown, hence not comparable.
 
     Returns:
-        A DataFrame with columns ``game, ours, paper, ours_hns, paper_hns``, games in the paper's
-        order; ``df.attrs["config"]`` holds the config key compared against.
+        A DataFrame with columns ``game, ours, paper, ours_hns, paper_hns, protocol,
+        comparable``, games in the paper's order; ``comparable`` is True only when our protocol
+        is the paper's (100 episodes, 108,000 frames). ``df.attrs`` holds ``config`` (the paper
+        key compared against), ``protocol`` (our protocol's label or None), ``comparable`` and
+        ``note`` (`comparability_note`, for titles).
     """
+    if protocol is not None and not isinstance(protocol, EvalProtocol):
+        protocol = protocol_of(protocol)
     if config not in paper_configs():
         config = paper_column_for(config)
     paper = paper_per_game(config)
@@ -185,7 +194,12 @@ def compare_to_paper(
             "paper": paper_arr,
             "ours_hns": [human_normalized_score(g, s) for g, s in zip(games, ours_arr)],
             "paper_hns": [human_normalized_score(g, s) for g, s in zip(games, paper_arr)],
+            "protocol": protocol.label if protocol is not None else None,
+            "comparable": protocol is not None and protocol.comparable,
         }
     )
     df.attrs["config"] = config
+    df.attrs["protocol"] = protocol.label if protocol is not None else None
+    df.attrs["comparable"] = protocol is not None and protocol.comparable
+    df.attrs["note"] = comparability_note(protocol)
     return df

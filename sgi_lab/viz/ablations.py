@@ -10,6 +10,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from sgi_lab.viz.aggregates import aggregate_table, interval_plot
+from sgi_lab.viz.common import finite_or_none, no_data_message
 
 __all__ = ["ablation_figures", "per_game_hns_figure"]
 
@@ -31,33 +32,56 @@ def per_game_hns_figure(per_game: pd.DataFrame, title: str | None = None) -> go.
         title: figure title.
 
     Returns:
-        A figure with one ``Bar`` per method (x = games), dotted lines at 0 and 1.
+        A figure with one ``Bar`` per method (x = games), dotted lines at 0 and 1; a message
+        when there is no score.
     """
     fig = go.Figure()
     for method, part in per_game.groupby("method", sort=False):
-        fig.add_trace(go.Bar(name=str(method), x=part["game"], y=part["hns"]))
-    fig.add_hline(y=0.0, line_dash="dot", line_color="gray", annotation_text="random")
-    fig.add_hline(y=1.0, line_dash="dot", line_color="gray", annotation_text="human")
+        fig.add_trace(go.Bar(name=str(method), x=list(part["game"]), y=finite_or_none(part["hns"])))
     fig.update_layout(
         title=title or "per-game human-normalized score",
         barmode="group",
         template="plotly_white",
-        yaxis_title="HNS",
+        xaxis_title="game",
+        yaxis_title="human-normalized score",
+        legend_title_text="method",
         xaxis_tickangle=-45,
         height=420,
     )
+    if not fig.data:
+        return no_data_message(fig, "no per-game score selected")
+    fig.add_hline(y=0.0, line_dash="dot", line_color="gray", annotation_text="random")
+    fig.add_hline(y=1.0, line_dash="dot", line_color="gray", annotation_text="human")
     return fig
 
 
 def ablation_figures(view: Selection) -> dict[str, go.Figure]:
-    """The explorer's three figures for one selection: ``interval``, ``table``, ``per_game``."""
+    """The explorer's three figures for one selection: ``interval``, ``table``, ``per_game``.
+
+    Figures with nothing to show say why: the selection's first note (e.g. "no finetuning runs
+    under outputs/runs"), else "nothing selected". The interval plot's title carries the note
+    about our runs' evaluation protocol when there is one (``view.protocol_note``).
+    """
     df = view.aggregates
+    notes = list(getattr(view, "notes", []) or [])
     if df.empty:
-        empty = go.Figure().update_layout(title="nothing selected", template="plotly_white")
-        return {"interval": empty, "table": go.Figure(empty), "per_game": go.Figure(empty)}
+        message = notes[0] if notes else "nothing selected"
+        return {
+            key: no_data_message(
+                go.Figure().update_layout(title=title, template="plotly_white"), message
+            )
+            for key, title in (
+                ("interval", "aggregate HNS"),
+                ("table", "aggregates"),
+                ("per_game", "per-game human-normalized score"),
+            )
+        }
     metrics = [m for m in view.metrics if m in set(df["metric"])]
     games = int(df["games"].max()) if "games" in df else None
     title = f"aggregate HNS over {games} game{'s' * (games != 1)}" if games else None
+    protocol_note = getattr(view, "protocol_note", None)
+    if protocol_note:
+        title = f"{title or 'aggregate HNS'}<br><sup>ours: {protocol_note}</sup>"
     return {
         "interval": interval_plot(df, metrics=metrics, methods=view.methods, title=title),
         "table": aggregate_table(df, metrics=metrics, methods=view.methods),

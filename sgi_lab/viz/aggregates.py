@@ -17,6 +17,7 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from sgi_lab.metrics.aggregate import METRIC_LABELS
+from sgi_lab.viz.common import finite_or_none, no_data_message
 
 __all__ = ["aggregate_table", "interval_plot", "per_game_bar"]
 
@@ -35,6 +36,10 @@ def _ordered(values: pd.Series, keep: Sequence[str] | None) -> list[str]:
 
 def _label(metric: str) -> str:
     return METRIC_LABELS.get(metric, metric)
+
+
+def _axis_title(metric: str) -> str:
+    return "games" if metric in _COUNT_METRICS else "human-normalized score"
 
 
 def _colors(methods: Sequence[str]) -> dict[str, str]:
@@ -66,8 +71,14 @@ def interval_plot(
     Returns:
         A figure whose panel ``i`` holds a ``Bar`` trace (``base`` = lower bounds, ``x`` =
         interval widths) and a ``Scatter`` trace of point estimates, named ``"<metric> CI"`` and
-        ``"<metric>"``, plus ``"<metric> (paper)"`` when ``paper`` is given.
+        ``"<metric>"``, plus ``"<metric> (paper)"`` when ``paper`` is given; then one legend
+        entry per method (a ``Scatter`` with no points, named after the method). x axes are
+        titled "human-normalized score" ("games" for counts); every method's name is a tick.
+        NaN (a point without a CI) becomes a gap, never a number in the JSON. No rows: a message.
     """
+    if df.empty:
+        fig = go.Figure().update_layout(title=title, template="plotly_white", height=220)
+        return no_data_message(fig, "no aggregate to show")
     metrics = _ordered(df["metric"], metrics)
     methods = _ordered(df["method"], methods)
     colors = _colors(methods)
@@ -87,11 +98,11 @@ def interval_plot(
             go.Bar(
                 name=f"{metric} CI",
                 y=methods,
-                x=upper - lower,
-                base=lower,
+                x=finite_or_none(upper - lower),
+                base=finite_or_none(lower),
                 orientation="h",
                 marker={"color": [colors[m] for m in methods], "opacity": 0.75},
-                customdata=np.stack([value, lower, upper], axis=1),
+                customdata=[finite_or_none(row) for row in zip(value, lower, upper)],
                 hovertemplate="%{y}: %{customdata[0]:.3f} (%{customdata[1]:.3f}, "
                 "%{customdata[2]:.3f})<extra>" + _label(metric) + "</extra>",
                 showlegend=False,
@@ -103,7 +114,7 @@ def interval_plot(
             go.Scatter(
                 name=metric,
                 y=methods,
-                x=value,
+                x=finite_or_none(value),
                 mode="markers",
                 marker={"symbol": "line-ns-open", "size": 18, "line": {"width": 3}},
                 marker_color="black",
@@ -121,14 +132,14 @@ def interval_plot(
                     go.Scatter(
                         name=f"{metric} (paper)",
                         y=list(ref["method"]),
-                        x=ref_value,
+                        x=finite_or_none(ref_value),
                         mode="markers",
                         marker={"symbol": "diamond", "size": 9, "color": "dimgray"},
                         error_x={
                             "type": "data",
                             "symmetric": False,
-                            "array": ref["upper"].to_numpy(float) - ref_value,
-                            "arrayminus": ref_value - ref["lower"].to_numpy(float),
+                            "array": finite_or_none(ref["upper"].to_numpy(float) - ref_value),
+                            "arrayminus": finite_or_none(ref_value - ref["lower"].to_numpy(float)),
                             "color": "dimgray",
                         },
                         hovertemplate="%{y} (paper): %{x:.3f}<extra></extra>",
@@ -138,16 +149,35 @@ def interval_plot(
                     row=1,
                     col=col,
                 )
-    fig.update_yaxes(autorange="reversed", type="category")
+        fig.update_xaxes(title_text=_axis_title(metric), row=1, col=col)
+    for method in methods:  # the colours' key: bars carry per-method colours in one trace
+        fig.add_trace(
+            go.Scatter(
+                name=method,
+                x=[None],
+                y=[None],
+                mode="markers",
+                marker={"symbol": "square", "size": 12, "color": colors[method]},
+                legendgroup=method,
+                hoverinfo="skip",
+            ),
+            row=1,
+            col=1,
+        )
+    # Every method a tick: plotly thins category ticks on short axes, dropping method names.
+    fig.update_yaxes(
+        autorange="reversed", type="category", tickmode="array", tickvals=list(methods)
+    )
     fig.update_xaxes(zeroline=False, showgrid=True)
     fig.update_layout(
         title=title,
         barmode="overlay",
         bargap=0.45,
         template="plotly_white",
-        height=max(220, 40 * len(methods) + 120),
-        width=max(420, 260 * len(metrics)),
-        legend={"orientation": "h", "y": -0.15},
+        height=max(300, 40 * len(methods) + 200),
+        width=max(520, 260 * len(metrics) + 160),
+        legend={"orientation": "h", "y": -0.3, "yanchor": "top"},
+        margin={"b": 40 + 20 * math.ceil(len(methods) / 3)},
     )
     return fig
 
@@ -162,23 +192,40 @@ def per_game_bar(compare_df: pd.DataFrame, title: str | None = None) -> go.Figur
 
     Returns:
         A figure with two ``Bar`` traces named ``"ours"`` and ``"paper (<config>)"`` (x = games,
-        y = HNS), and dotted lines at 0 (random) and 1 (human).
+        y = HNS), and dotted lines at 0 (random) and 1 (human). The title's second line is our
+        evaluation protocol and, unless it is the paper's, "not comparable"
+        (``compare_df.attrs["note"]``).
     """
     config = compare_df.attrs.get("config", "paper")
     games = list(compare_df["game"])
     fig = go.Figure(
         [
-            go.Bar(name="ours", x=games, y=compare_df["ours_hns"].to_numpy(float)),
-            go.Bar(name=f"paper ({config})", x=games, y=compare_df["paper_hns"].to_numpy(float)),
+            go.Bar(
+                name="ours",
+                x=games,
+                y=finite_or_none(compare_df["ours_hns"].to_numpy(float)),
+            ),
+            go.Bar(
+                name=f"paper ({config})",
+                x=games,
+                y=finite_or_none(compare_df["paper_hns"].to_numpy(float)),
+            ),
         ]
     )
+    title = title or f"Per-game HNS: ours vs paper ({config})"
+    note = compare_df.attrs.get("note")
+    if note:
+        title += f"<br><sup>{note}</sup>"
+    if not games:
+        no_data_message(fig, "no game to compare")
     fig.add_hline(y=0.0, line_dash="dot", line_color="gray", annotation_text="random")
     fig.add_hline(y=1.0, line_dash="dot", line_color="gray", annotation_text="human")
     fig.update_layout(
-        title=title or f"Per-game HNS: ours vs paper ({config})",
+        title=title,
         barmode="group",
         template="plotly_white",
         yaxis_title="human-normalized score",
+        xaxis_title="game",
         xaxis_tickangle=-45,
     )
     return fig

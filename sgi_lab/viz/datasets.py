@@ -7,6 +7,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from sgi_lab.data import TransitionStore
+from sgi_lab.viz.common import action_labels, no_data_message, square_pixels
 
 
 def store_summary_figure(store: TransitionStore, title: str | None = None) -> go.Figure:
@@ -16,15 +17,33 @@ def store_summary_figure(store: TransitionStore, title: str | None = None) -> go
         cols=2,
         subplot_titles=("action counts", "episode returns", "episode lengths", "reward density"),
     )
+    title = title or (
+        f"{store.game} — {store.manifest.source} ({len(store):,} transitions{_sticky(store)})"
+    )
+    if len(store) == 0:
+        return no_data_message(fig.update_layout(title=title), "the store holds no transitions")
     counts = np.bincount(store.actions, minlength=store.num_actions)
-    fig.add_trace(go.Bar(x=np.arange(len(counts)), y=counts, name="actions"), row=1, col=1)
+    names = action_labels(store.game, len(counts))
+    fig.add_trace(go.Bar(x=names, y=counts, name="actions"), row=1, col=1)
     fig.add_trace(go.Histogram(x=store.episode_returns(), name="returns"), row=1, col=2)
     fig.add_trace(go.Histogram(x=store.episode_lengths(), name="lengths"), row=2, col=1)
-    density = _rolling_density(store.rewards != 0, window=max(1, len(store) // 200))
-    fig.add_trace(go.Scatter(y=density, mode="lines", name="nonzero reward rate"), row=2, col=2)
+    window = max(1, len(store) // 200)
+    density = _rolling_density(store.rewards != 0, window=window)
+    fig.add_trace(
+        go.Scatter(x=np.arange(len(density)) * window, y=density, mode="lines", name="reward rate"),
+        row=2,
+        col=2,
+    )
+    fig.update_xaxes(title_text="action", row=1, col=1)
+    fig.update_yaxes(title_text="transitions", row=1, col=1)
+    fig.update_xaxes(title_text="episode return (raw score)", row=1, col=2)
+    fig.update_yaxes(title_text="episodes", row=1, col=2)
+    fig.update_xaxes(title_text="episode length (agent steps)", row=2, col=1)
+    fig.update_yaxes(title_text="episodes", row=2, col=1)
+    fig.update_xaxes(title_text=f"row of the store (windows of {window:,})", row=2, col=2)
+    fig.update_yaxes(title_text="share of steps with reward ≠ 0", row=2, col=2)
     fig.update_layout(
-        title=title
-        or f"{store.game} — {store.manifest.source} ({len(store):,} transitions{_sticky(store)})",
+        title=title,
         showlegend=False,
         height=600,
     )
@@ -48,18 +67,35 @@ def _rolling_density(mask: np.ndarray, window: int) -> np.ndarray:
 def frame_strip(
     store: TransitionStore, episode: int = 0, count: int = 8, stride: int = 10
 ) -> go.Figure:
-    """A strip of ``count`` frames from an episode, every ``stride`` steps."""
+    """A strip of ``count`` frames from an episode, every ``stride`` steps, pixels square
+    (84x84 frames stay square); a message when the store has no such episode."""
+    title = f"episode {episode} of {store.game}: frames every {stride} agent steps"
+    if not 0 <= episode < store.num_episodes:
+        fig = go.Figure().update_layout(title=title, height=220)
+        return no_data_message(fig, f"no episode {episode}: the store has {store.num_episodes}")
     start, end = int(store.episode_starts[episode]), int(store.episode_ends[episode])
-    rows = np.arange(start, end + 1, stride)[:count]
+    rows = np.arange(start, end + 1, max(1, stride))[:count]
     frames = store.gather_frames(rows)
-    fig = make_subplots(rows=1, cols=len(rows), subplot_titles=[f"t={r - start}" for r in rows])
+    fig = make_subplots(
+        rows=1,
+        cols=len(rows),
+        subplot_titles=[f"t={r - start}" for r in rows],
+        horizontal_spacing=0.01,
+    )
     for i, frame in enumerate(frames):
         fig.add_trace(
-            go.Heatmap(z=frame[::-1], colorscale="gray", showscale=False), row=1, col=i + 1
+            go.Heatmap(z=frame[::-1], colorscale="gray", showscale=False, hoverinfo="skip"),
+            row=1,
+            col=i + 1,
         )
+    square_pixels(fig, len(rows))
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
-    fig.update_layout(title=f"episode {episode} of {store.game}", height=220)
+    fig.update_layout(
+        title=title,
+        height=max(220, 1100 // max(1, len(rows)) + 90),
+        margin={"l": 10, "r": 10, "t": 80, "b": 10},
+    )
     return fig
 
 
@@ -71,6 +107,8 @@ def coverage_figure(coverages: dict[str, dict], title: str = "state coverage") -
         title: figure title.
     """
     fig = go.Figure()
+    if not coverages:
+        no_data_message(fig, "no store to measure")
     for label, cov in coverages.items():
         name = f"{label}: {cov['cells_per_1k']:.1f} cells / 1k rows"
         fig.add_trace(go.Scatter(x=cov["rows"], y=cov["distinct_cells"], mode="lines", name=name))

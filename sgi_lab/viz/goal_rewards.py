@@ -12,6 +12,7 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from sgi_lab.data import TransitionStore
+from sgi_lab.viz.common import action_labels, no_data_message, square_pixels
 
 __all__ = ["frames_figure", "goal_trajectory_figure", "nearest_frames_figure"]
 
@@ -25,15 +26,19 @@ def goal_trajectory_figure(
 
     Args:
         df: `sgi_lab.analysis.goals.goal_analysis` output.
-        action_names: labels of the actions (default ``a0, a1, ...``).
+        action_names: labels of the actions (default: the game's, from ``df.attrs["game"]``,
+            else ``a0, a1, ...``).
         title: figure title (default: the goal's label).
 
     Returns:
         A figure with traces ``"similarity"``, ``"goal reward"``, ``"Q(<action>)"`` for each
         action (when the model has a goal head) and ``"action taken"``; a dotted line marks the
-        goal's step when it lies on the trajectory.
+        goal's step when the goal is a state on the trajectory (never for a noise goal).
     """
     q_columns = [c for c in df.columns if c.startswith("q_") and c[2:].isdigit()]
+    if df.empty:
+        fig = go.Figure().update_layout(title=title or "goal", template="plotly_white")
+        return no_data_message(fig, "the trajectory is empty")
     panels = 3 if q_columns else 2
     fig = make_subplots(
         rows=panels,
@@ -42,7 +47,7 @@ def goal_trajectory_figure(
         vertical_spacing=0.06,
         subplot_titles=(
             "similarity to the goal s(z_t, g)",
-            "goal reward r_t = scale (s(z_{t+1}, g) - s(z_t, g))",
+            "goal reward r_t = scale (s(z_{t+1}, g) - s(z_t, g)): green toward the goal, red away",
             "goal-conditioned Q values",
         )[:panels],
     )
@@ -60,7 +65,11 @@ def goal_trajectory_figure(
         1,
     )
     if q_columns:
-        names = list(action_names) if action_names else [f"a{c[2:]}" for c in q_columns]
+        names = (
+            list(action_names)
+            if action_names
+            else action_labels(df.attrs.get("game"), len(q_columns))
+        )
         palette = qualitative.Plotly + qualitative.D3
         for k, column in enumerate(q_columns):
             fig.add_trace(
@@ -87,11 +96,16 @@ def goal_trajectory_figure(
             1,
         )
     goal_row = df.attrs.get("goal_row")
-    if goal_row is not None and goal_row in set(df["row"]):
+    is_state = df.attrs.get("goal_kind") != "noise"
+    if is_state and goal_row is not None and goal_row in set(df["row"]):
         goal_step = int(df.loc[df["row"] == goal_row, "step"].iloc[0])
         for r in range(1, panels + 1):
             fig.add_vline(x=goal_step, line_dash="dot", line_color="gray", row=r, col=1)
-    fig.update_xaxes(title_text="step in episode", row=panels, col=1)
+    fig.update_xaxes(title_text="step in episode (agent steps)", row=panels, col=1)
+    fig.update_yaxes(title_text="similarity (0 to 1)", row=1, col=1)
+    fig.update_yaxes(title_text="goal reward", row=2, col=1)
+    if q_columns:
+        fig.update_yaxes(title_text="expected return", row=3, col=1)
     fig.update_layout(
         title=title or df.attrs.get("goal_label", "goal"),
         template="plotly_white",
@@ -104,8 +118,12 @@ def goal_trajectory_figure(
 def frames_figure(
     frames: np.ndarray, titles: Sequence[str], title: str | None = None, height: int = 230
 ) -> go.Figure:
-    """A strip of (N, 84, 84) grayscale frames with a title each."""
+    """A strip of (N, 84, 84) grayscale frames with a title each, pixels square; a message
+    when there are none."""
     n = max(1, len(frames))
+    if len(frames) == 0:
+        fig = go.Figure().update_layout(title=title, height=height + 40)
+        return no_data_message(fig, "no frames to show")
     fig = make_subplots(rows=1, cols=n, subplot_titles=list(titles), horizontal_spacing=0.01)
     for i, frame in enumerate(frames):
         fig.add_trace(
@@ -113,8 +131,9 @@ def frames_figure(
             row=1,
             col=i + 1,
         )
+    square_pixels(fig, n)
     fig.update_xaxes(visible=False)
-    fig.update_yaxes(visible=False, scaleanchor="x")
+    fig.update_yaxes(visible=False)
     fig.update_layout(
         title={"text": title, "y": 0.98, "yanchor": "top"},
         height=height + 40,

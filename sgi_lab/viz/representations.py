@@ -13,6 +13,7 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from sgi_lab.data import TransitionStore
+from sgi_lab.viz.common import action_labels, category_labels, no_data_message
 
 __all__ = [
     "compare_stores_figure",
@@ -31,6 +32,7 @@ def embedding_grid(
     colors: Sequence[str] = ("step", "action", "reward", "episode"),
     encoders: Sequence[str] | None = None,
     title: str | None = None,
+    game: str | None = None,
 ) -> go.Figure:
     """2-D embeddings, one column per encoder and one row per colouring.
 
@@ -41,12 +43,23 @@ def embedding_grid(
             continuous scale.
         encoders: encoder labels (columns), in order; default: as they appear in ``df``.
         title: figure title.
+        game: names the actions (ale-py's ``NOOP``, ``FIRE``...); default ``df.attrs["game"]``.
 
     Returns:
-        A figure with one ``Scatter`` per panel, named ``"<encoder> | <colour>"``.
+        A figure with one ``Scattergl`` per panel, named ``"<encoder> | <colour>"``, except that
+        a categorical colouring has one trace per value, named ``"<encoder> | action=<name>"``
+        (``episode=<e>``), shown in the legend once (clicking an entry toggles it in every
+        column); continuous colourings have a colour bar. No points: a message.
     """
+    title = title or "latent space (UMAP)"
+    if df.empty:
+        fig = go.Figure().update_layout(title=title, template="plotly_white")
+        return no_data_message(fig, "no states were embedded")
     encoders = list(dict.fromkeys(df["encoder"])) if encoders is None else list(encoders)
     colors = [c for c in colors if c in df.columns]
+    game = game or df.attrs.get("game")
+    num_actions = df.attrs.get("num_actions") or (int(df["action"].max()) + 1)
+    names = action_labels(game, num_actions) if num_actions else None
     fig = make_subplots(
         rows=len(colors),
         cols=len(encoders),
@@ -59,22 +72,43 @@ def embedding_grid(
             part = df[df["encoder"] == encoder]
             values = part[color].to_numpy()
             if color in _CATEGORICAL:
-                marker = {"color": [_PALETTE[int(v) % len(_PALETTE)] for v in values]}
-            else:
-                marker = {
-                    "color": values.astype(float),
-                    "colorscale": "Viridis" if color != "reward" else "RdBu",
-                    "showscale": j == len(encoders) - 1,
-                    "colorbar": {
-                        "title": color,
-                        "len": 1 / len(colors),
-                        "y": 1 - (i + 0.5) / len(colors),
-                        "thickness": 12,
-                    },
-                }
-                if color == "reward":
-                    bound = max(float(np.abs(values).max()) if len(values) else 1.0, 1e-6)
-                    marker.update(cmin=-bound, cmax=bound)
+                for value in sorted(set(values.tolist())):
+                    inside = part[values == value]
+                    label = category_labels([value], names if color == "action" else None)[0]
+                    fig.add_trace(
+                        go.Scattergl(
+                            x=inside["x"],
+                            y=inside["y"],
+                            mode="markers",
+                            name=f"{encoder} | {color}={label}",
+                            legendgroup=f"{color}={label}",
+                            showlegend=j == 0,
+                            marker={
+                                "size": 4,
+                                "opacity": 0.8,
+                                "color": _PALETTE[int(value) % len(_PALETTE)],
+                            },
+                            text=_hover(inside, names),
+                            hoverinfo="text",
+                        ),
+                        row=i + 1,
+                        col=j + 1,
+                    )
+                continue
+            marker = {
+                "color": values.astype(float),
+                "colorscale": "Viridis" if color != "reward" else "RdBu",
+                "showscale": j == len(encoders) - 1,
+                "colorbar": {
+                    "title": color,
+                    "len": 1 / len(colors),
+                    "y": 1 - (i + 0.5) / len(colors),
+                    "thickness": 12,
+                },
+            }
+            if color == "reward":
+                bound = max(float(np.abs(values).max()) if len(values) else 1.0, 1e-6)
+                marker.update(cmin=-bound, cmax=bound)
             fig.add_trace(
                 go.Scattergl(
                     x=part["x"],
@@ -82,31 +116,33 @@ def embedding_grid(
                     mode="markers",
                     name=f"{encoder} | {color}",
                     marker={"size": 4, "opacity": 0.8, **marker},
-                    text=[
-                        f"row {r}, episode {e}, step {s}, action {a}, reward {w:g}"
-                        for r, e, s, a, w in zip(
-                            part["row"],
-                            part["episode"],
-                            part["step"],
-                            part["action"],
-                            part["reward"],
-                        )
-                    ],
+                    text=_hover(part, names),
                     hoverinfo="text",
                     showlegend=False,
                 ),
                 row=i + 1,
                 col=j + 1,
             )
-    fig.update_xaxes(showticklabels=False)
-    fig.update_yaxes(showticklabels=False)
+    fig.update_xaxes(showticklabels=False, title_text="embedding dim 1 (no unit)")
+    fig.update_yaxes(showticklabels=False, title_text="embedding dim 2")
     fig.update_layout(
-        title=title or "latent space (UMAP)",
+        title=title,
         template="plotly_white",
-        height=320 * len(colors),
+        height=320 * len(colors) + 60,
         width=max(700, 420 * len(encoders)),
+        legend={"orientation": "h", "y": -0.04, "yanchor": "top", "title": {"text": "colour: "}},
     )
     return fig
+
+
+def _hover(part: pd.DataFrame, names: Sequence[str] | None) -> list[str]:
+    actions = category_labels(part["action"].tolist(), names)
+    return [
+        f"row {r}, episode {e}, step {s}, action {a}, reward {w:g}"
+        for r, e, s, a, w in zip(
+            part["row"], part["episode"], part["step"], actions, part["reward"]
+        )
+    ]
 
 
 def diversity_figure(df: pd.DataFrame, title: str | None = None) -> go.Figure:
@@ -192,8 +228,11 @@ def start_distance_figure(
             row=1,
             col=2,
         )
-    fig.update_xaxes(title_text="step in episode")
-    fig.update_yaxes(title_text="mean |frame - first frame|", row=1, col=1)
+    fig.update_xaxes(title_text="step in episode (agent steps)")
+    fig.update_yaxes(title_text="mean |frame - first frame| (gray levels)", row=1, col=1)
+    fig.update_yaxes(title_text="states", row=1, col=2)
+    if not frames:
+        no_data_message(fig, "no store to measure")
     fig.update_layout(title=title, barmode="overlay", template="plotly_white", height=380)
     return fig
 
@@ -222,7 +261,13 @@ def compare_stores_figure(
         counts = np.bincount(store.actions, minlength=store.num_actions)
         common = {"name": label, "legendgroup": label, "marker": {"color": color}}
         fig.add_trace(
-            go.Bar(x=np.arange(len(counts)), y=counts / counts.sum(), **common), row=1, col=1
+            go.Bar(
+                x=action_labels(store.game, len(counts)),
+                y=counts / max(1, counts.sum()),
+                **common,
+            ),
+            row=1,
+            col=1,
         )
         fig.add_trace(
             go.Histogram(x=store.episode_returns(), opacity=0.6, showlegend=False, **common),
@@ -239,7 +284,17 @@ def compare_stores_figure(
             row=2,
             col=2,
         )
-    fig.update_layout(title=title, barmode="group", template="plotly_white", height=620)
+    for (row, col), (x_title, y_title) in {
+        (1, 1): ("action", "share of steps"),
+        (1, 2): ("episode return (raw score)", "episodes"),
+        (2, 1): ("episode length (agent steps)", "episodes"),
+        (2, 2): ("store", "share of steps with r != 0"),
+    }.items():
+        fig.update_xaxes(title_text=x_title, row=row, col=col)
+        fig.update_yaxes(title_text=y_title, row=row, col=col)
+    if not stores:
+        no_data_message(fig, "no store to compare")
+    fig.update_layout(title=title, barmode="group", template="plotly_white", height=660)
     return fig
 
 

@@ -28,6 +28,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from sgi_lab.viz.common import no_data_message
+
 __all__ = [
     "FINETUNE_CURVES",
     "PRETRAIN_CURVES",
@@ -62,6 +64,46 @@ FINETUNE_CURVES: tuple[str, ...] = (
     "charts/sps",
 )
 """The finetuning metrics shown by default (`sgi_lab.train.finetune`'s metrics.jsonl keys)."""
+
+
+METRIC_UNITS: dict[str, str] = {
+    "losses/": "loss",
+    "episode/return": "episode return (raw score)",
+    "episode/clipped_return": "episode return (clipped rewards)",
+    "episode/length": "episode length (agent steps)",
+    "charts/inverse_accuracy": "accuracy (fraction)",
+    "charts/goal_reward_mean": "goal reward (mean)",
+    "charts/cosine_similarity": "cosine similarity",
+    "charts/samples_per_s": "samples / s",
+    "charts/sps": "agent steps / s",
+    "charts/q_mean": "Q value (mean)",
+    "charts/epsilon": "epsilon",
+}
+"""The y-axis title of a metric key (a key or a ``prefix/`` of keys); others show the key."""
+
+X_TITLES: dict[str, str] = {
+    "step": "step",
+    "update": "gradient updates",
+    "epoch": "epoch",
+    "samples": "samples",
+}
+
+
+def metric_axis_title(key: str) -> str:
+    """The y-axis title for a metrics key: its unit (`METRIC_UNITS`), else the key itself."""
+    if key in METRIC_UNITS:
+        return METRIC_UNITS[key]
+    for prefix, title in METRIC_UNITS.items():
+        if prefix.endswith("/") and key.startswith(prefix):
+            return title
+    return key
+
+
+def _title_axes(fig: go.Figure, keys: Sequence[str], columns: int, x_title: str) -> None:
+    for i, key in enumerate(keys):
+        row, col = i // columns + 1, i % columns + 1
+        fig.update_xaxes(title_text=x_title, row=row, col=col)
+        fig.update_yaxes(title_text=metric_axis_title(key), row=row, col=col)
 
 
 STATIC_FIGURES_ENV = "SGI_LAB_STATIC_FIGURES"
@@ -128,11 +170,13 @@ class LiveFigure:
             self.figure = go.Figure(figure)
             self.widget = None
         self._handle = None
+        self._shown = False
 
     def show(self) -> None:
         """Display the figure; later `replace` calls redraw it in place."""
         from IPython.display import display
 
+        self._shown = True
         if self.widget is not None:
             display(self.widget)
         else:
@@ -140,11 +184,21 @@ class LiveFigure:
 
     def replace(self, figure: go.Figure) -> None:
         """Show ``figure`` instead, where the old one was."""
-        if self.widget is not None:
+        if self.widget is not None and not self._shown:
+            # Not on screen yet: a new widget starts from the whole figure as its state, rather
+            # than from update messages sent before any view exists.
+            self.figure = self.widget = go.FigureWidget(figure)
+        elif self.widget is not None:
+            new_layout = figure.layout.to_plotly_json()
+            # A relayout merges: keys the new layout lacks (shapes, annotations, extra axes)
+            # would stay drawn unless cleared explicitly.
+            stale = {k: None for k in self.figure.layout.to_plotly_json() if k not in new_layout}
             with self.figure.batch_update():
                 self.figure.data = []
                 self.figure.layout = figure.layout
                 self.figure.add_traces(list(figure.data))
+            if stale:
+                self.figure.plotly_relayout(stale)
         else:
             self.figure = go.Figure(figure)
             self.refresh()
@@ -167,6 +221,7 @@ class LiveCurves:
         title: figure title.
         min_interval_s: without a FigureWidget, the figure is redrawn at most this often.
         x: the row key on the x axis.
+        x_title: the x axis's title (default: from ``x``, e.g. ``"step"``).
     """
 
     def __init__(
@@ -176,11 +231,13 @@ class LiveCurves:
         title: str | None = None,
         min_interval_s: float = 2.0,
         x: str = "step",
+        x_title: str | None = None,
     ) -> None:
         self.keys = list(keys)
         self.columns = columns
         self.title = title
         self.x = x
+        self.x_title = x_title or X_TITLES.get(x, x)
         self.min_interval_s = min_interval_s
         self.rows: list[dict[str, Any]] = []
         self._figure = self._empty_figure()
@@ -204,6 +261,7 @@ class LiveCurves:
                 row=i // self.columns + 1,
                 col=i % self.columns + 1,
             )
+        _title_axes(fig, self.keys, self.columns, self.x_title)
         fig.update_layout(
             title=self.title, showlegend=False, template="plotly_white", height=260 * rows
         )
@@ -277,7 +335,9 @@ class LiveCurves:
         self._draw()
         if self._widget_handle is not None:
             _show(go.Figure(self._widget), self._widget_handle)
-        return training_curves(self.rows, self.keys, self.columns, self.title, x=self.x)
+        return training_curves(
+            self.rows, self.keys, self.columns, self.title, x=self.x, x_title=self.x_title
+        )
 
     @property
     def frame(self) -> pd.DataFrame:
@@ -295,6 +355,7 @@ def training_curves(
     title: str | None = None,
     x: str = "step",
     runs: str | None = None,
+    x_title: str | None = None,
 ) -> go.Figure:
     """Metric curves from metrics.jsonl rows, one panel per key that has data.
 
@@ -305,18 +366,26 @@ def training_curves(
         title: figure title.
         x: x-axis column.
         runs: a column naming the run of each row; one line per run per panel when given.
+        x_title: the x axes' title (default: from ``x``).
 
     Returns:
-        A figure with one ``Scatter`` per (panel, run), named ``<key>`` or ``<key> (<run>)``.
+        A figure with one ``Scatter`` per (panel, run), named ``<key>`` or ``<key> (<run>)``;
+        axes titled with the metric's unit (`metric_axis_title`); without data, a message.
     """
     df = _as_frame(metrics)
+    x_title = x_title or X_TITLES.get(x, x)
+    if x not in df.columns:
+        df = df.assign(**{x: np.arange(len(df))})
     if keys is None:
         keys = [
             c for c in df.columns if c not in (x, runs) and pd.api.types.is_numeric_dtype(df[c])
         ]
     keys = [k for k in keys if k in df.columns and df[k].notna().any()]
     rows = max(1, math.ceil(len(keys) / columns))
-    fig = make_subplots(rows=rows, cols=columns, subplot_titles=keys or ["(no metrics yet)"])
+    if not keys:
+        fig = go.Figure().update_layout(title=title, template="plotly_white", height=260)
+        return no_data_message(fig, "no metrics logged yet")
+    fig = make_subplots(rows=rows, cols=columns, subplot_titles=keys)
     groups = df.groupby(runs, sort=False) if runs else [(None, df)]
     palette = ["#636efa", "#ef553b", "#00cc96", "#ab63fa", "#ffa15a", "#19d3f3", "#ff6692"]
     for j, (run, part) in enumerate(groups):
@@ -335,6 +404,7 @@ def training_curves(
                 row=i // columns + 1,
                 col=i % columns + 1,
             )
+    _title_axes(fig, keys, columns, x_title)
     fig.update_layout(
         title=title, template="plotly_white", height=260 * rows, showlegend=runs is not None
     )
@@ -348,6 +418,7 @@ def learning_curve(
     x: str = "step",
     title: str | None = None,
     reference: Mapping[str, float] | None = None,
+    x_title: str = "agent step",
 ) -> go.Figure:
     """Episode returns during finetuning with a rolling mean.
 
@@ -358,9 +429,11 @@ def learning_curve(
         x: x-axis column (agent steps).
         title: figure title.
         reference: horizontal lines to draw, e.g. ``{"random": -20.7, "human": 14.6}``.
+        x_title: the x axis's title.
 
     Returns:
-        A figure with ``Scatter`` traces ``"episodes"`` and ``"mean of <window>"``.
+        A figure with ``Scatter`` traces ``"episodes"`` and ``"mean of <window>"``; with no
+        finished episode, a message saying so instead of empty axes.
     """
     df = _as_frame(metrics)
     data = df[[x, key]].dropna() if key in df.columns else pd.DataFrame({x: [], key: []})
@@ -375,14 +448,16 @@ def learning_curve(
             ),
         ]
     )
-    for name, value in (reference or {}).items():
-        fig.add_hline(y=value, line_dash="dot", line_color="gray", annotation_text=name)
     fig.update_layout(
         title=title or f"learning curve ({key})",
-        xaxis_title=x,
-        yaxis_title=key,
+        xaxis_title=x_title,
+        yaxis_title=metric_axis_title(key),
         template="plotly_white",
     )
+    if data.empty:
+        return no_data_message(fig, "no episode has finished yet")
+    for name, value in (reference or {}).items():
+        fig.add_hline(y=value, line_dash="dot", line_color="gray", annotation_text=name)
     return fig
 
 
