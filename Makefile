@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup demo test test-all lint format lab clean-demo
+.PHONY: setup demo test test-all test-browser lint format lab clean-demo
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,17 @@ test: $(STAMP)  ## the default (fast) test suite
 
 test-all: $(STAMP)  ## everything, slow tests included
 	$(PY) -m pytest -m ""
+
+CHROMIUM ?= /usr/bin/chromium
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+test-browser: $(STAMP)  ## the notebooks in JupyterLab in headless Chromium, and the demo pages offline
+	@test -x $(CHROMIUM) || $(SUDO) apt-get install -y chromium \
+		|| ($(SUDO) apt-get update && $(SUDO) apt-get install -y chromium)
+	@# Debian's chromium, driven by playwright through executable_path: no browser download
+	@$(PY) -c "import playwright" 2>/dev/null \
+		|| $(PY) -m pip install --quiet --disable-pip-version-check playwright
+	SGI_LAB_CHROMIUM=$(CHROMIUM) $(PY) -m pytest -m browser -rA tests/browser
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check sgi_lab tests benchmarks notebooks
