@@ -11,6 +11,8 @@ import yaml
 
 from sgi_lab.analysis.report import (
     aggregates_csv_path,
+    evaluation_protocol,
+    format_aggregates,
     paper_config,
     read_run,
     report,
@@ -128,3 +130,22 @@ def test_report_cli_prints_aggregates_and_writes_csv(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "Median" in out and "IQM" in out and "Breakout" in out and "Pong" in out
     assert len(pd.read_csv(csv)) == 2 and aggregates_csv_path(csv).exists()
+
+
+def test_report_carries_the_evaluation_protocol(tmp_path):
+    smoke = fake_run(tmp_path / "finetune__reduced_lr__Pong__s0", "Pong", 0, [-21.0, -20.0])
+    per_game, aggregates = report([smoke], reps=10)
+    # eval.json without max_frames: a frame cap that is not recorded cannot be the paper's
+    assert per_game["protocol"].tolist() == ["2 episodes, no frame cap"]
+    assert not per_game["comparable"].any() and not aggregates["comparable"].any()
+    table = format_aggregates(aggregates)
+    assert table["evaluation"].str.endswith("not comparable with the paper").all()
+
+    full = tmp_path / "finetune__reduced_lr__Pong__s1"
+    fake_run(full, "Pong", 1, [-21.0] * 100)
+    evaluation = json.loads((full / "eval.json").read_text())
+    (full / "eval.json").write_text(json.dumps({**evaluation, "max_frames": 108_000}))
+    per_game, aggregates = report([full], reps=10)
+    assert per_game["comparable"].all() and aggregates["comparable"].all()
+    assert not format_aggregates(aggregates)["evaluation"].str.contains("not comparable").any()
+    assert evaluation_protocol([read_run(full)]).comparable

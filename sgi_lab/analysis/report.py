@@ -29,12 +29,15 @@ from sgi_lab.metrics import (
     paper_column_for,
     paper_config_info,
     paper_per_game,
+    protocol_of,
 )
 from sgi_lab.metrics.paper import PER_GAME_TABLES
+from sgi_lab.metrics.protocol import EvalProtocol
 from sgi_lab.runs import read_mapping, require_finished
 
 __all__ = [
     "RunRecord",
+    "evaluation_protocol",
     "format_aggregates",
     "paper_config",
     "read_run",
@@ -106,6 +109,14 @@ def scores_by_game(runs: Sequence[Any]) -> dict[str, list[float]]:
     return out
 
 
+def evaluation_protocol(runs: Sequence[Any]) -> EvalProtocol | None:
+    """The evaluation protocol of finetuning runs (objects with an ``evaluation`` dict, e.g.
+    `sgi_lab.runs.FinetuneRun` or `RunRecord`): episodes and frame cap from their ``eval.json``,
+    the weakest when they differ (`sgi_lab.metrics.protocol_of`); None when none records it.
+    Pass it to `sgi_lab.metrics.compare_to_paper` so a comparison says whether it is fair."""
+    return protocol_of([run.evaluation or {} for run in runs])
+
+
 def paper_config(
     params: str | None,
     pretrained: bool,
@@ -171,7 +182,8 @@ def read_run(run_dir: str | Path) -> RunRecord:
 
 def run_results(run_dirs: Sequence[str | Path], allow_unfinished: bool = False) -> pd.DataFrame:
     """One row per evaluated run: run, method, paper_config, game, seed, score (mean raw return
-    over its evaluation episodes), hns, episodes, step, finished.
+    over its evaluation episodes), hns, episodes, max_frames (raw-frame cap of an evaluation
+    episode, None: none), protocol (their label), step, finished.
 
     Args:
         run_dirs: finetuning run folders (read by `read_run`).
@@ -191,6 +203,7 @@ def run_results(run_dirs: Sequence[str | Path], allow_unfinished: bool = False) 
             missing.append(str(path))
             continue
         score = float(run.evaluation["mean"])
+        protocol = protocol_of(run.evaluation)
         rows.append(
             {
                 "run": str(path),
@@ -201,6 +214,8 @@ def run_results(run_dirs: Sequence[str | Path], allow_unfinished: bool = False) 
                 "score": score,
                 "hns": human_normalized_score(run.game, score),
                 "episodes": run.evaluation.get("episodes"),
+                "max_frames": run.evaluation.get("max_frames"),
+                "protocol": protocol.label if protocol is not None else None,
                 "step": run.evaluation.get("step"),
                 "finished": finished,
             }
@@ -268,13 +283,27 @@ def report(
         return over runs), score_std, hns, paper_score, paper_hns. aggregates: method,
         paper_config, metric, value, lower, upper (stratified bootstrap over runs; no CI with
         one run per game), paper_same_games (the metric of the paper's per-game means over the
-        same games), paper_reported (the paper's printed value over all 26 games).
+        same games), paper_reported (the paper's printed value over all 26 games). Both end
+        with ``protocol`` (the runs' evaluation episodes and frame cap, the weakest of the
+        method's runs) and ``comparable`` (True only for the paper's 100 episodes capped at
+        108,000 frames: otherwise the paper's columns are context, not a comparison).
     """
     runs = run_results(run_dirs, allow_unfinished=allow_unfinished)
     per_game_rows, aggregate_rows = [], []
     for method, group in runs.groupby("method", sort=False):
         config = group["paper_config"].iloc[0]
         games = [g for g in dict.fromkeys(group.sort_values("game")["game"])]
+        protocol = protocol_of(
+            [
+                {"episodes": e, "max_frames": None if pd.isna(m) else int(m)}
+                for e, m in zip(group["episodes"], group["max_frames"])
+                if not pd.isna(e)
+            ]
+        )
+        stamp = {
+            "protocol": protocol.label if protocol is not None else "unknown",
+            "comparable": protocol is not None and protocol.comparable,
+        }
         try:
             paper = paper_per_game(config) if config else None
         except KeyError:  # the paper prints only aggregates for this config
@@ -294,6 +323,7 @@ def report(
                     "hns": human_normalized_score(game, float(scores.mean())),
                     "paper_score": paper_score,
                     "paper_hns": human_normalized_score(game, paper_score),
+                    **stamp,
                 }
             )
         matrix = _hns_matrix(group, games)
@@ -320,6 +350,7 @@ def report(
                     "paper_same_games": float(same_games.get(row["metric"], np.nan)),
                     "paper_reported": float(reported.get(row["metric"], np.nan)),
                     "unfinished": int((~group["finished"]).sum()),
+                    **stamp,
                 }
             )
     per_game = pd.DataFrame(per_game_rows)
@@ -339,7 +370,9 @@ def aggregates_csv_path(csv: str | Path) -> Path:
 
 
 def format_aggregates(aggregates: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
-    """A printable aggregates table: one row per method and metric, ``value (lower, upper)``."""
+    """A printable aggregates table: one row per method and metric, ``value (lower, upper)``,
+    and the evaluation protocol, with "not comparable" beside the paper's columns when it is
+    not the paper's."""
 
     def fmt(x: float) -> str:
         return "-" if pd.isna(x) else f"{x:.{digits}f}"
@@ -356,6 +389,11 @@ def format_aggregates(aggregates: pd.DataFrame, digits: int = 3) -> pd.DataFrame
     out["paper (same games)"] = [fmt_row(m, v) for m, v in zip(out.metric, out.paper_same_games)]
     out["paper (26 games)"] = [fmt_row(m, v) for m, v in zip(out.metric, out.paper_reported)]
     out["metric"] = [METRIC_LABELS.get(m, m) for m in out.metric]
-    return out[
-        ["method", "paper_config", "metric", "ours", "paper (same games)", "paper (26 games)"]
-    ]
+    columns = ["method", "paper_config", "metric", "ours", "paper (same games)", "paper (26 games)"]
+    if "protocol" in out:
+        out["evaluation"] = [
+            p if ok else f"{p}: not comparable with the paper"
+            for p, ok in zip(out["protocol"], out["comparable"])
+        ]
+        columns.append("evaluation")
+    return out[columns]
