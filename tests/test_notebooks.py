@@ -12,7 +12,6 @@ from pathlib import Path
 import nbformat
 import pytest
 import yaml
-
 from conftest import write_finetune_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,7 +119,9 @@ def test_datasets_notebook(tmp_path, pong_store):
 
 @pytest.mark.smoke
 def test_goal_rewards_notebook(tmp_path, pong_store):
-    results = execute("goal_rewards", tmp_path, data=str(pong_store), bank_size=200)
+    results = execute(
+        "goal_rewards", tmp_path, data=str(pong_store), bank_size=200, search_roots=[]
+    )
     assert results["model"].startswith("random init")
     assert 0.0 <= results["positive_reward_share"] <= 1.0
     assert (tmp_path / "run" / "figures" / "goal_trajectory.html").exists()
@@ -129,7 +130,12 @@ def test_goal_rewards_notebook(tmp_path, pong_store):
 @pytest.mark.smoke
 def test_representations_notebook_with_pca(tmp_path, pong_store):
     results = execute(
-        "representations", tmp_path, data=str(pong_store), num_points=150, embedding="pca"
+        "representations",
+        tmp_path,
+        data=str(pong_store),
+        num_points=150,
+        embedding="pca",
+        search_roots=[],
     )
     assert results["points"] == 150
     assert (tmp_path / "run" / "figures" / "embeddings.html").exists()
@@ -227,3 +233,66 @@ def test_demo_report_links_what_exists(tmp_path):
     assert 'href="pretrain/pretrain.html"' in page
     assert 'href="pretrain/figures/training_curves.html"' in page
     assert "loss/total: 0.5" in page and "ValueError: &lt;boom&gt;" in page
+
+
+# -- runs the user already has (issue 17, item 4) ----------------------------------------------
+
+
+def _finished(folder: Path, kind: str, game: str, result: str, age: float) -> Path:
+    import os
+    import time
+
+    folder.mkdir(parents=True)
+    status = {"state": "finished", "kind": kind, "game": game}
+    (folder / "status.json").write_text(json.dumps(status))
+    (folder / result).write_text("{}")
+    stamp = time.time() - age
+    os.utime(folder / "status.json", (stamp, stamp))
+    return folder
+
+
+def test_find_latest_run_picks_the_newest_finished_run_of_a_kind(tmp_path, capsys):
+    from sgi_lab.launch import notebooks
+
+    demo, runs = tmp_path / "demo", tmp_path / "runs"
+    old = _finished(demo / "pretrain", "pretrain", "Pong", "model.pt", age=100)
+    new = _finished(runs / "pretrain__sgi_m__Pong__s0", "pretrain", "Pong", "model.pt", age=10)
+    breakout = _finished(runs / "pretrain__x__Breakout__s0", "pretrain", "Breakout", "model.pt", 1)
+    unfinished = runs / "pretrain__y__Pong__s0"
+    unfinished.mkdir()
+    (unfinished / "status.json").write_text(json.dumps({"state": "running", "kind": "pretrain"}))
+    (unfinished / "model.pt").write_text("")
+    ft = _finished(demo / "finetune", "finetune", "Pong", "eval.json", age=5)
+    roots = [demo, runs, tmp_path / "missing"]
+
+    assert notebooks.find_runs_of_kind("pretrain", roots) == [breakout, new, old]
+    assert notebooks.find_latest_run("pretrain", roots, game="Pong") == new
+    assert notebooks.find_latest_run("finetune", roots) == ft
+    assert notebooks.find_latest_run("pretrain", [tmp_path / "missing"]) is None
+
+    assert notebooks.discover_run("", "pretrain", "pretrained", roots, "Pong") == str(new)
+    assert f"discovered pretraining run {new}" in capsys.readouterr().out
+    assert notebooks.discover_run("mine", "pretrain", "pretrained", roots) == "mine"
+    assert notebooks.discover_run("", "pretrain", "pretrained", [], fallback="random") == ""
+    assert "no finished pretraining run" in capsys.readouterr().out.splitlines()[-1]
+
+    assert notebooks.discover_runs_root("", "runs_root", roots) == str(demo)
+    experiment = tmp_path / "experiments"
+    _finished(experiment / "tab1" / "ft__sgi_m" / "Pong__s0", "finetune", "Pong", "eval.json", 0)
+    assert notebooks.discover_runs_root("", "runs_root", [demo, experiment]) == str(
+        experiment / "tab1"
+    )
+    assert notebooks.discover_runs_root("", "runs_root", []) == "outputs/runs"
+    with pytest.raises(ValueError):
+        notebooks.find_runs_of_kind("collect", roots)
+
+
+@pytest.mark.smoke
+def test_ablations_notebook_discovers_runs(tmp_path):
+    runs = tmp_path / "found"
+    folder = write_finetune_run(runs, "frozen", "Pong", 0, -10.0)
+    (folder / "status.json").write_text(json.dumps({"state": "finished", "kind": "finetune"}))
+    results = execute("ablations", tmp_path, runs_root="", search_roots=[str(runs)], paper=[])
+    assert results["methods"] == ["frozen"]
+    executed = (tmp_path / "ablations.ipynb").read_text()
+    assert "discovered finetuning runs under" in executed

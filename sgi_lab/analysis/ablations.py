@@ -336,8 +336,8 @@ class AblationModel:
         scores: `load_run_scores` output (may be empty: then only the paper is shown).
         reps: bootstrap resamples for our CIs.
         seed: bootstrap seed.
-        source: where the runs were searched (``runs_root``), named in the note shown when
-            there are none.
+        source: where the runs were searched (``runs_root``, or the folders searched for it),
+            named in the note shown when there are none.
     """
 
     def __init__(
@@ -345,11 +345,13 @@ class AblationModel:
         scores: pd.DataFrame | None = None,
         reps: int = 2_000,
         seed: int = 0,
-        source: str | os.PathLike | None = None,
+        source: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
     ):
         self.scores = scores if scores is not None else load_run_scores([])
         self.reps = reps
         self.seed = seed
+        if source is not None and not isinstance(source, (str, os.PathLike)):
+            source = ", ".join(map(str, source))
         self.source = None if source is None else str(source)
 
     @property

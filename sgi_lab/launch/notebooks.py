@@ -40,13 +40,26 @@ from sgi_lab.config import (
     parse_value,
     read_params,
 )
-from sgi_lab.runs import RunDir, atomic_write_text, jsonable, run_name
+from sgi_lab.runs import (
+    RunDir,
+    atomic_write_text,
+    jsonable,
+    read_mapping,
+    read_status,
+    run_kind,
+    run_name,
+)
 
 __all__ = [
     "NotebookRunError",
     "RunExistsError",
+    "DISCOVERY_ROOTS",
     "add_run_parser",
+    "discover_run",
+    "discover_runs_root",
     "enter_project_root",
+    "find_latest_run",
+    "find_runs_of_kind",
     "find_project_root",
     "main_run",
     "notebook_defaults",
@@ -217,6 +230,149 @@ def run_folder_name(
         parameters.get("game"),
         None if seed is None else f"s{seed}",
     )
+
+
+DISCOVERY_ROOTS: tuple[str, ...] = ("outputs/demo", "outputs/runs", "outputs/experiments")
+"""Where notebooks look for runs the user already has: the demo's, ``sgi-lab run``'s and
+``sgi-lab experiment``'s folders (relative to the project root)."""
+
+_RESULT_FILE = {"pretrain": "model.pt", "finetune": "eval.json"}
+
+
+def _recorded_game(folder: Path) -> str | None:
+    status = read_status(folder) or {}
+    for source in (
+        status,
+        read_mapping(folder / "config.yaml"),
+        read_mapping(folder / "eval.json"),
+    ):
+        if source.get("game"):
+            return str(source["game"])
+    return None
+
+
+def _same_game(a: str, b: str) -> bool:
+    from sgi_lab.envs.games import UnknownGameError, canonical_game
+
+    try:
+        return canonical_game(a) == canonical_game(b)
+    except UnknownGameError:
+        return a == b
+
+
+def find_runs_of_kind(
+    kind: str,
+    roots: tuple[str | os.PathLike, ...] | list[str | os.PathLike] = DISCOVERY_ROOTS,
+    game: str | None = None,
+) -> list[Path]:
+    """Finished runs of a stage under ``roots``, newest first (by their status.json's time).
+
+    Args:
+        kind: ``"pretrain"`` (a finished run with its ``model.pt``) or ``"finetune"`` (one with
+            an ``eval.json``).
+        roots: folders searched recursively; missing ones are skipped.
+        game: keep only runs of this game (runs that record no game are kept).
+    """
+    if kind not in _RESULT_FILE:
+        raise ValueError(f"kind must be one of {sorted(_RESULT_FILE)}, got {kind!r}")
+    found: dict[Path, float] = {}
+    for root in map(Path, roots):
+        if not root.is_dir():
+            continue
+        for status_file in root.rglob("status.json"):
+            folder = status_file.parent
+            if folder in found or not (folder / _RESULT_FILE[kind]).is_file():
+                continue
+            if run_kind(folder) not in (kind, "") or read_status(folder).get("state") != "finished":
+                continue
+            recorded = _recorded_game(folder) if game else None
+            if game and recorded and not _same_game(recorded, game):
+                continue
+            found[folder] = status_file.stat().st_mtime
+    return sorted(found, key=lambda p: (-found[p], str(p)))
+
+
+def find_latest_run(
+    kind: str,
+    roots: tuple[str | os.PathLike, ...] | list[str | os.PathLike] = DISCOVERY_ROOTS,
+    game: str | None = None,
+) -> Path | None:
+    """The newest finished run of ``kind`` under ``roots`` (`find_runs_of_kind`), or None."""
+    runs = find_runs_of_kind(kind, roots, game)
+    return runs[0] if runs else None
+
+
+_WHAT = {"pretrain": "pretraining run", "finetune": "finetuning run"}
+
+
+def discover_run(
+    value: str,
+    kind: str,
+    parameter: str,
+    roots: tuple[str | os.PathLike, ...] | list[str | os.PathLike] = DISCOVERY_ROOTS,
+    game: str | None = None,
+    fallback: str = "",
+) -> str:
+    """A notebook parameter naming a run: ``value`` when set, else the newest finished run of
+    ``kind`` under ``roots`` (``""`` when there is none); prints which one and how to change it.
+
+    Args:
+        value: the parameter's value (``""``: discover).
+        kind: ``"pretrain"`` or ``"finetune"``.
+        parameter: the parameter's name, for the message (``"pretrained"``).
+        roots: where to look (default `DISCOVERY_ROOTS`).
+        game: prefer runs of this game.
+        fallback: what the notebook does without a run, for the message.
+    """
+    if value:
+        print(f"{parameter} = {value!r} (set in the parameters cell)")
+        return value
+    found = find_latest_run(kind, roots, game)
+    where = ", ".join(str(r) for r in roots)
+    if found is None:
+        print(
+            f"no finished {_WHAT[kind]} under {where}"
+            + (f" for {game}" if game else "")
+            + (f": {fallback}" if fallback else "")
+            + f"; set {parameter} in the parameters cell to use one"
+        )
+        return ""
+    print(
+        f"discovered {_WHAT[kind]} {found} (the newest finished under {where}); "
+        f"set {parameter} in the parameters cell to choose another"
+    )
+    return str(found)
+
+
+def discover_runs_root(
+    value: str,
+    parameter: str = "runs_root",
+    roots: tuple[str | os.PathLike, ...] | list[str | os.PathLike] = DISCOVERY_ROOTS,
+) -> str:
+    """A folder of finetuning runs: ``value`` when set, else the root under ``roots`` that holds
+    the newest finished finetuning run (an experiment's own folder for
+    ``outputs/experiments/NAME/...``); prints which one. ``outputs/runs`` when there is none
+    (the caller then says that nothing was found)."""
+    if value:
+        print(f"{parameter} = {value!r} (set in the parameters cell)")
+        return value
+    found = find_latest_run("finetune", roots)
+    where = ", ".join(str(r) for r in roots)
+    if found is None:
+        print(f"no finetuning runs under {where}; set {parameter} in the parameters cell")
+        return DEFAULT_OUT_ROOT
+    for root in map(Path, roots):
+        try:
+            rel = found.relative_to(root)
+        except ValueError:
+            continue
+        chosen = root / rel.parts[0] if root.name == "experiments" and len(rel.parts) > 1 else root
+        print(
+            f"discovered finetuning runs under {chosen} (the newest: {found}); "
+            f"set {parameter} in the parameters cell to choose another folder"
+        )
+        return str(chosen)
+    return str(found.parent)
 
 
 def run_dir_for(
