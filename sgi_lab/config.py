@@ -96,8 +96,13 @@ class PretrainConfig:
     seed: int = F(0, "random seed")
     device: str = F("auto", "'auto' (CUDA when present), 'cpu' or 'cuda[:i]'")
     amp: bool = F(True, "bf16 autocast on CUDA (ignored on CPU)")
-    cpu_amp: bool = F(True, "bf16 autocast on CPUs with native bf16 (AVX512-BF16/AMX), else fp32")
-    channels_last: bool = F(True, "channels-last memory format for conv layers")
+    cpu_amp: bool | Literal["auto"] = F(
+        "auto",
+        "bf16 autocast on a CPU (only where it has native bf16); auto: the faster, measured",
+    )
+    channels_last: bool | Literal["auto"] = F(
+        "auto", "channels-last memory format for conv layers; auto: measured on a CPU, on a GPU"
+    )
 
 
 @dataclass(frozen=True)
@@ -156,11 +161,16 @@ class FinetuneConfig:
     checkpoint_every: int = F(10_000, "steps between checkpoints (replay included)")
     device: str = F("auto", "'auto', 'cpu' or 'cuda[:i]'")
     amp: bool = F(True, "bf16 autocast on CUDA (ignored on CPU)")
-    cpu_amp: bool = F(True, "bf16 autocast on CPUs with native bf16 (AVX512-BF16/AMX), else fp32")
+    cpu_amp: bool | Literal["auto"] = F(
+        "auto",
+        "bf16 autocast on a CPU (only where it has native bf16); auto: the faster, measured",
+    )
     threads: int = F(
         0, "torch CPU threads during the run (0: torch's default; 1 when sharing CPUs)"
     )
-    channels_last: bool = F(True, "channels-last memory format for conv layers")
+    channels_last: bool | Literal["auto"] = F(
+        "auto", "channels-last memory format for conv layers; auto: measured on a CPU, on a GPU"
+    )
     env_workers: int = F(
         0, "processes stepping the agents' environments (0: the learner's own process)"
     )

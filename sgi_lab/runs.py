@@ -45,7 +45,16 @@ STATES = (RUNNING, FINISHED, FAILED)
 # Config keys that may change when a run resumes: where and how fast it runs, not what it
 # learns. Every other key must match the run's config.yaml (one list, for every stage).
 RUNTIME_KEYS = frozenset(
-    {"device", "threads", "prefetch", "env_workers", "cuda_graphs", "population_batching"}
+    {
+        "device",
+        "threads",
+        "prefetch",
+        "env_workers",
+        "cuda_graphs",
+        "population_batching",
+        "cpu_amp",
+        "channels_last",
+    }
 )
 
 # What a run writes at its top level; --overwrite removes these and nothing else.

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import numpy as np
 import pytest
 import torch
 
 from sgi_lab.data import TransitionStore, TransitionStoreWriter
+
+# "auto" CPU settings are settled by measuring the real step (sgi_lab.nets.cpu_settings): tests
+# pin them to the former defaults instead (timings on a shared test machine mean nothing, and
+# measuring in every test would cost minutes); tests/test_cpu_settings.py measures for real.
+# Child processes (notebook kernels, CLI subprocesses) inherit both variables.
+os.environ.setdefault("SGI_LAB_CPU_SETTINGS", "cpu_amp=true,channels_last=true")
+os.environ.setdefault("SGI_LAB_CACHE", tempfile.mkdtemp(prefix="sgi-lab-test-cache-"))
 
 
 def encode_row(row: int) -> np.ndarray:

@@ -338,3 +338,12 @@ def test_auto_batching_is_vmap_in_fp32_and_a_loop_in_bf16_on_a_cpu():
     )
     assert forced.batching == "vmap" and not forced.update_amp  # CPU autocast stops at vmap
     assert population([make_config()], (6,)).update_amp == population([make_config()], (6,)).amp
+
+
+def test_channels_last_conv_weights_per_agent_slice():
+    pop = population([make_config(seed=s, channels_last=True) for s in range(2)], (6, 6))
+    weight = pop.online["encoder.layers.0.0.expand.weight"]
+    assert weight.shape[0] == 2 and weight[1].is_contiguous(memory_format=torch.channels_last)
+    assert pop.template.channels_last
+    flat = population([make_config(seed=0, channels_last=False)], (6,))
+    assert flat.online["encoder.layers.0.0.expand.weight"][0].is_contiguous()

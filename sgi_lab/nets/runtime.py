@@ -35,14 +35,15 @@ def cpu_has_native_bf16() -> bool:
     return bool(caps.get("avx512_bf16") or caps.get("amx_bf16"))
 
 
-def use_bf16(device: torch.device, cuda: bool = True, cpu: bool = True) -> bool:
+def use_bf16(device: torch.device, cuda: bool = True, cpu: bool | str = True) -> bool:
     """The one bf16 decision: on CUDA when ``cuda``; on a CPU when ``cpu`` and the CPU has
     native bf16 (:func:`cpu_has_native_bf16`; elsewhere bf16 is emulated and slower than fp32).
 
     Args:
         device: where the step runs.
         cuda: use bf16 on CUDA (a config's ``amp``).
-        cpu: use bf16 on a CPU (a config's ``cpu_amp``).
+        cpu: use bf16 on a CPU (a config's ``cpu_amp``); ``"auto"`` not settled by a measurement
+            (`sgi_lab.nets.cpu_settings`, which training runs do first) counts as True.
     """
     if device.type == "cuda":
         return bool(cuda)

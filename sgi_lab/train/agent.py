@@ -27,6 +27,7 @@ weighted by the importance-sampling weights, then averaged over the batch::
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ from sgi_lab.config import FinetuneConfig
 from sgi_lab.data.population_replay import PopulationBatch
 from sgi_lab.data.sampler import SequenceBatch
 from sgi_lab.nets import SGIModel
+from sgi_lab.nets.cpu_settings import time_step
 from sgi_lab.nets.ema import lerp_
 from sgi_lab.nets.encoders import prepare_pixels
 from sgi_lab.nets.noisy import NoisyLinear
@@ -64,7 +66,9 @@ __all__ = [
     "Population",
     "augmented_frames",
     "beta_at",
+    "check_compatible",
     "epsilon_at",
+    "measure_update",
     "pad_to",
     "spr_coefficient",
     "unpad_to",
@@ -253,8 +257,9 @@ class Population:
         loaded = tuple(loaded)
         loaded_set = frozenset(loaded)
         for name, ref in template.state_dict(keep_vars=True).items():
-            stacked = torch.stack(
-                [pad_to(m.state_dict()[name].detach().to(device), shapes[name]) for m in models]
+            stacked = _stack(
+                [pad_to(m.state_dict()[name].detach().to(device), shapes[name]) for m in models],
+                channels_last=cfg.channels_last is True,
             )
             if isinstance(ref, nn.Parameter):
                 trained = lr_group(name, loaded_set, cfg.scheme) is not None
@@ -271,7 +276,7 @@ class Population:
                             for m in models
                         ]
                     )
-        if cfg.channels_last:
+        if cfg.channels_last is True:
             template.channels_last = template.encoder.channels_last = True
         mask = torch.zeros(len(models), widest, dtype=torch.bool, device=device)
         for i, m in enumerate(models):
@@ -925,6 +930,46 @@ class Population:
                 target[k][i].copy_(pad_to(state[k].to(self.device), target[k].shape[1:]))
 
 
+def measure_update(
+    configs: Sequence[FinetuneConfig],
+    model_args: Sequence[dict[str, Any]],
+    bf16: bool,
+    channels_last: bool,
+    warmup: int = 2,
+    repeats: int = 2,
+) -> float:
+    """Seconds per update of a throwaway population shaped like the real one (same configs and
+    architectures, fresh weights, random frames) under the given CPU settings: what
+    `sgi_lab.nets.cpu_settings.choose_cpu_settings` times to settle ``"auto"``."""
+    configs = [
+        dataclasses.replace(c, cpu_amp=bf16, channels_last=channels_last, device="cpu")
+        for c in configs
+    ]
+    with torch.random.fork_rng():  # the real run's random streams are left as they were
+        models = [SGIModel(**args) for args in model_args]
+        pop = Population.build(configs, models, loaded=(), device="cpu")
+        cfg = pop.config
+        rng = np.random.default_rng(0)
+        B, T = cfg.batch_size, (cfg.spr_steps if cfg.ssl != "none" else 0) + 1
+        n = pop.size
+
+        def frames(*shape: int) -> torch.Tensor:
+            return torch.from_numpy(rng.integers(0, 255, (n, *shape, 4, 84, 84), dtype=np.uint8))
+
+        staged = {
+            "obs": frames(B, T),
+            "boot_obs": frames(B),
+            "actions": torch.zeros(n, B, T, dtype=torch.int64),
+            "valid": torch.ones(n, B, T, dtype=torch.bool),
+            "returns": torch.zeros(n, B),
+            "discounts": torch.full((n, B), 0.9),
+            "weights": torch.ones(n, B),
+        }
+        if cfg.ssl == "all":
+            staged["goal_obs"] = frames(B)
+        return time_step(lambda: pop.update_staged(staged), warmup=warmup, repeats=repeats)
+
+
 def check_compatible(configs: Sequence[FinetuneConfig]) -> None:
     """Agents of one population share every config key but `POPULATION_KEYS`.
 
@@ -968,6 +1013,18 @@ def _noise_shapes(model: SGIModel) -> dict[str, tuple[int, int]]:
 def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean over the last axis of (B, A) values, counting only the game's actions."""
     return (values * mask).sum(-1) / mask.sum()
+
+
+def _stack(tensors: list[torch.Tensor], channels_last: bool) -> torch.Tensor:
+    """Stack along a new agent axis; conv weights (4-D per agent) with each agent's slice in
+    channels-last memory format when asked, as a lone model's ``.to(channels_last)`` stores it
+    (so a population of one runs the same kernels a single model did)."""
+    stacked = torch.stack(tensors)
+    if not channels_last or stacked.dim() != 5:
+        return stacked
+    n, o, i, h, w = stacked.shape
+    out = stacked.new_empty((n, o, h, w, i)).permute(0, 1, 4, 2, 3)
+    return out.copy_(stacked)
 
 
 def _tree_stack(trees: list[Any]) -> Any:

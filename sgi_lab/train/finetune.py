@@ -34,6 +34,7 @@ from sgi_lab.envs import canonical_game
 from sgi_lab.envs import num_actions as game_actions
 from sgi_lab.envs.pool import EnvPool
 from sgi_lab.nets import SGIModel
+from sgi_lab.nets.cpu_settings import settle
 from sgi_lab.runs import (
     CheckpointError,
     FinetuneRun,
@@ -43,7 +44,13 @@ from sgi_lab.runs import (
     resolve_device,
     restore_generator,
 )
-from sgi_lab.train.agent import Population, beta_at, check_compatible, epsilon_at
+from sgi_lab.train.agent import (
+    Population,
+    beta_at,
+    check_compatible,
+    epsilon_at,
+    measure_update,
+)
 from sgi_lab.train.evaluate import play_episodes
 from sgi_lab.train.transfer import (
     Pretrained,
@@ -166,6 +173,7 @@ class _Agent:
         self.ep_length = 0
         self.metrics = None
         self.pending: list[str] = []
+        self.cpu_choice: dict[str, Any] = {}
 
     def log(self, message: str, *args: Any) -> None:
         """Log a line, and write it to the run's log.txt once the run has started (lines logged
@@ -248,7 +256,7 @@ def finetune_population(
             if a.checkpoint is None:
                 launch["pretrained"] = a.config.pretrained
                 launch["pretrain_params"] = a.pretrained.params if a.pretrained else None
-            a.run.start(step, population=len(agents), **launch)
+            a.run.start(step, population=len(agents), cpu_settings=a.cpu_choice, **launch)
             a.log("started at step %d in a population of %d", step, len(agents))
             if a.checkpoint is None:
                 _write_transfer(a, population)
@@ -342,6 +350,23 @@ def _build(agents: list[_Agent], device: torch.device) -> tuple[Population, Popu
             "the agents' pretrained models provide different tensors; a population shares "
             "one set of learning-rate groups (pretrain every game with the same params)"
         )
+    # "auto" CPU precision and layout: the fastest measured on this machine for this workload.
+    first = agents[0].config
+    workload = (
+        f"finetune-update/{first.encoder}/ssl={first.ssl}/agents={len(agents)}"
+        f"/batch={first.batch_size}/K={first.spr_steps}"
+    )
+    configs, args = [a.config for a in agents], [a.model_args for a in agents]
+    _, choice = settle(
+        first, device, workload, lambda bf16, cl: measure_update(configs, args, bf16, cl)
+    )
+    for a in agents:
+        a.config = dataclasses.replace(
+            a.config, cpu_amp=choice.bf16, channels_last=choice.channels_last
+        )
+        a.cpu_choice = choice.to_json()
+        if choice.source != "explicit" or device.type == "cpu":
+            a.log("cpu settings (%s): %s", choice.source, choice.to_json())
     population = Population.build(
         [a.config for a in agents], models, loaded=loaded.pop(), device=device
     )

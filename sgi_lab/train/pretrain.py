@@ -30,6 +30,7 @@ from sgi_lab.augment import augment
 from sgi_lab.config import ConfigError, PretrainConfig, build_config, to_dict
 from sgi_lab.data import SequenceBatch, SequenceSampler, TransitionStore
 from sgi_lab.nets import SGIModel, ema_update, make_target
+from sgi_lab.nets.cpu_settings import settle, time_step
 from sgi_lab.nets.runtime import autocast, clip_gradients, prepare_device
 from sgi_lab.objectives import (
     atc_accuracy,
@@ -387,8 +388,40 @@ def pretrain(
         return _pretrain(config, store, run, progress, callback, params_name)
 
 
+def measure_step(
+    config: PretrainConfig,
+    store: TransitionStore,
+    device: torch.device,
+    bf16: bool,
+    channels_last: bool,
+) -> float:
+    """Seconds per pretraining step under the given CPU settings, on a throwaway state and one
+    real batch (the run's own random streams are left as they were)."""
+    config = dataclasses.replace(config, cpu_amp=bf16, channels_last=channels_last, prefetch=0)
+    with torch.random.fork_rng():
+        state = build_state(config, store.num_actions, device)
+        state.model.train()
+        state.target.train()
+        sampler = make_sampler(config, store)
+        try:
+            batch = _to_device(sampler.sample(), device)
+        finally:
+            sampler.close()
+        return time_step(lambda: train_step(config, state, batch), warmup=1, repeats=2)
+
+
 def _pretrain(config, store, run, progress, callback, params_name) -> Path:
     device = resolve_device(config.device)
+    # "auto" CPU precision and layout: the fastest measured on this machine for this workload.
+    objectives = "atc" if config.atc_weight > 0 else "sgi"
+    workload = (
+        f"pretrain-step/{config.encoder}/{objectives}/batch={config.batch_size}"
+        f"/K={config.spr_steps}/goal={config.goal_weight > 0}"
+    )
+    config, choice = settle(
+        config, device, workload, lambda bf16, cl: measure_step(config, store, device, bf16, cl)
+    )
+    run.cpu_choice = choice.to_json()
     args = model_args(config, store.num_actions)
     state = build_state(config, store.num_actions, device)
     sampler = make_sampler(config, store)
@@ -421,7 +454,13 @@ def _train_loop(config, store, run, state, sampler, args, device, progress, call
         torch.set_rng_state(checkpoint["torch_rng"])
         sampler.load_state_dict(checkpoint["sampler"])
         step = int(checkpoint["step"])
-    run.start(step, params=params_name, data=str(store.path), game=store.game)
+    run.start(
+        step,
+        params=params_name,
+        data=str(store.path),
+        game=store.game,
+        cpu_settings=getattr(run, "cpu_choice", {}),
+    )
     logger = run.metrics_logger(resume_step=step if checkpoint is not None else None)
     window: dict[str, list[float]] = defaultdict(list)
     bar = tqdm(total=config.steps, initial=step, disable=not progress, desc="pretrain", unit="step")
