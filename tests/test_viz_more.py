@@ -429,3 +429,11 @@ def test_live_figure_replace_drops_stale_shapes(capsys):
     view.show()
     view.replace(go.Figure(go.Scatter(y=[2])))
     assert not view.figure.layout.shapes and list(view.figure.data[0].y) == [2]
+
+
+def test_making_an_env_prints_no_ale_banner(capfd):
+    from sgi_lab.envs import make_env
+
+    make_env("Pong", seed=0).reset()
+    err = capfd.readouterr().err
+    assert "A.L.E" not in err and "Stella" not in err

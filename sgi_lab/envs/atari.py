@@ -61,6 +61,9 @@ MAX_EPISODE_FRAMES = 108_000
 """Episode cap in raw frames: 30 minutes of play, 27,000 agent steps."""
 
 gym.register_envs(ale_py)
+# Only errors from the emulator: its start-up banner would show as a red stderr box in every
+# notebook cell that makes an environment.
+ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
 
 
 class NoopResetWrapper(gym.Wrapper):
