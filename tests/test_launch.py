@@ -233,3 +233,12 @@ def test_sweep_population_folds_games_and_seeds_into_one_run_per_point(tmp_path)
         (p["results"]["x"], p["results"]["games"], p["results"]["seeds"]) for p in summary["points"]
     )
     assert results == [(1, ["Pong", "Breakout"], [0, 1]), (2, ["Pong", "Breakout"], [0, 1])]
+
+
+def test_thread_budget_shares_the_cores_and_warns_on_oversubscription(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert sweep.thread_budget(2, cores=8) == {"OMP_NUM_THREADS": "4", "MKL_NUM_THREADS": "4"}
+    assert sweep.thread_budget(4, cores=2)["OMP_NUM_THREADS"] == "1"
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    with pytest.warns(UserWarning, match="oversubscribes 2 cores"):
+        assert sweep.thread_budget(2, cores=2) == {}  # the user's own setting is kept

@@ -19,7 +19,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -247,6 +249,13 @@ def finetune_population(
     threads = torch.get_num_threads()
     if configs[0].threads > 0:
         torch.set_num_threads(configs[0].threads)
+    cores = os.cpu_count() or 1
+    if configs[0].env_workers and torch.get_num_threads() + configs[0].env_workers > cores:
+        warnings.warn(
+            f"{torch.get_num_threads()} learner threads + {configs[0].env_workers} env_workers "
+            f"oversubscribe {cores} cores; lower env_workers or set threads",
+            stacklevel=2,
+        )
     try:
         device = resolve_device(configs[0].device)
         step = _prepare(agents)
