@@ -280,6 +280,7 @@ def test_an_agent_trajectory_does_not_depend_on_its_population(tmp_path):
     base = make_config(
         encoder="nature", steps=30, learning_starts=10, eps_start=0.0, eps_end=0.0,
         eval_episodes=1, eval_envs=1, eval_max_frames=40, checkpoint_every=30, log_every=10,
+        population_batching="vmap",  # the batched arithmetic is what could change a trajectory
     )  # fmt: skip
     import dataclasses
 
@@ -326,18 +327,16 @@ def test_population_evaluation_equals_each_agents_own_evaluation():
         assert together[i]["lengths"] == alone["lengths"] and together[i]["episodes"] == 3
 
 
-def test_auto_batching_is_vmap_in_fp32_and_a_loop_in_bf16_on_a_cpu():
+def test_auto_batching_is_a_loop_on_a_cpu_and_keeps_bf16():
     fp32 = population([make_config(seed=s, cpu_amp=False) for s in range(2)], (6, 6))
-    assert fp32.batching == "vmap" and not fp32.update_amp
+    assert fp32.batching == "loop" and not fp32.update_amp
     bf16 = population([make_config(seed=s, cpu_amp=True) for s in range(2)], (6, 6))
     # amp needs a CPU with native bf16 (nets.runtime.use_bf16); the loop keeps autocast working
-    assert bf16.batching == ("loop" if bf16.amp else "vmap")
-    assert bf16.update_amp == bf16.amp
+    assert bf16.batching == "loop" and bf16.update_amp == bf16.amp
     forced = population(
         [make_config(seed=s, cpu_amp=True, population_batching="vmap") for s in range(2)], (6, 6)
     )
     assert forced.batching == "vmap" and not forced.update_amp  # CPU autocast stops at vmap
-    assert population([make_config()], (6,)).update_amp == population([make_config()], (6,)).amp
 
 
 def test_channels_last_conv_weights_per_agent_slice():

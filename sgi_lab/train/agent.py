@@ -344,17 +344,16 @@ class Population:
     def batching(self) -> str:
         """How the agents' networks run together: ``vmap`` (one batched computation) or
         ``loop`` (agent after agent over the same stacked tensors; one Adam step, clipping and
-        EMA for all). Config ``population_batching``; ``auto`` is vmap on a GPU, where it
-        turns many small kernel launches into few, and on a CPU vmap in fp32 or a loop in bf16,
-        whichever `use_bf16` allows: PyTorch's CPU autocast does not reach into vmap, and on
-        CPUs with native bf16 (measured on an AMD EPYC Zen 4, benchmarks/README.md) a loop of
-        bf16 agents beats one fp32 batch."""
+        EMA for all). Config ``population_batching``; ``auto`` is vmap on a GPU, where it turns
+        many small kernel launches into few, and a loop on a CPU, where kernels are not launch
+        bound: measured on an AMD EPYC (Zen 4, 2 threads, 4 agents) the vmap'd update ran at
+        0.78x (ResNet) and 0.90x (Nature) the speed of separate updates in fp32, and cannot use
+        bf16 (CPU autocast stops at vmap), while the loop matched separate bf16 updates
+        (benchmarks/README.md)."""
         mode = getattr(self.config, "population_batching", "auto")
         if mode != "auto":
             return mode
-        if self.device.type != "cpu" or self.size == 1:
-            return "vmap"
-        return "loop" if self.amp else "vmap"
+        return "vmap" if self.device.type != "cpu" and self.size > 1 else "loop"
 
     @property
     def update_amp(self) -> bool:
