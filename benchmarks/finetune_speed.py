@@ -6,6 +6,7 @@ evaluation episodes/s (vectorized vs one environment at a time).
     python benchmarks/finetune_speed.py steps --steps 300       # env steps/s with 2 updates per step
     python benchmarks/finetune_speed.py eval --episodes 8       # evaluation episodes/s
     python benchmarks/finetune_speed.py population --agents 4   # a population of 4 vs 4 single agents
+    python benchmarks/finetune_speed.py population-steps --agents 4 --steps 40  # the whole loop
     python benchmarks/finetune_speed.py replay                  # N numpy replays vs one PopulationReplay
     python benchmarks/finetune_speed.py all                     # everything, JSON summary at the end
 
@@ -364,9 +365,61 @@ def bench_replay(
     }
 
 
+def bench_population_steps(encoder: str, agents: int, steps: int, device: str = "cpu") -> dict:
+    """Agent-steps/s of the whole loop once learning has started (acting, environments, replay,
+    2 updates per step): a population of ``agents`` (Pong seeds) against the same agents run one
+    after another as populations of one; the population runs first and last, the single runs
+    in between, and the two population figures are averaged."""
+    from sgi_lab.train.finetune import finetune_population
+
+    warmup = 100
+    base = FinetuneConfig(
+        encoder=encoder,
+        steps=warmup + steps,
+        learning_starts=warmup + 1,
+        eps_steps=warmup + 1,
+        log_every=warmup,
+        checkpoint_every=10**9,
+        eval_episodes=1,
+        eval_envs=1,
+        eval_max_frames=40,
+        device=device,
+    )
+    configs = [FinetuneConfig(**{**to_dict(base), "seed": i}) for i in range(agents)]
+
+    def learning_sps(folder: Path) -> float:
+        rows = [r for r in read_jsonl(folder / "metrics.jsonl") if "charts/sps" in r]
+        return rows[-1]["charts/sps"]
+
+    population_sps, single_sps = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for rep in range(2):
+            folders = [Path(tmp) / f"pop{rep}" / f"a{i}" for i in range(agents)]
+            finetune_population(configs, folders, progress=False)
+            population_sps.append(learning_sps(folders[0]))
+            if rep == 0:
+                for i, c in enumerate(configs):
+                    finetune(c, Path(tmp) / f"single{i}", progress=False)
+                    single_sps.append(learning_sps(Path(tmp) / f"single{i}"))
+    pop = statistics.mean(population_sps) * agents  # every agent takes a step per loop step
+    single = agents / sum(1.0 / s for s in single_sps)  # one after the other
+    return {
+        "encoder": encoder,
+        "agents": agents,
+        "device": device,
+        "threads": torch.get_num_threads(),
+        "agent_steps_per_s_population": pop,
+        "agent_steps_per_s_one_after_another": single,
+        "speedup": pop / single,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["update", "steps", "eval", "population", "replay", "all"])
+    parser.add_argument(
+        "what",
+        choices=["update", "steps", "eval", "population", "population-steps", "replay", "all"],
+    )
     parser.add_argument("--agents", type=int, default=4, help="population size for 'population'")
     parser.add_argument(
         "--batching", choices=["auto", "vmap", "loop"], default="auto", help="for 'population'"
@@ -403,6 +456,10 @@ def main() -> None:
             if args.what in ("update", "all"):
                 r = bench_update(encoder, cpu_amp, args.repeats, args.profile, args.device)
                 results["update"].append(r)
+                print(json.dumps(r))
+            if args.what == "population-steps":
+                r = bench_population_steps(encoder, args.agents, args.steps, args.device)
+                results["population"].append(r)
                 print(json.dumps(r))
             if args.what == "population":
                 r = bench_population(
