@@ -40,13 +40,22 @@ AUTO = "auto"
 
 
 def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo``; else ``platform.processor()``)."""
+    """The CPU's model name with its family and model numbers (``/proc/cpuinfo``: a VM may
+    report only "AMD EPYC", which spans generations), else ``platform.processor()``."""
+    fields: dict[str, str] = {}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
+            key, _, value = line.partition(":")
+            key = key.strip().lower()
+            if key in ("model name", "cpu family", "model") and key not in fields:
+                fields[key] = value.strip()
+            if not line.strip() and fields:
+                break  # the first processor says it all
     except OSError:
         pass
+    if "model name" in fields:
+        extra = [f"{k} {fields[k]}" for k in ("cpu family", "model") if k in fields]
+        return " ".join([fields["model name"], *([f"({', '.join(extra)})"] if extra else [])])
     return platform.processor() or platform.machine() or "unknown CPU"
 
 
