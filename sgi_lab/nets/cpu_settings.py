@@ -221,14 +221,18 @@ def settle(
     return settled, choice
 
 
-def time_step(step: Callable[[], Any], warmup: int = 2, repeats: int = 3) -> float:
-    """The fastest of ``repeats`` timed calls of ``step`` after ``warmup`` untimed ones (the
-    minimum is the steadier figure on a shared machine)."""
+def time_step(
+    step: Callable[[], Any], warmup: int = 2, repeats: int = 3, budget_s: float = 0.0
+) -> float:
+    """The fastest of at least ``repeats`` timed calls of ``step`` after ``warmup`` untimed ones,
+    timing more calls while less than ``budget_s`` seconds have gone into timed calls (fast
+    steps get more tries; the minimum is the steadier figure on a shared machine)."""
     for _ in range(warmup):
         step()
-    best = float("inf")
-    for _ in range(repeats):
+    best, spent, count = float("inf"), 0.0, 0
+    while count < repeats or (spent < budget_s and count < 50):
         start = time.perf_counter()
         step()
-        best = min(best, time.perf_counter() - start)
+        took = time.perf_counter() - start
+        best, spent, count = min(best, took), spent + took, count + 1
     return best

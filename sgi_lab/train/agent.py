@@ -935,7 +935,7 @@ def measure_update(
     bf16: bool,
     channels_last: bool,
     warmup: int = 2,
-    repeats: int = 2,
+    repeats: int = 3,
 ) -> float:
     """Seconds per update of a throwaway population shaped like the real one (same configs and
     architectures, fresh weights, random frames) under the given CPU settings: what
@@ -966,7 +966,9 @@ def measure_update(
         }
         if cfg.ssl == "all":
             staged["goal_obs"] = frames(B)
-        return time_step(lambda: pop.update_staged(staged), warmup=warmup, repeats=repeats)
+        return time_step(
+            lambda: pop.update_staged(staged), warmup=warmup, repeats=repeats, budget_s=1.0
+        )
 
 
 def check_compatible(configs: Sequence[FinetuneConfig]) -> None:

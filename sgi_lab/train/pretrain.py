@@ -407,7 +407,7 @@ def measure_step(
             batch = _to_device(sampler.sample(), device)
         finally:
             sampler.close()
-        return time_step(lambda: train_step(config, state, batch), warmup=1, repeats=2)
+        return time_step(lambda: train_step(config, state, batch), warmup=2, budget_s=1.0)
 
 
 def _pretrain(config, store, run, progress, callback, params_name) -> Path:
