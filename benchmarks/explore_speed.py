@@ -53,7 +53,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             collect_exploratory(args.game, steps, Path(tmp) / "s", config=config, progress=False)
             metrics = [json.loads(x) for x in (Path(tmp) / "s/agent/metrics.jsonl").open()]
-        sps = [m["charts/SPS"] for m in metrics[1:]]
+        sps = [m["charts/sps"] for m in metrics[1:]]
         mean = sum(sps) / len(sps)
         rows.append(
             {"envs": envs, "steps_per_s": round(mean, 1), "hours_6M": round(6e6 / mean / 3600, 1)}

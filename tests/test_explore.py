@@ -206,7 +206,7 @@ def test_short_run_writes_each_env_stream_as_its_own_episodes(tmp_path):
     metrics = [json.loads(line) for line in (store.path / "agent/metrics.jsonl").open()]
     assert [m["update"] for m in metrics] == list(range(1, len(metrics) + 1))
     assert len(metrics) == 2000 // (4 * 32)  # the last, partial rollout is not learned from
-    assert {"intrinsic/reward", "extrinsic/episode_return", "charts/SPS"} <= set(metrics[0])
+    assert {"intrinsic/reward", "extrinsic/episode_return", "charts/sps"} <= set(metrics[0])
     agent = ExploreAgent.load(store.path / "agent/checkpoint.pt", TINY)
     assert agent.updates == len(metrics)
 

@@ -53,6 +53,7 @@ from tqdm.auto import tqdm
 from sgi_lab.config import ExploreConfig
 from sgi_lab.data.store import TransitionStore, TransitionStoreWriter
 from sgi_lab.objectives.ppo import gae, ppo_clip_loss, value_loss
+from sgi_lab.runs import atomic_torch_save, atomic_write_text
 
 CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.jsonl"
@@ -375,14 +376,7 @@ class ExploreAgent:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the checkpoint atomically (temp file, fsync, rename)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as fh:
-            torch.save(self.state_dict(), fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        atomic_torch_save(self.state_dict(), path)
 
     @classmethod
     def load(cls, path: str | os.PathLike, config: ExploreConfig, seed: int = 0) -> ExploreAgent:
@@ -454,11 +448,11 @@ def ppo_update(agent: ExploreAgent, rollout: Rollout) -> dict[str, float]:
             loss.backward()
             agent.optimizer.step()
             for name, value in (
-                ("loss/policy", policy_loss),
-                ("loss/value", critic_loss),
-                ("loss/entropy", entropy),
-                ("loss/inverse", inverse_loss),
-                ("loss/forward", forward_loss),
+                ("losses/policy", policy_loss),
+                ("losses/value", critic_loss),
+                ("losses/entropy", entropy),
+                ("losses/inverse", inverse_loss),
+                ("losses/forward", forward_loss),
             ):
                 stats[name].append(float(value.detach().mean()))
     agent.updates += 1
@@ -611,9 +605,7 @@ def _drop_metrics_after(path: Path, update: int) -> None:
                 keep.append(line)
         except (json.JSONDecodeError, KeyError, TypeError):
             pass  # a row torn by the crash
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(f"{line}\n" for line in keep))
-    os.replace(tmp, path)
+    atomic_write_text(path, "".join(f"{line}\n" for line in keep))
 
 
 class _EpisodeBuffers:
@@ -725,7 +717,7 @@ def _run(
                         "update": agent.updates,
                         "agent_steps": agent.agent_steps,
                         "rows": writer.num_rows,
-                        "charts/SPS": (agent.agent_steps - last_steps) / max(now - last_time, 1e-9),
+                        "charts/sps": (agent.agent_steps - last_steps) / max(now - last_time, 1e-9),
                         "extrinsic/episode_return": (
                             float(np.mean(finished_returns)) if finished_returns else None
                         ),
