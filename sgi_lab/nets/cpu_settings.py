@@ -1,13 +1,11 @@
 """CPU precision and memory layout chosen by measuring the real step on this machine.
 
-Which of bf16 autocast and channels-last is fastest depends on the CPU: on an AMD EPYC (Zen 4/5)
-bf16 roughly halves a ResNet step, while on an Intel Xeon with AVX-512 BF16 but no AMX the
-Nature finetuning update was slower in bf16 (0.155 s against 0.112 s in fp32), and channels-last
-helped pretraining there in the other direction. A flag of the CPU cannot tell, so with a
-config's ``cpu_amp`` / ``channels_last`` set to ``"auto"`` (the default) a run times a few real
-steps under each candidate setting and keeps the fastest. The figures are cached per CPU model,
-torch version, thread count and workload in ``~/.cache/sgi-lab/cpu_settings.json`` (or
-``$SGI_LAB_CACHE``), so a machine measures once; an explicit true/false always wins.
+Which of bf16 autocast and channels-last is fastest depends on the CPU, and no CPU flag tells
+(benchmarks/README.md, "Why the CPU runtime settings"). So with a config's ``cpu_amp`` /
+``channels_last`` set to ``"auto"`` (the default) a run times a few real steps under each
+candidate setting and keeps the fastest. The figures are cached per CPU model, torch version,
+thread count and workload in ``~/.cache/sgi-lab/cpu_settings.json`` (or ``$SGI_LAB_CACHE``),
+so a machine measures once; an explicit true/false always wins.
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """Execution settings that make the networks fast without changing what they compute.
 
 * :func:`autocast`: bf16 autocast on CUDA, and on CPUs with native bf16 instructions
-  (AVX512-BF16 or AMX), where it roughly halves a ResNet pretraining step; elsewhere bf16 is
-  emulated and slower than fp32, so those CPUs stay in fp32.
+  (AVX512-BF16 or AMX); elsewhere bf16 is emulated and slower than fp32, so those CPUs stay in
+  fp32.
 * :func:`keep_freed_memory`: make glibc's allocator keep freed blocks instead of handing them
-  back to the kernel. A training step allocates and frees hundreds of activation tensors of
-  tens to hundreds of MB; by default each one is a fresh ``mmap`` whose pages are zero-filled
-  on first touch, and on the 2-core development VM that page faulting took ~60% of a ResNet
-  pretraining step (measured: 9.5 s -> 5.0 s per step at batch 256 on one thread).
+  back to the kernel, so a step's large activation tensors are not page-faulted in afresh.
+
+The measurements behind these choices are in benchmarks/README.md ("Why the CPU runtime
+settings").
 """
 
 from __future__ import annotations
@@ -106,10 +106,9 @@ def clip_gradients(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
 def prepare_device(device: torch.device) -> None:
     """Process-wide settings for a training loop on ``device`` (idempotent).
 
-    CPU: :func:`keep_freed_memory`. CUDA: nothing; cuDNN autotuning (``cudnn.benchmark``) was
-    measured on an H100 and left off: ResNet pretraining 0.065 -> 0.055 s per step, but Nature
-    pretraining 0.030 -> 0.036 s and the finetuning loop 10-20% slower (acting and evaluation
-    bring new shapes to tune).
+    CPU: :func:`keep_freed_memory`. CUDA: nothing; cuDNN autotuning (``cudnn.benchmark``) is
+    left off, as it made Nature pretraining and the finetuning loop slower on an H100
+    (benchmarks/README.md).
     """
     if device.type == "cpu":
         keep_freed_memory()
