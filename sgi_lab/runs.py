@@ -1,15 +1,7 @@
 """Run folders: layout, status, metrics JSONL, atomic checkpoints and resume.
 
-A run folder holds everything a run writes and nothing is written outside it::
-
-    RUN/
-      config.yaml          resolved config
-      status.json          {"state": "running" | "finished" | "failed", "message", "step", ...}
-      metrics.jsonl        one JSON object per row, always with a "step" key (pandas.read_json)
-      checkpoints/ckpt_00001000.pt   atomic (temp file + rename), loaded with weights_only=True
-      figures/             HTML figures
-
-Every stage that writes a run (pretraining, finetuning) goes through one lifecycle,
+A run folder holds everything a run writes and nothing is written outside it (its files:
+outputs/README.md). Every stage that writes a run (pretraining, finetuning) goes through one lifecycle,
 :meth:`RunDir.open` -> :meth:`RunDir.start` -> :meth:`RunDir.finish` (or :meth:`RunDir.fail`),
 so they all refuse the same folders, check a resumed config the same way and write the same
 status words and fields.

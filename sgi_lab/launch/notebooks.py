@@ -1,16 +1,8 @@
 """Notebooks as runs: the ``sgi-lab run`` wrapper, and the helpers a notebook's setup cell calls.
 
-`run_notebook` executes one notebook with papermill into its own run folder::
-
-    outputs/runs/<notebook>__<config>__<game>__s<seed>/
-      <notebook>.ipynb   the executed notebook (written cell by cell, so a failure shows where)
-      params.yaml        the resolved parameters, ``out_dir`` included
-      status.json        running -> finished, or failed with the error and the failing cell
-      results.json       what the notebook's last cell recorded (`record_results`)
-      figures/*.html     figures the notebook saved (`save_figure`)
-      ...                whatever the stage writes: metrics.jsonl, checkpoints/, model.pt, eval.json
-
-The run folder reaches the notebook as its ``out_dir`` parameter. A finished run is never
+`run_notebook` executes one notebook with papermill into its own run folder,
+``outputs/runs/<notebook>__<config>__<game>__s<seed>/`` (its files: outputs/README.md). The run
+folder reaches the notebook as its ``out_dir`` parameter. A finished run is never
 overwritten unless asked; a run left ``running`` (killed) or ``failed`` is executed again into the
 same folder, where the trainers resume from their last checkpoint.
 
