@@ -22,7 +22,7 @@ import numpy as np
 from numpy.lib.format import open_memmap
 
 from sgi_lab.data import SequenceSampler, TransitionStore
-from sgi_lab.data.store import FIELDS, MANIFEST, StoreManifest, _chunk_path, _write_json_atomic
+from sgi_lab.data.store import FIELDS, MANIFEST, StoreManifest, _chunk_path, _write_manifest
 
 
 def rss_mb() -> float:
@@ -77,7 +77,7 @@ def synthetic_store(path: Path, rows: int, chunk: int = 100_000, sparse: bool = 
         complete=True,
         fields={k: {"dtype": d, "shape": list(s)} for k, (d, s) in FIELDS.items()},
     )
-    _write_json_atomic(path / MANIFEST, manifest.to_json())
+    _write_manifest(path / MANIFEST, manifest.to_json())
     return path
 
 

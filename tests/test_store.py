@@ -9,6 +9,7 @@ import pytest
 from conftest import decode_rows, encode_row
 
 from sgi_lab.data import StoreError, TransitionStore, TransitionStoreWriter
+from sgi_lab.data.store import check_store_target
 
 
 def test_round_trip_across_chunks(store_factory):
@@ -79,6 +80,34 @@ def test_unfinished_store_never_opens_and_resumes(tmp_path):
     store = TransitionStore(resumed.close())
     assert len(store) == 12 and store.num_episodes == 2
     np.testing.assert_array_equal(decode_rows(store.gather_frames(np.arange(12))), np.arange(12))
+
+
+@pytest.mark.parametrize("naming", ["runs", "legacy"])
+def test_killed_writes_temp_files_are_ours_and_dropped_on_resume(tmp_path, naming):
+    # A writer killed mid-write leaves temp files: runs.atomic_write's ``.NAME.PID.tmp``, or
+    # ``NAME.tmp`` in partial folders left by versions before it. Both must still resume.
+    path = tmp_path / "s"
+    writer = TransitionStoreWriter.create(path, game="Pong", source="t", chunk_size=4)
+    for row in range(6):
+        writer.append(encode_row(row), 0, 0.0, False, row == 0)
+    del writer
+    partial = tmp_path / "s.partial"
+    assert not [p for p in partial.rglob("*") if p.name.endswith(".tmp")]
+    tmp = (lambda name: f".{name}.999999.tmp") if naming == "runs" else (lambda n: f"{n}.tmp")
+    litter = [partial / tmp("manifest.json"), partial / "chunks" / tmp("frame_00001.npy")]
+    for p in litter:
+        p.write_bytes(b"torn")
+    (partial / "chunks" / "action_00001.npy").write_bytes(b"unrecorded chunk")
+    assert check_store_target(path, "Pong", "t", {}) is None  # still an unfinished store of ours
+    resumed = TransitionStoreWriter.resume(path)
+    assert resumed.num_rows == 4
+    assert not any(p.exists() for p in litter)
+    assert not (partial / "chunks" / "action_00001.npy").exists()
+    for row in range(4, 8):
+        resumed.append(encode_row(row), 0, 0.0, False, False)
+    store = TransitionStore(resumed.close())
+    assert len(store) == 8 and store.verify() == []
+    np.testing.assert_array_equal(decode_rows(store.gather_frames(np.arange(8))), np.arange(8))
 
 
 def test_existing_store_is_not_overwritten(store_factory, tmp_path):

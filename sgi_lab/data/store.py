@@ -1,36 +1,22 @@
 """On-disk transition store: single 84x84 frames in chunked ``.npy`` files read through memmaps.
 
-A store is one folder::
-
-    STORE/
-      manifest.json           format version, game, source, creation params, counts, fields
-      chunks/frame_00000.npy  (rows, 84, 84) uint8 — one frame per row, stored once
-      chunks/action_00000.npy (rows,) int32
-      chunks/reward_00000.npy (rows,) float32, raw (unclipped) unless manifest says otherwise
-      chunks/terminal_00000.npy (rows,) uint8
-      chunks/first_00000.npy  (rows,) uint8 — 1 where an episode starts
-
-Row ``t`` holds the newest frame of state ``s_t``, the action ``a_t`` taken there, the reward
-``r_t`` it earned and ``terminal_t`` = the transition ended the episode for learning (game over,
-or a life loss when the data was recorded that way). As in Dopamine, the observation after a
-terminal transition is not stored. ``first_t`` marks frame discontinuities (a reset): a 4-frame
-stack for row ``t`` is rebuilt from rows ``t-3..t`` and is zero-padded before the episode's first
-row, so no stack ever crosses an episode boundary. A life-loss terminal does *not* reset the game,
-so the frames after it continue the same episode (``first`` stays 0), exactly as the environment's
-own frame stack does.
+A store is one folder: ``manifest.json`` and ``chunks/<field>_<index>.npy`` for every field of
+`FIELDS` (its files: README.md, "Datasets on disk"). Row ``t`` holds the newest frame of state
+``s_t``, the action ``a_t`` taken there, the reward ``r_t`` it earned and ``terminal_t`` = the
+transition ended the episode for learning (game over, or a life loss when the data was recorded
+that way). As in Dopamine, the observation after a terminal transition is not stored.
+``first_t`` marks frame discontinuities (a reset): a 4-frame stack for row ``t`` is rebuilt from
+rows ``t-3..t`` and is zero-padded before the episode's first row, so no stack ever crosses an
+episode boundary. A life-loss terminal does *not* reset the game, so the frames after it
+continue the same episode (``first`` stays 0), exactly as the environment's own frame stack
+does.
 
 Writing is crash-safe: a store is built in ``STORE.partial/`` and renamed to ``STORE`` only when
-complete. Each finished chunk is recorded in the partial manifest, so an interrupted collection
-resumes from its last finished chunk; nothing under ``STORE`` exists until the rename.
-
-The manifest records a checksum of every chunk file, written as it is created, and a content
-``fingerprint`` of the whole store (game, source, parameters, chunk rows and checksums): a run
-records the fingerprint of the store it reads, which survives moving or renaming the folder.
-Opening a store reads only the small fields; :meth:`TransitionStore.verify` reads everything
-and checks it against the manifest (``sgi-lab info --verify``).
-
-Only a store of ours is ever replaced (``overwrite``): a folder without our manifest is refused,
-naming it, with nothing touched (:func:`check_store_target`).
+complete; every file goes through `sgi_lab.runs.atomic_write`, and an interrupted collection
+resumes from the last chunk the partial manifest records. The manifest holds a checksum of
+every chunk and a content ``fingerprint`` of the store, which a run records (it survives moving
+the folder); :meth:`TransitionStore.verify` checks the files against them. Only a store of ours
+is ever replaced (:func:`check_store_target`).
 """
 
 from __future__ import annotations
@@ -46,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from sgi_lab.runs import TEMP_RE, atomic_write
 
 FORMAT_VERSION = 1
 FRAME_SHAPE = (84, 84)
@@ -83,9 +71,9 @@ def _new_hash() -> Any:
 class _HashingFile:
     """A write-only file wrapper that hashes what passes through (np.save writes via .write)."""
 
-    def __init__(self, fh) -> None:
+    def __init__(self, fh, digest) -> None:
         self._fh = fh
-        self.hash = _new_hash()
+        self.hash = digest
 
     def write(self, data) -> int:
         self.hash.update(data)
@@ -105,13 +93,40 @@ def _chunk_path(root: Path, field_name: str, index: int) -> Path:
     return root / "chunks" / f"{field_name}_{index:05d}.npy"
 
 
-def _write_json_atomic(path: Path, payload: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as fh:
-        json.dump(payload, fh, indent=2, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+def _save_chunk(path: Path, array: np.ndarray) -> str:
+    """``np.save`` one chunk file atomically; returns the checksum of the bytes written."""
+    digest = _new_hash()
+    atomic_write(
+        path, lambda fh: np.save(_HashingFile(fh, digest), array, allow_pickle=False), binary=True
+    )
+    return digest.hexdigest()
+
+
+def _write_manifest(path: Path, payload: dict) -> None:
+    atomic_write(path, lambda fh: json.dump(payload, fh, indent=2, sort_keys=True))
+
+
+def _temp_target(name: str) -> str | None:
+    """The file a writer's temp file ``name`` would have become, or None if it is not one.
+
+    Temp files are `sgi_lab.runs.atomic_write`'s ``.NAME.PID.tmp``; stores written before it
+    used ``NAME.tmp``, and their partial folders may still hold those.
+    """
+    match = TEMP_RE.match(name)
+    if match:
+        return match["name"]
+    if name.endswith(".tmp"):
+        return name[: -len(".tmp")]
+    return None
+
+
+def _chunk_index(name: str) -> int | None:
+    """The chunk index of a chunk file name (``action_00003.npy``), or None if it is not one."""
+    stem, dot, ext = name.partition(".")
+    field_name, _, index = stem.rpartition("_")
+    if dot and ext == "npy" and field_name in FIELDS and index.isdigit():
+        return int(index)
+    return None
 
 
 def _fsync_dir(path: Path) -> None:
@@ -217,14 +232,12 @@ def read_manifest(path: str | os.PathLike) -> StoreManifest | None:
 def _is_our_partial(partial: Path) -> bool:
     """A ``.partial`` folder holds nothing but what a writer puts there (possibly unfinished)."""
     for entry in partial.iterdir():
-        if entry.name in (MANIFEST, MANIFEST + ".tmp"):
+        if MANIFEST in (entry.name, _temp_target(entry.name)):
             continue
         if entry.name != "chunks" or not entry.is_dir():
             return False
         for chunk in entry.iterdir():
-            stem = chunk.name.split(".")[0]
-            name, _, index = stem.rpartition("_")
-            if name not in FIELDS or not index.isdigit():
+            if _chunk_index(_temp_target(chunk.name) or chunk.name) is None:
                 return False
     return True
 
@@ -367,10 +380,16 @@ class TransitionStoreWriter:
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise StoreError(f"{manifest_path}: not valid JSON ({exc})") from exc
         manifest = StoreManifest.from_json(raw, manifest_path)
-        # Drop any chunk files written after the last one the manifest records.
-        for stray in (partial / "chunks").glob("*.npy*"):
-            index = int(stray.name.split("_")[-1].split(".")[0])
-            if index >= len(manifest.chunks) or stray.name.endswith(".tmp"):
+        # Drop what a killed writer left: temp files, and chunk files written after the last
+        # one the manifest records.
+        for stray in partial.iterdir():
+            if stray.is_file() and _temp_target(stray.name) == MANIFEST:
+                stray.unlink()
+        for stray in (partial / "chunks").iterdir():
+            index = _chunk_index(stray.name)
+            if _temp_target(stray.name) is not None or (
+                index is not None and index >= len(manifest.chunks)
+            ):
                 stray.unlink()
         writer = cls(path, manifest)
         writer._overwrite = True
@@ -445,15 +464,9 @@ class TransitionStoreWriter:
         rows = self._fill
         checksums = {}
         for name in FIELDS:
-            target = _chunk_path(self.partial, name, index)
-            tmp = target.with_name(target.name + ".tmp")
-            with open(tmp, "wb") as fh:
-                hashing = _HashingFile(fh)
-                np.save(hashing, self._buffers[name][:rows], allow_pickle=False)
-                fh.flush()
-                os.fsync(fh.fileno())
-            checksums[name] = hashing.hash.hexdigest()
-            os.replace(tmp, target)
+            checksums[name] = _save_chunk(
+                _chunk_path(self.partial, name, index), self._buffers[name][:rows]
+            )
         m = self.manifest
         if len(m.checksums) == len(m.chunks):  # stores begun before checksums have none
             m.checksums.append(checksums)
@@ -467,7 +480,7 @@ class TransitionStoreWriter:
         self._save_manifest()
 
     def _save_manifest(self) -> None:
-        _write_json_atomic(self.partial / MANIFEST, self.manifest.to_json())
+        _write_manifest(self.partial / MANIFEST, self.manifest.to_json())
 
     # -- finishing ----------------------------------------------------------------------------
     def close(self) -> Path:
