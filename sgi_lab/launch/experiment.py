@@ -51,6 +51,7 @@ from typing import Any, Literal
 import yaml
 
 from sgi_lab.config import ConfigError, load_yaml_mapping
+from sgi_lab.launch.storage import RunStorage, run_in_scratch
 from sgi_lab.runs import atomic_write_text, read_status, run_name
 
 __all__ = [
@@ -70,7 +71,10 @@ __all__ = [
     "load_experiment",
     "main_experiment",
     "run_experiment",
+    "pull_results",
     "run_graph",
+    "storage_plan",
+    "stored_task_done",
     "task_done",
     "write_report",
 ]
@@ -741,6 +745,61 @@ def task_done(task: Task) -> bool:
     return (task.folder / "report.html").exists() and (task.folder / "results.csv").exists()
 
 
+def _name(graph: Graph, path: str | os.PathLike) -> str:
+    """A path under the experiment folder as a storage name (``pretrain/sgi_r__Pong``)."""
+    return Path(path).relative_to(graph.out).as_posix()
+
+
+def stored_task_done(graph: Graph, task: Task, storage: RunStorage) -> bool:
+    """`task_done` for run folders kept in a storage URI (the report is always local)."""
+    name = _name(graph, task.folder)
+
+    def finished(folder: str, result: str) -> bool:
+        status = storage.read_json(f"{folder}/status.json") or {}
+        return status.get("state") == "finished" and storage.exists(f"{folder}/{result}")
+
+    if task.kind == "data":
+        return storage.read_json(f"{name}/manifest.json") is not None
+    if task.kind == "pretrain":
+        return finished(name, "model.pt")
+    if task.kind == "finetune":
+        return all(finished(_name(graph, f), "eval.json") for f in task.agent_folders)
+    return task_done(task)
+
+
+def storage_plan(graph: Graph, task: Task, uri: str) -> dict[str, Any]:
+    """What a worker pulls and pushes for ``task`` (`run_in_scratch`'s ``plan``): the params
+    files, the folders of its inputs (a pretraining run without its checkpoints), its own folder
+    (to resume) and its log."""
+    from sgi_lab.data.store import PARTIAL_SUFFIX
+
+    name = _name(graph, task.folder)
+    inputs: list[tuple[str, tuple[str, ...]]] = [("params", ())]
+    for dep in map(graph.task, task.deps):
+        inputs.append(
+            (_name(graph, dep.folder), ("checkpoints",) if dep.kind == "pretrain" else ())
+        )
+    outputs = [name, name + PARTIAL_SUFFIX] if task.kind == "data" else [name]
+    return {
+        "uri": uri,
+        "out": str(graph.out),
+        "task": task.id,
+        "inputs": inputs,
+        "outputs": outputs,
+        "log": _name(graph, _log_path(graph, task)),
+    }
+
+
+def pull_results(graph: Graph, storage: RunStorage) -> None:
+    """Mirror what the report reads from a storage URI into the experiment folder: the
+    finetuning runs (without their checkpoints) and the logs."""
+    for task in graph.tasks:
+        if task.kind == "finetune":
+            name = _name(graph, task.folder)
+            storage.pull(name, graph.out / name, exclude=("checkpoints",))
+    storage.pull("logs", graph.out / "logs")
+
+
 def _report_stale(graph: Graph) -> bool:
     report = graph.out / "report.html"
     if not report.exists():
@@ -830,7 +889,9 @@ class LocalExecutor:
         self.threads = threads
         self.pool = ThreadPoolExecutor(max_workers=max_parallel)
 
-    def submit(self, task: Task, log: str, cwd: str) -> Future:
+    def submit(self, task: Task, log: str, cwd: str, plan: dict | None = None) -> Future:
+        if plan is not None:
+            return self.pool.submit(run_in_scratch, task.argv, self.threads, cwd, plan)
         return self.pool.submit(run_command, task.argv, log, self.threads, cwd)
 
     def wait(self, handles: list[Any], timeout: float) -> list[Any]:
@@ -852,11 +913,18 @@ def _ray_run_command(argv: Sequence[str], log: str, threads: int, cwd: str | Non
     return run_command(argv, log, threads, cwd)
 
 
+def _ray_run_in_scratch(argv: Sequence[str], threads: int, cwd: str | None, plan: dict) -> dict:
+    from sgi_lab.launch.storage import run_in_scratch
+
+    return run_in_scratch(argv, threads, cwd, plan)
+
+
 class RayExecutor:
     """Tasks on a Ray cluster (`ray.remote` with ``num_cpus``/``num_gpus`` per task kind).
 
     Run folders are written by the workers: every node must see the experiment folder at the
-    same path (a shared filesystem).
+    same path (a shared filesystem), or the run folders go through a storage URI (``--storage``:
+    each task pulls its inputs into a scratch folder and pushes its run folder back).
     """
 
     def __init__(self, address: str | None = None) -> None:
@@ -871,6 +939,7 @@ class RayExecutor:
         if not ray.is_initialized():
             ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
         self.remote = ray.remote(_ray_run_command)
+        self.remote_in_scratch = ray.remote(_ray_run_in_scratch)
         self.capacity = 10**9  # Ray queues by resources
         self.cluster = ray.cluster_resources()
 
@@ -886,9 +955,12 @@ class RayExecutor:
                 )
         return None
 
-    def submit(self, task: Task, log: str, cwd: str) -> Any:
+    def submit(self, task: Task, log: str, cwd: str, plan: dict | None = None) -> Any:
         threads = max(1, int(task.resources.get("num_cpus", 1) or 1))
         options = {k: float(task.resources.get(k, 0) or 0) for k in RESOURCE_KEYS}
+        if plan is not None:
+            remote = self.remote_in_scratch.options(**options, max_retries=0)
+            return remote.remote(task.argv, threads, cwd, plan)
         return self.remote.options(**options, max_retries=0).remote(task.argv, log, threads, cwd)
 
     def wait(self, handles: list[Any], timeout: float) -> list[Any]:
@@ -978,6 +1050,7 @@ def run_graph(
     address: str | None = None,
     progress: bool = True,
     on_event: Callable[[str, Task, dict], None] | None = None,
+    storage: str | None = None,
 ) -> dict[str, Any]:
     """Run every task of ``graph`` whose folder is not complete, in dependency order.
 
@@ -992,6 +1065,12 @@ def run_graph(
         progress: the tqdm display of tasks pending / running / done / failed.
         on_event: called as ``on_event(event, task, info)`` for ``started``, ``done``,
             ``retry``, ``failed`` and ``skipped`` (tests use it).
+        storage: an fsspec URI (``s3://bucket/exp``) holding the run folders, for a cluster
+            without a shared filesystem: each task runs in a scratch folder of its worker that
+            pulls its inputs from there and pushes its run folder back (`run_in_scratch`);
+            finished tasks are read from there; ``experiment.yaml``, ``params/`` and
+            ``experiment.json`` are copied there; the finetuning runs and logs are pulled
+            into ``graph.out`` for the report. None: workers write ``graph.out`` directly.
 
     Returns:
         The ``experiment.json`` payload: per task its state (done, failed or blocked: an input
@@ -1012,6 +1091,16 @@ def run_graph(
     if executor == "local":
         for note in _oversubscription(graph, max_parallel):
             warnings.warn(note, RuntimeWarning, stacklevel=2)
+    store = RunStorage(storage) if storage else None
+    if store is not None:
+        store.push(out / EXPERIMENT_FILE, EXPERIMENT_FILE)
+        store.push(out / "params", "params")
+
+    def done(task: Task) -> bool:
+        if store is None or task.kind == "report":
+            return task_done(task)
+        return stored_task_done(graph, task, store)
+
     runner = (
         LocalExecutor(max_parallel, _threads_per_task(max_parallel))
         if executor == "local"
@@ -1029,11 +1118,12 @@ def run_graph(
     }
     emit = on_event or (lambda event, task, data: None)
     for task in graph.tasks:
-        if task.kind != "report" and task_done(task):
+        if task.kind != "report" and done(task):
             states[task.id] = "done"
             info[task.id]["skipped"] = True
             emit("skipped", task, info[task.id])
     started_at = time.strftime("%Y-%m-%dT%H:%M:%S")
+    pushed = {"state": ""}
 
     def save() -> dict[str, Any]:
         for task_id, state in states.items():
@@ -1048,7 +1138,12 @@ def run_graph(
             "dropped": list(graph.dropped),
             "tasks": info,
         }
-        atomic_write_text(out / STATE_FILE, json.dumps(payload, indent=2, default=str))
+        text = json.dumps(payload, indent=2, default=str)
+        atomic_write_text(out / STATE_FILE, text)
+        state = text.replace(payload["updated"], "")
+        if store is not None and state != pushed["state"]:
+            store.write_text(STATE_FILE, text)
+            pushed["state"] = state
         return payload
 
     display = _Progress(len(graph.tasks), progress)
@@ -1062,7 +1157,13 @@ def run_graph(
                 deps = [states[d] for d in task.deps]
                 if task.kind == "report":
                     if all(d in ("done", "failed", "blocked") for d in deps) and not running:
+                        if store is not None:
+                            pull_results(graph, store)
                         _run_report(graph, task, states, info, display, emit)
+                        if store is not None and states[task.id] == "done":
+                            for name in ("report.html", "results.csv", "results.aggregates.csv"):
+                                if (out / name).exists():
+                                    store.push(out / name, name)
                     continue
                 if any(d in ("failed", "blocked") for d in deps):
                     states[task.id] = "blocked"
@@ -1079,7 +1180,8 @@ def run_graph(
                         emit("failed", task, info[task.id])
                         continue
                     info[task.id]["attempts"] += 1
-                    handle = runner.submit(task, info[task.id]["log"], cwd)
+                    plan = storage_plan(graph, task, storage) if storage else None
+                    handle = runner.submit(task, info[task.id]["log"], cwd, plan)
                     running[handle] = task
                     states[task.id] = "running"
                     emit("started", task, info[task.id])
@@ -1096,7 +1198,10 @@ def run_graph(
                 result = runner.result(handle)
                 entry = info[task.id]
                 entry["seconds"] = round(entry.get("seconds", 0.0) + result["seconds"], 1)
-                if result["returncode"] == 0 and task_done(task):
+                if store is not None:  # the log, where experiment.json says it is
+                    log = _log_path(graph, task)
+                    store.pull(_name(graph, log), log)
+                if result["returncode"] == 0 and done(task):
                     states[task.id] = "done"
                     entry.pop("error", None)
                     display.write(f"done    {task.id} ({result['seconds']:.0f} s)")
@@ -1276,6 +1381,8 @@ def main_experiment(args: argparse.Namespace) -> int:
         print(format_plan(graph))
         return 0
     if args.report_only:
+        if args.storage:
+            pull_results(graph, RunStorage(args.storage))
         print(f"wrote {write_report(graph)}")
         return 0
     summary = run_graph(
@@ -1285,6 +1392,7 @@ def main_experiment(args: argparse.Namespace) -> int:
         retries=args.retries,
         address=args.address,
         progress=not args.no_progress,
+        storage=args.storage,
     )
     bad = {k: v for k, v in summary["tasks"].items() if v["state"] in ("failed", "blocked")}
     for task_id, entry in bad.items():
@@ -1312,6 +1420,13 @@ def add_experiment_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=None, help="default outputs/experiments/<name>")
     p.add_argument("--executor", choices=EXECUTORS, default="local")
     p.add_argument("--address", default=None, help="Ray: the cluster to join (host:port, auto)")
+    p.add_argument(
+        "--storage",
+        default=None,
+        metavar="URI",
+        help="keep the run folders at an fsspec URI (s3://bucket/exp, gs://..., file:///...) "
+        "for a cluster without a shared filesystem; the report is written to --out",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the graph and its cost only")
     p.add_argument("--max-parallel", type=int, default=1, help="local: task processes at a time")
     p.add_argument("--retries", type=int, default=1, help="runs again of a failed task")

@@ -1,0 +1,215 @@
+"""Run folders kept at a storage URI (sgi_lab.launch.storage, ``sgi-lab experiment --storage``):
+the push/pull round trip on ``memory://`` and ``file://``, one task run in a scratch folder,
+and (slow) the smoke experiment through a ``file://`` storage, killed and resumed from it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sgi_lab.launch import experiment as ex
+from sgi_lab.launch.storage import RunStorage, run_in_scratch
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOKE = ROOT / "params" / "experiments" / "smoke.yaml"
+
+
+def _run_folder(path: Path) -> Path:
+    (path / "checkpoints").mkdir(parents=True)
+    (path / "checkpoints" / "ckpt_00000002.pt").write_bytes(b"\x00ckpt")
+    (path / "model.pt").write_bytes(b"\x00\x01model")
+    (path / "status.json").write_text(json.dumps({"state": "finished"}))
+    return path
+
+
+def _tree(path: Path) -> dict[str, bytes]:
+    return {p.relative_to(path).as_posix(): p.read_bytes() for p in path.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("scheme", ["memory", "file"])
+def test_push_pull_round_trip(tmp_path, scheme):
+    uri = f"memory://rt-{tmp_path.name}" if scheme == "memory" else (tmp_path / "store").as_uri()
+    storage = RunStorage(uri)
+    run = _run_folder(tmp_path / "local" / "sgi_r__Pong")
+    pushed = storage.push(run, "pretrain/sgi_r__Pong")
+    assert pushed[-1] == "status.json"  # the finished mark arrives last
+    assert storage.exists("pretrain/sgi_r__Pong/model.pt")
+    assert not storage.exists("pretrain/sgi_r__Breakout")
+    assert storage.read_json("pretrain/sgi_r__Pong/status.json") == {"state": "finished"}
+    assert storage.read_json("pretrain/sgi_r__Pong/missing.json") is None
+
+    back = tmp_path / "back"
+    storage.pull("pretrain/sgi_r__Pong", back / "all")
+    assert _tree(back / "all") == _tree(run)
+    storage.pull("pretrain/sgi_r__Pong", back / "light", exclude=("checkpoints",))
+    assert sorted(_tree(back / "light")) == ["model.pt", "status.json"]
+    assert storage.pull("pretrain/nothing", back / "none") == []
+
+    # A push mirrors the folder: a pruned checkpoint is gone from the storage too.
+    (run / "checkpoints" / "ckpt_00000002.pt").unlink()
+    (run / "checkpoints" / "ckpt_00000004.pt").write_bytes(b"new")
+    storage.push(run, "pretrain/sgi_r__Pong")
+    assert storage.files("pretrain/sgi_r__Pong") == [
+        "checkpoints/ckpt_00000004.pt",
+        "model.pt",
+        "status.json",
+    ]
+    storage.write_text("experiment.json", '{"counts": {}}')
+    assert storage.read_json("experiment.json") == {"counts": {}}
+    if scheme == "file":
+        assert (tmp_path / "store" / "pretrain" / "sgi_r__Pong" / "model.pt").exists()
+
+
+def test_storage_plan_pulls_only_what_a_task_needs(tmp_path):
+    graph = ex.expand(ex.load_experiment(SMOKE), tmp_path / "smoke")
+    uri = "memory://plan"
+    plan = ex.storage_plan(graph, graph.task("pretrain/sgi_r__Pong"), uri)
+    assert plan["inputs"] == [("params", ()), ("data/random__Pong", ())]
+    assert plan["outputs"] == ["pretrain/sgi_r__Pong"]
+    assert plan["log"] == "logs/pretrain__sgi_r__Pong.log"
+    plan = ex.storage_plan(graph, graph.task("finetune/reduced_lr__sgi_r"), uri)
+    assert plan["inputs"][1:] == [
+        ("pretrain/sgi_r__Pong", ("checkpoints",)),
+        ("pretrain/sgi_r__Breakout", ("checkpoints",)),
+    ]
+    plan = ex.storage_plan(graph, graph.task("data/random__Pong"), uri)
+    assert plan["outputs"] == ["data/random__Pong", "data/random__Pong.partial"]
+
+
+def test_a_task_runs_in_scratch_and_pushes_its_folder_even_when_it_fails(tmp_path, monkeypatch):
+    monkeypatch.setenv("SGI_LAB_SCRATCH", str(tmp_path / "scratch"))
+    storage = RunStorage((tmp_path / "store").as_uri())
+    _run_folder(tmp_path / "src")
+    storage.push(tmp_path / "src", "pretrain/a__Pong")
+    storage.write_text("params/finetune__f.yaml", "name: f\n")
+    out = tmp_path / "exp"  # the driver's folder: the worker never writes there
+    seen = {}
+
+    def fake_run_command(argv, log, threads, cwd=None):
+        folder = Path(argv[argv.index("--out") + 1])
+        pretrained = Path(argv[argv.index("--pretrained") + 1])
+        seen["inputs"] = sorted(_tree(pretrained))
+        seen["params"] = Path(argv[argv.index("--params") + 1]).read_text()
+        seen["resumed"] = (folder / "checkpoints" / "ckpt_1.pt").exists()
+        (folder / "checkpoints").mkdir(parents=True, exist_ok=True)
+        (folder / "checkpoints" / "ckpt_1.pt").write_bytes(b"partial")
+        Path(log).parent.mkdir(parents=True, exist_ok=True)
+        Path(log).write_text(Path(log).read_text() + "boom\n" if Path(log).exists() else "boom\n")
+        return {"returncode": 1, "seconds": 0.1, "tail": "boom", "argv": argv}
+
+    monkeypatch.setattr(ex, "run_command", fake_run_command)
+    argv = ["finetune", "--params", str(out / "params" / "finetune__f.yaml")]
+    argv += ["--pretrained", str(out / "pretrain" / "a__Pong"), "--out", str(out / "finetune/f")]
+    plan = {
+        "uri": storage.uri,
+        "out": str(out),
+        "task": "finetune/f",
+        "inputs": [("params", ()), ("pretrain/a__Pong", ("checkpoints",))],
+        "outputs": ["finetune/f"],
+        "log": "logs/finetune__f.log",
+    }
+    result = run_in_scratch(argv, 1, None, plan)
+    assert result["returncode"] == 1
+    assert not any(str(out) in a for a in result["argv"])
+    assert seen == {"inputs": ["model.pt", "status.json"], "params": "name: f\n", "resumed": False}
+    assert storage.files("finetune/f") == ["checkpoints/ckpt_1.pt"]  # the partial run
+    assert not out.exists() and not list((tmp_path / "scratch").rglob("*.pt"))
+    # A retry (on any machine) starts from the pushed checkpoint; the log accumulates.
+    run_in_scratch(argv, 1, None, plan)
+    assert seen["resumed"]
+    assert RunStorage(storage.uri).fs.cat_file(storage.path(plan["log"])) == b"boom\nboom\n"
+
+
+def test_cli_takes_a_storage_uri(tmp_path):
+    from sgi_lab.launch.cli import build_parser
+
+    args = build_parser().parse_args(
+        ["experiment", str(SMOKE), "--out", str(tmp_path), "--storage", "s3://bucket/exp"]
+    )
+    assert args.storage == "s3://bucket/exp"
+
+
+# -- end to end (slow) --------------------------------------------------------------------------
+
+
+def _stored_mtimes(store: Path) -> dict[str, int]:
+    return {
+        str(p.relative_to(store)): p.stat().st_mtime_ns
+        for kind in ("data", "pretrain", "finetune")
+        for p in (store / kind).rglob("*")
+        if p.name in ("manifest.json", "status.json", "model.pt")
+    }
+
+
+@pytest.mark.slow
+def test_smoke_experiment_through_a_storage_uri_killed_and_resumed(tmp_path):
+    store, scratch = tmp_path / "store", tmp_path / "scratch"
+    env = {**os.environ, "SGI_LAB_SCRATCH": str(scratch)}
+    first = tmp_path / "first"
+    cmd = [sys.executable, "-m", "sgi_lab.launch.cli", "experiment", str(SMOKE), "--out"]
+    cmd += [str(first), "--storage", store.as_uri(), "--max-parallel", "2", "--no-progress"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True)
+    try:  # kill the whole experiment once a pretraining run finished in the storage
+        deadline = time.time() + 300
+        while time.time() < deadline and proc.poll() is None:
+            states = [
+                json.loads(p.read_text() or "{}") for p in store.glob("pretrain/*/status.json")
+            ]
+            if any(s.get("state") == "finished" for s in states):
+                break
+            time.sleep(0.5)
+        assert proc.poll() is None, "the experiment ended before it could be killed"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    before = _stored_mtimes(store)
+    assert any(k.startswith("data/") for k in before)
+    assert not (first / "data").exists() and not (first / "pretrain").exists()
+
+    # Resumed from another folder: what finished is read from the storage, not from --out.
+    out = tmp_path / "second"
+    events = []
+    os.environ["SGI_LAB_SCRATCH"] = str(scratch)
+    try:
+        summary = ex.run_experiment(
+            SMOKE,
+            out,
+            max_parallel=2,
+            progress=False,
+            storage=store.as_uri(),
+            on_event=lambda e, t, i: events.append((e, t.id)),
+        )
+    finally:
+        del os.environ["SGI_LAB_SCRATCH"]
+    assert summary["counts"]["done"] == 7, summary
+    skipped = {t for e, t in events if e == "skipped"}
+    assert {"data/random__Pong", "data/random__Breakout"} <= skipped
+    after = _stored_mtimes(store)
+    for key, mtime in before.items():  # finished tasks were not run again
+        if "/".join(key.split("/")[:2]) in skipped:
+            assert after[key] == mtime, key
+    # Every run folder is in the storage; workers wrote nothing under --out but the mirror.
+    graph = ex.expand(ex.load_experiment(SMOKE), out)
+    storage = RunStorage(store.as_uri())
+    assert all(ex.stored_task_done(graph, t, storage) for t in graph.tasks if t.kind != "report")
+    assert (store / "experiment.json").exists() and (store / "report.html").exists()
+    assert not (out / "data").exists() and not (out / "pretrain").exists()
+    assert not list(scratch.rglob("*.pt"))  # scratch folders are removed
+    # The report, built from the mirror in --out.
+    import pandas as pd
+
+    per_game = pd.read_csv(out / "results.csv")
+    assert set(per_game["method"]) == {"reduced_lr@sgi_r", "sgi_none"}
+    assert (out / "report.html").exists()
+    agents = sorted(p.parent.name for p in (out / "finetune").rglob("eval.json"))
+    assert agents == ["Breakout__s0", "Breakout__s0", "Pong__s0", "Pong__s0"]
+    assert not list((out / "finetune").rglob("checkpoints"))
+    state = json.loads((store / "experiment.json").read_text())
+    assert state["counts"]["done"] == 7
