@@ -3,9 +3,8 @@
 Pong, a small Random dataset, Nature-CNN SGI pretraining, a short Rainbow+SPR finetune from it, its
 evaluation, and every notebook executed into ``outputs/demo/<notebook>/`` (executed notebook,
 HTML copy, figures, results), then ``outputs/demo/index.html`` linking them all. Each stage's
-parameters are ``params/notebooks/demo_<notebook>.yaml``. It runs in about 4 minutes on an idle
-2-core CPU (measured: 4.0 min; budget 15); re-running skips the stages already finished
-(``--fresh`` starts over).
+parameters are ``params/notebooks/demo_<notebook>.yaml`` (its timings: README.md, "What the demo
+does"). Re-running skips the stages already finished (``--fresh`` starts over).
 """
 
 from __future__ import annotations
