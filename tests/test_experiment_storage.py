@@ -104,7 +104,6 @@ def test_a_task_runs_in_scratch_and_pushes_its_folder_even_when_it_fails(tmp_pat
         Path(log).write_text(Path(log).read_text() + "boom\n" if Path(log).exists() else "boom\n")
         return {"returncode": 1, "seconds": 0.1, "tail": "boom", "argv": argv}
 
-    monkeypatch.setattr(ex, "run_command", fake_run_command)
     argv = ["finetune", "--params", str(out / "params" / "finetune__f.yaml")]
     argv += ["--pretrained", str(out / "pretrain" / "a__Pong"), "--out", str(out / "finetune/f")]
     plan = {
@@ -115,14 +114,14 @@ def test_a_task_runs_in_scratch_and_pushes_its_folder_even_when_it_fails(tmp_pat
         "outputs": ["finetune/f"],
         "log": "logs/finetune__f.log",
     }
-    result = run_in_scratch(argv, 1, None, plan)
+    result = run_in_scratch(argv, 1, None, plan, fake_run_command)
     assert result["returncode"] == 1
     assert not any(str(out) in a for a in result["argv"])
     assert seen == {"inputs": ["model.pt", "status.json"], "params": "name: f\n", "resumed": False}
     assert storage.files("finetune/f") == ["checkpoints/ckpt_1.pt"]  # the partial run
     assert not out.exists() and not list((tmp_path / "scratch").rglob("*.pt"))
     # A retry (on any machine) starts from the pushed checkpoint; the log accumulates.
-    run_in_scratch(argv, 1, None, plan)
+    run_in_scratch(argv, 1, None, plan, fake_run_command)
     assert seen["resumed"]
     assert RunStorage(storage.uri).fs.cat_file(storage.path(plan["log"])) == b"boom\nboom\n"
 

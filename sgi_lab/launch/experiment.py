@@ -891,7 +891,7 @@ class LocalExecutor:
 
     def submit(self, task: Task, log: str, cwd: str, plan: dict | None = None) -> Future:
         if plan is not None:
-            return self.pool.submit(run_in_scratch, task.argv, self.threads, cwd, plan)
+            return self.pool.submit(run_in_scratch, task.argv, self.threads, cwd, plan, run_command)
         return self.pool.submit(run_command, task.argv, log, self.threads, cwd)
 
     def wait(self, handles: list[Any], timeout: float) -> list[Any]:
@@ -914,9 +914,7 @@ def _ray_run_command(argv: Sequence[str], log: str, threads: int, cwd: str | Non
 
 
 def _ray_run_in_scratch(argv: Sequence[str], threads: int, cwd: str | None, plan: dict) -> dict:
-    from sgi_lab.launch.storage import run_in_scratch
-
-    return run_in_scratch(argv, threads, cwd, plan)
+    return run_in_scratch(argv, threads, cwd, plan, run_command)
 
 
 class RayExecutor:

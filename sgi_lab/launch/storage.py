@@ -18,7 +18,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -136,6 +136,7 @@ def run_in_scratch(
     threads: int,
     cwd: str | None,
     plan: dict[str, Any],
+    run: Callable[..., dict[str, Any]],
 ) -> dict[str, Any]:
     """Run one experiment task in a scratch folder, its run folders synced with a storage URI.
 
@@ -147,13 +148,13 @@ def run_in_scratch(
             ``task`` (its id), ``inputs`` (``[name, exclude]`` pairs pulled first: ``params``,
             the folders of the task's inputs), ``outputs`` (names pulled first, when present,
             then pushed back: the task's folder) and ``log`` (the log's name).
+        run: runs the command: ``run(argv, log, threads, cwd)`` returning ``{returncode,
+            seconds, tail}`` (`sgi_lab.launch.experiment.run_command`).
 
     Returns:
-        `run_command`'s ``{returncode, seconds, tail}``; a failure to pull or push is a
+        ``run``'s ``{returncode, seconds, tail}``; a failure to pull or push is a
         returncode of -1 with the error as ``tail``. Never raises.
     """
-    from sgi_lab.launch.experiment import run_command
-
     storage = RunStorage(plan["uri"])
     scratch = scratch_root(plan["uri"]) / plan["task"].replace("/", "__")
     shutil.rmtree(scratch, ignore_errors=True)
@@ -167,7 +168,7 @@ def run_in_scratch(
             storage.pull(name, scratch / name, exclude=exclude)
         for name in [*plan["outputs"], plan["log"]]:
             storage.pull(name, scratch / name)
-        result = run_command(local_argv, str(log), threads, cwd)
+        result = run(local_argv, str(log), threads, cwd)
     except Exception as exc:  # a storage that cannot be read: the task fails, is retried
         result["tail"] = f"pulling from {plan['uri']}: {type(exc).__name__}: {exc}"
     try:
