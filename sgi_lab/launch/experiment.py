@@ -3,20 +3,7 @@
 An experiment file (``params/experiments/*.yaml``, validated by `load_experiment`) declares the
 games, the seeds, a data source per name, the pretraining and the finetuning configurations.
 `expand` turns it into a graph of tasks, each an ordinary run folder under the experiment
-folder::
-
-    OUT/
-      experiment.yaml        the resolved experiment (parameters filled in)
-      experiment.json        every task's state, attempts, seconds, error and log
-      params/                the resolved params file of every pretraining and finetuning config
-      data/<data>__<Game>/   one TransitionStore per data source and game    (sgi-lab collect/import)
-      pretrain/<config>__<Game>/   one pretraining run per config and game   (sgi-lab pretrain)
-      finetune/<ft>@<config>/<Game>__s<seed>/   ONE task per finetuning x pretraining config: its
-                             games x seeds train as one population          (sgi-lab finetune)
-      logs/<task>.log        each task's output, every attempt
-      report.html, results.csv, results.aggregates.csv   (the report task)
-
-A task runs when its inputs are complete; a finished task is skipped when the experiment runs
+folder (its layout: README.md, "Experiments"). A task runs when its inputs are complete; a finished task is skipped when the experiment runs
 again (an interrupted experiment resumes: unfinished runs resume from their checkpoints); a
 failed task is retried, then reported with its log while independent branches go on. Every
 task but the report is a subprocess running the ``sgi-lab`` CLI (memory is isolated and the
