@@ -201,12 +201,12 @@ def test_unfinished_pretraining_runs_need_an_explicit_checkpoint(tmp_path):
 
 def test_schedules():
     config = FinetuneConfig(steps=10_000, learning_starts=2_000, eps_steps=2_001)
-    assert agent_module.epsilon_at(0, config) == 1.0
-    assert agent_module.epsilon_at(2_001, config) == 0.0
-    assert agent_module.epsilon_at(1_000, config) == pytest.approx(1 - 1000 / 2001)
-    assert agent_module.beta_at(0, config) == 0.4 and agent_module.beta_at(2_000, config) == 0.4
-    assert agent_module.beta_at(6_000, config) == pytest.approx(0.7)
-    assert agent_module.beta_at(10_000, config) == 1.0
+    assert ft.epsilon_at(0, config) == 1.0
+    assert ft.epsilon_at(2_001, config) == 0.0
+    assert ft.epsilon_at(1_000, config) == pytest.approx(1 - 1000 / 2001)
+    assert ft.beta_at(0, config) == 0.4 and ft.beta_at(2_000, config) == 0.4
+    assert ft.beta_at(6_000, config) == pytest.approx(0.7)
+    assert ft.beta_at(10_000, config) == 1.0
     # reference weight 5, K 5
     assert agent_module.spr_coefficient(FinetuneConfig()) == pytest.approx(2.0)
 

@@ -11,7 +11,8 @@ import torch
 from sgi_lab.config import FinetuneConfig, build_config
 from sgi_lab.data.sampler import SequenceBatch
 from sgi_lab.nets import SGIModel
-from sgi_lab.train.agent import Population, pad_to, unpad_to
+from sgi_lab.train.agent import Population
+from sgi_lab.train.stacking import pad_to, unpad_to
 from sgi_lab.train.transfer import model_args_for
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -59,19 +59,16 @@ from sgi_lab.objectives import (
     spr_loss,
 )
 from sgi_lab.objectives import goal_draws as draw_goals
+from sgi_lab.train.stacking import own_shapes, pad_to, stack_agents, tree_map, tree_stack, unpad_to
 from sgi_lab.train.transfer import LR_GROUPS, lr_group, lr_scales
 
 __all__ = [
     "POPULATION_KEYS",
     "Population",
     "augmented_frames",
-    "beta_at",
     "check_compatible",
-    "epsilon_at",
     "measure_update",
-    "pad_to",
     "spr_coefficient",
-    "unpad_to",
     "use_amp",
 ]
 
@@ -79,21 +76,7 @@ POPULATION_KEYS = ("game", "seed", "pretrained")
 """Config keys that may differ between the agents of one population; all others are shared."""
 
 
-# -- schedules ---------------------------------------------------------------------------------
-
-
-def epsilon_at(step: int, config: FinetuneConfig) -> float:
-    """Linear from eps_start at step 0 to eps_end at eps_steps, then constant."""
-    frac = min(1.0, step / max(1, config.eps_steps))
-    return config.eps_start + frac * (config.eps_end - config.eps_start)
-
-
-def beta_at(step: int, config: FinetuneConfig) -> float:
-    """Importance-sampling exponent: linear from priority_beta_start when learning starts to 1
-    at the last step (rlpyt's schedule, which SPR uses)."""
-    span = max(1, config.steps - config.learning_starts)
-    frac = min(1.0, max(0.0, (step - config.learning_starts) / span))
-    return config.priority_beta_start + frac * (1.0 - config.priority_beta_start)
+# -- loss weights and precision ------------------------------------------------------------
 
 
 def spr_coefficient(config: FinetuneConfig) -> float:
@@ -106,23 +89,6 @@ def use_amp(config: FinetuneConfig, device: torch.device) -> bool:
     """bf16 autocast: `sgi_lab.nets.runtime.use_bf16` with the config's ``amp`` (CUDA) and
     ``cpu_amp`` (CPUs with native bf16)."""
     return use_bf16(device, config.amp, config.cpu_amp)
-
-
-# -- padding to the population's widest action set ---------------------------------------------
-
-
-def pad_to(tensor: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
-    """Zero-pad ``tensor`` at the end of every dimension that is shorter than ``shape``."""
-    if tuple(tensor.shape) == tuple(shape):
-        return tensor
-    out = tensor.new_zeros(shape)
-    out[tuple(slice(0, s) for s in tensor.shape)] = tensor
-    return out
-
-
-def unpad_to(tensor: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
-    """The leading ``shape`` block of ``tensor`` (the inverse of `pad_to`), as a copy."""
-    return tensor[tuple(slice(0, s) for s in shape)].clone()
 
 
 # -- augmentation ------------------------------------------------------------------------------
@@ -257,7 +223,7 @@ class Population:
         loaded = tuple(loaded)
         loaded_set = frozenset(loaded)
         for name, ref in template.state_dict(keep_vars=True).items():
-            stacked = _stack(
+            stacked = stack_agents(
                 [pad_to(m.state_dict()[name].detach().to(device), shapes[name]) for m in models],
                 channels_last=cfg.channels_last is True,
             )
@@ -371,8 +337,8 @@ class Population:
             return vmap(fn)
 
         def looped(*args: Any) -> Any:
-            outs = [fn(*_tree_map(lambda t, i=i: t[i], args)) for i in range(self.size)]
-            return _tree_stack(outs)
+            outs = [fn(*tree_map(lambda t, i=i: t[i], args)) for i in range(self.size)]
+            return tree_stack(outs)
 
         return looped
 
@@ -870,7 +836,7 @@ class Population:
         source = {"online": self.online, "spr_target": self.spr_target, "q_target": self.q_target}[
             which
         ]
-        own = _own_shapes(self.model_args[i])
+        own = own_shapes(self.model_args[i])
         return {k: unpad_to(source[k][i].detach(), own[k]).cpu() for k in self._persistent()}
 
     def agent_model(self, i: int) -> SGIModel:
@@ -881,7 +847,7 @@ class Population:
 
     def agent_optimizer_state(self, i: int) -> dict[str, Any]:
         """Agent ``i``'s Adam state in the layout of a single agent's optimizer state dict."""
-        own = _own_shapes(self.model_args[i])
+        own = own_shapes(self.model_args[i])
         names = self._trained_names()
         full = self.optimizer.state_dict()
         state = {}
@@ -997,12 +963,6 @@ def _model_args(model: SGIModel) -> dict[str, Any]:
     return dict(args)
 
 
-def _own_shapes(model_args: dict[str, Any]) -> dict[str, torch.Size]:
-    with torch.device("meta"):
-        model = SGIModel(**model_args)
-    return {k: v.shape for k, v in model.state_dict().items()}
-
-
 def _noise_shapes(model: SGIModel) -> dict[str, tuple[int, int]]:
     return {
         name: (m.in_features, m.out_features)
@@ -1014,38 +974,3 @@ def _noise_shapes(model: SGIModel) -> dict[str, tuple[int, int]]:
 def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean over the last axis of (B, A) values, counting only the game's actions."""
     return (values * mask).sum(-1) / mask.sum()
-
-
-def _stack(tensors: list[torch.Tensor], channels_last: bool) -> torch.Tensor:
-    """Stack along a new agent axis; conv weights (4-D per agent) with each agent's slice in
-    channels-last memory format when asked, as a lone model's ``.to(channels_last)`` stores it
-    (so a population of one runs the same kernels a single model did)."""
-    stacked = torch.stack(tensors)
-    if not channels_last or stacked.dim() != 5:
-        return stacked
-    n, o, i, h, w = stacked.shape
-    out = stacked.new_empty((n, o, h, w, i)).permute(0, 1, 4, 2, 3)
-    return out.copy_(stacked)
-
-
-def _tree_stack(trees: list[Any]) -> Any:
-    """Stack matching nested dicts/tuples/lists of tensors along a new leading axis."""
-    first = trees[0]
-    if isinstance(first, torch.Tensor):
-        return torch.stack(trees)
-    if isinstance(first, dict):
-        return {k: _tree_stack([t[k] for t in trees]) for k in first}
-    if isinstance(first, (tuple, list)):
-        return type(first)(_tree_stack([t[i] for t in trees]) for i in range(len(first)))
-    return first
-
-
-def _tree_map(fn: Callable[[torch.Tensor], Any], tree: Any) -> Any:
-    """``fn`` on every tensor of nested dicts, tuples and lists."""
-    if isinstance(tree, torch.Tensor):
-        return fn(tree)
-    if isinstance(tree, dict):
-        return {k: _tree_map(fn, v) for k, v in tree.items()}
-    if isinstance(tree, (tuple, list)):
-        return type(tree)(_tree_map(fn, v) for v in tree)
-    return tree

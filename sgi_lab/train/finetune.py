@@ -46,13 +46,7 @@ from sgi_lab.runs import (
     resolve_device,
     restore_generator,
 )
-from sgi_lab.train.agent import (
-    Population,
-    beta_at,
-    check_compatible,
-    epsilon_at,
-    measure_update,
-)
+from sgi_lab.train.agent import Population, check_compatible, measure_update
 from sgi_lab.train.evaluate import play_episodes
 from sgi_lab.train.transfer import (
     Pretrained,
@@ -64,6 +58,8 @@ from sgi_lab.train.transfer import (
 
 __all__ = [
     "FinetuneRun",
+    "beta_at",
+    "epsilon_at",
     "check_supported",
     "finetune",
     "finetune_population",
@@ -74,6 +70,20 @@ __all__ = [
 log = logging.getLogger("sgi_lab.finetune")
 
 Callback = Callable[[int, Population], None]
+
+
+def epsilon_at(step: int, config: FinetuneConfig) -> float:
+    """Linear from eps_start at step 0 to eps_end at eps_steps, then constant."""
+    frac = min(1.0, step / max(1, config.eps_steps))
+    return config.eps_start + frac * (config.eps_end - config.eps_start)
+
+
+def beta_at(step: int, config: FinetuneConfig) -> float:
+    """Importance-sampling exponent: linear from priority_beta_start when learning starts to 1
+    at the last step (rlpyt's schedule, which SPR uses)."""
+    span = max(1, config.steps - config.learning_starts)
+    frac = min(1.0, max(0.0, (step - config.learning_starts) / span))
+    return config.priority_beta_start + frac * (1.0 - config.priority_beta_start)
 
 
 def check_supported(config: FinetuneConfig) -> None:
