@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from sgi_lab.nets.runtime import cpu_has_native_bf16
+from sgi_lab.runs import atomic_write_text
 
 __all__ = [
     "AUTO",
@@ -114,9 +115,7 @@ def _write_cache(path: Path, key: str, times: dict[str, float]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         payload = _read_cache(path)
         payload[key] = {**payload.get(key, {}), **times}
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(payload, indent=2, sort_keys=True))
-        os.replace(tmp, path)
+        atomic_write_text(path, json.dumps(payload, indent=2, sort_keys=True))
     except OSError:
         pass
 
