@@ -243,6 +243,8 @@ def run_pipeline(
                     out_root=out_root,
                     name=stage.notebook,
                     progress=progress and steps is None,
+                    # a finished stage is skipped, never resumed: model.pt is all it needs
+                    keep_checkpoints=0,
                 )
             stage.state = "finished"
         except RunExistsError:

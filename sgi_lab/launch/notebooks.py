@@ -33,6 +33,7 @@ from sgi_lab.config import (
     read_params,
 )
 from sgi_lab.runs import (
+    CHECKPOINT_RE,
     RunDir,
     atomic_write_text,
     jsonable,
@@ -57,6 +58,7 @@ __all__ = [
     "notebook_defaults",
     "open_store",
     "parse_parameter",
+    "prune_checkpoints",
     "read_param_file",
     "record_results",
     "resolve_notebook",
@@ -69,6 +71,10 @@ __all__ = [
 ]
 
 DEFAULT_OUT_ROOT = "outputs/runs"
+KEEP_CHECKPOINTS = 1
+"""Checkpoints a finished run keeps per ``checkpoints/`` folder: the newest one is the whole
+training state (optimizer, replay) to go on from; ``model.pt`` is always kept. While a run is
+running its trainer keeps two, so that a kill mid-write still leaves one to resume from."""
 PARAMS_FILE = "params.yaml"
 RESULTS_FILE = "results.json"
 
@@ -474,6 +480,7 @@ def run_notebook(
     name: str | None = None,
     progress: bool = True,
     kernel_name: str | None = None,
+    keep_checkpoints: int | None = KEEP_CHECKPOINTS,
 ) -> Path:
     """Execute a notebook with papermill into its own run folder.
 
@@ -488,6 +495,9 @@ def run_notebook(
         name: the run folder's name; default ``<notebook>__<config>__<game>__s<seed>``.
         progress: papermill's per-cell progress bar.
         kernel_name: Jupyter kernel; default the notebook's own (``python3``).
+        keep_checkpoints: once the run finishes, the newest checkpoints kept in each of its
+            ``checkpoints/`` folders (a population's agents included); None keeps all. A failed
+            run keeps every checkpoint, to resume from.
 
     Returns:
         The run folder, its status ``finished``.
@@ -564,8 +574,28 @@ def run_notebook(
         raise
     results_path = folder / RESULTS_FILE
     results = json.loads(results_path.read_text()) if results_path.exists() else {}
+    if keep_checkpoints is not None:
+        prune_checkpoints(folder, keep_checkpoints)
     run.set_status("finished", results=results, duration_s=round(time.time() - started, 1))
     return folder
+
+
+def prune_checkpoints(folder: str | os.PathLike, keep: int = KEEP_CHECKPOINTS) -> list[Path]:
+    """Delete all but the newest ``keep`` checkpoints in every ``checkpoints/`` under ``folder``.
+
+    A Nature-encoder pretraining checkpoint weighs about 300 MB (weights, target network,
+    optimizer) and a finetuning one carries its replay; a finished run needs at most the last.
+
+    Returns:
+        The checkpoints deleted.
+    """
+    removed = []
+    for ckpt_dir in sorted(Path(folder).rglob("checkpoints")):
+        found = sorted(p for p in ckpt_dir.iterdir() if CHECKPOINT_RE.search(p.name))
+        for old in found[: len(found) - max(keep, 0)]:
+            old.unlink()
+            removed.append(old)
+    return removed
 
 
 # -- command line -------------------------------------------------------------------------------
@@ -601,6 +631,7 @@ def main_run(args: argparse.Namespace) -> int:
             overwrite=args.overwrite,
             name=args.name,
             progress=not args.no_progress,
+            keep_checkpoints=args.keep_checkpoints,
         )
     except NotebookRunError as exc:
         print(f"sgi-lab run: {exc}", file=sys.stderr)
@@ -623,6 +654,14 @@ def add_run_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     _add_common(p)
     p.add_argument("--name", default=None, help="run folder name (default: derived)")
+    p.add_argument(
+        "--keep-checkpoints",
+        type=lambda raw: None if raw == "all" else int(raw),
+        default=KEEP_CHECKPOINTS,
+        metavar="N|all",
+        help=f"checkpoints a finished run keeps per checkpoints/ folder (default "
+        f"{KEEP_CHECKPOINTS}; model.pt is always kept)",
+    )
     p.set_defaults(handler=main_run)
     return p
 
