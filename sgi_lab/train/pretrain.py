@@ -318,11 +318,13 @@ def atc_losses(
 def train_step(
     config: PretrainConfig, state: PretrainState, batch: dict[str, torch.Tensor]
 ) -> dict[str, torch.Tensor]:
-    """One gradient step: losses, Adam, EMA. Raises FloatingPointError on a NaN/Inf loss."""
+    """One gradient step: losses, Adam, EMA. Raises FloatingPointError on a NaN/Inf loss (on a
+    CPU at once; on a GPU, where reading the loss would stall the launch queue every step, the
+    training loop checks when it logs)."""
     with autocast(batch["obs"].device, cuda=config.amp, cpu=config.cpu_amp):
         losses = atc_losses if config.atc_weight > 0 else sgi_losses
         total, logs = losses(config, state, batch)
-    if not torch.isfinite(total):
+    if total.device.type == "cpu" and not torch.isfinite(total):
         bad = {k: float(v.detach()) for k, v in logs.items() if not torch.isfinite(v)}
         raise FloatingPointError(f"non-finite pretraining loss: {bad}")
     state.optimizer.zero_grad(set_to_none=True)
@@ -332,6 +334,12 @@ def train_step(
     state.optimizer.step()
     ema_update(state.target, state.model, config.ema_tau)
     return logs
+
+
+def _window_mean(values: list[Any]) -> float:
+    """Mean of a metric over a logging window (tensors read from the device in one go)."""
+    tensors = [torch.as_tensor(v, dtype=torch.float64).reshape(()) for v in values]
+    return float(torch.stack([t.cpu() for t in tensors]).mean())
 
 
 def _checkpoint_payload(config, state, sampler, step, args, store) -> dict[str, Any]:
@@ -476,13 +484,16 @@ def _train_loop(config, store, run, state, sampler, args, device, progress, call
             step += 1
             steps_in_window += 1
             for key, value in logs.items():
-                window[key].append(
-                    float(value.detach()) if torch.is_tensor(value) else float(value)
-                )
+                # Kept on the device until the row is written: no host sync per step on a GPU.
+                window[key].append(value.detach() if torch.is_tensor(value) else value)
             bar.update(1)
             if step % config.log_every == 0 or step == config.steps:
                 elapsed = time.perf_counter() - t_window
-                row = {k: float(np.mean(v)) for k, v in window.items()}
+                row = {k: _window_mean(v) for k, v in window.items()}
+                if not np.isfinite(row.get("losses/total", 0.0)):
+                    raise FloatingPointError(
+                        f"non-finite pretraining loss in the last window: {row}"
+                    )
                 row["charts/samples_per_s"] = (
                     steps_in_window * samples_per_step / max(elapsed, 1e-9)
                 )
