@@ -126,6 +126,44 @@ def test_a_task_runs_in_scratch_and_pushes_its_folder_even_when_it_fails(tmp_pat
     assert RunStorage(storage.uri).fs.cat_file(storage.path(plan["log"])) == b"boom\nboom\n"
 
 
+def test_finished_tasks_are_read_from_the_storage(tmp_path):
+    # Runs finished in the storage (by workers elsewhere) are skipped; nothing runs.
+    graph = ex.expand(ex.load_experiment(SMOKE), tmp_path / "exp")
+    storage = RunStorage(f"memory://done-{tmp_path.name}")
+    finished = json.dumps({"state": "finished"})
+    for task in graph.tasks:
+        name = task.folder.relative_to(graph.out).as_posix()
+        if task.kind == "data":
+            storage.write_text(f"{name}/manifest.json", "{}")
+        elif task.kind == "pretrain":
+            storage.write_text(f"{name}/model.pt", "")
+            storage.write_text(f"{name}/status.json", finished)
+        for folder in task.agent_folders:
+            agent = folder.relative_to(graph.out).as_posix()
+            storage.write_text(f"{agent}/eval.json", "{}")
+            storage.write_text(f"{agent}/checkpoints/ckpt_00000020.pt", "")
+            if folder != task.agent_folders[-1] or task.id != "finetune/sgi_none":
+                storage.write_text(f"{agent}/status.json", finished)
+    assert not ex.stored_task_done(graph, graph.task("finetune/sgi_none"), storage)
+    storage.write_text(f"{agent}/status.json", finished)
+    events = []
+    summary = ex.run_graph(
+        graph,
+        progress=False,
+        storage=storage.uri,
+        on_event=lambda e, t, i: events.append((e, t.id)),
+    )
+    skipped = {t for e, t in events if e == "skipped"}
+    assert skipped == {t.id for t in graph.tasks if t.kind != "report"}
+    assert not {e for e, t in events if e == "started"}
+    assert storage.read_json("experiment.json")["counts"] == summary["counts"]
+    assert storage.exists("experiment.yaml") and storage.files("params")
+    # The report reads a mirror of the finetuning runs (without checkpoints) in --out.
+    mirrored = sorted(p.relative_to(graph.out).as_posix() for p in graph.out.rglob("eval.json"))
+    assert len(mirrored) == 4 and not list(graph.out.rglob("*.pt"))
+    assert not (graph.out / "data").exists() and not (graph.out / "pretrain").exists()
+
+
 def test_cli_takes_a_storage_uri(tmp_path):
     from sgi_lab.launch.cli import build_parser
 
