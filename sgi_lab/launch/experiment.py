@@ -9,7 +9,9 @@ failed task is retried, then reported with its log while independent branches go
 task but the report is a subprocess running the ``sgi-lab`` CLI (memory is isolated and the
 command in ``experiment.json`` reproduces it by hand). The local executor runs ``max_parallel``
 of them, each with ``cpu_count // max_parallel`` torch threads; the Ray executor sends them to
-a Ray cluster as tasks with resource requests (``num_cpus``, fractional ``num_gpus``).
+a Ray cluster as tasks with resource requests (``num_cpus``, fractional ``num_gpus``). Workers
+write the run folders in place (a shared filesystem), or, with ``storage=URI`` (``--storage``),
+in a scratch folder synced with an object store (`sgi_lab.launch.storage`).
 
 ``sgi-lab experiment FILE --out DIR --dry-run`` prints the graph and its cost at the speeds
 measured in ``benchmarks/README.md`` (`SPEEDS`).
