@@ -164,6 +164,12 @@ def test_finished_tasks_are_read_from_the_storage(tmp_path):
     assert not (graph.out / "data").exists() and not (graph.out / "pretrain").exists()
 
 
+def test_the_storage_cannot_be_the_experiment_folder(tmp_path):
+    graph = ex.expand(ex.load_experiment(SMOKE), tmp_path / "exp")
+    with pytest.raises(ValueError, match="is --out itself"):
+        ex.run_graph(graph, progress=False, storage=(tmp_path / "exp").as_uri())
+
+
 def test_cli_takes_a_storage_uri(tmp_path):
     from sgi_lab.launch.cli import build_parser
 

@@ -1079,6 +1079,8 @@ def run_graph(
         for note in _oversubscription(graph, max_parallel):
             warnings.warn(note, RuntimeWarning, stacklevel=2)
     store = RunStorage(storage) if storage else None
+    if store is not None and store.is_folder(out):
+        raise ValueError(f"--storage {storage} is --out itself: leave --storage out instead")
     if store is not None:
         store.push(out / EXPERIMENT_FILE, EXPERIMENT_FILE)
         store.push(out / "params", "params")

@@ -52,6 +52,14 @@ class RunStorage:
         name = str(PurePosixPath(name)).strip("/")
         return f"{self.root}/{name}" if name and name != "." else self.root
 
+    def is_folder(self, local: str | os.PathLike) -> bool:
+        """Whether the storage is local folder ``local`` itself (a ``file://`` URI of it)."""
+        from fsspec.implementations.local import LocalFileSystem
+
+        if not isinstance(self.fs, LocalFileSystem):
+            return False
+        return Path(self.root).resolve() == Path(local).resolve()
+
     def exists(self, name: str) -> bool:
         return self.fs.exists(self.path(name))
 
