@@ -4,14 +4,29 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup demo test test-all test-browser lint format lab clean-demo
+.PHONY: setup git-filters demo test test-all test-browser lint format lab clean-demo
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
-setup: $(STAMP)  ## create .venv and install sgi-lab with its dev extras
+setup: $(STAMP) git-filters  ## create .venv, install sgi-lab with its dev extras, set git filters
+
+# nbstripout as this clone's git filter (.gitattributes names it): notebooks are committed
+# without outputs, execution counts or the kernel's version metadata, so a notebook run or
+# merely opened in JupyterLab is not a change. --keep-id: the committed cell ids stay stable.
+NBSTRIP_KEYS := metadata.papermill cell.metadata.papermill $(foreach k,codemirror_mode \
+	file_extension mimetype nbconvert_exporter pygments_lexer version,metadata.language_info.$(k))
+NBSTRIP := "$(abspath $(PY))" -m nbstripout --keep-id --extra-keys "$(NBSTRIP_KEYS)"
+
+git-filters:  ## nbstripout as the git filter of notebooks (part of setup)
+	@$(PY) -c "import nbstripout" 2>/dev/null \
+		|| $(PY) -m pip install --quiet --disable-pip-version-check nbstripout
+	git config filter.nbstripout.clean '$(NBSTRIP)'
+	git config filter.nbstripout.smudge cat
+	git config filter.nbstripout.required true
+	git config diff.ipynb.textconv '$(NBSTRIP) -t'
 
 demo: $(STAMP)  ## the whole pipeline on the embedded default (Pong, small data, CPU)
 	$(PY) -m sgi_lab.launch.demo
