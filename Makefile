@@ -56,5 +56,8 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix sgi_lab tests benchmarks notebooks
 	$(VENV)/bin/ruff format sgi_lab tests benchmarks notebooks
 
+# Jupyter refuses to start as root (containers) unless told it may.
+ALLOW_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
+
 lab: $(STAMP)  ## JupyterLab on the repo (widgets and plotly render there)
-	$(VENV)/bin/jupyter lab --notebook-dir=.
+	$(VENV)/bin/jupyter lab --notebook-dir=. $(ALLOW_ROOT)

@@ -1,0 +1,53 @@
+"""`make lab` starts JupyterLab, as root too (containers), where Jupyter refuses without a flag."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.smoke
+
+
+def _lab_command() -> list[str]:
+    venv = Path(sys.executable).parent.parent
+    dry = subprocess.run(
+        ["make", "-n", "lab", f"VENV={venv}", f"STAMP={venv}/bin/python"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return shlex.split(dry.strip().splitlines()[-1])
+
+
+def test_make_lab_passes_allow_root_only_as_root():
+    command = _lab_command()
+    assert command[1:3] == ["lab", "--notebook-dir=."]
+    assert ("--allow-root" in command) == (os.geteuid() == 0)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the refusal only happens as root")
+def test_make_lab_command_starts_jupyterlab_as_root(tmp_path):
+    args = ["--no-browser", "--ServerApp.port=0", "--ServerApp.token=t"]
+    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path)}
+    server = subprocess.Popen(
+        [*_lab_command(), *args], cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline, seen = time.monotonic() + 90, ""
+        while time.monotonic() < deadline and server.poll() is None:
+            seen += server.stderr.readline()
+            if "is running at" in seen:
+                break
+        assert "is running at" in seen, seen[-2000:]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
