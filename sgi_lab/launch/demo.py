@@ -39,6 +39,7 @@ __all__ = [
     "StepProgress",
     "main",
     "notebook_html",
+    "estimate",
     "run_pipeline",
     "write_report",
 ]
@@ -125,14 +126,86 @@ class StepProgress:
         rows = read_jsonl(self.metrics)
         step = max((int(r.get("step", 0)) for r in rows), default=0)
         self.bar.update(max(0, min(step, self.total) - self.bar.n))
+        last = rows[-1] if rows else {}
         if step >= self.total:
-            self.bar.set_postfix_str("training done, evaluating and plotting", refresh=True)
+            note = "training done, evaluating and plotting"
+        elif not rows:
+            note = "starting: kernel, data, first steps"
+        elif last.get("charts/updates"):
+            # once learning starts a step costs an update too: say so, the step rate drops
+            note = f"{int(last['charts/updates'])} updates"
+            if last.get("charts/ups"):
+                note += f" at {last['charts/ups']:.1f}/s"
+        else:
+            note = ""
+        self.bar.set_postfix_str(note, refresh=False)
+        self.bar.refresh()  # the elapsed time moves even while no step was logged
 
     def __exit__(self, *exc: Any) -> None:
         self._stop.set()
         self._thread.join()
         self._update()
         self.bar.close()
+
+
+def _timings_file() -> Path:
+    """This machine's measured stage times (beside the CPU settings cache, per user)."""
+    from sgi_lab.nets.cpu_settings import cache_file
+
+    return cache_file().parent / "demo_timings.json"
+
+
+def _measured_seconds(out_root: Path) -> dict[str, float]:
+    """Each stage's seconds as this machine last measured them: the stage's finished run
+    under ``out_root``, else the demo's last run anywhere on this machine (none: not yet)."""
+    try:
+        measured = json.loads(_timings_file().read_text())
+    except (OSError, ValueError):
+        measured = {}
+    for name, _, _ in STAGES:
+        status = (
+            RunDir(out_root / name, create=False).status() if (out_root / name).exists() else {}
+        )
+        if status.get("state") == "finished" and status.get("duration_s"):
+            measured[name] = float(status["duration_s"])
+    return {k: float(v) for k, v in measured.items() if k in {n for n, _, _ in STAGES}}
+
+
+def _record_seconds(stages: list[Stage]) -> None:
+    measured = {s.notebook: round(s.seconds, 1) for s in stages if s.state == "finished"}
+    if not measured:
+        return
+    path = _timings_file()
+    with contextlib.suppress(OSError, ValueError):
+        measured = {**json.loads(path.read_text()), **measured}
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps(measured, indent=1))
+
+
+def estimate(out_root: str | os.PathLike, smoke: bool = False) -> str:
+    """The demo's expected duration, from this machine's own measured stage times where it has
+    them (the reference 2-core times fill the rest), with a warning when the CPU is busy."""
+    measured = {} if smoke else _measured_seconds(Path(out_root))
+    seconds = sum(measured.get(name, minutes * 60) for name, _, minutes in STAGES)
+    if len(measured) == len(STAGES):
+        text = f"about {seconds / 60:.1f} minutes, as this machine measured its last demo run"
+    elif measured:
+        text = (
+            f"about {seconds / 60:.1f} minutes ({len(measured)} of {len(STAGES)} stages as "
+            "measured here, the rest as on an idle 2-core CPU)"
+        )
+    else:
+        text = (
+            f"about {seconds / 60:.1f} minutes on an idle 2-core CPU (this machine's speed is "
+            "measured by this run and used next time)"
+        )
+    cores = os.cpu_count() or 1
+    with contextlib.suppress(OSError, AttributeError):
+        load = os.getloadavg()[0]
+        if load > 0.5 * cores:
+            text += f"; the CPU is busy (load {load:.1f} on {cores} cores), expect longer"
+    return text
 
 
 def _training_steps(params_file: Path) -> int | None:
@@ -174,8 +247,14 @@ def write_report(out_root: str | os.PathLike, stages: list[Stage], seconds: floa
         rows.append(
             f"<tr><td><b>{stage.notebook}</b><br>{html.escape(stage.title)}</td>"
             f'<td class="{stage.state}">{stage.state}{error}</td>'
-            f"<td>{stage.seconds:.0f} s</td><td>{results}</td><td>{' · '.join(links)}</td></tr>"
+            f"<td>{stage.seconds:.0f} s{' (earlier run)' if stage.state == 'skipped' else ''}"
+            f"</td><td>{results}</td><td>{' · '.join(links)}</td></tr>"
         )
+    skipped_note = (
+        ", skipped stages counted as they took when they ran"
+        if any(s.state == "skipped" for s in stages)
+        else ""
+    )
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>sgi-lab demo</title>
 <style>
@@ -186,8 +265,8 @@ td, th {{ border: 1px solid #ddd; padding: 0.5em; vertical-align: top; text-alig
 </style></head><body>
 <h1>sgi-lab demo: SGI on Pong, end to end</h1>
 <p>Collect a Random dataset &rarr; pretrain (SPR + goal RL + inverse dynamics) &rarr; finetune
-with Rainbow + SPR &rarr; evaluate &rarr; compare with the paper. Total time this run:
-{seconds / 60:.1f} min. Each notebook can be opened in JupyterLab (<code>make lab</code>) and run
+with Rainbow + SPR &rarr; evaluate &rarr; compare with the paper. Total time of the stages:
+{sum(s.seconds for s in stages) / 60:.1f} min{skipped_note} (this invocation {seconds / 60:.1f} min). Each notebook can be opened in JupyterLab (<code>make lab</code>) and run
 again with other parameters.</p>
 <table><tr><th>stage</th><th>state</th><th>time</th><th>results</th><th>pages</th></tr>
 {chr(10).join(rows)}
@@ -223,10 +302,12 @@ def run_pipeline(
     # Embed plotly.js in the executed notebooks so their HTML copies work offline.
     os.environ.setdefault("PLOTLY_RENDERER", "plotly_mimetype+notebook")
     stages = [Stage(*spec) for spec in STAGES]
+    measured = {} if smoke else _measured_seconds(out_root)
     started = time.perf_counter()
     for i, stage in enumerate(stages, start=1):
         params_file = _params_file(root, stage.notebook, smoke)
-        print(f"\n[{i}/{len(stages)}] {stage.notebook}: {stage.title} (~{stage.minutes:g} min)")
+        expected = measured.get(stage.notebook, stage.minutes * 60) / 60
+        print(f"\n[{i}/{len(stages)}] {stage.notebook}: {stage.title} (~{expected:.1f} min)")
         t0 = time.perf_counter()
         steps = _training_steps(params_file) if stage.notebook in TRAINING else None
         watch = (
@@ -256,13 +337,18 @@ def run_pipeline(
             stage.state, stage.error = "failed", str(exc)
             print(f"    FAILED: {exc}", file=sys.stderr)
         stage.seconds = time.perf_counter() - t0
-        stage.results = RunDir(folder).status().get("results", {})
+        status = RunDir(folder).status()
+        if stage.state == "skipped":  # the time it took when it ran, not 0
+            stage.seconds = float(status.get("duration_s", 0.0))
+        stage.results = status.get("results", {})
         executed = folder / f"{stage.notebook}.ipynb"
         if executed.exists() and stage.state != "skipped":
             notebook_html(executed)
         if stage.state == "failed" and stage.notebook in ("pretrain", "finetune"):
             print("    later stages need this one: stopping", file=sys.stderr)
             break
+    if not smoke:
+        _record_seconds(stages)
     report = write_report(out_root, stages, time.perf_counter() - started)
     return stages, report
 
@@ -287,11 +373,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fresh", action="store_true", help="redo every stage")
     parser.add_argument("--smoke", action="store_true", help="the smoke sets: a 2-minute check")
     args = parser.parse_args(argv)
-    total = sum(minutes for _, _, minutes in STAGES)
     print(
         "sgi-lab demo: the whole SGI pipeline on Pong, on this machine's CPU.\n"
-        f"  collect a Random dataset -> pretrain -> finetune -> evaluate -> report, about "
-        f"{total:g} minutes on an idle 2-core CPU (budget {BUDGET_MINUTES}).\n"
+        "  collect a Random dataset -> pretrain -> finetune -> evaluate -> report, "
+        f"{estimate(args.out, args.smoke)} (budget {BUDGET_MINUTES}).\n"
         f"  Everything goes to {args.out}/; finished stages are skipped when run again."
     )
     stages, report = run_pipeline(args.out, fresh=args.fresh, smoke=args.smoke)

@@ -1,0 +1,75 @@
+"""The demo's own page and progress: estimates from this machine's measured times, a bar that
+moves and counts updates, and a re-run that skips every stage keeping the first run's times."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from tqdm import tqdm
+
+from sgi_lab.launch import demo
+from sgi_lab.launch.notebooks import RunExistsError
+from sgi_lab.runs import RunDir
+
+
+def _finished_stages(root, seconds=60.0):
+    for name, _, _ in demo.STAGES:
+        RunDir(root / name).set_status("finished", duration_s=seconds, results={"x": 1})
+
+
+def test_rerun_that_skips_every_stage_keeps_the_first_runs_times(tmp_path, monkeypatch):
+    root = tmp_path / "demo"
+    _finished_stages(root, seconds=90.0)
+
+    def finished_earlier(*args, **kwargs):
+        raise RunExistsError("finished")
+
+    monkeypatch.setattr(demo, "run_notebook", finished_earlier)
+    stages, report = demo.run_pipeline(root, progress=False)
+    assert [s.state for s in stages] == ["skipped"] * len(demo.STAGES)
+    assert [s.seconds for s in stages] == [90.0] * len(demo.STAGES)
+    page = report.read_text()
+    assert f"Total time of the stages:\n{90 * len(demo.STAGES) / 60:.1f} min" in page
+    assert "90 s (earlier run)" in page and "0.0 min, " not in page
+
+
+def test_estimate_comes_from_this_machines_measured_times(tmp_path, monkeypatch):
+    monkeypatch.setenv("SGI_LAB_CACHE", str(tmp_path / "cache"))
+    root = tmp_path / "demo"
+    assert "idle 2-core CPU" in demo.estimate(root)
+    _finished_stages(root, seconds=120.0)
+    text = demo.estimate(root)
+    assert text.startswith(f"about {2.0 * len(demo.STAGES):.1f} minutes, as this machine measured")
+    # a finished demo's times are kept for the next run elsewhere (e.g. after --fresh)
+    stages = [demo.Stage(n, t, m, state="finished", seconds=30.0) for n, t, m in demo.STAGES]
+    demo._record_seconds(stages)
+    assert f"about {0.5 * len(demo.STAGES):.1f} minutes" in demo.estimate(tmp_path / "elsewhere")
+
+
+@pytest.mark.parametrize(
+    "rows, note",
+    [
+        ([], "starting"),
+        ([{"step": 100}], ""),
+        ([{"step": 700, "charts/updates": 1}, {"step": 710, "charts/updates": 11, "charts/ups": 2.5}], "11 updates at 2.5/s"),
+        ([{"step": 1500, "charts/updates": 801}], "training done"),
+    ],
+)  # fmt: skip
+def test_step_progress_counts_steps_and_updates(tmp_path, rows, note):
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    progress = demo.StepProgress(tmp_path, 1500, "finetune")
+    out = io.StringIO()
+    progress.bar = tqdm(total=1500, file=out, unit="step")
+    progress._update()
+    assert progress.bar.n == (rows[-1]["step"] if rows else 0)
+    assert note in out.getvalue()
+    assert "step/s" in out.getvalue() or "?step/s" in out.getvalue()  # rate and ETA shown
+
+
+def test_demo_finetune_logs_often_enough_for_the_bar_to_move_while_learning():
+    from sgi_lab.launch.notebooks import find_project_root, read_param_file
+
+    params = read_param_file(find_project_root() / "params/notebooks/demo_finetune.yaml")
+    assert params["config"]["log_every"] <= 10
