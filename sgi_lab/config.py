@@ -93,6 +93,7 @@ class PretrainConfig:
     log_every: int = F(100, "steps between metrics.jsonl rows")
     checkpoint_every: int = F(2_000, "steps between checkpoints")
     prefetch: int = F(2, "batches prepared ahead on a background thread")
+    cuda_graphs: bool = F(True, "capture the training step once as a CUDA graph and replay it")
     seed: int = F(0, "random seed")
     device: str = F("auto", "'auto' (CUDA when present), 'cpu' or 'cuda[:i]'")
     amp: bool = F(True, "bf16 autocast on CUDA (ignored on CPU)")
