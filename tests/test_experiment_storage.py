@@ -1,6 +1,7 @@
 """Run folders kept at a storage URI (sgi_lab.launch.storage, ``sgi-lab experiment --storage``):
 the push/pull round trip on ``memory://`` and ``file://``, one task run in a scratch folder,
-and (slow) the smoke experiment through a ``file://`` storage, killed and resumed from it."""
+and (slow) the smoke experiment through a ``file://`` storage, killed and resumed from it, and
+on a local Ray."""
 
 from __future__ import annotations
 
@@ -256,3 +257,23 @@ def test_smoke_experiment_through_a_storage_uri_killed_and_resumed(tmp_path, mon
     assert not list((out / "finetune").rglob("checkpoints"))
     state = json.loads((store / "experiment.json").read_text())
     assert state["counts"]["done"] == 7
+
+
+@pytest.mark.slow
+def test_smoke_experiment_on_ray_through_a_storage_uri(tmp_path, monkeypatch):
+    ray = pytest.importorskip("ray")
+    monkeypatch.setenv("SGI_LAB_SCRATCH", str(tmp_path / "scratch"))
+    store, out = tmp_path / "store", tmp_path / "out"
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        summary = ex.run_experiment(
+            SMOKE, out, executor="ray", progress=False, storage=store.as_uri()
+        )
+    finally:
+        ray.shutdown()
+    assert summary["counts"]["done"] == 7, summary
+    graph = ex.expand(ex.load_experiment(SMOKE), out)
+    storage = RunStorage(store.as_uri())
+    assert all(ex.stored_task_done(graph, t, storage) for t in graph.tasks if t.kind != "report")
+    assert (out / "report.html").exists() and not (out / "pretrain").exists()
+    assert (out / "logs" / "pretrain__sgi_r__Pong.log").exists()
