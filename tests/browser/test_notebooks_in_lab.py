@@ -480,3 +480,24 @@ def test_demo_report_and_its_pages_render_offline(demo_report, chromium):
         assert not page_errors, f"errors in the pages: {page_errors}"
     finally:
         context.close()
+
+
+def test_demo_outputs_are_of_sane_size(demo_report):
+    """plotly.js once per page, no page over 10 MB, the whole demo folder under 300 MB
+    (checkpoints pruned when a stage finishes: model.pt is what later stages use)."""
+    root = demo_report.parent
+    sizes = {}
+    for path in sorted(root.rglob("*")):
+        if path.suffix in (".html", ".ipynb"):
+            text = path.read_text(errors="replace")
+            assert text.count("* plotly.js v") <= 1, f"{path}: plotly.js more than once"
+            sizes[str(path.relative_to(root))] = path.stat().st_size
+    big = {
+        name: size for name, size in sizes.items() if name.endswith(".html") and size > 10 * 2**20
+    }
+    assert not big, f"pages over 10 MB: {big}"
+    assert not list(root.rglob("checkpoints/ckpt_*.pt")), "a finished demo keeps no checkpoints"
+    total = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+    print(f"{root}: {total / 2**20:.0f} MB; pages and notebooks (MB): "
+          f"{ {k: round(v / 2**20, 1) for k, v in sizes.items()} }")  # fmt: skip
+    assert total < 300 * 2**20, f"{root} weighs {total / 2**20:.0f} MB"
