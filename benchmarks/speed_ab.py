@@ -50,7 +50,8 @@ SETUP = {
     "finetune": """
 from sgi_lab.config import FinetuneConfig
 import finetune_speed as fs
-config = FinetuneConfig(encoder="{encoder}", steps=4_000, device="cpu")
+config = FinetuneConfig(encoder="{encoder}", steps=4_000, device="cpu", cpu_amp=True,
+                        channels_last=True)  # the same explicit settings in every version
 if hasattr(fs, "Learner"):  # the population learner
     learner = fs.Learner(config, rows=1_500)
     batches = iter([learner.sample() for _ in range({steps} + 3)])
