@@ -223,7 +223,7 @@ def play_episodes(
     steps = np.zeros((n, num_envs), np.int64)
     total_steps = np.zeros(n, np.int64)
     label = games[0] if n == 1 else f"{n} agents"
-    bar = tqdm(total=episodes * n, desc=f"evaluate {label}", disable=not progress, leave=False)
+    bar = tqdm(total=episodes * n, desc=f"evaluate {label}", disable=not progress, leave=True)
     start = time.perf_counter()
     try:
         obs = np.stack([e.reset()[0] for e in envs])  # (N, E, 4, 84, 84)
