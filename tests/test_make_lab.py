@@ -18,14 +18,19 @@ pytestmark = pytest.mark.smoke
 
 def _lab_command() -> list[str]:
     venv = Path(sys.executable).parent.parent
+    # Under `make test` the parent's MAKEFLAGS would make this make print "Entering/Leaving
+    # directory" lines: run it as a fresh, quiet make.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     dry = subprocess.run(
-        ["make", "-n", "lab", f"VENV={venv}", f"STAMP={venv}/bin/python"],
+        ["make", "--no-print-directory", "-n", "lab", f"VENV={venv}", f"STAMP={venv}/bin/python"],
         cwd=ROOT,
+        env=env,
         check=True,
         capture_output=True,
         text=True,
     ).stdout
-    return shlex.split(dry.strip().splitlines()[-1])
+    lines = [line for line in dry.strip().splitlines() if "jupyter" in line]
+    return shlex.split(lines[-1])
 
 
 def test_make_lab_passes_allow_root_only_as_root():
