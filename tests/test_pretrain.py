@@ -11,11 +11,11 @@ from sgi_lab.launch.cli import main as cli_main
 from sgi_lab.runs import RunDir, load_checkpoint
 from sgi_lab.train import pretrain as pretrain_module
 from sgi_lab.train.pretrain import (
-    load_pretrained,
     load_pretrained_model,
     pretrain,
     representation_similarity,
 )
+from sgi_lab.train.transfer import load_pretrained
 
 TINY = dict(encoder="nature", batch_size=8, log_every=5, checkpoint_every=10, prefetch=0)
 
@@ -147,13 +147,15 @@ def test_load_pretrained_falls_back_to_checkpoint_and_rejects_foreign(dot_store,
     config = build_config(PretrainConfig, {**TINY, "steps": 10, "goal_weight": 0.0})
     pretrain(config, dot_store, tmp_path / "run", progress=False)
     (tmp_path / "run" / "model.pt").unlink()
-    payload = load_pretrained(tmp_path / "run")
-    assert payload["source"].endswith("ckpt_00000010.pt")
+    pretrained = load_pretrained(tmp_path / "run", allow_unfinished=True)
+    assert pretrained.path.name == "ckpt_00000010.pt" and pretrained.step == 10
+    with pytest.raises(ConfigError, match="never finished"):
+        load_pretrained(tmp_path / "run")  # finetuning from it must name the checkpoint
     model = load_pretrained_model(tmp_path / "run")
     assert not model.training and model.encoder_name == "nature"
     (tmp_path / "empty").mkdir()
-    with pytest.raises(FileNotFoundError, match="not a pretraining run"):
-        load_pretrained(tmp_path / "empty")
+    with pytest.raises(ConfigError, match="not an sgi-lab run"):
+        load_pretrained_model(tmp_path / "empty")
 
 
 def test_objective_weight_validation():

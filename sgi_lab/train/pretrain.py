@@ -48,10 +48,10 @@ from sgi_lab.objectives.goal_rl import goal_n_step_returns
 from sgi_lab.runs import (
     RunDir,
     atomic_torch_save,
-    load_checkpoint,
     resolve_device,
     restore_generator,
 )
+from sgi_lab.train.transfer import load_pretrained
 
 
 class PretrainState(NamedTuple):
@@ -599,39 +599,10 @@ def _train_loop(config, store, run, state, sampler, args, device, progress, call
     return model_path
 
 
-def load_pretrained(run_dir: str | Path, map_location: Any = "cpu") -> dict[str, Any]:
-    """The pretrained payload of a run folder: ``model.pt``, else its latest checkpoint.
-
-    Returns a dict with ``model`` (state dict), ``model_args``, ``config``, ``game``, ``step``
-    and ``source`` (the file read).
-    """
-    run_dir = Path(run_dir)
-    final = run_dir / "model.pt"
-    if final.exists():
-        payload = load_checkpoint(final, map_location, kind="pretrained_model")
-        source = final
-    else:
-        if not run_dir.is_dir():
-            raise FileNotFoundError(f"{run_dir}: no such pretraining run folder")
-        source = RunDir(run_dir).latest_checkpoint()
-        if source is None:
-            raise FileNotFoundError(
-                f"{run_dir}: no model.pt and no checkpoint: not a pretraining run"
-            )
-        payload = load_checkpoint(source, map_location, kind="pretrain")
-    for key in ("model", "model_args"):
-        if key not in payload:
-            raise ValueError(f"{source}: pretraining checkpoint lacks {key!r}")
-    payload["source"] = str(source)
-    return payload
-
-
-def load_pretrained_model(run_dir: str | Path, map_location: Any = "cpu") -> SGIModel:
-    """The pretrained SGIModel of a run folder, in eval mode."""
-    payload = load_pretrained(run_dir, map_location)
-    model = SGIModel(**payload["model_args"])
-    model.load_state_dict(payload["model"])
-    return model.eval()
+def load_pretrained_model(run_dir: str | Path) -> SGIModel:
+    """The pretrained SGIModel of a run folder, in eval mode: its ``model.pt``, or for a run
+    still going, its newest checkpoint (`sgi_lab.train.transfer.load_pretrained`)."""
+    return load_pretrained(run_dir, allow_unfinished=True).build_model()
 
 
 def config_from_run(run_dir: str | Path) -> PretrainConfig:
@@ -646,7 +617,6 @@ __all__ = [
     "PretrainState",
     "build_state",
     "config_from_run",
-    "load_pretrained",
     "load_pretrained_model",
     "make_sampler",
     "measure_step",

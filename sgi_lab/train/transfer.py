@@ -74,7 +74,7 @@ class Pretrained:
         return model.eval()
 
 
-def load_pretrained(source: str | Path) -> Pretrained:
+def load_pretrained(source: str | Path, allow_unfinished: bool = False) -> Pretrained:
     """Read a pretrained model: a finished pretraining run's ``model.pt``, or a file named.
 
     A run folder without ``model.pt`` has not finished: it is refused rather than quietly
@@ -83,13 +83,19 @@ def load_pretrained(source: str | Path) -> Pretrained:
 
     Args:
         source: a pretraining run folder, or a model/checkpoint file.
+        allow_unfinished: for looking at a run (analysis notebooks), not finetuning from it:
+            an unfinished run folder gives its newest checkpoint.
 
     Raises:
         ConfigError: no such run or file, or a run that never finished
             (`sgi_lab.runs.pretrained_source`).
         CheckpointError: a truncated or foreign file.
     """
-    path = pretrained_source(source)
+    path = Path(source)
+    checkpoints = sorted((path / "checkpoints").glob("ckpt_*.pt")) if path.is_dir() else []
+    if allow_unfinished and path.is_dir() and not (path / "model.pt").is_file() and checkpoints:
+        path = checkpoints[-1]
+    path = pretrained_source(path)
     payload = load_checkpoint(path, "cpu")
     if payload.get("kind") not in ("pretrained_model", "pretrain"):
         raise CheckpointError(
