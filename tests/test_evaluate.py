@@ -23,16 +23,18 @@ def test_episode_quotas_split_evenly():
         ev.episode_quotas(0, 2)
 
 
-def test_greedy_actions_follow_q_values_and_epsilon():
-    model = SGIModel("nature", 4).eval()
-    model.set_noise(False)
-    obs = torch.randint(0, 255, (5, 4, 84, 84), dtype=torch.uint8)
-    with torch.no_grad():
-        greedy = model.q_values(model.encode(obs)).argmax(-1).numpy()
-    rng = np.random.default_rng(0)
-    np.testing.assert_array_equal(ev.greedy_actions(model, obs, 0.0, rng), greedy)
-    random = np.stack([ev.greedy_actions(model, obs, 1.0, rng) for _ in range(50)])
-    assert len(np.unique(random)) == 4
+def test_epsilon_one_never_asks_the_policy_and_zero_always_does():
+    calls = []
+
+    def policy(obs):
+        calls.append(obs.shape)
+        return np.full(obs.shape[:2], 2, np.int64)
+
+    kw = {"episodes": 1, "num_envs": 1, "max_frames": 40, "progress": False, "seeds": [0]}
+    ev.play_episodes(policy, ["Pong"], [6], eps=1.0, **kw)
+    assert calls == []
+    out = ev.play_episodes(policy, ["Pong"], [6], eps=0.0, **kw)[0]
+    assert len(calls) == out["lengths"][0] == 10 and calls[0] == (1, 1, 4, 84, 84)
 
 
 def test_evaluation_plays_whole_games_through_life_losses(monkeypatch):

@@ -39,7 +39,6 @@ __all__ = [
     "episode_quotas",
     "evaluate",
     "evaluate_run",
-    "greedy_actions",
     "load_run_model",
     "play_episodes",
 ]
@@ -54,37 +53,6 @@ def episode_quotas(episodes: int, num_envs: int) -> np.ndarray:
     if episodes < 1 or num_envs < 1:
         raise ValueError(f"episodes and num_envs must be >= 1, got {episodes}, {num_envs}")
     return np.array([episodes // num_envs + (i < episodes % num_envs) for i in range(num_envs)])
-
-
-@torch.no_grad()
-def greedy_actions(
-    model: SGIModel,
-    obs: torch.Tensor,
-    eps: float,
-    rng: np.random.Generator,
-    amp: bool = False,
-) -> np.ndarray:
-    """Epsilon-greedy actions from the model's expected Q values, (N,) int64.
-
-    Uses the model as it is set (call ``model.eval()`` and ``model.set_noise(False)`` first for
-    evaluation); the forward is skipped when every action comes out random.
-
-    Args:
-        model: the agent.
-        obs: (N, 4, 84, 84) uint8 observations on the model's device.
-        eps: probability of a uniformly random action, per env.
-        rng: source of the epsilon draws and random actions.
-        amp: bf16 autocast (CUDA only).
-    """
-    n = obs.shape[0]
-    random = rng.random(n) < eps
-    actions = rng.integers(0, model.num_actions, size=n)
-    if random.all():
-        return actions
-    with torch.autocast(obs.device.type, dtype=torch.bfloat16, enabled=amp):
-        q = model.q_values(model.encode(obs))
-    greedy = q.argmax(-1).cpu().numpy()
-    return np.where(random, actions, greedy)
 
 
 Policy = Callable[[np.ndarray], np.ndarray]
