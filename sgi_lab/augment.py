@@ -19,6 +19,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+PAD = 4
+"""The largest translation of :func:`random_shift` in pixels (SPR/DrQ's replicate pad)."""
+
 
 def _draw_shape(x: torch.Tensor, same_across_time: bool) -> tuple[int, ...]:
     if x.dim() == 4:
@@ -30,7 +33,7 @@ def _draw_shape(x: torch.Tensor, same_across_time: bool) -> tuple[int, ...]:
 
 def random_shift(
     x: torch.Tensor,
-    pad: int = 4,
+    pad: int = PAD,
     generator: torch.Generator | None = None,
     same_across_time: bool = False,
     time_major: bool = False,
@@ -65,13 +68,33 @@ def random_shift(
             raise ValueError(f"time_major needs (B, T, C, H, W), got shape {tuple(x.shape)}")
         source = torch.arange(frames.shape[0], device=x.device).view(lead).t().reshape(-1)
         offsets, lead = offsets.transpose(0, 1), (lead[1], lead[0])
-    offsets = offsets.reshape(-1, 2)
-    if _crops_rows(x.device):
+    return shift(frames, offsets.reshape(-1, 2), pad, source).view(*lead, c, h, w)
+
+
+def shift(
+    frames: torch.Tensor,
+    corners: torch.Tensor,
+    pad: int = PAD,
+    source: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """:func:`random_shift` with its draws given: output i is frame ``source[i]`` (default i)
+    replicate-padded by ``pad`` and cropped at ``corners[i]``.
+
+    Args:
+        frames: (M, C, H, W) images, any dtype.
+        corners: (n, 2) int64 crop corners (dy, dx) in 0..2 pad of the padded frames.
+        pad: padding (the largest translation).
+        source: (n,) int64 frame of each output; lets a caller reorder (e.g. batch-major to
+            time-major) in the same pass.
+
+    Returns:
+        (n, C, H, W), the dtype and device of ``frames``.
+    """
+    _, _, h, w = frames.shape
+    if _crops_rows(frames.device):
         padded = F.pad(frames, (pad,) * 4, mode="replicate")
-        out = _crop_rows(padded, offsets, h, w, source)
-    else:
-        out = _shift_gather(frames if source is None else frames[source], offsets - pad)
-    return out.view(*lead, c, h, w)
+        return _crop_rows(padded, corners, h, w, source)
+    return _shift_gather(frames if source is None else frames[source], corners - pad)
 
 
 def _crops_rows(device: torch.device) -> bool:
@@ -142,14 +165,20 @@ def intensity(
     draw = _draw_shape(x, same_across_time)
     dtype = x.dtype if x.is_floating_point() else torch.float32
     noise = torch.randn(draw, generator=generator, device=x.device, dtype=dtype)
-    factor = 1.0 + scale * noise.clamp_(-2.0, 2.0)
+    factor = jitter_factor(noise, scale)
     return x * factor.view(*draw, 1, 1, 1)  # uint8 * float promotes in the same pass
+
+
+def jitter_factor(noise: torch.Tensor, scale: float = 0.05) -> torch.Tensor:
+    """The multiplier :func:`intensity` applies for standard-normal ``noise``:
+    1 + scale * clamp(noise, -2, 2)."""
+    return 1.0 + scale * noise.clamp(-2.0, 2.0)
 
 
 def augment(
     x: torch.Tensor,
     generator: torch.Generator | None = None,
-    pad: int = 4,
+    pad: int = PAD,
     intensity_scale: float = 0.05,
     same_across_time: bool = False,
 ) -> torch.Tensor:

@@ -340,36 +340,44 @@ def test_bad_input_is_rejected_clearly(tmp_path):
 
 
 @pytest.mark.parametrize("amp", [False, True], ids=["fp32", "bf16"])
-def test_augmented_frames_are_sgi_augment_scaled_for_the_encoder(amp):
-    from sgi_lab.augment import augment
+def test_augmented_frames_crop_jitter_and_scale_every_agents_stacks(amp):
+    """(N, B, T) stacks with given corners and factors, time-major, against a hand-made
+    replicate pad + crop + multiply of each stack on its own."""
     from sgi_lab.nets.encoders import PIXEL_SCALE
 
     dtype = torch.bfloat16 if amp else torch.float32
-    obs = np.random.default_rng(0).integers(0, 255, (3, 4, 4, 84, 84), dtype=np.uint8)
-    generator = torch.Generator().manual_seed(5)
+    rng = np.random.default_rng(0)
+    N, B, T = 2, 3, 4
+    obs = torch.from_numpy(rng.integers(0, 255, (N, B, T, 4, 84, 84), dtype=np.uint8))
+    corners = torch.from_numpy(rng.integers(0, 9, (N, B, T, 2)))
+    factors = torch.from_numpy(rng.uniform(0.9, 1.1, (N, B, T)).astype(np.float32))
     ours = agent_module.augmented_frames(
-        obs,
-        generator,
-        augment=True,
-        channels_last=True,
-        dtype=dtype,
-        device=torch.device("cpu"),
-        time_major=True,
+        obs, corners, factors, channels_last=True, dtype=dtype, time_major=True
     )
-    assert ours.shape == (4, 3, 4, 84, 84) and ours[1:].flatten(0, 1).is_contiguous(
-        memory_format=torch.channels_last
-    )
-    assert ours.dtype == dtype
-    generator = torch.Generator().manual_seed(5)
-    expected = augment(torch.from_numpy(obs), generator).transpose(0, 1).reshape(12, 4, 84, 84)
+    assert ours.shape == (N, T, B, 4, 84, 84) and ours.dtype == dtype
+    assert ours.flatten(0, 2).is_contiguous(memory_format=torch.channels_last)
+    pad = torch.nn.ReplicationPad2d(4)
+    expected = torch.empty(N, T, B, 4, 84, 84)
+    for n in range(N):
+        for b in range(B):
+            for t in range(T):
+                dy, dx = corners[n, b, t].tolist()
+                padded = pad(obs[n, b, t].float()[None])[0]
+                crop = padded[:, dy : dy + 84, dx : dx + 84]
+                expected[n, t, b] = crop * factors[n, b, t] * PIXEL_SCALE
     tol = {"rtol": 8e-3, "atol": 1e-3} if amp else {"rtol": 1e-6, "atol": 1e-6}
-    torch.testing.assert_close(ours.flatten(0, 1).float(), expected * PIXEL_SCALE, **tol)
+    torch.testing.assert_close(ours.float(), expected, **tol)
+    # Without draws: the stacks only reordered and scaled; batch-major input stays batch-major.
+    plain = agent_module.augmented_frames(
+        obs[:, :, 0], None, None, channels_last=False, dtype=torch.float32
+    )
+    torch.testing.assert_close(plain, obs[:, :, 0].float() * PIXEL_SCALE)
     # Encoding the prepared frames is encoding the augmented pixels.
     model = SGIModel("nature", 6)
     with torch.no_grad():
         torch.testing.assert_close(
-            model.encode(ours[0].float(), prepared=True),
-            model.encode(expected[:3]),
+            model.encode(ours[0, 0].float(), prepared=True),
+            model.encode(expected[0, 0] / PIXEL_SCALE),
             rtol=1e-2 if amp else 1e-5,
             atol=1e-2 if amp else 1e-5,
         )

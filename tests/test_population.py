@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
+import torch.utils._python_dispatch
 
 from sgi_lab.config import FinetuneConfig, build_config
 from sgi_lab.data.sampler import SequenceBatch
@@ -104,6 +105,78 @@ def test_batched_update_equals_separate_updates(encoder, ssl, actions, batching)
         for idx, st in opt_1["state"].items():
             for k, v in st.items():
                 torch.testing.assert_close(opt["state"][idx][k], v, rtol=1e-4, atol=1e-6)
+
+
+def test_an_agents_draws_do_not_depend_on_its_companions():
+    """Agent (Pong, seed 0) draws the same crop corners, jitter, noise and goal draws alone and
+    beside a narrower and a wider game (its noise at its own width, the rest padding)."""
+
+    def config(seed, game):
+        return make_config(seed=seed, game=game, ssl="all", population_batching="vmap")
+
+    alone = population([config(0, "Pong")], [6])
+    crowd = population(
+        [config(7, "Breakout"), config(0, "Pong"), config(3, "Seaquest")], [4, 6, 18]
+    )
+    B, T = 4, 3
+    for _ in range(2):  # and again: the streams move on in step
+        mine, ours = alone.draw(B, T), crowd.draw(B, T)
+        for view in ("obs", "boot", "goal"):
+            for kind in ("corners", "jitter"):
+                assert torch.equal(mine[f"{kind}_{view}"][0], ours[f"{kind}_{view}"][1])
+        for key in ("noise_target", "noise_online", "noise_goal"):
+            assert mine[key].keys() == ours[key].keys()
+            for name, v in mine[key].items():
+                assert torch.equal(v[0], ours[key][name][1, : v.shape[1]])
+        for name, v in mine["goal_draws"].items():
+            assert torch.equal(v[0], ours["goal_draws"][name][1])
+    assert mine["corners_obs"].shape == (1, B, T, 2) and mine["jitter_boot"].shape == (1, B)
+    assert 0 <= ours["corners_obs"].min() and ours["corners_obs"].max() <= 8
+    assert ((ours["jitter_obs"] - 1).abs() <= 0.1 + 1e-6).all()
+    offsets = ours["goal_draws"]["offset"]
+    assert 1 <= offsets.min() and offsets.max() <= B - 1
+    # Noise at each layer's width in this population (18 actions x 51 atoms for the advantage).
+    assert ours["noise_online"]["head.advantage_out.eps_out"].shape == (3, 18 * 51)
+    assert mine["noise_online"]["head.advantage_out.eps_out"].shape == (1, 6 * 51)
+
+
+class CountKernels(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts the ATen operators that compute (views excluded): on a GPU, kernel launches."""
+
+    VIEWS = frozenset(
+        "view _unsafe_view alias as_strided detach t transpose permute expand unsqueeze squeeze "
+        "select slice unbind split split_with_sizes unflatten unfold lift_fresh".split()
+    )
+
+    def __init__(self):
+        super().__init__()
+        self.counts: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if name not in self.VIEWS:
+            self.counts[name] = self.counts.get(name, 0) + 1
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("ssl", ["spr", "all"])
+def test_a_batched_update_launches_one_more_kernel_per_agent(ssl):
+    """Under vmap (the GPU's batching) the only per-agent operation of an update is the agent's
+    one draw from its own generator: five agents cost three kernels more than two."""
+    counts = {}
+    for n in (2, 5):
+        configs = [make_config(seed=s, ssl=ssl, population_batching="vmap") for s in range(n)]
+        pop = population(configs, [6] * n)
+        staged = pop.stage(
+            [fake_batch(c, 6, seed=i) for i, c in enumerate(configs)],
+            [np.ones(c.batch_size, np.float32) for c in configs],
+        )
+        pop.update_staged(staged)  # first call: layouts built
+        with CountKernels() as mode:
+            pop.update_staged(staged)
+        counts[n] = mode.counts
+    assert counts[2]["uniform_"] == 2 and counts[5]["uniform_"] == 5
+    assert sum(counts[5].values()) - sum(counts[2].values()) == 3
 
 
 def test_gradient_clipping_is_per_agent():

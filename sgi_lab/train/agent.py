@@ -4,9 +4,11 @@ A `Population` holds N agents (games x seeds) whose networks have one shape: eac
 parameters, batch-norm statistics, noise samples, target networks and Adam moments are stacked
 along a leading agent axis, and one update runs all of them at once (``torch.func.vmap`` over
 ``functional_call``; a population of one calls the same function without vmap). Agents stay
-independent: every agent has its own replay, random streams (`torch.Generator` per agent for
-augmentation, noise and goals), epsilon draws and gradient-norm clipping; nothing in the update
-mixes agents, so the gradient of the summed losses is each agent's own gradient.
+independent: every agent has its own replay, random stream (a `torch.Generator` per agent,
+from which each update makes one draw at a layout fixed by the config, `sgi_lab.draws`, so that
+augmentation, noise and goals cost one kernel per agent), epsilon draws and gradient-norm
+clipping; nothing in the update mixes agents, so the gradient of the summed losses is each
+agent's own gradient.
 
 Games with fewer actions than the widest in the population are padded: tensors with an action
 dimension (the transition model's action planes, the Q and goal heads' advantage outputs, the
@@ -39,7 +41,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, vmap
 
-from sgi_lab.augment import intensity, random_shift
+from sgi_lab import draws
+from sgi_lab.augment import PAD, jitter_factor, shift
 from sgi_lab.config import FinetuneConfig
 from sgi_lab.data.population_replay import PopulationBatch
 from sgi_lab.data.sampler import SequenceBatch
@@ -58,7 +61,6 @@ from sgi_lab.objectives import (
     inverse_dynamics_loss,
     spr_loss,
 )
-from sgi_lab.objectives import goal_draws as draw_goals
 from sgi_lab.train.stacking import own_shapes, pad_to, stack_agents, tree_map, tree_stack, unpad_to
 from sgi_lab.train.transfer import LR_GROUPS, lr_group, lr_scales
 
@@ -71,6 +73,9 @@ __all__ = [
     "spr_coefficient",
     "use_amp",
 ]
+
+MAX_ACTIONS = 18
+"""The full Atari action set: the width at which every agent's noise is drawn."""
 
 POPULATION_KEYS = ("game", "seed", "pretrained")
 """Config keys that may differ between the agents of one population; all others are shared."""
@@ -95,47 +100,46 @@ def use_amp(config: FinetuneConfig, device: torch.device) -> bool:
 
 
 def augmented_frames(
-    obs: np.ndarray | torch.Tensor,
-    generator: torch.Generator,
+    obs: torch.Tensor,
+    corners: torch.Tensor | None,
+    jitter: torch.Tensor | None,
     *,
-    augment: bool,
     channels_last: bool,
     dtype: torch.dtype,
-    device: torch.device,
     time_major: bool = False,
 ) -> torch.Tensor:
-    """Uint8 frame stacks -> the encoders' prepared input: each stack shifted and
-    intensity-jittered (`sgi_lab.augment`), scaled by 1/255, in ``dtype`` and layout; encode it
-    with ``prepared=True``.
+    """Uint8 frame stacks of every agent -> the encoders' prepared input, with the augmentation
+    draws given: each stack cropped at its corner of the replicate-padded frame
+    (`sgi_lab.augment.shift`) and multiplied by its intensity factor, scaled by 1/255, in
+    ``dtype`` and layout; encode it with ``prepared=True``.
 
-    The shift crops uint8 pixels (time-major when asked); the jitter, the 1/255 and the cast are
-    then one multiply (`sgi_lab.nets.encoders.prepare_pixels`). Draws are made in (B, T) order
-    whatever the output order, as ``sgi_lab.augment.augment(obs)`` makes them.
+    The crop moves uint8 pixels (reordered time-major in the same pass when asked); the jitter,
+    the 1/255 and the cast are then one multiply (`sgi_lab.nets.encoders.prepare_pixels`).
 
     Args:
-        obs: (B, 4, 84, 84) or (B, T, 4, 84, 84) uint8.
-        generator: the agent's random source on ``device``.
-        augment: shift + jitter (else only scaled).
+        obs: (N, B, 4, 84, 84) or (N, B, T, 4, 84, 84) uint8 on the networks' device.
+        corners: (N, B[, T], 2) int64 crop corners in 0..8, or None for no shift.
+        jitter: (N, B[, T]) intensity factors (`sgi_lab.augment.jitter_factor`), or None.
         channels_last: the model's memory format.
         dtype: compute dtype (bf16 under autocast).
-        device: where the networks live.
-        time_major: return a (T, B, ...) sequence.
+        time_major: return (N, T, B, ...) for (N, B, T, ...) input.
     """
-    x = torch.as_tensor(obs).to(device, non_blocking=True)
-    time_major = time_major and x.dim() == 5
-    factor = None
-    if augment:
-        x = random_shift(x, generator=generator, time_major=time_major)
-        # intensity() of ones is the per-stack factor itself, drawn exactly as for the frames.
-        draw = obs.shape[:-3]
-        factor = intensity(torch.ones(*draw, 1, 1, 1, device=x.device), generator=generator)
-        factor = factor.transpose(0, 1) if time_major else factor
-    elif time_major:
-        x = x.transpose(0, 1)
-    lead = x.shape[:-3]
-    x = x.reshape(-1, *x.shape[-3:])
-    factor = None if factor is None else factor.reshape(-1, 1, 1, 1)
-    out = prepare_pixels(x, factor, channels_last=channels_last, dtype=dtype)
+    lead = obs.shape[:-3]
+    frames = obs.reshape(-1, *obs.shape[-3:])
+    source = None
+    if time_major and len(lead) == 3:
+        n, b, t = lead
+        source = torch.arange(n * b * t, device=obs.device).view(n, b, t).transpose(1, 2)
+        source = source.reshape(-1)
+        lead = (n, t, b)
+        corners = None if corners is None else corners.transpose(1, 2)
+        jitter = None if jitter is None else jitter.transpose(1, 2)
+    if corners is not None:
+        frames = shift(frames, corners.reshape(-1, 2), source=source)
+    elif source is not None:
+        frames = frames[source]
+    factor = None if jitter is None else jitter.reshape(-1, 1, 1, 1)
+    out = prepare_pixels(frames, factor, channels_last=channels_last, dtype=dtype)
     return out.view(*lead, *out.shape[1:])
 
 
@@ -285,7 +289,9 @@ class Population:
             amp=use_amp(cfg, device),
         )
         pop.train_mode()
-        pop._noise_shapes = [_noise_shapes(m) for m in models]
+        with torch.device("meta"):  # shapes only
+            full = SGIModel(**{**args[0], "num_actions": max(MAX_ACTIONS, widest)})
+        pop._canonical_noise = _noise_shapes(full)
         return pop
 
     @property
@@ -355,25 +361,67 @@ class Population:
             wrapper = self.__dict__["_apply_module"] = _Apply(self.template)
         return wrapper
 
-    # -- noise ---------------------------------------------------------------------------------
-    def draw_noise(self) -> dict[str, torch.Tensor]:
-        """A fresh factorised noise sample per agent, from each agent's own generator and at its
-        own layer sizes (then padded), so an agent's stream does not depend on the others."""
-        per_agent = []
-        for shapes, g in zip(self._noise_shapes, self.generators, strict=True):
-            sample = {}
-            for name, (n_in, n_out) in shapes.items():
-                sample[f"{name}.eps_in"] = _signed_sqrt(
-                    torch.randn(n_in, generator=g, device=self.device)
-                )
-                sample[f"{name}.eps_out"] = _signed_sqrt(
-                    torch.randn(n_out, generator=g, device=self.device)
-                )
-            per_agent.append(sample)
-        return {
-            k: torch.stack([pad_to(s[k], self.online[k].shape[1:]) for s in per_agent])
-            for k in per_agent[0]
-        }
+    # -- random draws --------------------------------------------------------------------------
+    def _draw_layouts(self, batch: int, steps: int) -> tuple[draws.Layout, ...]:
+        """Where each random number of an update lies in an agent's draw (`sgi_lab.draws`):
+        uniforms (crop corners; goal alpha, swaps and swap offsets), normals (intensity jitter,
+        goal noise) and noisy-net noise (signed square roots of normals), for B samples of T
+        steps. The noise parts have the layer sizes of the full 18-action set whatever the
+        widest game of this population, so an agent's draws never depend on its companions;
+        each agent uses the first entries of its part (the rest falls on padded actions)."""
+        cached = self.__dict__.setdefault("_layouts", {})
+        if (batch, steps) in cached:
+            return cached[batch, steps]
+        B, cfg, goals = batch, self.config, self.config.ssl == "all"
+        views = [("obs", (B, steps)), ("boot", (B,))] + ([("goal", (B,))] if goals else [])
+        uniform: list[tuple[str, tuple[int, ...]]] = []
+        normal: list[tuple[str, tuple[int, ...]]] = []
+        if cfg.augment:
+            uniform += [(f"corners_{v}", (*shape, 2)) for v, shape in views]
+            normal += [(f"jitter_{v}", shape) for v, shape in views]
+        if goals:
+            normal.append(("goal_noise", (B, self.template.latent_size)))
+            uniform.append(("goal_alpha", (B, 1)))
+            if B > 1:
+                uniform += [("goal_swap", (B,)), ("goal_offset", (B,))]
+        noise = [
+            (f"{draw}/{name}.{part}", (size,))
+            for draw in ("target", "online", "goal")[: 3 if goals else 2]
+            for name, sizes in self._canonical_noise.items()
+            for part, size in zip(("eps_in", "eps_out"), sizes, strict=True)
+        ]
+        layouts = cached[batch, steps] = tuple(map(draws.Layout, (uniform, normal, noise)))
+        return layouts
+
+    def draw(self, batch: int, steps: int) -> dict[str, Any]:
+        """Every random number of one update for every agent, from one uniform draw per agent
+        (its own generator) turned into named (N, ...) draws by whole-population operations:
+        ``corners_{obs,boot,goal}`` (int64 crop corners), ``jitter_{obs,boot,goal}`` (intensity
+        factors), ``noise_{target,online,goal}`` (name -> noisy-layer noise at this population's
+        widths) and ``goal_draws`` (`sgi_lab.objectives.goals_from_draws`'s input)."""
+        uniform, normal, noise = self._draw_layouts(batch, steps)
+        u = draws.uniforms(self.generators, uniform.size + normal.size + noise.size, self.device)
+        gauss = draws.normal(u[:, uniform.size :])
+        uni = uniform.split(u[:, : uniform.size])
+        nor = normal.split(gauss[:, : normal.size])
+        eps = noise.split(_signed_sqrt(gauss[:, normal.size :]))
+        out: dict[str, Any] = {}
+        for k, v in uni.items():
+            if k.startswith("corners_"):
+                out[k] = draws.integers(v, 0, 2 * PAD + 1)
+        for k, v in nor.items():
+            if k.startswith("jitter_"):
+                out[k] = jitter_factor(v)
+        for key in eps:
+            draw, name = key.split("/")
+            width = self.online[name].shape[1]
+            out.setdefault(f"noise_{draw}", {})[name] = eps[key][:, :width]
+        if "goal_noise" in nor:
+            out["goal_draws"] = {"noise": nor["goal_noise"], "alpha": uni["goal_alpha"]}
+            if "goal_swap" in uni:
+                out["goal_draws"]["swap"] = uni["goal_swap"]
+                out["goal_draws"]["offset"] = draws.integers(uni["goal_offset"], 1, batch)
+        return out
 
     # -- acting --------------------------------------------------------------------------------
     @torch.no_grad()
@@ -583,45 +631,38 @@ class Population:
         K = cfg.spr_steps if cfg.ssl != "none" else 0
         amp = self.update_amp
         dtype = torch.bfloat16 if amp else torch.float32
-        prep = {
-            "augment": cfg.augment,
-            "channels_last": self.template.channels_last,
-            "dtype": dtype,
-            "device": dev,
-        }
+        # 1. Every random number of the update (one draw per agent from its own generator),
+        #    then every observation augmented, all agents at once.
+        B, T = staged["obs"].shape[1:3]
+        drawn = self.draw(B, T)
+        prep = {"channels_last": self.template.channels_last, "dtype": dtype}
 
-        # 1. Every observation augmented with its agent's generator, and every random draw of
-        #    the update made now, per agent, in a fixed order.
-        obs, boot_obs, goal_obs, goal_draws = [], [], [], []
-        for i, g in enumerate(self.generators):
-            obs.append(augmented_frames(staged["obs"][i], g, time_major=True, **prep))
-            boot_obs.append(augmented_frames(staged["boot_obs"][i], g, **prep))
-        noise_target = self.draw_noise()
-        noise_online = self.draw_noise()
-        if cfg.ssl == "all":
-            noise_goal = self.draw_noise()
-            for i, g in enumerate(self.generators):
-                goal_obs.append(augmented_frames(staged["goal_obs"][i], g, **prep))
-                b = staged["goal_obs"].shape[1]
-                goal_draws.append(draw_goals(b, self.template.latent_size, g, dev))
+        def frames(name: str, view: str, **kw: Any) -> torch.Tensor:
+            return augmented_frames(
+                staged[name],
+                drawn.get(f"corners_{view}"),
+                drawn.get(f"jitter_{view}"),
+                **prep,
+                **kw,
+            )
+
+        noise_online = drawn["noise_online"]
         inputs = {
-            "obs": torch.stack(obs),  # (N, K+1, B, 4, 84, 84)
-            "boot_obs": torch.stack(boot_obs),
+            "obs": frames("obs", "obs", time_major=True),  # (N, K+1, B, 4, 84, 84)
+            "boot_obs": frames("boot_obs", "boot"),
             "actions": staged["actions"],
             "valid": staged["valid"],
             "returns": staged["returns"],
             "discounts": staged["discounts"],
             "weights": staged["weights"],
             "mask": self.action_mask,
-            "noise_target": noise_target,
+            "noise_target": drawn["noise_target"],
             "noise_online": noise_online,
         }
         if cfg.ssl == "all":
-            inputs["goal_obs"] = torch.stack(goal_obs)
-            inputs["noise_goal"] = noise_goal
-            inputs["goal_draws"] = {
-                k: torch.stack([d[k] for d in goal_draws]) for k in goal_draws[0]
-            }
+            inputs["goal_obs"] = frames("goal_obs", "goal")
+            inputs["noise_goal"] = drawn["noise_goal"]
+            inputs["goal_draws"] = drawn["goal_draws"]
 
         # 2-3. Targets under no_grad and losses, per agent, all agents at once.
         def agent_losses(online, spr_target, q_target, x):
