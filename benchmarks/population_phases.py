@@ -250,8 +250,9 @@ def run(args: argparse.Namespace) -> list[dict]:
                     fn = getattr(phases, name)
                     row[name] = timed(fn, dev, args.steps)
                     row[name]["ops"] = ops_of(fn)
-                if args.envs:
-                    row["envs"] = bench_envs(phases.games, args.env_workers, args.steps)
+                row["envs"] = (
+                    bench_envs(phases.games, args.env_workers, args.steps) if args.envs else None
+                )
                 row["gpu_busy"] = gpu_busy_fraction(phases.step, args.steps)
                 if dev.type == "cuda":
                     row["max_memory_gb"] = torch.cuda.max_memory_allocated(dev) / 1e9
