@@ -179,6 +179,10 @@ class Population:
         device: where everything lives.
         amp: bf16 autocast in the update.
         updates: gradient updates done (all agents move in lockstep).
+        host_checks: read values on the host inside the update (the NaN check, whether any
+            agent's gradient is clipped): free on a CPU (the default there), a synchronisation
+            elsewhere, and never inside a CUDA graph; `sgi_lab.nets.graph_check` turns them off
+            to check the GPU's path on a CPU.
     """
 
     configs: list[FinetuneConfig]
@@ -194,6 +198,11 @@ class Population:
     device: torch.device
     amp: bool = False
     updates: int = 0
+    host_checks: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.host_checks is None:
+            self.host_checks = self.device.type == "cpu"
 
     # -- construction --------------------------------------------------------------------------
     @classmethod
@@ -673,7 +682,7 @@ class Population:
             total, stats, priorities = self._batched(agent_losses)(
                 self.online, self.spr_target, q_target, inputs
             )
-        if dev.type == "cpu" and not bool(torch.isfinite(total).all()):
+        if self.host_checks and not bool(torch.isfinite(total).all()):
             bad = [i for i, t in enumerate(total.tolist()) if not math.isfinite(t)]
             raise FloatingPointError(
                 f"non-finite loss at update {self.updates} for agent(s) "
@@ -818,7 +827,7 @@ class Population:
             coef = (max_norm / (norms + 1e-6)).clamp(max=1.0)
             # On a CPU reading the coefficients costs no synchronization: skip the pass over
             # every gradient when nothing is clipped (the result is the same).
-            if self.device.type != "cpu" or bool((coef < 1.0).any()):
+            if not self.host_checks or bool((coef < 1.0).any()):
                 for g in grads:
                     g.mul_(coef.view(-1, *([1] * (g.dim() - 1))).to(g.dtype))
         return norms

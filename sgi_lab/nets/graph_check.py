@@ -1,0 +1,164 @@
+"""Whether a step can be captured once as a CUDA graph and replayed, checked on any device.
+
+A CUDA graph records the kernels of one call with their arguments and memory addresses; each
+replay runs exactly those kernels on exactly that memory. A replay therefore does what an eager
+call would only if every call does the same work on the same persistent tensors: no Python
+number that changes between calls (a step count, an annealed beta) baked into an operator, no
+state replaced by a new tensor instead of updated in place, no shape that depends on data, and
+no host synchronisation (``.item()``, ``bool(tensor)``), which capture forbids.
+
+`ReplayTrace` records what a graph would fix (every computing operator, its non-tensor
+arguments, its tensors' shapes and dtypes, and the storage of each tensor that existed before
+the call) so that two calls' traces can be compared; `check_replayable` runs a step twice and
+names the first difference. It runs on a CPU, so the CUDA path's graph safety is tested where no
+GPU is available (tests/test_graph_check.py).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+from torch.utils._pytree import tree_flatten
+
+# Operators that read a value on the host or give data-dependent shapes: not capturable.
+HOST_SYNCS = frozenset(
+    {
+        "_local_scalar_dense",
+        "nonzero",
+        "masked_select",
+        "unique",
+        "_unique",
+        "_unique2",
+        "unique_consecutive",
+        "unique_dim",
+        "repeat_interleave",  # with a tensor of repeats
+        "equal",
+        "is_nonzero",
+    }
+)
+_VIEWS = frozenset(
+    "view _unsafe_view alias as_strided detach t transpose permute expand unsqueeze squeeze "
+    "select slice unbind split split_with_sizes unflatten unfold lift_fresh".split()
+)
+
+
+@dataclass(frozen=True)
+class _Scalar:
+    """A 0-dim host tensor's storage and value; equal when either agrees."""
+
+    ptr: int
+    value: float | int | bool
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Scalar) and (
+            self.ptr == other.ptr or self.value == other.value
+        )
+
+    def __hash__(self) -> int:
+        return 0
+
+
+@dataclass
+class ReplayTrace(TorchDispatchMode):
+    """Records one call's operators as a graph capture would fix them (use as a context)."""
+
+    ops: list[tuple[Any, ...]] = field(default_factory=list)
+    host_syncs: list[str] = field(default_factory=list)
+    _created: set[int] = field(default_factory=set)  # storages allocated inside the call
+    _made: dict[int, weakref.ref] = field(default_factory=dict)  # tensors made inside it
+
+    def __post_init__(self) -> None:
+        super().__init__()
+
+    def _describe(self, value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            ptr = value.untyped_storage().data_ptr()
+            made = self._made.get(id(value))
+            if made is not None and made() is value:
+                where: Any = "new"
+            elif value.dim() == 0 and value.device.type == "cpu":
+                # A host scalar not made here: state updated in place (same storage at every
+                # call) or a number wrapped afresh at each call (e.g. by vmap), whose storage may
+                # be a freed tensor's, which a graph bakes in: the same if storage or value agree.
+                with _disable_current_modes():
+                    where = _Scalar(ptr, value.item())
+            elif ptr in self._created:
+                where = "new"
+            else:
+                where = ("state", ptr, value.storage_offset())
+            return ("tensor", tuple(value.shape), value.dtype, where)
+        if isinstance(value, torch.Generator):
+            # A fresh Python wrapper at each dispatch: named by its device and seed.
+            return ("generator", value.device.type, value.initial_seed())
+        if isinstance(value, (torch.dtype, torch.device, torch.memory_format, torch.layout)):
+            return value
+        if isinstance(value, (int, float, bool, str, type(None))):
+            return value
+        return type(value).__name__
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        kwargs = kwargs or {}
+        name = func.overloadpacket.__name__
+        if name in HOST_SYNCS:
+            self.host_syncs.append(str(func))
+        flat, _ = tree_flatten((args, kwargs))
+        described = tuple(self._describe(v) for v in flat)
+        out = func(*args, **kwargs)
+        if name not in _VIEWS:
+            self.ops.append((str(func), described))
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor) and t.device.type != "meta":
+                if not any(v is t for v in flat):
+                    self._made[id(t)] = weakref.ref(t)
+                ptr = t.untyped_storage().data_ptr()
+                if not any(
+                    isinstance(v, torch.Tensor) and v.untyped_storage().data_ptr() == ptr
+                    for v in flat
+                ):
+                    self._created.add(ptr)
+        return out
+
+
+def trace(step: Callable[[], Any]) -> ReplayTrace:
+    """The `ReplayTrace` of one call of ``step``."""
+    with ReplayTrace() as recorded:
+        step()
+    return recorded
+
+
+def check_replayable(step: Callable[[], Any], calls: int = 2) -> None:
+    """Run ``step`` ``calls`` times (after one untraced warm-up call) and raise if a graph
+    captured from the first traced call would not do what the later calls do eagerly.
+
+    Raises:
+        AssertionError: naming the host synchronisation, or the first operator whose
+            arguments, shapes or state tensors differ between calls.
+    """
+    step()
+    first = trace(step)
+    if first.host_syncs:
+        raise AssertionError(f"host synchronisation inside the step: {first.host_syncs[:5]}")
+    for call in range(1, calls):
+        later = trace(step)
+        if later.host_syncs:
+            raise AssertionError(f"host synchronisation at call {call}: {later.host_syncs[:5]}")
+        if len(later.ops) != len(first.ops):
+            raise AssertionError(
+                f"call {call} runs {len(later.ops)} operators, the captured call {len(first.ops)}"
+            )
+        for i, (a, b) in enumerate(zip(first.ops, later.ops, strict=True)):
+            if a != b:
+                raise AssertionError(
+                    f"operator {i} differs between calls (a replay would not do what call "
+                    f"{call} does):\n  captured: {_short(a)}\n  call {call}: {_short(b)}"
+                )
+
+
+def _short(op: tuple[Any, ...]) -> str:
+    text = repr(op)
+    return text if len(text) < 600 else text[:600] + "..."

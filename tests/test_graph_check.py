@@ -1,0 +1,84 @@
+"""sgi_lab.nets.graph_check: what a CUDA graph would fix, checked on a CPU; the population's
+update passes it on the GPU's path."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from sgi_lab.nets.graph_check import check_replayable, trace
+from test_population import fake_batch, make_config, population
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_a_step_that_updates_state_in_place_and_draws_from_a_generator_is_replayable():
+    state = torch.zeros(3)
+    g = torch.Generator().manual_seed(0)
+
+    def step():
+        noise = torch.rand(3, generator=g)
+        state.mul_(0.5).add_(noise)
+
+    check_replayable(step, calls=3)
+
+
+def test_host_synchronisation_is_named():
+    x = torch.ones(2)
+    with pytest.raises(AssertionError, match="host synchronisation.*_local_scalar_dense"):
+        check_replayable(lambda: x.add_(1) if bool(x.sum() > 0) else None)
+
+
+def test_state_replaced_by_a_new_tensor_is_caught():
+    holder = {"best": torch.zeros(2)}
+
+    def step():
+        holder["best"] = torch.maximum(holder["best"], torch.ones(2))  # not in place
+
+    with pytest.raises(AssertionError, match="maximum.*differs|differs.*maximum|operator 1 differs"):
+        check_replayable(step)
+
+
+def test_a_changing_python_number_is_caught():
+    x, calls = torch.ones(4), [0]
+
+    def step():
+        calls[0] += 1
+        x.mul_(0.9**calls[0])  # an annealed coefficient baked into the kernel
+
+    with pytest.raises(AssertionError, match="differs between calls"):
+        check_replayable(step)
+
+
+def test_trace_records_operators_shapes_and_state():
+    state = torch.zeros(2, 3)
+    recorded = trace(lambda: state.add_(torch.ones(3)))
+    names = [op[0] for op in recorded.ops]
+    assert names == ["aten.ones.default", "aten.add_.Tensor"]
+    add = recorded.ops[1][1]
+    assert add[0][:3] == ("tensor", (2, 3), torch.float32) and add[0][3][0] == "state"
+    assert add[1][3] == "new"
+
+
+@pytest.mark.parametrize(
+    ("ssl", "batching"), [("spr", "vmap"), ("all", "vmap"), ("spr", "loop"), ("none", "vmap")]
+)
+def test_population_update_is_replayable_on_the_gpu_path(ssl, batching):
+    """The update a CUDA graph captures (`Population._step`, host checks off as on a GPU) does
+    the same work on the same tensors at every call: captured once, replays stay right."""
+    configs = [
+        make_config(seed=s, game=g, ssl=ssl, population_batching=batching)
+        for s, g in enumerate(["Pong", "Breakout"])
+    ]
+    pop = population(configs, [6, 4])
+    pop.host_checks = False
+    staged = pop.stage(
+        [fake_batch(c, 4, seed=i) for i, c in enumerate(configs)],
+        [np.ones(c.batch_size, np.float32) for c in configs],
+    )
+    check_replayable(lambda: pop._step(staged), calls=3)
+    # The CPU's own path reads values on the host, which a graph could not.
+    pop.host_checks = True
+    with pytest.raises(AssertionError, match="host synchronisation"):
+        check_replayable(lambda: pop._step(staged))
