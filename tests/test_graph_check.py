@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from test_population import fake_batch, make_config, population
 
 from sgi_lab.nets.graph_check import check_replayable, trace
-from test_population import fake_batch, make_config, population
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
