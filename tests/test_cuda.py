@@ -197,6 +197,38 @@ def test_cuda_graph_updates_equal_eager_updates():
             torch.testing.assert_close(graphed.agent_state(i)[k], v, rtol=1e-4, atol=1e-5, msg=k)
 
 
+@pytest.mark.usefixtures("no_tf32")
+def test_cuda_graph_acting_equals_eager_acting():
+    """Acting's forward replayed from a graph captured at the first step, with updates in
+    between (weights and noise change in place), gives the eager forward's Q values, and
+    acting with graphs picks the actions acting without them picks."""
+    from test_population import fake_batch, make_config
+
+    def run(graphs: bool) -> np.ndarray:
+        configs = [
+            make_config(seed=s, device="cuda", amp=False, cuda_graphs=graphs) for s in range(2)
+        ]
+        models = []
+        for c in configs:
+            torch.manual_seed(c.seed)
+            models.append(SGIModel(**model_args_for(c, 6)))
+        pop = Population.build(configs, models, loaded=(), device="cuda")
+        assert pop.uses_forward_graphs == graphs
+        rng, chosen = np.random.default_rng(0), []
+        for step in range(8):
+            obs = rng.integers(0, 255, (2, 4, 84, 84), dtype=np.uint8)
+            x = torch.from_numpy(obs).cuda()
+            replayed = pop._forward_graph("q", pop._acting_q, x)
+            torch.testing.assert_close(replayed, pop._acting_q(x), rtol=1e-5, atol=1e-5)
+            greedy = [np.random.default_rng(i) for i in range(2)]
+            chosen.append(pop.act(obs, [0.0, 0.0], greedy))
+            batches = [fake_batch(c, 6, 100 * step + i) for i, c in enumerate(configs)]
+            pop.update(batches, [np.ones(c.batch_size, np.float32) for c in configs])
+        return np.stack(chosen)
+
+    assert np.array_equal(run(True), run(False))
+
+
 def test_graphed_pretraining_steps_equal_eager_steps(dot_store):
     """Pretraining with cuda_graphs (three eager warm-up steps, capture, replays) gives the
     parameters eager steps give, with the same augmentation and goal random streams."""

@@ -36,7 +36,9 @@ def test_state_replaced_by_a_new_tensor_is_caught():
     def step():
         holder["best"] = torch.maximum(holder["best"], torch.ones(2))  # not in place
 
-    with pytest.raises(AssertionError, match="maximum.*differs|differs.*maximum|operator 1 differs"):
+    with pytest.raises(
+        AssertionError, match="maximum.*differs|differs.*maximum|operator 1 differs"
+    ):
         check_replayable(step)
 
 
@@ -45,7 +47,7 @@ def test_a_changing_python_number_is_caught():
 
     def step():
         calls[0] += 1
-        x.mul_(0.9**calls[0])  # an annealed coefficient baked into the kernel
+        x.mul_(0.9 ** calls[0])  # an annealed coefficient baked into the kernel
 
     with pytest.raises(AssertionError, match="differs between calls"):
         check_replayable(step)
@@ -82,3 +84,25 @@ def test_population_update_is_replayable_on_the_gpu_path(ssl, batching):
     pop.host_checks = True
     with pytest.raises(AssertionError, match="host synchronisation"):
         check_replayable(lambda: pop._step(staged))
+
+
+def test_acting_is_replayable_across_updates():
+    """The acting forward a CUDA graph captures reads the weights, noise and statistics that
+    updates change in place: after an update its trace is the captured one."""
+    from sgi_lab.nets.graph_check import assert_replays
+
+    configs = [make_config(seed=s, population_batching="vmap") for s in range(2)]
+    pop = population(configs, [6, 6])
+    pop.host_checks = False
+    staged = pop.stage(
+        [fake_batch(c, 6, seed=i) for i, c in enumerate(configs)],
+        [np.ones(c.batch_size, np.float32) for c in configs],
+    )
+    x = torch.randint(0, 255, (2, 4, 84, 84), dtype=torch.uint8)
+    pop._acting_actions(x)
+    captured = trace(lambda: pop._acting_actions(x))
+    before = pop._acting_actions(x).clone()
+    for _ in range(3):
+        pop.update_staged(staged)
+    assert_replays(captured, trace(lambda: pop._acting_actions(x)), "acting after updates")
+    assert before.shape == (2,) and before.dtype == torch.int64

@@ -55,9 +55,7 @@ class _Scalar:
     value: float | int | bool
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Scalar) and (
-            self.ptr == other.ptr or self.value == other.value
-        )
+        return isinstance(other, _Scalar) and (self.ptr == other.ptr or self.value == other.value)
 
     def __hash__(self) -> int:
         return 0
@@ -141,22 +139,34 @@ def check_replayable(step: Callable[[], Any], calls: int = 2) -> None:
     """
     step()
     first = trace(step)
-    if first.host_syncs:
-        raise AssertionError(f"host synchronisation inside the step: {first.host_syncs[:5]}")
     for call in range(1, calls):
-        later = trace(step)
-        if later.host_syncs:
-            raise AssertionError(f"host synchronisation at call {call}: {later.host_syncs[:5]}")
-        if len(later.ops) != len(first.ops):
+        assert_replays(first, trace(step), f"call {call}")
+    if calls == 1:
+        assert_replays(first, first, "call 0")
+
+
+def assert_replays(
+    captured: ReplayTrace, later: ReplayTrace, label: str = "the later call"
+) -> None:
+    """Raise unless a graph captured from ``captured`` does what ``later`` did eagerly.
+
+    Raises:
+        AssertionError: naming a host synchronisation, or the first operator whose arguments,
+            shapes or state tensors differ.
+    """
+    for name, recorded in (("the captured call", captured), (label, later)):
+        if recorded.host_syncs:
+            raise AssertionError(f"host synchronisation inside {name}: {recorded.host_syncs[:5]}")
+    if len(later.ops) != len(captured.ops):
+        raise AssertionError(
+            f"{label} runs {len(later.ops)} operators, the captured call {len(captured.ops)}"
+        )
+    for i, (a, b) in enumerate(zip(captured.ops, later.ops, strict=True)):
+        if a != b:
             raise AssertionError(
-                f"call {call} runs {len(later.ops)} operators, the captured call {len(first.ops)}"
+                f"operator {i} differs between calls (a replay would not do what {label} "
+                f"does):\n  captured: {_short(a)}\n  {label}: {_short(b)}"
             )
-        for i, (a, b) in enumerate(zip(first.ops, later.ops, strict=True)):
-            if a != b:
-                raise AssertionError(
-                    f"operator {i} differs between calls (a replay would not do what call "
-                    f"{call} does):\n  captured: {_short(a)}\n  call {call}: {_short(b)}"
-                )
 
 
 def _short(op: tuple[Any, ...]) -> str:

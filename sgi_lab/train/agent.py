@@ -460,7 +460,17 @@ class Population:
             actions[i] = rngs[i].integers(0, self.model_args[i]["num_actions"], size=1)[0]
         if random.all():
             return actions
-        x = torch.as_tensor(obs).to(self.device)
+        x = torch.as_tensor(obs).to(self.device, non_blocking=True)
+        greedy = self._forward_graph("act", self._acting_actions, x).cpu().numpy()
+        return np.where(random, actions, greedy)
+
+    def _acting_actions(self, x: torch.Tensor) -> torch.Tensor:
+        """(N,) greedy actions on the noisy Q values of (N, 4, 84, 84) uint8 device frames."""
+        return self._acting_q(x).argmax(-1)
+
+    @torch.no_grad()
+    def _acting_q(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, A) noisy Q values of (N, 4, 84, 84) uint8 device frames, as acting sees them."""
         # bf16 only on a GPU: for one observation on a CPU the weight casts cost more than
         # they save.
         amp = self.amp and self.device.type == "cuda"
@@ -478,8 +488,41 @@ class Population:
                 q = self._batched(q_values)(self.online, x, self.action_mask)
         finally:
             self.train_mode()
-        greedy = q[:, 0].argmax(-1).cpu().numpy()
-        return np.where(random, actions, greedy)
+        return q[:, 0]
+
+    @property
+    def uses_forward_graphs(self) -> bool:
+        """Whether acting replays a captured CUDA graph (CUDA and ``cuda_graphs``)."""
+        return self.device.type == "cuda" and getattr(self.config, "cuda_graphs", False)
+
+    def _forward_graph(
+        self, name: str, fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor
+    ) -> torch.Tensor:
+        """``fn(x)``, from a CUDA graph captured at the first call with this input shape when
+        `uses_forward_graphs`: the forward reads the networks' stacked tensors, which every
+        update changes in place, so a replay sees the current weights, noise and statistics
+        (`sgi_lab.nets.graph_check` checks it on a CPU). Saves the forward's few hundred kernel
+        launches per environment step."""
+        if not self.uses_forward_graphs:
+            return fn(x)
+        graphs = self.__dict__.setdefault("_forward_graphs", {})
+        key = (name, tuple(x.shape), x.dtype)
+        if key not in graphs:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(2):  # warm-up (allocator, cuDNN), eager
+                    fn(x)
+            torch.cuda.current_stream().wait_stream(side)
+            static = x.clone()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                out = fn(static)
+            graphs[key] = (graph, static, out)
+        graph, static, out = graphs[key]
+        static.copy_(x, non_blocking=True)
+        graph.replay()
+        return out.clone()
 
     @torch.no_grad()
     def greedy(self, obs: np.ndarray) -> np.ndarray:
