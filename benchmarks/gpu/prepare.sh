@@ -7,7 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 dest=.gpu-wheels
 mkdir -p "$dest"
-grep -qx "/$dest/" .git/info/exclude 2>/dev/null || echo "/$dest/" >> .git/info/exclude
+exclude=$(git rev-parse --git-path info/exclude)
+mkdir -p "$(dirname "$exclude")"
+grep -qx "/$dest/" "$exclude" 2>/dev/null || echo "/$dest/" >> "$exclude"
 pure="gymnasium farama-notifications cloudpickle typing_extensions pyyaml tqdm rliable arch<8"
 for py in 3.10 3.11 3.12 3.13; do
   pip download --quiet --dest "$dest" --only-binary :all: --no-deps \
