@@ -187,6 +187,7 @@ CASES = [
     ("import-checkpoints-not-numbers", lambda w: import_args(w, "empty_src", "i0", checkpoints="a,b"), 2, "--checkpoints"),
     ("import-pickled-gz", lambda w: import_args(w, "pickled_src", "i1"), 2, "observation_ckpt.0.gz"),
     ("finetune-seed-negative", lambda w: ["finetune", "--params", "params/finetune/smoke.yaml", "--seed", "-1", "--out", str(w["root"] / "f0"), "--no-progress"], 2, "seed"),
+    ("finetune-max-agents-zero", lambda w: ["finetune", "--params", "params/finetune/smoke.yaml", "--game", "pong,breakout", "--max-agents", "0", "--out", str(w["root"] / "f2"), "--no-progress"], 2, "--max-agents"),
     ("finetune-lr-negative", lambda w: ["finetune", "--params", "params/finetune/smoke.yaml", "--set", "lr=-1.0", "--out", str(w["root"] / "f1"), "--no-progress"], 2, "lr"),
     ("run-unknown-parameter", lambda w: ["run", "pretrain", "-p", "unknown_name", "1", "--out-root", str(w["root"] / "nb")], 2, "unknown_name"),
 ]  # fmt: skip

@@ -99,6 +99,43 @@ def test_hns_graph_hand_counted(tmp_path):
     assert any("dqn_replay" in note for note in graph.dropped)
 
 
+def test_max_agents_splits_each_population_into_tasks_of_some_games_x_some_seeds(tmp_path):
+    """hns with max_agents 60: each 26 x 10 population becomes 5 tasks of 26 games x 2 seeds,
+    the same agents and run folders as one task, each part its own pretraining deps."""
+    whole = graph_of("hns", tmp_path, DQN)
+    file = ROOT / "params" / "experiments" / "hns.yaml"
+    import dataclasses
+
+    experiment = dataclasses.replace(ex.load_experiment(file, DQN), max_agents=60)
+    graph = ex.expand(experiment, tmp_path / "split")
+    assert graph.counts() == {"data": 104, "pretrain": 104, "finetune": 25, "report": 1}
+    parts = [t for t in graph.tasks if t.id.startswith("finetune/reduced_lr__sgi_w/")]
+    assert [t.id.rsplit("/", 1)[1] for t in parts] == [f"part{k}of5" for k in range(1, 6)]
+    one = whole.task("finetune/reduced_lr__sgi_w")
+    rel = [f.relative_to(graph.out) for t in parts for f in t.agent_folders]
+    assert sorted(rel) == sorted(f.relative_to(whole.out) for f in one.agent_folders)
+    for k, task in enumerate(parts):
+        assert len(task.agents) == 52 and {s for _, s in task.agents} == {2 * k, 2 * k + 1}
+        argv = list(task.argv)
+        assert argv[argv.index("--seed") + 1] == f"{2 * k},{2 * k + 1}"
+        assert argv[argv.index("--out") + 1] == str(task.folder)
+        assert len(task.deps) == 26 and task.steps == 52 * 100_000
+    assert set(graph.task("report").deps) == {t.id for t in graph.tasks if t.kind == "finetune"}
+    # A part of one agent runs in that agent's folder (a population of one writes its --out).
+    tiny = dataclasses.replace(
+        ex.load_experiment(ROOT / "params/experiments/smoke.yaml"), max_agents=1
+    )
+    graph = ex.expand(tiny, tmp_path / "tiny")
+    task = graph.task("finetune/sgi_none/part2of2")
+    argv = list(task.argv)
+    assert task.agents == (("Breakout", 0),)
+    assert argv[argv.index("--out") + 1] == str(graph.out / "finetune/sgi_none/Breakout__s0")
+    assert task.agent_folders == (graph.out / "finetune/sgi_none/Breakout__s0",)
+    with pytest.raises(ConfigError, match="max_agents"):
+        text = (ROOT / "params/experiments/smoke.yaml").read_text() + "max_agents: 0\n"
+        ex.load_experiment(write(tmp_path, text))
+
+
 def test_finetune_schemes_graph_hand_counted(tmp_path):
     graph = graph_of("finetune_schemes", tmp_path, DQN)
     assert graph.counts() == {"data": 26, "pretrain": 26, "finetune": 4, "report": 1}

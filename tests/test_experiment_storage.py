@@ -80,6 +80,12 @@ def test_storage_plan_pulls_only_what_a_task_needs(tmp_path):
         ("pretrain/sgi_r__Pong", ("checkpoints",)),
         ("pretrain/sgi_r__Breakout", ("checkpoints",)),
     ]
+    # Its agents' run folders, not the shared population folder (parts of a population split
+    # by max_agents push only their own agents).
+    assert plan["outputs"] == [
+        "finetune/reduced_lr__sgi_r/Pong__s0",
+        "finetune/reduced_lr__sgi_r/Breakout__s0",
+    ]
     plan = ex.storage_plan(graph, graph.task("data/random__Pong"), uri)
     assert plan["outputs"] == ["data/random__Pong", "data/random__Pong.partial"]
 

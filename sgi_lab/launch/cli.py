@@ -21,6 +21,7 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
 
@@ -138,6 +139,7 @@ def _finetune(args: argparse.Namespace) -> int:
         read_params,
     )
     from sgi_lab.runs import run_name
+    from sgi_lab.train.capacity import split_population
     from sgi_lab.train.finetune import finetune_population, population_configs, population_folders
 
     params = read_params(args.params)
@@ -162,13 +164,33 @@ def _finetune(args: argparse.Namespace) -> int:
         run_name(name, c.game, f"s{c.seed}") if len(configs) == 1 else run_name(name, "population")
     )
     outs = population_folders(args.out or Path("outputs") / "finetune" / default, configs)
+    folder_of = {(c.game, c.seed): out for c, out in zip(configs, outs, strict=True)}
+    limit = _max_agents(args.max_agents, base, len(configs))
+    games_all = list(dict.fromkeys(c.game for c in configs))
+    seeds_all = list(dict.fromkeys(c.seed for c in configs))
+    parts = split_population(games_all, seeds_all, limit)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    try:
-        runs = finetune_population(
-            configs, outs, progress=not args.no_progress, overwrite=args.overwrite, params=name
+    if len(parts) > 1:
+        logging.info(
+            "%d agents as %d populations of at most %d, one after another (--max-agents)",
+            len(configs),
+            len(parts),
+            limit,
         )
-    except FloatingPointError as exc:  # NaN/Inf loss; status.json says failed
-        raise RuntimeError(f"{exc} (run folders {', '.join(map(str, outs))})") from exc
+    runs = []
+    for part_games, part_seeds in parts:
+        part = population_configs(base, part_games, part_seeds)
+        part_outs = [folder_of[c.game, c.seed] for c in part]
+        try:
+            runs += finetune_population(
+                part,
+                part_outs,
+                progress=not args.no_progress,
+                overwrite=args.overwrite,
+                params=name,
+            )
+        except FloatingPointError as exc:  # NaN/Inf loss; status.json says failed
+            raise RuntimeError(f"{exc} (run folders {', '.join(map(str, part_outs))})") from exc
     summaries = []
     for run in runs:
         evaluation = run.evaluation or {}
@@ -176,6 +198,24 @@ def _finetune(args: argparse.Namespace) -> int:
         summaries.append({"run": str(run.path), **{k: evaluation.get(k) for k in keys}})
     print(json.dumps(summaries[0] if len(summaries) == 1 else summaries, indent=2))
     return 0
+
+
+def _max_agents(text: str, config: Any, agents: int) -> int:
+    """``--max-agents``: a positive count, or ``auto`` (what fits the device's free memory,
+    `sgi_lab.train.capacity.max_agents`, never fewer than one)."""
+    from sgi_lab.config import ConfigError
+    from sgi_lab.runs import resolve_device
+    from sgi_lab.train.capacity import max_agents
+
+    if str(text) == "auto":
+        return agents if agents == 1 else max_agents(config, resolve_device(config.device))
+    try:
+        limit = int(text)
+    except ValueError:
+        limit = 0
+    if limit < 1:
+        raise ConfigError(f"--max-agents: expected a positive count or 'auto', got {text!r}")
+    return limit
 
 
 def _list_option(text: str, option: str, kind: type = str) -> list:
@@ -309,6 +349,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="run folder (re-run to resume); for a population the folder holding one run "
         "folder per agent, OUT/<game>__s<seed>",
+    )
+    p.add_argument(
+        "--max-agents",
+        default="auto",
+        help="agents per population: more (game, seed) pairs than this train as several "
+        "populations, one after another, into the same run folders; 'auto' (default): as many "
+        "as the device's free memory holds (sgi_lab.train.capacity)",
     )
     p.add_argument("--overwrite", action="store_true", help="discard an existing run there")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -150,6 +150,12 @@ class Experiment:
     resources: dict[str, dict[str, float]] = F(
         {}, "Ray resources per task kind: {pretrain: {num_cpus: 2, num_gpus: 0.5}, ...}"
     )
+    max_agents: int | None = F(
+        None,
+        "agents per finetuning population: games x seeds beyond it become several tasks (each "
+        "some games x some seeds, run in parallel where resources allow); null: one task each, "
+        "which trains as many agents at a time as the device's memory holds (--max-agents auto)",
+    )
 
 
 RESOURCE_KEYS = ("num_cpus", "num_gpus")
@@ -292,6 +298,8 @@ def _check_references(experiment: Experiment, path: Path) -> None:
             raise ConfigError(f"{path}: {what}: empty, or repeated items {duplicates(items)}")
     if not experiment.finetune:
         raise ConfigError(f"{path}: finetune: at least one finetuning configuration")
+    if experiment.max_agents is not None and experiment.max_agents < 1:
+        raise ConfigError(f"{path}: max_agents: at least 1, or null, got {experiment.max_agents}")
     names = [p.name for p in experiment.pretrain]
     if duplicates(names) or NO_PRETRAINING in names:
         raise ConfigError(f"{path}: pretrain: repeated or reserved names {duplicates(names)}")
@@ -479,6 +487,7 @@ def expand(experiment: Experiment, out: str | os.PathLike) -> Graph:
             or has a wrong type (the messages name the key).
     """
     from sgi_lab.config import FinetuneConfig, PretrainConfig, load_config, read_params, to_dict
+    from sgi_lab.train.capacity import split_population
     from sgi_lab.train.finetune import population_configs, population_folders
 
     out = Path(out).resolve()
@@ -567,30 +576,47 @@ def expand(experiment: Experiment, out: str | os.PathLike) -> Graph:
                 experiment.games,
                 experiment.seeds,
             )
-            argv = ["finetune", "--params", str(params_path)]
-            argv += ["--game", ",".join(experiment.games)]
-            argv += ["--seed", ",".join(map(str, experiment.seeds))]
-            if pattern:
-                argv += ["--pretrained", pattern]
-            argv += ["--out", str(folder), "--no-progress"]
-            deps = (
-                () if scratch else tuple(f"pretrain/{run_name(base, g)}" for g in experiment.games)
-            )
-            tasks.append(
-                Task(
-                    id=f"finetune/{folder.name}",
-                    kind="finetune",
-                    folder=folder,
-                    deps=deps,
-                    argv=tuple(argv),
-                    stage="finetune",
-                    encoder=config.encoder,
-                    steps=config.steps * len(configs),
-                    agents=tuple((c.game, c.seed) for c in configs),
-                    agent_folders=tuple(population_folders(folder, configs)),
-                    resources=_resources(experiment, "finetune"),
+            folder_of = dict(
+                zip(
+                    ((c.game, c.seed) for c in configs),
+                    population_folders(folder, configs),
+                    strict=True,
                 )
             )
+            parts = (
+                [(list(experiment.games), list(experiment.seeds))]
+                if experiment.max_agents is None
+                else split_population(experiment.games, experiment.seeds, experiment.max_agents)
+            )
+            for k, (games, seeds) in enumerate(parts):
+                part = [c for c in configs if c.game in games and c.seed in seeds]
+                folders = tuple(folder_of[c.game, c.seed] for c in part)
+                # A part of one agent writes its run folder directly (a population of one runs
+                # in its --out), the same folder the whole population would give it.
+                out_folder = folders[0] if len(part) == 1 else folder
+                argv = ["finetune", "--params", str(params_path)]
+                argv += ["--game", ",".join(games)]
+                argv += ["--seed", ",".join(map(str, seeds))]
+                if pattern:
+                    argv += ["--pretrained", pattern]
+                argv += ["--out", str(out_folder), "--no-progress"]
+                deps = () if scratch else tuple(f"pretrain/{run_name(base, g)}" for g in games)
+                suffix = f"/part{k + 1}of{len(parts)}" if len(parts) > 1 else ""
+                tasks.append(
+                    Task(
+                        id=f"finetune/{folder.name}{suffix}",
+                        kind="finetune",
+                        folder=folder,
+                        deps=deps,
+                        argv=tuple(argv),
+                        stage="finetune",
+                        encoder=config.encoder,
+                        steps=config.steps * len(part),
+                        agents=tuple((c.game, c.seed) for c in part),
+                        agent_folders=folders,
+                        resources=_resources(experiment, "finetune"),
+                    )
+                )
     finetunes = tuple(t.id for t in tasks if t.kind == "finetune")
     tasks.append(
         Task(
@@ -768,7 +794,12 @@ def storage_plan(graph: Graph, task: Task, uri: str) -> dict[str, Any]:
         inputs.append(
             (_name(graph, dep.folder), ("checkpoints",) if dep.kind == "pretrain" else ())
         )
-    outputs = [name, name + PARTIAL_SUFFIX] if task.kind == "data" else [name]
+    if task.kind == "data":
+        outputs = [name, name + PARTIAL_SUFFIX]
+    elif task.kind == "finetune":  # its agents' run folders: parts of one population share a folder
+        outputs = [_name(graph, f) for f in task.agent_folders]
+    else:
+        outputs = [name]
     return {
         "uri": uri,
         "out": str(graph.out),
@@ -782,10 +813,8 @@ def storage_plan(graph: Graph, task: Task, uri: str) -> dict[str, Any]:
 def pull_results(graph: Graph, storage: RunStorage) -> None:
     """Mirror what the report reads from a storage URI into the experiment folder: the
     finetuning runs (without their checkpoints) and the logs."""
-    for task in graph.tasks:
-        if task.kind == "finetune":
-            name = _name(graph, task.folder)
-            storage.pull(name, graph.out / name, exclude=("checkpoints",))
+    for name in dict.fromkeys(_name(graph, t.folder) for t in graph.tasks if t.kind == "finetune"):
+        storage.pull(name, graph.out / name, exclude=("checkpoints",))
     storage.pull("logs", graph.out / "logs")
 
 
