@@ -2,7 +2,8 @@
 
 One step of the finetuning loop (`sgi_lab.train.finetune`) for N agents is: act (one forward for
 all agents, the actions to the host), step the environments, append the transitions to the
-replay, sample a batch per agent, update, write the new priorities. This script times each phase
+replay, sample a batch per agent, update, write the new priorities (the last three are one
+`Population.learn`, one CUDA graph on a GPU). This script times each phase
 on its own (synchronized before and after, so each figure is that phase's whole cost) and the
 step as the loop runs it (one synchronization, at the actions), counts each phase's ATen
 operators (views excluded: on a GPU each is a kernel launch, so the count times a launch's few
@@ -158,15 +159,18 @@ class Phases:
     def write_priorities(self) -> None:
         self.replay.update_priorities(self.batch.indices, self.priorities)
 
+    def learn(self) -> None:
+        """Sample, update and priorities as the loop runs them (`Population.learn`: one CUDA
+        graph on a GPU)."""
+        self.population.learn(self.replay, self.population.config.batch_size, 0.4)
+
     def step(self) -> None:
         """The loop's step without the environments: act, append, then ``updates_per_step``
-        times sample, update, priorities."""
+        learning steps."""
         self.act()
         self.append()
         for _ in range(self.population.config.updates_per_step):
-            batch = self.sample()
-            _, priorities = self.population.update_batch(batch)
-            self.replay.update_priorities(batch.indices, priorities)
+            self.learn()
 
 
 def bench_envs(games: list[str], workers: int, repeats: int) -> dict[str, float] | None:
@@ -246,7 +250,15 @@ def run(args: argparse.Namespace) -> list[dict]:
                     "updates_per_step": config.updates_per_step,
                     "setup_s": time.perf_counter() - start,
                 }
-                for name in ("act", "append", "sample", "update", "write_priorities", "step"):
+                for name in (
+                    "act",
+                    "append",
+                    "sample",
+                    "update",
+                    "write_priorities",
+                    "learn",
+                    "step",
+                ):
                     fn = getattr(phases, name)
                     row[name] = timed(fn, dev, args.steps)
                     row[name]["ops"] = ops_of(fn)
@@ -269,15 +281,16 @@ def run(args: argparse.Namespace) -> list[dict]:
 
 
 def table_row(row: dict) -> str:
-    ms = {k: row[k]["median_s"] * 1e3 for k in ("act", "append", "sample", "update", "step")}
+    ms = {k: row[k]["median_s"] * 1e3 for k in ("act", "append", "learn", "step")}
     ops = {k: row[k]["ops"] for k in ("act", "append", "sample", "update", "write_priorities")}
+    ops["learn"] = row["learn"]["ops"]
     envs = row.get("envs")
     env_ms = f"{envs['median_s'] * 1e3:6.1f}" if envs else "     -"
     busy = f"{row['gpu_busy']:.0%}" if row.get("gpu_busy") is not None else "-"
     return (
         f"{row['encoder']:7s} N={row['agents']:3d} {row['batching']:4s} "
-        f"act {ms['act']:6.1f} append {ms['append']:5.1f} sample {ms['sample']:6.1f} "
-        f"update {ms['update']:7.1f} | step {ms['step']:7.1f} envs {env_ms} ms | "
+        f"act {ms['act']:6.1f} append {ms['append']:5.1f} learn {ms['learn']:7.1f} "
+        f"| step {ms['step']:7.1f} envs {env_ms} ms | "
         f"{row['agent_steps_per_s']:7.1f} agent-steps/s, 100k in {row['projected_100k_min']:6.1f} "
         f"min | GPU busy {busy} | ops {ops}"
     )

@@ -229,6 +229,58 @@ def test_cuda_graph_acting_equals_eager_acting():
     assert np.array_equal(run(True), run(False))
 
 
+@pytest.mark.usefixtures("no_tf32")
+def test_cuda_graph_learning_steps_equal_eager_steps():
+    """Sample -> update -> priorities captured as one graph after three eager steps, with rows
+    appended and beta moving between steps: the same parameters and priorities as eager steps
+    all along (fp32), from the same replays and random streams."""
+    from test_population import make_config
+
+    from sgi_lab.data.population_replay import PopulationReplay
+
+    def run(graphs: bool) -> tuple[Population, PopulationReplay]:
+        configs = [
+            make_config(seed=s, device="cuda", amp=False, cuda_graphs=graphs) for s in range(2)
+        ]
+        models = []
+        for c in configs:
+            torch.manual_seed(c.seed)
+            models.append(SGIModel(**model_args_for(c, 6)))
+        pop = Population.build(configs, models, loaded=(), device="cuda")
+        cfg = pop.config
+        replay = PopulationReplay(
+            2, 300, K=cfg.spr_steps, n_step=cfg.n_step, seeds=[0, 1], device="cuda"
+        )
+        rng = np.random.default_rng(0)
+
+        def append(first: bool = False) -> None:
+            replay.append(
+                rng.integers(0, 255, (2, 84, 84), dtype=np.uint8),
+                rng.integers(0, 6, 2),
+                rng.normal(size=2).astype(np.float32),
+                rng.random(2) < 0.05,
+                np.full(2, first),
+            )
+
+        for t in range(60):
+            append(first=t == 0)
+        for step in range(8):  # 3 eager warm-ups, the capture, 4 replays
+            pop.learn(replay, cfg.batch_size, beta=0.4 + 0.05 * step)
+            append()
+        torch.cuda.synchronize()
+        return pop, replay
+
+    (graphed, graphed_replay), (eager, eager_replay) = run(True), run(False)
+    assert graphed.uses_cuda_graph and not eager.uses_cuda_graph
+    for i in range(2):
+        for k, v in eager.agent_state(i).items():
+            torch.testing.assert_close(graphed.agent_state(i)[k], v, rtol=1e-4, atol=1e-5, msg=k)
+    torch.testing.assert_close(
+        graphed_replay.tree.tree, eager_replay.tree.tree, rtol=1e-4, atol=1e-6
+    )
+    torch.testing.assert_close(graphed_replay.max_priority, eager_replay.max_priority)
+
+
 def test_graphed_pretraining_steps_equal_eager_steps(dot_store):
     """Pretraining with cuda_graphs (three eager warm-up steps, capture, replays) gives the
     parameters eager steps give, with the same augmentation and goal random streams."""

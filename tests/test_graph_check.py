@@ -106,3 +106,49 @@ def test_acting_is_replayable_across_updates():
         pop.update_staged(staged)
     assert_replays(captured, trace(lambda: pop._acting_actions(x)), "acting after updates")
     assert before.shape == (2,) and before.dtype == torch.int64
+
+
+@pytest.mark.parametrize("ssl", ["spr", "all"])
+def test_a_learning_step_is_replayable_across_appends(ssl):
+    """Sample -> update -> priorities, the step a CUDA graph captures whole: after rows are
+    appended and beta moves on (both eager, outside the graph), its trace is the captured one."""
+    from sgi_lab.data.population_replay import PopulationReplay
+    from sgi_lab.nets.graph_check import assert_replays
+
+    configs = [make_config(seed=s, ssl=ssl, population_batching="vmap") for s in range(2)]
+    pop = population(configs, [6, 6])
+    cfg = pop.config
+    replay = PopulationReplay(
+        2,
+        200,
+        K=cfg.spr_steps,
+        n_step=cfg.n_step,
+        seeds=[0, 1],
+        goal_window=3 if ssl == "all" else 0,
+    )
+    pop.host_checks = replay.tree.host_checks = False
+    rng = np.random.default_rng(0)
+
+    def append(first=False):
+        replay.append(
+            rng.integers(0, 255, (2, 84, 84), dtype=np.uint8),
+            rng.integers(0, 6, 2),
+            rng.normal(size=2).astype(np.float32),
+            rng.random(2) < 0.05,
+            np.full(2, first),
+        )
+
+    for t in range(40):
+        append(first=t == 0)
+    assert replay.ready()
+    replay.set_beta(0.4)
+    pop._learn_step(replay, cfg.batch_size)
+    captured = trace(lambda: pop._learn_step(replay, cfg.batch_size))
+    for beta in (0.5, 0.6):
+        append()
+        replay.set_beta(beta)
+        assert_replays(captured, trace(lambda: pop._learn_step(replay, cfg.batch_size)))
+    # The weights follow the device beta: a replay of the captured step would too.
+    replay.set_beta(1.0)
+    batch = replay.sample_at_beta(cfg.batch_size)
+    assert float(batch.weights.max()) == 1.0 and float(batch.weights.min()) < 1.0

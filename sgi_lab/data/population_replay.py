@@ -82,6 +82,9 @@ class BatchedSumTree:
         while size < self.capacity:
             size *= 2
         self.size = size
+        # Validate values on the host (free on a CPU; a synchronisation elsewhere, never
+        # inside a CUDA graph): `sgi_lab.nets.graph_check` turns it off to check the GPU's path.
+        self.host_checks = torch.device(device).type == "cpu"
         self.levels = size.bit_length() - 1  # edges from the root to a leaf
         self.tree = torch.zeros(num_trees, 2 * size, dtype=torch.float64, device=device)
 
@@ -111,7 +114,7 @@ class BatchedSumTree:
         rows = torch.as_tensor(rows, dtype=torch.int64, device=self.tree.device)
         values = torch.as_tensor(values, dtype=torch.float64, device=self.tree.device)
         values = values.expand(rows.shape)
-        if self.tree.device.type == "cpu" and (
+        if self.host_checks and (
             bool((values < 0).any()) or not bool(torch.isfinite(values).all())
         ):
             raise ValueError("priorities must be finite and non-negative")
@@ -231,6 +234,9 @@ class PopulationReplay:
         self.tree = BatchedSumTree(N, C, dev)
         self.positive_leaves = torch.zeros(N, dtype=torch.int64, device=dev)
         self.max_priority = torch.ones(N, dtype=torch.float64, device=dev)
+        # The importance-sampling exponent as device state: set before each sample (`sample`,
+        # `set_beta`), read by `sample_at_beta`, so a captured graph reads the current value.
+        self.beta = torch.zeros((), dtype=torch.float64, device=dev)
         self.generators = [torch.Generator(device=dev).manual_seed(s) for s in seeds]
         # Kept only so that state_dict(i) reads as a PrioritizedReplay checkpoint.
         self._numpy_rng_states = [
@@ -324,6 +330,17 @@ class PopulationReplay:
         """
         if not self.ready():  # a host synchronisation only until every agent has data
             raise RuntimeError("an agent has no valid transition to sample yet")
+        self.set_beta(beta)
+        return self.sample_at_beta(batch_size)
+
+    def set_beta(self, beta: float) -> None:
+        """The importance-sampling exponent of the next `sample_at_beta`."""
+        self.beta.fill_(beta)
+
+    def sample_at_beta(self, batch_size: int) -> PopulationBatch:
+        """`sample` at the exponent last set (`set_beta`), with no host synchronisation and
+        every input read from device state: the form a CUDA graph captures (the caller has
+        checked `ready`)."""
         B = batch_size
         uniforms = torch.stack(
             [
@@ -336,7 +353,7 @@ class PopulationReplay:
         bounds = (torch.arange(B, device=self.device) + uniforms) * (total / B)
         starts = self.tree.find(bounds)
         probs = self.tree.get(starts) / total
-        weights = (self.positive_leaves[:, None] * probs) ** (-beta)
+        weights = (self.positive_leaves[:, None] * probs) ** (-self.beta)
         weights = (weights / weights.max(1, keepdim=True).values).float()
         return self.batch_at(starts, offsets)._replace(weights=weights)
 
@@ -476,7 +493,7 @@ class PopulationReplay:
         """
         rows = self._tensor(indices, torch.int64)
         p = self._tensor(priorities, torch.float64) + 1e-6
-        self.max_priority = torch.maximum(self.max_priority, p.max(1).values)
+        torch.maximum(self.max_priority, p.max(1).values, out=self.max_priority)
         self.positive_leaves += self.tree.update(rows, self._power(p))
 
     def _power(self, p: torch.Tensor) -> torch.Tensor:

@@ -44,7 +44,7 @@ from torch.func import functional_call, vmap
 from sgi_lab import draws
 from sgi_lab.augment import PAD, jitter_factor, shift
 from sgi_lab.config import FinetuneConfig
-from sgi_lab.data.population_replay import PopulationBatch
+from sgi_lab.data.population_replay import PopulationBatch, PopulationReplay
 from sgi_lab.data.sampler import SequenceBatch
 from sgi_lab.nets import SGIModel
 from sgi_lab.nets.cpu_settings import time_step
@@ -587,18 +587,68 @@ class Population:
     def update_batch(self, batch: PopulationBatch) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """`update` from a `sgi_lab.data.population_replay.PopulationBatch` (already stacked
         and on the device); the (N, B) priorities stay on the device too."""
-        staged = {
-            "obs": batch.obs,
-            "boot_obs": batch.bootstrap_obs,
-            "actions": batch.actions,
-            "valid": batch.valid,
-            "returns": batch.returns,
-            "discounts": batch.bootstrap_discount,
-            "weights": batch.weights,
-        }
-        if self.config.ssl == "all":
-            staged["goal_obs"] = batch.goal_obs
-        return self.update_staged(staged)
+        return self.update_staged(_staged(batch, self.config.ssl == "all"))
+
+    def learn(
+        self, replay: PopulationReplay, batch_size: int, beta: float
+    ) -> dict[str, torch.Tensor]:
+        """One learning step of every agent from its replay: a prioritized batch, the update,
+        the new priorities written back. On CUDA with ``cuda_graphs`` the three are captured as
+        ONE graph after three eager steps and replayed from then on (the replay's draws, beta
+        and priorities are device state, so nothing is launched from Python and nothing
+        crosses to the host; `sgi_lab.nets.graph_check` checks it on a CPU).
+
+        Args:
+            replay: every agent's replay (`PopulationReplay.ready` already true).
+            batch_size: B sequences per agent.
+            beta: importance-sampling exponent.
+
+        Returns:
+            Per-agent stats, (N,) tensors left on the device (see `update`).
+        """
+        replay.set_beta(beta)
+        if not self.uses_cuda_graph:
+            stats, _ = self._learn_step(replay, batch_size)
+        else:
+            stats = self._graphed_learn(replay, batch_size)
+        self.updates += 1
+        cfg = self.config
+        if self.q_target is not None and self.updates % cfg.target_update_period == 0:
+            self.update_q_target()
+        return {k: v.clone() for k, v in stats.items()}
+
+    def _learn_step(
+        self, replay: PopulationReplay, batch_size: int
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """Sample (at the replay's beta), update, write the priorities: what a graph captures."""
+        batch = replay.sample_at_beta(batch_size)
+        stats, priorities = self._step(_staged(batch, self.config.ssl == "all"))
+        replay.update_priorities(batch.indices, priorities.detach())
+        return stats, priorities
+
+    def _graphed_learn(self, replay: PopulationReplay, batch_size: int) -> dict[str, torch.Tensor]:
+        key = (id(replay), batch_size)
+        graphs = self.__dict__.setdefault("_learn_graphs", {})
+        if key not in graphs:
+            warm = self.__dict__.get("_learn_warmups", 0)
+            if warm < 3:  # real steps, eager, on a side stream (PyTorch's capture recipe)
+                self.__dict__["_learn_warmups"] = warm + 1
+                side = torch.cuda.Stream()
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):
+                    stats, _ = self._learn_step(replay, batch_size)
+                torch.cuda.current_stream().wait_stream(side)
+                return stats
+            graph = torch.cuda.CUDAGraph()
+            for g in (*self.generators, *replay.generators):
+                graph.register_generator_state(g)
+            self.optimizer.zero_grad(set_to_none=True)
+            with torch.cuda.graph(graph):
+                stats, _ = self._learn_step(replay, batch_size)
+            graphs[key] = (graph, stats)
+        graph, stats = graphs[key]
+        graph.replay()
+        return stats
 
     def update_staged(
         self, staged: dict[str, torch.Tensor]
@@ -1028,6 +1078,22 @@ def measure_update(
         return time_step(
             lambda: pop.update_staged(staged), warmup=warmup, repeats=repeats, budget_s=1.0
         )
+
+
+def _staged(batch: PopulationBatch, goals: bool) -> dict[str, torch.Tensor]:
+    """A replay batch as the update's staged inputs (no copy)."""
+    staged = {
+        "obs": batch.obs,
+        "boot_obs": batch.bootstrap_obs,
+        "actions": batch.actions,
+        "valid": batch.valid,
+        "returns": batch.returns,
+        "discounts": batch.bootstrap_discount,
+        "weights": batch.weights,
+    }
+    if goals:
+        staged["goal_obs"] = batch.goal_obs
+    return staged
 
 
 def check_compatible(configs: Sequence[FinetuneConfig]) -> None:

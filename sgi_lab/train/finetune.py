@@ -557,10 +557,7 @@ def _train_and_evaluate(
             if step >= cfg.learning_starts and replay.ready():
                 beta = beta_at(step, cfg)
                 for _ in range(cfg.updates_per_step):
-                    batch = replay.sample(cfg.batch_size, beta)
-                    stats, priorities = population.update_batch(batch)
-                    replay.update_priorities(batch.indices, priorities)
-                    window.add(stats)
+                    window.add(population.learn(replay, cfg.batch_size, beta))
 
             if step % cfg.log_every == 0 or step == cfg.steps:
                 for row, stats in zip(rows, window.rows(n), strict=True):
