@@ -152,3 +152,29 @@ def test_a_learning_step_is_replayable_across_appends(ssl):
     replay.set_beta(1.0)
     batch = replay.sample_at_beta(cfg.batch_size)
     assert float(batch.weights.max()) == 1.0 and float(batch.weights.min()) < 1.0
+
+
+@pytest.mark.parametrize("objective", ["sgi", "atc"])
+def test_a_pretraining_step_is_replayable(objective, tmp_path):
+    """The pretraining step `GraphedStep` captures (host checks off as on a GPU) does the same
+    work on the same tensors at every call, for SGI's losses and ATC's."""
+    from conftest import moving_dot_store
+
+    from sgi_lab.config import PretrainConfig, build_config
+    from sgi_lab.data import TransitionStore
+    from sgi_lab.train.pretrain import _to_device, build_state, make_sampler, train_step
+
+    store = moving_dot_store(tmp_path / "dot", rows=300, num_actions=6)
+    store = store if isinstance(store, TransitionStore) else TransitionStore(store)
+    values = {"encoder": "nature", "batch_size": 4, "prefetch": 0, "cpu_amp": False}
+    if objective == "atc":
+        values.update(atc_weight=1.0, atc_sequences=2, spr_weight=0.0)
+    config = build_config(PretrainConfig, values)
+    state = build_state(config, store.num_actions, torch.device("cpu"))
+    state.model.train()
+    sampler = make_sampler(config, store)
+    batch = _to_device(sampler.sample(), torch.device("cpu"))
+    sampler.close()
+    check_replayable(lambda: train_step(config, state, batch, host_checks=False), calls=3)
+    with pytest.raises(AssertionError, match="host synchronisation"):
+        check_replayable(lambda: train_step(config, state, batch))

@@ -83,7 +83,9 @@ def keep_freed_memory() -> bool:
     return mallopt(_M_TRIM_THRESHOLD, -1) == 1 and ok
 
 
-def clip_gradients(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+def clip_gradients(
+    params: list[torch.Tensor], max_norm: float, host_checks: bool | None = None
+) -> torch.Tensor:
     """``torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)``, the same result.
 
     That function always multiplies every gradient by min(1, max_norm / norm), a full pass
@@ -91,11 +93,19 @@ def clip_gradients(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
     clipped. On a CPU, where reading the norm costs no device synchronization, we multiply
     only when the norm exceeds ``max_norm``; other devices call the library function.
 
+    Args:
+        params: the parameters whose gradients are clipped.
+        max_norm: the largest total norm.
+        host_checks: read the norm on the host to skip the pass (default: on a CPU); off, the
+            library function (what a CUDA graph can capture).
+
     Returns:
         The total gradient norm before clipping (a 0-d tensor).
     """
     grads = [p.grad for p in params if p.grad is not None]
-    if not grads or grads[0].device.type != "cpu":
+    if host_checks is None:
+        host_checks = bool(grads) and grads[0].device.type == "cpu"
+    if not grads or not host_checks:
         return torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
     norm = torch.nn.utils.get_total_norm(grads, foreach=True)
     if not norm <= max_norm:  # also NaN and inf, which the library function propagates

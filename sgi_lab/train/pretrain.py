@@ -324,21 +324,29 @@ def atc_losses(
 
 
 def train_step(
-    config: PretrainConfig, state: PretrainState, batch: dict[str, torch.Tensor]
+    config: PretrainConfig,
+    state: PretrainState,
+    batch: dict[str, torch.Tensor],
+    host_checks: bool | None = None,
 ) -> dict[str, torch.Tensor]:
     """One gradient step: losses, Adam, EMA. Raises FloatingPointError on a NaN/Inf loss (on a
     CPU at once; on a GPU, where reading the loss would stall the launch queue every step, the
-    training loop checks when it logs)."""
+    training loop checks when it logs). ``host_checks`` (default: on a CPU) reads values on
+    the host; off, the step is what a CUDA graph captures (`sgi_lab.nets.graph_check`)."""
+    if host_checks is None:
+        host_checks = batch["obs"].device.type == "cpu"
     with autocast(batch["obs"].device, cuda=config.amp, cpu=config.cpu_amp):
         losses = atc_losses if config.atc_weight > 0 else sgi_losses
         total, logs = losses(config, state, batch)
-    if total.device.type == "cpu" and not torch.isfinite(total):
+    if host_checks and not torch.isfinite(total):
         bad = {k: float(v.detach()) for k, v in logs.items() if not torch.isfinite(v)}
         raise FloatingPointError(f"non-finite pretraining loss: {bad}")
     state.optimizer.zero_grad(set_to_none=True)
     total.backward()
     if config.grad_clip > 0:
-        logs["grad_norm"] = clip_gradients(list(state.model.parameters()), config.grad_clip)
+        logs["grad_norm"] = clip_gradients(
+            list(state.model.parameters()), config.grad_clip, host_checks
+        )
     state.optimizer.step()
     ema_update(state.target, state.model, config.ema_tau)
     return logs
