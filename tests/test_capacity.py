@@ -105,3 +105,19 @@ def test_max_agents_trains_a_larger_set_as_several_populations(tmp_path, capsys,
     for f in folders:
         assert FinetuneRun(f).status()["state"] == "finished"
     assert main(["report", *map(str, folders)]) == 0
+
+
+def test_finetune_in_parts_refuses_bad_sizes_and_non_products(tmp_path):
+    from sgi_lab.config import ConfigError
+    from sgi_lab.train.finetune import finetune_in_parts, population_configs
+
+    configs = population_configs(FinetuneConfig(), ["Pong", "Breakout"], [0, 1])
+    outs = [tmp_path / str(i) for i in range(4)]
+    for bad in (0, -2, "many", True, 1.5):
+        with pytest.raises(ConfigError, match="max_agents"):
+            finetune_in_parts(configs, outs, bad)
+    with pytest.raises(ConfigError, match="games x seeds"):
+        finetune_in_parts(configs[:3], outs[:3], 2)
+    with pytest.raises(ValueError, match="4 configs but 3 run folders"):
+        finetune_in_parts(configs, outs[:3], 2)
+    assert not any(tmp_path.iterdir())  # nothing written

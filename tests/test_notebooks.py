@@ -170,10 +170,16 @@ def test_pretrain_then_finetune_notebooks(tmp_path, pong_store):
 
 @pytest.mark.smoke
 def test_finetune_notebook_trains_a_population(tmp_path):
-    """games x seeds: one population, one run folder per agent, compared with the paper."""
+    """games x seeds: one run folder per agent, compared with the paper; with max_agents 1 as
+    two populations of one, one after another, into the folders one population would use."""
     overrides = {"steps": 60, "learning_starts": 30, "eval_max_frames": 200, "eval_episodes": 1}
     results = execute(
-        "finetune", tmp_path, games=["Pong", "Breakout"], seeds=[0], overrides=overrides
+        "finetune",
+        tmp_path,
+        games=["Pong", "Breakout"],
+        seeds=[0],
+        max_agents=1,
+        overrides=overrides,
     )
     assert results["agents"] == 2 and results["game"] == "Pong"
     for game in ("Pong", "Breakout"):

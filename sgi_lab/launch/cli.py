@@ -21,7 +21,6 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
 
@@ -139,8 +138,7 @@ def _finetune(args: argparse.Namespace) -> int:
         read_params,
     )
     from sgi_lab.runs import run_name
-    from sgi_lab.train.capacity import split_population
-    from sgi_lab.train.finetune import finetune_population, population_configs, population_folders
+    from sgi_lab.train.finetune import finetune_in_parts, population_configs, population_folders
 
     params = read_params(args.params)
     name = params.get("name") or Path(args.params).stem
@@ -164,33 +162,18 @@ def _finetune(args: argparse.Namespace) -> int:
         run_name(name, c.game, f"s{c.seed}") if len(configs) == 1 else run_name(name, "population")
     )
     outs = population_folders(args.out or Path("outputs") / "finetune" / default, configs)
-    folder_of = {(c.game, c.seed): out for c, out in zip(configs, outs, strict=True)}
-    limit = _max_agents(args.max_agents, base, len(configs))
-    games_all = list(dict.fromkeys(c.game for c in configs))
-    seeds_all = list(dict.fromkeys(c.seed for c in configs))
-    parts = split_population(games_all, seeds_all, limit)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    if len(parts) > 1:
-        logging.info(
-            "%d agents as %d populations of at most %d, one after another (--max-agents)",
-            len(configs),
-            len(parts),
-            limit,
+    try:
+        runs = finetune_in_parts(
+            configs,
+            outs,
+            _max_agents(args.max_agents),
+            progress=not args.no_progress,
+            overwrite=args.overwrite,
+            params=name,
         )
-    runs = []
-    for part_games, part_seeds in parts:
-        part = population_configs(base, part_games, part_seeds)
-        part_outs = [folder_of[c.game, c.seed] for c in part]
-        try:
-            runs += finetune_population(
-                part,
-                part_outs,
-                progress=not args.no_progress,
-                overwrite=args.overwrite,
-                params=name,
-            )
-        except FloatingPointError as exc:  # NaN/Inf loss; status.json says failed
-            raise RuntimeError(f"{exc} (run folders {', '.join(map(str, part_outs))})") from exc
+    except FloatingPointError as exc:  # NaN/Inf loss; status.json says failed
+        raise RuntimeError(f"{exc} (run folders {', '.join(map(str, outs))})") from exc
     summaries = []
     for run in runs:
         evaluation = run.evaluation or {}
@@ -200,15 +183,12 @@ def _finetune(args: argparse.Namespace) -> int:
     return 0
 
 
-def _max_agents(text: str, config: Any, agents: int) -> int:
-    """``--max-agents``: a positive count, or ``auto`` (what fits the device's free memory,
-    `sgi_lab.train.capacity.max_agents`, never fewer than one)."""
+def _max_agents(text: str) -> int | str:
+    """``--max-agents``: a positive count, or ``auto``."""
     from sgi_lab.config import ConfigError
-    from sgi_lab.runs import resolve_device
-    from sgi_lab.train.capacity import max_agents
 
     if str(text) == "auto":
-        return agents if agents == 1 else max_agents(config, resolve_device(config.device))
+        return "auto"
     try:
         limit = int(text)
     except ValueError:

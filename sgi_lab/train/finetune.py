@@ -199,6 +199,76 @@ class _Agent:
             self.pending.clear()
 
 
+def finetune_in_parts(
+    configs: Sequence[FinetuneConfig],
+    outs: Sequence[str | Path],
+    max_agents: int | str = "auto",
+    progress: bool = True,
+    overwrite: bool = False,
+    params: str | None = None,
+    callback: Callback | None = None,
+) -> list[FinetuneRun]:
+    """`finetune_population` for any number of agents: more than ``max_agents`` train as
+    several populations, one after another, each some games x some seeds
+    (`sgi_lab.train.capacity.split_population`) into its agents' own folders, so the result
+    is the same set of run folders; a re-run skips the finished parts and resumes the rest.
+
+    Args:
+        configs: games x seeds, as `population_configs` gives them.
+        outs: one run folder per config.
+        max_agents: the largest population, or ``"auto"``: what the device's free memory holds
+            (`sgi_lab.train.capacity.max_agents`).
+        progress, overwrite, params, callback: as for `finetune_population`.
+
+    Returns:
+        The runs, in the order of ``configs``.
+    """
+    from sgi_lab.runs import resolve_device
+    from sgi_lab.train.capacity import max_agents as fitting
+    from sgi_lab.train.capacity import split_population
+
+    configs, outs = list(configs), [Path(o) for o in outs]
+    if len(configs) != len(outs):
+        raise ValueError(f"{len(configs)} configs but {len(outs)} run folders")
+    if max_agents == "auto":
+        limit = (
+            len(configs)
+            if len(configs) == 1
+            else fitting(configs[0], resolve_device(configs[0].device))
+        )
+    elif isinstance(max_agents, int) and not isinstance(max_agents, bool) and max_agents >= 1:
+        limit = max_agents
+    else:
+        raise ConfigError(f"max_agents: a positive count or 'auto', got {max_agents!r}")
+    games = list(dict.fromkeys(c.game for c in configs))
+    seeds = list(dict.fromkeys(c.seed for c in configs))
+    index = {(c.game, c.seed): i for i, c in enumerate(configs)}
+    if len(index) != len(configs) or len(index) != len(games) * len(seeds):
+        raise ConfigError("configs must be games x seeds, each pair once (population_configs)")
+    parts = split_population(games, seeds, limit)
+    if len(parts) > 1:
+        log.info(
+            "%d agents as %d populations of at most %d, one after another",
+            len(configs),
+            len(parts),
+            limit,
+        )
+    runs: list[FinetuneRun | None] = [None] * len(configs)
+    for part_games, part_seeds in parts:
+        members = [index[g, s] for g in part_games for s in part_seeds]
+        done = finetune_population(
+            [configs[i] for i in members],
+            [outs[i] for i in members],
+            progress=progress,
+            overwrite=overwrite,
+            params=params,
+            callback=callback,
+        )
+        for i, run in zip(members, done, strict=True):
+            runs[i] = run
+    return runs  # type: ignore[return-value]
+
+
 def finetune_population(
     configs: Sequence[FinetuneConfig],
     outs: Sequence[str | Path],
