@@ -294,3 +294,34 @@ def test_errors_name_the_file(replay, tmp_path, breaker):
     with pytest.raises(DQNReplayError, match=re.escape(name)):
         import_dqn_replay(src, "Pong", [0], None, tmp_path / "out", progress=False)
     assert not (tmp_path / "out").exists()
+
+
+def test_import_from_several_runs_one_after_another(replay, tmp_path):
+    """The Weak dataset's shape: checkpoint 0 of several DQN runs, each slice starting an
+    episode, the runs recorded in the manifest; a folder twice, or a missing one, is refused."""
+    import shutil
+
+    folder, _, expected = replay
+    runs = [tmp_path / "runs" / str(r) / "replay_logs" for r in (1, 2)]
+    for r in runs:
+        shutil.copytree(folder, r)
+    store = import_dqn_replay(runs, "pong", [0], 20, tmp_path / "weak", progress=False)
+    uids = _uids(store)
+    np.testing.assert_array_equal(uids, expected[0][:20] + expected[0][:20])
+    assert store.firsts[0] and store.firsts[20]  # the second run starts an episode
+    m = json.loads((tmp_path / "weak" / "manifest.json").read_text())
+    assert m["params"]["src"] == [str(r.resolve()) for r in runs]
+    # Re-running with the same runs is a no-op; one folder alone keeps the old format.
+    again = import_dqn_replay(runs, "pong", [0], 20, tmp_path / "weak", progress=False)
+    assert len(again) == 40
+    one = import_dqn_replay(runs[0], "pong", [0], 20, tmp_path / "one", progress=False)
+    assert json.loads((tmp_path / "one" / "manifest.json").read_text())["params"]["src"] == str(
+        runs[0].resolve()
+    )
+    assert len(one) == 20
+    with pytest.raises(ValueError, match="the same folder twice"):
+        import_dqn_replay([runs[0], runs[0]], "pong", [0], 20, tmp_path / "x", progress=False)
+    with pytest.raises(DQNReplayError, match="3/replay_logs: no such DQN Replay folder"):
+        missing = tmp_path / "runs" / "3" / "replay_logs"
+        import_dqn_replay([runs[0], missing], "pong", [0], 20, tmp_path / "y", progress=False)
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()

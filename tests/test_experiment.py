@@ -90,8 +90,15 @@ def test_hns_graph_hand_counted(tmp_path):
     assert len(task.agents) == 260
     assert task.deps[0] == "pretrain/sgi_w__Alien"
     assert graph.task("pretrain/sgi_w__Pong").deps == ("data/weak__Pong",)
-    argv = graph.task("data/weak__Pong").argv
-    assert argv[:4] == ("import", "dqn-replay", "--src", "/data/dqn_replay/Pong/1/replay_logs")
+    # Weak: checkpoint 0 of each of the 5 DQN runs (the paper's 5M steps); Mixed: one run.
+    task = graph.task("data/weak__Pong")
+    argv = task.argv
+    srcs = tuple(f"/data/dqn_replay/Pong/{r}/replay_logs" for r in range(1, 6))
+    assert argv[:9] == ("import", "dqn-replay", "--src", *srcs, "--checkpoints")
+    assert argv[9:12] == ("0", "--samples", "1000000") and task.steps == 5_000_000
+    mixed = graph.task("data/mixed__Pong")
+    assert mixed.argv[3:5] == ("/data/dqn_replay/Pong/1/replay_logs", "--checkpoints")
+    assert mixed.steps == 3_000_000
     assert graph.task("finetune/sgi_none").deps == ()
     # Without the DQN Replay folder the Weak and Mixed branches are dropped, and said so.
     graph = graph_of("hns", tmp_path, None)
@@ -200,6 +207,13 @@ def test_bad_nested_keys_are_named(tmp_path):
         ex.load_experiment(write(tmp_path, BASE.replace("[Pong]", "[Pongg]")))
     with pytest.raises(ConfigError, match="not declared"):
         ex.load_experiment(write(tmp_path, BASE), {"dqn_replay": "/x"})
+    # dqn_replay runs: {run} in src and runs go together, runs distinct.
+    dqn = "{w: {source: dqn_replay, src: '/d/{game}/%s/replay_logs', checkpoints: [0]%s}}"
+    for src, runs in (("{run}", ""), ("1", ", runs: [1, 2]"), ("{run}", ", runs: [1, 1]")):
+        text = BASE.replace("{random: {source: random, steps: 100}}", dqn % (src, runs))
+        text = text.replace("data: random}", "data: w}")
+        with pytest.raises(ConfigError, match=r"data\.w\.runs"):
+            ex.load_experiment(write(tmp_path, text))
 
 
 def test_bad_overrides_are_named_at_expansion(tmp_path):

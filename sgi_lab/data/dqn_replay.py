@@ -43,6 +43,7 @@ import os
 import re
 import warnings
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -400,7 +401,7 @@ def _stream_frames(ckpt: _Checkpoint, plan: dict[str, np.ndarray], start: int, w
 
 
 def import_dqn_replay(
-    src: str | os.PathLike,
+    src: str | os.PathLike | Sequence[str | os.PathLike],
     game: str,
     checkpoints: list[int],
     samples: int | None,
@@ -413,13 +414,16 @@ def import_dqn_replay(
 ) -> TransitionStore:
     """Import DQN Replay checkpoints into one TransitionStore (the Weak and Mixed datasets).
 
-    For each checkpoint in order, the first ``samples`` real transitions (chronological, after
-    dropping Dopamine's padding and invalid rows) are appended to the store. Only one
+    For each source folder in order (one DQN run's ``replay_logs``; the paper's Weak dataset
+    takes checkpoint 0 of all five runs), and within it each checkpoint in order, the first
+    ``samples`` real transitions (chronological, after dropping Dopamine's padding and invalid
+    rows) are appended to the store, each slice starting an episode. Only one
     checkpoint's small arrays are held at a time, and frames stream through in blocks, so
     memory stays at a few hundred MB for 1M-frame checkpoints.
 
     Args:
-        src: folder with Dopamine's ``$store$_*_ckpt.N.gz`` files (a ``replay_logs`` folder).
+        src: folder with Dopamine's ``$store$_*_ckpt.N.gz`` files (a ``replay_logs`` folder),
+            or several such folders (DQN runs), imported one after another.
         game: any accepted spelling of the game (recorded in the manifest; sets ``num_actions``).
         checkpoints: checkpoint numbers ``N`` to import, in this order.
         samples: transitions taken from each checkpoint; None takes all of them. A checkpoint
@@ -439,9 +443,14 @@ def import_dqn_replay(
         DQNReplayError: a requested file is missing, corrupted or malformed (the message names
             it), or the arrays of a checkpoint disagree.
     """
-    src = Path(src)
+    many = not isinstance(src, (str, os.PathLike))
+    srcs = [Path(s) for s in src] if many else [Path(src)]
     out = Path(out)
     checkpoints = [int(c) for c in checkpoints]
+    if not srcs:
+        raise ValueError("src must name at least one DQN Replay folder")
+    if len({s.resolve() for s in srcs}) != len(srcs):
+        raise ValueError(f"src: the same folder twice in {[str(s) for s in srcs]}")
     if not checkpoints:
         raise ValueError("checkpoints must name at least one checkpoint")
     if len(set(checkpoints)) != len(checkpoints) or min(checkpoints) < 0:
@@ -450,11 +459,13 @@ def import_dqn_replay(
         raise ValueError(f"samples: must be positive or None, got {samples}")
     if chunk_size < 1:
         raise ValueError(f"chunk_size: must be positive, got {chunk_size}")
-    if not src.is_dir():
-        raise DQNReplayError(f"{src}: no such DQN Replay folder")
+    for folder in srcs:
+        if not folder.is_dir():
+            raise DQNReplayError(f"{folder}: no such DQN Replay folder")
     game, num_actions = _resolve_game(game)
     params = {
-        "src": str(src.resolve()),
+        # One folder as before (stores imported earlier resume and match), several as a list.
+        "src": [str(s.resolve()) for s in srcs] if many else str(srcs[0].resolve()),
         "checkpoints": checkpoints,
         "samples": samples,
         "stack_size": STACK_SIZE,
@@ -462,7 +473,7 @@ def import_dqn_replay(
     done = check_store_target(out, game, "dqn_replay", params, overwrite=overwrite)
     if done is not None:
         return done  # complete already, same settings: nothing to do
-    inspected = [_inspect_checkpoint(src, n) for n in checkpoints]
+    inspected = [_inspect_checkpoint(folder, n) for folder in srcs for n in checkpoints]
     for ckpt in inspected:  # every error found by planning comes before anything is written
         _plan_checkpoint(ckpt, num_actions)
 

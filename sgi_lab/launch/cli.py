@@ -68,7 +68,7 @@ def _import(args: argparse.Namespace) -> int:
             f"got {args.checkpoints!r}"
         ) from None
     store = import_dqn_replay(
-        args.src,
+        args.src[0] if len(args.src) == 1 else args.src,
         args.game,
         checkpoints,
         args.samples,
@@ -291,7 +291,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("import", help="import external data into a TransitionStore")
     p.add_argument("format", choices=["dqn-replay"])
-    p.add_argument("--src", type=Path, required=True, help="folder of Dopamine checkpoint files")
+    p.add_argument(
+        "--src",
+        type=Path,
+        nargs="+",
+        required=True,
+        help="folder of Dopamine checkpoint files (a run's replay_logs); several folders (DQN "
+        "runs) are imported one after another, e.g. Weak: checkpoint 0 of runs 1-5",
+    )
     p.add_argument("--game", required=True)
     p.add_argument("--checkpoints", required=True, help="comma-separated numbers, e.g. 1,25,50")
     p.add_argument("--samples", type=int, default=None, help="transitions from each checkpoint")

@@ -107,6 +107,9 @@ class DataSpec:
         "filled in (a null parameter drops every branch that needs this data)",
     )
     checkpoints: list[int] = F([], "dqn_replay: checkpoint numbers, in order")
+    runs: list[int] = F(
+        [], "dqn_replay: DQN runs filled in for {run} in src, imported one after another"
+    )
     samples: int | None = F(None, "dqn_replay: transitions taken from each checkpoint")
 
 
@@ -330,6 +333,13 @@ def _check_references(experiment: Experiment, path: Path) -> None:
             raise ConfigError(f"{path}: data.{name}.src: required for source {spec.source!r}")
         if spec.source == "dqn_replay" and not spec.checkpoints:
             raise ConfigError(f"{path}: data.{name}.checkpoints: required for dqn_replay")
+        names_run = "{run}" in (spec.src or "")
+        if spec.runs and (not names_run or len(set(spec.runs)) != len(spec.runs)):
+            raise ConfigError(
+                f"{path}: data.{name}.runs: distinct runs, with {{run}} in src ({spec.src})"
+            )
+        if names_run and not spec.runs:
+            raise ConfigError(f"{path}: data.{name}.runs: required, src names {{run}}")
 
 
 # -- speeds and cost ---------------------------------------------------------------------------
@@ -438,14 +448,17 @@ def _data_task(name: str, spec: DataSpec, game: str, out: Path, experiment: Expe
         argv = (*argv, *extra, *sets, *common)
         steps, stage = spec.steps, "collect_exploratory"
     else:  # dqn_replay
-        src = _fill(spec.src or "", values)
-        argv = ("import", "dqn-replay", "--src", src, "--checkpoints")
+        runs: list[int | None] = list(spec.runs) or [None]
+        srcs = tuple(
+            _fill(spec.src or "", values if r is None else {**values, "run": r}) for r in runs
+        )
+        argv = ("import", "dqn-replay", "--src", *srcs, "--checkpoints")
         argv = (*argv, ",".join(map(str, spec.checkpoints)))
         if spec.samples is not None:
             argv = (*argv, "--samples", str(spec.samples))
         argv = (*argv, *common)
         per = spec.samples or 1_000_000
-        steps, stage = per * len(spec.checkpoints), "import_dqn_replay"
+        steps, stage = per * len(spec.checkpoints) * len(runs), "import_dqn_replay"
     return Task(
         id=f"data/{folder.name}",
         kind="data",
@@ -470,7 +483,11 @@ def _needs_missing(spec: DataSpec, parameters: dict[str, Any]) -> list[str]:
     """The parameters a data source names in ``src`` that were not given (null)."""
     import string
 
-    names = [f for _, f, _, _ in string.Formatter().parse(spec.src or "") if f and f != "game"]
+    names = [
+        f
+        for _, f, _, _ in string.Formatter().parse(spec.src or "")
+        if f and f not in ("game", "run")
+    ]
     return [n for n in names if parameters.get(n) is None]
 
 
