@@ -457,7 +457,7 @@ def main() -> None:
                 r = bench_update(encoder, cpu_amp, args.repeats, args.profile, args.device)
                 results["update"].append(r)
                 print(json.dumps(r))
-            if args.what == "population-steps":
+            if args.what == "population-steps" and cpu_amp == amps[0]:  # uses cpu_amp: auto
                 r = bench_population_steps(encoder, args.agents, args.steps, args.device)
                 results["population"].append(r)
                 print(json.dumps(r))

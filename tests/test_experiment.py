@@ -235,7 +235,8 @@ def test_dry_run_prints_graph_and_cost(tmp_path, capsys):
     assert code == 0
     text = capsys.readouterr().out
     assert "tasks: 26 data, 26 pretrain, 4 finetune, 1 report" in text
-    assert "finetune/naive__sgi_m  [260 agents]" in text
+    # 260 ResNet agents x (networks 70 + Adam 69 + replay 711 + update 810 MB) = ~432 GB.
+    assert "finetune/naive__sgi_m  [260 agents, ~432 GB as one population]" in text
     assert "sgi-lab pretrain --params" in text and "estimated cost" in text
     total = next(line for line in text.splitlines() if line.startswith("total"))
     assert total.split()[1:3] == ["57", "1092"]  # tasks, runs

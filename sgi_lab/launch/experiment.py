@@ -703,6 +703,22 @@ def _fmt_count(n: float) -> str:
     return f"{n:.0f}"
 
 
+def _population_gb(graph: Graph, task: Task) -> float | None:
+    """Estimated memory of a finetuning task's agents trained as one population
+    (`sgi_lab.train.capacity.agent_bytes` of its resolved config), or None."""
+    from sgi_lab.config import FinetuneConfig, build_config
+    from sgi_lab.train.capacity import agent_bytes
+
+    argv = list(task.argv)
+    if "--params" not in argv:
+        return None
+    resolved = graph.params_files.get(argv[argv.index("--params") + 1])
+    if resolved is None:
+        return None
+    config = build_config(FinetuneConfig, resolved["config"])
+    return agent_bytes(config)["total"] * len(task.agents) / 1e9
+
+
 def format_plan(graph: Graph) -> str:
     """The graph (one line per task, with its inputs and command) and its estimated cost."""
     e = graph.experiment
@@ -714,7 +730,14 @@ def format_plan(graph: Graph) -> str:
         "",
     ]
     for task in graph.tasks:
-        extra = f"  [{len(task.agents)} agents]" if task.agents else ""
+        extra = ""
+        if task.agents:
+            memory = _population_gb(graph, task)
+            extra = f"  [{len(task.agents)} agents" + (
+                f", ~{memory:.0f} GB as one population]"
+                if memory is not None
+                else "]"
+            )
         lines.append(f"{task.id}{extra}")
         if task.deps:
             shown = ", ".join(task.deps[:4]) + (
