@@ -39,26 +39,29 @@ def test_epsilon_one_never_asks_the_policy_and_zero_always_does():
 
 def test_evaluation_plays_whole_games_through_life_losses(monkeypatch):
     """Breakout has 5 lives: an evaluation episode must run through all of them."""
-    record = {"life_loss": [], "ended": []}
-    real = ev.make_vector_env
+    import sgi_lab.envs.pool as pool_module
+
+    record: list[dict[str, list]] = []  # per environment, in creation order
+    real = pool_module.make_env
 
     class Spy:
-        def __init__(self, envs):
-            self.envs = envs
+        def __init__(self, env):
+            self.env, self.seen = env, {"life_loss": [], "ended": []}
+            record.append(self.seen)
 
         def reset(self, **kw):
-            return self.envs.reset(**kw)
+            return self.env.reset(**kw)
 
-        def step(self, actions):
-            out = self.envs.step(actions)
-            record["life_loss"].append(out[4]["life_loss"].copy())
-            record["ended"].append(out[2] | out[3])
+        def step(self, action):
+            out = self.env.step(action)
+            self.seen["life_loss"].append(out[4]["life_loss"])
+            self.seen["ended"].append(out[2] or out[3])
             return out
 
         def close(self):
-            self.envs.close()
+            self.env.close()
 
-    monkeypatch.setattr(ev, "make_vector_env", lambda *a, **kw: Spy(real(*a, **kw)))
+    monkeypatch.setattr(pool_module, "make_env", lambda *a, **kw: Spy(real(*a, **kw)))
     model = SGIModel("nature", 4)
     result = ev.evaluate(
         model,
@@ -71,11 +74,14 @@ def test_evaluation_plays_whole_games_through_life_losses(monkeypatch):
         asynchronous=False,
     )
     assert result["episodes"] == 2 and all(n > 50 for n in result["lengths"])
-    life_loss, ended = np.array(record["life_loss"]), np.array(record["ended"])
-    for i in range(2):
-        end = np.flatnonzero(ended[:, i])[0]
-        # Four lives lost mid-game without ending the episode, the fifth ends it.
-        assert life_loss[: end + 1, i].sum() == 5 and life_loss[end, i]
+    assert len(record) == 2
+    for seen in record:
+        life_loss, ended = np.array(seen["life_loss"]), np.array(seen["ended"])
+        end = np.flatnonzero(ended)[0]
+        # Four lives lost mid-game without ending the episode, the fifth ends it; an
+        # environment that played its quota (one episode each here) is not stepped again.
+        assert life_loss[: end + 1].sum() == 5 and life_loss[end]
+        assert len(ended) == end + 1
     assert model.training and all(layer.noise_enabled for layer in model.noisy_layers())
 
 

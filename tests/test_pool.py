@@ -47,3 +47,36 @@ def test_an_ended_episode_comes_back_reset_like_a_lone_env():
 def test_bad_arguments():
     with pytest.raises(ValueError, match="one seed per game"):
         EnvPool(["Pong"], [0, 1])
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_inactive_environments_are_not_stepped(workers):
+    """Stepping some environments: the others report their newest observation, reward 0 and
+    no episode end, and their emulators do not move (a lone env stepped only when active sees
+    the same frames); evaluation settings reach the environments."""
+    games, seeds = ["Pong", "Breakout", "Pong"], [0, 1, 2]
+    rng = np.random.default_rng(1)
+    lone = make_env("Breakout", seed=1, train=False, max_episode_frames=400)
+    expected, _ = lone.reset()
+    with EnvPool(games, seeds, train=False, workers=workers, max_episode_frames=400) as pool:
+        first = pool.reset()
+        np.testing.assert_array_equal(first[1], expected)
+        previous = first
+        ended = 0
+        for step in range(330):
+            active = np.array([True, step % 3 == 0, step % 2 == 0])
+            actions = rng.integers(0, [6, 4, 6])
+            out = pool.step(actions, active)
+            for j in np.flatnonzero(~active):
+                np.testing.assert_array_equal(out[0][j], previous[j])
+                assert out[1][j] == 0 and not out[2][j] and not out[3][j]
+            if active[1]:
+                o, r, term, trunc, _ = lone.step(int(actions[1]))
+                if term or trunc:
+                    o, _ = lone.reset()
+                    ended += 1
+                np.testing.assert_array_equal(out[0][1], o)
+                assert out[1][1] == r and out[3][1] == trunc
+            previous = out[0]
+        assert ended >= 1  # truncated at 400 frames = 100 steps: the cap reached the env
+    lone.close()

@@ -1,5 +1,6 @@
-"""The training environments of a population: one per agent, each its own game and seed, stepped
-together, in this process or spread over worker processes.
+"""The environments of a population, each its own game and seed, stepped together, in this
+process or spread over worker processes: one per agent in training, an agent's evaluation
+environments in `sgi_lab.train.evaluate` (which stops stepping those that played their quota).
 
 gymnasium's vector envs need one observation and action space for all members; a population
 mixes games with different action sets, so this pool steps `make_env` environments itself.
@@ -20,6 +21,8 @@ import numpy as np
 
 from sgi_lab.envs.atari import make_env
 
+FRAME_STACK_SHAPE = (4, 84, 84)
+
 __all__ = ["EnvPool", "PoolStep"]
 
 
@@ -31,9 +34,14 @@ class PoolStep(tuple):
     __slots__ = ()
 
 
-def _step_slice(envs: list, actions: np.ndarray) -> tuple[np.ndarray, ...]:
+def _step_slice(
+    envs: list, actions: np.ndarray, active: np.ndarray | None = None
+) -> tuple[np.ndarray, ...]:
+    """Step the ``active`` environments of a slice (all by default); rows of those only."""
     obs, rewards, terminated, truncated, raw, terminal = [], [], [], [], [], []
-    for env, action in zip(envs, actions, strict=True):
+    chosen = range(len(envs)) if active is None else np.flatnonzero(active)
+    for k in chosen:
+        env, action = envs[k], actions[k]
         o, r, term, trunc, info = env.step(int(action))
         if term or trunc:
             o, _ = env.reset()
@@ -44,7 +52,7 @@ def _step_slice(envs: list, actions: np.ndarray) -> tuple[np.ndarray, ...]:
         raw.append(float(info["raw_reward"]))
         terminal.append(bool(info["terminal"]))
     return (
-        np.stack(obs),
+        np.stack(obs) if obs else np.zeros((0, *FRAME_STACK_SHAPE), np.uint8),
         np.asarray(rewards, np.float32),
         np.asarray(terminated),
         np.asarray(truncated),
@@ -53,15 +61,19 @@ def _step_slice(envs: list, actions: np.ndarray) -> tuple[np.ndarray, ...]:
     )
 
 
-def _worker(conn: Any, games: list[str], seeds: list[int], train: bool) -> None:
-    envs = [make_env(g, seed=s, train=train) for g, s in zip(games, seeds, strict=True)]
+def _worker(
+    conn: Any, games: list[str], seeds: list[int], train: bool, env_kwargs: dict[str, Any]
+) -> None:
+    envs = [
+        make_env(g, seed=s, train=train, **env_kwargs) for g, s in zip(games, seeds, strict=True)
+    ]
     try:
         while True:
             command, payload = conn.recv()
             if command == "reset":
                 conn.send(np.stack([env.reset()[0] for env in envs]))
             elif command == "step":
-                conn.send(_step_slice(envs, payload))
+                conn.send(_step_slice(envs, *payload))
             else:  # "close"
                 break
     except (EOFError, KeyboardInterrupt):
@@ -80,10 +92,16 @@ class EnvPool:
         seeds: per-environment seed of its first reset (`make_env`).
         train: training mode (life loss terminal for learning, clipped rewards).
         workers: processes stepping the environments (0: this process); at most N are used.
+        **env_kwargs: passed to `make_env` (e.g. ``max_episode_frames`` for evaluation).
     """
 
     def __init__(
-        self, games: Sequence[str], seeds: Sequence[int], train: bool = True, workers: int = 0
+        self,
+        games: Sequence[str],
+        seeds: Sequence[int],
+        train: bool = True,
+        workers: int = 0,
+        **env_kwargs: Any,
     ) -> None:
         if len(games) != len(seeds) or not games:
             raise ValueError("EnvPool needs one seed per game, at least one environment")
@@ -92,8 +110,11 @@ class EnvPool:
         self._envs: list = []
         self._conns: list = []
         self._procs: list = []
+        self._last: np.ndarray | None = None  # the newest observation of every environment
         if self.workers == 0:
-            self._envs = [make_env(g, seed=s, train=train) for g, s in zip(games, seeds)]
+            self._envs = [
+                make_env(g, seed=s, train=train, **env_kwargs) for g, s in zip(games, seeds)
+            ]
             return
         # Contiguous slices, as even as possible; spawn: a forked child of a process holding
         # torch's thread pools (or CUDA) can deadlock.
@@ -105,7 +126,7 @@ class EnvPool:
                 parent, child = context.Pipe()
                 proc = context.Process(
                     target=_worker,
-                    args=(child, list(games[part]), list(seeds[part]), train),
+                    args=(child, list(games[part]), list(seeds[part]), train, env_kwargs),
                     daemon=True,
                 )
                 proc.start()
@@ -119,20 +140,44 @@ class EnvPool:
     def reset(self) -> np.ndarray:
         """First observations, (N, 4, 84, 84) uint8."""
         if self.workers == 0:
-            return np.stack([env.reset()[0] for env in self._envs])
-        for conn in self._conns:
-            conn.send(("reset", None))
-        return np.concatenate([conn.recv() for conn in self._conns])
+            obs = np.stack([env.reset()[0] for env in self._envs])
+        else:
+            for conn in self._conns:
+                conn.send(("reset", None))
+            obs = np.concatenate([conn.recv() for conn in self._conns])
+        self._last = obs
+        return obs
 
-    def step(self, actions: np.ndarray) -> PoolStep:
-        """One step of every environment (see `PoolStep`)."""
+    def step(self, actions: np.ndarray, active: np.ndarray | None = None) -> PoolStep:
+        """One step of every environment, or of the ``active`` ones (see `PoolStep`): the
+        others are not stepped and report their newest observation again, reward 0 and no
+        episode end (evaluation stops stepping environments that played their quota).
+
+        Args:
+            actions: (N,) actions (those of inactive environments are ignored).
+            active: (N,) bool, the environments to step; None: all.
+        """
         actions = np.asarray(actions)
+        mask = None if active is None else np.asarray(active, bool)
         if self.workers == 0:
-            return PoolStep(_step_slice(self._envs, actions))
-        for conn, part in zip(self._conns, self._slices, strict=True):
-            conn.send(("step", actions[part]))
-        parts = [conn.recv() for conn in self._conns]
-        return PoolStep(tuple(np.concatenate([p[i] for p in parts]) for i in range(6)))
+            rows = _step_slice(self._envs, actions, mask)
+        else:
+            for conn, part in zip(self._conns, self._slices, strict=True):
+                conn.send(("step", (actions[part], None if mask is None else mask[part])))
+            parts = [conn.recv() for conn in self._conns]
+            rows = tuple(np.concatenate([p[i] for p in parts]) for i in range(6))
+        if mask is None:
+            self._last = rows[0]
+            return PoolStep(rows)
+        if self._last is None:
+            raise RuntimeError("reset the pool before stepping some of its environments")
+        full = []
+        for i, part in enumerate(rows):
+            filled = self._last.copy() if i == 0 else np.zeros(self.num_envs, part.dtype)
+            filled[mask] = part
+            full.append(filled)
+        self._last = full[0]
+        return PoolStep(tuple(full))
 
     def close(self) -> None:
         for env in self._envs:

@@ -734,9 +734,7 @@ def format_plan(graph: Graph) -> str:
         if task.agents:
             memory = _population_gb(graph, task)
             extra = f"  [{len(task.agents)} agents" + (
-                f", ~{memory:.0f} GB as one population]"
-                if memory is not None
-                else "]"
+                f", ~{memory:.0f} GB as one population]" if memory is not None else "]"
             )
         lines.append(f"{task.id}{extra}")
         if task.deps:

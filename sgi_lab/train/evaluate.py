@@ -5,12 +5,14 @@ off, batch norm with running statistics (eval mode), **no life-loss terminals** 
 with ``train=False``, so an episode is a whole game) and raw, unclipped rewards, capped at
 108,000 frames (27,000 agent steps) per episode.
 
-The N environments of `sgi_lab.envs.make_vector_env` are stepped together and their
-observations go through the network in one batched forward. Each environment gets a fixed quota
-of episodes (``episodes`` split as evenly as possible); an environment that has played its quota
-keeps stepping (a vector env steps all its members) but is ignored. With fixed quotas the
-returned episodes do not depend on how long they are, whereas "the first ``episodes`` episodes
-to finish" over-samples short (usually bad) games.
+The N environments of every agent are stepped together (an `sgi_lab.envs.pool.EnvPool`, in
+worker processes where there are cores to spare: `eval_workers`) and their observations go
+through the network in one batched forward. Each environment gets a fixed quota of episodes
+(``episodes`` split as evenly as possible); an environment that has played its quota is not
+stepped any more. With fixed quotas the returned episodes do not depend on how long they are,
+whereas "the first ``episodes`` episodes to finish" over-samples short (usually bad) games. The
+scores equal those of gymnasium's vector envs (same seeds, same-step resets), which this module
+used before.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from sgi_lab.envs import canonical_game, make_vector_env
+from sgi_lab.envs import canonical_game
 from sgi_lab.envs.atari import MAX_EPISODE_FRAMES
+from sgi_lab.envs.pool import FRAME_STACK_SHAPE, EnvPool
 from sgi_lab.metrics import human_normalized_score
 from sgi_lab.nets import SGIModel
 from sgi_lab.nets.runtime import use_bf16
@@ -87,7 +90,8 @@ def evaluate(
         device: where observations go; defaults to the model's device.
         max_frames: raw-frame cap per episode (108,000; a multiple of 4), None for none.
         progress: tqdm bar over finished episodes.
-        asynchronous: one subprocess per env; default with several envs and at least 4 CPUs.
+        asynchronous: step the environments in worker processes (`eval_workers`); default:
+            with at least 4 CPUs.
         amp: bf16 autocast; default on CUDA.
 
     Returns:
@@ -131,6 +135,17 @@ def evaluate(
             layer.noise_enabled = flag
 
 
+def eval_workers(num_envs: int, asynchronous: bool | None = None) -> int:
+    """Worker processes for evaluating ``num_envs`` environments: none on fewer than 4 CPUs
+    (on 2 cores stepping the emulators in this process beats workers competing with the
+    network's threads, measured 1.5x), else one per spare core (all but one), at most one per
+    environment. ``asynchronous`` True/False forces workers (at least one) or none."""
+    cpus = os.cpu_count() or 1
+    if asynchronous is None:
+        asynchronous = cpus >= 4 and num_envs > 1
+    return min(num_envs, max(1, cpus - 1)) if asynchronous else 0
+
+
 def play_episodes(
     policy: Policy,
     games: Sequence[str],
@@ -166,23 +181,15 @@ def play_episodes(
     n = len(games)
     num_envs = min(num_envs, episodes)
     quotas = episode_quotas(episodes, num_envs)
-    if asynchronous is None:
-        # Worker processes only pay with cores to spare: on 2 cores, stepping 8 emulators in this
-        # process beats 8 workers competing with the network's threads (measured 1.5x).
-        asynchronous = num_envs > 1 and (os.cpu_count() or 1) >= 4 * n
-    context = "spawn" if torch.cuda.is_initialized() else None
-    envs = [
-        make_vector_env(
-            game,
-            num_envs,
-            seed=seed,
-            train=False,
-            asynchronous=asynchronous,
-            context=context if asynchronous else None,
-            max_episode_frames=max_frames,
-        )
-        for game, seed in zip(games, seeds, strict=True)
-    ]
+    workers = eval_workers(n * num_envs, asynchronous)
+    # Environment j of agent i is row i * num_envs + j, seeded seed_i + j (as a vector env).
+    pool = EnvPool(
+        [game for game in games for _ in range(num_envs)],
+        [seed + j for seed in seeds for j in range(num_envs)],
+        train=False,
+        workers=workers,
+        max_episode_frames=max_frames,
+    )
     rngs = [np.random.default_rng(seed) for seed in seeds]
     scores: list[list[float]] = [[] for _ in range(n)]
     lengths: list[list[int]] = [[] for _ in range(n)]
@@ -194,7 +201,7 @@ def play_episodes(
     bar = tqdm(total=episodes * n, desc=f"evaluate {label}", disable=not progress, leave=True)
     start = time.perf_counter()
     try:
-        obs = np.stack([e.reset()[0] for e in envs])  # (N, E, 4, 84, 84)
+        obs = pool.reset().reshape(n, num_envs, *FRAME_STACK_SHAPE)
         while (done < quotas).any():
             active = done < quotas
             actions = np.zeros((n, num_envs), np.int64)
@@ -210,9 +217,11 @@ def play_episodes(
                     continue
                 chosen = drawn[i] if random[i].all() else greedy[i][active[i]]
                 actions[i, active[i]] = np.where(random[i], drawn[i], chosen)
-            results = [e.step(a) for e, a in zip(envs, actions, strict=True)]
-            obs = np.stack([r[0] for r in results])
-            for i, (_, rewards, terminated, truncated, _) in enumerate(results):
+            # Environments that played their quota are not stepped any more.
+            stepped = pool.step(actions.reshape(-1), active.reshape(-1))
+            obs = stepped[0].reshape(n, num_envs, *FRAME_STACK_SHAPE)
+            per_agent = [x.reshape(n, num_envs) for x in stepped[1:4]]
+            for i, (rewards, terminated, truncated) in enumerate(zip(*per_agent, strict=True)):
                 returns[i] += np.where(active[i], rewards, 0.0)
                 steps[i] += active[i]
                 total_steps[i] += int(active[i].sum())
@@ -225,8 +234,7 @@ def play_episodes(
             bar.set_postfix(mean=f"{np.mean([np.mean(s) for s in scores if s] or [0]):.1f}")
     finally:
         bar.close()
-        for e in envs:
-            e.close()
+        pool.close()
     seconds = time.perf_counter() - start
     out = []
     for i, game in enumerate(games):
