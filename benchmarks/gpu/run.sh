@@ -33,8 +33,9 @@ case "$what" in
   benchmark26)
     games=$(python -c "from sgi_lab.envs.games import ATARI_100K_GAMES as g; print(','.join(g))")
     timeout 560 python -c 'import sys; from sgi_lab.launch.cli import main; sys.exit(main())' finetune --params params/finetune/sgi_none.yaml --game "$games" --seed 0 \
-      --set device=cuda --set checkpoint_every=5000 --out /root/benchmark26 --no-progress 2>&1 | tail -40 || true
+      --set device=cuda --set checkpoint_every=10000 --set env_workers=15 --out /root/benchmark26 --no-progress 2>&1 | tail -40 || true
     nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv || true
+    df -h /root | tail -1  # 26 agents x 2 kept checkpoints x ~0.75 GB of replay each: ~40 GB
     ls /root/benchmark26 | head -30
     sgi report /root/benchmark26/* --csv "$out/benchmark26.csv" 2>&1 | tail -40 || true ;;
 esac
