@@ -170,33 +170,6 @@ def test_population_update_on_the_gpu_equals_separate_updates(amp):
             torch.testing.assert_close(mine[k], theirs[k], msg=k, **tol)
 
 
-def test_cuda_graph_updates_equal_eager_updates():
-    """Three eager warm-up updates, the capture, then replays: the same parameters as eager
-    updates all along (fp32, tight tolerance), with the population's own random streams."""
-    from test_population import fake_batch, make_config
-
-    def run(graphs: bool) -> Population:
-        configs = [
-            make_config(seed=s, encoder="resnet", device="cuda", amp=False, cuda_graphs=graphs)
-            for s in range(2)
-        ]
-        models = []
-        for c in configs:
-            torch.manual_seed(c.seed)
-            models.append(SGIModel(**model_args_for(c, 6)))
-        pop = Population.build(configs, models, loaded=(), device="cuda")
-        assert pop.uses_cuda_graph == graphs
-        for step in range(6):
-            batches = [fake_batch(c, 6, 100 * step + i) for i, c in enumerate(configs)]
-            pop.update(batches, [np.ones(c.batch_size, np.float32) for c in configs])
-        return pop
-
-    graphed, eager = run(True), run(False)
-    for i in range(2):
-        for k, v in eager.agent_state(i).items():
-            torch.testing.assert_close(graphed.agent_state(i)[k], v, rtol=1e-4, atol=1e-5, msg=k)
-
-
 @pytest.mark.usefixtures("no_tf32")
 def test_cuda_graph_acting_equals_eager_acting():
     """Acting's forward replayed from a graph captured at the first step, with updates in

@@ -19,7 +19,7 @@ sgi() { python -c 'import sys; from sgi_lab.launch.cli import main; sys.exit(mai
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 case "$what" in
   checks)
-    python -m pytest -q tests/test_cuda.py tests/test_graph_check.py -p no:cacheprovider 2>&1 | tail -20 | tee "$out/checks.txt" ;;
+    python -m pytest -q tests/test_cuda.py tests/test_graphs.py -p no:cacheprovider 2>&1 | tail -20 | tee "$out/checks.txt" ;;
   population)
     for n in 1 4 26; do
       python benchmarks/finetune_speed.py population --device cuda --agents "$n" --repeats 10 \

@@ -83,7 +83,7 @@ class BatchedSumTree:
             size *= 2
         self.size = size
         # Validate values on the host (free on a CPU; a synchronisation elsewhere, never
-        # inside a CUDA graph): `sgi_lab.nets.graph_check` turns it off to check the GPU's path.
+        # inside a CUDA graph): `sgi_lab.nets.graphs` turns it off to check the GPU's path.
         self.host_checks = torch.device(device).type == "cpu"
         self.levels = size.bit_length() - 1  # edges from the root to a leaf
         self.tree = torch.zeros(num_trees, 2 * size, dtype=torch.float64, device=device)

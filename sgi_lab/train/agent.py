@@ -50,6 +50,7 @@ from sgi_lab.nets import SGIModel
 from sgi_lab.nets.cpu_settings import time_step
 from sgi_lab.nets.ema import lerp_
 from sgi_lab.nets.encoders import prepare_pixels
+from sgi_lab.nets.graphs import GraphedCall
 from sgi_lab.nets.noisy import NoisyLinear
 from sgi_lab.nets.runtime import prepare_device, use_bf16
 from sgi_lab.objectives import (
@@ -181,7 +182,7 @@ class Population:
         updates: gradient updates done (all agents move in lockstep).
         host_checks: read values on the host inside the update (the NaN check, whether any
             agent's gradient is clipped): free on a CPU (the default there), a synchronisation
-            elsewhere, and never inside a CUDA graph; `sgi_lab.nets.graph_check` turns them off
+            elsewhere, and never inside a CUDA graph; `sgi_lab.nets.graphs` turns them off
             to check the GPU's path on a CPU.
     """
 
@@ -493,36 +494,23 @@ class Population:
     @property
     def uses_forward_graphs(self) -> bool:
         """Whether acting replays a captured CUDA graph (CUDA and ``cuda_graphs``)."""
-        return self.device.type == "cuda" and getattr(self.config, "cuda_graphs", False)
+        return GraphedCall.available(self.device) and getattr(self.config, "cuda_graphs", False)
 
     def _forward_graph(
         self, name: str, fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor
     ) -> torch.Tensor:
-        """``fn(x)``, from a CUDA graph captured at the first call with this input shape when
-        `uses_forward_graphs`: the forward reads the networks' stacked tensors, which every
-        update changes in place, so a replay sees the current weights, noise and statistics
-        (`sgi_lab.nets.graph_check` checks it on a CPU). Saves the forward's few hundred kernel
-        launches per environment step."""
+        """``fn(x)``, replayed from a CUDA graph captured at the third call with this input shape
+        when `uses_forward_graphs` (`sgi_lab.nets.graphs.GraphedCall`): the forward reads the
+        networks' stacked tensors, which every update changes in place, so a replay sees the
+        current weights, noise and statistics (`sgi_lab.nets.graphs` checks it on a CPU). Saves
+        the forward's few hundred kernel launches per environment step."""
         if not self.uses_forward_graphs:
             return fn(x)
-        graphs = self.__dict__.setdefault("_forward_graphs", {})
+        graphs = self.__dict__.setdefault("_graphs", {})
         key = (name, tuple(x.shape), x.dtype)
         if key not in graphs:
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(2):  # warm-up (allocator, cuDNN), eager
-                    fn(x)
-            torch.cuda.current_stream().wait_stream(side)
-            static = x.clone()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                out = fn(static)
-            graphs[key] = (graph, static, out)
-        graph, static, out = graphs[key]
-        static.copy_(x, non_blocking=True)
-        graph.replay()
-        return out.clone()
+            graphs[key] = GraphedCall(fn, warmup=2)
+        return graphs[key](x).clone()
 
     @torch.no_grad()
     def greedy(self, obs: np.ndarray) -> np.ndarray:
@@ -562,9 +550,8 @@ class Population:
     ) -> tuple[dict[str, torch.Tensor], np.ndarray]:
         """One gradient update of every agent: batch -> targets under no_grad -> loss -> step.
 
-        On CUDA with ``cuda_graphs`` the update is captured once as a CUDA graph (after three
-        eager updates that warm up the allocator and cuDNN) and replayed from then on: the batch
-        is copied into the graph's static inputs, and no kernel is launched from Python.
+        Eager on every device (tests, benchmarks); the training loop calls `learn`, which on
+        CUDA replays sampling, this update and the priorities as one captured graph.
 
         Args:
             batches: per-agent replay batches (K+1 observations per sample, n-step returns,
@@ -596,7 +583,7 @@ class Population:
         the new priorities written back. On CUDA with ``cuda_graphs`` the three are captured as
         ONE graph after three eager steps and replayed from then on (the replay's draws, beta
         and priorities are device state, so nothing is launched from Python and nothing
-        crosses to the host; `sgi_lab.nets.graph_check` checks it on a CPU).
+        crosses to the host; `sgi_lab.nets.graphs` checks it on a CPU).
 
         Args:
             replay: every agent's replay (`PopulationReplay.ready` already true).
@@ -627,37 +614,24 @@ class Population:
         return stats, priorities
 
     def _graphed_learn(self, replay: PopulationReplay, batch_size: int) -> dict[str, torch.Tensor]:
-        key = (id(replay), batch_size)
-        graphs = self.__dict__.setdefault("_learn_graphs", {})
+        graphs = self.__dict__.setdefault("_graphs", {})
+        key = ("learn", id(replay), batch_size)
         if key not in graphs:
-            warm = self.__dict__.get("_learn_warmups", 0)
-            if warm < 3:  # real steps, eager, on a side stream (PyTorch's capture recipe)
-                self.__dict__["_learn_warmups"] = warm + 1
-                side = torch.cuda.Stream()
-                side.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(side):
-                    stats, _ = self._learn_step(replay, batch_size)
-                torch.cuda.current_stream().wait_stream(side)
-                return stats
-            graph = torch.cuda.CUDAGraph()
-            for g in (*self.generators, *replay.generators):
-                graph.register_generator_state(g)
-            self.optimizer.zero_grad(set_to_none=True)
-            with torch.cuda.graph(graph):
-                stats, _ = self._learn_step(replay, batch_size)
-            graphs[key] = (graph, stats)
-        graph, stats = graphs[key]
-        graph.replay()
-        return stats
+            graphs[key] = GraphedCall(
+                lambda: self._learn_step(replay, batch_size)[0],
+                warmup=3,
+                generators=[*self.generators, *replay.generators],
+                before_capture=lambda: self.optimizer.zero_grad(set_to_none=True),
+            )
+        return graphs[key]()
 
     def update_staged(
         self, staged: dict[str, torch.Tensor]
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        """One update from staged device tensors (`stage`); stats and priorities on the device."""
-        if self.uses_cuda_graph:
-            stats, priorities = self._graphed_step(staged)
-        else:
-            stats, priorities = self._step(staged)
+        """One update from staged device tensors (`stage`); stats and priorities on the device.
+        Eager everywhere: the training loop's CUDA graph is `learn`'s, which adds the sampling
+        and the priorities."""
+        stats, priorities = self._step(staged)
         self.updates += 1
         cfg = self.config
         if self.q_target is not None and self.updates % cfg.target_update_period == 0:
@@ -688,41 +662,13 @@ class Population:
 
     @property
     def uses_cuda_graph(self) -> bool:
-        """Whether updates replay a captured CUDA graph (CUDA, ``cuda_graphs``, no separate Q
+        """Whether `learn` replays a captured CUDA graph (CUDA, ``cuda_graphs``, no separate Q
         target network, whose periodic copy is decided in Python)."""
         return (
-            self.device.type == "cuda"
+            GraphedCall.available(self.device)
             and getattr(self.config, "cuda_graphs", False)
             and self.q_target is None
-            and hasattr(torch.cuda.CUDAGraph, "register_generator_state")
         )
-
-    def _graphed_step(
-        self, staged: dict[str, torch.Tensor]
-    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        graph = self.__dict__.get("_graph")
-        if graph is None:
-            warm = self.__dict__.get("_graph_warmups", 0)
-            if warm < 3:  # real updates, eager, on a side stream (PyTorch's capture recipe)
-                self.__dict__["_graph_warmups"] = warm + 1
-                side = torch.cuda.Stream()
-                side.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(side):
-                    out = self._step(staged)
-                torch.cuda.current_stream().wait_stream(side)
-                return out
-            static = {k: v.clone() for k, v in staged.items()}
-            graph = torch.cuda.CUDAGraph()
-            for g in self.generators:
-                graph.register_generator_state(g)
-            self.optimizer.zero_grad(set_to_none=True)
-            with torch.cuda.graph(graph):
-                outputs = self._step(static)
-            self.__dict__.update(_graph=graph, _graph_inputs=static, _graph_outputs=outputs)
-        for k, v in staged.items():
-            self.__dict__["_graph_inputs"][k].copy_(v, non_blocking=True)
-        graph.replay()
-        return self.__dict__["_graph_outputs"]
 
     def _step(
         self, staged: dict[str, torch.Tensor]

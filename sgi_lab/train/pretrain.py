@@ -32,6 +32,7 @@ from sgi_lab.config import ConfigError, PretrainConfig, build_config, to_dict
 from sgi_lab.data import SequenceBatch, SequenceSampler, TransitionStore
 from sgi_lab.nets import SGIModel, ema_update, make_target
 from sgi_lab.nets.cpu_settings import settle, time_step
+from sgi_lab.nets.graphs import GraphedCall
 from sgi_lab.nets.runtime import autocast, clip_gradients, prepare_device
 from sgi_lab.objectives import (
     atc_accuracy,
@@ -332,7 +333,7 @@ def train_step(
     """One gradient step: losses, Adam, EMA. Raises FloatingPointError on a NaN/Inf loss (on a
     CPU at once; on a GPU, where reading the loss would stall the launch queue every step, the
     training loop checks when it logs). ``host_checks`` (default: on a CPU) reads values on
-    the host; off, the step is what a CUDA graph captures (`sgi_lab.nets.graph_check`)."""
+    the host; off, the step is what a CUDA graph captures (`sgi_lab.nets.graphs`)."""
     if host_checks is None:
         host_checks = batch["obs"].device.type == "cpu"
     with autocast(batch["obs"].device, cuda=config.amp, cpu=config.cpu_amp):
@@ -353,50 +354,29 @@ def train_step(
 
 
 class GraphedStep:
-    """`train_step` captured once as a CUDA graph and replayed: three eager steps on a side
-    stream warm the allocator and cuDNN (PyTorch's recipe), the fourth is captured with the
-    augmentation generator registered, and from then on each call copies the batch into the
-    graph's static inputs and replays it: no kernel is launched from Python. The returned logs
-    are copies (a replay overwrites the graph's outputs)."""
+    """`train_step` replayed from a CUDA graph (`sgi_lab.nets.graphs.GraphedCall`): three eager
+    steps, then the capture with the augmentation generator registered, and from then on each
+    call copies the batch into the graph's static inputs and replays it: no kernel is launched
+    from Python. The returned logs are copies (a replay overwrites the graph's outputs)."""
 
     WARMUP = 3
 
     def __init__(self, config: PretrainConfig, state: PretrainState) -> None:
         self.config, self.state = config, state
-        self.warm = 0
-        self.graph: torch.cuda.CUDAGraph | None = None
-        self.inputs: dict[str, torch.Tensor] = {}
-        self.outputs: dict[str, torch.Tensor] = {}
+        self.call = GraphedCall(
+            lambda batch: train_step(config, state, batch),
+            warmup=self.WARMUP,
+            generators=[state.generator],
+            before_capture=lambda: state.optimizer.zero_grad(set_to_none=True),
+        )
 
     @staticmethod
     def usable(config: PretrainConfig, device: torch.device) -> bool:
-        return (
-            device.type == "cuda"
-            and config.cuda_graphs
-            and hasattr(torch.cuda.CUDAGraph, "register_generator_state")
-        )
+        return GraphedCall.available(device) and config.cuda_graphs
 
     def __call__(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        if self.graph is None:
-            if self.warm < self.WARMUP:
-                self.warm += 1
-                side = torch.cuda.Stream()
-                side.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(side):
-                    logs = train_step(self.config, self.state, batch)
-                torch.cuda.current_stream().wait_stream(side)
-                return logs
-            self.inputs = {k: v.clone() for k, v in batch.items()}
-            graph = torch.cuda.CUDAGraph()
-            graph.register_generator_state(self.state.generator)
-            self.state.optimizer.zero_grad(set_to_none=True)
-            with torch.cuda.graph(graph):
-                self.outputs = train_step(self.config, self.state, self.inputs)
-            self.graph = graph
-        for k, v in batch.items():
-            self.inputs[k].copy_(v, non_blocking=True)
-        self.graph.replay()
-        return {k: v.clone() if torch.is_tensor(v) else v for k, v in self.outputs.items()}
+        logs = self.call(batch)
+        return {k: v.clone() if torch.is_tensor(v) else v for k, v in logs.items()}
 
 
 def _window_mean(values: list[Any]) -> float:

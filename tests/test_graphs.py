@@ -1,4 +1,4 @@
-"""sgi_lab.nets.graph_check: what a CUDA graph would fix, checked on a CPU; the population's
+"""sgi_lab.nets.graphs: what a CUDA graph would fix, checked on a CPU; the population's
 update passes it on the GPU's path."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 import torch
 from test_population import fake_batch, make_config, population
 
-from sgi_lab.nets.graph_check import check_replayable, trace
+from sgi_lab.nets.graphs import check_replayable, trace
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -89,7 +89,7 @@ def test_population_update_is_replayable_on_the_gpu_path(ssl, batching):
 def test_acting_is_replayable_across_updates():
     """The acting forward a CUDA graph captures reads the weights, noise and statistics that
     updates change in place: after an update its trace is the captured one."""
-    from sgi_lab.nets.graph_check import assert_replays
+    from sgi_lab.nets.graphs import assert_replays
 
     configs = [make_config(seed=s, population_batching="vmap") for s in range(2)]
     pop = population(configs, [6, 6])
@@ -113,7 +113,7 @@ def test_a_learning_step_is_replayable_across_appends(ssl):
     """Sample -> update -> priorities, the step a CUDA graph captures whole: after rows are
     appended and beta moves on (both eager, outside the graph), its trace is the captured one."""
     from sgi_lab.data.population_replay import PopulationReplay
-    from sgi_lab.nets.graph_check import assert_replays
+    from sgi_lab.nets.graphs import assert_replays
 
     configs = [make_config(seed=s, ssl=ssl, population_batching="vmap") for s in range(2)]
     pop = population(configs, [6, 6])

@@ -1,29 +1,94 @@
-"""Whether a step can be captured once as a CUDA graph and replayed, checked on any device.
+"""CUDA graphs: a step captured once and replayed (`GraphedCall`), and a check, on any device,
+that replaying it is right (`check_replayable`).
 
 A CUDA graph records the kernels of one call with their arguments and memory addresses; each
-replay runs exactly those kernels on exactly that memory. A replay therefore does what an eager
-call would only if every call does the same work on the same persistent tensors: no Python
-number that changes between calls (a step count, an annealed beta) baked into an operator, no
-state replaced by a new tensor instead of updated in place, no shape that depends on data, and
-no host synchronisation (``.item()``, ``bool(tensor)``), which capture forbids.
+replay runs exactly those kernels on exactly that memory, with no Python and no launch cost.
+A replay therefore does what an eager call would only if every call does the same work on the
+same persistent tensors: no Python number that changes between calls (a step count, an annealed
+beta) baked into an operator, no state replaced by a new tensor instead of updated in place, no
+shape that depends on data, and no host synchronisation (``.item()``, ``bool(tensor)``), which
+capture forbids.
 
 `ReplayTrace` records what a graph would fix (every computing operator, its non-tensor
 arguments, its tensors' shapes and dtypes, and the storage of each tensor that existed before
 the call) so that two calls' traces can be compared; `check_replayable` runs a step twice and
 names the first difference. It runs on a CPU, so the CUDA path's graph safety is tested where no
-GPU is available (tests/test_graph_check.py).
+GPU is available (tests/test_graphs.py).
 """
 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+
+class GraphedCall:
+    """``fn(*inputs)`` run eagerly ``warmup`` times on a side stream (PyTorch's recipe: the
+    allocator and cuDNN settle), then captured once as a CUDA graph and replayed at every later
+    call: the tensor inputs are copied into the graph's static inputs, and the graph's static
+    outputs are returned (a later call overwrites them: copy what must outlive it).
+
+    Args:
+        fn: the step; it must be replay-safe (`check_replayable`).
+        warmup: eager calls before the capture.
+        generators: torch generators ``fn`` draws from, registered with the graph so that each
+            replay advances them.
+        before_capture: called right before the capture (e.g. ``optimizer.zero_grad(
+            set_to_none=True)``, so the captured backward allocates its gradients in the graph's
+            memory).
+    """
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        warmup: int = 3,
+        generators: Sequence[torch.Generator] = (),
+        before_capture: Callable[[], None] | None = None,
+    ) -> None:
+        self.fn, self.warmup, self.generators = fn, warmup, list(generators)
+        self.before_capture = before_capture
+        self.calls = 0
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.inputs: list[torch.Tensor] = []
+        self.outputs: Any = None
+
+    @staticmethod
+    def available(device: torch.device) -> bool:
+        """CUDA, with a PyTorch that registers generators with graphs."""
+        return device.type == "cuda" and hasattr(torch.cuda.CUDAGraph, "register_generator_state")
+
+    def __call__(self, *inputs: Any) -> Any:
+        flat, spec = tree_flatten(inputs)
+        if self.graph is None and self.calls < self.warmup:
+            self.calls += 1
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                out = self.fn(*inputs)
+            torch.cuda.current_stream().wait_stream(side)
+            return out
+        if self.graph is None:
+            self.inputs = [t.clone() if isinstance(t, torch.Tensor) else t for t in flat]
+            graph = torch.cuda.CUDAGraph()
+            for g in self.generators:
+                graph.register_generator_state(g)
+            if self.before_capture is not None:
+                self.before_capture()
+            with torch.cuda.graph(graph):
+                self.outputs = self.fn(*tree_unflatten(self.inputs, spec))
+            self.graph = graph
+        for static, value in zip(self.inputs, flat, strict=True):
+            if isinstance(static, torch.Tensor):
+                static.copy_(value, non_blocking=True)
+        self.graph.replay()
+        return self.outputs
+
 
 # Operators that read a value on the host or give data-dependent shapes: not capturable.
 HOST_SYNCS = frozenset(
