@@ -121,3 +121,44 @@ def test_finetune_in_parts_refuses_bad_sizes_and_non_products(tmp_path):
     with pytest.raises(ValueError, match="4 configs but 3 run folders"):
         finetune_in_parts(configs, outs[:3], 2)
     assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_memory_share_divides_what_a_process_plans_for(monkeypatch):
+    config = FinetuneConfig(encoder="nature")
+    per_agent = capacity.agent_bytes(config)["total"]
+    free = int(20.5 * per_agent / capacity.HEADROOM)
+    assert capacity.max_agents(config, "cpu", free=free) == 20
+    monkeypatch.setenv(capacity.MEMORY_SHARE_ENV, "0.5")
+    assert capacity.memory_share() == 0.5
+    assert capacity.max_agents(config, "cpu", free=free) == 10
+    for bad in ("0", "1.5", "half"):
+        monkeypatch.setenv(capacity.MEMORY_SHARE_ENV, bad)
+        with pytest.raises(ValueError, match="SGI_LAB_MEMORY_SHARE"):
+            capacity.memory_share()
+
+
+def test_experiment_tasks_sharing_a_machine_get_their_share(monkeypatch, tmp_path):
+    """The local executor's tasks each plan for 1 / max_parallel of the memory; a Ray task for
+    its GPU fraction, or its CPUs' part of a CPU node."""
+    import os
+
+    from sgi_lab.launch import experiment as ex
+
+    env = ex._task_env(2, 0.5)
+    assert env[capacity.MEMORY_SHARE_ENV] == "0.5" and env["OMP_NUM_THREADS"] == "2"
+    assert ex._task_env(1)[capacity.MEMORY_SHARE_ENV] == "1"
+    seen = {}
+
+    def fake_run_command(argv, log, threads, cwd=None, memory_share=1.0):
+        seen["share"] = memory_share
+        return {"returncode": 0, "seconds": 0.0, "tail": ""}
+
+    monkeypatch.setattr(ex, "run_command", fake_run_command)
+    executor = ex.LocalExecutor(4, 1)
+    task = ex.Task(id="t", kind="finetune", folder=tmp_path, deps=(), argv=("finetune",))
+    executor.result(executor.submit(task, str(tmp_path / "log"), str(tmp_path)))
+    executor.close()
+    assert seen["share"] == 0.25
+    assert ex._ray_memory_share({"num_gpus": 0.5, "num_cpus": 8}) == 0.5
+    assert ex._ray_memory_share({"num_gpus": 1, "num_cpus": 8}) == 1.0
+    assert ex._ray_memory_share({"num_cpus": 1}) == pytest.approx(min(1, 1 / os.cpu_count()))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import subprocess
@@ -872,11 +873,16 @@ def _report_stale(graph: Graph) -> bool:
 # -- running one command ------------------------------------------------------------------------
 
 
-def _task_env(threads: int) -> dict[str, str]:
+def _task_env(threads: int, memory_share: float = 1.0) -> dict[str, str]:
+    from sgi_lab.train.capacity import MEMORY_SHARE_ENV
+
     env = dict(os.environ)
     for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         env[key] = str(threads)
     env.setdefault("PYTHONUNBUFFERED", "1")
+    # The part of the device's free memory a task may plan for (`sgi_lab.train.capacity`):
+    # tasks sharing a machine must not each size their populations to all of it.
+    env[MEMORY_SHARE_ENV] = f"{min(max(memory_share, 0.01), 1.0):.4g}"
     return env
 
 
@@ -884,9 +890,16 @@ _LIVE: set[subprocess.Popen] = set()
 _LIVE_LOCK = threading.Lock()
 
 
-def run_command(argv: Sequence[str], log: str, threads: int, cwd: str | None = None) -> dict:
-    """Run ``sgi-lab ARGV`` in a subprocess with ``threads`` torch threads, appending its output
-    to ``log``; never raises. Returns ``{returncode, seconds, tail}`` (the log's last lines)."""
+def run_command(
+    argv: Sequence[str],
+    log: str,
+    threads: int,
+    cwd: str | None = None,
+    memory_share: float = 1.0,
+) -> dict:
+    """Run ``sgi-lab ARGV`` in a subprocess with ``threads`` torch threads and ``memory_share``
+    of the free memory to plan populations for, appending its output to ``log``; never raises.
+    Returns ``{returncode, seconds, tail}`` (the log's last lines)."""
     command = [sys.executable, "-m", "sgi_lab.launch.cli", *argv]
     started = time.time()
     Path(log).parent.mkdir(parents=True, exist_ok=True)
@@ -898,7 +911,7 @@ def run_command(argv: Sequence[str], log: str, threads: int, cwd: str | None = N
                 command,
                 stdout=fh,
                 stderr=subprocess.STDOUT,
-                env=_task_env(threads),
+                env=_task_env(threads, memory_share),
                 cwd=cwd if cwd and Path(cwd).is_dir() else None,
             )
         except OSError as exc:
@@ -946,9 +959,11 @@ class LocalExecutor:
         self.pool = ThreadPoolExecutor(max_workers=max_parallel)
 
     def submit(self, task: Task, log: str, cwd: str, plan: dict | None = None) -> Future:
+        # Up to max_parallel tasks share this machine's memory (and GPU).
+        run = functools.partial(run_command, memory_share=1.0 / self.capacity)
         if plan is not None:
-            return self.pool.submit(run_in_scratch, task.argv, self.threads, cwd, plan, run_command)
-        return self.pool.submit(run_command, task.argv, log, self.threads, cwd)
+            return self.pool.submit(run_in_scratch, task.argv, self.threads, cwd, plan, run)
+        return self.pool.submit(run, task.argv, log, self.threads, cwd)
 
     def wait(self, handles: list[Any], timeout: float) -> list[Any]:
         done, _ = wait_futures(handles, timeout=timeout, return_when=FIRST_COMPLETED)
@@ -965,12 +980,26 @@ class LocalExecutor:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _ray_run_command(argv: Sequence[str], log: str, threads: int, cwd: str | None) -> dict:
-    return run_command(argv, log, threads, cwd)
+def _ray_memory_share(resources: dict[str, float]) -> float:
+    """A Ray task's part of its node's memory: its GPU fraction (a task holding part of a GPU
+    shares it), all of it with a whole GPU, else its CPUs over the node's."""
+    gpus = float(resources.get("num_gpus", 0) or 0)
+    if gpus > 0:
+        return min(gpus, 1.0)
+    return min(1.0, float(resources.get("num_cpus", 1) or 1) / (os.cpu_count() or 1))
 
 
-def _ray_run_in_scratch(argv: Sequence[str], threads: int, cwd: str | None, plan: dict) -> dict:
-    return run_in_scratch(argv, threads, cwd, plan, run_command)
+def _ray_run_command(
+    argv: Sequence[str], log: str, threads: int, cwd: str | None, resources: dict | None = None
+) -> dict:
+    return run_command(argv, log, threads, cwd, _ray_memory_share(resources or {}))
+
+
+def _ray_run_in_scratch(
+    argv: Sequence[str], threads: int, cwd: str | None, plan: dict, resources: dict | None = None
+) -> dict:
+    run = functools.partial(run_command, memory_share=_ray_memory_share(resources or {}))
+    return run_in_scratch(argv, threads, cwd, plan, run)
 
 
 class RayExecutor:
@@ -1014,8 +1043,9 @@ class RayExecutor:
         options = {k: float(task.resources.get(k, 0) or 0) for k in RESOURCE_KEYS}
         if plan is not None:
             remote = self.remote_in_scratch.options(**options, max_retries=0)
-            return remote.remote(task.argv, threads, cwd, plan)
-        return self.remote.options(**options, max_retries=0).remote(task.argv, log, threads, cwd)
+            return remote.remote(task.argv, threads, cwd, plan, options)
+        remote = self.remote.options(**options, max_retries=0)
+        return remote.remote(task.argv, log, threads, cwd, options)
 
     def wait(self, handles: list[Any], timeout: float) -> list[Any]:
         done, _ = self.ray.wait(handles, num_returns=1, timeout=timeout)

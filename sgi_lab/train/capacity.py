@@ -31,6 +31,9 @@ UPDATE_BYTES_AT_BATCH_32 = {"nature": 264e6, "resnet": 810e6, "resnet_l": 1620e6
 # (711 MB for 100k steps, measured).
 REPLAY_BYTES_PER_STEP = 7_110
 HEADROOM = 0.85  # of the free memory a population may plan to use
+MEMORY_SHARE_ENV = "SGI_LAB_MEMORY_SHARE"
+"""Environment variable: the part (0, 1] of the free memory this process may plan for, set by
+experiments that run several tasks on one machine (`sgi_lab.launch.experiment`)."""
 
 
 def agent_bytes(config: FinetuneConfig, num_actions: int = 18) -> dict[str, float]:
@@ -68,10 +71,26 @@ def free_bytes(device: torch.device | str) -> int:
 
 
 def max_agents(config: FinetuneConfig, device: torch.device | str, free: int | None = None) -> int:
-    """The largest population of ``config`` agents that fits ``HEADROOM`` of the free memory
-    (at least 1)."""
+    """The largest population of ``config`` agents that fits ``HEADROOM`` of the free memory,
+    times this process's share (`memory_share`), at least 1."""
     free = free_bytes(device) if free is None else free
-    return max(1, int(free * HEADROOM // agent_bytes(config)["total"]))
+    return max(1, int(free * HEADROOM * memory_share() // agent_bytes(config)["total"]))
+
+
+def memory_share() -> float:
+    """This process's part of the free memory: ``$SGI_LAB_MEMORY_SHARE`` (default 1).
+
+    Raises:
+        ValueError: the variable is not a number in (0, 1].
+    """
+    text = os.environ.get(MEMORY_SHARE_ENV, "1")
+    try:
+        share = float(text)
+    except ValueError:
+        share = -1.0
+    if not 0 < share <= 1:
+        raise ValueError(f"{MEMORY_SHARE_ENV}={text!r}: expected a number in (0, 1]")
+    return share
 
 
 def split_population(
