@@ -26,10 +26,9 @@ case "$what" in
         --precision bf16 --json "$out/population_$n.json" | tail -30
     done ;;
   phases)
+    # vmap (grouped convolutions) against a loop over the agents inside the same CUDA graph
     python benchmarks/population_phases.py --device cuda --agents 1 4 26 --encoders nature resnet \
-      --envs --env-workers 15 --steps 20 --json "$out/phases.json"
-    python benchmarks/population_phases.py --device cuda --agents 4 --encoders nature \
-      --batching loop --steps 10 --json "$out/phases_loop.json" ;;
+      --batching vmap loop --envs --env-workers 15 --steps 20 --json "$out/phases.json" ;;
   benchmark26)
     games=$(python -c "from sgi_lab.envs.games import ATARI_100K_GAMES as g; print(','.join(g))")
     timeout 560 python -c 'import sys; from sgi_lab.launch.cli import main; sys.exit(main())' finetune --params params/finetune/sgi_none.yaml --game "$games" --seed 0 \
