@@ -127,6 +127,7 @@ class Phases:
             goal_window=cfg.goal_window if cfg.ssl == "all" else 0,
             device=self.device,
             reuse_buffers=self.device.type == "cpu",
+            cuda_graphs=cfg.cuda_graphs,
         )
         self.rng = np.random.default_rng(0)
         self.agent_rngs = [np.random.default_rng(i) for i in range(agents)]

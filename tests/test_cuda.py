@@ -254,6 +254,34 @@ def test_cuda_graph_learning_steps_equal_eager_steps():
     torch.testing.assert_close(graphed_replay.max_priority, eager_replay.max_priority)
 
 
+def test_cuda_graph_appends_equal_eager_appends():
+    """Rows appended through a graph (2 eager, then replays; the position is device state)
+    leave the replay exactly as eager appends do."""
+    from sgi_lab.data.population_replay import PopulationReplay
+
+    replays = []
+    for graphs in (True, False):
+        replay = PopulationReplay(3, 64, K=2, n_step=3, device="cuda", cuda_graphs=graphs)
+        assert (replay._append_graph is not None) == graphs
+        rng = np.random.default_rng(0)
+        for t in range(40):
+            replay.append(
+                rng.integers(0, 255, (3, 84, 84), dtype=np.uint8),
+                rng.integers(0, 6, 3),
+                rng.normal(size=3).astype(np.float32),
+                rng.random(3) < 0.1,
+                np.full(3, t == 0) | (rng.random(3) < 0.05),
+            )
+        torch.cuda.synchronize()
+        replays.append(replay)
+    graphed, eager = replays
+    assert graphed.size == eager.size == 40 and int(graphed.position) == 40
+    for name in ("frames", "actions", "rewards", "terminals", "firsts", "row_episode_start",
+                 "episode_of_row", "episode_end", "episodes", "positive_leaves"):  # fmt: skip
+        assert torch.equal(getattr(graphed, name), getattr(eager, name)), name
+    assert torch.equal(graphed.tree.tree, eager.tree.tree)
+
+
 def test_graphed_pretraining_steps_equal_eager_steps(dot_store):
     """Pretraining with cuda_graphs (three eager warm-up steps, capture, replays) gives the
     parameters eager steps give, with the same augmentation and goal random streams."""

@@ -178,3 +178,39 @@ def test_a_pretraining_step_is_replayable(objective, tmp_path):
     check_replayable(lambda: train_step(config, state, batch, host_checks=False), calls=3)
     with pytest.raises(AssertionError, match="host synchronisation"):
         check_replayable(lambda: train_step(config, state, batch))
+
+
+def test_appending_a_row_is_replayable():
+    """The append a CUDA graph captures (`PopulationReplay._write_row`) reads the row position
+    from device state: consecutive rows, episode starts and terminals among them, trace alike."""
+    from sgi_lab.data.population_replay import PopulationReplay
+    from sgi_lab.nets.graphs import assert_replays
+
+    replay = PopulationReplay(3, 50, K=2, n_step=3, seeds=[0, 1, 2])
+    replay.tree.host_checks = False
+    rng = np.random.default_rng(0)
+
+    def row(first, terminal):
+        return (
+            torch.from_numpy(rng.integers(0, 255, (3, 84, 84), dtype=np.uint8)),
+            torch.from_numpy(rng.integers(0, 6, 3)),
+            torch.from_numpy(rng.normal(size=3).astype(np.float32)),
+            torch.tensor(terminal),
+            torch.tensor(first),
+        )
+
+    static = row([True] * 3, [False] * 3)  # a graph's static inputs, refilled for each row
+    replay._write_row(*static)
+
+    def write(first, terminal):
+        for target, value in zip(static, row(first, terminal), strict=True):
+            target.copy_(value)
+        return trace(lambda: replay._write_row(*static))
+
+    captured = write([False] * 3, [False] * 3)
+    for first, terminal in (
+        ([False, True, False], [True, False, False]),
+        ([True] * 3, [False] * 3),
+    ):
+        assert_replays(captured, write(first, terminal), "a later row")
+    assert int(replay.position) == 4

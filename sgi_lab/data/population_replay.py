@@ -26,6 +26,7 @@ import torch
 
 from sgi_lab.data.replay import PrioritizedReplay
 from sgi_lab.data.sampler import HISTORY
+from sgi_lab.nets.graphs import GraphedCall
 
 __all__ = ["BatchedSumTree", "PopulationBatch", "PopulationReplay"]
 
@@ -204,6 +205,7 @@ class PopulationReplay:
         goal_window: int = 0,
         device: torch.device | str = "cpu",
         reuse_buffers: bool = False,
+        cuda_graphs: bool = False,
     ) -> None:
         if K < 0 or n_step < 0 or goal_window < 0:
             raise ValueError("K, n_step and goal_window must be >= 0")
@@ -231,6 +233,9 @@ class PopulationReplay:
         self.episode_end = torch.zeros(N, C, dtype=torch.int64, device=dev)
         self.episodes = torch.zeros(N, dtype=torch.int64, device=dev)
         self.size = 0
+        # The row the next append writes, as device state too: the append reads it there, so
+        # one captured graph serves every step (`_append_graph`).
+        self.position = torch.zeros((), dtype=torch.int64, device=dev)
         self.tree = BatchedSumTree(N, C, dev)
         self.positive_leaves = torch.zeros(N, dtype=torch.int64, device=dev)
         self.max_priority = torch.ones(N, dtype=torch.float64, device=dev)
@@ -243,6 +248,9 @@ class PopulationReplay:
             np.random.Generator(np.random.PCG64(s)).bit_generator.state for s in seeds
         ]
         self.reuse_buffers = reuse_buffers
+        self._append_graph = None
+        if cuda_graphs and GraphedCall.available(dev):
+            self._append_graph = GraphedCall(self._write_row, warmup=2)
         self._buffers: dict[str, torch.Tensor] = {}
         self._ready = False  # every agent has a valid start (totals never decrease after)
         self._agents = torch.arange(N, device=dev)
@@ -278,33 +286,56 @@ class PopulationReplay:
         if t >= self.capacity:
             raise RuntimeError(f"replay is full ({self.capacity} rows)")
         first = self._tensor(firsts, torch.bool)
-        terminal = self._tensor(terminals, torch.bool)
         if t == 0 and not bool(first.all()):
             raise ValueError("the first row must start an episode")
-        self.frames[:, t] = self._tensor(frames, torch.uint8)
-        self.actions[:, t] = self._tensor(actions, torch.int64)
-        self.rewards[:, t] = self._tensor(rewards, torch.float32)
-        self.terminals[:, t] = terminal
-        self.firsts[:, t] = first
+        row = (
+            self._tensor(frames, torch.uint8),
+            self._tensor(actions, torch.int64),
+            self._tensor(rewards, torch.float32),
+            self._tensor(terminals, torch.bool),
+            first,
+        )
+        if self._append_graph is not None:  # CUDA: 2 eager rows, then one graph per row
+            self._append_graph(*row)
+        else:
+            self._write_row(*row)
+        self.size = t + 1
+
+    def _write_row(
+        self,
+        frames: torch.Tensor,
+        actions: torch.Tensor,
+        rewards: torch.Tensor,
+        terminal: torch.Tensor,
+        first: torch.Tensor,
+    ) -> None:
+        """Write row ``position`` of every agent and advance it: device tensors only, no host
+        read, the same operators at every row (`sgi_lab.nets.graphs` checks it)."""
+        t = self.position
+        at = t.view(1)
+        before = (t - 1).clamp(min=0).view(1)
+        self.frames.index_copy_(1, at, frames[:, None])
+        self.actions.index_copy_(1, at, actions[:, None])
+        self.rewards.index_copy_(1, at, rewards[:, None])
+        self.terminals.index_copy_(1, at, terminal[:, None])
+        self.firsts.index_copy_(1, at, first[:, None])
         self.episodes += first
         episode = self.episodes - 1
-        self.episode_of_row[:, t] = episode
+        self.episode_of_row.index_copy_(1, at, episode[:, None])
         self.episode_end[self._agents, episode] = t
-        previous_start = self.row_episode_start[:, max(t - 1, 0)]
-        self.row_episode_start[:, t] = torch.where(first, t, previous_start)
+        previous_start = self.row_episode_start.index_select(1, before)[:, 0]
+        self.row_episode_start.index_copy_(1, at, torch.where(first, t, previous_start)[:, None])
 
         # Row t-1 becomes a valid start once its successor is stored (unless it was terminal,
         # then it already was); a terminal row t is valid at once. Rows left alone are written
         # with their current priority; the pair [t-1, t] is one t-only write when t == 0.
-        rows = torch.tensor([max(t - 1, 0), t], device=self.device).expand(self.num_agents, 2)
-        if t > 0:
-            gets_successor = ~first & ~self.terminals[:, t - 1]
-        else:
-            gets_successor = torch.zeros_like(first)
+        rows = torch.cat([before, at]).expand(self.num_agents, 2)
+        previous_terminal = self.terminals.index_select(1, before)[:, 0]
+        gets_successor = ~first & ~previous_terminal & (t > 0)
         new = torch.stack([gets_successor, terminal], 1)
         values = torch.where(new, self._power(self.max_priority)[:, None], self.tree.get(rows))
         self.positive_leaves += self.tree.update(rows, values)
-        self.size = t + 1
+        self.position += 1
 
     # -- sampling -------------------------------------------------------------------------------
     def ready(self) -> bool:
@@ -563,6 +594,7 @@ class PopulationReplay:
             rng.bit_generator.state = state["rng"]
             self.generators[i].manual_seed(int(rng.integers(2**63)))
         self.size = n
+        self.position.fill_(n)
         self._ready = False
 
     @classmethod

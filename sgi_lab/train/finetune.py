@@ -472,6 +472,7 @@ def _build(agents: list[_Agent], device: torch.device) -> tuple[Population, Popu
         goal_window=cfg.goal_window if cfg.ssl == "all" else 0,
         device=population.device,
         reuse_buffers=population.device.type == "cpu",
+        cuda_graphs=cfg.cuda_graphs,
     )
     for i, a in enumerate(agents):
         if a.checkpoint is None:
