@@ -149,14 +149,16 @@ def bench_update(
     return result
 
 
-def bench_steps(encoder: str, cpu_amp: bool, steps: int, device: str = "cpu") -> dict:
-    """Env steps/s of the real loop once learning has started (2 updates per step)."""
-    warmup = 200
-    config = FinetuneConfig(
+def loop_config(
+    encoder: str, warmup: int, steps: int, device: str, **overrides: object
+) -> FinetuneConfig:
+    """A finetuning run whose metrics row after ``warmup`` random steps times ``steps`` learning
+    steps alone (the first row's window has no update, the next all), with a token evaluation
+    and no checkpoint."""
+    return FinetuneConfig(
         encoder=encoder,
-        cpu_amp=cpu_amp,
         steps=warmup + steps,
-        learning_starts=warmup + 1,  # the first row's window has no update, the next all
+        learning_starts=warmup + 1,
         eps_steps=warmup + 1,
         log_every=warmup,
         checkpoint_every=10**9,
@@ -164,7 +166,14 @@ def bench_steps(encoder: str, cpu_amp: bool, steps: int, device: str = "cpu") ->
         eval_envs=1,
         eval_max_frames=40,
         device=device,
+        **overrides,
     )
+
+
+def bench_steps(encoder: str, cpu_amp: bool, steps: int, device: str = "cpu") -> dict:
+    """Env steps/s of the real loop once learning has started (2 updates per step)."""
+    warmup = 200
+    config = loop_config(encoder, warmup, steps, device, cpu_amp=cpu_amp)
     with tempfile.TemporaryDirectory() as tmp:
         finetune(config, Path(tmp) / "run", progress=False)
         rows = [r for r in read_jsonl(Path(tmp) / "run" / "metrics.jsonl") if "charts/sps" in r]
@@ -373,18 +382,7 @@ def bench_population_steps(encoder: str, agents: int, steps: int, device: str = 
     from sgi_lab.train.finetune import finetune_population
 
     warmup = 100
-    base = FinetuneConfig(
-        encoder=encoder,
-        steps=warmup + steps,
-        learning_starts=warmup + 1,
-        eps_steps=warmup + 1,
-        log_every=warmup,
-        checkpoint_every=10**9,
-        eval_episodes=1,
-        eval_envs=1,
-        eval_max_frames=40,
-        device=device,
-    )
+    base = loop_config(encoder, warmup, steps, device)
     configs = [FinetuneConfig(**{**to_dict(base), "seed": i}) for i in range(agents)]
 
     def learning_sps(folder: Path) -> float:

@@ -34,33 +34,16 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from sgi_lab.config import FinetuneConfig, build_config, read_params, to_dict
 from sgi_lab.data.population_replay import PopulationReplay
 from sgi_lab.envs.games import ATARI_100K_GAMES
 from sgi_lab.nets import SGIModel
+from sgi_lab.nets.graphs import count_ops
 from sgi_lab.train.agent import Population
 from sgi_lab.train.transfer import model_args_for
 
 FULL_RUN_STEPS = 100_000
-VIEWS = frozenset(
-    "view _unsafe_view alias as_strided detach t transpose permute expand unsqueeze squeeze "
-    "select slice unbind split split_with_sizes unflatten unfold lift_fresh".split()
-)
-
-
-class CountOps(TorchDispatchMode):
-    """ATen operators dispatched inside the block, views excluded."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        if func.overloadpacket.__name__ not in VIEWS:
-            self.count += 1
-        return func(*args, **(kwargs or {}))
 
 
 def action_counts(games: list[str]) -> list[int]:
@@ -90,12 +73,6 @@ def timed(fn: Callable[[], object], device: torch.device, repeats: int) -> dict[
         synchronize(device)
         times.append(time.perf_counter() - start)
     return {"median_s": statistics.median(times), "min_s": min(times)}
-
-
-def ops_of(fn: Callable[[], object]) -> int:
-    with CountOps() as mode:
-        fn()
-    return mode.count
 
 
 class Phases:
@@ -262,7 +239,7 @@ def run(args: argparse.Namespace) -> list[dict]:
                 ):
                     fn = getattr(phases, name)
                     row[name] = timed(fn, dev, args.steps)
-                    row[name]["ops"] = ops_of(fn)
+                    row[name]["ops"] = sum(count_ops(fn).values())
                 row["envs"] = (
                     bench_envs(phases.games, args.env_workers, args.steps) if args.envs else None
                 )

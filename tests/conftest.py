@@ -130,3 +130,65 @@ def write_finetune_run(root, method: str, game: str, seed: int, mean: float):
     (run / "eval.json").write_text(json.dumps({"game": game, "mean": mean, "scores": [mean]}))
     (run / "config.yaml").write_text(f"game: {game}\nseed: {seed}\n")
     return run
+
+
+def write_notebook(path, body: str, parameters: str | None = None):
+    """A throwaway Python notebook at ``path``: a ``parameters`` cell (when given), then one
+    code cell; returns the path."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    cells = []
+    if parameters is not None:
+        params = nbformat.v4.new_code_cell(parameters)
+        params.metadata["tags"] = ["parameters"]
+        cells.append(params)
+    nb.cells = [*cells, nbformat.v4.new_code_cell(body)]
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nbformat.write(nb, path)
+    return path
+
+
+def run_mtimes(root) -> dict[str, int]:
+    """Modification times of an experiment folder's results (manifests, statuses, models),
+    by path under ``root``: what a resumed experiment must leave untouched."""
+    from pathlib import Path
+
+    root = Path(root)
+    return {
+        str(p.relative_to(root)): p.stat().st_mtime_ns
+        for kind in ("data", "pretrain", "finetune")
+        for p in (root / kind).rglob("*")
+        if p.name in ("manifest.json", "status.json", "model.pt")
+    }
+
+
+def kill_once_a_pretraining_run_finishes(proc, root, timeout: float = 300) -> None:
+    """SIGKILL ``proc``'s whole process group (an experiment's driver and tasks, started with
+    ``start_new_session=True``) once a run under ``root/pretrain`` reports finished.
+
+    Raises:
+        AssertionError: the experiment ended before it could be killed.
+    """
+    import json
+    import signal
+    import time
+    from pathlib import Path
+
+    try:
+        deadline = time.time() + timeout
+        while time.time() < deadline and proc.poll() is None:
+            states = [
+                json.loads(p.read_text() or "{}") for p in Path(root).glob("pretrain/*/status.json")
+            ]
+            if any(s.get("state") == "finished" for s in states):
+                break
+            time.sleep(0.5)
+        assert proc.poll() is None, "the experiment ended before it could be killed"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

@@ -175,17 +175,13 @@ def test_cuda_graph_acting_equals_eager_acting():
     """Acting's forward replayed from a graph captured at the first step, with updates in
     between (weights and noise change in place), gives the eager forward's Q values, and
     acting with graphs picks the actions acting without them picks."""
-    from test_population import fake_batch, make_config
+    from test_population import fake_batch, make_config, population
 
     def run(graphs: bool) -> np.ndarray:
         configs = [
             make_config(seed=s, device="cuda", amp=False, cuda_graphs=graphs) for s in range(2)
         ]
-        models = []
-        for c in configs:
-            torch.manual_seed(c.seed)
-            models.append(SGIModel(**model_args_for(c, 6)))
-        pop = Population.build(configs, models, loaded=(), device="cuda")
+        pop = population(configs, [6, 6], device="cuda")
         assert pop.uses_forward_graphs == graphs
         rng, chosen = np.random.default_rng(0), []
         for step in range(8):
@@ -207,7 +203,7 @@ def test_cuda_graph_learning_steps_equal_eager_steps():
     """Sample -> update -> priorities captured as one graph after three eager steps, with rows
     appended and beta moving between steps: the same parameters and priorities as eager steps
     all along (fp32), from the same replays and random streams."""
-    from test_population import make_config
+    from test_population import append_random_row, make_config, population
 
     from sgi_lab.data.population_replay import PopulationReplay
 
@@ -215,31 +211,17 @@ def test_cuda_graph_learning_steps_equal_eager_steps():
         configs = [
             make_config(seed=s, device="cuda", amp=False, cuda_graphs=graphs) for s in range(2)
         ]
-        models = []
-        for c in configs:
-            torch.manual_seed(c.seed)
-            models.append(SGIModel(**model_args_for(c, 6)))
-        pop = Population.build(configs, models, loaded=(), device="cuda")
+        pop = population(configs, [6, 6], device="cuda")
         cfg = pop.config
         replay = PopulationReplay(
             2, 300, K=cfg.spr_steps, n_step=cfg.n_step, seeds=[0, 1], device="cuda"
         )
         rng = np.random.default_rng(0)
-
-        def append(first: bool = False) -> None:
-            replay.append(
-                rng.integers(0, 255, (2, 84, 84), dtype=np.uint8),
-                rng.integers(0, 6, 2),
-                rng.normal(size=2).astype(np.float32),
-                rng.random(2) < 0.05,
-                np.full(2, first),
-            )
-
         for t in range(60):
-            append(first=t == 0)
+            append_random_row(replay, rng, first=t == 0)
         for step in range(8):  # 3 eager warm-ups, the capture, 4 replays
             pop.learn(replay, cfg.batch_size, beta=0.4 + 0.05 * step)
-            append()
+            append_random_row(replay, rng)
         torch.cuda.synchronize()
         return pop, replay
 
@@ -257,6 +239,8 @@ def test_cuda_graph_learning_steps_equal_eager_steps():
 def test_cuda_graph_appends_equal_eager_appends():
     """Rows appended through a graph (2 eager, then replays; the position is device state)
     leave the replay exactly as eager appends do."""
+    from test_population import append_random_row
+
     from sgi_lab.data.population_replay import PopulationReplay
 
     replays = []
@@ -265,13 +249,7 @@ def test_cuda_graph_appends_equal_eager_appends():
         assert (replay._append_graph is not None) == graphs
         rng = np.random.default_rng(0)
         for t in range(40):
-            replay.append(
-                rng.integers(0, 255, (3, 84, 84), dtype=np.uint8),
-                rng.integers(0, 6, 3),
-                rng.normal(size=3).astype(np.float32),
-                rng.random(3) < 0.1,
-                np.full(3, t == 0) | (rng.random(3) < 0.05),
-            )
+            append_random_row(replay, rng, first=t == 0, first_prob=0.05, terminal_prob=0.1)
         torch.cuda.synchronize()
         replays.append(replay)
     graphed, eager = replays

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import kill_once_a_pretraining_run_finishes, run_mtimes
 
 from sgi_lab.config import ConfigError
 from sgi_lab.launch import experiment as ex
@@ -318,37 +319,14 @@ def test_ray_missing_says_how_to_install(monkeypatch):
 # -- end to end (slow) --------------------------------------------------------------------------
 
 
-def _mtimes(out: Path) -> dict[str, float]:
-    found = {}
-    for kind in ("data", "pretrain", "finetune"):
-        for path in (out / kind).rglob("*"):
-            if path.name in ("manifest.json", "status.json", "model.pt"):
-                found[str(path.relative_to(out))] = path.stat().st_mtime_ns
-    return found
-
-
 @pytest.mark.slow
 def test_smoke_experiment_end_to_end_killed_and_resumed(tmp_path):
     out = tmp_path / "smoke"
     cmd = [sys.executable, "-m", "sgi_lab.launch.cli", "experiment", str(SMOKE)]
     cmd += ["--out", str(out), "--max-parallel", "2", "--no-progress"]
     proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True)
-    try:  # kill the whole experiment (driver and tasks) once a pretraining run finished
-        deadline = time.time() + 300
-        while time.time() < deadline and proc.poll() is None:
-            done = [
-                p
-                for p in (out / "pretrain").glob("*/status.json")
-                if json.loads(p.read_text() or "{}").get("state") == "finished"
-            ]
-            if done:
-                break
-            time.sleep(0.5)
-        assert proc.poll() is None, "the experiment ended before it could be killed"
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    before = _mtimes(out)
+    kill_once_a_pretraining_run_finishes(proc, out)
+    before = run_mtimes(out)
     assert any(k.startswith("data/") for k in before)
     events = []
     summary = ex.run_experiment(
@@ -361,7 +339,7 @@ def test_smoke_experiment_end_to_end_killed_and_resumed(tmp_path):
     assert summary["counts"]["done"] == 7, summary
     skipped = {t for e, t in events if e == "skipped"}
     assert {"data/random__Pong", "data/random__Breakout"} <= skipped
-    after = _mtimes(out)
+    after = run_mtimes(out)
     for key, mtime in before.items():  # finished tasks were not run again
         task = key.split("/")[0] + "/" + key.split("/")[1]
         if task in skipped:

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from conftest import kill_once_a_pretraining_run_finishes, run_mtimes
 
 from sgi_lab.launch import experiment as ex
 from sgi_lab.launch.storage import RunStorage, run_in_scratch, scratch_root
@@ -189,15 +188,6 @@ def test_cli_takes_a_storage_uri(tmp_path):
 # -- end to end (slow) --------------------------------------------------------------------------
 
 
-def _stored_mtimes(store: Path) -> dict[str, int]:
-    return {
-        str(p.relative_to(store)): p.stat().st_mtime_ns
-        for kind in ("data", "pretrain", "finetune")
-        for p in (store / kind).rglob("*")
-        if p.name in ("manifest.json", "status.json", "model.pt")
-    }
-
-
 @pytest.mark.slow
 def test_smoke_experiment_through_a_storage_uri_killed_and_resumed(tmp_path, monkeypatch):
     store, scratch = tmp_path / "store", tmp_path / "scratch"
@@ -206,20 +196,8 @@ def test_smoke_experiment_through_a_storage_uri_killed_and_resumed(tmp_path, mon
     cmd = [sys.executable, "-m", "sgi_lab.launch.cli", "experiment", str(SMOKE), "--out"]
     cmd += [str(first), "--storage", store.as_uri(), "--max-parallel", "2", "--no-progress"]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True)
-    try:  # kill the whole experiment once a pretraining run finished in the storage
-        deadline = time.time() + 300
-        while time.time() < deadline and proc.poll() is None:
-            states = [
-                json.loads(p.read_text() or "{}") for p in store.glob("pretrain/*/status.json")
-            ]
-            if any(s.get("state") == "finished" for s in states):
-                break
-            time.sleep(0.5)
-        assert proc.poll() is None, "the experiment ended before it could be killed"
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    before = _stored_mtimes(store)
+    kill_once_a_pretraining_run_finishes(proc, store)  # run folders live in the storage
+    before = run_mtimes(store)
     assert any(k.startswith("data/") for k in before)
     assert not (first / "data").exists() and not (first / "pretrain").exists()
 
@@ -238,7 +216,7 @@ def test_smoke_experiment_through_a_storage_uri_killed_and_resumed(tmp_path, mon
     assert summary["counts"]["done"] == 7, summary
     skipped = {t for e, t in events if e == "skipped"}
     assert {"data/random__Pong", "data/random__Breakout"} <= skipped
-    after = _stored_mtimes(store)
+    after = run_mtimes(store)
     for key, mtime in before.items():  # finished tasks were not run again
         if "/".join(key.split("/")[:2]) in skipped:
             assert after[key] == mtime, key

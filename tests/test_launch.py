@@ -9,6 +9,7 @@ import sys
 import nbformat
 import pytest
 import yaml
+from conftest import write_notebook
 
 from sgi_lab.config import ConfigError, PretrainConfig
 from sgi_lab.launch import notebooks, sweep
@@ -29,18 +30,7 @@ BODY = (
 @pytest.fixture
 def tiny_notebook(tmp_path):
     """A throwaway notebook: a parameters cell, then a cell that fails on request."""
-    nb = nbformat.v4.new_notebook()
-    params = nbformat.v4.new_code_cell(PARAMETERS)
-    params.metadata["tags"] = ["parameters"]
-    nb.cells = [params, nbformat.v4.new_code_cell(BODY)]
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
-    path = tmp_path / "tiny.ipynb"
-    nbformat.write(nb, path)
-    return path
+    return write_notebook(tmp_path / "tiny.ipynb", BODY, PARAMETERS)
 
 
 def test_run_notebook_writes_a_finished_run_folder(tiny_notebook, tmp_path):
@@ -214,18 +204,8 @@ def test_sweep_population_folds_games_and_seeds_into_one_run_per_point(tmp_path)
     )
     with pytest.raises(ValueError, match="neither a game nor a seed"):
         sweep.population_grid({"x": [1]})
-    nb = nbformat.v4.new_notebook()
-    params = nbformat.v4.new_code_cell(PARAMETERS + "games = []\nseeds = []\n")
-    params.metadata["tags"] = ["parameters"]
     body = "from sgi_lab.launch import notebooks\nnotebooks.record_results(out_dir, {'x': x, 'games': games, 'seeds': seeds})\n"
-    nb.cells = [params, nbformat.v4.new_code_cell(body)]
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
-    path = tmp_path / "pop.ipynb"
-    nbformat.write(nb, path)
+    path = write_notebook(tmp_path / "pop.ipynb", body, PARAMETERS + "games = []\nseeds = []\n")
     grid = {"game": ["Pong", "Breakout"], "seed": [0, 1], "x": [1, 2]}
     summary = sweep.sweep(str(path), grid, out_root=tmp_path / "sweep", population=True)
     assert [p["state"] for p in summary["points"]] == ["finished", "finished"]

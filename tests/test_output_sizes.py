@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import nbformat
 import pytest
+from conftest import write_notebook
 
 from sgi_lab.launch.demo import notebook_html
 from sgi_lab.launch.notebooks import run_notebook
@@ -33,18 +33,7 @@ LIVE_FIGURES = (
 @pytest.fixture
 def live_notebook(tmp_path):
     """A notebook that redraws live curves and a live figure many times, as pretrain does."""
-    nb = nbformat.v4.new_notebook()
-    params = nbformat.v4.new_code_cell('out_dir = ""')
-    params.metadata["tags"] = ["parameters"]
-    nb.cells = [params, nbformat.v4.new_code_cell(LIVE_FIGURES)]
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
-    path = tmp_path / "live.ipynb"
-    nbformat.write(nb, path)
-    return path
+    return write_notebook(tmp_path / "live.ipynb", LIVE_FIGURES, 'out_dir = ""')
 
 
 def test_executed_notebook_and_its_html_carry_plotlyjs_once(live_notebook, tmp_path, monkeypatch):
@@ -77,18 +66,7 @@ CHECKPOINTS = (
 @pytest.fixture
 def checkpointing_notebook(tmp_path):
     """A notebook that leaves three checkpoints in its run folder and in two agents' folders."""
-    nb = nbformat.v4.new_notebook()
-    params = nbformat.v4.new_code_cell('out_dir = ""\nfail = False')
-    params.metadata["tags"] = ["parameters"]
-    nb.cells = [params, nbformat.v4.new_code_cell(CHECKPOINTS)]
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
-    path = tmp_path / "ckpt.ipynb"
-    nbformat.write(nb, path)
-    return path
+    return write_notebook(tmp_path / "ckpt.ipynb", CHECKPOINTS, 'out_dir = ""\nfail = False')
 
 
 def _kept(folder):

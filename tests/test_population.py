@@ -7,11 +7,11 @@ import json
 import numpy as np
 import pytest
 import torch
-import torch.utils._python_dispatch
 
 from sgi_lab.config import FinetuneConfig, build_config
 from sgi_lab.data.sampler import SequenceBatch
 from sgi_lab.nets import SGIModel
+from sgi_lab.nets.graphs import count_ops
 from sgi_lab.train.agent import Population
 from sgi_lab.train.stacking import pad_to, unpad_to
 from sgi_lab.train.transfer import model_args_for
@@ -58,6 +58,20 @@ def fake_batch(config: FinetuneConfig, num_actions: int, seed: int) -> SequenceB
         goal_obs=rng.integers(0, 255, (B, 4, 84, 84), dtype=np.uint8),
         goal_offset=np.ones(B, np.int64),
         indices=np.arange(B),
+    )
+
+
+def append_random_row(
+    replay, rng, first: bool = False, first_prob: float = 0.0, terminal_prob: float = 0.05
+) -> None:
+    """One random row for every agent of a `PopulationReplay` (6 actions)."""
+    n = replay.num_agents
+    replay.append(
+        rng.integers(0, 255, (n, 84, 84), dtype=np.uint8),
+        rng.integers(0, 6, n),
+        rng.normal(size=n).astype(np.float32),
+        rng.random(n) < terminal_prob,
+        np.full(n, first) | (rng.random(n) < first_prob),
     )
 
 
@@ -140,25 +154,6 @@ def test_an_agents_draws_do_not_depend_on_its_companions():
     assert mine["noise_online"]["head.advantage_out.eps_out"].shape == (1, 6 * 51)
 
 
-class CountKernels(torch.utils._python_dispatch.TorchDispatchMode):
-    """Counts the ATen operators that compute (views excluded): on a GPU, kernel launches."""
-
-    VIEWS = frozenset(
-        "view _unsafe_view alias as_strided detach t transpose permute expand unsqueeze squeeze "
-        "select slice unbind split split_with_sizes unflatten unfold lift_fresh".split()
-    )
-
-    def __init__(self):
-        super().__init__()
-        self.counts: dict[str, int] = {}
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = func.overloadpacket.__name__
-        if name not in self.VIEWS:
-            self.counts[name] = self.counts.get(name, 0) + 1
-        return func(*args, **(kwargs or {}))
-
-
 @pytest.mark.parametrize("ssl", ["spr", "all"])
 def test_a_batched_update_launches_one_more_kernel_per_agent(ssl):
     """Under vmap (the GPU's batching) the only per-agent operation of an update is the agent's
@@ -172,9 +167,7 @@ def test_a_batched_update_launches_one_more_kernel_per_agent(ssl):
             [np.ones(c.batch_size, np.float32) for c in configs],
         )
         pop.update_staged(staged)  # first call: layouts built
-        with CountKernels() as mode:
-            pop.update_staged(staged)
-        counts[n] = mode.counts
+        counts[n] = count_ops(lambda pop=pop, staged=staged: pop.update_staged(staged))
     assert counts[2]["uniform_"] == 2 and counts[5]["uniform_"] == 5
     assert sum(counts[5].values()) - sum(counts[2].values()) == 3
 

@@ -10,6 +10,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 import torch
+from conftest import write_notebook
 
 from sgi_lab import viz
 from sgi_lab.analysis import goals, representations
@@ -264,23 +265,15 @@ def test_live_curves_leave_one_updated_output_in_an_executed_notebook(tmp_path):
     import nbformat
     import papermill
 
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [
-        nbformat.v4.new_code_cell(
-            "from sgi_lab import viz\n"
-            "curves = viz.LiveCurves(['loss'], min_interval_s=0.0)\n"
-            "curves.show()\n"
-            "for step in range(1, 6):\n"
-            "    curves.update({'step': step, 'loss': 1.0 / step})\n"
-            "curves.finish();"
-        )
-    ]
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
-    nbformat.write(nb, tmp_path / "live.ipynb")
+    write_notebook(
+        tmp_path / "live.ipynb",
+        "from sgi_lab import viz\n"
+        "curves = viz.LiveCurves(['loss'], min_interval_s=0.0)\n"
+        "curves.show()\n"
+        "for step in range(1, 6):\n"
+        "    curves.update({'step': step, 'loss': 1.0 / step})\n"
+        "curves.finish();",
+    )
     papermill.execute_notebook(
         str(tmp_path / "live.ipynb"), str(tmp_path / "out.ipynb"), progress_bar=False
     )

@@ -598,11 +598,16 @@ class Population:
             stats, _ = self._learn_step(replay, batch_size)
         else:
             stats = self._graphed_learn(replay, batch_size)
-        self.updates += 1
-        cfg = self.config
-        if self.q_target is not None and self.updates % cfg.target_update_period == 0:
-            self.update_q_target()
+        self._count_update()
+        # A graph overwrites its outputs at the next replay: hand out copies.
         return {k: v.clone() for k, v in stats.items()}
+
+    def _count_update(self) -> None:
+        """After every update: count it, and move a separate Q target every
+        ``target_update_period`` updates."""
+        self.updates += 1
+        if self.q_target is not None and self.updates % self.config.target_update_period == 0:
+            self.update_q_target()
 
     def _learn_step(
         self, replay: PopulationReplay, batch_size: int
@@ -632,12 +637,8 @@ class Population:
         Eager everywhere: the training loop's CUDA graph is `learn`'s, which adds the sampling
         and the priorities."""
         stats, priorities = self._step(staged)
-        self.updates += 1
-        cfg = self.config
-        if self.q_target is not None and self.updates % cfg.target_update_period == 0:
-            self.update_q_target()
-        # A graph overwrites its outputs at the next replay: hand out copies.
-        return {k: v.clone() for k, v in stats.items()}, priorities.detach().clone()
+        self._count_update()
+        return stats, priorities.detach()
 
     def stage(
         self, batches: Sequence[SequenceBatch], weights: Sequence[np.ndarray]
