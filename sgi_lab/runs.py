@@ -70,6 +70,59 @@ class RunFolderError(FileExistsError):
     """A folder is not (this kind of) run of ours: nothing in it is written or removed."""
 
 
+class RunStopped(Exception):
+    """A run stopped cleanly before finishing, at a step it has a checkpoint for: its time
+    limit passed or it was asked to stop (SIGTERM). The same command resumes it."""
+
+    def __init__(self, step: int | None, why: str) -> None:
+        where = "during its evaluation" if step is None else f"at step {step}"
+        super().__init__(f"stopped {where}: {why}; re-run the same command to resume")
+        self.step = step
+        self.why = why
+
+
+class Deadline:
+    """When a long run should stop at its next checkpointable step: ``seconds`` after it was
+    made (None: no time limit), or as soon as `request_stop` is called (a SIGTERM handler, a
+    scheduler's pre-emption notice).
+
+    A GPU lent for ten-minute commands, a cluster's wall-clock limit: the run checkpoints and
+    stops inside the limit instead of being killed and losing the work since its last periodic
+    checkpoint.
+    """
+
+    def __init__(self, seconds: float | None = None) -> None:
+        if seconds is not None and not seconds > 0:
+            raise ConfigError(f"a time limit must be a positive number of seconds, got {seconds!r}")
+        self.seconds = seconds
+        self.end = math.inf if seconds is None else time.monotonic() + seconds
+        self.requested: str | None = None
+
+    def request_stop(self, why: str = "asked to stop") -> None:
+        self.requested = why
+
+    def left(self) -> float:
+        """Seconds until the time limit (inf without one)."""
+        return self.end - time.monotonic()
+
+    def reason(self) -> str | None:
+        """Why the run must stop now, or None to go on."""
+        if self.requested:
+            return self.requested
+        if self.left() <= 0:
+            return f"its time limit of {self.seconds:g} s passed"
+        return None
+
+
+def parse_duration(text: str | float) -> float:
+    """Seconds from ``540``, ``90s``, ``9m``, ``1.5h``; a clear error otherwise."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([smh]?)\s*", str(text))
+    seconds = float(match[1]) * {"": 1, "s": 1, "m": 60, "h": 3600}[match[2]] if match else 0
+    if not seconds > 0:
+        raise ConfigError(f"a duration like 540, 90s, 9m or 1.5h was expected, got {text!r}")
+    return seconds
+
+
 class UnfinishedRunError(RuntimeError):
     """A run that never finished was asked for as a result (evaluate, report, finetune from)."""
 

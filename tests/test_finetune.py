@@ -16,7 +16,14 @@ from sgi_lab.data.replay import PrioritizedReplay
 from sgi_lab.envs import UnknownGameError
 from sgi_lab.launch.cli import main
 from sgi_lab.nets import SGIModel
-from sgi_lab.runs import CheckpointError, RunDir, read_jsonl
+from sgi_lab.runs import (
+    CheckpointError,
+    Deadline,
+    RunDir,
+    RunStopped,
+    parse_duration,
+    read_jsonl,
+)
 from sgi_lab.train.agent import Population
 
 TINY = {
@@ -418,6 +425,111 @@ def test_resume_after_a_crash_continues_at_the_checkpoint(tmp_path):
     assert (out / "eval.json").stat().st_mtime_ns == mtime
     with pytest.raises(ConfigError, match="different config.*seed"):
         ft.finetune(FinetuneConfig(**TINY, steps=60, seed=3), out, progress=False)
+
+
+def test_a_stop_request_checkpoints_at_that_step_and_the_run_resumes_there(tmp_path):
+    """A stop between periodic checkpoints (every 30 steps) writes one at the step it came
+    at, so nothing since the last periodic checkpoint is lost."""
+    config = FinetuneConfig(**TINY, steps=60)
+    out = tmp_path / "run"
+    stop = Deadline()
+
+    def ask(step, population):
+        if step == 45:
+            stop.request_stop("pre-empted")
+
+    with pytest.raises(RunStopped, match="stopped at step 45: pre-empted; re-run") as info:
+        ft.finetune(config, out, progress=False, callback=ask, stop=stop)
+    assert info.value.step == 45
+    run = ft.FinetuneRun(out)
+    assert [p.name for p in run.checkpoints()] == ["ckpt_00000030.pt", "ckpt_00000045.pt"]
+    status = run.status()
+    assert status["state"] == "failed" and "stopped at step 45" in status["message"]
+    assert not (out / "eval.json").exists()
+
+    seen = []
+    run = ft.finetune(config, out, progress=False, callback=lambda s, pop: seen.append(s))
+    assert seen[0] == 46 and seen[-1] == 60
+    assert run.status()["state"] == "finished" and run.evaluation["step"] == 60
+
+
+def test_a_time_limit_stops_training_then_leaves_the_evaluation_to_a_call_with_time(tmp_path):
+    config = FinetuneConfig(**TINY, steps=30)
+    out = tmp_path / "run"
+    # A limit that has passed once the first step is done: checkpoint at step 1, stop.
+    with pytest.raises(RunStopped, match="at step 1: its time limit of 0.001 s passed"):
+        ft.finetune(config, out, progress=False, stop=Deadline(0.001))
+    assert [p.name for p in ft.FinetuneRun(out).checkpoints()] == ["ckpt_00000001.pt"]
+
+    # Training ends with less than half of the limit left: stop before evaluating (the last
+    # step is checkpointed), so the evaluation gets a call of its own.
+    stop = Deadline(1000.0)
+    stop.end -= 600  # 400 s of 1000 left
+    with pytest.raises(RunStopped, match="at step 30: less than half of the time limit"):
+        ft.finetune(config, out, progress=False, stop=stop)
+    run = ft.FinetuneRun(out)
+    assert run.checkpoints()[-1].name == "ckpt_00000030.pt"
+    assert run.status()["state"] == "failed" and not (out / "eval.json").exists()
+
+    # With the whole limit ahead the evaluation runs, nothing is trained again.
+    seen = []
+    run = ft.finetune(
+        config, out, progress=False, callback=lambda s, p: seen.append(s), stop=Deadline(1000.0)
+    )
+    assert seen == [] and run.status()["state"] == "finished"
+    assert run.evaluation["step"] == 30 and run.evaluation["episodes"] == 1
+
+
+def test_a_stop_request_ends_an_evaluation_without_keeping_part_of_it():
+    from sgi_lab.train.evaluate import play_episodes
+
+    stop = Deadline()
+    stop.request_stop("SIGTERM received")
+    with pytest.raises(RunStopped, match="during its evaluation: SIGTERM received"):
+        play_episodes(
+            lambda obs: np.zeros(obs.shape[:2], np.int64), ["Pong"], [6], episodes=1,
+            num_envs=1, max_frames=40, progress=False, stop=stop,
+        )  # fmt: skip
+
+
+def test_stop_after_on_the_cli_exits_75_and_sigterm_asks_for_a_clean_stop(tmp_path, capsys):
+    import os
+    import signal
+
+    from sgi_lab.launch.cli import EXIT_STOPPED, _stop_on_sigterm
+
+    out = tmp_path / "run"
+    argv = ["finetune", "--params", "params/finetune/smoke.yaml", "--game", "pong", "--seed", "0"]
+    argv += ["--out", str(out), "--no-progress", "--set", "steps=30", "--set", "batch_size=4"]
+    argv += ["--set", "learning_starts=20", "--set", "eval_episodes=1", "--set", "eval_envs=1"]
+    argv += ["--set", "eval_max_frames=200", "--set", "checkpoint_every=30"]
+    assert main([*argv, "--stop-after", "0.001s"]) == EXIT_STOPPED == 75
+    assert "stopped at step 1" in capsys.readouterr().err
+    assert main(argv) == 0 and ft.FinetuneRun(out).evaluation["step"] == 30
+    assert main([*argv, "--stop-after", "soon"]) == 2
+    assert (
+        "a duration like 540, 90s, 9m or 1.5h was expected, got 'soon'" in capsys.readouterr().err
+    )
+
+    stop = Deadline()
+    before = signal.getsignal(signal.SIGTERM)
+    with _stop_on_sigterm(stop):
+        os.kill(os.getpid(), signal.SIGTERM)  # handled: this process lives on
+        assert stop.reason() == "SIGTERM received"
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+@pytest.mark.parametrize(
+    "text, seconds", [("540", 540.0), ("90s", 90.0), ("9m", 540.0), ("1.5h", 5400.0), (2, 2.0)]
+)
+def test_durations(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["0", "-5", "9 minutes", "", "1e3"])
+def test_bad_durations_are_refused(text):
+    with pytest.raises(ConfigError, match="a duration like"):
+        parse_duration(text)
 
 
 @pytest.mark.smoke

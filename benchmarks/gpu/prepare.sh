@@ -10,11 +10,16 @@ mkdir -p "$dest"
 exclude=$(git rev-parse --git-path info/exclude)
 mkdir -p "$(dirname "$exclude")"
 grep -qx "/$dest/" "$exclude" 2>/dev/null || echo "/$dest/" >> "$exclude"
-pure="gymnasium farama-notifications cloudpickle typing_extensions pyyaml tqdm rliable arch<8"
+# rliable (confidence intervals of `sgi-lab report`) is published as source only: build its wheel
+# here so that the image (no network, maybe no build backend) installs it with --no-index.
+pure="gymnasium farama-notifications cloudpickle typing_extensions tqdm"
 for py in 3.10 3.11 3.12 3.13; do
   pip download --quiet --dest "$dest" --only-binary :all: --no-deps \
       --python-version "$py" --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 \
-      "ale-py>=0.9" "pyyaml>=6" || echo "no ale-py/pyyaml wheel for Python $py"
+      --platform manylinux_2_17_x86_64 \
+      "ale-py>=0.9" "pyyaml>=6" "arch<8" || echo "no ale-py/pyyaml/arch wheel for Python $py"
 done
-pip download --quiet --dest "$dest" --no-deps $pure || true
+pip download --quiet --dest "$dest" --no-deps $pure
+ls "$dest"/rliable-*.whl >/dev/null 2>&1 || pip wheel --quiet --no-deps --wheel-dir "$dest" "rliable>=1.2"
+rm -f "$dest"/rliable-*.tar.gz
 du -sh "$dest"

@@ -17,10 +17,14 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
 
@@ -137,7 +141,7 @@ def _finetune(args: argparse.Namespace) -> int:
         parse_overrides,
         read_params,
     )
-    from sgi_lab.runs import run_name
+    from sgi_lab.runs import Deadline, RunStopped, parse_duration, run_name
     from sgi_lab.train.finetune import finetune_in_parts, population_configs, population_folders
 
     params = read_params(args.params)
@@ -163,17 +167,23 @@ def _finetune(args: argparse.Namespace) -> int:
     )
     outs = population_folders(args.out or Path("outputs") / "finetune" / default, configs)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    stop = Deadline(parse_duration(args.stop_after) if args.stop_after else None)
     try:
-        runs = finetune_in_parts(
-            configs,
-            outs,
-            _max_agents(args.max_agents),
-            progress=not args.no_progress,
-            overwrite=args.overwrite,
-            params=name,
-        )
+        with _stop_on_sigterm(stop):
+            runs = finetune_in_parts(
+                configs,
+                outs,
+                _max_agents(args.max_agents),
+                progress=not args.no_progress,
+                overwrite=args.overwrite,
+                params=name,
+                stop=stop,
+            )
     except FloatingPointError as exc:  # NaN/Inf loss; status.json says failed
         raise RuntimeError(f"{exc} (run folders {', '.join(map(str, outs))})") from exc
+    except RunStopped as exc:
+        print(f"sgi-lab finetune: {exc}", file=sys.stderr)
+        return EXIT_STOPPED
     summaries = []
     for run in runs:
         evaluation = run.evaluation or {}
@@ -181,6 +191,30 @@ def _finetune(args: argparse.Namespace) -> int:
         summaries.append({"run": str(run.path), **{k: evaluation.get(k) for k in keys}})
     print(json.dumps(summaries[0] if len(summaries) == 1 else summaries, indent=2))
     return 0
+
+
+# Exit status of a run that stopped cleanly at a checkpoint (--stop-after, SIGTERM) and resumes
+# when the same command is run again: EX_TEMPFAIL, "try again later".
+EXIT_STOPPED = 75
+
+
+@contextlib.contextmanager
+def _stop_on_sigterm(stop: Any) -> Iterator[None]:
+    """SIGTERM (a scheduler's pre-emption, `timeout`) asks ``stop`` (a `Deadline`) to stop at
+    the next step instead of killing the process; a second SIGTERM kills as usual."""
+
+    def handler(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, previous)
+        stop.request_stop("SIGTERM received")
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _max_agents(text: str) -> int | str:
@@ -343,6 +377,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="agents per population: more (game, seed) pairs than this train as several "
         "populations, one after another, into the same run folders; 'auto' (default): as many "
         "as the device's free memory holds (sgi_lab.train.capacity)",
+    )
+    p.add_argument(
+        "--stop-after",
+        default=None,
+        metavar="DURATION",
+        help="stop cleanly after this wall-clock time (540, 9m, 1.5h): every agent checkpoints "
+        "at its current step and the command exits with status 75; the same command resumes. "
+        "The final evaluation starts only with half of it left. SIGTERM stops the same way",
     )
     p.add_argument("--overwrite", action="store_true", help="discard an existing run there")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

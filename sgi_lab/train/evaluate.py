@@ -35,7 +35,14 @@ from sgi_lab.envs.pool import FRAME_STACK_SHAPE, EnvPool
 from sgi_lab.metrics import human_normalized_score
 from sgi_lab.nets import SGIModel
 from sgi_lab.nets.runtime import use_bf16
-from sgi_lab.runs import CheckpointError, RunDir, atomic_write_text, load_checkpoint
+from sgi_lab.runs import (
+    CheckpointError,
+    Deadline,
+    RunDir,
+    RunStopped,
+    atomic_write_text,
+    load_checkpoint,
+)
 
 __all__ = [
     "Policy",
@@ -157,6 +164,7 @@ def play_episodes(
     max_frames: int | None = MAX_EPISODE_FRAMES,
     progress: bool = True,
     asynchronous: bool | None = None,
+    stop: Deadline | None = None,
 ) -> list[dict[str, Any]]:
     """Evaluate N agents at once: each plays ``episodes`` whole games of its own game in its own
     ``num_envs`` environments, and one call of ``policy`` gives every agent's greedy actions for
@@ -173,6 +181,9 @@ def play_episodes(
         num_actions: per-agent action count (random actions are drawn below it).
         episodes, eps, num_envs, max_frames, progress, asynchronous: as in `evaluate`.
         seeds: per-agent seed: env i of an agent is seeded ``seed + i``.
+        stop: a `sgi_lab.runs.Deadline`; only a stop request (not its time limit) ends the
+            evaluation early, with `RunStopped`: a partial evaluation would favour short
+            episodes, so none is kept.
 
     Returns:
         One result dict per agent (see `evaluate`).
@@ -203,6 +214,8 @@ def play_episodes(
     try:
         obs = pool.reset().reshape(n, num_envs, *FRAME_STACK_SHAPE)
         while (done < quotas).any():
+            if stop is not None and stop.requested:
+                raise RunStopped(None, stop.requested)
             active = done < quotas
             actions = np.zeros((n, num_envs), np.int64)
             random, drawn = [], []

@@ -39,7 +39,9 @@ from sgi_lab.nets import SGIModel
 from sgi_lab.nets.cpu_settings import settle
 from sgi_lab.runs import (
     CheckpointError,
+    Deadline,
     FinetuneRun,
+    RunStopped,
     atomic_torch_save,
     atomic_write_text,
     load_checkpoint,
@@ -156,6 +158,7 @@ def finetune(
     overwrite: bool = False,
     params: str | None = None,
     callback: Callback | None = None,
+    stop: Deadline | None = None,
 ) -> FinetuneRun:
     """Finetune one agent on ``config.game`` for ``config.steps`` steps, then evaluate it.
 
@@ -164,7 +167,7 @@ def finetune(
     Returns:
         The run folder, with ``.evaluation`` (eval.json) and ``.metrics()``.
     """
-    return finetune_population([config], [out], progress, overwrite, params, callback)[0]
+    return finetune_population([config], [out], progress, overwrite, params, callback, stop)[0]
 
 
 class _Agent:
@@ -207,6 +210,7 @@ def finetune_in_parts(
     overwrite: bool = False,
     params: str | None = None,
     callback: Callback | None = None,
+    stop: Deadline | None = None,
 ) -> list[FinetuneRun]:
     """`finetune_population` for any number of agents: more than ``max_agents`` train as
     several populations, one after another, each some games x some seeds
@@ -219,6 +223,7 @@ def finetune_in_parts(
         max_agents: the largest population, or ``"auto"``: what the device's free memory holds
             (`sgi_lab.train.capacity.max_agents`).
         progress, overwrite, params, callback: as for `finetune_population`.
+        stop: one deadline for all the parts (`finetune_population`).
 
     Returns:
         The runs, in the order of ``configs``.
@@ -263,6 +268,7 @@ def finetune_in_parts(
             overwrite=overwrite,
             params=params,
             callback=callback,
+            stop=stop,
         )
         for i, run in zip(members, done, strict=True):
             runs[i] = run
@@ -276,6 +282,7 @@ def finetune_population(
     overwrite: bool = False,
     params: str | None = None,
     callback: Callback | None = None,
+    stop: Deadline | None = None,
 ) -> list[FinetuneRun]:
     """Finetune N agents in lockstep as one batched learner, then evaluate each.
 
@@ -289,6 +296,13 @@ def finetune_population(
         params: name of the params file the configs came from (recorded in status.json).
         callback: called as ``callback(step, population)`` after every environment step (and
             after that step's checkpoint); notebooks use it for live plots.
+        stop: a `sgi_lab.runs.Deadline`. Once it passes (or is asked to stop), every agent
+            checkpoints at the current step and `RunStopped` is raised; the runs are marked
+            failed with that reason and the same call resumes them. The evaluation (100
+            episodes per agent, all at once) is not split: it starts only while at least half
+            of the time limit is left (else the run stops before it, checkpointed at its last
+            step, and the next call evaluates), then runs to its end; only a stop request
+            interrupts it, and the next call plays it again from the start.
 
     Returns:
         The run folders, in the order of ``configs``.
@@ -302,6 +316,7 @@ def finetune_population(
         CheckpointError: a truncated or foreign checkpoint or pretrained model, or an
             unfinished pretraining run.
         FloatingPointError: a loss became NaN or infinite (status "failed").
+        RunStopped: ``stop`` passed; checkpointed, resumable.
     """
     configs = list(configs)  # FinetuneConfig canonicalises its game itself
     if len(configs) != len(outs) or not configs:
@@ -349,13 +364,14 @@ def finetune_population(
             a.log("started at step %d in a population of %d", step, len(agents))
             if a.checkpoint is None:
                 _write_transfer(a, population)
-        _train_and_evaluate(agents, population, replay, step, progress, callback)
+        _train_and_evaluate(agents, population, replay, step, progress, callback, stop)
     except BaseException as exc:
-        reason = (
-            "interrupted (re-run the same command to resume)"
-            if isinstance(exc, KeyboardInterrupt)
-            else f"{type(exc).__name__}: {exc}"
-        )
+        if isinstance(exc, KeyboardInterrupt):
+            reason = "interrupted (re-run the same command to resume)"
+        elif isinstance(exc, RunStopped):
+            reason = str(exc)
+        else:
+            reason = f"{type(exc).__name__}: {exc}"
         for a in agents:
             if a.run.started:
                 a.run.fail(reason)
@@ -578,6 +594,7 @@ def _train_and_evaluate(
     step: int,
     progress: bool,
     callback: Callback | None,
+    stop: Deadline | None = None,
 ) -> None:
     cfg = population.config
     n = len(agents)
@@ -656,9 +673,19 @@ def _train_and_evaluate(
                 bar.set_postfix(postfix, refresh=False)
             if callback is not None:
                 callback(step, population)
+            why = stop.reason() if stop is not None and step < cfg.steps else None
+            if why:
+                if step % cfg.checkpoint_every:
+                    for i, a in enumerate(agents):
+                        _checkpoint(a, i, population, replay, step)
+                raise RunStopped(step, why)
     finally:
         bar.close()
         pool.close()
+    if stop is not None and stop.seconds is not None and stop.left() < stop.seconds / 2:
+        stop.request_stop("less than half of the time limit is left for the evaluation")
+    if stop is not None and stop.requested:
+        raise RunStopped(step, stop.requested)
 
     for i, a in enumerate(agents):
         payload = {
@@ -682,6 +709,7 @@ def _train_and_evaluate(
         seeds=[a.config.seed + 10_000 for a in agents],
         max_frames=cfg.eval_max_frames,
         progress=progress,
+        stop=stop,
     )
     for a, result in zip(agents, results, strict=True):
         result["step"] = step
