@@ -251,6 +251,9 @@ def run(args: argparse.Namespace) -> list[dict]:
                 row["projected_100k_min"] = step_s * FULL_RUN_STEPS / 60
                 results.append(row)
                 print(table_row(row), flush=True)
+                if args.json:  # row by row: a run stopped at its time limit keeps what it did
+                    args.json.parent.mkdir(parents=True, exist_ok=True)
+                    args.json.write_text(json.dumps(results, indent=1))
                 del phases
                 if dev.type == "cuda":
                     torch.cuda.empty_cache()
@@ -292,10 +295,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    results = run(args)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(results, indent=1))
+    run(args)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Pretraining speed: one SGI step (SPR + goal RL + inverse dynamics) per encoder on this CPU.
+"""Pretraining speed: one SGI step (SPR + goal RL + inverse dynamics) per encoder on this CPU
+(or GPU: ``--device cuda`` times the CUDA-graph replay pretraining uses there).
 
 For each encoder at batch 256: seconds per step (median after warm-up), samples/s, the FLOPs of
 one step counted by ``torch.utils.flop_counter`` (forward, backward and the gradient-free
@@ -34,6 +35,7 @@ objectives.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import resource
@@ -49,7 +51,7 @@ import sgi_lab
 from sgi_lab.config import PretrainConfig, build_config
 from sgi_lab.nets.runtime import cpu_has_native_bf16
 from sgi_lab.train import pretrain as pretrain_module
-from sgi_lab.train.pretrain import build_state, train_step
+from sgi_lab.train.pretrain import GraphedStep, build_state, train_step
 
 REFERENCE_SAMPLES_PER_S = {"nature": 176.0, "resnet": 24.5}
 
@@ -106,6 +108,7 @@ def make_config(encoder: str, batch_size: int, args: argparse.Namespace) -> Pret
         "spr_steps": K,
         "device": args.device,
         "channels_last": not args.no_channels_last,
+        "cuda_graphs": not args.no_cuda_graphs,
     }
     fields = PretrainConfig.__dataclass_fields__
     if "cpu_amp" in fields:  # absent before bf16 autocast on CPU existed
@@ -160,19 +163,23 @@ def count_flops(config: PretrainConfig, batch: dict[str, torch.Tensor]) -> dict[
 def time_steps(
     config: PretrainConfig, batch: dict[str, torch.Tensor], warmup: int, steps: int
 ) -> dict[str, Any]:
-    state = build_state(config, NUM_ACTIONS, torch.device(config.device))
+    device = torch.device(config.device)
+    state = build_state(config, NUM_ACTIONS, device)
     state.model.train()
     state.target.train()  # as the reference: target batch norms use batch statistics
-    for _ in range(warmup):  # the first steps also grow the heap to its steady size
-        train_step(config, state, batch)
+    # On a GPU the step pretraining runs: captured once as a CUDA graph, then replayed.
+    graphed = GraphedStep.usable(config, device)
+    step = GraphedStep(config, state) if graphed else functools.partial(train_step, config, state)
+    for _ in range(max(warmup, GraphedStep.WARMUP + 2 if graphed else 0)):
+        step(batch)  # the first steps also grow the heap to its steady size (and capture)
     wall, cpu = [], []
     for _ in range(steps):
         t0, c0 = time.perf_counter(), time.process_time()
-        logs = train_step(config, state, batch)
+        logs = step(batch)
         logs["losses/total"].item()
         wall.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
-    return {"wall_s": wall, "cpu_s": cpu, "state": state}
+    return {"wall_s": wall, "cpu_s": cpu, "state": state, "cuda_graph": graphed}
 
 
 def profile_step(
@@ -219,6 +226,7 @@ def bench_encoder(encoder: str, args: argparse.Namespace, conv_fp32: float) -> d
         "fraction_of_conv_fp32": round(flops["gflop"] / step_s / conv_fp32, 3),
         "gflop_by_op": flops["gflop_by_op"],
         "steps_timed": args.steps,
+        "cuda_graph": timing["cuda_graph"],
         "wall_s_each": [round(t, 3) for t in timing["wall_s"]],
     }
     if args.batch != 256:
@@ -280,6 +288,9 @@ def main() -> None:
         help="target passes' batch norm statistics (config target_batch_norm)",
     )
     parser.add_argument("--device", default="cpu", help="'cpu' or 'cuda' (conv throughput: CPU)")
+    parser.add_argument(
+        "--no-cuda-graphs", action="store_true", help="ablation: eager steps on a GPU"
+    )
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args()
 

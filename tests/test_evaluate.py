@@ -122,3 +122,42 @@ def test_evaluate_run_writes_eval_json(tmp_path):
     with pytest.raises(FileNotFoundError, match="typo"):
         ev.evaluate_run(tmp_path / "typo", progress=False)
     assert not (tmp_path / "typo").exists()
+
+
+def test_the_policy_sees_only_the_environments_still_playing():
+    """An environment that played its quota leaves the policy's batch: with quotas 2 and 1 and
+    50-step episodes, 50 forwards of both environments, then 50 of the first alone; the scores
+    are those of the two environments played on their own (a per-observation policy)."""
+
+    def per_observation(obs):
+        calls.append(obs.shape[:2])
+        return (obs[..., -1, 30:50, 30:50].astype(np.int64).sum((-1, -2)) // 7) % 6
+
+    kw = {"eps": 0.0, "max_frames": 200, "progress": False}
+    calls = []
+    both = ev.play_episodes(per_observation, ["Pong"], [6], episodes=3, num_envs=2, seeds=[5], **kw)
+    assert calls == [(1, 2)] * 50 + [(1, 1)] * 50
+    alone = [
+        ev.play_episodes(per_observation, ["Pong"], [6], episodes=e, num_envs=1, seeds=[s], **kw)
+        for e, s in ((2, 5), (1, 6))
+    ]
+    first, second = alone[0][0]["scores"], alone[1][0]["scores"]
+    assert sorted(both[0]["scores"]) == sorted(first + second)
+    assert both[0]["lengths"] == [50, 50, 50]
+
+
+def test_greedy_actions_for_active_environments_only():
+    rng = np.random.default_rng(0)
+    obs = rng.integers(0, 255, (3, 5, 4, 84, 84), dtype=np.uint8)
+    active = np.array([[1, 0, 1, 0, 0], [0, 0, 0, 0, 1], [0, 0, 0, 0, 0]], bool)
+    shapes = []
+
+    def policy(x):
+        shapes.append(x.shape[:2])
+        return x[..., 0, 0, 0].astype(np.int64)
+
+    greedy = ev._greedy_for_active(policy, obs, active, np.arange(3)[:, None])
+    assert shapes == [(3, 2)]
+    np.testing.assert_array_equal(greedy[active], obs[..., 0, 0, 0][active])
+    everything = ev._greedy_for_active(policy, obs, np.ones((3, 5), bool), np.arange(3)[:, None])
+    np.testing.assert_array_equal(everything, obs[..., 0, 0, 0])

@@ -80,3 +80,28 @@ def test_inactive_environments_are_not_stepped(workers):
             previous = out[0]
         assert ended >= 1  # truncated at 400 frames = 100 steps: the cap reached the env
     lone.close()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_stepping_the_active_environments_returns_their_rows_only(workers):
+    """`step_active` gives exactly the active rows of `step` (twin pools, same seeds and
+    actions), and an array once handed out never changes when the pool steps on."""
+    games, seeds = ["Pong", "Breakout", "Pong", "Breakout"], [0, 1, 2, 3]
+    rng = np.random.default_rng(2)
+    kw = {"train": False, "max_episode_frames": 200}
+    with EnvPool(games, seeds, workers=workers, **kw) as full, EnvPool(games, seeds, **kw) as some:
+        first = full.reset()
+        np.testing.assert_array_equal(some.reset(), first)
+        kept = first.copy()
+        for _ in range(60):
+            active = rng.random(4) < 0.6
+            actions = rng.integers(0, [6, 4, 6, 4])
+            expected = full.step(actions, active)
+            rows = some.step_active(actions, active)
+            assert len(rows[0]) == active.sum()
+            for got, want in zip(rows, expected, strict=True):
+                np.testing.assert_array_equal(got, want[active])
+        np.testing.assert_array_equal(first, kept)
+        np.testing.assert_array_equal(
+            some.step(np.zeros(4, int), np.zeros(4, bool))[0], expected[0]
+        )

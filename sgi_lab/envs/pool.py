@@ -145,7 +145,7 @@ class EnvPool:
             for conn in self._conns:
                 conn.send(("reset", None))
             obs = np.concatenate([conn.recv() for conn in self._conns])
-        self._last = obs
+        self._last = obs.copy()
         return obs
 
     def step(self, actions: np.ndarray, active: np.ndarray | None = None) -> PoolStep:
@@ -157,8 +157,25 @@ class EnvPool:
             actions: (N,) actions (those of inactive environments are ignored).
             active: (N,) bool, the environments to step; None: all.
         """
+        mask = None if active is None else np.asarray(active, bool)
+        rows = self.step_active(actions, mask)
+        if mask is None:
+            return rows
+        full = []
+        for i, part in enumerate(rows):
+            filled = self._last.copy() if i == 0 else np.zeros(self.num_envs, part.dtype)
+            filled[mask] = part
+            full.append(filled)
+        return PoolStep(tuple(full))
+
+    def step_active(self, actions: np.ndarray, active: np.ndarray | None = None) -> PoolStep:
+        """`step`, returning the rows of the ``active`` environments only, in their order:
+        with thousands of evaluation environments of which a few are still playing, nothing
+        is copied for the others."""
         actions = np.asarray(actions)
         mask = None if active is None else np.asarray(active, bool)
+        if mask is not None and self._last is None:
+            raise RuntimeError("reset the pool before stepping some of its environments")
         if self.workers == 0:
             rows = _step_slice(self._envs, actions, mask)
         else:
@@ -166,18 +183,12 @@ class EnvPool:
                 conn.send(("step", (actions[part], None if mask is None else mask[part])))
             parts = [conn.recv() for conn in self._conns]
             rows = tuple(np.concatenate([p[i] for p in parts]) for i in range(6))
+        # The pool's own copy of the newest observations (arrays handed out are never changed).
         if mask is None:
-            self._last = rows[0]
-            return PoolStep(rows)
-        if self._last is None:
-            raise RuntimeError("reset the pool before stepping some of its environments")
-        full = []
-        for i, part in enumerate(rows):
-            filled = self._last.copy() if i == 0 else np.zeros(self.num_envs, part.dtype)
-            filled[mask] = part
-            full.append(filled)
-        self._last = full[0]
-        return PoolStep(tuple(full))
+            self._last = rows[0].copy()
+        else:
+            self._last[mask] = rows[0]
+        return PoolStep(rows)
 
     def close(self) -> None:
         for env in self._envs:

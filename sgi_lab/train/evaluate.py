@@ -153,6 +153,22 @@ def eval_workers(num_envs: int, asynchronous: bool | None = None) -> int:
     return min(num_envs, max(1, cpus - 1)) if asynchronous else 0
 
 
+def _greedy_for_active(
+    policy: Policy, obs: np.ndarray, active: np.ndarray, rows: np.ndarray
+) -> np.ndarray:
+    """Greedy actions (N, E) where ``active``: the policy sees each agent's active environments
+    only, padded to the agent with most (its forward batch shrinks as environments play their
+    quota; with batch norm on running statistics an observation's Q values do not depend on
+    the others in its batch). Entries of inactive environments are arbitrary."""
+    k = int(active.sum(1).max())
+    if k == active.shape[1]:
+        return policy(obs)
+    order = np.argsort(~active, axis=1, kind="stable")[:, :k]  # active environments first
+    greedy = np.zeros(active.shape, np.int64)
+    greedy[rows, order] = policy(obs[rows, order])
+    return greedy
+
+
 def play_episodes(
     policy: Policy,
     games: Sequence[str],
@@ -213,6 +229,7 @@ def play_episodes(
     start = time.perf_counter()
     try:
         obs = pool.reset().reshape(n, num_envs, *FRAME_STACK_SHAPE)
+        rows = np.arange(n)[:, None]
         while (done < quotas).any():
             if stop is not None and stop.requested:
                 raise RunStopped(None, stop.requested)
@@ -224,16 +241,21 @@ def play_episodes(
                 random.append(rngs[i].random(k) < eps)
                 drawn.append(rngs[i].integers(0, num_actions[i], size=k))
             if not all(r.all() for r in random):
-                greedy = policy(obs)
+                greedy = _greedy_for_active(policy, obs, active, rows)
             for i in range(n):
                 if not active[i].any():
                     continue
                 chosen = drawn[i] if random[i].all() else greedy[i][active[i]]
                 actions[i, active[i]] = np.where(random[i], drawn[i], chosen)
-            # Environments that played their quota are not stepped any more.
-            stepped = pool.step(actions.reshape(-1), active.reshape(-1))
-            obs = stepped[0].reshape(n, num_envs, *FRAME_STACK_SHAPE)
-            per_agent = [x.reshape(n, num_envs) for x in stepped[1:4]]
+            # Environments that played their quota are not stepped (nor copied) any more.
+            flat = active.reshape(-1)
+            stepped = pool.step_active(actions.reshape(-1), flat)
+            obs.reshape(n * num_envs, *FRAME_STACK_SHAPE)[flat] = stepped[0]
+            per_agent = []
+            for part in stepped[1:4]:
+                full = np.zeros(n * num_envs, part.dtype)
+                full[flat] = part
+                per_agent.append(full.reshape(n, num_envs))
             for i, (rewards, terminated, truncated) in enumerate(zip(*per_agent, strict=True)):
                 returns[i] += np.where(active[i], rewards, 0.0)
                 steps[i] += active[i]
