@@ -35,3 +35,50 @@ def test_population_phases_runs_and_reports_every_phase(tmp_path, monkeypatch):
 def test_gpu_scripts_parse():
     for script in ("prepare.sh", "run.sh"):
         subprocess.run(["bash", "-n", str(ROOT / "benchmarks" / "gpu" / script)], check=True)
+
+
+def rehearse(job: list[str], tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    """``SGI_REHEARSAL=1 bash benchmarks/gpu/run.sh JOB`` with this interpreter as python3."""
+    import os
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "python3").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    (bin_dir / "python3").chmod(0o755)
+    environ = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SGI_REHEARSAL": "1"}
+    environ.update(OUT=str(tmp_path / "out"), SGI_REHEARSAL_ROOT=str(tmp_path / "runs"), **env)
+    script = str(ROOT / "benchmarks" / "gpu" / "run.sh")
+    return subprocess.run(
+        ["bash", script, *job], cwd=ROOT, env=environ, capture_output=True, text=True
+    )
+
+
+@pytest.mark.slow
+def test_the_26_game_job_stops_at_its_limit_resumes_and_reports(tmp_path):
+    """The GPU session's benchmark26 job, rehearsed on two games: a call stopped by its time
+    limit exits 75 with every agent checkpointed; calls again resume until the evaluation has
+    run, and the report's CSV lists both games."""
+    first = rehearse(["benchmark26", "nature"], tmp_path, SGI_REHEARSAL_STOP="2")
+    assert first.returncode == 75, first.stdout + first.stderr
+    assert "stopped at step" in first.stdout
+    for _ in range(8):
+        last = rehearse(["benchmark26", "nature"], tmp_path, SGI_REHEARSAL_STOP="60")
+        if last.returncode != 75:
+            break
+    assert last.returncode == 0, last.stdout + last.stderr
+    assert '2 "state": "finished"' in last.stdout
+    report = (tmp_path / "out" / "benchmark26_nature.csv").read_text()
+    assert "Breakout" in report and "Pong" in report
+
+
+@pytest.mark.slow
+def test_the_first_gpu_job_runs_every_part(tmp_path):
+    result = rehearse(["first"], tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = tmp_path / "out"
+    names = {p.name for p in out.iterdir()}
+    expected = {"checks.txt", "phases.json", "pretrain.json", "pretrain_eager.json"}
+    assert expected | {"sampling.txt", "memory.txt"} <= names
+    assert "passed" in (out / "checks.txt").read_text()
+    assert len(json.loads((out / "phases.json").read_text())) == 8  # 2 encoders x 2 x N = 1, 2
+    assert "largest_population" in (out / "memory.txt").read_text()

@@ -35,7 +35,7 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 python3 -V
 if [ "$rehearsal" = 1 ]; then
   device=cpu; agents="1 2"; steps=2; rows=200; workers=1; stop=${SGI_REHEARSAL_STOP:-15}
-  games=Pong,Breakout; bench=/tmp/sgi-rehearsal/benchmark26
+  games=Pong,Breakout; bench=${SGI_REHEARSAL_ROOT:-/tmp/sgi-rehearsal}/benchmark26
   loop=(--set steps=300 --set learning_starts=100 --set batch_size=4 --set eval_episodes=2
         --set eval_envs=2 --set eval_max_frames=400 --set log_every=100)
 else
