@@ -383,6 +383,8 @@ def test_smoke_experiment_on_a_local_ray_cluster(tmp_path):
         start_new_session=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        # No token authentication, whatever ~/.ray holds: this process joins by address.
+        env={**os.environ, "RAY_AUTH_MODE": "disabled"},
     )
     try:
         graph = ex.expand(ex.load_experiment(SMOKE), tmp_path / "ray")
@@ -456,3 +458,18 @@ def test_ablations_find_runs_of_an_experiment_folder(tmp_path):
     assert ablations.find_runs(out, "Pong*") == [found[1]]
     assert ablations.experiment_finetune_folders(tmp_path) is None  # not an experiment
     assert len(ablations.find_runs(tmp_path)) == 3  # a plain root is searched recursively
+
+
+def test_a_refused_ray_connection_says_how_to_authenticate(monkeypatch):
+    ray = pytest.importorskip("ray")
+
+    def refuse(**kwargs):
+        raise ConnectionError(f"Failed to connect to Ray cluster at {kwargs['address']}")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", refuse)
+    with pytest.raises(
+        ConnectionError, match="at 10.0.0.9:6379. If the cluster uses token"
+    ) as info:
+        ex.RayExecutor("10.0.0.9:6379")
+    assert "RAY_AUTH_MODE=token" in str(info.value)

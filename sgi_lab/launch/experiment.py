@@ -1002,6 +1002,16 @@ def _ray_run_in_scratch(
     return run_in_scratch(argv, threads, cwd, plan, run)
 
 
+# Since Ray 2.59 `ray start --head` turns token authentication on by itself when it finds a token
+# (~/.ray/auth_token, RAY_AUTH_TOKEN[_PATH]); a driver joining by address does not (by design),
+# and is refused with InvalidAuthToken until RAY_AUTH_MODE says so.
+RAY_AUTH_HINT = (
+    "If the cluster uses token authentication (`ray start` turns it on when ~/.ray/auth_token "
+    "exists), set RAY_AUTH_MODE=token here too (and RAY_AUTH_TOKEN when the token is not in "
+    "~/.ray/auth_token); see https://docs.ray.io/en/latest/ray-security/token-auth.html"
+)
+
+
 class RayExecutor:
     """Tasks on a Ray cluster (`ray.remote` with ``num_cpus``/``num_gpus`` per task kind).
 
@@ -1020,7 +1030,10 @@ class RayExecutor:
             ) from exc
         self.ray = ray
         if not ray.is_initialized():
-            ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
+            try:
+                ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
+            except ConnectionError as exc:
+                raise ConnectionError(f"{exc}. {RAY_AUTH_HINT}") from exc
         self.remote = ray.remote(_ray_run_command)
         self.remote_in_scratch = ray.remote(_ray_run_in_scratch)
         self.capacity = 10**9  # Ray queues by resources
