@@ -114,6 +114,15 @@ class Deadline:
         return None
 
 
+def failure_reason(exc: BaseException) -> str:
+    """The ``message`` of a run that ended with ``exc`` (status.json)."""
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted (re-run the same command to resume)"
+    if isinstance(exc, RunStopped):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
 def parse_duration(text: str | float) -> float:
     """Seconds from ``540``, ``90s``, ``9m``, ``1.5h``; a clear error otherwise."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([smh]?)\s*", str(text))
@@ -466,12 +475,8 @@ class RunDir:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc is None or not self.started:
             return
-        if isinstance(exc, KeyboardInterrupt):
-            reason = "interrupted (re-run the same command to resume)"
-        else:
-            reason = f"{type(exc).__name__}: {exc}"
         try:
-            self.fail(reason)
+            self.fail(failure_reason(exc))
         except OSError:
             pass  # the disk that failed the run may fail this too; the exception says why
 

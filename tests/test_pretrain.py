@@ -8,7 +8,7 @@ from conftest import moving_dot_store
 
 from sgi_lab.config import ConfigError, PretrainConfig, build_config, load_config
 from sgi_lab.launch.cli import main as cli_main
-from sgi_lab.runs import RunDir, load_checkpoint
+from sgi_lab.runs import Deadline, RunDir, RunStopped, load_checkpoint
 from sgi_lab.train import pretrain as pretrain_module
 from sgi_lab.train.pretrain import (
     load_pretrained_model,
@@ -103,6 +103,38 @@ def test_interrupted_run_resumes_at_the_right_step_and_matches(dot_store, tmp_pa
     b = load_checkpoint(resumed, kind="pretrained_model")["model"]
     for name in a:
         torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_a_stopped_run_checkpoints_where_it_stopped_and_resumes_to_the_same_model(
+    dot_store, tmp_path
+):
+    """A stop at step 5 (checkpoints every 10) writes a checkpoint at 5; the resumed run ends
+    with the model of an uninterrupted one."""
+    config = build_config(PretrainConfig, {**TINY, "steps": 20, "goal_weight": 0.0})
+    reference = pretrain(config, dot_store, tmp_path / "straight", progress=False)
+    stop = Deadline()
+
+    def ask(row):
+        if row["step"] == 5:
+            stop.request_stop("pre-empted")
+
+    with pytest.raises(RunStopped, match="stopped at step 5: pre-empted"):
+        pretrain(config, dot_store, tmp_path / "run", progress=False, callback=ask, stop=stop)
+    run = RunDir(tmp_path / "run")
+    assert [p.name for p in run.checkpoints()] == ["ckpt_00000005.pt"]
+    assert run.status()["state"] == "failed" and "stopped at step 5" in run.status()["message"]
+    resumed = pretrain(config, dot_store, tmp_path / "run", progress=False)
+    a = load_checkpoint(reference, kind="pretrained_model")["model"]
+    b = load_checkpoint(resumed, kind="pretrained_model")["model"]
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-5, msg=name)
+
+    argv = ["pretrain", "--params", "params/pretrain/sgi_m.yaml", "--data", str(dot_store.path)]
+    argv += ["--out", str(tmp_path / "cli"), "--no-progress", "--stop-after", "0.001"]
+    for key, value in {**TINY, "steps": 20, "device": "cpu"}.items():
+        argv += ["--set", f"{key}={value}"]
+    assert cli_main(argv) == 75
+    assert [p.name for p in RunDir(tmp_path / "cli").checkpoints()] == ["ckpt_00000001.pt"]
 
 
 def test_finished_run_is_not_rerun_and_config_change_is_refused(dot_store, tmp_path):

@@ -24,7 +24,10 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the CLI imports torch (through sgi_lab.runs) only when a command needs it
+    from sgi_lab.runs import Deadline
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
 
@@ -112,18 +115,26 @@ def _info(args: argparse.Namespace) -> int:
 @command("pretrain")
 def _pretrain(args: argparse.Namespace) -> int:
     from sgi_lab.config import PretrainConfig, load_config, parse_overrides, read_params
+    from sgi_lab.runs import RunStopped
     from sgi_lab.train.pretrain import pretrain
 
     config = load_config(PretrainConfig, args.params, parse_overrides(args.set))
     name = read_params(args.params).get("name", Path(args.params).stem)
-    model = pretrain(
-        config,
-        args.data,
-        args.out,
-        overwrite=args.overwrite,
-        params_name=name,
-        progress=not args.no_progress,
-    )
+    stop = _deadline(args)
+    try:
+        with _stop_on_sigterm(stop):
+            model = pretrain(
+                config,
+                args.data,
+                args.out,
+                overwrite=args.overwrite,
+                params_name=name,
+                progress=not args.no_progress,
+                stop=stop,
+            )
+    except RunStopped as exc:
+        print(f"sgi-lab pretrain: {exc}", file=sys.stderr)
+        return EXIT_STOPPED
     print(f"pretrained model: {model}")
     return 0
 
@@ -141,7 +152,7 @@ def _finetune(args: argparse.Namespace) -> int:
         parse_overrides,
         read_params,
     )
-    from sgi_lab.runs import Deadline, RunStopped, parse_duration, run_name
+    from sgi_lab.runs import RunStopped, run_name
     from sgi_lab.train.finetune import finetune_in_parts, population_configs, population_folders
 
     params = read_params(args.params)
@@ -167,7 +178,7 @@ def _finetune(args: argparse.Namespace) -> int:
     )
     outs = population_folders(args.out or Path("outputs") / "finetune" / default, configs)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    stop = Deadline(parse_duration(args.stop_after) if args.stop_after else None)
+    stop = _deadline(args)
     try:
         with _stop_on_sigterm(stop):
             runs = finetune_in_parts(
@@ -198,8 +209,15 @@ def _finetune(args: argparse.Namespace) -> int:
 EXIT_STOPPED = 75
 
 
+def _deadline(args: argparse.Namespace) -> Deadline:
+    """``--stop-after DURATION`` as a `Deadline` (none: no time limit, SIGTERM still stops)."""
+    from sgi_lab.runs import Deadline, parse_duration
+
+    return Deadline(parse_duration(args.stop_after) if args.stop_after else None)
+
+
 @contextlib.contextmanager
-def _stop_on_sigterm(stop: Any) -> Iterator[None]:
+def _stop_on_sigterm(stop: Deadline) -> Iterator[None]:
     """SIGTERM (a scheduler's pre-emption, `timeout`) asks ``stop`` (a `Deadline`) to stop at
     the next step instead of killing the process; a second SIGTERM kills as usual."""
 
@@ -296,6 +314,18 @@ def _report(args: argparse.Namespace) -> int:
 # -- parser ------------------------------------------------------------------------------------
 
 
+def _add_stop_after(p: argparse.ArgumentParser, what: str, evaluation: bool = False) -> None:
+    p.add_argument(
+        "--stop-after",
+        default=None,
+        metavar="DURATION",
+        help=f"stop cleanly after this wall-clock time (540, 9m, 1.5h): {what} and the command "
+        "exits with status 75; the same command resumes. "
+        + ("The final evaluation starts only with half of it left. " if evaluation else "")
+        + "SIGTERM stops the same way",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sgi-lab", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -345,6 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override")
     p.add_argument("--data", type=Path, required=True, help="TransitionStore folder")
     p.add_argument("--out", type=Path, required=True, help="run folder (re-run to resume)")
+    _add_stop_after(p, "the run checkpoints at its current step")
     p.add_argument("--overwrite", action="store_true", help="discard an existing run there")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -378,14 +409,7 @@ def build_parser() -> argparse.ArgumentParser:
         "populations, one after another, into the same run folders; 'auto' (default): as many "
         "as the device's free memory holds (sgi_lab.train.capacity)",
     )
-    p.add_argument(
-        "--stop-after",
-        default=None,
-        metavar="DURATION",
-        help="stop cleanly after this wall-clock time (540, 9m, 1.5h): every agent checkpoints "
-        "at its current step and the command exits with status 75; the same command resumes. "
-        "The final evaluation starts only with half of it left. SIGTERM stops the same way",
-    )
+    _add_stop_after(p, "every agent checkpoints at its current step", evaluation=True)
     p.add_argument("--overwrite", action="store_true", help="discard an existing run there")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 

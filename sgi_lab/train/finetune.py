@@ -44,6 +44,7 @@ from sgi_lab.runs import (
     RunStopped,
     atomic_torch_save,
     atomic_write_text,
+    failure_reason,
     load_checkpoint,
     resolve_device,
     restore_generator,
@@ -366,15 +367,9 @@ def finetune_population(
                 _write_transfer(a, population)
         _train_and_evaluate(agents, population, replay, step, progress, callback, stop)
     except BaseException as exc:
-        if isinstance(exc, KeyboardInterrupt):
-            reason = "interrupted (re-run the same command to resume)"
-        elif isinstance(exc, RunStopped):
-            reason = str(exc)
-        else:
-            reason = f"{type(exc).__name__}: {exc}"
         for a in agents:
             if a.run.started:
-                a.run.fail(reason)
+                a.run.fail(failure_reason(exc))
         raise
     finally:
         torch.set_num_threads(threads)

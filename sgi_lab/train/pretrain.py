@@ -47,7 +47,9 @@ from sgi_lab.objectives import (
 )
 from sgi_lab.objectives.goal_rl import goal_n_step_returns
 from sgi_lab.runs import (
+    Deadline,
     RunDir,
+    RunStopped,
     atomic_torch_save,
     resolve_device,
     restore_generator,
@@ -409,6 +411,7 @@ def pretrain(
     callback: Callable[[dict[str, Any]], None] | None = None,
     overwrite: bool = False,
     params_name: str | None = None,
+    stop: Deadline | None = None,
 ) -> Path:
     """Pretrain (or resume pretraining) into run folder ``out``; returns the path of model.pt.
 
@@ -422,11 +425,14 @@ def pretrain(
         callback: called with every metrics row (e.g. a live plot's ``update``).
         overwrite: discard an existing pretraining run in ``out`` and start over.
         params_name: the params file's name, recorded in status.json for reports.
+        stop: a `sgi_lab.runs.Deadline`: once it passes (or is asked to stop) the run
+            checkpoints at the current step and raises `RunStopped`; re-running resumes.
 
     Raises:
         ConfigError: bad objective weights, or ``out`` holds a run with another config or
             another store (the store is recognised by its content fingerprint).
         RunFolderError: ``out`` is not empty and not a pretraining run of ours.
+        RunStopped: ``stop`` passed; checkpointed, resumable.
     """
     check_objectives(config)
     store = data if isinstance(data, TransitionStore) else TransitionStore(data)
@@ -436,7 +442,7 @@ def pretrain(
     if run.finished and (run.path / "model.pt").exists():
         return run.path / "model.pt"
     with run:
-        return _pretrain(config, store, run, progress, callback, params_name)
+        return _pretrain(config, store, run, progress, callback, params_name, stop)
 
 
 def measure_step(
@@ -461,7 +467,7 @@ def measure_step(
         return time_step(lambda: train_step(config, state, batch), warmup=2, budget_s=1.0)
 
 
-def _pretrain(config, store, run, progress, callback, params_name) -> Path:
+def _pretrain(config, store, run, progress, callback, params_name, stop) -> Path:
     device = resolve_device(config.device)
     # "auto" CPU precision and layout: the fastest measured on this machine for this workload.
     objectives = "atc" if config.atc_weight > 0 else "sgi"
@@ -478,13 +484,15 @@ def _pretrain(config, store, run, progress, callback, params_name) -> Path:
     sampler = make_sampler(config, store)
     try:
         return _train_loop(
-            config, store, run, state, sampler, args, device, progress, callback, params_name
+            config, store, run, state, sampler, args, device, progress, callback, params_name, stop
         )
     finally:
         sampler.close()
 
 
-def _train_loop(config, store, run, state, sampler, args, device, progress, callback, params_name):
+def _train_loop(
+    config, store, run, state, sampler, args, device, progress, callback, params_name, stop
+):
     # On the CPU: load_state_dict copies onto the parameters' device, and RNG states must be CPU.
     checkpoint = run.load_latest("pretrain", map_location="cpu")
     step = 0
@@ -557,11 +565,14 @@ def _train_loop(config, store, run, state, sampler, args, device, progress, call
                 window.clear()
                 steps_in_window = 0
                 t_window = time.perf_counter()
-            if step % config.checkpoint_every == 0 or step == config.steps:
+            why = stop.reason() if stop is not None and step < config.steps else None
+            if step % config.checkpoint_every == 0 or step == config.steps or why:
                 run.save_checkpoint(
                     step, _checkpoint_payload(config, state, sampler, step, args, store), "pretrain"
                 )
                 run.set_status("running", step=step)
+            if why:
+                raise RunStopped(step, why)
     except FloatingPointError as exc:
         last = run.latest_checkpoint()
         raise FloatingPointError(
