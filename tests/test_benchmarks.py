@@ -78,7 +78,32 @@ def test_the_first_gpu_job_runs_every_part(tmp_path):
     out = tmp_path / "out"
     names = {p.name for p in out.iterdir()}
     expected = {"checks.txt", "phases.json", "pretrain.json", "pretrain_eager.json"}
-    assert expected | {"sampling.txt", "memory.txt"} <= names
+    assert expected | {"sampling.txt", "memory.txt", "vector_env.json"} <= names
     assert "passed" in (out / "checks.txt").read_text()
     assert len(json.loads((out / "phases.json").read_text())) == 8  # 2 encoders x 2 x N = 1, 2
     assert "largest_population" in (out / "memory.txt").read_text()
+
+
+@pytest.mark.smoke
+def test_ale_vector_env_plays_our_frames_and_reports_its_speed(tmp_path, monkeypatch):
+    """With no-op starts off, ale-py's AtariVectorEnv gives our observations, rewards and
+    episode ends step for step (the check `vector_env_check.py` makes on five games)."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    pytest.importorskip("ale_py.vector_env")
+    import vector_env_check
+
+    out = tmp_path / "vector_env.json"
+    argv = ["vector_env_check.py", "--games", "Breakout", "--steps", "300", "--resets", "32"]
+    argv += ["--speed-envs", "2", "--speed-steps", "5", "--threads", "1", "--workers", "0"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--json", str(out)])
+    vector_env_check.main()
+    result = json.loads(out.read_text())
+    (row,) = result["protocol"]
+    assert row["steps_that_differ"] == 0 and row["episodes_ended"] >= 1
+    assert row["same_first_observation"] and row["same_action_count"]
+    low, high = result["noop_frames"]
+    assert (low["noop_max"], high["noop_max"]) == (30, 31) and high["max"] <= 30
+    assert set(result["env_steps_per_s"]) == {
+        "AtariVectorEnv, 1 thread(s)",
+        "EnvPool, in this process",
+    }

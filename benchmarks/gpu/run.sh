@@ -3,7 +3,7 @@
 #   device run: bash benchmarks/gpu/run.sh JOB ; carry: [".gpu-wheels"]
 # Every job fits one 10-minute device command; results land in $OUT (they come back).
 #
-#   first        checks, phases, pretrain, sampling and memory, each under its own time cap
+#   first        checks, phases, pretrain, sampling, vector_env and memory, each time-capped
 #                (~9 min in all), so one command answers everything but the 26-game run
 #   checks       tests/test_cuda.py and tests/test_graphs.py on the GPU
 #   phases       a population's step phase by phase (act, envs, append, sample, update,
@@ -11,6 +11,7 @@
 #                time, kernel launches, GPU busy fraction, projected 100k-step wall-clock
 #   pretrain     the pretraining step (CUDA graph, and eager for comparison): samples/s
 #   sampling     the pretraining sampler on this machine's CPUs: batches/s at batch 256
+#   vector_env   ale-py's C++ AtariVectorEnv against our EnvPool: same frames, env-steps/s
 #   memory       a population's GPU memory per agent; the largest that fits 80 GB
 #   population   agent-updates/s of populations of 1, 4 and 26 agents (older figure)
 #   benchmark26 [resnet|nature]
@@ -78,6 +79,13 @@ sampling() {
   timeout "${1:-600}" python3 benchmarks/foundation.py sampling --rows "$n" \
     --workdir /tmp/sgi-bench 2>&1 | tail -5 | tee "$out/sampling.txt"
 }
+vector_env() {
+  # ale-py's C++ vector env against our pool: same frames? how fast on this machine's cores?
+  local threads="1 15" workers="0 15"; [ "$rehearsal" = 1 ] && threads="1 2" workers="0 2"
+  timeout "${1:-600}" python3 benchmarks/vector_env_check.py --games Pong Breakout --steps 500 \
+    --resets 160 --speed-envs 26 --threads $threads --workers $workers \
+    --json "$out/vector_env.json" 2>&1 | tail -8
+}
 memory() {
   timeout "${1:-600}" python3 benchmarks/population_memory.py --device "$device" \
     --agents $agents --budget-gb 80 2>&1 | tail -20 | tee "$out/memory.txt"
@@ -103,13 +111,13 @@ benchmark26() {
 
 case "$what" in
   first)
-    checks 150; phases 210; pretrain 45; sampling 40; memory 60 ;;
-  checks|phases|pretrain|sampling|memory) "$what" ;;
+    checks 130; phases 180; pretrain 40; sampling 35; vector_env 50; memory 60 ;;
+  checks|phases|pretrain|sampling|vector_env|memory) "$what" ;;
   population)
     for n in $agents; do
       python3 benchmarks/finetune_speed.py population --device "$device" --agents "$n" \
         --repeats 10 --precision bf16 --json "$out/population_$n.json" | tail -30
     done ;;
   benchmark26) benchmark26 ;;
-  *) echo "unknown job $what (first, checks, phases, pretrain, sampling, memory, population, benchmark26)"; exit 2 ;;
+  *) echo "unknown job $what (first, checks, phases, pretrain, sampling, vector_env, memory, population, benchmark26)"; exit 2 ;;
 esac
