@@ -558,3 +558,40 @@ def test_smoke_finetune_from_a_pretraining_run_via_the_cli(tmp_path, capsys):
     assert list(run.episodes().columns) == ["step", "return", "clipped_return", "length"]
     assert main(["evaluate", str(out), "--episodes", "1", "--no-progress"]) == 0
     assert json.loads((out / "eval.json").read_text())["episodes"] == 1
+
+
+@pytest.mark.smoke
+def test_sigterm_to_the_process_group_stops_a_population_with_env_workers_cleanly(tmp_path):
+    """`timeout` and schedulers signal the whole process group, environment workers included:
+    the run still stops at a step with every agent checkpointed, exit status 75."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "pop"
+    argv = [sys.executable, "-m", "sgi_lab.launch.cli", "finetune"]
+    argv += ["--params", "params/finetune/smoke.yaml", "--game", "pong,breakout", "--seed", "0"]
+    argv += ["--out", str(out), "--no-progress", "--set", "steps=100000", "--set", "batch_size=4"]
+    argv += ["--set", "env_workers=2", "--set", "learning_starts=20", "--set", "log_every=10"]
+    proc = subprocess.Popen(argv, start_new_session=True, stderr=subprocess.PIPE, text=True)
+    try:
+        metrics = out / "Pong__s0" / "metrics.jsonl"
+        deadline = time.time() + 120
+        while not (metrics.exists() and metrics.read_text().count("\n") >= 3):
+            assert proc.poll() is None and time.time() < deadline, "the run did not get going"
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 75, err
+    assert "SIGTERM received; re-run the same command to resume" in err
+    steps = {
+        tuple(p.name for p in ft.FinetuneRun(out / f"{g}__s0").checkpoints())
+        for g in ("Pong", "Breakout")
+    }
+    (names,) = steps  # both agents, the same step
+    assert len(names) == 1 and int(names[0][5:13]) >= 30

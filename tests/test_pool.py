@@ -105,3 +105,22 @@ def test_stepping_the_active_environments_returns_their_rows_only(workers):
         np.testing.assert_array_equal(
             some.step(np.zeros(4, int), np.zeros(4, bool))[0], expected[0]
         )
+
+
+def test_workers_leave_sigterm_and_sigint_to_their_parent():
+    """A process group's SIGTERM (`timeout`, a scheduler) or Ctrl-C reaches the workers too:
+    they keep stepping, so the parent can finish its step, checkpoint and close the pool."""
+    import os
+    import signal
+
+    with EnvPool(["Pong", "Breakout"], [0, 1], workers=2) as pool:
+        pool.reset()
+        procs = list(pool._procs)
+        for proc in procs:
+            os.kill(proc.pid, signal.SIGTERM)
+            os.kill(proc.pid, signal.SIGINT)
+        out = pool.step(np.zeros(2, np.int64))
+        assert out[0].shape == (2, 4, 84, 84)
+    for proc in procs:
+        proc.join(timeout=10)
+        assert proc.exitcode == 0  # ended by the pool's close, not by a signal

@@ -99,14 +99,14 @@ benchmark26() {
     "${args[@]}" > "$out/benchmark26_$encoder.log" 2>&1
   local rc=$?
   tail -30 "$out/benchmark26_$encoder.log"
-  echo "finetune exit status $rc (0: finished, 75: stopped at a checkpoint, call again)"
+  echo "finetune exit status $rc (0: finished; 75, or 124 after the SIGTERM of timeout: stopped at a checkpoint, call again)"
   [ "$rehearsal" = 1 ] || nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv || true
   df -h "$(dirname "$bench")" | tail -1
   grep -ho '"state": "[a-z]*"' "$bench/$encoder"/*/status.json | sort | uniq -c
   if [ "$rc" = 0 ]; then
     sgi report "$bench/$encoder"/* --csv "$out/benchmark26_$encoder.csv" 2>&1 | tail -40
   fi
-  return "$rc"
+  return "$rc"  # 75 or 124: call the job again
 }
 
 case "$what" in

@@ -14,6 +14,7 @@ observation is returned in its place, as the finetuning loop used to do by hand.
 from __future__ import annotations
 
 import multiprocessing as mp
+import signal
 from collections.abc import Sequence
 from typing import Any
 
@@ -64,6 +65,11 @@ def _step_slice(
 def _worker(
     conn: Any, games: list[str], seeds: list[int], train: bool, env_kwargs: dict[str, Any]
 ) -> None:
+    # SIGTERM and SIGINT go to the whole process group (`timeout`, schedulers, Ctrl-C in a
+    # terminal); the parent decides: it stops at its next step and closes the pool, and a
+    # worker whose parent is gone reads EOF and ends.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     envs = [
         make_env(g, seed=s, train=train, **env_kwargs) for g, s in zip(games, seeds, strict=True)
     ]
