@@ -9,15 +9,19 @@ status words and fields.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
 import os
 import re
 import shutil
+import signal
+import sys
+import threading
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -112,6 +116,42 @@ class Deadline:
         if self.left() <= 0:
             return f"its time limit of {self.seconds:g} s passed"
         return None
+
+
+@contextlib.contextmanager
+def stop_on_signals(stop: Deadline, *signums: int) -> Iterator[None]:
+    """The first of ``signums`` to arrive asks ``stop`` to stop at the next step (every agent
+    checkpoints there) instead of acting at once; a second one acts as it did before (SIGINT:
+    KeyboardInterrupt, SIGTERM: the process ends). Outside the main thread nothing changes.
+
+    SIGINT is Ctrl-C in a terminal and a notebook's "interrupt kernel"; SIGTERM is what
+    `timeout` and schedulers send before they kill.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous: dict[int, Any] = {}
+
+    def handler(signum: int, frame: Any) -> None:
+        for number, before in previous.items():
+            signal.signal(number, before)
+        name = signal.Signals(signum).name
+        stop.request_stop(f"{name} received")
+        print(
+            f"{name}: stopping at the next step, with a checkpoint; send it again to stop at "
+            "once without one",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    for number in signums:
+        before = signal.signal(number, handler)
+        previous[number] = signal.SIG_DFL if before is None else before
+    try:
+        yield
+    finally:
+        for number, before in previous.items():
+            signal.signal(number, before)
 
 
 def failure_reason(exc: BaseException) -> str:

@@ -23,6 +23,7 @@ from sgi_lab.runs import (
     RunStopped,
     parse_duration,
     read_jsonl,
+    stop_on_signals,
 )
 from sgi_lab.train.agent import Population
 
@@ -453,6 +454,24 @@ def test_a_stop_request_checkpoints_at_that_step_and_the_run_resumes_there(tmp_p
     assert run.status()["state"] == "finished" and run.evaluation["step"] == 60
 
 
+def test_a_first_interrupt_stops_at_the_step_with_a_checkpoint(tmp_path):
+    """Ctrl-C, or a notebook's "interrupt kernel" (SIGINT), once: the run stops at the step it
+    came in, checkpointed, instead of losing the steps since the last periodic checkpoint."""
+    import os
+    import signal
+
+    out = tmp_path / "run"
+
+    def interrupt(step, population):
+        if step == 25:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    with pytest.raises(RunStopped, match="stopped at step 25: SIGINT received"):
+        ft.finetune(FinetuneConfig(**TINY, steps=60), out, progress=False, callback=interrupt)
+    assert [p.name for p in ft.FinetuneRun(out).checkpoints()] == ["ckpt_00000025.pt"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def test_a_time_limit_stops_training_then_leaves_the_evaluation_to_a_call_with_time(tmp_path):
     config = FinetuneConfig(**TINY, steps=30)
     out = tmp_path / "run"
@@ -492,11 +511,11 @@ def test_a_stop_request_ends_an_evaluation_without_keeping_part_of_it():
         )  # fmt: skip
 
 
-def test_stop_after_on_the_cli_exits_75_and_sigterm_asks_for_a_clean_stop(tmp_path, capsys):
+def test_stop_after_on_the_cli_exits_75_and_signals_ask_for_a_clean_stop(tmp_path, capsys):
     import os
     import signal
 
-    from sgi_lab.launch.cli import EXIT_STOPPED, _stop_on_sigterm
+    from sgi_lab.launch.cli import EXIT_STOPPED
 
     out = tmp_path / "run"
     argv = ["finetune", "--params", "params/finetune/smoke.yaml", "--game", "pong", "--seed", "0"]
@@ -511,12 +530,14 @@ def test_stop_after_on_the_cli_exits_75_and_sigterm_asks_for_a_clean_stop(tmp_pa
         "a duration like 540, 90s, 9m or 1.5h was expected, got 'soon'" in capsys.readouterr().err
     )
 
-    stop = Deadline()
-    before = signal.getsignal(signal.SIGTERM)
-    with _stop_on_sigterm(stop):
-        os.kill(os.getpid(), signal.SIGTERM)  # handled: this process lives on
-        assert stop.reason() == "SIGTERM received"
-    assert signal.getsignal(signal.SIGTERM) is before
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        stop = Deadline()
+        before = signal.getsignal(signum)
+        with stop_on_signals(stop, signum):
+            os.kill(os.getpid(), signum)  # handled: no KeyboardInterrupt, the process lives on
+            assert stop.reason() == f"{signal.Signals(signum).name} received"
+            assert signal.getsignal(signum) is before  # a second one acts as before
+        assert signal.getsignal(signum) is before
 
 
 @pytest.mark.parametrize(

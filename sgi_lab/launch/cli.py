@@ -17,14 +17,12 @@ Examples::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import signal
 import sys
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the CLI imports torch (through sgi_lab.runs) only when a command needs it
     from sgi_lab.runs import Deadline
@@ -115,14 +113,14 @@ def _info(args: argparse.Namespace) -> int:
 @command("pretrain")
 def _pretrain(args: argparse.Namespace) -> int:
     from sgi_lab.config import PretrainConfig, load_config, parse_overrides, read_params
-    from sgi_lab.runs import RunStopped
+    from sgi_lab.runs import RunStopped, stop_on_signals
     from sgi_lab.train.pretrain import pretrain
 
     config = load_config(PretrainConfig, args.params, parse_overrides(args.set))
     name = read_params(args.params).get("name", Path(args.params).stem)
     stop = _deadline(args)
     try:
-        with _stop_on_sigterm(stop):
+        with stop_on_signals(stop, signal.SIGTERM):
             model = pretrain(
                 config,
                 args.data,
@@ -152,7 +150,7 @@ def _finetune(args: argparse.Namespace) -> int:
         parse_overrides,
         read_params,
     )
-    from sgi_lab.runs import RunStopped, run_name
+    from sgi_lab.runs import RunStopped, run_name, stop_on_signals
     from sgi_lab.train.finetune import finetune_in_parts, population_configs, population_folders
 
     params = read_params(args.params)
@@ -180,7 +178,7 @@ def _finetune(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     stop = _deadline(args)
     try:
-        with _stop_on_sigterm(stop):
+        with stop_on_signals(stop, signal.SIGTERM):
             runs = finetune_in_parts(
                 configs,
                 outs,
@@ -214,25 +212,6 @@ def _deadline(args: argparse.Namespace) -> Deadline:
     from sgi_lab.runs import Deadline, parse_duration
 
     return Deadline(parse_duration(args.stop_after) if args.stop_after else None)
-
-
-@contextlib.contextmanager
-def _stop_on_sigterm(stop: Deadline) -> Iterator[None]:
-    """SIGTERM (a scheduler's pre-emption, `timeout`) asks ``stop`` (a `Deadline`) to stop at
-    the next step instead of killing the process; a second SIGTERM kills as usual."""
-
-    def handler(signum: int, frame: Any) -> None:
-        signal.signal(signal.SIGTERM, previous)
-        stop.request_stop("SIGTERM received")
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _max_agents(text: str) -> int | str:

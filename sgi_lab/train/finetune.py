@@ -20,6 +20,7 @@ import dataclasses
 import json
 import logging
 import os
+import signal
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -48,6 +49,7 @@ from sgi_lab.runs import (
     load_checkpoint,
     resolve_device,
     restore_generator,
+    stop_on_signals,
 )
 from sgi_lab.train.agent import Population, check_compatible, measure_update
 from sgi_lab.train.evaluate import play_episodes
@@ -297,7 +299,8 @@ def finetune_population(
         params: name of the params file the configs came from (recorded in status.json).
         callback: called as ``callback(step, population)`` after every environment step (and
             after that step's checkpoint); notebooks use it for live plots.
-        stop: a `sgi_lab.runs.Deadline`. Once it passes (or is asked to stop), every agent
+        stop: a `sgi_lab.runs.Deadline` (a first SIGINT, Ctrl-C or a notebook's interrupt,
+            asks it to stop; a second interrupts at once). Once it passes, every agent
             checkpoints at the current step and `RunStopped` is raised; the runs are marked
             failed with that reason and the same call resumes them. The evaluation (100
             episodes per agent, all at once) is not split: it starts only while at least half
@@ -365,7 +368,10 @@ def finetune_population(
             a.log("started at step %d in a population of %d", step, len(agents))
             if a.checkpoint is None:
                 _write_transfer(a, population)
-        _train_and_evaluate(agents, population, replay, step, progress, callback, stop)
+        # A first Ctrl-C (or a notebook's interrupt) stops at the next step, checkpointed.
+        stop = stop if stop is not None else Deadline()
+        with stop_on_signals(stop, signal.SIGINT):
+            _train_and_evaluate(agents, population, replay, step, progress, callback, stop)
     except BaseException as exc:
         for a in agents:
             if a.run.started:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import signal
 import time
 import warnings
 from collections import defaultdict
@@ -53,6 +54,7 @@ from sgi_lab.runs import (
     atomic_torch_save,
     resolve_device,
     restore_generator,
+    stop_on_signals,
 )
 from sgi_lab.train.transfer import load_pretrained
 
@@ -425,7 +427,8 @@ def pretrain(
         callback: called with every metrics row (e.g. a live plot's ``update``).
         overwrite: discard an existing pretraining run in ``out`` and start over.
         params_name: the params file's name, recorded in status.json for reports.
-        stop: a `sgi_lab.runs.Deadline`: once it passes (or is asked to stop) the run
+        stop: a `sgi_lab.runs.Deadline` (a first SIGINT, Ctrl-C or a notebook's interrupt,
+            asks it to stop; a second interrupts at once): once it passes the run
             checkpoints at the current step and raises `RunStopped`; re-running resumes.
 
     Raises:
@@ -482,10 +485,23 @@ def _pretrain(config, store, run, progress, callback, params_name, stop) -> Path
     args = model_args(config, store.num_actions)
     state = build_state(config, store.num_actions, device)
     sampler = make_sampler(config, store)
+    # A first Ctrl-C (or a notebook's interrupt) stops at the next step, checkpointed.
+    stop = stop if stop is not None else Deadline()
     try:
-        return _train_loop(
-            config, store, run, state, sampler, args, device, progress, callback, params_name, stop
-        )
+        with stop_on_signals(stop, signal.SIGINT):
+            return _train_loop(
+                config,
+                store,
+                run,
+                state,
+                sampler,
+                args,
+                device,
+                progress,
+                callback,
+                params_name,
+                stop,
+            )
     finally:
         sampler.close()
 
