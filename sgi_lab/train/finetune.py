@@ -683,10 +683,12 @@ def _train_and_evaluate(
     finally:
         bar.close()
         pool.close()
-    if stop is not None and stop.seconds is not None and stop.left() < stop.seconds / 2:
-        stop.request_stop("less than half of the time limit is left for the evaluation")
-    if stop is not None and stop.requested:
-        raise RunStopped(step, stop.requested)
+    if stop is not None:
+        why = stop.requested
+        if why is None and stop.seconds is not None and stop.left() < stop.seconds / 2:
+            why = "less than half of the time limit is left for the evaluation"
+        if why:
+            raise RunStopped(step, why)
 
     for i, a in enumerate(agents):
         payload = {
