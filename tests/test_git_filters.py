@@ -26,10 +26,12 @@ def git(repo: Path, *args: str) -> str:
     ).stdout
 
 
-@pytest.fixture
-def clone(tmp_path):
-    """A repository holding the Makefile, .gitattributes and the notebooks, filters set."""
-    repo = tmp_path / "repo"
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory):
+    """A repository holding the Makefile, .gitattributes and the notebooks, filters set.
+    Made once (the filter runs a Python per notebook): the first test only reads it, the
+    second edits it."""
+    repo = tmp_path_factory.mktemp("filters") / "repo"
     (repo / "notebooks").mkdir(parents=True)
     for name in ("Makefile", ".gitattributes"):
         shutil.copy(ROOT / name, repo / name)
