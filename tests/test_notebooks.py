@@ -160,8 +160,13 @@ def test_pretrain_then_finetune_notebooks(tmp_path, pong_store):
     assert Path(pretrain["model"]).exists() and pretrain["steps"] == 10
     run = tmp_path / "pretrain" / "run"
     assert (run / "figures" / "training_curves.html").exists()
+    short = {"steps": 100, "learning_starts": 50, "eval_max_frames": 400, "eval_episodes": 1}
     finetune = execute(
-        "finetune", tmp_path / "finetune", pretrained=str(run), pretrain_name="sgi_m"
+        "finetune",
+        tmp_path / "finetune",
+        pretrained=str(run),
+        pretrain_name="sgi_m",
+        overrides=short,
     )
     assert finetune["paper_config"] == "SGI-M" and finetune["pretrained"] == str(run)
     assert finetune["eval_episodes"] >= 1
