@@ -24,7 +24,7 @@ from sgi_lab.envs.atari import make_env
 
 FRAME_STACK_SHAPE = (4, 84, 84)
 
-__all__ = ["EnvPool", "PoolStep"]
+__all__ = ["EnvPool", "PoolStep", "spread"]
 
 
 class PoolStep(tuple):
@@ -33,6 +33,14 @@ class PoolStep(tuple):
     ended is the first observation of its next episode."""
 
     __slots__ = ()
+
+
+def spread(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Per-environment values of the ``mask`` environments (`EnvPool.step_active`'s rows) as
+    one row per environment, zero for the others."""
+    full = np.zeros(len(mask), values.dtype)
+    full[mask] = values
+    return full
 
 
 def _step_slice(
@@ -167,12 +175,7 @@ class EnvPool:
         rows = self.step_active(actions, mask)
         if mask is None:
             return rows
-        full = []
-        for i, part in enumerate(rows):
-            filled = self._last.copy() if i == 0 else np.zeros(self.num_envs, part.dtype)
-            filled[mask] = part
-            full.append(filled)
-        return PoolStep(tuple(full))
+        return PoolStep((self._last.copy(), *(spread(part, mask) for part in rows[1:])))
 
     def step_active(self, actions: np.ndarray, active: np.ndarray | None = None) -> PoolStep:
         """`step`, returning the rows of the ``active`` environments only, in their order:

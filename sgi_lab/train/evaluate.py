@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 
 from sgi_lab.envs import canonical_game
 from sgi_lab.envs.atari import MAX_EPISODE_FRAMES
-from sgi_lab.envs.pool import FRAME_STACK_SHAPE, EnvPool
+from sgi_lab.envs.pool import FRAME_STACK_SHAPE, EnvPool, spread
 from sgi_lab.metrics import human_normalized_score
 from sgi_lab.nets import SGIModel
 from sgi_lab.nets.runtime import use_bf16
@@ -228,7 +228,10 @@ def play_episodes(
     bar = tqdm(total=episodes * n, desc=f"evaluate {label}", disable=not progress, leave=True)
     start = time.perf_counter()
     try:
-        obs = pool.reset().reshape(n, num_envs, *FRAME_STACK_SHAPE)
+        # Every environment's newest stack, updated in place for the ones stepped; ``obs`` is
+        # the same memory seen per agent.
+        newest = pool.reset()
+        obs = newest.reshape(n, num_envs, *FRAME_STACK_SHAPE)
         rows = np.arange(n)[:, None]
         while (done < quotas).any():
             if stop is not None and stop.requested:
@@ -250,12 +253,8 @@ def play_episodes(
             # Environments that played their quota are not stepped (nor copied) any more.
             flat = active.reshape(-1)
             stepped = pool.step_active(actions.reshape(-1), flat)
-            obs.reshape(n * num_envs, *FRAME_STACK_SHAPE)[flat] = stepped[0]
-            per_agent = []
-            for part in stepped[1:4]:
-                full = np.zeros(n * num_envs, part.dtype)
-                full[flat] = part
-                per_agent.append(full.reshape(n, num_envs))
+            newest[flat] = stepped[0]
+            per_agent = [spread(part, flat).reshape(n, num_envs) for part in stepped[1:4]]
             for i, (rewards, terminated, truncated) in enumerate(zip(*per_agent, strict=True)):
                 returns[i] += np.where(active[i], rewards, 0.0)
                 steps[i] += active[i]
