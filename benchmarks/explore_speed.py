@@ -12,22 +12,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import platform
-import subprocess
 import tempfile
 from pathlib import Path
 
 from sgi_lab.config import ExploreConfig
 from sgi_lab.data.explore import collect_exploratory
-
-
-def cpu_model() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return platform.processor()
-    names = [line.split(":", 1)[1].strip() for line in out.splitlines() if "Model name" in line]
-    return names[0] if names else platform.processor()
+from sgi_lab.runs import cpu_model
 
 
 def main() -> None:

@@ -14,9 +14,11 @@ import dataclasses
 import json
 import math
 import os
+import platform
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -170,6 +172,82 @@ def parse_duration(text: str | float) -> float:
     if not seconds > 0:
         raise ConfigError(f"a duration like 540, 90s, 9m or 1.5h was expected, got {text!r}")
     return seconds
+
+
+def cpu_model() -> str:
+    """The CPU's model name with its family and model numbers (``/proc/cpuinfo``: a VM may
+    report only "AMD EPYC", which spans generations), else ``platform.processor()``."""
+    fields: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            key = key.strip().lower()
+            if key in ("model name", "cpu family", "model") and key not in fields:
+                fields[key] = value.strip()
+            if not line.strip() and fields:
+                break  # the first processor says it all
+    except OSError:
+        pass
+    if "model name" in fields:
+        extra = [f"{k} {fields[k]}" for k in ("cpu family", "model") if k in fields]
+        return " ".join([fields["model name"], *([f"({', '.join(extra)})"] if extra else [])])
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def _git(root: Path, *args: str) -> str | None:
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def provenance() -> dict[str, Any]:
+    """What produced a run: the code (sgi-lab's version, and its git commit with ``dirty``
+    true when tracked files differ from it, when the package runs from a clone), the library
+    versions that change numbers, and the machine (CPU model, GPU)."""
+    from importlib import metadata
+
+    import numpy as np
+
+    try:
+        version = metadata.version("sgi-lab")
+    except metadata.PackageNotFoundError:
+        version = None
+    code: dict[str, Any] = {"sgi_lab": version, "commit": None, "dirty": None}
+    root = Path(__file__).resolve().parent.parent
+    if (root / ".git").exists() and (root / "pyproject.toml").exists():
+        code["commit"] = _git(root, "rev-parse", "HEAD")
+        changes = _git(root, "status", "--porcelain", "--untracked-files=no")
+        code["dirty"] = None if changes is None else bool(changes)
+    machine = {"cpu": cpu_model(), "gpu": None}
+    if torch.cuda.is_available():
+        machine["gpu"] = torch.cuda.get_device_name()
+    return {
+        **code,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        **machine,
+    }
+
+
+def record_provenance(status: Mapping[str, Any], step: int | None = None) -> list[dict[str, Any]]:
+    """``status["provenance"]`` with this process's `provenance` appended when it differs from
+    the newest entry: a run resumed with other code or on another machine gets a second
+    entry, stamped with when and (for training stages) the step it resumed at."""
+    entries = [dict(e) for e in status.get("provenance") or [] if isinstance(e, Mapping)]
+    now = provenance()
+    stamps = ("step", "at")
+    newest = {k: v for k, v in entries[-1].items() if k not in stamps} if entries else None
+    if newest != now:
+        stamp = {"at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        if step is not None:
+            stamp["step"] = int(step)
+        entries.append({**stamp, **now})
+    return entries
 
 
 class UnfinishedRunError(RuntimeError):
@@ -496,6 +574,7 @@ class RunDir:
             fields["inputs"] = {**(self.status().get("inputs") or {}), **self.inputs}
         if step == 0 or "started" not in self.status():
             fields["started"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+        fields["provenance"] = record_provenance(self.status(), step)
         self.set_status(RUNNING, **fields, **info)
         self.started = True
 

@@ -11,7 +11,7 @@ from tqdm import tqdm
 
 from sgi_lab.launch import demo
 from sgi_lab.launch.notebooks import RunExistsError
-from sgi_lab.runs import RunDir
+from sgi_lab.runs import RunDir, provenance, record_provenance
 
 
 def _finished_stages(root, seconds=60.0):
@@ -19,9 +19,11 @@ def _finished_stages(root, seconds=60.0):
         RunDir(root / name).set_status("finished", duration_s=seconds, results={"x": 1})
 
 
-def test_rerun_that_skips_every_stage_keeps_the_first_runs_times(tmp_path, monkeypatch):
+def test_rerun_that_skips_every_stage_keeps_the_first_runs_times(tmp_path, monkeypatch, capsys):
     root = tmp_path / "demo"
     _finished_stages(root, seconds=90.0)
+    first = RunDir(root / demo.STAGES[0][0])  # made by this code; the others by older code
+    first.set_status("finished", provenance=record_provenance({}))
 
     def finished_earlier(*args, **kwargs):
         raise RunExistsError("finished")
@@ -33,6 +35,12 @@ def test_rerun_that_skips_every_stage_keeps_the_first_runs_times(tmp_path, monke
     page = report.read_text()
     assert f"Total time of the stages:\n{90 * len(demo.STAGES) / 60:.1f} min" in page
     assert "90 s (earlier run)" in page and "0.0 min, " not in page
+    said = [line for line in capsys.readouterr().out.splitlines() if "earlier run" in line]
+    assert said[0].strip() == "finished in an earlier run (use --fresh to redo it)"
+    commit = provenance()["commit"]
+    if commit:  # a clone: the stages older code made say so
+        older = f"by code older than this one (this code is {commit[:10]})"
+        assert all(older in line for line in said[1:]) and len(said) == len(demo.STAGES)
 
 
 def test_estimate_comes_from_this_machines_measured_times(tmp_path, monkeypatch):

@@ -14,7 +14,7 @@ from conftest import write_notebook
 from sgi_lab.config import ConfigError, PretrainConfig
 from sgi_lab.launch import notebooks, sweep
 from sgi_lab.launch.notebooks import NotebookRunError, RunExistsError, run_notebook
-from sgi_lab.runs import RunDir
+from sgi_lab.runs import RunDir, cpu_model
 
 pytestmark = pytest.mark.smoke
 
@@ -41,6 +41,7 @@ def test_run_notebook_writes_a_finished_run_folder(tiny_notebook, tmp_path):
     status = RunDir(folder).status()
     assert status["state"] == "finished"
     assert status["results"] == {"x": 3, "twice": 6}
+    assert [e["cpu"] for e in status["provenance"]] == [cpu_model()]  # what made it
     params = yaml.safe_load((folder / "params.yaml").read_text())
     assert params["x"] == 3 and params["out_dir"] == str(folder)
     executed = nbformat.read(folder / "tiny.ipynb", as_version=4)

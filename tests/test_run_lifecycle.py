@@ -223,3 +223,38 @@ def test_non_positive_counts_and_rates_are_config_errors_naming_the_key(cls, key
 def test_every_default_config_passes_the_range_checks():
     for cls in (PretrainConfig, FinetuneConfig):
         build_config(cls, to_dict(cls()))
+
+
+def test_a_run_records_the_code_and_machine_that_made_it_and_each_change(tmp_path, monkeypatch):
+    import sgi_lab.runs as runs_module
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(runs_module.__file__)))
+    head = subprocess.run(
+        ["git", "-C", repo, "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    run = started(tmp_path / "run")
+    (entry,) = run.status()["provenance"]
+    assert entry["step"] == 0 and entry["commit"] == (head or None)
+    assert isinstance(entry["dirty"], bool) == bool(head)
+    assert entry["cpu"] == runs_module.cpu_model() and entry["torch"] == torch.__version__
+    assert entry["sgi_lab"] and entry["python"] == sys.version.split()[0]
+
+    run.fail("stopped at step 4", step=4)
+    resumed = RunDir.open(run.path, "pretrain", CONFIG)
+    resumed.start(4)
+    assert len(resumed.status()["provenance"]) == 1  # same code, same machine: one entry
+
+    real = runs_module.provenance
+    monkeypatch.setattr(runs_module, "provenance", lambda: {**real(), "cpu": "Another CPU"})
+    moved = RunDir.open(run.path, "pretrain", CONFIG)
+    moved.start(7)
+    first, second = moved.status()["provenance"]
+    assert first == entry and second["step"] == 7 and second["cpu"] == "Another CPU"
+
+
+def test_provenance_without_a_clone_has_no_commit(tmp_path, monkeypatch):
+    import sgi_lab.runs as runs_module
+
+    monkeypatch.setattr(runs_module, "_git", lambda root, *args: None)
+    info = runs_module.provenance()
+    assert info["commit"] is None and info["dirty"] is None and info["torch"] == torch.__version__

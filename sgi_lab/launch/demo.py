@@ -31,7 +31,7 @@ from sgi_lab.launch.notebooks import (
     read_param_file,
     run_notebook,
 )
-from sgi_lab.runs import RunDir, atomic_write_text, read_jsonl
+from sgi_lab.runs import RunDir, atomic_write_text, provenance, read_jsonl
 
 __all__ = [
     "STAGES",
@@ -277,6 +277,16 @@ again with other parameters.</p>
     return path
 
 
+def _older_code(folder: Path) -> str:
+    """``", by commit X (this code is Y)"`` when another commit made the run, else ``""``."""
+    entries = RunDir(folder).status().get("provenance") or [{}]
+    then, now = entries[-1].get("commit"), provenance()["commit"]
+    if now is None or then == now:
+        return ""
+    made = f"commit {then[:10]}" if then else "code older than this one"
+    return f", by {made} (this code is {now[:10]})"
+
+
 def run_pipeline(
     out_root: str | os.PathLike = DEMO_DIR,
     fresh: bool = False,
@@ -331,7 +341,7 @@ def run_pipeline(
         except RunExistsError:
             folder = out_root / stage.notebook
             stage.state = "skipped"
-            print("    finished in an earlier run (use --fresh to redo it)")
+            print(f"    finished in an earlier run{_older_code(folder)} (use --fresh to redo it)")
         except NotebookRunError as exc:
             folder = exc.run_dir
             stage.state, stage.error = "failed", str(exc)

@@ -39,6 +39,7 @@ from sgi_lab.runs import (
     jsonable,
     read_mapping,
     read_status,
+    record_provenance,
     run_kind,
     run_name,
 )
@@ -538,6 +539,7 @@ def run_notebook(
         resumed=state != "new",
         error=None,
         started=time.strftime("%Y-%m-%dT%H:%M:%S"),
+        provenance=record_provenance(run.status()),
     )
     try:
         # Static figures in the kernel: the executed notebook and its HTML page keep them.

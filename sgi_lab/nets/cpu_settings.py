@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import platform
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,39 +22,18 @@ from typing import Any
 import torch
 
 from sgi_lab.nets.runtime import cpu_has_native_bf16
-from sgi_lab.runs import atomic_write_text
+from sgi_lab.runs import atomic_write_text, cpu_model
 
 __all__ = [
     "AUTO",
     "CpuChoice",
     "cache_file",
     "choose_cpu_settings",
-    "cpu_model",
     "settle",
     "time_step",
 ]
 
 AUTO = "auto"
-
-
-def cpu_model() -> str:
-    """The CPU's model name with its family and model numbers (``/proc/cpuinfo``: a VM may
-    report only "AMD EPYC", which spans generations), else ``platform.processor()``."""
-    fields: dict[str, str] = {}
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            key = key.strip().lower()
-            if key in ("model name", "cpu family", "model") and key not in fields:
-                fields[key] = value.strip()
-            if not line.strip() and fields:
-                break  # the first processor says it all
-    except OSError:
-        pass
-    if "model name" in fields:
-        extra = [f"{k} {fields[k]}" for k in ("cpu family", "model") if k in fields]
-        return " ".join([fields["model name"], *([f"({', '.join(extra)})"] if extra else [])])
-    return platform.processor() or platform.machine() or "unknown CPU"
 
 
 def cache_file() -> Path:

@@ -420,11 +420,16 @@ def test_notebook_runs_and_renders_in_jupyterlab(name, lab, chromium, pong_store
 
 @pytest.fixture(scope="session")
 def demo_report(tmp_path_factory):
-    """``outputs/demo/index.html`` after ``make demo``; without one, the demo pipeline with the
-    smoke sets into a tmp folder (its Random store goes to outputs/smoke/data, as with
-    ``sgi-lab demo --smoke``)."""
+    """``outputs/demo/index.html`` after ``make demo`` with this commit's code; without one (or
+    with pages an older commit made), the demo pipeline with the smoke sets into a tmp folder
+    (its Random store goes to outputs/smoke/data, as with ``sgi-lab demo --smoke``)."""
+    from sgi_lab.runs import provenance, read_status
+
     index = ROOT / "outputs" / "demo" / "index.html"
-    if index.exists():
+    commit = provenance()["commit"]
+    stages = [read_status(p.parent) or {} for p in index.parent.glob("*/status.json")]
+    made_by = {(s.get("provenance") or [{}])[-1].get("commit") for s in stages}
+    if index.exists() and stages and made_by == {commit}:
         return index
     from sgi_lab.launch.demo import run_pipeline
 
