@@ -149,3 +149,29 @@ def test_report_carries_the_evaluation_protocol(tmp_path):
     assert per_game["comparable"].all() and aggregates["comparable"].all()
     assert not format_aggregates(aggregates)["evaluation"].str.contains("not comparable").any()
     assert evaluation_protocol([read_run(full)]).comparable
+
+
+def test_report_names_the_code_that_made_the_runs(tmp_path, capsys):
+    def made_by(path, *entries):
+        status = json.loads((path / "status.json").read_text())
+        status["provenance"] = [{"commit": c, "dirty": d} for c, d in entries]
+        (path / "status.json").write_text(json.dumps(status))
+        return path
+
+    a = made_by(fake_run(tmp_path / "a", "Pong", 1, [-15.0]), ("a" * 40, False))
+    b = made_by(fake_run(tmp_path / "b", "Pong", 2, [-13.0]), ("a" * 40, False), ("b" * 40, True))
+    c = fake_run(tmp_path / "c", "Breakout", 1, [12.0])  # older than provenance
+    assert run_results([a, b, c])["code"].tolist() == [
+        "aaaaaaaaaa",
+        "aaaaaaaaaa > bbbbbbbbbb+dirty",
+        "unknown",
+    ]
+    per_game, aggregates = report([a, b, c], reps=50)
+    assert per_game.set_index("game")["code"]["Pong"] == "aaaaaaaaaa, aaaaaaaaaa > bbbbbbbbbb+dirty"
+    assert set(aggregates["code"]) == {"aaaaaaaaaa, aaaaaaaaaa > bbbbbbbbbb+dirty, unknown"}
+
+    assert main(["report", str(a), str(c), "--reps", "50"]) == 0
+    assert "other code than one clean commit: ['aaaaaaaaaa', 'unknown']" in capsys.readouterr().out
+    made_by(c, ("a" * 40, False))
+    assert main(["report", str(a), str(c), "--reps", "50"]) == 0
+    assert "NOTE" not in capsys.readouterr().out

@@ -180,10 +180,27 @@ def read_run(run_dir: str | Path) -> RunRecord:
     )
 
 
+def code_version(status: dict[str, Any]) -> str:
+    """The code that made a run, from its status' provenance: a short commit, ``+dirty`` when
+    tracked files differed from it, ``A > B`` for a run resumed with other code; ``unknown``
+    for runs older than provenance records."""
+    labels = [
+        (str(e.get("commit"))[:10] if e.get("commit") else "no commit")
+        + ("+dirty" if e.get("dirty") else "")
+        for e in status.get("provenance") or []
+        if isinstance(e, dict)
+    ]
+    return " > ".join(dict.fromkeys(labels)) or "unknown"
+
+
+def _codes(runs: pd.DataFrame) -> str:
+    return ", ".join(sorted(set(runs["code"])))
+
+
 def run_results(run_dirs: Sequence[str | Path], allow_unfinished: bool = False) -> pd.DataFrame:
     """One row per evaluated run: run, method, paper_config, game, seed, score (mean raw return
     over its evaluation episodes), hns, episodes, max_frames (raw-frame cap of an evaluation
-    episode, None: none), protocol (their label), step, finished.
+    episode, None: none), protocol (their label), step, finished, code (`code_version`).
 
     Args:
         run_dirs: finetuning run folders (read by `read_run`).
@@ -218,6 +235,7 @@ def run_results(run_dirs: Sequence[str | Path], allow_unfinished: bool = False) 
                 "protocol": protocol.label if protocol is not None else None,
                 "step": run.evaluation.get("step"),
                 "finished": finished,
+                "code": code_version(run.status),
             }
         )
     if missing:
@@ -285,8 +303,9 @@ def report(
         one run per game), paper_same_games (the metric of the paper's per-game means over the
         same games), paper_reported (the paper's printed value over all 26 games). Both end
         with ``protocol`` (the runs' evaluation episodes and frame cap, the weakest of the
-        method's runs) and ``comparable`` (True only for the paper's 100 episodes capped at
-        108,000 frames: otherwise the paper's columns are context, not a comparison).
+        method's runs), ``comparable`` (True only for the paper's 100 episodes capped at
+        108,000 frames: otherwise the paper's columns are context, not a comparison) and
+        ``code`` (the `code_version` values of the row's runs, comma-separated).
     """
     runs = run_results(run_dirs, allow_unfinished=allow_unfinished)
     per_game_rows, aggregate_rows = [], []
@@ -324,6 +343,7 @@ def report(
                     "paper_score": paper_score,
                     "paper_hns": human_normalized_score(game, paper_score),
                     **stamp,
+                    "code": _codes(group[group.game == game]),
                 }
             )
         matrix = _hns_matrix(group, games)
@@ -351,6 +371,7 @@ def report(
                     "paper_reported": float(reported.get(row["metric"], np.nan)),
                     "unfinished": int((~group["finished"]).sum()),
                     **stamp,
+                    "code": _codes(group),
                 }
             )
     per_game = pd.DataFrame(per_game_rows)

@@ -278,13 +278,17 @@ def _report(args: argparse.Namespace) -> int:
     )
     with pd.option_context("display.width", 160, "display.max_columns", 20):
         print("Per game (mean raw score over runs, HNS; paper's column for the same config)")
-        print(per_game.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+        shown = per_game.drop(columns=["code"])
+        print(shown.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
         print()
         print("Aggregates (HNS; 95% stratified bootstrap CIs over runs)")
         print(format_aggregates(aggregates).to_string(index=False))
     unfinished = int(per_game["unfinished"].sum()) if "unfinished" in per_game else 0
     if unfinished:
         print(f"\nNOTE: {unfinished} run(s) never finished (the 'unfinished' column)")
+    codes = sorted({c for cell in aggregates["code"] for c in cell.split(", ")})
+    if len(codes) > 1 or any("dirty" in c or ">" in c for c in codes):
+        print(f"\nNOTE: these runs were made by other code than one clean commit: {codes}")
     if args.csv:
         print(f"\nwrote {args.csv} and {aggregates_csv_path(args.csv)}")
     return 0
