@@ -152,3 +152,12 @@ def test_one_step_returns_carry_a_late_reward_back_through_the_target(tmp_path, 
     """n = 1: the reward two steps after the decision reaches it only by bootstrapping
     through the distributional target (projection, discount, terminal mask, double Q)."""
     check_learned(learn_cue_task(tmp_path, monkeypatch, n_step=1, steps=600), 0.99)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("one_thread")
+def test_the_resnet_population_learns_too(tmp_path, monkeypatch):
+    """The ResNet's batch norm: per-agent statistics in the update, running statistics when
+    acting and in the evaluation (a mix-up of the two shows as an evaluation below training)."""
+    runs = learn_cue_task(tmp_path, monkeypatch, encoder="resnet", steps=600)
+    check_learned(runs, FinetuneConfig().gamma)
