@@ -258,9 +258,11 @@ def _run_all(page, timeout_s: float) -> None:
             has=page.locator(".lm-Menu-itemLabel", has_text="Run All Cells")
         ).filter(has_not_text="Restart").first.click()
         try:
+            # Every cell queued: the last code cell shows [*] (or has run) at once.
             page.wait_for_function(
-                "() => Array.from(document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt'))"
-                ".some(p => /\\[(\\*|\\d+)\\]/.test(p.textContent))",
+                "() => { const p = Array.from(document.querySelectorAll("
+                "'.jp-CodeCell .jp-InputArea-prompt')); "
+                "return p.length > 0 && /\\[(\\*|\\d+)\\]/.test(p[p.length - 1].textContent); }",
                 timeout=15_000,
             )
             break
