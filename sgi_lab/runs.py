@@ -195,9 +195,14 @@ def cpu_model() -> str:
 
 
 def _git(root: Path, *args: str) -> str | None:
+    # --no-optional-locks: `git status` would otherwise refresh (write) the clone's index, and
+    # could collide with the user's own git command holding its lock.
     try:
         done = subprocess.run(
-            ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10
+            ["git", "--no-optional-locks", "-C", str(root), *args],
+            capture_output=True,
+            text=True,
+            timeout=10,
         )
     except (OSError, subprocess.SubprocessError):
         return None

@@ -258,3 +258,24 @@ def test_provenance_without_a_clone_has_no_commit(tmp_path, monkeypatch):
     monkeypatch.setattr(runs_module, "_git", lambda root, *args: None)
     info = runs_module.provenance()
     assert info["commit"] is None and info["dirty"] is None and info["torch"] == torch.__version__
+
+
+def test_provenance_never_writes_the_clones_git_index(tmp_path):
+    """A plain ``git status`` refreshes .git/index after a file's stat changed; ours must not
+    (the clone is the user's, and their own git command may hold the index lock)."""
+    import sgi_lab.runs as runs_module
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "a.txt").write_text("a")
+    git("add", "a.txt")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "a")
+    index = tmp_path / ".git" / "index"
+    before = index.stat().st_mtime_ns
+    os.utime(tmp_path / "a.txt", ns=(before + 10**9, before + 10**9))  # stale stat info
+    assert runs_module._git(tmp_path, "status", "--porcelain", "--untracked-files=no") == ""
+    assert index.stat().st_mtime_ns == before
+    git("status", "--porcelain")  # the check is able to fail: plain git status writes it
+    assert index.stat().st_mtime_ns != before
