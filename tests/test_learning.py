@@ -3,13 +3,13 @@ evaluation) solves a task whose answer is known, for every agent of a population
 
 Atari games take hours to show learning on a CPU, so the environments are swapped for a cue
 task with Atari's interface (4 stacked 84 x 84 uint8 frames, raw reward and learning terminal
-in ``info``): its first frame lights the left or the right half of the screen; the first action
-decides whether the episode pays 1 at its last step, ``DELAY`` steps later; later actions do
-nothing. Random play scores 1 / num_actions, the optimal policy 1, and the optimal values are
-known: Q*(s_0, answer) = gamma^(DELAY-1) and Q*(s_t) = gamma^(DELAY-1-t) after the right
-answer. Each agent has its own game's action count and cue -> action map, so
-an agent that learned its companion's answer, a shifted action or reward, a wrong discount or
-sign, or a broken mask fails.
+in ``info``). An episode lasts D = ``CueTask.delay`` = 3 steps: its first frame lights the left
+or the right half of the screen, the first action decides whether the last step pays 1 (D - 1
+steps after the decision), later actions do nothing. Random play scores 1 / num_actions, the
+optimal policy 1, and the optimal values are known: Q*(s_0, answer) = gamma^(D-1) and
+Q*(s_t) = gamma^(D-1-t) after the right answer. Each agent has its own game's action count and
+cue -> action map, so an agent that learned its companion's answer, a shifted action or reward,
+a wrong discount or sign, or a broken mask fails.
 """
 
 from __future__ import annotations
