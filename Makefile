@@ -31,8 +31,11 @@ git-filters:  ## nbstripout as the git filter of notebooks (part of setup)
 demo: $(STAMP)  ## the whole pipeline on the embedded default (Pong, small data, CPU)
 	$(PY) -m sgi_lab.launch.demo
 
+# The default suite runs on one worker per core (pytest-xdist), each worker and its children on
+# one torch thread (tests/conftest.py): about 6 minutes on 2 cores instead of 10.
+TEST_WORKERS ?= auto
 test: $(STAMP)  ## the default (fast) test suite
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal
 
 test-all: $(STAMP)  ## everything, slow tests included
 	$(PY) -m pytest -m ""

@@ -5,9 +5,16 @@ from __future__ import annotations
 import os
 import tempfile
 
-import numpy as np
-import pytest
-import torch
+# Under pytest-xdist (`make test` runs two workers on a 2-core machine) each worker and every
+# process it starts (notebook kernels, CLI subprocesses) gets one thread: two workers with two
+# OpenMP threads each on two cores thrash (a 3.2 s step took 17 s). Set before torch starts.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_key, "1")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 from sgi_lab.data import TransitionStore, TransitionStoreWriter
 
