@@ -31,14 +31,16 @@ git-filters:  ## nbstripout as the git filter of notebooks (part of setup)
 demo: $(STAMP)  ## the whole pipeline on the embedded default (Pong, small data, CPU)
 	$(PY) -m sgi_lab.launch.demo
 
-# The default suite runs on one worker per core (pytest-xdist), each worker and its children on
-# one torch thread (tests/conftest.py): about 6 minutes on 2 cores instead of 10.
+# Both suites run on one worker per core (pytest-xdist), each worker and its children on one
+# torch thread (tests/conftest.py). On 2 cores: the default suite 5-6 min instead of 10.5, the
+# slow tier 15 min. The browser tier stays serial (make test-browser).
 TEST_WORKERS ?= auto
+XDIST := -n $(TEST_WORKERS) --dist worksteal
 test: $(STAMP)  ## the default (fast) test suite
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal
+	$(PY) -m pytest $(XDIST)
 
-test-all: $(STAMP)  ## everything, slow tests included
-	$(PY) -m pytest -m ""
+test-all: $(STAMP)  ## everything but the browser tier, slow tests included
+	$(PY) -m pytest $(XDIST) -m "not browser"
 
 CHROMIUM ?= /usr/bin/chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
