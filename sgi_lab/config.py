@@ -19,6 +19,7 @@ import dataclasses
 import os
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -244,7 +245,15 @@ def field_docs(cls: type) -> dict[str, str]:
     return {f.name: f.metadata.get("doc", "") for f in dataclasses.fields(cls)}
 
 
-def _check(key: str, value: Any, annotation: Any) -> Any:
+def check_value(
+    key: str,
+    value: Any,
+    annotation: Any,
+    nested: Callable[[type, Any, str], Any] | None = None,
+) -> Any:
+    """Type-check one value against its annotation (naming ``key`` in the error); returns it
+    converted (ints to float where a float is asked for). Lists, mappings and ``Any`` are
+    checked element-wise; a dataclass annotation is built by ``nested(cls, value, key)``."""
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
     if origin is Literal:
@@ -259,10 +268,22 @@ def _check(key: str, value: Any, annotation: Any) -> Any:
             if arg is type(None):
                 continue
             try:
-                return _check(key, value, arg)
+                return check_value(key, value, arg, nested)
             except ConfigError as exc:
                 errors.append(str(exc))
         raise ConfigError(errors[0] if errors else f"{key}: bad value {value!r}")
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        return [check_value(f"{key}[{i}]", v, args[0], nested) for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+        return {str(k): check_value(f"{key}.{k}", v, args[1], nested) for k, v in value.items()}
+    if nested is not None and dataclasses.is_dataclass(annotation):
+        return nested(annotation, value, key)
+    if annotation is Any:
+        return value
     if annotation is bool:
         if not isinstance(value, bool):
             raise ConfigError(f"{key}: expected true/false, got {value!r}")
@@ -295,7 +316,7 @@ def build_config(cls: type, values: dict[str, Any] | None = None, **overrides: A
         raise ConfigError(
             f"unknown key(s) {unknown} for {cls.__name__}; valid keys: {sorted(known)}"
         )
-    checked = {k: _check(k, v, hints[k]) for k, v in merged.items()}
+    checked = {k: check_value(k, v, hints[k]) for k, v in merged.items()}
     for key, value in checked.items():
         _check_range(key, value)
     return cls(**checked)

@@ -198,6 +198,12 @@ def test_bad_nested_keys_are_named(tmp_path):
     text = BASE.replace("steps: 100", "steps: many")
     with pytest.raises(ConfigError, match=r"data\.random\.steps"):
         ex.load_experiment(write(tmp_path, text))
+    # One checker for params and experiment files (config.check_value): the same words.
+    text = BASE.replace("steps: 100", "steps: 1.5")
+    with pytest.raises(
+        ConfigError, match=r"exp\.yaml: data\.random\.steps: expected an integer, got 1\.5$"
+    ):
+        ex.load_experiment(write(tmp_path, text))
     text = BASE.replace("data: random}]", "data: nowhere}]")
     with pytest.raises(ConfigError, match=r"pretrain\[0\]\.data: 'nowhere'"):
         ex.load_experiment(write(tmp_path, text))

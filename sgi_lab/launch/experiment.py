@@ -28,7 +28,6 @@ import subprocess
 import sys
 import threading
 import time
-import types
 import typing
 import warnings
 from collections.abc import Callable, Sequence
@@ -40,7 +39,7 @@ from typing import Any, Literal
 
 import yaml
 
-from sgi_lab.config import ConfigError, load_yaml_mapping
+from sgi_lab.config import ConfigError, check_value, load_yaml_mapping
 from sgi_lab.launch.storage import RunStorage, run_in_scratch
 from sgi_lab.runs import atomic_write_text, read_status, run_name
 
@@ -166,44 +165,6 @@ RESOURCE_KEYS = ("num_cpus", "num_gpus")
 DEFAULT_RESOURCES = {kind: {"num_cpus": 1.0, "num_gpus": 0.0} for kind in KINDS}
 
 
-def _check_value(key: str, value: Any, annotation: Any) -> Any:
-    """Type-check one value of an experiment file (naming ``key``); returns it converted."""
-    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    if origin is Literal:
-        if value not in args:
-            raise ConfigError(f"{key}: {value!r} is not one of {list(args)}")
-        return value
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        (arg,) = [a for a in args if a is not type(None)]
-        return _check_value(key, value, arg)
-    if origin is list:
-        if not isinstance(value, list):
-            raise ConfigError(f"{key}: expected a list, got {value!r}")
-        return [_check_value(f"{key}[{i}]", v, args[0]) for i, v in enumerate(value)]
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
-        return {str(k): _check_value(f"{key}.{k}", v, args[1]) for k, v in value.items()}
-    if dataclasses.is_dataclass(annotation):
-        return _build(annotation, value, key)
-    if annotation is Any:
-        return value
-    if annotation is bool:
-        ok = isinstance(value, bool)
-    elif annotation is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    elif annotation is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        value = float(value) if ok else value
-    else:
-        ok = isinstance(value, annotation)
-    if not ok:
-        raise ConfigError(f"{key}: expected {annotation.__name__}, got {value!r}")
-    return value
-
-
 def _build(cls: type, values: Any, where: str) -> Any:
     """Build frozen ``cls`` from a mapping: unknown keys, missing ones and wrong types are
     refused naming the key (``where`` prefixes it: ``pretrain[1].params``)."""
@@ -221,7 +182,7 @@ def _build(cls: type, values: Any, where: str) -> Any:
     checked = {}
     for name, f in fields.items():
         if name in values:
-            checked[name] = _check_value(prefix + name, values[name], hints[name])
+            checked[name] = check_value(prefix + name, values[name], hints[name], _build)
         elif f.default is REQUIRED and f.default_factory is REQUIRED:
             raise ConfigError(f"{prefix}{name}: required ({f.metadata.get('doc', '')})")
     return cls(**checked)
