@@ -48,6 +48,28 @@ def test_run_notebook_writes_a_finished_run_folder(tiny_notebook, tmp_path):
     assert any("injected-parameters" in c.metadata.get("tags", []) for c in executed.cells)
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="Unix sockets")
+def test_the_kernel_talks_over_private_unix_sockets_and_leaves_nothing(
+    tmp_path, monkeypatch, capfd
+):
+    body = (
+        "from ipykernel import get_connection_info\n"
+        "from sgi_lab.launch import notebooks\n"
+        "info = get_connection_info(unpack=True)\n"
+        "notebooks.record_results(out_dir, {k: info[k] for k in ('transport', 'ip')})\n"
+    )
+    nb = write_notebook(tmp_path / "conn.ipynb", body, 'seed = 0\nname = "c"\nout_dir = ""\n')
+    sockets = tmp_path / "tmp"
+    sockets.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(sockets))
+    folder = run_notebook(nb, out_root=tmp_path / "runs", progress=False)
+    results = RunDir(folder).status()["results"]
+    assert results["transport"] == "ipc"
+    assert results["ip"].startswith(str(sockets / "sgi-lab-kernel-"))  # a private folder...
+    assert list(sockets.iterdir()) == []  # ...removed with its sockets at shutdown
+    assert "running over TCP" not in capfd.readouterr().err  # ipykernel's warning is gone
+
+
 def test_refuses_to_overwrite_a_finished_run_unless_asked(tiny_notebook, tmp_path):
     root = tmp_path / "runs"
     folder = run_notebook(tiny_notebook, parameters={"x": 1}, out_root=root, progress=False)

@@ -553,6 +553,7 @@ def run_notebook(
                 kernel_name=kernel_name,
                 progress_bar=progress,
                 cwd=str(find_project_root(nb_path.parent) or Path.cwd()),
+                **_kernel_manager(),
             )
     except PapermillExecutionError as exc:
         message = f"{exc.ename}: {exc.evalue}"
@@ -601,6 +602,41 @@ def prune_checkpoints(folder: str | os.PathLike, keep: int = KEEP_CHECKPOINTS) -
 
 
 # -- command line -------------------------------------------------------------------------------
+
+
+def _kernel_manager() -> dict[str, Any]:
+    """papermill's kernel manager, where the machine has Unix sockets: the kernel talks over
+    sockets in a private temporary folder (mode 0700, removed at shutdown) instead of loopback
+    TCP ports, so other users of a shared machine cannot connect to or read its traffic, and
+    ipykernel's warning about unencrypted TCP is not printed at every run."""
+    if os.name != "posix":
+        return {}
+    import tempfile
+
+    from jupyter_client.manager import AsyncKernelManager
+    from traitlets import default
+
+    class PrivateSocketsKernelManager(AsyncKernelManager):
+        @default("transport")
+        def _default_transport(self) -> str:
+            return "ipc"
+
+        @default("ip")
+        def _default_ip(self) -> str:
+            # Short on purpose: a Unix socket path holds at most 107 bytes.
+            self._socket_folder = tempfile.mkdtemp(prefix="sgi-lab-kernel-")
+            return os.path.join(self._socket_folder, "k")
+
+        async def _async_cleanup_resources(self, restart: bool = False) -> None:
+            await super()._async_cleanup_resources(restart=restart)
+            folder = getattr(self, "_socket_folder", None)
+            if folder and not restart:
+                with contextlib.suppress(OSError):
+                    os.rmdir(folder)  # only once empty: never more than the sockets it made
+
+        cleanup_resources = _async_cleanup_resources
+
+    return {"kernel_manager_class": PrivateSocketsKernelManager}
 
 
 @contextlib.contextmanager
