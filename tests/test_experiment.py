@@ -314,6 +314,12 @@ def test_oversubscription_warns(tmp_path, monkeypatch):
     # the smoke finetuning params set threads: 1, so 2 x cores processes oversubscribe
     assert any("threads=1" in n for n in ex._oversubscription(graph, 2 * cores))
     assert ex._threads_per_task(1) == cores
+    # A thread variable the tasks' share replaces is named; one equal to the share is not.
+    monkeypatch.setenv("OMP_NUM_THREADS", str(cores + 1))
+    monkeypatch.setenv("MKL_NUM_THREADS", str(cores))
+    notes = ex._oversubscription(graph, 1)
+    assert f"OMP_NUM_THREADS={cores + 1} is replaced per task by {cores}" in notes
+    assert not any("MKL_NUM_THREADS" in n for n in notes)
 
 
 def test_ray_missing_says_how_to_install(monkeypatch):

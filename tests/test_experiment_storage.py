@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -106,6 +107,7 @@ def test_a_task_runs_in_scratch_and_pushes_its_folder_even_when_it_fails(tmp_pat
         seen["resumed"] = (folder / "checkpoints" / "ckpt_1.pt").exists()
         (folder / "checkpoints").mkdir(parents=True, exist_ok=True)
         (folder / "checkpoints" / "ckpt_1.pt").write_bytes(b"partial")
+        (folder / "status.json").write_text('{"state": "failed"}')  # as a run that failed
         Path(log).parent.mkdir(parents=True, exist_ok=True)
         Path(log).write_text(Path(log).read_text() + "boom\n" if Path(log).exists() else "boom\n")
         return {"returncode": 1, "seconds": 0.1, "tail": "boom", "argv": argv}
@@ -124,12 +126,72 @@ def test_a_task_runs_in_scratch_and_pushes_its_folder_even_when_it_fails(tmp_pat
     assert result["returncode"] == 1
     assert not any(str(out) in a for a in result["argv"])
     assert seen == {"inputs": ["model.pt", "status.json"], "params": "name: f\n", "resumed": False}
-    assert storage.files("finetune/f") == ["checkpoints/ckpt_1.pt"]  # the partial run
+    assert storage.files("finetune/f") == ["checkpoints/ckpt_1.pt", "status.json"]  # partial
     assert not out.exists() and not list((tmp_path / "scratch").rglob("*.pt"))
     # A retry (on any machine) starts from the pushed checkpoint; the log accumulates.
     run_in_scratch(argv, 1, None, plan, fake_run_command)
     assert seen["resumed"]
     assert RunStorage(storage.uri).fs.cat_file(storage.path(plan["log"])) == b"boom\nboom\n"
+
+
+def test_a_push_cut_off_anywhere_keeps_a_checkpoint_in_the_storage(tmp_path, monkeypatch):
+    storage = RunStorage((tmp_path / "store").as_uri())
+    storage.push(_run_folder(tmp_path / "v1"), "pretrain/a")  # ckpt 2, finished
+    v2 = _run_folder(tmp_path / "v2")  # the run went on: ckpt 4, ckpt 2 pruned
+    (v2 / "checkpoints" / "ckpt_00000002.pt").rename(v2 / "checkpoints" / "ckpt_00000004.pt")
+    put = storage.fs.put_file
+    for cut in ("ckpt_00000004.pt", "model.pt", "status.json"):
+
+        def cut_off(source, target, cut=cut, **kwargs):
+            if target.endswith(cut):
+                raise OSError("worker killed")
+            return put(source, target, **kwargs)
+
+        monkeypatch.setattr(storage.fs, "put_file", cut_off)
+        with pytest.raises(OSError):
+            storage.push(v2, "pretrain/a")
+        kept = [f for f in storage.files("pretrain/a") if f.startswith("checkpoints/")]
+        assert kept, cut  # the old checkpoint goes only once the new one is in
+        assert storage.read_json("pretrain/a/status.json") == {"state": "finished"}
+        monkeypatch.setattr(storage.fs, "put_file", put)
+        storage.push(_run_folder(tmp_path / f"again-{cut}"), "pretrain/a")  # back to v1
+    storage.push(v2, "pretrain/a")
+    assert storage.files("pretrain/a") == [
+        "checkpoints/ckpt_00000004.pt",
+        "model.pt",
+        "status.json",
+    ]
+
+
+def test_a_folder_whose_first_push_was_cut_off_is_started_afresh(tmp_path, monkeypatch):
+    # A worker killed mid-way through a run's first push left a checkpoint but no status.json:
+    # the run would refuse such a folder ("not an sgi-lab run"), so the task starts afresh.
+    monkeypatch.setenv("SGI_LAB_SCRATCH", str(tmp_path / "scratch"))
+    storage = RunStorage((tmp_path / "store").as_uri())
+    storage.write_text("pretrain/a/checkpoints/ckpt_00000002.pt", "cut off")
+    storage.write_text("pretrain/b/checkpoints/ckpt_00000002.pt", "pushed whole")
+    storage.write_text("pretrain/b/status.json", '{"state": "failed"}')
+    out = tmp_path / "exp"
+    seen = {}
+
+    def fake_run_command(argv, log, threads, cwd=None):
+        folder = Path(argv[argv.index("--out") + 1])
+        seen[folder.name] = sorted(_tree(folder)) if folder.exists() else None
+        _run_folder(tmp_path / "made" / folder.name)
+        shutil.copytree(tmp_path / "made" / folder.name, folder, dirs_exist_ok=True)
+        return {"returncode": 0, "seconds": 0.1, "tail": ""}
+
+    for name in ("a", "b"):
+        plan = {"uri": storage.uri, "out": str(out), "task": f"pretrain/{name}", "inputs": []}
+        plan |= {"outputs": [f"pretrain/{name}"], "log": f"logs/{name}.log"}
+        run_in_scratch(["pretrain", "--out", str(out / "pretrain" / name)], 1, None, plan,
+                       fake_run_command)  # fmt: skip
+    assert seen == {"a": None, "b": ["checkpoints/ckpt_00000002.pt", "status.json"]}
+    assert b"a push cut off" in storage.fs.cat_file(storage.path("logs/a.log"))
+    assert storage.read_json("pretrain/a/status.json") == {"state": "finished"}  # replaced
+    assert storage.fs.cat_file(storage.path("pretrain/a/checkpoints/ckpt_00000002.pt")) == (
+        b"\x00ckpt"
+    )
 
 
 def test_finished_tasks_are_read_from_the_storage(tmp_path):

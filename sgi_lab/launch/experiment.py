@@ -1059,11 +1059,10 @@ def _oversubscription(graph: Graph, max_parallel: int) -> list[str]:
                 f"{Path(path).name} sets threads={threads}: {max_parallel} processes x {threads} "
                 f"threads > {cores} cores"
             )
+    share = _threads_per_task(max_parallel)
     for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        if key in os.environ:
-            notes.append(
-                f"{key}={os.environ[key]} is replaced per task by {_threads_per_task(max_parallel)}"
-            )
+        if key in os.environ and os.environ[key] != str(share):
+            notes.append(f"{key}={os.environ[key]} is replaced per task by {share}")
     return notes
 
 

@@ -113,22 +113,45 @@ class RunStorage:
             (str(p.relative_to(local).as_posix()) for p in local.rglob("*") if p.is_file()),
             key=lambda r: (PurePosixPath(r).name in LAST, r),
         )
-        if delete:
-            stale = set(self.files(name)) - set(rels)
-            for rel in sorted(stale):
-                self.fs.rm_file(self.path(f"{name}/{rel}"))
+        stale = sorted(set(self.files(name)) - set(rels)) if delete else []
+        first = [r for r in rels if PurePosixPath(r).name not in LAST]
         made = set()
-        for rel in rels:
-            parent = self.path(str(PurePosixPath(name, rel).parent))
-            if parent not in made:
-                self.fs.makedirs(parent, exist_ok=True)
-                made.add(parent)
-            self.fs.put_file(str(local / rel), self.path(f"{name}/{rel}"))
+        for rel in first:
+            self._put(local / rel, PurePosixPath(name, rel), made)
+        # Pruned files go once the new ones are in, before the marks: a push cut off at any
+        # point leaves at least the checkpoints the storage had before it.
+        for rel in stale:
+            self.fs.rm_file(self.path(f"{name}/{rel}"))
+        for rel in rels[len(first) :]:
+            self._put(local / rel, PurePosixPath(name, rel), made)
         return rels
+
+    def _put(self, local: Path, name: PurePosixPath, made: set[str]) -> None:
+        parent = self.path(str(name.parent))
+        if parent not in made:
+            self.fs.makedirs(parent, exist_ok=True)
+            made.add(parent)
+        self.fs.put_file(str(local), self.path(str(name)))
 
     def write_bytes(self, name: str, data: bytes) -> None:
         self.fs.makedirs(self.path(str(PurePosixPath(name).parent)), exist_ok=True)
         self.fs.pipe_file(self.path(name), data)
+
+
+def _drop_cut_off_push(folder: Path, log: Path) -> None:
+    """Drop a pulled copy of a folder whose first push was cut off (a worker killed mid-push):
+    files but no ``status.json`` / ``manifest.json`` at its top, which a push writes last and a
+    run writes as it starts. No run resumes from such a folder (it would refuse it as not a
+    run of ours), so the task starts afresh and its next push replaces the storage's copy.
+    Only the scratch copy is removed, never the storage's."""
+    if folder.is_dir() and not any((folder / name).is_file() for name in LAST):
+        shutil.rmtree(folder)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("a") as f:
+            f.write(
+                f"\n== {folder.name}: the storage's copy has no {' or '.join(LAST)} (a push cut "
+                "off before it finished); starting afresh\n"
+            )
 
 
 def scratch_root(uri: str) -> Path:
@@ -176,6 +199,8 @@ def run_in_scratch(
             storage.pull(name, scratch / name, exclude=exclude)
         for name in [*plan["outputs"], plan["log"]]:
             storage.pull(name, scratch / name)
+        for name in plan["outputs"]:
+            _drop_cut_off_push(scratch / name, log)
         result = run(local_argv, str(log), threads, cwd)
     except Exception as exc:  # a storage that cannot be read: the task fails, is retried
         result["tail"] = f"pulling from {plan['uri']}: {type(exc).__name__}: {exc}"
