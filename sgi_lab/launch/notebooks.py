@@ -601,9 +601,6 @@ def prune_checkpoints(folder: str | os.PathLike, keep: int = KEEP_CHECKPOINTS) -
     return removed
 
 
-# -- command line -------------------------------------------------------------------------------
-
-
 def _kernel_manager() -> dict[str, Any]:
     """papermill's kernel manager, where the machine has Unix sockets: the kernel talks over
     sockets in a private temporary folder (mode 0700, removed at shutdown) instead of loopback
@@ -652,6 +649,9 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+# -- command line -------------------------------------------------------------------------------
 
 
 def _parameters(pairs: list[list[str]] | None) -> dict[str, Any]:
