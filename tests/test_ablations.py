@@ -103,9 +103,9 @@ def test_explorer_callbacks_change_the_figures(runs):
     explorer.methods.value = ("frozen",)
     assert "mine" not in list(explorer.interval.figure.data[0].y)
 
-    before = explorer.table.figure.data[0].cells.values[1]
+    before = explorer.table.frame["IQM"].tolist()
     explorer.games.value = ("Pong",)
-    assert explorer.table.figure.data[0].cells.values[1] != before
+    assert explorer.table.frame["IQM"].tolist() != before
     assert set(explorer.per_game.figure.data[0].x) == {"Pong"}
 
     explorer.metrics.value = ("median",)
@@ -113,6 +113,39 @@ def test_explorer_callbacks_change_the_figures(runs):
 
     explorer.games.value = ()
     assert "select at least one game" in explorer.notes.value
+
+
+def _header_cells(html: str) -> list[str]:
+    import re
+
+    return re.findall(r"<th>(.*?)</th>", html)
+
+
+def test_explorer_table_follows_every_metric_change(runs):
+    """The table has one column per chosen metric, named, a row per method (the paper's
+    included), and new values whenever the metrics change, even when their number does not."""
+    model = ablations.AblationModel(ablations.load_run_scores(ablations.find_runs(runs)), reps=50)
+    explorer = ablations.AblationExplorer(model, paper=["SGI-M", "Frozen"])
+    assert _header_cells(explorer.table.html) == ["Method", "IQM", "Median", "Mean"]
+    methods = ["frozen", "mine", "SGI-M (paper)", "Frozen (paper)"]
+    assert list(explorer.table.frame["Method"]) == methods
+    for method in methods:
+        assert f"<td>{method}</td>" in explorer.table.html
+    first = explorer.table.frame.copy()
+
+    explorer.metrics.value = ("iqm", "optimality_gap")  # fewer columns
+    assert _header_cells(explorer.table.html) == ["Method", "IQM", "Optimality Gap"]
+    assert list(explorer.table.frame["Method"]) == methods
+    gap = explorer.table.frame["Optimality Gap"]
+    assert list(gap) != list(explorer.table.frame["IQM"])
+    assert list(explorer.table.frame["IQM"]) == list(first["IQM"])
+
+    explorer.metrics.value = ("mean", "optimality_gap", "median")  # as many columns as before
+    assert explorer.table.headers == ["Method", "Mean", "Optimality Gap", "Median"]
+    assert list(explorer.table.frame["Mean"]) == list(first["Mean"])
+    assert list(explorer.table.frame.iloc[:, 1]) != list(first.iloc[:, 1])  # IQM -> Mean
+    frozen_paper = explorer.table.frame.set_index("Method").loc["Frozen (paper)"]
+    assert frozen_paper["Optimality Gap"] != frozen_paper["Mean"], "identical value columns"
 
 
 def test_paper_objective_ablations_are_paper_configs():
@@ -124,13 +157,19 @@ def test_paper_objective_ablations_are_paper_configs():
 def test_explorer_is_right_on_first_display(runs):
     model = ablations.AblationModel(ablations.load_run_scores(ablations.find_runs(runs)), reps=50)
     explorer = ablations.AblationExplorer(model, paper=["SGI-M", "Frozen"], metrics=["iqm"])
-    for view in (explorer.interval, explorer.table, explorer.per_game):
+    for view in (explorer.interval, explorer.per_game):
         # plotly.io.to_json writes NaN as NaN (invalid JSON) unless the figure holds none
         assert "NaN" not in view.figure.to_json() and "Infinity" not in view.figure.to_json()
         json.dumps(view.figure.to_plotly_json(), allow_nan=False, default=list)
-    header = list(explorer.table.figure.data[0].header.values)
-    assert header[0] == "Method" and header[1].startswith("IQM")
-    assert "Frozen (paper)" in list(explorer.table.figure.data[0].cells.values[0])
+    assert explorer.table.headers == ["Method", "IQM"]
+    assert "<th>IQM</th>" in explorer.table.html
+    assert list(explorer.table.frame["Method"]) == [
+        "frozen",
+        "mine",
+        "SGI-M (paper)",
+        "Frozen (paper)",
+    ]
+    assert all(explorer.table.frame["IQM"]), "an empty cell on first display"
     assert "Frozen (paper)" in list(explorer.interval.figure.layout.yaxis.tickvals)
 
 

@@ -40,6 +40,7 @@ from sgi_lab.metrics import (
 )
 from sgi_lab.metrics.protocol import comparability_note
 from sgi_lab.viz.ablations import ablation_figures
+from sgi_lab.viz.tables import LiveTable, aggregate_frame
 from sgi_lab.viz.training import LiveFigure
 
 __all__ = [
@@ -449,8 +450,9 @@ class AblationExplorer:
     """ipywidgets over an `AblationModel`: pick games, our methods, paper rows and metrics; see
     an interval plot, a table and per-game HNS, updated on every change.
 
-    The current data is ``explorer.view`` and the figures are ``explorer.interval.figure``,
-    ``explorer.table.figure`` and ``explorer.per_game.figure``; setting any control's ``value``
+    The current data is ``explorer.view``, the figures are ``explorer.interval.figure`` and
+    ``explorer.per_game.figure``, and the table (HTML: one column per chosen metric, one row
+    per method) is ``explorer.table.frame``; setting any control's ``value``
     (``explorer.paper.value = ("SGI-M", "Frozen")``) runs the same callback as a click.
 
     Args:
@@ -493,7 +495,7 @@ class AblationExplorer:
         )
         self.notes = widgets.HTML()
         self.interval = LiveFigure()
-        self.table = LiveFigure()
+        self.table = LiveTable(title="aggregate human-normalized scores (95% CI)")
         self.per_game = LiveFigure()
         for control in (self.games, self.methods, self.paper, self.metrics):
             control.observe(self._on_change, names="value")
@@ -515,7 +517,9 @@ class AblationExplorer:
         )
         figures = ablation_figures(self.view)
         self.interval.replace(figures["interval"])
-        self.table.replace(figures["table"])
+        self.table.replace(
+            aggregate_frame(self.view.aggregates, self.view.metrics, self.view.methods)
+        )
         self.per_game.replace(figures["per_game"])
         games = len(self.games.value)
         self.notes.value = "<br>".join(

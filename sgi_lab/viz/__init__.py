@@ -11,6 +11,7 @@ from sgi_lab.viz.representations import (
     start_distance_figure,
     stores_table,
 )
+from sgi_lab.viz.tables import LiveTable, aggregate_frame, results_frame
 from sgi_lab.viz.training import (
     FINETUNE_CURVES,
     PRETRAIN_CURVES,
@@ -27,7 +28,9 @@ __all__ = [
     "PRETRAIN_CURVES",
     "LiveCurves",
     "LiveFigure",
+    "LiveTable",
     "ablation_figures",
+    "aggregate_frame",
     "aggregate_table",
     "compare_stores_figure",
     "coverage_figure",
@@ -42,6 +45,7 @@ __all__ = [
     "nearest_frames_figure",
     "per_game_bar",
     "per_game_hns_figure",
+    "results_frame",
     "start_distance_figure",
     "store_summary_figure",
     "stores_table",

@@ -287,5 +287,10 @@ def aggregate_table(
             cells={"values": columns, "align": "left"},
         )
     )
-    fig.update_layout(template="plotly_white", margin={"l": 10, "r": 10, "t": 30, "b": 10})
+    # plotly's default height (450 px) leaves a blank gap under a few rows
+    fig.update_layout(
+        template="plotly_white",
+        margin={"l": 10, "r": 10, "t": 30, "b": 10},
+        height=70 + 32 * (len(methods) + 1),
+    )
     return fig
