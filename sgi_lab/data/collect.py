@@ -1,7 +1,8 @@
 """Collectors: run a policy in an Atari 100k environment and write a TransitionStore.
 
 ``collect`` is generic (any ``policy(obs) -> action``); ``collect_random`` is the paper's
-Random dataset: a uniformly random action held for Geometric(1/3) steps.
+Random dataset: a uniformly random action held for Geometric(1/3) steps. Both record the console
+RAM of every state (the store's optional ``ram`` field, the labels of `sgi_lab.probes`).
 """
 
 from __future__ import annotations
@@ -136,7 +137,12 @@ def collect(
     writer = TransitionStoreWriter.resume_matching(out, game, record) if resume else None
     env_seed = seed + (len(writer.manifest.chunks) if writer else 0)
     env = make_env(
-        game, seed=env_seed, train=False, full_action_space=full_action_space, **(env_kwargs or {})
+        game,
+        seed=env_seed,
+        train=False,
+        full_action_space=full_action_space,
+        record_ram=True,
+        **(env_kwargs or {}),
     )
     num_actions = int(env.action_space.n)
     if writer is None:
@@ -149,7 +155,10 @@ def collect(
             chunk_size=chunk_size,
             overwrite=overwrite,
             sticky_action_prob=0.0,  # make_env: Atari 100k, no sticky actions
+            ram=True,
         )
+    # An interrupted collection begun by an sgi-lab without RAM goes on without it.
+    with_ram = writer.has_ram
     save_state = getattr(policy, "state_dict", None)
     if save_state is not None:
         writer.state_fn = lambda: {"policy": save_state()}
@@ -172,7 +181,7 @@ def collect(
         smoothing=0.05,
     )
     reset_policy = getattr(policy, "reset", None)
-    obs, _ = env.reset(seed=env_seed)
+    obs, info = env.reset(seed=env_seed)
     segment = len(writer.manifest.chunks)
     first = True
     if reset_policy:
@@ -180,12 +189,13 @@ def collect(
     try:
         for _ in range(steps - done_rows):
             action = int(policy(obs))
+            ram = info["ram"] if with_ram else None  # the RAM behind obs
             next_obs, _, terminated, truncated, info = env.step(action)
             terminal = bool(terminated or (terminal_on_life_loss and info.get("life_loss", False)))
-            writer.append(obs[-1], action, float(info["raw_reward"]), terminal, first)
+            writer.append(obs[-1], action, float(info["raw_reward"]), terminal, first, ram)
             first = False
             if terminated or truncated:
-                obs, _ = env.reset()
+                obs, info = env.reset()
                 first = True
                 if reset_policy:
                     reset_policy()
@@ -196,7 +206,7 @@ def collect(
                 # A chunk just finished: the next one starts a fresh, seeded episode, exactly
                 # as a collection resumed here would.
                 segment = len(writer.manifest.chunks)
-                obs, _ = env.reset(seed=seed + segment)
+                obs, info = env.reset(seed=seed + segment)
                 first = True
                 if reset_policy:
                     reset_policy()

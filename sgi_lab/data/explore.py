@@ -561,7 +561,13 @@ def collect_exploratory(
         _drop_metrics_after(agent_dir / METRICS, agent.updates)
     env_seed = seed + (len(writer.manifest.chunks) * n if writer else 0)
     envs = make_vector_env(
-        game, n, seed=env_seed, train=False, asynchronous=config.asynchronous, **env_kwargs
+        game,
+        n,
+        seed=env_seed,
+        train=False,
+        asynchronous=config.asynchronous,
+        record_ram=True,  # the store's ram field (labels of sgi_lab.probes)
+        **env_kwargs,
     )
     threads = torch.get_num_threads()
     try:
@@ -583,6 +589,7 @@ def collect_exploratory(
                 chunk_size=config.chunk_size,
                 overwrite=overwrite,
                 sticky_action_prob=0.0,  # make_env: Atari 100k, no sticky actions
+                ram=True,
             )
         agent_dir.mkdir(exist_ok=True)
         _run(agent, envs, writer, steps, agent_dir, progress, on_update, on_step, game)
@@ -614,14 +621,22 @@ class _EpisodeBuffers:
     def __init__(self, num_envs: int, writer: TransitionStoreWriter, limit: int) -> None:
         self.writer = writer
         self.limit = limit
-        self.rows: list[list[tuple[np.ndarray, int, float, bool]]] = [[] for _ in range(num_envs)]
+        self.rows: list[list[tuple]] = [[] for _ in range(num_envs)]
 
     @property
     def pending(self) -> int:
         return sum(len(r) for r in self.rows)
 
-    def add(self, env: int, frame: np.ndarray, action: int, reward: float, terminal: bool) -> None:
-        self.rows[env].append((frame, action, reward, terminal))
+    def add(
+        self,
+        env: int,
+        frame: np.ndarray,
+        action: int,
+        reward: float,
+        terminal: bool,
+        ram: np.ndarray,
+    ) -> None:
+        self.rows[env].append((frame, action, reward, terminal, ram))
         if len(self.rows[env]) >= self.limit:
             self.write(env)
 
@@ -630,15 +645,18 @@ class _EpisodeBuffers:
         self.rows[env] = []
         if not rows:
             return
-        frames, actions, rewards, terminals = zip(*rows, strict=True)
+        frames, actions, rewards, terminals, rams = zip(*rows, strict=True)
         first = np.zeros(len(rows), np.uint8)
         first[0] = 1
+        # An interrupted collection begun by an sgi-lab without RAM goes on without it.
+        ram = {"ram": np.stack(rams)} if self.writer.has_ram else {}
         self.writer.append_many(
             frame=np.stack(frames),
             action=np.asarray(actions, np.int32),
             reward=np.asarray(rewards, np.float32),
             terminal=np.asarray(terminals, np.uint8),
             first=first,
+            **ram,
         )
 
 
@@ -671,7 +689,7 @@ def _run(
         unit="step",
         smoothing=0.05,
     )
-    obs, _ = envs.reset()
+    obs, info = envs.reset()
     done = False
     last_time, last_steps = time.perf_counter(), agent.agent_steps
     try:
@@ -682,6 +700,8 @@ def _run(
                     action, logp, value = agent.act(obs)
                     if on_step is not None:
                         on_step(obs, action)
+                    # The RAM behind obs (a finished env's reset info is the top level).
+                    ram = np.asarray(info["ram"], np.uint8)
                     next_obs, _, terminated, truncated, info = envs.step(action)
                     raw = np.asarray(info["raw_reward"], np.float32)
                     ended = np.logical_or(terminated, truncated)
@@ -690,7 +710,12 @@ def _run(
                         terminal = terminal | np.asarray(info["life_loss"], bool)
                     for i in range(n):
                         buffers.add(
-                            i, obs[i, -1].copy(), int(action[i]), float(raw[i]), bool(terminal[i])
+                            i,
+                            obs[i, -1].copy(),
+                            int(action[i]),
+                            float(raw[i]),
+                            bool(terminal[i]),
+                            ram[i].copy(),
                         )
                         if ended[i]:
                             buffers.write(i)

@@ -54,6 +54,12 @@ FIELDS: dict[str, tuple[str, tuple[int, ...]]] = {
     "first": ("uint8", ()),
 }
 SMALL_FIELDS = ("action", "reward", "terminal", "first")
+RAM_SIZE = 128
+# Fields a store may hold beside FIELDS (its manifest's ``fields`` says which): ``ram``, the
+# console's 128-byte RAM in state ``s_t`` (what ALE's getRAM() returns there), the labels of
+# `sgi_lab.probes`. Stores without them open as before.
+OPTIONAL_FIELDS: dict[str, tuple[str, tuple[int, ...]]] = {"ram": ("uint8", (RAM_SIZE,))}
+ALL_FIELDS = {**FIELDS, **OPTIONAL_FIELDS}
 
 
 class StoreError(RuntimeError):
@@ -124,7 +130,7 @@ def _chunk_index(name: str) -> int | None:
     """The chunk index of a chunk file name (``action_00003.npy``), or None if it is not one."""
     stem, dot, ext = name.partition(".")
     field_name, _, index = stem.rpartition("_")
-    if dot and ext == "npy" and field_name in FIELDS and index.isdigit():
+    if dot and ext == "npy" and field_name in ALL_FIELDS and index.isdigit():
         return int(index)
     return None
 
@@ -171,6 +177,10 @@ class StoreManifest:
     def to_json(self) -> dict:
         return dict(self.__dict__)
 
+    def field_specs(self) -> dict[str, tuple[str, tuple[int, ...]]]:
+        """``{name: (dtype, row shape)}`` of the fields this store holds, FIELDS first."""
+        return {k: v for k, v in ALL_FIELDS.items() if k in self.fields}
+
     def content_fingerprint(self) -> str:
         """A hash of what the store holds; the same data gives the same value wherever it is."""
         identity = {
@@ -200,6 +210,14 @@ class StoreManifest:
         unknown = set(payload) - known
         if unknown:
             raise StoreError(f"{path}: unexpected manifest keys {sorted(unknown)}")
+        fields = payload.get("fields")
+        if fields is not None and (
+            not isinstance(fields, dict) or not set(FIELDS) <= set(fields) <= set(ALL_FIELDS)
+        ):
+            raise StoreError(
+                f"{path}: 'fields' must name {sorted(FIELDS)} and optionally "
+                f"{sorted(OPTIONAL_FIELDS)}, got {fields!r}"
+            )
         missing = {"game", "source", "chunks", "num_transitions"} - set(payload)
         if missing:
             raise StoreError(f"{path}: manifest lacks keys {sorted(missing)}")
@@ -309,7 +327,7 @@ class TransitionStoreWriter:
         self.manifest = manifest
         self._buffers = {
             name: np.zeros((manifest.chunk_size, *shape), dtype=dtype)
-            for name, (dtype, shape) in FIELDS.items()
+            for name, (dtype, shape) in manifest.field_specs().items()
         }
         self._fill = 0
         self._closed = False
@@ -331,9 +349,11 @@ class TransitionStoreWriter:
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         overwrite: bool = False,
         sticky_action_prob: float | None = None,
+        ram: bool = False,
     ) -> TransitionStoreWriter:
         """Start a new store at ``path`` (built under ``path.partial``); ``sticky_action_prob``:
-        the recording environment's repeat-action probability (None: unknown)."""
+        the recording environment's repeat-action probability (None: unknown); ``ram``: the
+        store holds the optional ``ram`` field (every append then passes it)."""
         path = Path(path)
         if chunk_size < 1:
             raise ValueError(f"chunk_size: must be positive, got {chunk_size}")
@@ -362,6 +382,9 @@ class TransitionStoreWriter:
             sticky_action_prob=sticky_action_prob,
             created=time.strftime("%Y-%m-%dT%H:%M:%S"),
         )
+        if ram:
+            dtype, shape = OPTIONAL_FIELDS["ram"]
+            manifest.fields["ram"] = {"dtype": dtype, "shape": list(shape)}
         writer = cls(path, manifest)
         writer._overwrite = overwrite
         writer._save_manifest()
@@ -426,11 +449,28 @@ class TransitionStoreWriter:
         """Rows appended so far (durable ones plus those in the open chunk)."""
         return self.manifest.num_transitions + self._fill
 
+    @property
+    def has_ram(self) -> bool:
+        """Whether this store records the console RAM of every row (``ram`` is then required)."""
+        return "ram" in self.manifest.fields
+
     def append(
-        self, frame: np.ndarray, action: int, reward: float, terminal: bool, first: bool
+        self,
+        frame: np.ndarray,
+        action: int,
+        reward: float,
+        terminal: bool,
+        first: bool,
+        ram: np.ndarray | None = None,
     ) -> None:
-        """Append one row: the newest frame of ``s_t``, ``a_t``, ``r_t``, ``terminal_t``, ``first_t``."""
+        """Append one row: the newest frame of ``s_t``, ``a_t``, ``r_t``, ``terminal_t``,
+        ``first_t``, and in a store with RAM the 128 bytes of RAM in ``s_t``."""
+        if (ram is not None) != self.has_ram:
+            why = "records RAM: pass ram" if self.has_ram else "has no RAM field (create(ram=True))"
+            raise ValueError(f"append: the store at {self.partial} {why}")
         i = self._fill
+        if ram is not None:
+            self._buffers["ram"][i] = ram
         self._buffers["frame"][i] = frame
         self._buffers["action"][i] = action
         self._buffers["reward"][i] = reward
@@ -441,9 +481,10 @@ class TransitionStoreWriter:
             self._flush_chunk()
 
     def append_many(self, **columns: np.ndarray) -> None:
-        """Append aligned arrays ``frame (n,84,84), action, reward, terminal, first`` (each (n,))."""
-        if set(columns) != set(FIELDS):
-            raise ValueError(f"append_many needs exactly the fields {sorted(FIELDS)}")
+        """Append aligned arrays ``frame (n,84,84), action, reward, terminal, first`` (each (n,)),
+        and ``ram (n,128)`` in a store with RAM."""
+        if set(columns) != set(self._buffers):
+            raise ValueError(f"append_many needs exactly the fields {sorted(self._buffers)}")
         n = len(columns["frame"])
         if any(len(v) != n for v in columns.values()):
             raise ValueError("append_many: columns differ in length")
@@ -463,7 +504,7 @@ class TransitionStoreWriter:
         index = len(self.manifest.chunks)
         rows = self._fill
         checksums = {}
-        for name in FIELDS:
+        for name in self._buffers:
             checksums[name] = _save_chunk(
                 _chunk_path(self.partial, name, index), self._buffers[name][:rows]
             )
@@ -549,12 +590,15 @@ class TransitionStore:
                 f"num_transitions is {m.num_transitions}"
             )
         self._frames: list[np.memmap] = []
+        self._ram: list[np.memmap] = []
         columns: dict[str, list[np.ndarray]] = {name: [] for name in SMALL_FIELDS}
         for index, rows in enumerate(m.chunks):
-            for name, (dtype, shape) in FIELDS.items():
+            for name, (dtype, shape) in m.field_specs().items():
                 array = self._open_chunk(name, index, rows, dtype, shape)
                 if name == "frame":
                     self._frames.append(array)
+                elif name == "ram":
+                    self._ram.append(array)
                 else:
                     columns[name].append(np.asarray(array))
         self.actions = np.concatenate(columns["action"]).astype(np.int64)
@@ -629,7 +673,7 @@ class TransitionStore:
                 f"{len(m.chunks)} chunks"
             )
         for index, expected in enumerate(m.checksums[: len(m.chunks)]):
-            for name in FIELDS:
+            for name in m.field_specs():
                 path = _chunk_path(self.path, name, index)
                 try:
                     actual = file_checksum(path)
@@ -677,6 +721,32 @@ class TransitionStore:
         if self.manifest.sticky_action_prob is not None:
             return float(self.manifest.sticky_action_prob)
         return SOURCE_STICKY_ACTION_PROB.get(self.manifest.source)
+
+    @property
+    def has_ram(self) -> bool:
+        """Whether the store holds the console RAM of every row (the optional ``ram`` field)."""
+        return "ram" in self.manifest.fields
+
+    def gather_ram(self, rows: np.ndarray) -> np.ndarray:
+        """The 128-byte console RAM of state ``s_t`` at ``rows`` (any shape) -> ``rows.shape +
+        (128,)`` uint8.
+
+        Raises:
+            StoreError: the store was recorded without RAM.
+        """
+        if not self.has_ram:
+            raise StoreError(
+                f"{self.path}: this store holds no RAM (source {self.manifest.source!r}); "
+                "collect it again with this sgi-lab (Random and Exploratory collectors record it)"
+            )
+        rows = np.asarray(rows, dtype=np.int64)
+        flat = rows.reshape(-1)
+        chunk = np.searchsorted(self._chunk_starts, flat, side="right") - 1
+        out = np.empty((flat.size, RAM_SIZE), dtype=np.uint8)
+        for c in np.unique(chunk):
+            sel = chunk == c
+            out[sel] = self._ram[c][flat[sel] - self._chunk_starts[c]]
+        return out.reshape(*rows.shape, RAM_SIZE)
 
     def gather_frames(self, rows: np.ndarray) -> np.ndarray:
         """Frames at arbitrary row indices: ``rows`` of any shape -> ``rows.shape + (84, 84)``."""
@@ -743,6 +813,7 @@ class TransitionStore:
             "reward_density": float((self.rewards != 0).mean()),
             "num_actions": self.num_actions,
             "sticky_action_prob": self.sticky_action_prob,
+            "ram": self.has_ram,
             "frames_gb": len(self) * FRAME_SHAPE[0] * FRAME_SHAPE[1] / 1e9,
         }
 

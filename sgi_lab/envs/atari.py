@@ -11,7 +11,9 @@ Every step's ``info`` holds:
 
 - ``raw_reward`` (float): the game's reward, unclipped;
 - ``life_loss`` (bool): the number of lives dropped during this step (game over included);
-- ``terminal`` (bool): terminal for learning, ``terminated or (train and life_loss)``.
+- ``terminal`` (bool): terminal for learning, ``terminated or (train and life_loss)``;
+- ``ram`` (uint8 (128,), with ``record_ram=True``, at reset too): the console RAM in the state
+  the returned observation shows (ALE's ``getRAM()``), the labels of `sgi_lab.probes`.
 
 ``terminated`` keeps gymnasium's meaning (the game is over) and ``truncated`` means the frame cap
 was hit. In training mode a life loss ends the bootstrapped return but not the game, as in
@@ -44,6 +46,7 @@ __all__ = [
     "SCREEN_SIZE",
     "LearningSignalWrapper",
     "NoopResetWrapper",
+    "RamInfoWrapper",
     "make_env",
     "num_actions",
     "resolve_ale_id",
@@ -143,6 +146,22 @@ class LearningSignalWrapper(gym.Wrapper):
         return obs, reward, bool(terminated), bool(truncated), info
 
 
+class RamInfoWrapper(gym.Wrapper):
+    """Puts the console RAM (ALE's ``getRAM()``, 128 uint8) of the state just reached in
+    ``info["ram"]`` at every reset and step: the RAM behind the returned observation."""
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        obs, info = self.env.reset(seed=seed, options=options)
+        return obs, {**info, "ram": self.env.unwrapped.ale.getRAM().copy()}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        info = {**info, "ram": self.env.unwrapped.ale.getRAM().copy()}
+        return obs, reward, terminated, truncated, info
+
+
 def resolve_ale_id(game: str, allow_any_ale_game: bool = False) -> str:
     """Returns the gymnasium id (``"ALE/<Game>-v5"``) of a game.
 
@@ -182,6 +201,7 @@ def make_env(
     max_episode_frames: int | None = MAX_EPISODE_FRAMES,
     noop_max: int = NOOP_MAX,
     allow_any_ale_game: bool = False,
+    record_ram: bool = False,
 ) -> gym.Env:
     """Builds one Atari 100k environment.
 
@@ -203,6 +223,7 @@ def make_env(
             cap returns ``truncated=True``.
         noop_max: At most this many no-op frames at reset (uniform in ``[0, noop_max]``).
         allow_any_ale_game: Accept ALE games outside the 26 Atari 100k games.
+        record_ram: Add ``info["ram"]`` (`RamInfoWrapper`, outermost).
 
     Returns:
         A gymnasium env with ``observation_space`` ``Box(0, 255, (4, 84, 84), uint8)`` and a
@@ -252,6 +273,8 @@ def make_env(
         env = TimeLimit(env, max_episode_steps=max_episode_frames // FRAME_SKIP)
     env = FrameStackObservation(env, FRAME_STACK, padding_type="zero")
     env = LearningSignalWrapper(env, train=train, seed=seed)
+    if record_ram:
+        env = RamInfoWrapper(env)
     if seed is not None:
         env.action_space.seed(seed)
     return env
