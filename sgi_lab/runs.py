@@ -346,17 +346,59 @@ def read_status(path: str | os.PathLike) -> dict[str, Any] | None:
     return payload
 
 
+def _checkpoint_files(path: Path) -> list[Path]:
+    folder = path / "checkpoints"
+    if not folder.is_dir():
+        return []
+    found = [p for p in folder.iterdir() if CHECKPOINT_RE.search(p.name) and p.is_file()]
+    return sorted(found, key=lambda p: int(CHECKPOINT_RE.search(p.name).group(1)))
+
+
+def _checkpoint_kind(path: Path) -> str | None:
+    """The ``kind`` recorded in a folder's newest readable checkpoint of ours, or None.
+
+    Only the checkpoint's small index is read (``mmap``: its tensors stay on disk)."""
+    for ckpt in reversed(_checkpoint_files(path)):
+        try:
+            payload = torch.load(ckpt, map_location="cpu", weights_only=True, mmap=True)
+        except Exception:  # torn, foreign, pickled: try an older one
+            continue
+        if isinstance(payload, dict) and payload.get("format") == "sgi-lab":
+            return str(payload.get("kind") or "")
+    return None
+
+
+def interrupted_without_status(path: str | os.PathLike) -> bool:
+    """True when a folder holds a run of ours whose ``status.json`` is missing or torn: a
+    ``config.yaml`` beside checkpoints, or a ``status.json`` that does not parse. Such a run
+    never counts as finished; it is an interrupted run, resumed by its command."""
+    path = Path(path)
+    if read_status(path) is not None:
+        return False
+    try:
+        json.loads((path / "status.json").read_text())
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError):
+        return True  # torn by a crash mid-write
+    return (path / "config.yaml").is_file() and bool(_checkpoint_files(path))
+
+
 def run_kind(path: str | os.PathLike) -> str | None:
     """What kind of run of ours a folder holds, or None when it is not one of ours.
 
     A run is recognised by its ``status.json``: ``"kind"`` names the stage (``"pretrain"``,
     ``"finetune"``). Runs written before kinds were recorded are recognised by a status file
     beside a ``config.yaml`` (kind ``""``, any stage's), and a notebook run's folder by the
-    status its runner wrote (kind ``""`` too: the stage it runs makes it its own).
+    status its runner wrote (kind ``""`` too: the stage it runs makes it its own). A run whose
+    status is missing or torn (`interrupted_without_status`) is recognised by the kind its
+    newest checkpoint records.
     """
     path = Path(path)
     status = read_status(path)
     if status is None:
+        if (path / "config.yaml").is_file() and _checkpoint_files(path):
+            return _checkpoint_kind(path)
         return None
     if status.get("kind"):
         return str(status["kind"])
@@ -635,9 +677,10 @@ class RunDir:
         if not path.exists():
             return {"state": "new"}
         try:
-            return json.loads(path.read_text())
-        except json.JSONDecodeError:
+            payload = json.loads(path.read_text())
+        except ValueError:  # torn by a crash (or not text)
             return {"state": "unknown"}
+        return payload if isinstance(payload, dict) else {"state": "unknown"}
 
     def set_status(self, state: str, **info: Any) -> None:
         payload = {
@@ -650,7 +693,10 @@ class RunDir:
 
     @property
     def finished(self) -> bool:
-        return self.status().get("state") == "finished"
+        """Finished on positive evidence only: a readable status saying so and, for a training
+        run, its final ``model.pt``."""
+        status = self.status()
+        return status.get("state") == FINISHED and _has_final_model(self.path, status)
 
     # -- checkpoints --------------------------------------------------------------------------
     def checkpoints(self) -> list[Path]:
@@ -832,17 +878,34 @@ def require_finished(path: str | os.PathLike, what: str, allow_unfinished: bool 
     """
     path = Path(path)
     status = read_status(path)
-    if status is None or status.get("state") == FINISHED:
+    if status is None:
+        if not interrupted_without_status(path):
+            return True  # a bare exported model: nothing says it is a run
+        checkpoints = _checkpoint_files(path)
+        newest = f", newest checkpoint {checkpoints[-1].name}" if checkpoints else ""
+        problem = (
+            f"its status.json is missing or unreadable{newest}: an interrupted run, not a result"
+        )
+    elif status.get("state") == FINISHED and _has_final_model(path, status):
         return True
-    if not allow_unfinished:
-        step = status.get("step")
+    elif status.get("state") == FINISHED:
+        problem = "its status says finished but its final model.pt is missing"
+    else:
         reason = f": {status['message']}" if status.get("message") else ""
+        problem = f"state {status.get('state')!r}, step {status.get('step')}{reason}"
+    if not allow_unfinished:
         raise UnfinishedRunError(
-            f"{path}: unfinished run (state {status.get('state')!r}, step {step}{reason}); "
+            f"{path}: unfinished run ({problem}); "
             f"{what} counts finished runs only: re-run its command to finish it, or pass "
             "--allow-unfinished to include it marked as unfinished"
         )
     return False
+
+
+def _has_final_model(path: Path, status: Mapping[str, Any]) -> bool:
+    """A finished training run holds its final model (``model.pt``); other folders (a notebook
+    run's, a population's parent) have none to check."""
+    return status.get("kind") not in ("pretrain", "finetune") or (path / "model.pt").is_file()
 
 
 def pretrained_source(source: str | os.PathLike) -> Path:

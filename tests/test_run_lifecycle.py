@@ -48,6 +48,8 @@ def test_fresh_run_writes_nothing_until_start(tmp_path):
     assert status["state"] == "running" and status["kind"] == "pretrain" and status["step"] == 0
     assert run.saved_config() == CONFIG and run_kind(tmp_path / "run") == "pretrain"
     run.finish(10, model="m")
+    assert not run.finished  # a finished status without its final model is no evidence
+    (run.path / "model.pt").write_bytes(b"model")
     assert run.finished and run.status()["message"] == ""
 
 
@@ -92,6 +94,7 @@ def test_legacy_run_without_kind_is_recognised(tmp_path):
 
 def test_one_config_check_on_resume_names_every_changed_key(tmp_path):
     run = started(tmp_path / "run")
+    (run.path / "model.pt").write_bytes(b"model")
     run.finish(10)
     assert {"device", "threads"} <= RUNTIME_KEYS
     again = RunDir.open(run.path, "pretrain", {**CONFIG, "device": "cuda"})  # runtime: fine
@@ -167,6 +170,9 @@ def test_unfinished_runs_never_count_as_results(tmp_path):
         require_finished(run.path, "report")
     assert require_finished(run.path, "report", allow_unfinished=True) is False
     run.finish(10)
+    with pytest.raises(UnfinishedRunError, match="model.pt is missing"):
+        require_finished(run.path, "report")  # finished only on positive evidence
+    (run.path / "model.pt").write_bytes(b"model")
     assert require_finished(run.path, "report") is True
 
 

@@ -1,0 +1,91 @@
+"""Nothing lost, nothing misread (issue 27): each case asserts the exit code, a message naming
+the culprit, no traceback, and that every file outside the run's own is untouched.
+
+CLI commands run in-process (`sgi_lab.launch.cli.main`); runs are built by hand where the
+training itself does not matter, so every test takes seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from sgi_lab.config import FinetuneConfig, load_config, to_dict
+from sgi_lab.launch.cli import main
+from sgi_lab.runs import FinetuneRun, RunDir
+
+FINETUNE_SMOKE = "params/finetune/smoke.yaml"
+
+
+def snapshot(root: Path) -> dict[str, str | None]:
+    """Every path under ``root`` with its content hash (None for folders)."""
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        if p.is_file()
+        else None
+        for p in sorted(root.rglob("*"))
+    }
+
+
+def run_cli(capsys, argv: list[str]) -> tuple[int, str]:
+    rc = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return rc, err
+
+
+# -- item 4: an unfinished run never reads as finished ------------------------------------------
+
+
+def stopped_finetune_run(path: Path, step: int = 150) -> RunDir:
+    """A finetuning run of the smoke config stopped at ``step`` of 300: config, status, a
+    checkpoint (a stand-in payload: nothing here loads its weights), metrics."""
+    config = to_dict(load_config(FinetuneConfig, FINETUNE_SMOKE))
+    run = FinetuneRun.open(path, "finetune", config)
+    run.start(0, params="smoke")
+    run.save_checkpoint(step, {"model": {"w": torch.zeros(2)}}, "finetune")
+    with run.metrics_logger() as metrics:
+        metrics.log(step, **{"losses/total": 1.0})
+    run.fail("interrupted (re-run the same command to resume)", step=step)
+    return run
+
+
+@pytest.mark.parametrize("damage", ["deleted", "torn"])
+def test_a_run_without_a_readable_status_is_interrupted_not_finished(tmp_path, capsys, damage):
+    run = stopped_finetune_run(tmp_path / "ft")
+    status = run.path / "status.json"
+    if damage == "deleted":
+        status.unlink()
+    else:
+        status.write_text(status.read_text()[: len(status.read_text()) // 2])
+    before = snapshot(tmp_path)
+
+    rc, err = run_cli(capsys, ["evaluate", run.path, "--no-progress"])
+    assert rc == 2 and str(run.path) in err and "status.json" in err, err
+    assert "unfinished" in err and "--allow-unfinished" in err
+    rc, err = run_cli(capsys, ["report", run.path])
+    assert rc == 2 and str(run.path) in err and "unfinished" in err, err
+    assert snapshot(tmp_path) == before  # no eval.json, nothing else
+
+    # The finetune command recognises the folder as its own interrupted run and resumes it.
+    config = to_dict(load_config(FinetuneConfig, FINETUNE_SMOKE))
+    reopened = FinetuneRun.open(run.path, "finetune", config)
+    assert not reopened.finished and reopened.resuming
+    assert snapshot(tmp_path) == before
+
+
+def test_a_finished_status_without_the_final_model_is_not_a_result(tmp_path, capsys):
+    run = stopped_finetune_run(tmp_path / "ft", step=300)
+    (run.path / "eval.json").write_text(json.dumps({"game": "Pong", "mean": 1.0, "step": 300}))
+    run.finish(300)  # but model.pt is missing: not positive evidence
+    before = snapshot(tmp_path)
+    rc, err = run_cli(capsys, ["evaluate", run.path, "--no-progress"])
+    assert rc == 2 and str(run.path) in err and "model.pt" in err, err
+    rc, err = run_cli(capsys, ["report", run.path])
+    assert rc == 2 and "model.pt" in err, err
+    assert not RunDir(run.path, create=False).finished
+    assert snapshot(tmp_path) == before
