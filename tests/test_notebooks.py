@@ -282,10 +282,14 @@ def test_find_latest_run_picks_the_newest_finished_run_of_a_kind(tmp_path, capsy
     assert notebooks.find_latest_run("pretrain", [tmp_path / "missing"]) is None
 
     assert notebooks.discover_run("", "pretrain", "pretrained", roots, "Pong") == str(new)
-    assert f"discovered pretraining run {new}" in capsys.readouterr().out
+    header = capsys.readouterr().out
+    assert "pretraining run: pretrain__sgi_m__Pong__s0" in header
+    assert "picked automatically" in header and str(old) in header  # another to pick
     assert notebooks.discover_run("mine", "pretrain", "pretrained", roots) == "mine"
+    assert "pinned by pretrained in the parameters cell" in capsys.readouterr().out
     assert notebooks.discover_run("", "pretrain", "pretrained", [], fallback="random") == ""
-    assert "no finished pretraining run" in capsys.readouterr().out.splitlines()[-1]
+    out = capsys.readouterr().out
+    assert "pretraining run: none — no finished pretraining run" in out and "random" in out
 
     assert notebooks.discover_runs_root("", "runs_root", roots) == str(demo)
     experiment = tmp_path / "experiments"
@@ -298,6 +302,35 @@ def test_find_latest_run_picks_the_newest_finished_run_of_a_kind(tmp_path, capsy
         notebooks.find_runs_of_kind("collect", roots)
 
 
+def test_a_finished_full_run_beats_a_newer_smoke_run(tmp_path, capsys):
+    """After a Lab session runs pretrain.ipynb with its smoke defaults, the notebooks that
+    look for a pretraining run keep the demo's (a full, finished run) and say which."""
+    from sgi_lab.launch import notebooks
+
+    demo = _finished(tmp_path / "demo" / "pretrain", "pretrain", "Pong", "model.pt", age=100)
+    (demo / "config.yaml").write_text("encoder: nature\nsteps: 200\n")
+    status = json.loads((demo / "status.json").read_text())
+    (demo / "status.json").write_text(json.dumps({**status, "params": "demo", "step": 200}))
+    smoke = tmp_path / "runs" / "pretrain__smoke__Pong__s0"
+    _finished(smoke, "pretrain", "Pong", "model.pt", age=1)
+    running = tmp_path / "runs" / "pretrain__sgi_m__Pong__s0"
+    running.mkdir()
+    (running / "status.json").write_text(json.dumps({"state": "running", "kind": "pretrain"}))
+    (running / "model.pt").write_text("")
+    roots = [tmp_path / "demo", tmp_path / "runs"]
+
+    assert notebooks.is_smoke_run(smoke) and not notebooks.is_smoke_run(demo)
+    assert notebooks.find_runs_of_kind("pretrain", roots) == [demo, smoke]
+    assert notebooks.discover_run("", "pretrain", "pretrained", roots, "Pong") == str(demo)
+    out = capsys.readouterr().out
+    assert (
+        "pretraining run: pretrain — params demo, nature, Pong, 200 of 200 steps, finished" in out
+    )
+    assert f"set pretrained in the parameters cell to pin another, e.g. {smoke}" in out
+    header = notebooks.run_header(smoke, "pretraining run", "pretrained", automatic=False)
+    assert "finished (smoke run)" in header and "pinned by" in header
+
+
 @pytest.mark.smoke
 def test_ablations_notebook_discovers_runs(tmp_path):
     runs = tmp_path / "found"
@@ -306,4 +339,4 @@ def test_ablations_notebook_discovers_runs(tmp_path):
     results = execute("ablations", tmp_path, runs_root="", search_roots=[str(runs)], paper=[])
     assert results["methods"] == ["frozen"]
     executed = (tmp_path / "ablations.ipynb").read_text()
-    assert "discovered finetuning runs under" in executed
+    assert "sgi-lab-run-header" in executed and f"finetuning runs under {runs}" in executed

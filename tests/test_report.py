@@ -175,3 +175,94 @@ def test_report_names_the_code_that_made_the_runs(tmp_path, capsys):
     made_by(c, ("a" * 40, False))
     assert main(["report", str(a), str(c), "--reps", "50"]) == 0
     assert "NOTE" not in capsys.readouterr().out
+
+
+# -- one paper column per run (`paper_column`) -----------------------------------------------
+
+
+def _store(path, source, params=None):
+    import dataclasses
+
+    from sgi_lab.data.store import MANIFEST, StoreManifest
+
+    path.mkdir(parents=True)
+    manifest = StoreManifest(game="Pong", source=source, params=params or {})
+    (path / MANIFEST).write_text(json.dumps(dataclasses.asdict(manifest)))
+    return path
+
+
+def _pretraining_run(root, name, store, **config):
+    folder = root / name
+    folder.mkdir(parents=True)
+    weights = {"spr_weight": 2.0, "goal_weight": 1.0, "inverse_weight": 1.0}
+    (folder / "config.yaml").write_text(yaml.safe_dump({**weights, **config}))
+    (folder / "status.json").write_text(json.dumps({"state": "finished", "data": str(store)}))
+    return folder
+
+
+def test_paper_column_from_the_run_its_pretraining_and_data(tmp_path):
+    from sgi_lab.analysis.report import paper_column
+
+    random = _store(tmp_path / "random", "random")
+    weak = _store(tmp_path / "weak", "dqn_replay", {"checkpoints": [0]})
+    mixed = _store(tmp_path / "mixed", "dqn_replay", {"checkpoints": [1, 10, 25]})
+    nature = _pretraining_run(tmp_path, "demo", random, encoder="nature")
+    resnet_weak = _pretraining_run(tmp_path, "w", weak, encoder="resnet")
+    resnet_mixed = _pretraining_run(tmp_path, "m", mixed, encoder="resnet")
+    s_g = _pretraining_run(tmp_path, "sg", mixed, encoder="resnet", inverse_weight=0.0)
+    ft = {"scheme": "reduced_lr", "ssl": "spr", "encoder": "nature"}
+
+    # the demo: unnamed sets, Nature CNN pretrained with S+G+I on Random data
+    demo = paper_column({**ft, "pretrained": str(nature)}, "demo", None)
+    assert demo.config == "SGI-M/S"
+    assert "Nature CNN" in demo.reason and "Random" in demo.reason and "Mixed" in demo.reason
+    assert paper_column({**ft, "pretrained": str(resnet_weak)}, "x").config == "SGI-W"
+    assert paper_column({**ft, "pretrained": str(s_g)}, "x").config == "S+G"
+    frozen = {**ft, "scheme": "frozen"}
+    assert paper_column({**frozen, "pretrained": str(resnet_mixed)}, "x").config == "Frozen"
+    refused = paper_column({**frozen, "pretrained": str(resnet_weak)}, "x")
+    assert (
+        refused.config is None and "only from SGI-M" in refused.reason and "SGI-W" in refused.reason
+    )
+    scratch = paper_column({**ft, "pretrained": None}, "smoke")
+    assert scratch.config == "SGI-None" and "ResNet" in scratch.reason
+    no_ssl = paper_column({**ft, "ssl": "none", "pretrained": None}, "smoke")
+    assert no_ssl.config == "SGI-None (No SPR)"
+    odd = paper_column({**ft, "scheme": "naive", "ssl": "none"}, "smoke")
+    assert odd.config is None and "'naive'" in odd.reason
+
+    # the paper's names decide the part they name: the pretraining set, the finetuning scheme
+    named = paper_column({**ft, "pretrained": str(nature)}, "reduced_lr", "sgi_r")
+    assert named.config == "SGI-R" and "sgi_r" in named.reason
+    assert paper_column({**ft, "pretrained": str(nature)}, "smoke", "sgi_m").config == "SGI-M"
+    assert paper_column({**frozen, "pretrained": str(nature)}, "smoke", "s_g").config is None
+    gone = paper_column({**ft, "pretrained": str(tmp_path / "moved")}, "smoke", "smoke")
+    assert gone.config is None and "not readable" in gone.reason
+    assert paper_column({}, "frozen").config == "Frozen"
+    assert paper_column(ft, "x", chosen="SGI-E").config == "SGI-E"
+    with pytest.raises(ValueError, match="SGI-Q.*SGI-M/S"):
+        paper_column(ft, "x", chosen="SGI-Q")
+
+
+def test_notebook_explorer_and_report_agree_on_the_paper_column(tmp_path, capsys):
+    """The same run gets the same column in the ablation explorer and `sgi-lab report`."""
+    from sgi_lab.analysis import ablations
+    from sgi_lab.launch import cli
+
+    random = _store(tmp_path / "random", "random")
+    nature = _pretraining_run(tmp_path, "pretrain", random, encoder="nature")
+    run = tmp_path / "runs" / "finetune__demo__Pong__s0"
+    run.mkdir(parents=True)
+    config = {"game": "Pong", "seed": 0, "encoder": "nature", "scheme": "reduced_lr"}
+    (run / "config.yaml").write_text(yaml.safe_dump({**config, "pretrained": str(nature)}))
+    (run / "status.json").write_text(json.dumps({"state": "finished", "params": "demo"}))
+    (run / "eval.json").write_text(
+        json.dumps({"game": "Pong", "mean": -21.0, "scores": [-21.0], "episodes": 1})
+    )
+    model = ablations.AblationModel(ablations.load_run_scores([run]), reps=10)
+    assert model.default_paper() == ["SGI-M", "SGI-None", "SGI-M/S"]
+    assert any("demo@" not in n and "paper column SGI-M/S" in n for n in model.select().notes)
+    assert cli.main(["report", str(run), "--reps", "10"]) == 0
+    out = capsys.readouterr().out
+    assert "paper column of demo: SGI-M/S (SGI pretraining (S+G+I) of a Nature CNN" in out
+    assert " None " not in out.split("Aggregates")[0]

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sgi_lab.analysis.report import read_run
+from sgi_lab.analysis.report import PaperColumn, read_run
 from sgi_lab.envs.games import ATARI_100K_GAMES, canonical_game
 from sgi_lab.metrics import (
     METRICS,
@@ -33,7 +33,6 @@ from sgi_lab.metrics import (
     hns_matrix,
     human_normalized_score,
     paper_aggregates,
-    paper_column_for,
     paper_configs,
     paper_per_game,
     protocol_of,
@@ -134,7 +133,8 @@ def load_run_scores(
     Returns:
         ``score`` is the mean raw evaluation return (eval.json's ``mean``), measured over
         ``episodes`` episodes capped at ``max_frames`` raw frames (None: no cap or not recorded);
-        folders without an eval.json are skipped.
+        ``paper_config`` and ``paper_reason`` are the run's paper column and why
+        (`sgi_lab.analysis.report.paper_column`); folders without an eval.json are skipped.
     """
     if isinstance(run_dirs, dict):
         labelled = [(m, read_run(p)) for m, paths in run_dirs.items() for p in paths]
@@ -146,6 +146,7 @@ def load_run_scores(
             continue
         evaluation = run.evaluation
         score = float(evaluation["mean"] if "mean" in evaluation else np.mean(evaluation["scores"]))
+        column = run.paper_column
         records.append(
             {
                 "method": method,
@@ -156,9 +157,12 @@ def load_run_scores(
                 "hns": float(human_normalized_score(run.game, score)),
                 "episodes": evaluation.get("episodes", len(evaluation.get("scores") or []) or None),
                 "max_frames": evaluation.get("max_frames"),
+                "paper_config": column.config,
+                "paper_reason": column.reason,
             }
         )
     columns = ["method", "run", "game", "seed", "score", "hns", "episodes", "max_frames"]
+    columns += ["paper_config", "paper_reason"]
     return pd.DataFrame(records, columns=columns)
 
 
@@ -376,17 +380,37 @@ class AblationModel:
         """Paper configurations with results (the reference rows Random/Human left out)."""
         return [c for c in paper_configs() if c not in ("Random", "Human")]
 
+    def paper_columns(self) -> dict[str, PaperColumn]:
+        """``{method: its paper column and why}`` (`sgi_lab.analysis.report.paper_column`, the
+        one decision the finetune notebook and ``sgi-lab report`` use too); a method whose runs
+        have several gets the first."""
+        out: dict[str, PaperColumn] = {}
+        if "paper_config" not in self.scores:
+            return out
+        for method, part in self.scores.groupby("method", sort=False):
+            row = part.iloc[0]
+            config = None if pd.isna(row["paper_config"]) else str(row["paper_config"])
+            out[str(method)] = PaperColumn(config, str(row["paper_reason"]))
+        return out
+
     def default_paper(self) -> list[str]:
-        """SGI-M and SGI-None, plus the paper's column for each of our methods where one fits."""
+        """SGI-M and SGI-None, plus the paper's column of each of our methods where one fits."""
         chosen = ["SGI-M", "SGI-None"]
-        for method in self.methods:
-            try:
-                config = paper_column_for(method)
-            except KeyError:
-                continue
-            if config not in chosen:
-                chosen.append(config)
+        for column in self.paper_columns().values():
+            if column.config and column.config not in chosen:
+                chosen.append(column.config)
         return chosen
+
+    def column_notes(self, methods: Sequence[str] | None = None) -> list[str]:
+        """One line per method: the paper column it is compared with and why, or why none."""
+        columns = self.paper_columns()
+        return [
+            f"{m}: paper column {columns[m]}"
+            if columns[m].config
+            else f"{m}: no paper column: {columns[m].reason}"
+            for m in (self.methods if methods is None else methods)
+            if m in columns
+        ]
 
     def default_games(self) -> list[str]:
         """The games our runs cover, else all 26."""
@@ -418,7 +442,7 @@ class AblationModel:
             per_game=self.per_game(games, methods, paper),
             methods=order,
             metrics=metrics,
-            notes=notes + paper_notes,
+            notes=notes + paper_notes + self.column_notes(methods),
             protocol_note=scores_protocol_note(chosen),
         )
 

@@ -6,12 +6,17 @@ recorded by ``sgi-lab finetune --params ...`` or ``finetune(..., params=NAME)``)
 that start from a pretraining run, that run's params name (``pretrain_params``).
 `sgi_lab.metrics.paper_column_for` maps the pair to the paper's config ("SGI-M", "Naive",
 "SGI-None", ...); runs of unknown configurations (smoke sets) are reported without a paper column.
+
+`paper_column` is the one decision of which paper column a run is compared with; the finetune
+notebook, the ablation explorer and ``sgi-lab report`` all use it. Names the paper knows decide
+first; else what the run was: its finetuning config (scheme, SSL, pretrained or not) and its
+pretraining run's config (objectives, encoder) and data (the store's source).
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,9 +41,13 @@ from sgi_lab.metrics.protocol import EvalProtocol
 from sgi_lab.runs import read_mapping, require_finished
 
 __all__ = [
+    "PaperColumn",
     "RunRecord",
     "evaluation_protocol",
+    "columns_explained",
+    "compare_runs_to_paper",
     "format_aggregates",
+    "paper_column",
     "paper_config",
     "read_run",
     "report",
@@ -78,9 +87,19 @@ class RunRecord:
     results: dict[str, Any] = field(repr=False)
 
     @property
+    def paper_column(self) -> PaperColumn:
+        """The paper's column for this run and why (`paper_column`); what the finetune notebook
+        compared it with when it recorded that (``results.json``'s ``paper_config`` and
+        ``paper_column_reason``)."""
+        reason = self.results.get("paper_column_reason")
+        if reason:  # what the finetune notebook compared with (older notebooks: decided anew)
+            return PaperColumn(self.results.get("paper_config"), str(reason))
+        return paper_column(self.config, self.params, self.pretrain_params, self.pretrained)
+
+    @property
     def paper_config(self) -> str | None:
-        """The paper's config for this run (`paper_config`), None when it has none."""
-        return paper_config(self.params, self.pretrained, self.pretrain_params)
+        """The paper's config for this run (`paper_column`), None when it has none."""
+        return self.paper_column.config
 
 
 def run_label(
@@ -150,6 +169,212 @@ def paper_config(
     return "SGI-M" if pretrained else "SGI-None"
 
 
+@dataclass(frozen=True)
+class PaperColumn:
+    """Which of the paper's columns a run is compared with, and why.
+
+    Attributes:
+        config: a key of `sgi_lab.metrics.paper_configs`, or None when no column matches.
+        reason: what decided it, with how the run differs from the paper's configuration (data,
+            encoder) where it is the nearest column rather than the same one; for None, why
+            none matches.
+    """
+
+    config: str | None
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.config or 'none'} ({self.reason})"
+
+
+DATA_NAMES = {"R": "Random", "E": "Exploratory", "W": "Weak", "M": "Mixed"}
+"""The paper's datasets by the letter of its configs (SGI-R, SGI-E, SGI-W, SGI-M)."""
+_ENCODER_NAMES = {"nature": "Nature CNN", "resnet": "ResNet", "resnet_l": "large ResNet"}
+_FINETUNE_VARIANTS = {
+    ("reduced_lr", "spr"): None,  # SGI's default: the pretraining's own column
+    ("naive", "spr"): "Naive",
+    ("frozen", "spr"): "Frozen",
+    ("reduced_lr", "none"): "No SPR",
+    ("reduced_lr", "all"): "Full SSL",
+}
+
+
+def _data_letter(store: str | Path | None) -> str | None:
+    """R/E/W/M from a store's manifest (its source; DQN Replay's checkpoint 0 alone is Weak)."""
+    if not store:
+        return None
+    from sgi_lab.data.store import read_manifest
+
+    manifest = read_manifest(store)
+    if manifest is None:
+        return None
+    if manifest.source == "random":
+        return "R"
+    if manifest.source == "exploratory":
+        return "E"
+    if manifest.source == "dqn_replay":
+        return "W" if list((manifest.params or {}).get("checkpoints") or []) == [0] else "M"
+    return None
+
+
+def _pretraining_column(folder: Path) -> tuple[str | None, str]:
+    """The paper's pretraining config nearest to a pretraining run folder, and why."""
+    config = read_mapping(folder / "config.yaml")
+    status = read_mapping(folder / "status.json")
+    letter = _data_letter(status.get("data"))
+    data = f"{DATA_NAMES[letter]} data" if letter else "data of unrecorded kind"
+    encoder = str(config.get("encoder", "resnet"))
+    encoder_name = _ENCODER_NAMES.get(encoder, encoder)
+    if float(config.get("atc_weight") or 0) > 0:
+        return f"ATC-{letter or 'M'}", f"ATC pretraining on {data}"
+    if float(config.get("bc_weight") or 0) > 0:
+        note = "" if letter in (None, "M") else " (the paper's is on Mixed data)"
+        return "BC-M", f"behavioural cloning on {data}{note}"
+    objectives = [
+        name
+        for name, key in (("S", "spr_weight"), ("G", "goal_weight"), ("I", "inverse_weight"))
+        if float(config.get(key, 1.0) or 0) > 0
+    ]
+    if not objectives:
+        return None, "its pretraining run has no objective (every weight is 0)"
+    what = "+".join(objectives)
+    if len(objectives) < 3:
+        differs = [
+            text
+            for text, same in ((data, letter in (None, "M")), (encoder_name, encoder == "resnet"))
+            if not same
+        ]
+        note = f" (the paper's: Mixed data, ResNet; this run's: {', '.join(differs)})"
+        return what, f"pretrained with {what} only" + (note if differs else "")
+    if encoder == "resnet":
+        note = "" if letter else " (taken as Mixed: the store's kind is not recorded)"
+        return f"SGI-{letter or 'M'}", f"SGI pretraining (S+G+I) of a ResNet on {data}{note}"
+    column = "SGI-M/S" if encoder == "nature" else "SGI-M/L"
+    note = "" if letter in (None, "M") else f" (the paper's is on Mixed data, this run's on {data})"
+    return column, f"SGI pretraining (S+G+I) of a {encoder_name}{note}"
+
+
+def _column_from_config(
+    config: dict[str, Any], pretrained: bool, base_by_name: str | None = None
+) -> PaperColumn | None:
+    """The column from the run's own config and its pretraining run's folder (or the paper
+    config its pretraining set is named after); None when the config does not record its
+    finetuning or the pretraining run cannot be read."""
+    if "scheme" not in config and "ssl" not in config:
+        return None
+    scheme, ssl = str(config.get("scheme", "reduced_lr")), str(config.get("ssl", "spr"))
+    if (scheme, ssl) not in _FINETUNE_VARIANTS:
+        return PaperColumn(
+            None, f"the paper does not report finetuning scheme {scheme!r} with ssl {ssl!r}"
+        )
+    variant = _FINETUNE_VARIANTS[(scheme, ssl)]
+    encoder = str(config.get("encoder", "resnet"))
+    if not pretrained:
+        if variant not in (None, "No SPR"):
+            return PaperColumn(
+                None, f"the paper reports {variant} only from SGI-M pretraining; this run has none"
+            )
+        column = "SGI-None" if variant is None else "SGI-None (No SPR)"
+        spr = "with SPR" if variant is None else "without SSL"
+        note = ""
+        if encoder != "resnet":
+            note = (
+                f" (the paper's is a ResNet, this run's a {_ENCODER_NAMES.get(encoder, encoder)})"
+            )
+        return PaperColumn(column, f"no pretraining, finetuned {spr}{note}")
+    folder = Path(str(config.get("pretrained") or ""))
+    if base_by_name:
+        base, why = base_by_name, f"its pretraining set is named after {base_by_name}"
+    elif not config.get("pretrained") or not (folder / "config.yaml").is_file():
+        return None
+    else:
+        base, why = _pretraining_column(folder)
+    if base is None:
+        return PaperColumn(None, why)
+    if variant is None:
+        return PaperColumn(base, f"{why}; SGI's default finetuning (reduced lrs, SPR)")
+    if base == "SGI-M":
+        return PaperColumn(variant, f"{why}; finetuned {scheme} with ssl {ssl}")
+    return PaperColumn(
+        None,
+        f"the paper reports {variant} only from SGI-M pretraining; this run's pretraining is "
+        f"{base}: {why}",
+    )
+
+
+def paper_column(
+    config: Mapping[str, Any] | None,
+    params: str | None = None,
+    pretrain_params: str | None = None,
+    pretrained: bool | None = None,
+    chosen: str | None = None,
+) -> PaperColumn:
+    """The paper's column a finetuning run is compared with: the one decision every view uses
+    (the finetune notebook, the ablation explorer, ``sgi-lab report``).
+
+    In this order: ``chosen`` (a notebook's ``paper_config`` parameter); the parameter-set names
+    when they are the paper's (``reduced_lr`` on ``sgi_r`` -> SGI-R, ``frozen`` -> Frozen:
+    `paper_config`), unless the run is pretrained and its pretraining set is unnamed; else the
+    run itself: its finetuning config (``scheme``, ``ssl``) gives a variant (Naive, Frozen, No
+    SPR, Full SSL) or SGI's default, and its pretraining run's folder (``config["pretrained"]``:
+    objectives, encoder, and its store's source for the data) the base column (SGI-R/E/W/M,
+    SGI-M/S, SGI-M/L, S, G+I, ..., ATC-M; SGI-None without pretraining). Where the run's data or
+    encoder is not the paper's for that column, or its names and configs disagree, the reason
+    says so.
+
+    Args:
+        config: the finetuning config (``config.yaml`` or ``to_dict(FinetuneConfig)``).
+        params: the finetuning parameter set's name.
+        pretrain_params: the pretraining run's parameter set's name.
+        pretrained: whether the run starts from a pretraining run (default: from ``config``).
+        chosen: a paper config chosen by hand; it must be one of `sgi_lab.metrics.paper_configs`.
+
+    Returns:
+        A `PaperColumn`; ``config`` None with the reason when the paper reports no such run.
+
+    Raises:
+        ValueError: ``chosen`` is not a paper config (the message lists them).
+    """
+    from sgi_lab.metrics import paper_configs
+
+    config = dict(config or {})
+    if pretrained is None:
+        pretrained = bool(config.get("pretrained"))
+    if chosen:
+        if chosen not in paper_configs():
+            raise ValueError(
+                f"paper_config: {chosen!r} is not one of the paper's columns: "
+                + ", ".join(paper_configs())
+            )
+        return PaperColumn(chosen, "chosen in the paper_config parameter")
+    try:
+        base_by_name = paper_column_for(pretrain_params) if pretrained and pretrain_params else None
+    except KeyError:
+        base_by_name = None
+    from_config = _column_from_config(config, pretrained, base_by_name)
+    by_names = paper_config(params, pretrained, pretrain_params)
+    if by_names is None and not pretrained and "pretrained" not in config:
+        by_names = paper_config(params, True, pretrain_params)  # it may not record its start
+    names = run_label(params, pretrain_params, pretrained)
+    if by_names and (from_config is None or pretrain_params or not pretrained):
+        reason = f"its parameter sets are named {names!r}"
+        if from_config is not None and from_config.config != by_names:
+            reason += (
+                f"; from its configs alone it would be {from_config.config or 'none'}: "
+                f"{from_config.reason}"
+            )
+        return PaperColumn(by_names, reason)
+    if from_config is not None:
+        return from_config
+    if pretrained and not config.get("pretrained"):
+        why = "its pretraining run is not recorded"
+    elif pretrained:
+        why = f"its pretraining run {config.get('pretrained')!r} is not readable"
+    else:
+        why = "its finetuning config is not recorded"
+    return PaperColumn(None, f"{why}, and the names {names!r} are not the paper's")
+
+
 def read_run(run_dir: str | Path) -> RunRecord:
     """The one reader of a finetuning run folder's results (nothing is required to exist)."""
     path = Path(run_dir)
@@ -198,7 +423,8 @@ def _codes(runs: pd.DataFrame) -> str:
 
 
 def run_results(run_dirs: Sequence[str | Path], allow_unfinished: bool = False) -> pd.DataFrame:
-    """One row per evaluated run: run, method, paper_config, game, seed, score (mean raw return
+    """One row per evaluated run: run, method, paper_config (`paper_column`), paper_reason (why
+    that column, or why none), game, seed, score (mean raw return
     over its evaluation episodes), hns, episodes, max_frames (raw-frame cap of an evaluation
     episode, None: none), protocol (their label), step, finished, code (`code_version`).
 
@@ -221,11 +447,13 @@ def run_results(run_dirs: Sequence[str | Path], allow_unfinished: bool = False) 
             continue
         score = float(run.evaluation["mean"])
         protocol = protocol_of(run.evaluation)
+        column = run.paper_column
         rows.append(
             {
                 "run": str(path),
                 "method": run.label,
-                "paper_config": run.paper_config,
+                "paper_config": column.config,
+                "paper_reason": column.reason,
                 "game": run.game,
                 "seed": run.seed,
                 "score": score,
@@ -246,6 +474,41 @@ def run_results(run_dirs: Sequence[str | Path], allow_unfinished: bool = False) 
     if not rows:
         raise ValueError("no runs to report")
     return pd.DataFrame(rows)
+
+
+def compare_runs_to_paper(runs: Sequence[Any], column: PaperColumn) -> pd.DataFrame:
+    """`sgi_lab.metrics.compare_to_paper` of finetuning runs (objects with an ``evaluation``)
+    against their `paper_column`, with the protocol of their evaluations. A run with no
+    column, or one the paper prints only aggregates for, keeps its own scores beside NaN, and
+    ``attrs["note"]`` says why there is nothing to compare with."""
+    from sgi_lab.metrics import compare_to_paper, paper_configs
+
+    protocol = evaluation_protocol(runs)
+    scores = scores_by_game(runs)
+    if column.config in paper_configs(per_game=True):
+        df = compare_to_paper(scores, column.config, protocol=protocol)
+        df.attrs["reason"] = column.reason
+        return df
+    df = compare_to_paper(scores, "SGI-None", protocol=protocol)
+    df[["paper", "paper_hns"]] = np.nan
+    why = (
+        f"the paper prints only aggregates for {column.config}"
+        if column.config
+        else f"no paper column: {column.reason}"
+    )
+    df.attrs.update(config=column.config or "none", reason=why, note=f"{why}; {df.attrs['note']}")
+    return df
+
+
+def columns_explained(run_dirs: Sequence[str | Path]) -> dict[str, str]:
+    """``{method: "SGI-M/S (why)"}`` for finetuning runs: the paper column each method is set
+    beside and why (`paper_column`), or why it has none; for ``sgi-lab report``."""
+    out: dict[str, str] = {}
+    for run_dir in run_dirs:
+        run = read_run(run_dir)
+        if run.evaluation and run.label not in out:
+            out[run.label] = str(run.paper_column)
+    return out
 
 
 def _hns_matrix(runs: pd.DataFrame, games: list[str]) -> np.ndarray:

@@ -49,12 +49,14 @@ __all__ = [
     "RunExistsError",
     "DISCOVERY_ROOTS",
     "add_run_parser",
+    "describe_run",
     "discover_run",
     "discover_runs_root",
     "enter_project_root",
     "find_latest_run",
     "find_runs_of_kind",
     "find_project_root",
+    "is_smoke_run",
     "main_run",
     "notebook_defaults",
     "open_store",
@@ -66,8 +68,10 @@ __all__ = [
     "resolve_parameters",
     "run_dir_for",
     "run_folder_name",
+    "run_header",
     "run_notebook",
     "save_figure",
+    "show_run_header",
     "stage_config",
 ]
 
@@ -288,7 +292,103 @@ def find_runs_of_kind(
             if game and recorded and not _same_game(recorded, game):
                 continue
             found[folder] = status_file.stat().st_mtime
-    return sorted(found, key=lambda p: (-found[p], str(p)))
+    # A smoke run (a test's few steps) is newest after every Lab session that ran a notebook
+    # with its defaults: the full runs come first, newest first, and smoke runs after them.
+    return sorted(found, key=lambda p: (is_smoke_run(p), -found[p], str(p)))
+
+
+def is_smoke_run(folder: str | os.PathLike) -> bool:
+    """Whether a run is a smoke run (its parameter set or folder is named ``*smoke*``)."""
+    folder = Path(folder)
+    status = read_status(folder) or {}
+    names = [folder.name, str(status.get("params") or "")]
+    return any("smoke" in n.lower() for n in names)
+
+
+def describe_run(folder: str | os.PathLike) -> dict[str, Any]:
+    """What a notebook says about the run it uses: ``name`` (the folder), ``params`` (its
+    parameter set), ``game``, ``step`` (of ``steps``), ``state`` and ``smoke``."""
+    folder = Path(folder)
+    status = read_status(folder) or {}
+    config = read_mapping(folder / "config.yaml")
+    return {
+        "name": folder.name,
+        "params": status.get("params") or "",
+        "game": _recorded_game(folder) or "",
+        "step": status.get("step"),
+        "steps": config.get("steps"),
+        "encoder": config.get("encoder", ""),
+        "state": status.get("state", "unknown"),
+        "smoke": is_smoke_run(folder),
+    }
+
+
+def run_header(
+    folder: str | os.PathLike | None,
+    what: str,
+    parameter: str,
+    automatic: bool,
+    others: list[Path] | None = None,
+    fallback: str = "",
+) -> str:
+    """The one line (HTML) at the top of a notebook naming the run it shows: its name,
+    parameter set, encoder, steps and state, whether it was picked automatically, and how
+    to pick another (``parameter`` in the parameters cell, with other runs found)."""
+    import html
+
+    if folder is None:
+        body = f"<b>{html.escape(what)}: none</b>" + (
+            f" — {html.escape(fallback)}" if fallback else ""
+        )
+        hint = f"set <code>{html.escape(parameter)}</code> in the parameters cell to use one"
+    else:
+        info = describe_run(folder)
+        step = info["step"] if info["step"] is not None else "?"
+        steps = f"{step} of {info['steps']} steps" if info["steps"] else f"step {step}"
+        facts = [
+            f"params <code>{html.escape(str(info['params'] or '?'))}</code>",
+            *([html.escape(str(info["encoder"]))] if info["encoder"] else []),
+            *([html.escape(str(info["game"]))] if info["game"] else []),
+            steps,
+            html.escape(str(info["state"])) + (" (smoke run)" if info["smoke"] else ""),
+        ]
+        body = (
+            f"<b>{html.escape(what)}: {html.escape(info['name'])}</b> — {', '.join(facts)}"
+            f"<br><small>{html.escape(str(folder))}</small>"
+        )
+        if automatic:
+            hint = (
+                "picked automatically (the newest finished run, full runs before smoke runs); "
+                f"set <code>{html.escape(parameter)}</code> in the parameters cell to pin "
+                "another"
+            )
+            if others:
+                listed = ", ".join(f"<code>{html.escape(str(p))}</code>" for p in others[:3])
+                hint += f", e.g. {listed}" + (
+                    f" ({len(others) - 3} more)" if len(others) > 3 else ""
+                )
+        else:
+            hint = f"pinned by <code>{html.escape(parameter)}</code> in the parameters cell"
+    return (
+        '<div class="sgi-lab-run-header" style="border-left: 4px solid #636efa; '
+        f'padding: 4px 10px; margin: 4px 0">{body}<br><small>{hint}</small></div>'
+    )
+
+
+def show_run_header(header: str) -> None:
+    """Display a `run_header` (HTML in a notebook; its text elsewhere)."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import HTML, display
+    except ImportError:  # pragma: no cover - IPython is a dependency
+        get_ipython = None
+    if get_ipython is not None and get_ipython() is not None:
+        display(HTML(header))
+        return
+    import re
+
+    text = re.sub(r"<br>", "\n", header)
+    print(re.sub(r"<[^>]+>", "", text))
 
 
 def find_latest_run(
@@ -323,24 +423,20 @@ def discover_run(
         game: prefer runs of this game.
         fallback: what the notebook does without a run, for the message.
     """
+    what = _WHAT[kind]
     if value:
-        print(f"{parameter} = {value!r} (set in the parameters cell)")
+        show_run_header(run_header(value, what, parameter, automatic=False))
         return value
-    found = find_latest_run(kind, roots, game)
+    runs = find_runs_of_kind(kind, roots, game)
     where = ", ".join(str(r) for r in roots)
-    if found is None:
-        print(
-            f"no finished {_WHAT[kind]} under {where}"
-            + (f" for {game}" if game else "")
-            + (f": {fallback}" if fallback else "")
-            + f"; set {parameter} in the parameters cell to use one"
+    if not runs:
+        none = f"no finished {what} under {where}" + (f" for {game}" if game else "")
+        show_run_header(
+            run_header(None, what, parameter, True, fallback=f"{none}; {fallback}".strip("; "))
         )
         return ""
-    print(
-        f"discovered {_WHAT[kind]} {found} (the newest finished under {where}); "
-        f"set {parameter} in the parameters cell to choose another"
-    )
-    return str(found)
+    show_run_header(run_header(runs[0], what, parameter, automatic=True, others=runs[1:]))
+    return str(runs[0])
 
 
 def discover_runs_root(
@@ -353,7 +449,10 @@ def discover_runs_root(
     ``outputs/experiments/NAME/...``); prints which one. ``outputs/runs`` when there is none
     (the caller then says that nothing was found)."""
     if value:
-        print(f"{parameter} = {value!r} (set in the parameters cell)")
+        show_run_header(
+            f'<div class="sgi-lab-run-header"><b>finetuning runs under {value}</b><br>'
+            f"<small>pinned by <code>{parameter}</code> in the parameters cell</small></div>"
+        )
         return value
     found = find_latest_run("finetune", roots)
     where = ", ".join(str(r) for r in roots)
@@ -366,9 +465,15 @@ def discover_runs_root(
         except ValueError:
             continue
         chosen = root / rel.parts[0] if root.name == "experiments" and len(rel.parts) > 1 else root
-        print(
-            f"discovered finetuning runs under {chosen} (the newest: {found}); "
-            f"set {parameter} in the parameters cell to choose another folder"
+        others = [str(r) for r in roots if Path(r) != chosen and Path(r).is_dir()]
+        show_run_header(
+            run_header(found, f"finetuning runs under {chosen}; the newest", parameter, True)
+            .replace("the newest finished run", "the folder of the newest finished run")
+            .replace(
+                "to pin another",
+                "to choose another folder"
+                + (f" (searched: {', '.join(others)})" if others else ""),
+            )
         )
         return str(chosen)
     return str(found.parent)
