@@ -271,7 +271,12 @@ def _evaluate(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from sgi_lab.analysis.report import aggregates_csv_path, format_aggregates, report
+    from sgi_lab.analysis.report import (
+        aggregates_csv_path,
+        columns_explained,
+        format_aggregates,
+        report,
+    )
 
     per_game, aggregates = report(
         args.runs, csv=args.csv, reps=args.reps, allow_unfinished=args.allow_unfinished
@@ -283,6 +288,8 @@ def _report(args: argparse.Namespace) -> int:
         print()
         print("Aggregates (HNS; 95% stratified bootstrap CIs over runs)")
         print(format_aggregates(aggregates).to_string(index=False))
+    for method, reason in columns_explained(args.runs).items():
+        print(f"\npaper column of {method}: {reason}")
     unfinished = int(per_game["unfinished"].sum()) if "unfinished" in per_game else 0
     if unfinished:
         print(f"\nNOTE: {unfinished} run(s) never finished (the 'unfinished' column)")
