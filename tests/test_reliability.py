@@ -89,3 +89,44 @@ def test_a_finished_status_without_the_final_model_is_not_a_result(tmp_path, cap
     assert rc == 2 and "model.pt" in err, err
     assert not RunDir(run.path, create=False).finished
     assert snapshot(tmp_path) == before
+
+
+# -- item 1: an experiment never writes over a folder that is not its own ----------------------
+
+EXPERIMENT_SMOKE = "params/experiments/smoke.yaml"
+
+
+def users_results_folder(path: Path) -> Path:
+    """What a user keeps: an experiment file, results, a report, params of their own."""
+    (path / "params" / "pretrain").mkdir(parents=True)
+    (path / "experiment.yaml").write_text("name: my_thesis_table\n")
+    (path / "results.csv").write_text("game,hns\nPong,0.3\n")
+    (path / "results.aggregates.csv").write_text("metric,value\niqm,0.3\n")
+    (path / "report.html").write_text("<html>my report</html>")
+    (path / "params" / "pretrain__sgi_m.yaml").write_text("config: {lr: 0.1}\n")
+    (path / "params" / "pretrain" / "mine.yaml").write_text("config: {}\n")
+    return path
+
+
+@pytest.mark.parametrize("extra", [[], ["--report-only"]])
+def test_experiment_refuses_a_folder_that_is_not_its_own(tmp_path, capsys, extra):
+    out = users_results_folder(tmp_path / "thesis")
+    before = snapshot(tmp_path)
+    argv = ["experiment", EXPERIMENT_SMOKE, "--out", out, "--no-progress", *extra]
+    rc, err = run_cli(capsys, argv)
+    assert rc == 2 and str(out) in err and "not an sgi-lab experiment folder" in err, err
+    assert snapshot(tmp_path) == before
+
+
+def test_experiment_refuses_another_experiments_folder(tmp_path, capsys):
+    from sgi_lab.launch import experiment as ex
+
+    out = tmp_path / "exp"
+    out.mkdir()
+    (out / ex.STATE_FILE).write_text(json.dumps({"name": "hns", "tasks": {}}))
+    before = snapshot(tmp_path)
+    rc, err = run_cli(capsys, ["experiment", EXPERIMENT_SMOKE, "--out", out, "--no-progress"])
+    assert rc == 2 and str(out) in err and "'hns'" in err, err
+    assert snapshot(tmp_path) == before
+    # Its own folder, even one a kill left with nothing but the marker, is resumed.
+    ex.check_experiment_folder(out, "hns")

@@ -743,6 +743,35 @@ def _quote(arg: str) -> str:
 # -- state of a task ----------------------------------------------------------------------------
 
 
+def check_experiment_folder(out: str | os.PathLike, name: str) -> None:
+    """Refuse ``out`` unless it is missing, empty, or an experiment folder of ours for the
+    experiment ``name`` (its ``experiment.json``), before anything in it is written.
+
+    Raises:
+        RunFolderError: naming the folder and why (a user's own files, another experiment).
+    """
+    from sgi_lab.runs import RunFolderError, read_mapping
+
+    out = Path(out)
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise RunFolderError(f"{out}: exists and is not a folder; refusing to write there")
+    if not any(out.iterdir()):
+        return
+    state = read_mapping(out / STATE_FILE)
+    if not isinstance(state.get("tasks"), dict) or "name" not in state:
+        raise RunFolderError(
+            f"{out}: not empty and not an sgi-lab experiment folder (no {STATE_FILE} of ours); "
+            "refusing to write an experiment into it: choose another --out"
+        )
+    if state["name"] != name:
+        raise RunFolderError(
+            f"{out}: holds experiment {state['name']!r}, not {name!r}; refusing to write into "
+            "it: choose another --out"
+        )
+
+
 def task_done(task: Task) -> bool:
     """Whether a task's folder holds its complete result (then it is skipped)."""
     if task.kind == "data":
@@ -754,7 +783,9 @@ def task_done(task: Task) -> bool:
         return status.get("state") == "finished" and (task.folder / "model.pt").exists()
     if task.kind == "finetune":
         return all(
-            (read_status(f) or {}).get("state") == "finished" and (f / "eval.json").exists()
+            (read_status(f) or {}).get("state") == "finished"
+            and (f / "eval.json").exists()
+            and (f / "model.pt").exists()
             for f in task.agent_folders
         )
     return (task.folder / "report.html").exists() and (task.folder / "results.csv").exists()
@@ -1138,7 +1169,11 @@ def run_graph(
     if max_parallel < 1 or retries < 0:
         raise ValueError("max_parallel must be >= 1 and retries >= 0")
     out = graph.out
+    check_experiment_folder(out, graph.experiment.name)
     out.mkdir(parents=True, exist_ok=True)
+    if not (out / STATE_FILE).exists():  # first: what marks the folder as ours
+        marker = {"name": graph.experiment.name, "out": str(out), "tasks": {}}
+        atomic_write_text(out / STATE_FILE, json.dumps(marker, indent=2))
     atomic_write_text(
         out / EXPERIMENT_FILE, yaml.safe_dump(_experiment_dict(graph), sort_keys=False)
     )
@@ -1440,6 +1475,7 @@ def main_experiment(args: argparse.Namespace) -> int:
         print(format_plan(graph))
         return 0
     if args.report_only:
+        check_experiment_folder(graph.out, experiment.name)
         if args.storage:
             pull_results(graph, RunStorage(args.storage))
         print(f"wrote {write_report(graph)}")
