@@ -16,7 +16,6 @@ import math
 import os
 import platform
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -55,7 +54,8 @@ RUNTIME_KEYS = frozenset(
     }
 )
 
-# What a run writes at its top level; --overwrite removes these and nothing else.
+# What a run writes at its top level, and the folders it writes checkpoints (and a notebook its
+# figures) into: --overwrite removes these files and the checkpoints, nothing else.
 RUN_FILES = (
     "config.yaml",
     "status.json",
@@ -550,8 +550,9 @@ class RunDir:
 
         1. A folder that is not empty and not a ``kind`` run of ours is refused
            (:class:`RunFolderError` naming it), with or without ``overwrite``.
-        2. ``overwrite``: the run's own files (:data:`RUN_FILES`, :data:`RUN_FOLDERS`) are
-           removed; anything else in the folder stays.
+        2. ``overwrite``: the run's own files (:data:`RUN_FILES`, and the checkpoints in
+           ``checkpoints/``) are removed; anything else in the folder and its sub-folders
+           stays.
         3. Otherwise an existing run must have been started with the same config (every key
            but :data:`RUNTIME_KEYS`) and the same inputs (e.g. ``{"data": store fingerprint}``);
            :class:`sgi_lab.config.ConfigError` names what differs. Temp files of killed
@@ -652,8 +653,18 @@ class RunDir:
             if name == "status.json" and keep_status:
                 continue
             (self.path / name).unlink(missing_ok=True)
+        # In its folders, only the files a run writes (checkpoints, by name); a user's files
+        # there stay, and a folder left empty goes.
         for name in RUN_FOLDERS:
-            shutil.rmtree(self.path / name, ignore_errors=True)
+            folder = self.path / name
+            if not folder.is_dir():
+                continue
+            for path in folder.iterdir():
+                if CHECKPOINT_RE.fullmatch(path.name) and path.is_file() and name == "checkpoints":
+                    path.unlink()
+            clean_temp_files(folder)
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only when empty
         clean_temp_files(self.path)
 
     # -- layout -------------------------------------------------------------------------------

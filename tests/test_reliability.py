@@ -130,3 +130,58 @@ def test_experiment_refuses_another_experiments_folder(tmp_path, capsys):
     assert snapshot(tmp_path) == before
     # Its own folder, even one a kill left with nothing but the marker, is resumed.
     ex.check_experiment_folder(out, "hns")
+
+
+# -- item 3: --overwrite removes only what the run wrote ---------------------------------------
+
+TINY_PRETRAIN = ["--set", "steps=2", "--set", "checkpoint_every=1", "--set", "log_every=1"]
+TINY_PRETRAIN += ["--set", "batch_size=4", "--no-progress"]
+
+
+def add_user_files(folder: Path, subfolders: list[str]) -> dict[str, bytes]:
+    """A user's file at the top of ``folder`` and in each of ``subfolders``."""
+    files = {"notes.txt": b"my notes"}
+    for sub in subfolders:
+        files[f"{sub}/mine_{sub}.bin"] = f"kept in {sub}".encode()
+    for name, data in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(data)
+    return files
+
+
+def test_pretrain_overwrite_keeps_a_users_files_in_every_sub_folder(tmp_path, capsys, one_thread):
+    from conftest import build_store
+
+    store = build_store(tmp_path / "store", [{"length": 30, "terminal": True}], chunk_size=16)
+    out = tmp_path / "run"
+    argv = ["pretrain", "--params", "params/pretrain/smoke.yaml", "--data", store.path]
+    argv += ["--out", out, *TINY_PRETRAIN]
+    assert run_cli(capsys, argv)[0] == 0
+    first = (out / "model.pt").read_bytes()
+    mine = add_user_files(out, ["checkpoints", "figures", "figures/deep"])
+    before_store = snapshot(store.path)
+    rc, err = run_cli(capsys, [*argv, "--overwrite", "--set", "lr=0.001"])
+    assert rc == 0, err
+    assert {name: (out / name).read_bytes() for name in mine} == mine
+    assert (out / "model.pt").read_bytes() != first  # the run itself did start over
+    assert sorted(p.name for p in (out / "checkpoints").glob("ckpt_*.pt")) == [
+        "ckpt_00000001.pt",
+        "ckpt_00000002.pt",
+    ]
+    assert snapshot(store.path) == before_store
+
+
+def test_collect_overwrite_keeps_a_users_files_in_the_store(tmp_path, capsys):
+    from sgi_lab.data import TransitionStore
+
+    out = tmp_path / "store"
+    argv = ["collect", "random", "--game", "pong", "--steps", "20", "--out", out]
+    argv += ["--chunk-size", "8", "--no-progress"]
+    assert run_cli(capsys, argv)[0] == 0
+    mine = add_user_files(out, ["chunks", "plots"])
+    rc, err = run_cli(capsys, [*argv, "--seed", "3", "--overwrite"])
+    assert rc == 0, err
+    assert {name: (out / name).read_bytes() for name in mine} == mine
+    store = TransitionStore(out)
+    assert store.manifest.params["seed"] == 3 and store.verify() == []
+    assert not out.with_name("store.partial").exists()

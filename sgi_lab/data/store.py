@@ -260,6 +260,30 @@ def _is_our_partial(partial: Path) -> bool:
     return True
 
 
+def _keep_foreign_files(store: Path, partial: Path) -> list[Path]:
+    """Move what a user put into a store being replaced (anything but its manifest and chunk
+    files) into the new store's ``partial`` folder, at the same relative paths, so replacing
+    a store removes only what a writer wrote. Returns the moved paths (in their new place)."""
+    moved = []
+    for entry in sorted(store.rglob("*"), key=lambda p: len(p.parts)):
+        if not entry.exists() or entry.is_dir() and not entry.is_symlink():
+            continue
+        relative = entry.relative_to(store)
+        parts = relative.parts
+        ours = (len(parts) == 1 and MANIFEST in (entry.name, _temp_target(entry.name))) or (
+            len(parts) == 2
+            and parts[0] == "chunks"
+            and _chunk_index(_temp_target(entry.name) or entry.name) is not None
+        )
+        if ours:
+            continue
+        target = partial / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(entry, target)
+        moved.append(target)
+    return moved
+
+
 def check_store_target(
     path: str | os.PathLike,
     game: str,
@@ -545,7 +569,8 @@ class TransitionStoreWriter:
                 raise StoreFolderError(
                     f"{self.path}: exists and is not an sgi-lab store; refusing to replace it"
                 )
-            shutil.rmtree(self.path)
+            _keep_foreign_files(self.path, self.partial)
+            shutil.rmtree(self.path)  # now only the old store's own files
         os.replace(self.partial, self.path)
         _fsync_dir(self.path.parent)
         self._closed = True
