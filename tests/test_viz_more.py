@@ -174,6 +174,28 @@ def test_live_curves_update_and_finish():
     assert len(curves.frame) == 2
 
 
+def test_live_curves_of_a_run_finished_earlier_draw_its_recorded_curves(tmp_path, capsys):
+    """Re-running a notebook into a finished run trains nothing: the live panels say so and
+    show the run's recorded curves instead of staying empty."""
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [{"step": s, "losses/total": 1.0 / s, "charts/samples_per_s": 100.0} for s in (5, 10)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    curves = viz.LiveCurves(viz.PRETRAIN_CURVES, title="pretraining x")
+    assert curves.show_for(run) is False  # no status: a new run, empty panels
+    assert not curves.figure.data[0].x
+
+    (run / "status.json").write_text(json.dumps({"state": "finished", "step": 10}))
+    curves = viz.LiveCurves(viz.PRETRAIN_CURVES, title="pretraining x")
+    assert curves.show_for(run) is True
+    assert list(curves.figure.data[0].y) == [0.2, 0.1]
+    assert "finished earlier: showing its recorded curves" in curves.figure.layout.title.text
+    assert "finished earlier" in capsys.readouterr().out
+    final = curves.finish()
+    assert [a.text for a in final.layout.annotations] == ["total loss", "throughput (samples/s)"]
+    assert final.layout.yaxis.title.text == "loss" and final.layout.yaxis2.title.text == "samples/s"
+
+
 def test_live_curves_follow_a_metrics_file(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_text(json.dumps({"step": 1, "episode/return": -21.0}) + "\n")
@@ -376,7 +398,8 @@ def test_frame_strips_keep_square_pixels(small_store):
 def test_training_figures_title_axes_and_say_when_empty():
     rows = [{"step": 1, "losses/total": 2.0, "charts/sps": 10.0}]
     fig = viz.training_curves(rows, ["losses/total", "charts/sps"])
-    assert _axis_titles(fig, "y")[:2] == ["loss", "agent steps / s"]
+    assert _axis_titles(fig, "y")[:2] == ["loss", "steps/s"]
+    assert [a.text for a in fig.layout.annotations] == ["total loss", "speed (agent steps/s)"]
     assert _axis_titles(fig, "x")[0] == "step"
     live = viz.LiveCurves(["losses/total"], columns=1)
     assert _axis_titles(live.figure, "y")[0] == "loss"

@@ -89,6 +89,74 @@ X_TITLES: dict[str, str] = {
 }
 
 
+METRIC_TITLES: dict[str, str] = {
+    "losses/total": "total loss",
+    "losses/spr": "SPR loss",
+    "losses/goal": "goal-RL loss",
+    "losses/inverse": "inverse-dynamics loss",
+    "losses/rl": "RL (C51) loss",
+    "losses/atc": "ATC loss",
+    "losses/bc": "behavioural-cloning loss",
+    "episode/return": "episode return",
+    "episode/clipped_return": "episode return, clipped",
+    "episode/length": "episode length (steps)",
+    "charts/inverse_accuracy": "inverse-dynamics accuracy",
+    "charts/goal_reward_mean": "goal reward (mean)",
+    "charts/cosine_similarity": "latent cosine similarity",
+    "charts/samples_per_s": "throughput (samples/s)",
+    "charts/sps": "speed (agent steps/s)",
+    "charts/q_mean": "Q value (mean)",
+    "charts/epsilon": "exploration epsilon",
+}
+"""A readable panel title for a metrics key (its unit in brackets where it has one)."""
+
+AXIS_UNITS: dict[str, str] = {
+    "losses/": "loss",
+    "episode/return": "score",
+    "episode/clipped_return": "score",
+    "episode/length": "steps",
+    "charts/inverse_accuracy": "fraction",
+    "charts/goal_reward_mean": "reward",
+    "charts/cosine_similarity": "cosine",
+    "charts/samples_per_s": "samples/s",
+    "charts/sps": "steps/s",
+    "charts/q_mean": "Q",
+    "charts/epsilon": "epsilon",
+}
+"""The short y-axis title of a panel (the panel's title says what it is)."""
+
+
+def metric_title(key: str) -> str:
+    """The panel title for a metrics key (`METRIC_TITLES`); others: the key's last part, with
+    underscores as spaces (``charts/grad_norm`` -> ``grad norm``)."""
+    return METRIC_TITLES.get(key) or key.rsplit("/", 1)[-1].replace("_", " ")
+
+
+def _axis_unit(key: str) -> str:
+    if key in AXIS_UNITS:
+        return AXIS_UNITS[key]
+    for prefix, unit in AXIS_UNITS.items():
+        if prefix.endswith("/") and key.startswith(prefix):
+            return unit
+    return ""
+
+
+def _subplots(keys: Sequence[str], columns: int) -> go.Figure:
+    """Panels for ``keys`` with readable titles, spaced so titles and axis labels do not
+    overlap, at a width that fits ``columns`` panels side by side."""
+    rows = max(1, math.ceil(len(keys) / columns))
+    fig = make_subplots(
+        rows=rows,
+        cols=columns,
+        subplot_titles=[metric_title(k) for k in keys],
+        horizontal_spacing=0.3 / columns,
+        vertical_spacing=min(0.35 / rows, 0.2),
+    )
+    fig.update_annotations(font_size=13)
+    fig.update_layout(width=max(500, 270 * columns + 100), height=280 * rows + 70)
+    return fig
+
+
 def metric_axis_title(key: str) -> str:
     """The y-axis title for a metrics key: its unit (`METRIC_UNITS`), else the key itself."""
     if key in METRIC_UNITS:
@@ -102,8 +170,8 @@ def metric_axis_title(key: str) -> str:
 def _title_axes(fig: go.Figure, keys: Sequence[str], columns: int, x_title: str) -> None:
     for i, key in enumerate(keys):
         row, col = i // columns + 1, i % columns + 1
-        fig.update_xaxes(title_text=x_title, row=row, col=col)
-        fig.update_yaxes(title_text=metric_axis_title(key), row=row, col=col)
+        fig.update_xaxes(title_text=x_title, title_standoff=4, row=row, col=col)
+        fig.update_yaxes(title_text=_axis_unit(key), title_standoff=2, row=row, col=col)
 
 
 STATIC_FIGURES_ENV = "SGI_LAB_STATIC_FIGURES"
@@ -259,8 +327,7 @@ class LiveCurves:
         return self._widget if self._widget is not None else self._figure
 
     def _empty_figure(self) -> go.Figure:
-        rows = max(1, math.ceil(len(self.keys) / self.columns))
-        fig = make_subplots(rows=rows, cols=self.columns, subplot_titles=self.keys)
+        fig = _subplots(self.keys, self.columns)
         for i, key in enumerate(self.keys):
             fig.add_trace(
                 go.Scatter(x=[], y=[], mode="lines+markers", name=key, marker={"size": 4}),
@@ -268,9 +335,7 @@ class LiveCurves:
                 col=i % self.columns + 1,
             )
         _title_axes(fig, self.keys, self.columns, self.x_title)
-        fig.update_layout(
-            title=self.title, showlegend=False, template="plotly_white", height=260 * rows
-        )
+        fig.update_layout(title=self.title, showlegend=False, template="plotly_white")
         return fig
 
     def show(self) -> None:
@@ -282,6 +347,30 @@ class LiveCurves:
         else:
             self._handle = _show(self._figure)
             self._last_draw = time.monotonic()
+
+    def show_for(self, run_dir: str | os.PathLike) -> bool:
+        """Display the figure for a trainer about to run into ``run_dir``. When that run
+        finished earlier (the trainer will return at once, training nothing), say so in the
+        title and draw its recorded curves from its metrics.jsonl instead of empty panels.
+
+        Returns:
+            True when the run had finished earlier.
+        """
+        from sgi_lab.runs import read_status
+
+        path = Path(run_dir)
+        status = read_status(path) or {}
+        finished = status.get("state") == "finished"
+        if finished:
+            note = "finished earlier: showing its recorded curves (nothing is trained now)"
+            self.title = f"{self.title}<br><sup>{note}</sup>" if self.title else note
+            self.figure.layout.title = self.title
+            print(f"{path}: {note}; a new out_dir (or name) trains a new run")
+        self.show()
+        if finished:
+            self.poll(path / "metrics.jsonl")
+            self._draw()
+        return finished
 
     def update(self, row: Mapping[str, Any]) -> None:
         """Add one metrics row (the trainer's callback)."""
@@ -387,11 +476,10 @@ def training_curves(
             c for c in df.columns if c not in (x, runs) and pd.api.types.is_numeric_dtype(df[c])
         ]
     keys = [k for k in keys if k in df.columns and df[k].notna().any()]
-    rows = max(1, math.ceil(len(keys) / columns))
     if not keys:
         fig = go.Figure().update_layout(title=title, template="plotly_white", height=260)
         return no_data_message(fig, "no metrics logged yet")
-    fig = make_subplots(rows=rows, cols=columns, subplot_titles=keys)
+    fig = _subplots(keys, columns)
     groups = df.groupby(runs, sort=False) if runs else [(None, df)]
     palette = ["#636efa", "#ef553b", "#00cc96", "#ab63fa", "#ffa15a", "#19d3f3", "#ff6692"]
     for j, (run, part) in enumerate(groups):
@@ -411,9 +499,7 @@ def training_curves(
                 col=i % columns + 1,
             )
     _title_axes(fig, keys, columns, x_title)
-    fig.update_layout(
-        title=title, template="plotly_white", height=260 * rows, showlegend=runs is not None
-    )
+    fig.update_layout(title=title, template="plotly_white", showlegend=runs is not None)
     return fig
 
 
