@@ -776,21 +776,30 @@ LEGACY_METRIC_KEYS = {
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """The rows of a ``metrics.jsonl`` (``[]`` if missing), up to a torn last line, with
-    `LEGACY_METRIC_KEYS` renamed."""
+    """The rows of a ``metrics.jsonl`` (``[]`` if missing), with `LEGACY_METRIC_KEYS` renamed;
+    a damaged line (torn by a crash, anywhere in the file) is skipped, the rows after it kept."""
+    return _read_jsonl(path)[0]
+
+
+def _read_jsonl(path: str | os.PathLike) -> tuple[list[dict[str, Any]], int]:
+    """`read_jsonl`'s rows and the number of lines skipped as unreadable."""
     path = Path(path)
     if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
+        return [], 0
+    rows, bad = [], 0
+    for line in path.read_bytes().decode("utf-8", errors="replace").splitlines():
         line = line.strip()
-        if line:
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                break  # a torn last line from a crash
-            rows.append({LEGACY_METRIC_KEYS.get(k, k): v for k, v in row.items()})
-    return rows
+        if not line:
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            row = None
+        if not isinstance(row, dict):
+            bad += 1
+            continue
+        rows.append({LEGACY_METRIC_KEYS.get(k, k): v for k, v in row.items()})
+    return rows, bad
 
 
 def jsonable(value: Any) -> Any:
@@ -819,7 +828,8 @@ class MetricsLogger:
     Args:
         path: the JSONL file.
         resume_step: when resuming from a checkpoint at this step, rows with a larger step (logged
-            after that checkpoint, before the crash) are removed so no step appears twice.
+            after that checkpoint, before the crash) are removed so no step appears twice, and
+            so are damaged lines; every other row is kept, and a warning says what was dropped.
             ``None`` starts a fresh file.
     """
 
@@ -828,7 +838,16 @@ class MetricsLogger:
         if resume_step is None:
             atomic_write_text(self.path, "")
         else:
-            kept = [r for r in read_jsonl(self.path) if r.get("step", -1) <= resume_step]
+            rows, bad = _read_jsonl(self.path)
+            kept = [r for r in rows if _row_step(r) <= resume_step]
+            past = len(rows) - len(kept)
+            if bad or past:
+                warnings.warn(
+                    f"{self.path}: resuming at step {resume_step}, kept {len(kept)} row(s); "
+                    f"dropped {bad} unreadable line(s) and {past} row(s) logged after that "
+                    "checkpoint",
+                    stacklevel=2,
+                )
             atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in kept))
         self._fh = open(self.path, "a")
 
@@ -846,6 +865,12 @@ class MetricsLogger:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _row_step(row: Mapping[str, Any]) -> float:
+    """A metrics row's step; a row without a numeric one sorts first (kept on resume)."""
+    step = row.get("step", -1)
+    return step if isinstance(step, (int, float)) and not isinstance(step, bool) else -1
 
 
 def resolve_device(name: str = "auto") -> torch.device:

@@ -185,3 +185,37 @@ def test_collect_overwrite_keeps_a_users_files_in_the_store(tmp_path, capsys):
     store = TransitionStore(out)
     assert store.manifest.params["seed"] == 3 and store.verify() == []
     assert not out.with_name("store.partial").exists()
+
+
+# -- item 2: a damaged metrics line costs that line only ---------------------------------------
+
+
+def test_resume_keeps_every_valid_metrics_row_after_a_torn_line(tmp_path, one_thread):
+    from conftest import build_store
+
+    from sgi_lab.config import PretrainConfig, build_config
+    from sgi_lab.runs import Deadline, RunStopped, read_jsonl
+    from sgi_lab.train.pretrain import pretrain
+
+    store = build_store(tmp_path / "store", [{"length": 30, "terminal": True}], chunk_size=16)
+    values = dict(encoder="nature", batch_size=4, steps=8, log_every=1, checkpoint_every=2)
+    config = build_config(PretrainConfig, {**values, "prefetch": 0})
+    out = tmp_path / "run"
+    stop = Deadline()
+
+    def stop_at_6(row):
+        if row["step"] == 6:
+            stop.request_stop("test")
+
+    with pytest.raises(RunStopped):
+        pretrain(config, store, out, progress=False, callback=stop_at_6, stop=stop)
+    metrics = out / "metrics.jsonl"
+    lines = metrics.read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [1, 2, 3, 4, 5, 6]
+    lines[1] = lines[1][: len(lines[1]) // 2]  # step 2 torn in the middle of the file
+    lines.append('{"step": 7, "losses/total": 1.0}')  # logged after the checkpoint at 6
+    metrics.write_text("\n".join(lines) + "\n")
+    with pytest.warns(UserWarning, match=r"metrics.jsonl.*kept 5.*1 unreadable.*1 row"):
+        pretrain(config, store, out, progress=False)
+    assert [r["step"] for r in read_jsonl(metrics)] == [1, 3, 4, 5, 6, 7, 8]
+    assert read_jsonl(metrics)[-2]["losses/total"] != 1.0  # step 7 is the resumed run's
