@@ -281,6 +281,21 @@ def test_save_figure_and_record_results(tmp_path):
     assert json.loads((tmp_path / "results.json").read_text()) == payload
 
 
+def test_recorded_results_show_as_a_short_table(tmp_path):
+    """The last cell of a notebook shows a short table, not the raw dict with 16 digits."""
+    from IPython.lib.pretty import pretty
+
+    aggregates = [{"method": "m", "metric": "iqm", "value": 0.123456789}] * 150
+    payload = notebooks.record_results(
+        tmp_path, {"eval_mean": -20.666666666666668, "aggregates": aggregates}
+    )
+    assert payload["aggregates"] == aggregates  # the dict itself is unchanged
+    html = payload._repr_html_()
+    assert "<td>-20.67</td>" in html and "<td>150 rows</td>" in html and "0.1234567" not in html
+    text = pretty(payload)
+    assert len(text.splitlines()) == 3 and "-20.67" in text
+
+
 @pytest.mark.smoke
 def test_live_curves_leave_one_updated_output_in_an_executed_notebook(tmp_path):
     """Display-handle updates replace the figure (plotly's own display would append outputs)."""

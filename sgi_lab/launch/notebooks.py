@@ -46,6 +46,7 @@ from sgi_lab.runs import (
 
 __all__ = [
     "NotebookRunError",
+    "RecordedResults",
     "RunExistsError",
     "DISCOVERY_ROOTS",
     "add_run_parser",
@@ -562,8 +563,26 @@ def save_figure(fig: Any, out_dir: str | os.PathLike, name: str) -> Path:
     return path
 
 
+class RecordedResults(dict):
+    """A notebook's recorded results: a plain dict that a notebook shows as a short table
+    (`sgi_lab.viz.tables.results_frame`: rounded numbers, long lists summarised) rather than
+    the raw dict with every digit."""
+
+    def _frame(self):
+        from sgi_lab.viz.tables import results_frame
+
+        return results_frame(self)
+
+    def _repr_html_(self) -> str:
+        return self._frame().to_html(index=False, border=0)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text("{...}" if cycle else self._frame().to_string(index=False))
+
+
 def record_results(out_dir: str | os.PathLike, results: dict[str, Any]) -> dict[str, Any]:
-    """The last cell of every notebook: write ``results.json`` in the run folder and return it.
+    """The last cell of every notebook: write ``results.json`` in the run folder and return it
+    (a `RecordedResults`: the dict, shown as a short table).
 
     `run_notebook` copies it into ``status.json`` and `sgi_lab.launch.sweep` into ``sweep.json``.
     """
@@ -571,7 +590,7 @@ def record_results(out_dir: str | os.PathLike, results: dict[str, Any]) -> dict[
     path = Path(out_dir) / RESULTS_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, json.dumps(payload, indent=2, default=str))
-    return payload
+    return RecordedResults(payload)
 
 
 # -- running ------------------------------------------------------------------------------------
