@@ -441,6 +441,26 @@ def test_goal_figure_names_actions_and_skips_the_goal_line_for_noise(small_store
     df = goals.goal_analysis(model, small_store, rows, noise)
     df.attrs["goal_row"] = int(rows[8])  # even a stale row must not draw a goal line
     assert not viz.goal_trajectory_figure(df).layout.shapes
+    df.attrs["goal_kind"] = "other_episode"  # another episode's state has no step here
+    assert not viz.goal_trajectory_figure(df).layout.shapes
+
+
+def test_live_figure_widget_clears_a_line_the_new_figure_lacks():
+    """The browser is told to drop shapes the new figure lacks (the goal explorer's goal line
+    stayed drawn when the goal moved to another episode)."""
+    view = viz.LiveFigure()
+    if view.widget is None:
+        pytest.skip("no FigureWidget here (anywidget missing or static figures asked for)")
+    view.show()
+    with_line = go.Figure(go.Scatter(y=[1, 2]))
+    with_line.add_vline(x=1)
+    view.replace(with_line)
+    sent = []
+    send = view.figure._send_relayout_msg
+    view.figure._send_relayout_msg = lambda data, **kw: (sent.append(data), send(data, **kw))
+    view.replace(go.Figure(go.Scatter(y=[3, 4])))
+    assert {"shapes": None} in sent
+    assert not view.figure.layout.shapes
 
 
 def test_embedding_legends_name_actions_and_episodes(small_store, model):
@@ -448,7 +468,12 @@ def test_embedding_legends_name_actions_and_episodes(small_store, model):
     emb = representations.embedding_frame(model, small_store, rows, "A", method="pca")
     fig = viz.embedding_grid(emb, colors=("action", "episode"))
     legend = [t.name for t in fig.data if t.showlegend is not False]
-    assert legend == [f"A | action={a}" for a in PONG_ACTIONS] + ["A | episode=0", "A | episode=1"]
+    assert legend == [*PONG_ACTIONS, "0", "1"]  # the run's name is the column title, once
+    titles = [t.legendgrouptitle.text for t in fig.data if t.legendgrouptitle.text]
+    assert titles == ["action", "episode"]
+    action_colours = {t.marker.color for t in fig.data[: len(PONG_ACTIONS)]}
+    episode_colours = {t.marker.color for t in fig.data if t.name in ("0", "1")}
+    assert not action_colours & episode_colours, "actions and episodes share colours"
     assert "action NOOP" in fig.data[0].text[0]
     empty = viz.embedding_grid(emb.iloc[0:0])
     assert _annotations(empty) == ["no states were embedded"]

@@ -96,8 +96,9 @@ def goal_trajectory_figure(
             1,
         )
     goal_row = df.attrs.get("goal_row")
-    is_state = df.attrs.get("goal_kind") != "noise"
-    if is_state and goal_row is not None and goal_row in set(df["row"]):
+    # Only a goal on this trajectory has a step on its x axis (never another episode's state)
+    on_trajectory = df.attrs.get("goal_kind") == "future"
+    if on_trajectory and goal_row is not None and goal_row in set(df["row"]):
         goal_step = int(df.loc[df["row"] == goal_row, "step"].iloc[0])
         for r in range(1, panels + 1):
             fig.add_vline(x=goal_step, line_dash="dot", line_color="gray", row=r, col=1)
@@ -124,7 +125,8 @@ def frames_figure(
     if len(frames) == 0:
         fig = go.Figure().update_layout(title=title, height=height + 40)
         return no_data_message(fig, "no frames to show")
-    fig = make_subplots(rows=1, cols=n, subplot_titles=list(titles), horizontal_spacing=0.01)
+    fig = make_subplots(rows=1, cols=n, subplot_titles=list(titles), horizontal_spacing=0.02)
+    fig.update_annotations(font_size=11)
     for i, frame in enumerate(frames):
         fig.add_trace(
             go.Heatmap(z=frame[::-1], colorscale="gray", showscale=False, hoverinfo="skip"),
@@ -155,12 +157,12 @@ def nearest_frames_figure(store: TransitionStore, nearest: pd.DataFrame, goal=No
     """
     rows = list(nearest["row"])
     titles = [
-        f"ep {e} t={s}<br>cos {c:.3f}"
+        f"ep {e}<br>t={s}<br>cos {c:.3f}"  # short lines: narrow panels put titles side by side
         for e, s, c in zip(nearest["episode"], nearest["step"], nearest["cosine"])
     ]
     if goal is not None and goal.row is not None:
         rows = [goal.row, *rows]
-        titles = [f"<b>goal</b> (row {goal.row})", *titles]
+        titles = [f"<b>goal</b><br>row {goal.row}", *titles]
     frames = store.gather_frames(np.asarray(rows, dtype=np.int64))
     label = goal.label if goal is not None else "goal"
     return frames_figure(frames, titles, title=f"stored frames nearest to the {label}")

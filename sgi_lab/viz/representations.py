@@ -25,6 +25,8 @@ __all__ = [
 
 _CATEGORICAL = {"action", "episode"}
 _PALETTE = qualitative.Plotly + qualitative.D3
+# Actions and episodes side by side must not look alike: each categorical colouring its palette.
+_CATEGORY_PALETTES = {"action": qualitative.Plotly, "episode": qualitative.Dark24}
 
 
 def embedding_grid(
@@ -47,9 +49,10 @@ def embedding_grid(
 
     Returns:
         A figure with one ``Scattergl`` per panel, named ``"<encoder> | <colour>"``, except that
-        a categorical colouring has one trace per value, named ``"<encoder> | action=<name>"``
-        (``episode=<e>``), shown in the legend once (clicking an entry toggles it in every
-        column); continuous colourings have a colour bar. No points: a message.
+        a categorical colouring has one trace per value, named by the value (``NOOP``, ``0``)
+        under a legend group titled ``action`` (``episode``), each colouring with its own
+        palette, shown in the legend once (clicking an entry toggles it in every column);
+        continuous colourings have a colour bar. No points: a message.
     """
     title = title or "latent space (UMAP)"
     if df.empty:
@@ -72,6 +75,7 @@ def embedding_grid(
             part = df[df["encoder"] == encoder]
             values = part[color].to_numpy()
             if color in _CATEGORICAL:
+                palette = _CATEGORY_PALETTES.get(color, _PALETTE)
                 for value in sorted(set(values.tolist())):
                     inside = part[values == value]
                     label = category_labels([value], names if color == "action" else None)[0]
@@ -80,13 +84,14 @@ def embedding_grid(
                             x=inside["x"],
                             y=inside["y"],
                             mode="markers",
-                            name=f"{encoder} | {color}={label}",
+                            name=label,  # the encoder is the column's title; not repeated
                             legendgroup=f"{color}={label}",
+                            legendgrouptitle_text=color if value == min(values.tolist()) else None,
                             showlegend=j == 0,
                             marker={
                                 "size": 4,
                                 "opacity": 0.8,
-                                "color": _PALETTE[int(value) % len(_PALETTE)],
+                                "color": palette[int(value) % len(palette)],
                             },
                             text=_hover(inside, names),
                             hoverinfo="text",

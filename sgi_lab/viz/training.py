@@ -266,13 +266,16 @@ class LiveFigure:
             new_layout = figure.layout.to_plotly_json()
             # A relayout merges: keys the new layout lacks (shapes, annotations, extra axes)
             # would stay drawn unless cleared explicitly.
+            # Cleared first, while the Python side still holds them: a relayout sent after the
+            # new layout is assigned finds nothing to change and never reaches the browser
+            # (a goal line stayed drawn after the goal moved to another episode).
             stale = {k: None for k in self.figure.layout.to_plotly_json() if k not in new_layout}
+            if stale:
+                self.figure.plotly_relayout(stale)
             with self.figure.batch_update():
                 self.figure.data = []
                 self.figure.layout = figure.layout
                 self.figure.add_traces(list(figure.data))
-            if stale:
-                self.figure.plotly_relayout(stale)
         else:
             self.figure = go.Figure(figure)
             self.refresh()
