@@ -37,12 +37,14 @@ from sgi_lab.envs.games import (
     canonical_game,
     normalize_game_name,
 )
+from sgi_lab.envs.rlpyt_frames import RlpytAtariPreprocessing
 
 __all__ = [
     "FRAME_SKIP",
     "FRAME_STACK",
     "MAX_EPISODE_FRAMES",
     "NOOP_MAX",
+    "PREPROCESSING",
     "SCREEN_SIZE",
     "LearningSignalWrapper",
     "NoopResetWrapper",
@@ -62,6 +64,9 @@ NOOP_MAX = 30
 """At most this many no-op frames are played at reset (uniform in ``[0, NOOP_MAX]``)."""
 MAX_EPISODE_FRAMES = 108_000
 """Episode cap in raw frames: 30 minutes of play, 27,000 agent steps."""
+PREPROCESSING = ("dopamine", "rlpyt")
+"""Frame protocols of `make_env`: gymnasium's ``AtariPreprocessing`` (a port of Dopamine's, the
+protocol of the DQN Replay data) or the authors' (`RlpytAtariPreprocessing`)."""
 
 gym.register_envs(ale_py)
 # Only errors from the emulator: its start-up banner would show as a red stderr box in every
@@ -88,11 +93,15 @@ class NoopResetWrapper(gym.Wrapper):
             raise ValueError("no-op starts need action 0 to be NOOP")
         self.noop_max = noop_max
 
+    def draw_noops(self) -> int:
+        """The number of no-op frames of a reset, from the base env's seeded ``np_random``."""
+        return int(self.env.unwrapped.np_random.integers(0, self.noop_max + 1))
+
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
         obs, info = self.env.reset(seed=seed, options=options)
-        noops = int(self.env.unwrapped.np_random.integers(0, self.noop_max + 1))
+        noops = self.draw_noops()
         for _ in range(noops):
             obs, _, terminated, truncated, info = self.env.step(0)
             if terminated or truncated:  # never seen in the 26 games, but stay in a live game
@@ -202,6 +211,7 @@ def make_env(
     noop_max: int = NOOP_MAX,
     allow_any_ale_game: bool = False,
     record_ram: bool = False,
+    preprocessing: str = "dopamine",
 ) -> gym.Env:
     """Builds one Atari 100k environment.
 
@@ -224,6 +234,11 @@ def make_env(
         noop_max: At most this many no-op frames at reset (uniform in ``[0, noop_max]``).
         allow_any_ale_game: Accept ALE games outside the 26 Atari 100k games.
         record_ram: Add ``info["ram"]`` (`RamInfoWrapper`, outermost).
+        preprocessing: ``"dopamine"``: the stack above; ``"rlpyt"``: the authors' env
+            (`RlpytAtariPreprocessing` replaces the wrappers from `NoopResetWrapper` to
+            ``FrameStackObservation``: bilinear resize, 1..``noop_max`` no-ops after an extra
+            NOOP frame, a NOOP frame after each life loss, the stack emptied at a life loss in
+            training, the cap after ``max_episode_frames / 4 + 1`` steps as ``terminated``).
 
     Returns:
         A gymnasium env with ``observation_space`` ``Box(0, 255, (4, 84, 84), uint8)`` and a
@@ -231,7 +246,8 @@ def make_env(
 
     Raises:
         UnknownGameError: Unknown game (the message lists the valid ones).
-        ValueError: ``max_episode_frames`` is not a positive multiple of 4.
+        ValueError: ``max_episode_frames`` is not a positive multiple of 4, or
+            ``preprocessing`` is not one of `PREPROCESSING`.
 
     Note:
         On the step that ends the game, ``AtariPreprocessing`` (like Dopamine, which it copies)
@@ -240,6 +256,10 @@ def make_env(
         from it.
     """
     ale_id = resolve_ale_id(game, allow_any_ale_game)
+    if preprocessing not in PREPROCESSING:
+        raise ValueError(
+            f"preprocessing must be one of {', '.join(PREPROCESSING)}, got {preprocessing!r}"
+        )
     if max_episode_frames is not None and (
         max_episode_frames <= 0 or max_episode_frames % FRAME_SKIP
     ):
@@ -259,6 +279,18 @@ def make_env(
         obs_type="grayscale",
         disable_env_checker=True,
     )
+    if preprocessing == "rlpyt":
+        horizon = None if max_episode_frames is None else max_episode_frames // FRAME_SKIP
+        env = RlpytAtariPreprocessing(
+            env,
+            train=train,
+            noop_max=noop_max,
+            horizon=horizon,
+            frame_skip=FRAME_SKIP,
+            frame_stack=FRAME_STACK,
+            screen_size=SCREEN_SIZE,
+        )
+        return _outer_wrappers(env, train, seed, record_ram)
     env = NoopResetWrapper(env, noop_max=noop_max)
     env = AtariPreprocessing(
         env,
@@ -272,6 +304,10 @@ def make_env(
     if max_episode_frames is not None:
         env = TimeLimit(env, max_episode_steps=max_episode_frames // FRAME_SKIP)
     env = FrameStackObservation(env, FRAME_STACK, padding_type="zero")
+    return _outer_wrappers(env, train, seed, record_ram)
+
+
+def _outer_wrappers(env: gym.Env, train: bool, seed: int | None, record_ram: bool) -> gym.Env:
     env = LearningSignalWrapper(env, train=train, seed=seed)
     if record_ram:
         env = RamInfoWrapper(env)
