@@ -41,7 +41,7 @@ def store_summary_figure(store: TransitionStore, title: str | None = None) -> go
     fig.update_xaxes(title_text="episode length (agent steps)", row=2, col=1)
     fig.update_yaxes(title_text="episodes", row=2, col=1)
     fig.update_xaxes(title_text=f"row of the store (windows of {window:,})", row=2, col=2)
-    fig.update_yaxes(title_text="share of steps with reward ≠ 0", row=2, col=2)
+    fig.update_yaxes(title_text="reward ≠ 0 (fraction)", row=2, col=2)
     fig.update_layout(
         title=title,
         showlegend=False,
@@ -99,7 +99,10 @@ def frame_strip(
     return fig
 
 
-def coverage_figure(coverages: dict[str, dict], title: str = "state coverage") -> go.Figure:
+def coverage_figure(
+    coverages: dict[str, dict],
+    title: str = "state coverage: distinct cells (a frame in 12x12 blocks at 8 gray levels)",
+) -> go.Figure:
     """Distinct cells against rows of data, one line per store.
 
     Args:
@@ -115,7 +118,7 @@ def coverage_figure(coverages: dict[str, dict], title: str = "state coverage") -
     fig.update_layout(
         title=title,
         xaxis_title="rows of data",
-        yaxis_title="distinct cells (12x12 blocks, 8 gray levels)",
+        yaxis_title="distinct cells",  # a cell: 12x12 blocks at 8 gray levels (the title)
         height=380,
     )
     return fig

@@ -47,7 +47,7 @@ def goal_trajectory_figure(
         vertical_spacing=0.06,
         subplot_titles=(
             "similarity to the goal s(z_t, g)",
-            "goal reward r_t = scale (s(z_{t+1}, g) - s(z_t, g)): green toward the goal, red away",
+            "goal reward r_t (green: toward the goal, red: away)",
             "goal-conditioned Q values",
         )[:panels],
     )

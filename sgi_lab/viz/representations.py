@@ -234,7 +234,7 @@ def start_distance_figure(
             col=2,
         )
     fig.update_xaxes(title_text="step in episode (agent steps)")
-    fig.update_yaxes(title_text="mean |frame - first frame| (gray levels)", row=1, col=1)
+    fig.update_yaxes(title_text="distance (gray levels)", row=1, col=1)
     fig.update_yaxes(title_text="states", row=1, col=2)
     if not frames:
         no_data_message(fig, "no store to measure")
