@@ -195,3 +195,8 @@ def test_default_preprocessing_differs_from_reference_only_as_documented(game):
         f"{game}: resize difference mean {delta.mean():.2f}, max {delta.max()} above the "
         "documented size (mean < 6, max <= 70 grey levels)"
     )
+
+
+def test_unknown_preprocessing_is_rejected_by_name():
+    with pytest.raises(ValueError, match="preprocessing must be one of dopamine, rlpyt, got 'sgi'"):
+        make_env("Pong", preprocessing="sgi")
