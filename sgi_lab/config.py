@@ -350,7 +350,9 @@ def read_params(path: str | os.PathLike) -> dict[str, Any]:
     """Read a params YAML file (``yaml.safe_load``) and check its top-level keys."""
     path = Path(path)
     if not path.exists():
-        raise ConfigError(f"{path}: params file not found")
+        from sgi_lab.paths import did_you_mean
+
+        raise ConfigError(did_you_mean(path, "params file"))
     if not path.is_file():
         raise ConfigError(f"{path}: is a folder, not a params file (name a .yaml file)")
     payload = load_yaml_mapping(path)

@@ -14,6 +14,7 @@ import dataclasses
 import json
 import math
 import os
+import pickle
 import platform
 import re
 import signal
@@ -22,6 +23,7 @@ import sys
 import threading
 import time
 import warnings
+import zipfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
@@ -308,6 +310,37 @@ def read_mapping(path: str | os.PathLike) -> dict[str, Any]:
     return payload if isinstance(payload, dict) else {}
 
 
+def verify_checksums(path: str | os.PathLike, block: int = 16 << 20) -> None:
+    """Check a checkpoint or model file against the checksums recorded when it was written.
+
+    ``torch.save`` writes a zip archive whose every record (the pickled index, each tensor's
+    bytes) carries the CRC-32 of its content; reading every record back checks them all, so a
+    flipped byte anywhere in the weights is caught before they are used.
+
+    Raises:
+        CheckpointError: naming the file and the damaged record, or saying the file is not a
+            PyTorch zip archive (what an sgi-lab checkpoint or model always is).
+    """
+    path = Path(path)
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for info in archive.infolist():
+                with archive.open(info) as fh:
+                    while fh.read(block):
+                        pass
+    except zipfile.BadZipFile as exc:
+        if "CRC" in str(exc):
+            raise CheckpointError(
+                f"{path}: damaged since it was written ({exc}: its checksum does not match)"
+            ) from None
+        raise CheckpointError(
+            f"{path}: not a PyTorch checkpoint (not a zip archive, or a truncated one: {exc}); "
+            "expected an sgi-lab model.pt or checkpoints/ckpt_*.pt"
+        ) from None
+    except (OSError, EOFError, ValueError) as exc:
+        raise CheckpointError(f"{path}: unreadable ({exc})") from None
+
+
 def load_checkpoint(
     path: str | os.PathLike, map_location: Any = "cpu", kind: str | None = None
 ) -> dict[str, Any]:
@@ -321,9 +354,18 @@ def load_checkpoint(
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"{path}: checkpoint not found")
+    if path.is_dir():
+        raise CheckpointError(f"{path}: a folder, expected a checkpoint or model file (.pt)")
+    verify_checksums(path)
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as exc:  # truncated zip, pickle of foreign classes, ...
+    except pickle.UnpicklingError:
+        # PyTorch's own text advises weights_only=False: unsafe for a file of unknown origin.
+        raise CheckpointError(
+            f"{path}: holds pickled Python objects, not only tensors and plain data; sgi-lab "
+            "refuses to load them (unpickling can run code)"
+        ) from None
+    except Exception as exc:  # a foreign zip, a record torch cannot read, ...
         raise CheckpointError(f"{path}: not a readable sgi-lab checkpoint ({exc})") from exc
     if not isinstance(payload, dict) or payload.get("format") != "sgi-lab":
         raise CheckpointError(f"{path}: not an sgi-lab checkpoint (foreign file)")

@@ -183,6 +183,7 @@ CASES = [
     ("missing-chunk", lambda w: ["info", str(w["missing"])], 2, "action_00002.npy"),
     ("pickled-chunk", lambda w: ["info", str(w["pickled_chunk"])], 2, "reward_00000.npy"),
     ("verify-flipped-byte", lambda w: ["info", str(w["flipped"]), "--verify"], 1, "frame_00001.npy"),
+    ("pretrain-on-flipped-store", lambda w: pretrain_args(w, data="flipped"), 2, "frame_00001.npy"),
     ("collect-unknown-game", lambda w: ["collect", "random", "--game", "pongg", "--steps", "5", "--out", str(w["root"] / "g")], 2, "pongg"),
     ("import-checkpoints-not-numbers", lambda w: import_args(w, "empty_src", "i0", checkpoints="a,b"), 2, "--checkpoints"),
     ("import-pickled-gz", lambda w: import_args(w, "pickled_src", "i1"), 2, "observation_ckpt.0.gz"),

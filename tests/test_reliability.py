@@ -219,3 +219,71 @@ def test_resume_keeps_every_valid_metrics_row_after_a_torn_line(tmp_path, one_th
         pretrain(config, store, out, progress=False)
     assert [r["step"] for r in read_jsonl(metrics)] == [1, 3, 4, 5, 6, 7, 8]
     assert read_jsonl(metrics)[-2]["losses/total"] != 1.0  # step 7 is the resumed run's
+
+
+# -- items 5, 6, 10: damaged, pickled and wrong files are named, never used ---------------------
+
+
+def flip_middle(path: Path, count: int = 4096) -> None:
+    """Flip ``count`` bytes in the middle of a file (inside a large tensor's record)."""
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    for i in range(middle - count // 2, middle + count // 2):
+        data[i] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_a_flipped_model_is_refused_by_evaluate(tmp_path, capsys):
+    from sgi_lab.runs import atomic_torch_save
+
+    run = stopped_finetune_run(tmp_path / "ft", step=300)
+    model = {"format": "sgi-lab", "kind": "finetuned_model", "model": {"w": torch.randn(10**5)}}
+    atomic_torch_save(model, run.path / "model.pt")
+    run.finish(300)
+    flip_middle(run.path / "model.pt")
+    before = snapshot(tmp_path)
+    rc, err = run_cli(capsys, ["evaluate", run.path, "--no-progress"])
+    assert rc == 2 and str(run.path / "model.pt") in err and "damaged" in err, err
+    assert snapshot(tmp_path) == before
+
+
+def test_a_flipped_newest_checkpoint_falls_back_to_the_previous_one(tmp_path):
+    run = RunDir(tmp_path / "run")
+    for step in (2, 4):
+        run.save_checkpoint(step, {"w": torch.full((10**5,), float(step))}, "pretrain")
+    flip_middle(run.checkpoints_dir / "ckpt_00000004.pt")
+    with pytest.warns(UserWarning, match=r"ckpt_00000004.pt: damaged.*resuming from ckpt_00000002"):
+        payload = run.load_latest("pretrain")
+    assert payload["step"] == 2 and torch.equal(payload["w"], torch.full((10**5,), 2.0))
+
+
+def test_finetuning_from_a_flipped_pretrained_model_is_refused(tmp_path, capsys):
+    from sgi_lab.runs import atomic_torch_save
+
+    pretrained = tmp_path / "model.pt"
+    payload = {"format": "sgi-lab", "kind": "pretrained_model", "model": {"w": torch.randn(10**5)}}
+    atomic_torch_save(payload, pretrained)
+    flip_middle(pretrained)
+    before = snapshot(tmp_path)
+    argv = ["finetune", "--params", FINETUNE_SMOKE, "--pretrained", pretrained]
+    rc, err = run_cli(capsys, [*argv, "--out", tmp_path / "ft", "--no-progress"])
+    assert rc == 2 and str(pretrained) in err and "damaged" in err, err
+    assert snapshot(tmp_path) == before
+
+
+def test_a_pickled_file_is_refused_in_one_line(tmp_path, capsys):
+    class Evil:
+        def __reduce__(self):
+            return (print, ("pwned",))
+
+    pickled = tmp_path / "evil.pt"
+    torch.save({"model": Evil()}, pickled)
+    before = snapshot(tmp_path)
+    argv = ["finetune", "--params", FINETUNE_SMOKE, "--pretrained", pickled]
+    rc, err = run_cli(capsys, [*argv, "--out", tmp_path / "ft", "--no-progress"])
+    assert rc == 2 and "pwned" not in err
+    message = err.strip()
+    assert len(message.splitlines()) == 1, message
+    assert str(pickled) in message and "Python objects" in message and "refuses" in message
+    assert "weights_only" not in message and "\x1b" not in message  # no unsafe advice, no ANSI
+    assert snapshot(tmp_path) == before

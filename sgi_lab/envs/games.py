@@ -106,8 +106,14 @@ def canonical_game(name: str) -> str:
     key = normalize_game_name(name)
     if key in _BY_KEY:
         return _BY_KEY[key]
+    from sgi_lab.paths import close_names
+
+    close = close_names(key, list(_BY_KEY))
+    hint = (
+        f"did you mean {' or '.join(dict.fromkeys(_BY_KEY[c] for c in close))}? " if close else ""
+    )
     raise UnknownGameError(
-        f"unknown Atari 100k game {name!r}; valid games: {', '.join(ATARI_100K_GAMES)}"
+        f"unknown Atari 100k game {name!r}; {hint}valid games: {', '.join(ATARI_100K_GAMES)}"
     )
 
 

@@ -1,5 +1,5 @@
-"""``sgi-lab`` command line: collect, import, info, pretrain, finetune, evaluate, report, run,
-sweep, experiment.
+"""``sgi-lab`` command line: collect, import, info, pretrain, finetune, evaluate, report, status,
+run, sweep, experiment.
 
 Examples::
 
@@ -9,6 +9,7 @@ Examples::
     sgi-lab finetune --params params/finetune/reduced_lr.yaml --game pong --seed 1 \
         --pretrained outputs/runs/pretrain__sgi_m__Pong --out outputs/runs/finetune__Pong__s1
     sgi-lab report outputs/runs/finetune__* --csv outputs/report.csv
+    sgi-lab status outputs/runs
     sgi-lab run pretrain -f params/notebooks/pretrain_smoke.yaml -p game Pong
     sgi-lab sweep finetune -f params/notebooks/finetune_smoke.yaml --grid seed=0,1,2
     sgi-lab experiment params/experiments/finetune_schemes.yaml --dry-run
@@ -88,7 +89,17 @@ def _import(args: argparse.Namespace) -> int:
 @command("info")
 def _info(args: argparse.Namespace) -> int:
     from sgi_lab.data import TransitionStore
+    from sgi_lab.paths import did_you_mean
+    from sgi_lab.runs import read_status
 
+    if not Path(args.store).exists():
+        raise FileNotFoundError(did_you_mean(args.store, "store"))
+    if read_status(args.store) is not None:  # a run folder, not a store: how far it has got
+        from sgi_lab.launch.status import run_progress, status_table
+
+        print(f"{args.store} is a run folder, not a store (sgi-lab status shows every run):")
+        print(status_table([run_progress(args.store)]))
+        return 0
     store = TransitionStore(args.store)
     print(json.dumps(store.summary(), indent=2))
     if store.sticky_action_prob:
@@ -249,8 +260,11 @@ def _list_option(text: str, option: str, kind: type = str) -> list:
 
 @command("evaluate")
 def _evaluate(args: argparse.Namespace) -> int:
+    from sgi_lab.paths import did_you_mean
     from sgi_lab.train.evaluate import evaluate_run
 
+    if not Path(args.run).is_dir():
+        raise FileNotFoundError(did_you_mean(args.run, "run folder"))
     result = evaluate_run(
         args.run,
         episodes=args.episodes,
@@ -277,6 +291,11 @@ def _report(args: argparse.Namespace) -> int:
         format_aggregates,
         report,
     )
+    from sgi_lab.paths import did_you_mean
+
+    missing = [did_you_mean(run, "run folder") for run in args.runs if not Path(run).exists()]
+    if missing:
+        raise FileNotFoundError("; ".join(missing))
 
     per_game, aggregates = report(
         args.runs, csv=args.csv, reps=args.reps, allow_unfinished=args.allow_unfinished
@@ -422,7 +441,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="include runs that never finished (marked in an 'unfinished' column)",
     )
 
-    p = sub.add_parser("info", help="print a store's summary")
+    p = sub.add_parser("info", help="print a store's summary (a run folder: its status)")
     p.add_argument("store", type=Path)
     p.add_argument(
         "--verify",
@@ -432,8 +451,10 @@ def build_parser() -> argparse.ArgumentParser:
     # Notebook runs and sweeps register their own sub-parsers (handler in args.handler).
     from sgi_lab.launch.experiment import add_experiment_parser
     from sgi_lab.launch.notebooks import add_run_parser
+    from sgi_lab.launch.status import add_status_parser
     from sgi_lab.launch.sweep import add_sweep_parser
 
+    add_status_parser(sub)
     add_run_parser(sub)
     add_sweep_parser(sub)
     add_experiment_parser(sub)

@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 
 from sgi_lab.augment import augment
 from sgi_lab.config import ConfigError, PretrainConfig, build_config, to_dict
-from sgi_lab.data import SequenceBatch, SequenceSampler, TransitionStore
+from sgi_lab.data import SequenceBatch, SequenceSampler, StoreError, TransitionStore
 from sgi_lab.nets import SGIModel, ema_update, make_target
 from sgi_lab.nets.cpu_settings import settle, time_step
 from sgi_lab.nets.graphs import GraphedCall
@@ -444,8 +444,26 @@ def pretrain(
     )
     if run.finished and (run.path / "model.pt").exists():
         return run.path / "model.pt"
+    check_store(store)
     with run:
         return _pretrain(config, store, run, progress, callback, params_name, stop)
+
+
+def check_store(store: TransitionStore) -> None:
+    """Every chunk of ``store`` against the checksums its manifest recorded, before a run
+    trains on it: a flipped byte in a frame is refused, not learned from. Reads the whole
+    store once (blake2b; the measured cost is in benchmarks/README.md, "Checksums").
+
+    Raises:
+        StoreError: naming the store, the first damaged file, and how many problems there are.
+    """
+    problems = store.verify()
+    if problems:
+        more = f" (and {len(problems) - 1} more: sgi-lab info {store.path} --verify)"
+        raise StoreError(
+            f"{store.path}: damaged store, refusing to train on it: {problems[0]}"
+            + (more if len(problems) > 1 else "")
+        )
 
 
 def measure_step(
