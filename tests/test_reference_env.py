@@ -200,3 +200,26 @@ def test_default_preprocessing_differs_from_reference_only_as_documented(game):
 def test_unknown_preprocessing_is_rejected_by_name():
     with pytest.raises(ValueError, match="preprocessing must be one of dopamine, rlpyt, got 'sgi'"):
         make_env("Pong", preprocessing="sgi")
+
+
+def test_pool_and_vector_env_pass_the_protocol_on():
+    """The option reaches the population's `EnvPool` and `make_vector_env`: their environments
+    play the authors' protocol (the first step's frame number counts the extra NOOP frame and
+    the drawn no-ops, 1 + n + 4, where the default counts n + 4)."""
+    from sgi_lab.envs import make_vector_env
+    from sgi_lab.envs.pool import EnvPool
+
+    single = make_env("Breakout", seed=3, preprocessing="rlpyt")
+    first, info = single.reset()
+    after = single.step(1)[0]
+    assert single.unwrapped.ale.getEpisodeFrameNumber() == 1 + info["noop_frames"] + 4
+    pool = EnvPool(["Breakout"], [3], train=True, preprocessing="rlpyt")
+    vec = make_vector_env("Breakout", 1, 3, True, asynchronous=False, preprocessing="rlpyt")
+    try:
+        assert np.array_equal(pool.reset()[0], first)
+        assert np.array_equal(pool.step(np.ones(1, np.int64))[0][0], after)
+        assert np.array_equal(vec.reset()[0][0], first)
+        assert np.array_equal(vec.step(np.ones(1, np.int64))[0][0], after)
+    finally:
+        vec.close()
+        pool.close()

@@ -83,7 +83,7 @@ def make_vector_env(
         context: ``multiprocessing`` start method for the asynchronous version (``None``: the
             platform default; ``"spawn"`` is safer once CUDA is initialised).
         **env_kwargs: Passed to `make_env` (``full_action_space``, ``max_episode_frames``,
-            ``noop_max``, ``allow_any_ale_game``).
+            ``noop_max``, ``allow_any_ale_game``, ``preprocessing``).
 
     Returns:
         A vector env; ``step`` returns observations ``(N, 4, 84, 84)`` uint8, rewards ``(N,)``
