@@ -212,6 +212,7 @@ def test_pool_and_vector_env_pass_the_protocol_on():
     single = make_env("Breakout", seed=3, preprocessing="rlpyt")
     first, info = single.reset()
     after = single.step(1)[0]
+    assert info["episode_frame_number"] == 1 + info["noop_frames"]  # info is the state shown
     assert single.unwrapped.ale.getEpisodeFrameNumber() == 1 + info["noop_frames"] + 4
     pool = EnvPool(["Breakout"], [3], train=True, preprocessing="rlpyt")
     vec = make_vector_env("Breakout", 1, 3, True, asynchronous=False, preprocessing="rlpyt")

@@ -53,8 +53,10 @@ def life_loss_noops_and_game_over_frames(game: str) -> str:
     dropped = []
     base_step = wrapper.env.step
 
-    def noop() -> None:
-        dropped.append(float(base_step(0)[1]))
+    def noop() -> dict:
+        _, reward, _, _, info = base_step(0)
+        dropped.append(float(reward))
+        return info
 
     wrapper._noop = noop
     ours, _ = T._play(env, ref["actions"])

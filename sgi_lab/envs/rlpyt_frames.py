@@ -99,13 +99,13 @@ class RlpytAtariPreprocessing(gym.Wrapper):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
-        _, info = self.env.reset(seed=seed, options=options)
+        self.env.reset(seed=seed, options=options)
         self._clear_frames()
-        self._noop()  # the reference's "advance from the lost-life state", also at reset
+        info = self._noop()  # the reference's "advance from the lost-life state", also at reset
         self._lives = self.ale.lives()
         noops = self.draw_noops()
         for _ in range(noops):
-            self._noop()
+            info = self._noop()
             if self._lost_life():  # never seen: start over in a fresh game (module docstring)
                 return self.reset(options=options)
         self._push_frame()
@@ -121,7 +121,7 @@ class RlpytAtariPreprocessing(gym.Wrapper):
         reward += float(last_reward)
         lost_life = self._lost_life()
         if lost_life:
-            self._noop()  # its reward is not counted, as in the reference
+            info = self._noop()  # its reward is not counted, as in the reference
             if self.train:
                 self._clear_frames()
         self._push_frame()
@@ -130,8 +130,8 @@ class RlpytAtariPreprocessing(gym.Wrapper):
         terminated = self.ale.game_over() or timeout
         return self._stack.copy(), reward, terminated, False, {**info, "life_loss_noop": lost_life}
 
-    def _noop(self) -> None:
-        self.env.step(0)
+    def _noop(self) -> dict[str, Any]:
+        return self.env.step(0)[4]
 
     def _lost_life(self) -> bool:
         lives = self.ale.lives()
