@@ -77,6 +77,18 @@ class PretrainConfig:
     goal_distance_scale: float = F(
         1.0, "c in the goal reward's s = exp(2c(cos - 1)): 1 the text's, 5 the reference code's"
     )
+    goal_film: Literal["text", "reference"] = F(
+        "text",
+        "FiLM goal conditioning: 'text': a layer norm whose affine parameters FiLM sets; "
+        "'reference': the authors' code (no layer norm, value stream from the advantage features)",
+    )
+    goal_returns: Literal["text", "reference"] = F(
+        "text",
+        "goal-RL return: 'text': sum_j gamma^j r_j; 'reference': the code's sum_j gamma^(j+1) r_j",
+    )
+    goal_double_q: bool = F(
+        True, "goal RL's bootstrap action picked by the online network (double Q, the code's)"
+    )
     atc_sequences: int = F(32, "ATC: sequences per batch")
     atc_seq_len: int = F(8, "ATC: consecutive steps per sequence")
     atc_delta: int = F(3, "ATC: steps between anchor and positive")

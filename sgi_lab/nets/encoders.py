@@ -111,20 +111,27 @@ class NatureCNN(nn.Module):
     Args:
         in_channels: stacked frames (4).
         image_size: input height = width (84).
+        channels: output channels of the three convs (32, 64, 64).
     """
 
-    def __init__(self, in_channels: int = 4, image_size: int = 84) -> None:
+    def __init__(
+        self,
+        in_channels: int = 4,
+        image_size: int = 84,
+        channels: tuple[int, int, int] = (32, 64, 64),
+    ) -> None:
         super().__init__()
+        c1, c2, c3 = channels
         self.layers = nn.Sequential(
-            nn.Conv2d(in_channels, 32, 8, stride=4),
+            nn.Conv2d(in_channels, c1, 8, stride=4),
             nn.ReLU(inplace=True),
-            nn.Conv2d(32, 64, 4, stride=2),
+            nn.Conv2d(c1, c2, 4, stride=2),
             nn.ReLU(inplace=True),
-            nn.Conv2d(64, 64, 3, stride=1),
+            nn.Conv2d(c2, c3, 3, stride=1),
             nn.ReLU(inplace=True),
         )
         side = _conv_out(_conv_out(_conv_out(image_size, 8, 4), 4, 2), 3, 1)
-        self.output_shape: tuple[int, int, int] = (64, side, side)
+        self.output_shape: tuple[int, int, int] = (c3, side, side)
         self.channels_last = False  # feed the first conv channels-last (set by SGIModel)
 
     def forward(self, x: torch.Tensor, prepared: bool = False) -> torch.Tensor:
@@ -411,18 +418,27 @@ class ResNetEncoder(nn.Module):
 ENCODERS = ("nature", "resnet", "resnet_l")
 
 
-def make_encoder(name: str, in_channels: int = 4, image_size: int = 84) -> nn.Module:
+def make_encoder(
+    name: str, in_channels: int = 4, image_size: int = 84, width_scale: float = 1.0
+) -> nn.Module:
     """Build an encoder by name; its ``output_shape`` attribute is (C, 7, 7).
 
     Args:
         name: ``"nature"`` (64x7x7), ``"resnet"`` (64x7x7) or ``"resnet_l"`` (96x7x7).
         in_channels: stacked frames.
         image_size: input height = width.
+        width_scale: channel multiplier (``int(c * width_scale)``, the reference's
+            ``cnn_scale_factor``); 1 for the paper's networks. The reference fixtures use
+            narrower networks (tests/fixtures/reference).
     """
+
+    def widths(*channels: int) -> tuple[int, ...]:
+        return tuple(int(c * width_scale) for c in channels)
+
     if name == "nature":
-        return NatureCNN(in_channels, image_size)
+        return NatureCNN(in_channels, image_size, widths(32, 64, 64))
     if name == "resnet":
-        return ResNetEncoder(in_channels, (32, 64, 64), (3, 2, 2), 3, 2, image_size)
+        return ResNetEncoder(in_channels, widths(32, 64, 64), (3, 2, 2), 3, 2, image_size)
     if name == "resnet_l":
-        return ResNetEncoder(in_channels, (48, 96, 96), (3, 2, 2), 5, 4, image_size)
+        return ResNetEncoder(in_channels, widths(48, 96, 96), (3, 2, 2), 5, 4, image_size)
     raise ValueError(f"unknown encoder {name!r}; choose one of {', '.join(ENCODERS)}")

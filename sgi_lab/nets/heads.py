@@ -6,7 +6,7 @@ Shapes: latents z are (B, C, 7, 7) and enter the heads flattened to (B, D), D = 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -152,6 +152,20 @@ class DistributionalDuelingHead(nn.Module):
         return dueling_combine(value, advantage, action_mask)
 
 
+FiLMStyle = Literal["text", "reference"]
+"""How goals condition the Q head (docs/paper_vs_code.md): ``"text"``, a layer norm after the
+head's hidden layer whose affine parameters FiLM gives, gamma = 1 + output; ``"reference"``, the
+authors' code (``ln_for_rl_head: false``): no layer norm, gamma the raw output, and the value
+stream conditioned on the already conditioned *advantage* features (their
+``value_hidden = advantage_hidden * value_scales + value_biases``)."""
+
+
+def _film_gamma_offset(style: str) -> float:
+    if style not in ("text", "reference"):
+        raise ValueError(f"FiLM style must be 'text' or 'reference', got {style!r}")
+    return 1.0 if style == "text" else 0.0
+
+
 class FiLMGenerator(nn.Module):
     """Goal -> per-channel FiLM parameters for both streams of the Q head.
 
@@ -165,6 +179,8 @@ class FiLMGenerator(nn.Module):
         latent_shape: (C, H, W) of goals.
         hidden_size: Q-head hidden units per stream.
         channels: conv channels (default 2C).
+        style: ``"text"``: gamma = 1 + the linear's output; ``"reference"``: gamma is the raw
+            output, as the authors' ``GoalConditionedDuelingHead`` (see `GoalHeadOutputs`).
     """
 
     def __init__(
@@ -172,12 +188,14 @@ class FiLMGenerator(nn.Module):
         latent_shape: tuple[int, int, int],
         hidden_size: int = 512,
         channels: int | None = None,
+        style: FiLMStyle = "text",
     ) -> None:
         super().__init__()
         c, h, w = latent_shape
         channels = channels or 2 * c
         self.latent_shape = latent_shape
         self.hidden_size = hidden_size
+        self.gamma_offset = _film_gamma_offset(style)
         self.layers = nn.Sequential(
             nn.Conv2d(c, channels, 3, padding=1),
             nn.ReLU(inplace=True),
@@ -191,7 +209,7 @@ class FiLMGenerator(nn.Module):
         """(B, D) goals -> gamma_adv, beta_adv, gamma_val, beta_val, each (B, hidden)."""
         out = self.layers(goal.reshape(-1, *self.latent_shape))
         d_gamma_a, beta_a, d_gamma_v, beta_v = out.chunk(4, dim=-1)
-        return 1.0 + d_gamma_a, beta_a, 1.0 + d_gamma_v, beta_v
+        return self.gamma_offset + d_gamma_a, beta_a, self.gamma_offset + d_gamma_v, beta_v
 
 
 class GoalHeadOutputs(nn.Module):
@@ -203,6 +221,7 @@ class GoalHeadOutputs(nn.Module):
         num_atoms: Z.
         std_init: noisy-net sigma_0.
         noise_enabled: initial noise switch.
+        style: `FiLMStyle`.
     """
 
     def __init__(
@@ -212,8 +231,11 @@ class GoalHeadOutputs(nn.Module):
         num_atoms: int = 51,
         std_init: float = 0.5,
         noise_enabled: bool = True,
+        style: FiLMStyle = "text",
     ) -> None:
         super().__init__()
+        _film_gamma_offset(style)
+        self.style = style
         self.num_actions = num_actions
         self.num_atoms = num_atoms
         self.advantage_out = NoisyLinear(
@@ -231,8 +253,12 @@ class GoalHeadOutputs(nn.Module):
         """Hidden features (B, hidden) x2 and FiLM params -> (B, A, Z) atom logits
         (``action_mask``: `dueling_combine`)."""
         gamma_a, beta_a, gamma_v, beta_v = film
-        adv_h = film_layer_norm(adv_h, gamma_a, beta_a)
-        val_h = film_layer_norm(val_h, gamma_v, beta_v)
+        if self.style == "reference":
+            adv_h = torch.addcmul(beta_a, gamma_a, adv_h)
+            val_h = torch.addcmul(beta_v, gamma_v, adv_h)  # sic: the advantage features
+        else:
+            adv_h = film_layer_norm(adv_h, gamma_a, beta_a)
+            val_h = film_layer_norm(val_h, gamma_v, beta_v)
         advantage = self.advantage_out(adv_h).view(-1, self.num_actions, self.num_atoms)
         value = self.value_out(val_h).view(-1, 1, self.num_atoms)
         return dueling_combine(value, advantage, action_mask)

@@ -38,6 +38,7 @@ from sgi_lab.nets.heads import (
     ATCContrast,
     DistributionalDuelingHead,
     FiLMGenerator,
+    FiLMStyle,
     GoalHeadOutputs,
     InverseModel,
 )
@@ -87,6 +88,10 @@ class SGIModel(nn.Module):
         goal_head: build the FiLM generator and goal-conditioned Q outputs (goal RL).
         inverse_model: build the inverse-dynamics model.
         atc_head: build ATC's contrast head.
+        goal_film: how goals condition the Q head, ``"text"`` or ``"reference"``
+            (`sgi_lab.nets.heads.FiLMStyle`).
+        width_scale: encoder channel multiplier (1 for the paper's networks; see
+            `sgi_lab.nets.encoders.make_encoder`).
         channels_last: store conv weights and feed inputs channels-last (faster convs on
             recent CPUs and GPUs; results are the same).
     """
@@ -108,6 +113,8 @@ class SGIModel(nn.Module):
         goal_head: bool = False,
         inverse_model: bool = False,
         atc_head: bool = False,
+        goal_film: FiLMStyle = "text",
+        width_scale: float = 1.0,
         channels_last: bool = False,
     ) -> None:
         super().__init__()
@@ -126,13 +133,15 @@ class SGIModel(nn.Module):
             "goal_head": goal_head,
             "inverse_model": inverse_model,
             "atc_head": atc_head,
+            "goal_film": goal_film,
+            "width_scale": width_scale,
         }
         """The constructor's arguments (channels_last aside): ``SGIModel(**m.init_args)`` builds
         the same architecture."""
         self.encoder_name = encoder
         self.num_actions = num_actions
         self.num_atoms = num_atoms
-        self.encoder = make_encoder(encoder, in_channels, image_size)
+        self.encoder = make_encoder(encoder, in_channels, image_size, width_scale)
         self.latent_shape: tuple[int, int, int] = tuple(self.encoder.output_shape)
         self.latent_size = math.prod(self.latent_shape)
         self.transition = TransitionModel(self.latent_shape[0], num_actions)
@@ -148,9 +157,14 @@ class SGIModel(nn.Module):
         self.projection_size = self.head.projection_size
         self.predictor = nn.Linear(self.projection_size, self.projection_size)
         if goal_head:
-            self.film = FiLMGenerator(self.latent_shape, hidden_size)
+            self.film = FiLMGenerator(self.latent_shape, hidden_size, style=goal_film)
             self.goal_head = GoalHeadOutputs(
-                hidden_size, num_actions, num_atoms, std_init=noise_std, noise_enabled=noisy
+                hidden_size,
+                num_actions,
+                num_atoms,
+                std_init=noise_std,
+                noise_enabled=noisy,
+                style=goal_film,
             )
         if inverse_model:
             self.inverse = InverseModel(self.projection_size, num_actions)
@@ -161,6 +175,11 @@ class SGIModel(nn.Module):
         self.encoder.channels_last = channels_last
         if channels_last:
             self.to(memory_format=torch.channels_last)
+
+    @property
+    def encoder_has_batch_norm(self) -> bool:
+        """Whether the encoder normalizes with batch statistics in training (the ResNets)."""
+        return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in self.encoder.modules())
 
     # -- latents --------------------------------------------------------------------------------
     def encode(self, obs: torch.Tensor, prepared: bool = False) -> torch.Tensor:

@@ -173,6 +173,7 @@ def goal_n_step_returns(
     gamma: float = 0.99,
     reward_scale: float = 10.0,
     distance_scale: float = 1.0,
+    discount_rewards_once_more: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Synthetic n-step returns from consecutive target latents.
 
@@ -187,6 +188,9 @@ def goal_n_step_returns(
         gamma: discount.
         reward_scale: see :func:`goal_reward`.
         distance_scale: see :func:`goal_similarity`.
+        discount_rewards_once_more: the reference's ``calculate_returns``: reward j is
+            discounted by gamma^(j+1), not gamma^j (the return is gamma times the textbook one;
+            the bootstrap discount is unchanged). docs/paper_vs_code.md.
 
     Returns:
         returns (B,), bootstrap discounts (B,), per-step rewards (B, n) (for logging).
@@ -197,6 +201,8 @@ def goal_n_step_returns(
         next_valid = valid[:, 1:].to(rewards.dtype)
         rewards = rewards * next_valid
         returns, discounts = n_step_return(rewards, next_valid, gamma)
+        if discount_rewards_once_more:
+            returns = gamma * returns
     return returns, discounts, rewards
 
 
@@ -212,6 +218,7 @@ def goal_rl_loss(
     reward_scale: float = 10.0,
     distance_scale: float = 1.0,
     selection_probs: torch.Tensor | None = None,
+    discount_rewards_once_more: bool = False,
 ) -> torch.Tensor:
     """C51 n-step loss of the goal-conditioned Q head on synthetic rewards.
 
@@ -229,14 +236,21 @@ def goal_rl_loss(
         gamma: discount.
         reward_scale: see :func:`goal_reward`.
         distance_scale: see :func:`goal_similarity`.
-        selection_probs: (B, A, Z) online probabilities at s_{t+n} for double Q; None selects
-            with the target (the reference's setting for goal RL).
+        selection_probs: (B, A, Z) online probabilities at s_{t+n} for double Q (the
+            reference's setting: rlpyt's ``double_dqn``); None selects with the target.
+        discount_rewards_once_more: see :func:`goal_n_step_returns`.
 
     Returns:
         (B,) per-sample cross-entropy losses.
     """
     returns, discounts, _ = goal_n_step_returns(
-        target_latents, goals, valid, gamma, reward_scale, distance_scale
+        target_latents,
+        goals,
+        valid,
+        gamma,
+        reward_scale,
+        distance_scale,
+        discount_rewards_once_more,
     )
     with torch.no_grad():
         target = c51_target(target_next_probs.float(), returns, discounts, support, selection_probs)

@@ -76,6 +76,7 @@ def model_args(config: PretrainConfig, num_actions: int) -> dict[str, Any]:
         "goal_head": config.goal_weight > 0,
         "inverse_model": config.inverse_weight > 0,
         "atc_head": config.atc_weight > 0,
+        "goal_film": config.goal_film,
     }
 
 
@@ -113,11 +114,17 @@ def check_objectives(config: PretrainConfig) -> None:
         )
 
 
-def build_state(config: PretrainConfig, num_actions: int, device: torch.device) -> PretrainState:
+def build_state(
+    config: PretrainConfig, num_actions: int, device: torch.device, **sizes: Any
+) -> PretrainState:
+    """Model, EMA target, Adam and generator of a new run; ``sizes`` override SGIModel's
+    size arguments (``image_size``, ``hidden_size``, ``width_scale``: the narrow networks of
+    the reference fixtures)."""
     prepare_device(device)  # CPU: freed heap is reused instead of page-faulted back
     torch.manual_seed(config.seed)
     channels_last = config.channels_last
-    model = SGIModel(**model_args(config, num_actions), channels_last=channels_last).to(device)
+    args = {**model_args(config, num_actions), **sizes}
+    model = SGIModel(**args, channels_last=channels_last).to(device)
     target = make_target(model)
     # One fused kernel over all parameters instead of a loop of ~10 ops per tensor: 2.5x faster
     # on a 2-core CPU (22 ms vs 55 ms for the ResNet model's 22M parameters); same update.
@@ -265,7 +272,11 @@ def sgi_losses(
                 config.goal_swap_prob,
                 noise_scale="unit" if config.goal_noise == "reference" else "latent_norm",
             )
-            target_next = F.softmax(target.goal_q_logits(z_target[:, n], goals), dim=-1)
+            # The bootstrap state's latent, encoded on its own: with batch norm its statistics
+            # are those of the B bootstrap states, as in the reference (whose target network
+            # encodes them in a pass of their own), not those of the whole sequence batch.
+            z_next = target.encode(obs[:, n]) if model.encoder_has_batch_norm else z_target[:, n]
+            target_next = F.softmax(target.goal_q_logits(z_next, goals), dim=-1)
             target_latents = z_target[:, : n + 1].flatten(2)
             _, _, rewards = goal_n_step_returns(
                 target_latents,
@@ -275,6 +286,10 @@ def sgi_losses(
                 config.goal_reward_scale,
                 config.goal_distance_scale,
             )
+        selection = None
+        if config.goal_double_q:  # the online network picks the bootstrap action
+            with torch.no_grad():
+                selection = F.softmax(model.goal_q_logits(model.encode(obs[:, n]), goals), -1)
         logits = model.goal_q_logits(z0, goals)
         loss = goal_rl_loss(
             logits,
@@ -287,6 +302,8 @@ def sgi_losses(
             config.gamma,
             config.goal_reward_scale,
             config.goal_distance_scale,
+            selection_probs=selection,
+            discount_rewards_once_more=config.goal_returns == "reference",
         ).mean()
         total = total + config.goal_weight * loss
         logs["losses/goal"] = loss

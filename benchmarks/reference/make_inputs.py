@@ -1,0 +1,205 @@
+"""Step 1 of the reference fixtures: the inputs, made by sgi-lab (the project's venv).
+
+For each case, an sgi-lab model with perturbed weights (and a target network that differs from
+it), a batch of frames, and every random draw of one update, written to
+``tests/fixtures/reference/<case>.inputs.npz``. Step 2 (``run_reference.py``, in the reference's
+venv) copies these weights into the authors' model, feeds it the same batch and draws, and
+writes what it computes to ``<case>.reference.npz``. ``tests/test_reference.py`` runs sgi-lab on
+the inputs and compares.
+
+Run from the repository root: ``.venv/bin/python benchmarks/reference/make_inputs.py``
+(``benchmarks/reference/README.md`` gives the whole procedure).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from sgi_lab.augment import jitter_factor, shift
+from sgi_lab.nets import SGIModel
+from sgi_lab.nets.encoders import PIXEL_SCALE
+
+OUT = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "reference"
+
+# Networks narrower than the paper's so that weights, gradients and updated parameters of every
+# tensor fit in a few MB: the encoders' channels x 1/4 (the reference's cnn_scale_factor),
+# 32 hidden units per Q-head stream instead of 512, and frames small enough for a 3x3 latent.
+# Every layer and every code path is the paper's; only sizes differ.
+COMMON = {"width_scale": 0.25, "hidden_size": 32, "num_actions": 6}
+CASES = {
+    "pretrain_nature": {"encoder": "nature", "image_size": 52, "stage": "pretrain"},
+    "pretrain_resnet": {"encoder": "resnet", "image_size": 36, "stage": "pretrain"},
+    "finetune_nature": {"encoder": "nature", "image_size": 52, "stage": "finetune"},
+}
+BATCH = 4
+K = 5  # SPR steps
+N_STEP = 10  # finetuning's n-step return
+GOAL_WINDOW = 50
+
+
+def model_args(case: dict) -> dict:
+    stage = case["stage"]
+    return {
+        "encoder": case["encoder"],
+        "image_size": case["image_size"],
+        "noisy": stage == "finetune",
+        "rl_head": stage == "finetune",
+        "goal_head": stage == "pretrain",
+        "inverse_model": stage == "pretrain",
+        "goal_film": "reference",
+        **COMMON,
+    }
+
+
+def perturbed_state(model: SGIModel, gen: torch.Generator) -> dict[str, np.ndarray]:
+    """The model's state with every float tensor moved off its initialisation: batch-norm
+    scales and shifts random (a zero-initialised residual scale would hide its branch's
+    gradients), running statistics random, everything else jittered by 10% of its spread."""
+    out = {}
+    for name, t in model.state_dict().items():
+        t = t.clone()
+        if t.is_floating_point():
+            noise = torch.randn(t.shape, generator=gen)
+            if name.endswith("_bn.weight") or name.endswith("first_bn.weight"):
+                t = 0.5 + torch.rand(t.shape, generator=gen)
+            elif name.endswith("_bn.bias") or name.endswith("first_bn.bias"):
+                t = 0.1 * noise
+            elif name.endswith("running_mean"):
+                t = 0.1 * noise
+            elif name.endswith("running_var"):
+                t = 0.5 + torch.rand(t.shape, generator=gen)
+            else:
+                spread = t.std().item() if t.numel() > 1 and t.std().item() > 0 else 0.05
+                t = t + 0.1 * spread * noise
+        out[name] = t.numpy()
+    return out
+
+
+def target_state(online: dict[str, np.ndarray], gen: torch.Generator) -> dict[str, np.ndarray]:
+    """A target network near the online one (as after some EMA steps), not equal to it."""
+    out = {}
+    for name, v in online.items():
+        t = torch.from_numpy(v.copy())
+        if t.is_floating_point() and "running_var" not in name:
+            spread = t.std().item() if t.numel() > 1 and t.std().item() > 0 else 0.05
+            t = t + 0.05 * spread * torch.randn(t.shape, generator=gen)
+        out[name] = t.numpy()
+    return out
+
+
+def augmented(frames: torch.Tensor, corners: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """sgi-lab's augmentation with given draws: float pixels in [0, ~280]."""
+    lead = frames.shape[:-3]
+    flat = shift(frames.reshape(-1, *frames.shape[-3:]), corners.reshape(-1, 2))
+    out = flat.float() * jitter_factor(noise.reshape(-1)).view(-1, 1, 1, 1)
+    return out.view(*lead, *out.shape[1:])
+
+
+def make_case(name: str, case: dict, seed: int) -> dict[str, np.ndarray]:
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    args = model_args(case)
+    model = SGIModel(**args)
+    online = perturbed_state(model, gen)
+    target = target_state(online, gen)
+    size, B, A = case["image_size"], BATCH, COMMON["num_actions"]
+    steps = K + 1
+    x: dict[str, np.ndarray] = {}
+    frames = torch.randint(0, 256, (B, steps, 4, size, size), generator=gen, dtype=torch.uint8)
+    corners = torch.randint(0, 9, (B, steps, 2), generator=gen)
+    jitter = torch.randn(B, steps, generator=gen)
+    x["frames"], x["corners"], x["jitter"] = frames.numpy(), corners.numpy(), jitter.numpy()
+    x["actions"] = torch.randint(0, A, (B, steps), generator=gen).numpy()
+    pixels = [augmented(frames, corners, jitter)]
+    if case["stage"] == "pretrain":
+        # Goals: a future frame per row (offsets the reference can draw: 2..49, past the K+1
+        # frames above), noise and swaps (rows 0 and 2 swap).
+        goal_frames = torch.randint(0, 256, (B, 4, size, size), generator=gen, dtype=torch.uint8)
+        goal_corners = torch.randint(0, 9, (B, 2), generator=gen)
+        goal_jitter = torch.randn(B, generator=gen)
+        x["goal_frames"], x["goal_corners"], x["goal_jitter"] = (
+            goal_frames.numpy(),
+            goal_corners.numpy(),
+            goal_jitter.numpy(),
+        )
+        x["goal_offsets"] = torch.randint(K + 2, GOAL_WINDOW, (B,), generator=gen).numpy()
+        latent = SGIModel(**args).latent_size
+        x["goal_noise"] = torch.randn(B, latent, generator=gen).numpy()
+        x["goal_alpha"] = torch.rand(B, 1, generator=gen).numpy()
+        x["goal_swap"] = np.array([0.05, 0.7, 0.15, 0.9], np.float32)[:B]
+        x["goal_swap_offset"] = torch.randint(1, B, (B,), generator=gen).numpy()
+        pixels.append(augmented(goal_frames, goal_corners, goal_jitter))
+    else:
+        # Finetuning: the bootstrap frame n steps ahead, rewards and dones of the n-step
+        # return (row 1 ends its episode inside the horizon), PER weights, noisy-net noise.
+        boot = torch.randint(0, 256, (B, 4, size, size), generator=gen, dtype=torch.uint8)
+        boot_corners = torch.randint(0, 9, (B, 2), generator=gen)
+        boot_jitter = torch.randn(B, generator=gen)
+        x["boot_frames"], x["boot_corners"], x["boot_jitter"] = (
+            boot.numpy(),
+            boot_corners.numpy(),
+            boot_jitter.numpy(),
+        )
+        rewards = torch.randint(-1, 2, (B, N_STEP), generator=gen).float()
+        dones = torch.zeros(B, N_STEP)
+        dones[1, 6] = 1.0
+        x["rewards"], x["dones"] = rewards.numpy(), dones.numpy()
+        x["is_weights"] = (0.3 + 0.7 * torch.rand(B, generator=gen)).numpy()
+        pixels.append(augmented(boot, boot_corners, boot_jitter))
+        model_noisy = SGIModel(**args)
+        for which in ("online", "target"):
+            for layer_name, layer in model_noisy.named_modules():
+                if hasattr(layer, "eps_in"):
+                    for part, n in (("eps_in", layer.in_features), ("eps_out", layer.out_features)):
+                        g = torch.randn(n, generator=gen)
+                        x[f"noise_{which}/{layer_name}.{part}"] = (
+                            g.sign() * g.abs().sqrt()
+                        ).numpy()
+    # The encoders' input exactly as sgi-lab makes it (x * (1/255) in float32), for the
+    # reference, which expects pixels already scaled.
+    x["pixels"] = (pixels[0].clone().mul_(PIXEL_SCALE)).numpy()
+    if len(pixels) > 1:
+        x["pixels_extra"] = (pixels[1].clone().mul_(PIXEL_SCALE)).numpy()
+    for k, v in online.items():
+        x[f"online/{k}"] = v
+    for k, v in target.items():
+        x[f"target/{k}"] = v
+    return x
+
+
+def main() -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    names = sys.argv[1:] or list(CASES)
+    settings = {}
+    for i, name in enumerate(CASES):
+        if name not in names:
+            continue
+        case = CASES[name]
+        arrays = make_case(name, case, seed=1000 + i)
+        # pixels are derived (the test recomputes them from frames and draws); keep them out
+        # of the committed inputs, hand them to step 2 in a scratch file.
+        scratch = {k: arrays.pop(k) for k in ("pixels", "pixels_extra") if k in arrays}
+        np.savez(OUT / f"{name}.inputs.npz", **arrays)
+        np.savez(OUT / f"{name}.pixels.scratch.npz", **scratch)
+        settings[name] = {
+            "stage": case["stage"],
+            "model_args": model_args(case),
+            "batch_size": BATCH,
+            "spr_steps": K,
+            "n_step": N_STEP,
+            "goal_window": GOAL_WINDOW,
+        }
+        print(f"{name}: {sum(v.nbytes for v in arrays.values()) / 1e6:.2f} MB of inputs")
+    path = OUT / "cases.json"
+    old = json.loads(path.read_text()) if path.exists() else {}
+    old.update(settings)
+    path.write_text(json.dumps(old, indent=2, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,691 @@
+"""Step 2 of the reference fixtures: the authors' code on sgi-lab's inputs (the reference venv).
+
+Builds the reference's agent, model and algorithm (``mila-iqia/SGI``'s ``SPRAgent``,
+``SPRCatDqnModel``, ``SPRCategoricalDQN`` over ``astooke/rlpyt``) with the settings its scripts
+use, copies the weights of ``<case>.inputs.npz`` into it through the name mapping below (every
+reference tensor is either mapped or listed in ``UNMAPPED`` with the reason), feeds it the same
+batch, replaces each of its random draws by the pre-drawn tensor of the inputs, runs ONE
+``algo.optimize_agent`` and writes every loss term, the gradient of every mapped parameter (after
+clipping, before the step), the parameters after the Adam step and the target networks after
+their updates to ``<case>.reference.npz``, in sgi-lab's names.
+
+Nothing of the authors' code is copied: it is imported from a checkout (``--sgi``, ``--rlpyt``)
+and only its random draws are substituted, through the small context managers below.
+
+Run from the repository root with the reference's venv (see README.md):
+``/work/ref/venv/bin/python benchmarks/reference/run_reference.py --sgi /work/ref/SGI
+--rlpyt /work/ref/rlpyt``
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+FIXTURES = HERE.parents[1] / "tests" / "fixtures" / "reference"
+
+# The updated parameters are compared at a fixed sample of entries per tensor (every entry of
+# small tensors): with the full gradient of every tensor already in the fixture, the sample
+# pins each parameter group's learning rate, Adam's epsilon and the clipping, in a few kB.
+SAMPLE = 64
+
+
+def parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sgi", type=Path, required=True, help="checkout of mila-iqia/SGI")
+    p.add_argument("--rlpyt", type=Path, required=True, help="checkout of astooke/rlpyt")
+    p.add_argument("cases", nargs="*", help="cases to run (default: all in cases.json)")
+    return p.parse_args()
+
+
+def commit(path: Path) -> str:
+    out = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True)
+    return out.stdout.decode().strip() or "unknown"
+
+
+# -- the draws ---------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def fed(module, queues: dict[str, list]) -> Iterator[None]:
+    """Replace ``module.<fn>`` for each fn in ``queues`` by a function that returns the next
+    pre-drawn tensor of its queue, checking that the shape asked for is the shape fed. Every
+    queue must be used up: a draw the reference makes and we did not feed, or one we fed and it
+    did not make, is an error."""
+    import torch
+
+    originals = {name: getattr(module, name) for name in queues}
+    pending = {name: list(q) for name, q in queues.items()}
+
+    def make(name):
+        def draw(*args, **kwargs):
+            if not pending[name]:
+                raise AssertionError(f"the reference drew {name}{args} more often than fed")
+            value = pending[name].pop(0)
+            if name.endswith("_like"):
+                shape = tuple(args[0].shape)
+            else:
+                size = kwargs.get("size", args[-1] if name == "randint" else args[0])
+                shape = tuple(size) if isinstance(size, (tuple, list, torch.Size)) else (size,)
+            if tuple(value.shape) != shape:
+                raise AssertionError(f"{name}: reference asked for {shape}, fed {value.shape}")
+            return value.clone()
+
+        return draw
+
+    for name in queues:
+        setattr(module, name, make(name))
+    try:
+        yield
+    finally:
+        for name, fn in originals.items():
+            setattr(module, name, fn)
+    left = {k: len(v) for k, v in pending.items() if v}
+    if left:
+        raise AssertionError(f"draws fed but not used: {left}")
+
+
+# -- names -------------------------------------------------------------------------------------
+
+
+def film_rows(h: int):
+    """sgi-lab's FiLM linear stacks (gamma_a, beta_a, gamma_v, beta_v); the reference's output
+    is viewed as (head: advantage, value) x (bias, scale): (beta_a, gamma_a, beta_v, gamma_v)."""
+    import torch
+
+    return torch.cat(
+        [
+            torch.arange(h, 2 * h),
+            torch.arange(0, h),
+            torch.arange(3 * h, 4 * h),
+            torch.arange(2 * h, 3 * h),
+        ]
+    )
+
+
+def reference_names(name: str, encoder: str, stage: str) -> list[str]:
+    """The reference tensors an sgi-lab state-dict entry of the ONLINE network maps to."""
+    parts = name.split(".")
+    if name.startswith("encoder."):
+        if encoder == "nature":  # Conv2dModel: conv, Identity (no norm), ReLU per layer
+            index = {"0": "0", "2": "3", "4": "6"}[parts[2]]
+            return [f"conv.conv.{index}.{parts[3]}"]
+        # ResNet: encoder.layers.g.b.<part>.<tensor> -> conv.layers.g.b.conv.<i>.<tensor>
+        g, b, part, tensor = parts[2], parts[3], parts[4], ".".join(parts[5:])
+        index = {
+            "expand": "0",
+            "expand_bn": "1",
+            "depthwise": "3",
+            "depthwise_bn": "4",
+            "project": "6",
+            "project_bn": "7",
+        }
+        if part == "shortcut":
+            return [f"conv.layers.{g}.{b}.downsample.{tensor}"]
+        return [f"conv.layers.{g}.{b}.conv.{index[part]}.{tensor}"]
+    if name.startswith("transition."):
+        part, tensor = parts[1], ".".join(parts[2:])
+        index = {"first": "initial_layer.0", "first_bn": "initial_layer.2", "final": "final_layer"}
+        return [f"dynamics_model.{index[part]}.{tensor}"]
+    if name.startswith("head."):
+        stream, tensor = parts[1], parts[2]
+        # The projection is the first layer of the goal head when pretraining with goal RL
+        # (QL1Head over goal_linears), of the RL head when finetuning.
+        prefix = "goal" if stage == "pretrain" else "rl"
+        index = {
+            "advantage_hidden": f"{prefix}_advantage.0",
+            "value_hidden": f"{prefix}_value.0",
+            "advantage_out": "rl_advantage.3",
+            "value_out": "rl_value.3",
+        }[stream]
+        out = [f"head.{index}.{tensor}"]
+        if stream.endswith("_hidden"):
+            out.append(f"projection.encoders.{0 if stream.startswith('advantage') else 1}.{tensor}")
+        return out
+    if name.startswith("predictor."):
+        return [f"predictor.0.{parts[1]}"]
+    if name.startswith("film."):
+        return [f"head.goal_conditioner.network.{parts[2]}.{parts[3]}"]
+    if name.startswith("goal_head."):
+        index = {"advantage_out": "goal_advantage.3", "value_out": "goal_value.3"}[parts[1]]
+        return [f"head.{index}.{parts[2]}"]
+    if name.startswith("inverse."):
+        return [f"inverse_model.network.{parts[2]}.{parts[3]}"]
+    raise KeyError(f"no reference name for {name}")
+
+
+def target_names(name: str, encoder: str, stage: str) -> list[str]:
+    """Where an sgi-lab TARGET-network entry goes: the reference's SPR target (target_encoder,
+    target_projection) inside the model, and the agent's target model (the goal-RL / Q target)."""
+    out = []
+    for ref in reference_names(name, encoder, stage):
+        if ref.startswith("conv."):
+            out += [f"model:target_encoder.{ref[len('conv.') :]}", f"target_model:{ref}"]
+        elif ref.startswith("projection."):  # the target model's own copy shares the head's
+            out += [f"model:target_{ref}", f"target_model:{ref}"]
+        else:
+            out.append(f"target_model:{ref}")
+    return out
+
+
+# Reference tensors with no sgi-lab counterpart, what they are set to and why.
+UNMAPPED = {
+    "head.advantage_bias": "zeros (its init): a per-atom bias added to every action's advantage "
+    "cancels in the dueling head's advantage - mean(advantage); its gradient is 0",
+    "head.rl_advantage_bias": "zeros (its init): cancels in the dueling mean as above",
+    "conv.*.conv.{0,3,6}.bias": "zeros: ResNet convs feeding a batch norm (sgi-lab has no bias "
+    "there; with batch statistics a bias cancels exactly and gets a zero gradient)",
+    "*_epsilon": "noise samples: set from the inputs' noise draws (finetuning) or unused "
+    "(pretraining: sigma = 0)",
+    "head.rl_*": "pretraining: the unconditioned RL head, never used with rl_weight 0 "
+    "(copied from the goal head's first layers, outputs from the goal head's; zero gradient)",
+    "head.goal_*, head.goal_conditioner.*": "finetuning: the goal head, unused with goal_weight 0",
+    "*_sigma (pretraining)": "0: the reference pretrains with noisy_nets_std=0, sgi-lab with noise "
+    "switched off; both are noise-free, and finetuning resets every sigma",
+}
+
+
+# -- building the reference --------------------------------------------------------------------
+
+
+def reference_settings(case: dict) -> tuple[dict, dict]:
+    """model_kwargs and algo kwargs as scripts/config.yaml, rlpyt's configs['ernbw'] and the
+    shell scripts sgim_pretrain.sh / sgim_finetune.sh set them (later ones override earlier),
+    with the fixture's sizes."""
+    args, stage = case["model_args"], case["stage"]
+    pretrain = stage == "pretrain"
+    model = dict(
+        n_atoms=51,
+        dueling=1,
+        jumps=case["spr_steps"],
+        spr=1,
+        # augmentation is fed: the inputs hold sgi-lab's augmented pixels (see README)
+        augmentation=["none"],
+        target_augmentation=["none"],
+        eval_augmentation=["none"],
+        dynamics_blocks=0,
+        norm_type="bn",
+        noisy_nets=1,
+        aug_prob=1,
+        projection="q_l1",
+        imagesize=args["image_size"],
+        dqn_hidden_size=args["hidden_size"],
+        momentum_tau=0.01,
+        renormalize="max",
+        q_l1_type=["value", "advantage"],
+        dropout=0,
+        predictor="linear",
+        rl=0 if pretrain else 1,
+        bc=0,
+        bc_from_values=True,
+        goal_rl=1 if pretrain else 0,
+        goal_n_step=1,
+        noisy_nets_std=0.0 if pretrain else 0.5,
+        residual_tm=0,
+        inverse_model=1 if pretrain else 0,
+        encoder="resnet" if args["encoder"] == "resnet" else "nature",
+        goal_conditioning_type=["goal_only", "film"],
+        resblock="inverted",
+        expand_ratio=2,
+        freeze_encoder=False,
+        share_l1=False,
+        cnn_scale_factor=args["width_scale"],
+        blocks_per_group=3,
+        ln_for_rl_head=False,
+        conv_goal=True,
+        goal_all_to_all=False,
+        load_head_to=1,
+        load_compat_mode=True,
+    )
+    algo = dict(
+        discount=0.99,
+        batch_size=case["batch_size"],
+        learning_rate=1e-4,
+        optim_kwargs={"eps": 0.00015},
+        jumps=case["spr_steps"],
+        goal_n_step=1,
+        goal_window=case["goal_window"],
+        goal_permute_prob=0.2,
+        goal_noise_weight=0.5,
+        goal_reward_scale=10.0,
+        goal_dist="exp",
+        goal_all_to_all=False,
+        conv_goal=True,
+        double_dqn=True,  # rlpyt configs['ernbw']
+        prioritized_replay=1,
+        pri_alpha=0.5,
+        pri_beta_steps=100000,
+        target_update_interval=1,
+        bc_weight=0,
+        V_min=-10,
+        V_max=10,
+    )
+    if pretrain:  # sgim_pretrain.sh and config.yaml's offline section
+        algo.update(
+            rl_weight=0,
+            spr_weight=1,
+            goal_weight=1,
+            inverse_model_weight=1,
+            target_update_tau=0.01,
+            clip_grad_norm=10,
+            clip_model_grad_norm=10,
+            n_step_return=case["n_step"],
+            min_steps_learn=0,
+            offline=True,
+        )
+    else:  # config.yaml + sgim_finetune.sh
+        algo.update(
+            rl_weight=1,
+            spr_weight=5,
+            goal_weight=0,
+            inverse_model_weight=0,
+            target_update_tau=1,
+            n_step_return=case["n_step"],
+            min_steps_learn=0,
+            encoder_lr=1e-6,
+            q_l1_lr=3e-5,
+            clip_grad_norm=-1,
+            clip_model_grad_norm=-1,
+            offline=False,
+        )
+    return model, algo
+
+
+class StubReplay:
+    """The replay interface ``optimize_agent`` calls: one batch, and what it is told."""
+
+    def __init__(self, samples):
+        self.samples = samples
+        self.priorities = None
+        self.beta = None
+
+    def sample_batch(self, batch_size):
+        return self.samples
+
+    def update_batch_priorities(self, priorities):
+        self.priorities = priorities.detach().clone()
+
+    def set_beta(self, beta):
+        self.beta = beta
+
+
+def run_case(name: str, case: dict) -> dict[str, np.ndarray]:
+    import src.algos as ref_algos
+    import src.networks as ref_networks
+    import torch
+    from rlpyt.spaces.int_box import IntBox
+    from rlpyt.utils.collections import namedarraytuple
+    from src.agent import SPRAgent
+    from src.algos import SPRCategoricalDQN
+    from src.models import SPRCatDqnModel
+
+    torch.set_num_threads(1)
+    x = dict(np.load(FIXTURES / f"{name}.inputs.npz", allow_pickle=False))
+    px = dict(np.load(FIXTURES / f"{name}.pixels.scratch.npz", allow_pickle=False))
+    args, stage = case["model_args"], case["stage"]
+    pretrain = stage == "pretrain"
+    B, K, A, size = case["batch_size"], case["spr_steps"], args["num_actions"], args["image_size"]
+    model_kw, algo_kw = reference_settings(case)
+
+    EnvSpaces = namedarraytuple("EnvSpaces", ["observation", "action"])
+    spaces = EnvSpaces(
+        observation=IntBox(0, 256, shape=(4, 1, size, size), dtype="uint8"), action=IntBox(0, A)
+    )
+    agent = SPRAgent(ModelCls=SPRCatDqnModel, model_kwargs=model_kw, eps_eval=0.001)
+    agent.initialize(spaces)
+    algo = SPRCategoricalDQN(**algo_kw)
+    algo.agent = agent
+    algo.sampler_bs = 1
+    algo.updates_per_optimize = 1
+    algo.min_itr_learn = 0
+    agent.give_V_min_max(-10, 10)
+    model, target_model = agent.model, agent.target_model
+
+    # -- weights: sgi-lab's, through the mapping ----------------------------------------------
+    online = {
+        k[len("online/") :]: torch.from_numpy(v) for k, v in x.items() if k.startswith("online/")
+    }
+    target = {
+        k[len("target/") :]: torch.from_numpy(v) for k, v in x.items() if k.startswith("target/")
+    }
+    msd, tsd = model.state_dict(), target_model.state_dict()
+    new_m = {k: v.clone() for k, v in msd.items()}
+    new_t = {k: v.clone() for k, v in tsd.items()}
+    mapped_m, mapped_t = set(), set()
+    H = args["hidden_size"]
+
+    def convert(sgi_name, value):
+        if sgi_name == "film.layers.5.weight" or sgi_name == "film.layers.5.bias":
+            return value[film_rows(H)]
+        return value
+
+    for sgi_name, value in online.items():
+        if pretrain and sgi_name.endswith("_sigma"):
+            continue  # see UNMAPPED
+        for ref in reference_names(sgi_name, args["encoder"], stage):
+            new_m[ref] = convert(sgi_name, value).clone()
+            mapped_m.add(ref)
+    for sgi_name, value in target.items():
+        if pretrain and sgi_name.endswith("_sigma"):
+            continue
+        for ref in target_names(sgi_name, args["encoder"], stage):
+            where, ref_name = ref.split(":")
+            dest, mapped = (new_m, mapped_m) if where == "model" else (new_t, mapped_t)
+            dest[ref_name] = convert(sgi_name, value).clone()
+            mapped.add(ref_name)
+    if pretrain:  # the unused RL head: as copy_base_params would make it (see UNMAPPED)
+        for src_name, dst_name in (("goal_advantage", "rl_advantage"), ("goal_value", "rl_value")):
+            for sd in (new_m, new_t):
+                for k in list(sd):
+                    if k.startswith(f"head.{src_name}."):
+                        sd[k.replace(src_name, dst_name)] = sd[k].clone()
+    else:  # finetuning: the target model is the online network (target_update_tau = 1)
+        for k in mapped_m:
+            if not k.startswith(("target_encoder.", "target_projection.")):
+                new_t[k] = new_m[k].clone()
+                mapped_t.add(k)
+    model.load_state_dict(new_m)
+    target_model.load_state_dict(new_t)
+
+    # Every reference tensor mapped or explained.
+    def explained(k: str) -> bool:
+        return (
+            k.endswith("epsilon")
+            or k in ("head.advantage_bias", "head.rl_advantage_bias")
+            or (
+                args["encoder"] == "resnet"
+                and k.startswith(("conv.", "target_encoder."))
+                and ".conv." in k
+                and k.endswith(".bias")
+                and k.split(".")[-2] in ("0", "3", "6")
+            )
+            or (pretrain and (k.startswith("head.rl_") or k.endswith("_sigma")))
+            or (not pretrain and k.startswith(("head.goal_", "head.goal_conditioner.")))
+        )
+
+    unexplained = sorted(k for k in msd if k not in mapped_m and not explained(k))
+    unexplained += sorted(
+        f"target_model:{k}"
+        for k in tsd
+        if k not in mapped_t
+        and not explained(k)
+        and not k.startswith(("target_encoder.", "target_projection."))
+    )
+    if unexplained:
+        raise SystemExit(f"{name}: reference tensors neither mapped nor explained: {unexplained}")
+    if args["encoder"] == "resnet":  # biases before batch norms: zero (see UNMAPPED)
+        with torch.no_grad():
+            for m in (model, target_model):
+                for k, p in m.named_parameters():
+                    if (
+                        ".conv." in k
+                        and k.endswith(".bias")
+                        and k.split(".")[-2] in ("0", "3", "6")
+                    ):
+                        p.zero_()
+        with torch.no_grad():
+            for k, p in model.target_encoder.named_parameters():
+                if ".conv." in k and k.endswith(".bias") and k.split(".")[-2] in ("0", "3", "6"):
+                    p.zero_()
+
+    before = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    target_before = {k: v.detach().clone() for k, v in target_model.state_dict().items()}
+
+    # -- the batch, in the reference's layout (T, B, ...), prev-action convention ------------
+    T = case["goal_window"] if pretrain else max(K + 1, case["n_step"] + 1)
+    pixels = torch.from_numpy(px["pixels"])  # (B, K+1, 4, H, W) in [0, ~1.1]
+    obs = torch.zeros(T, B, 4, 1, size, size)
+    obs[: K + 1] = pixels.transpose(0, 1).unsqueeze(3)
+    actions = torch.from_numpy(x["actions"]).long()  # sgi-lab: a_t at index t
+    all_action = torch.zeros(T, B, dtype=torch.long)
+    all_action[1 : K + 2] = actions.t()  # the reference: a_t at index t + 1 (prev action)
+    rewards = torch.zeros(T, B)
+    dones = torch.zeros(T, B, dtype=torch.bool)
+    goal_index = None
+    if pretrain:
+        extra = torch.from_numpy(px["pixels_extra"])  # (B, 4, H, W): the goal frames
+        offsets = torch.from_numpy(x["goal_offsets"]).long()
+        for b in range(B):
+            obs[offsets[b], b] = extra[b].unsqueeze(1)
+        goal_index = offsets - 1  # sample_goals draws within observations[1:goal_window]
+        return_ = torch.zeros(T, B)
+        done_n = torch.zeros(T, B, dtype=torch.bool)
+        is_weights = torch.ones(B)
+    else:
+        from rlpyt.algos.utils import discount_return_n_step
+
+        n = case["n_step"]
+        extra = torch.from_numpy(px["pixels_extra"])  # (B, 4, H, W): s_{t+n}
+        obs[n] = extra.unsqueeze(2)
+        r = torch.from_numpy(x["rewards"]).t()  # (n, B): reward of a_{t+j}
+        d = torch.from_numpy(x["dones"]).t()  # (n, B): a_{t+j} ended the episode
+        # rlpyt's own n-step return over the sequence (its replay computes return_ with it)
+        ret, dn = discount_return_n_step(r, d, n, algo.discount)
+        return_ = torch.zeros(T, B)
+        done_n = torch.zeros(T, B, dtype=torch.bool)
+        return_[0], done_n[0] = ret[0], dn[0].bool()
+        rewards[1 : n + 1] = r  # prev-reward convention (unused by the losses)
+        dones[:n] = d.bool()
+        is_weights = torch.from_numpy(x["is_weights"])
+    Samples = namedarraytuple(
+        "OfflineSamples",
+        [
+            "all_observation",
+            "all_action",
+            "all_reward",
+            "return_",
+            "done",
+            "done_n",
+            "init_rnn_state",
+            "is_weights",
+        ],
+    )
+    samples = Samples(
+        all_observation=obs,
+        all_action=all_action,
+        all_reward=rewards,
+        return_=return_,
+        done=dones,
+        done_n=done_n,
+        init_rnn_state=None,
+        is_weights=is_weights,
+    )
+
+    # -- capture what the update computes ------------------------------------------------------
+    captured: dict[str, torch.Tensor] = {}
+    orig_loss = algo.loss
+
+    def loss(samples_, offline=False):
+        out = orig_loss(samples_, offline)
+        names = ["rl", "rl_kl", "goal", "t0_spr", "spr", "diversity", "inverse", "bc", "goal_kl"]
+        for k, v in zip(names, out, strict=True):
+            captured[f"loss/{k}"] = v.detach().clone()
+        return out
+
+    algo.loss = loss
+    orig_sample_goals = algo.sample_goals
+
+    def sample_goals(observation):
+        goals = orig_sample_goals(observation)
+        captured["goals"] = goals.clone()
+        return goals
+
+    algo.sample_goals = sample_goals
+    orig_returns = ref_algos.calculate_returns
+
+    def calculate_returns(*a, **kw):
+        out = orig_returns(*a, **kw)
+        captured["goal_returns"] = out.clone()
+        return out
+
+    ref_algos.calculate_returns = calculate_returns
+    grads: dict[str, torch.Tensor] = {}
+    algo.optim_initialize()
+    orig_step = algo.optimizer.step
+
+    def step(*a, **kw):
+        for k, p in model.named_parameters():
+            if p.grad is not None:
+                grads[k] = p.grad.detach().clone()
+        return orig_step(*a, **kw)
+
+    algo.optimizer.step = step
+    replay = StubReplay(samples)
+    algo.replay_buffer = replay  # finetuning samples it; both set its beta
+    if pretrain:
+        algo.offline_dataloader = iter([samples])
+    agent.train_mode(itr=1)
+
+    # -- the draws -----------------------------------------------------------------------------
+    noise_queues: dict = {}
+    if not pretrain:
+        # noisy nets: each NoisyLinear's reset_noise draws eps_in then eps_out through
+        # _scale_noise(torch.randn); feed the signed square roots' normals per layer.
+        layer_of = {}
+        for net, which in ((model, "online"), (target_model, "target")):
+            for k, m in net.named_modules():
+                if isinstance(m, ref_networks.NoisyLinear):
+                    layer_of[id(m)] = (which, k)
+        sgi_layer = {
+            "head.rl_advantage.0": "head.advantage_hidden",
+            "head.rl_value.0": "head.value_hidden",
+            "head.rl_advantage.3": "head.advantage_out",
+            "head.rl_value.3": "head.value_out",
+        }
+
+        def scale_noise_for(m):
+            which, k = layer_of[id(m)]
+            queue = []
+            if k in sgi_layer:
+                for part in ("eps_in", "eps_out"):
+                    queue.append(torch.from_numpy(x[f"noise_{which}/{sgi_layer[k]}.{part}"]))
+            return queue
+
+        originals = ref_networks.NoisyLinear._scale_noise
+
+        def _scale_noise(self, size):
+            q = noise_queues.setdefault(id(self), scale_noise_for(self))
+            if q:
+                value = q.pop(0)
+                assert value.numel() == size, (layer_of[id(self)], size, value.shape)
+                return value.clone()
+            return originals(self, size)  # goal-head layers: unused when finetuning
+
+        ref_networks.NoisyLinear._scale_noise = _scale_noise
+    if pretrain:
+        n_rows = B
+        swap = torch.from_numpy(x["goal_swap"])
+        other = (torch.arange(n_rows) + torch.from_numpy(x["goal_swap_offset"]).long()) % n_rows
+        # sgi-lab swaps a row with (row + offset) % B, offset in 1..B-1; the reference draws any
+        # row (itself included) with randint_like: feed it the same partner.
+        queues = {
+            "randint": [goal_index],
+            "randn_like": [torch.from_numpy(x["goal_noise"])],
+            "rand": [torch.from_numpy(x["goal_alpha"]), swap],
+            "randint_like": [other],
+        }
+        ctx = fed(torch, queues)
+    else:
+        ctx = contextlib.nullcontext()
+    with ctx:
+        algo.optimize_agent(itr=1)
+    if not pretrain:
+        ref_networks.NoisyLinear._scale_noise = originals
+
+    # -- write, in sgi-lab's names ------------------------------------------------------------
+    out: dict[str, np.ndarray] = {}
+    for k, v in captured.items():
+        out[k] = v.numpy()
+    after = model.state_dict()
+    target_after = target_model.state_dict()
+    gen = np.random.default_rng(0)
+    for sgi_name in online:
+        if pretrain and sgi_name.endswith("_sigma"):
+            continue
+        ref = reference_names(sgi_name, args["encoder"], stage)[0]
+        conv = (
+            (lambda v: v)
+            if not sgi_name.startswith("film.layers.5")
+            else (lambda v: v[torch.argsort(film_rows(H))])
+        )
+        if ref in grads:
+            out[f"grad/{sgi_name}"] = conv(grads[ref]).numpy()
+        delta = conv(after[ref] - before[ref]).flatten()
+        idx = (
+            np.arange(delta.numel())
+            if delta.numel() <= SAMPLE
+            else np.sort(gen.choice(delta.numel(), SAMPLE, replace=False))
+        )
+        out[f"update_index/{sgi_name}"] = idx
+        out[f"update/{sgi_name}"] = delta[idx].numpy()
+    # target networks after the update: the SPR target (model.target_*) and the target model
+    for sgi_name in target:
+        if pretrain and sgi_name.endswith("_sigma"):
+            continue
+        for ref in target_names(sgi_name, args["encoder"], stage):
+            where, ref_name = ref.split(":")
+            sd_after, sd_before = (
+                (after, before) if where == "model" else (target_after, target_before)
+            )
+            conv = (
+                (lambda v: v)
+                if not sgi_name.startswith("film.layers.5")
+                else (lambda v: v[torch.argsort(film_rows(H))])
+            )
+            delta = conv(sd_after[ref_name] - sd_before[ref_name]).flatten()
+            idx = (
+                np.arange(delta.numel())
+                if delta.numel() <= SAMPLE
+                else np.sort(gen.choice(delta.numel(), SAMPLE, replace=False))
+            )
+            key = "spr_target" if where == "model" else "q_target"
+            out[f"{key}_index/{sgi_name}"] = idx
+            out[f"{key}/{sgi_name}"] = delta[idx].numpy()
+    if not pretrain:
+        out["priorities"] = replay.priorities.numpy()
+        out["return_"] = return_[0].numpy()
+        out["done_n"] = done_n[0].numpy()
+    out["grad_norm_clipped"] = np.array(
+        [float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads.values()])))]
+    )
+    return out
+
+
+def main() -> None:
+    opts = parse()
+    shims = HERE / "shims"
+    sys.path[:0] = [str(shims), str(opts.sgi), str(opts.rlpyt)]
+    import torch
+
+    cases = json.loads((FIXTURES / "cases.json").read_text())
+    names = opts.cases or list(cases)
+    meta_path = FIXTURES / "reference.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {"cases": {}}
+    meta.update(
+        {
+            "sgi_commit": commit(opts.sgi),
+            "rlpyt_commit": commit(opts.rlpyt),
+            "torch": torch.__version__,
+            "unmapped": UNMAPPED,
+        }
+    )
+    for name in names:
+        case = cases[name]
+        out = run_case(name, case)
+        np.savez(FIXTURES / f"{name}.reference.npz", **out)
+        model_kw, algo_kw = reference_settings(case)
+        meta["cases"][name] = {"reference_model_kwargs": model_kw, "reference_algo_kwargs": algo_kw}
+        print(f"{name}: {sum(v.nbytes for v in out.values()) / 1e6:.2f} MB of reference outputs")
+    meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
+
+
+if __name__ == "__main__":
+    main()
