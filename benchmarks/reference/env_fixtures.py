@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> None:
         t = arrays
         summary[game] = {
             "steps": steps,
-            "life_losses": int((t["eval/lives"][1:] < t["eval/lives"][:-1]).sum()),
+            "life_losses": int((t["train/done"] & ~t["train/traj_done"]).sum()),
             "episode_ends": int(t["eval/traj_done"].sum()),
             "bytes": path.stat().st_size,
         }
@@ -227,6 +227,13 @@ def main(argv: list[str] | None = None) -> None:
         "numpy": np.__version__,
         "python": sys.version.split()[0],
         "shims": ["atari_py (over ale-py)", "gym.utils.seeding (gym 0.17.3's draws)"],
+        # gym 0.17.3, where installed as a regular package, takes precedence over the stand-in
+        # (same draws); this says which one ran.
+        "gym_seeding": (
+            "stand-in (shims/gym/utils/seeding.py)"
+            if "shims" in Path(ref.seeding.__file__).parts
+            else f"gym {importlib.metadata.version('gym')}"
+        ),
         "settings": settings,
         "games": summary,
     }
