@@ -102,3 +102,42 @@ def test_did_you_mean_for_folders_games_and_params(runs, tmp_path, capsys):
     (params / "sgi_m.yaml").write_text("name: sgi_m\n")
     with pytest.raises(ConfigError, match="no such params file; did you mean .*sgi_m.yaml"):
         read_params(params / "sgi_n.yaml")
+
+
+# -- static figures (PNG/SVG/PDF through kaleido) ----------------------------------------------
+
+
+def test_figure_formats_are_checked_and_refused_with_what_to_install(tmp_path, monkeypatch, capsys):
+    import plotly.graph_objects as go
+
+    from sgi_lab.launch import notebooks
+
+    assert notebooks.figure_formats("PNG, .svg") == ["png", "svg"]
+    monkeypatch.setenv(notebooks.FIGURE_FORMATS_ENV, "pdf")
+    assert notebooks.figure_formats() == ["pdf"]
+    with pytest.raises(ValueError, match=r"\['bmp'\] unknown"):
+        notebooks.figure_formats("png,bmp")
+    monkeypatch.setattr(notebooks, "static_export_problem", lambda: "kaleido is not installed")
+    with pytest.raises(RuntimeError, match="cannot write pdf figures: kaleido is not installed"):
+        notebooks.save_figure(go.Figure(), tmp_path, "f")
+    assert (tmp_path / "figures" / "f.html").exists()  # the HTML is written first
+    assert main(["run", "datasets", "--figure-formats", "png", "--out-root", str(tmp_path)]) == 2
+    assert "--figure-formats png: kaleido is not installed" in capsys.readouterr().err
+    assert not list(tmp_path.glob("datasets*"))  # refused before anything ran
+
+
+@pytest.mark.smoke
+def test_save_figure_writes_static_images_offline(tmp_path):
+    """kaleido drives the local Chromium; nothing is fetched (the tier has no network)."""
+    import plotly.graph_objects as go
+
+    from sgi_lab.launch import notebooks
+
+    problem = notebooks.static_export_problem()
+    if problem:
+        pytest.skip(problem)
+    fig = go.Figure(go.Scatter(y=[1, 3, 2])).update_layout(title="a figure")
+    notebooks.save_figure(fig, tmp_path, "curve", formats="svg,png")
+    svg = (tmp_path / "figures" / "curve.svg").read_text()
+    assert svg.startswith("<svg") and "a figure" in svg
+    assert (tmp_path / "figures" / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

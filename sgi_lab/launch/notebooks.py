@@ -71,7 +71,9 @@ __all__ = [
     "run_folder_name",
     "run_header",
     "run_notebook",
+    "figure_formats",
     "save_figure",
+    "static_export_problem",
     "show_run_header",
     "stage_config",
 ]
@@ -554,12 +556,73 @@ def open_store(data: str | os.PathLike, game: str = "Pong", collect_steps: int =
 # -- what a notebook writes ---------------------------------------------------------------------
 
 
-def save_figure(fig: Any, out_dir: str | os.PathLike, name: str) -> Path:
-    """Write a plotly figure to ``out_dir/figures/<name>.html`` (plotly.js once per folder)."""
+FIGURE_FORMATS_ENV = "SGI_LAB_FIGURE_FORMATS"
+"""Static formats every `save_figure` also writes, comma-separated (``png,svg,pdf``); set by
+``sgi-lab run --figure-formats`` for the notebook's kernel, or in the environment."""
+STATIC_FORMATS = ("png", "svg", "pdf")
+
+
+def figure_formats(formats: str | list[str] | tuple[str, ...] | None = None) -> list[str]:
+    """The static formats asked for (``formats``, else `FIGURE_FORMATS_ENV`), checked.
+
+    Raises:
+        ValueError: a format that is not one of png, svg, pdf (named).
+    """
+    if formats is None:
+        formats = os.environ.get(FIGURE_FORMATS_ENV, "")
+    if isinstance(formats, str):
+        formats = [f.strip().lower().lstrip(".") for f in formats.split(",") if f.strip()]
+    bad = [f for f in formats if f not in STATIC_FORMATS]
+    if bad:
+        raise ValueError(
+            f"figure formats {bad} unknown; static formats are {', '.join(STATIC_FORMATS)} "
+            "(HTML is always written)"
+        )
+    return list(dict.fromkeys(formats))
+
+
+def static_export_problem() -> str | None:
+    """Why static figures cannot be written here (None when they can): plotly writes PNG, SVG
+    and PDF through kaleido (``pip install 'sgi-lab[export]'``), which drives a local Chrome
+    or Chromium (``apt-get install chromium``); nothing is fetched from the network."""
+    try:
+        import kaleido  # noqa: F401
+    except ImportError:
+        return "kaleido is not installed: pip install 'sgi-lab[export]'"
+    import shutil as _shutil
+
+    browsers = ("chromium", "chromium-browser", "google-chrome", "chrome")
+    if os.environ.get("BROWSER_PATH") or any(_shutil.which(b) for b in browsers):
+        return None
+    return "kaleido needs Chrome or Chromium: apt-get install chromium (or set BROWSER_PATH)"
+
+
+def save_figure(
+    fig: Any,
+    out_dir: str | os.PathLike,
+    name: str,
+    formats: str | list[str] | tuple[str, ...] | None = None,
+) -> Path:
+    """Write a plotly figure to ``out_dir/figures/<name>.html`` (plotly.js once per folder), and
+    beside it ``<name>.png`` / ``.svg`` / ``.pdf`` for each static format asked for
+    (`figure_formats`: ``formats``, else ``$SGI_LAB_FIGURE_FORMATS``).
+
+    Raises:
+        ValueError: an unknown format.
+        RuntimeError: static formats were asked for and cannot be written here (why, and what
+            to install); the HTML is written first.
+    """
+    formats = figure_formats(formats)
     folder = Path(out_dir) / "figures"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.html"
     fig.write_html(path, include_plotlyjs="directory", full_html=True)
+    if formats:
+        problem = static_export_problem()
+        if problem:
+            raise RuntimeError(f"{name}: cannot write {', '.join(formats)} figures: {problem}")
+        for fmt in formats:
+            fig.write_image(folder / f"{name}.{fmt}", format=fmt)
     return path
 
 
@@ -784,17 +847,23 @@ def _parameters(pairs: list[list[str]] | None) -> dict[str, Any]:
 
 def main_run(args: argparse.Namespace) -> int:
     """``sgi-lab run NOTEBOOK [-f PARAMS] [-p KEY VALUE]... [--overwrite] [--out-root DIR]``."""
+    formats = figure_formats(args.figure_formats or "")
+    problem = static_export_problem() if formats else None
+    if problem:  # before anything runs: a long notebook must not fail at its first figure
+        raise RuntimeError(f"--figure-formats {','.join(formats)}: {problem}")
+    env = {FIGURE_FORMATS_ENV: ",".join(formats)} if formats else {}
     try:
-        folder = run_notebook(
-            args.notebook,
-            params_file=args.params_file,
-            parameters=_parameters(args.parameter),
-            out_root=args.out_root,
-            overwrite=args.overwrite,
-            name=args.name,
-            progress=not args.no_progress,
-            keep_checkpoints=args.keep_checkpoints,
-        )
+        with _environment(env):
+            folder = run_notebook(
+                args.notebook,
+                params_file=args.params_file,
+                parameters=_parameters(args.parameter),
+                out_root=args.out_root,
+                overwrite=args.overwrite,
+                name=args.name,
+                progress=not args.no_progress,
+                keep_checkpoints=args.keep_checkpoints,
+            )
     except NotebookRunError as exc:
         print(f"sgi-lab run: {exc}", file=sys.stderr)
         return 1
@@ -823,6 +892,13 @@ def add_run_parser(subparsers: Any) -> argparse.ArgumentParser:
         metavar="N|all",
         help=f"checkpoints a finished run keeps per checkpoints/ folder (default "
         f"{KEEP_CHECKPOINTS}; model.pt is always kept)",
+    )
+    p.add_argument(
+        "--figure-formats",
+        default=None,
+        metavar="png,svg,pdf",
+        help="also write every saved figure in these static formats (needs kaleido: "
+        "pip install 'sgi-lab[export]', and a local Chromium; works offline)",
     )
     p.set_defaults(handler=main_run)
     return p
