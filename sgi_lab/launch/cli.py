@@ -1,5 +1,5 @@
 """``sgi-lab`` command line: collect, import, info, pretrain, finetune, evaluate, report, status,
-run, sweep, experiment.
+probe, run, sweep, experiment.
 
 Examples::
 
@@ -13,6 +13,7 @@ Examples::
     sgi-lab run pretrain -f params/notebooks/pretrain_smoke.yaml -p game Pong
     sgi-lab sweep finetune -f params/notebooks/finetune_smoke.yaml --grid seed=0,1,2
     sgi-lab experiment params/experiments/finetune_schemes.yaml --dry-run
+    sgi-lab probe outputs/runs/pretrain__sgi_m__Pong --data outputs/data/pong_random
 """
 
 from __future__ import annotations
@@ -451,10 +452,12 @@ def build_parser() -> argparse.ArgumentParser:
     # Notebook runs and sweeps register their own sub-parsers (handler in args.handler).
     from sgi_lab.launch.experiment import add_experiment_parser
     from sgi_lab.launch.notebooks import add_run_parser
+    from sgi_lab.launch.probe import add_probe_parser
     from sgi_lab.launch.status import add_status_parser
     from sgi_lab.launch.sweep import add_sweep_parser
 
     add_status_parser(sub)
+    add_probe_parser(sub)
     add_run_parser(sub)
     add_sweep_parser(sub)
     add_experiment_parser(sub)

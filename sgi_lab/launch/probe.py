@@ -1,0 +1,120 @@
+"""``sgi-lab probe RUN... --data STORE``: linear probes of each run's frozen encoder
+(`sgi_lab.probes`), written to ``RUN/probes.json``; a run already probed on that store with the
+same settings is skipped."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_probe_parser", "main_probe"]
+
+
+def main_probe(args: argparse.Namespace) -> int:
+    import torch
+
+    from sgi_lab.probes import (
+        ProbeInputError,
+        ProbeSettings,
+        check_probe_store,
+        load_probe_encoder,
+        probe_run,
+        random_probe_encoder,
+    )
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    # Every input is checked before anything is computed or written.
+    store = check_probe_store(args.data)
+    if args.random_init:
+        if args.runs or args.out is None:
+            raise ProbeInputError(
+                "--random-init probes a fresh encoder into --out DIR; give --out and no RUN"
+            )
+        encoders = [random_probe_encoder(args.out, store.num_actions, args.random_init, args.seed)]
+    else:
+        if not args.runs:
+            raise ProbeInputError("give RUN folders or model files to probe, or --random-init")
+        if args.out is not None:
+            raise ProbeInputError("--out goes with --random-init; a run's probes go in its folder")
+        encoders = [load_probe_encoder(run, args.allow_unfinished) for run in args.runs]
+    settings = ProbeSettings()
+    summaries: list[dict[str, Any]] = []
+    for encoder in encoders:
+        result, computed = probe_run(
+            encoder,
+            store,
+            settings,
+            split_seed=args.split_seed,
+            max_frames=args.max_frames,
+            random_baseline_seed=None if args.no_random_baseline else args.random_baseline_seed,
+            overwrite=args.overwrite,
+            device=args.device,
+            progress=not args.no_progress,
+        )
+        summaries.append(
+            {
+                "run": encoder.source if encoder.kind != "random_init" else str(args.out),
+                "probes": str(encoder.out),
+                "computed": computed,
+                "game": result["store"]["game"],
+                "overall_f1": result.get("overall"),
+                "categories": result.get("categories"),
+                "majority_f1": result.get("majority", {}).get("overall"),
+                "random_init_f1": (result.get("random_init") or {}).get("overall"),
+                "reward_f1": result.get("reward", {}).get("f1"),
+                "action_accuracy": result.get("action", {}).get("accuracy"),
+                "seconds": result.get("seconds", {}).get("total"),
+            }
+        )
+    print(json.dumps(summaries[0] if len(summaries) == 1 else summaries, indent=2))
+    return 0
+
+
+def add_probe_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``probe`` on an argparse sub-parser set; the handler is ``args.handler``."""
+    p = subparsers.add_parser(
+        "probe",
+        help="linear probes of frozen encoders: AtariARI state variables, reward, action",
+        description="Probe each run's frozen encoder on a store with RAM (an AtariARI-annotated "
+        "game): F1 per state variable, per category and overall, a reward probe, an action "
+        "probe on non-random data, beside the majority-class and random-init baselines. "
+        "Writes RUN/probes.json (re-run: what is done is skipped).",
+    )
+    p.add_argument(
+        "runs",
+        type=Path,
+        nargs="*",
+        help="pretraining or finetuning run folders, or model/checkpoint files",
+    )
+    p.add_argument("--data", type=Path, required=True, help="TransitionStore folder with RAM")
+    p.add_argument(
+        "--random-init",
+        default=None,
+        choices=["nature", "resnet", "resnet_l"],
+        help="probe a randomly initialized encoder of this architecture instead (into --out)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="--random-init: initialization seed")
+    p.add_argument("--out", type=Path, default=None, help="--random-init: folder of probes.json")
+    p.add_argument(
+        "--max-frames", type=int, default=None, help="rows used at most (default: the store's)"
+    )
+    p.add_argument("--split-seed", type=int, default=0, help="seeds the episode split")
+    p.add_argument(
+        "--random-baseline-seed",
+        type=int,
+        default=0,
+        help="seed of the random-init encoder probed on the same split as a baseline",
+    )
+    p.add_argument(
+        "--no-random-baseline", action="store_true", help="skip the random-init baseline"
+    )
+    p.add_argument("--allow-unfinished", action="store_true", help="probe an unfinished run")
+    p.add_argument("--overwrite", action="store_true", help="probe again what is done")
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(handler=main_probe)
+    return p

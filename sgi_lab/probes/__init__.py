@@ -1,0 +1,48 @@
+"""Linear probes of frozen encoders: AtariARI's game-state variables read from the console RAM,
+a reward probe and an action probe (Anand et al., 2019; Zhang et al., 2022)."""
+
+from sgi_lab.probes.atariari import (
+    CATEGORIES,
+    UnannotatedGameError,
+    Variable,
+    annotated_games,
+    annotations,
+    labels_from_ram,
+)
+from sgi_lab.probes.core import (
+    PROBES_FILE,
+    ProbeEncoder,
+    ProbeInputError,
+    check_probe_store,
+    load_probe_encoder,
+    probe_encoder,
+    probe_run,
+    random_probe_encoder,
+    read_probes,
+    split_episodes,
+    write_probes,
+)
+from sgi_lab.probes.linear import ProbeSettings, category_averages, fit_linear_probes
+
+__all__ = [
+    "CATEGORIES",
+    "PROBES_FILE",
+    "ProbeEncoder",
+    "ProbeInputError",
+    "ProbeSettings",
+    "UnannotatedGameError",
+    "Variable",
+    "annotated_games",
+    "annotations",
+    "category_averages",
+    "check_probe_store",
+    "fit_linear_probes",
+    "labels_from_ram",
+    "load_probe_encoder",
+    "probe_encoder",
+    "probe_run",
+    "random_probe_encoder",
+    "read_probes",
+    "split_episodes",
+    "write_probes",
+]

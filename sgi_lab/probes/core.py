@@ -1,0 +1,608 @@
+"""Probing a frozen encoder on a store: AtariARI's state-variable probes, a reward probe and an
+action probe, with a majority-class and a random-init baseline on the same split.
+
+Typical use (``sgi-lab probe RUN... --data STORE`` does this for each run)::
+
+    encoder = load_probe_encoder("outputs/runs/pretrain__sgi_m__Pong")
+    result = probe_encoder(encoder, TransitionStore("outputs/data/pong_random"))
+    write_probes(encoder.out, result)
+
+The store's episodes are split into train/validation/test (no episode in two splits); the test
+split loses the rows whose frame stack also appears in train or validation (AtariARI's
+``remove_duplicates``), and variables whose training labels have under 0.6 nats of entropy are
+left out (its ``remove_low_entropy_labels``). Scores are weighted F1 on the test split
+(`sgi_lab.probes.linear`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from sgi_lab.data.store import StoreError, TransitionStore
+from sgi_lab.nets import SGIModel
+from sgi_lab.probes.atariari import annotations, labels_from_ram
+from sgi_lab.probes.linear import (
+    ProbeSettings,
+    accuracy,
+    category_averages,
+    f1_weighted,
+    fit_linear_probes,
+    label_entropy,
+    majority_predictions,
+)
+from sgi_lab.runs import atomic_write_text, jsonable, provenance, resolve_device
+
+__all__ = [
+    "NON_RANDOM_SOURCES",
+    "PROBES_FILE",
+    "ProbeEncoder",
+    "ProbeInputError",
+    "find_result",
+    "load_probe_encoder",
+    "probe_encoder",
+    "probe_run",
+    "random_probe_encoder",
+    "read_probes",
+    "split_episodes",
+    "write_probes",
+]
+
+PROBES_FILE = "probes.json"
+FORMAT = 1
+SPLIT_FRACTIONS = (0.7, 0.1, 0.2)
+NON_RANDOM_SOURCES = ("exploratory", "dqn_replay")
+"""Store sources (``manifest.source``) recorded from a policy worth imitating: the action probe
+runs on these only (the Random collector's actions are noise, unrelated to the frames)."""
+
+
+class ProbeInputError(ValueError):
+    """A run, file or store that cannot be probed; the message names it."""
+
+
+# -- encoders -----------------------------------------------------------------------------------
+
+
+@dataclass
+class ProbeEncoder:
+    """A frozen encoder to probe and where its results go.
+
+    Attributes:
+        model: the SGIModel (only its encoder is used), in eval mode.
+        source: the run folder or file it came from ("random_init" for a fresh one).
+        kind: ``pretrain``, ``finetune`` or ``random_init``.
+        out: the probes file to write (``RUN/probes.json``).
+        params: the run's params name (the objective: ``s``, ``sgi_m``...), when recorded.
+        step: training steps behind the weights, when recorded.
+        seed: the initialization seed of a random encoder.
+    """
+
+    model: SGIModel
+    source: str
+    kind: str
+    out: Path
+    params: str | None = None
+    step: int | None = None
+    seed: int | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "kind": self.kind,
+            "encoder": self.model.encoder_name,
+            "params": self.params,
+            "step": self.step,
+            "seed": self.seed,
+        }
+
+
+def _probes_path(file: Path) -> Path:
+    """Where the probes of a model file go: ``RUN/probes.json`` for ``RUN/model.pt``,
+    ``RUN/probes_ckpt_N.json`` for ``RUN/checkpoints/ckpt_N.pt``, else beside the file."""
+    if file.name == "model.pt":
+        return file.parent / PROBES_FILE
+    folder = file.parent.parent if file.parent.name == "checkpoints" else file.parent
+    return folder / f"probes_{file.stem}.json"
+
+
+def load_probe_encoder(source: str | os.PathLike, allow_unfinished: bool = False) -> ProbeEncoder:
+    """The encoder of a pretraining run, a finetuning run, or a model/checkpoint file.
+
+    Uses the project's loaders: `sgi_lab.train.transfer.load_pretrained` for pretraining runs
+    and files, `sgi_lab.train.evaluate.load_run_model` for finetuning runs.
+
+    Raises:
+        ProbeInputError: no such path, a folder that is not a run of ours, a file that holds no
+            encoder (the message names it).
+        UnfinishedRunError: a run that never finished, unless ``allow_unfinished``.
+    """
+    from sgi_lab.config import ConfigError
+    from sgi_lab.runs import CheckpointError, load_checkpoint, read_status, require_finished
+    from sgi_lab.runs import run_kind as kind_of
+    from sgi_lab.train.evaluate import load_run_model
+    from sgi_lab.train.transfer import load_pretrained
+
+    path = Path(source)
+    if not path.exists():
+        raise ProbeInputError(f"{path}: no such run folder or model file")
+    if path.is_dir():
+        kind = kind_of(path)
+        if kind is None:
+            raise ProbeInputError(
+                f"{path}: not an encoder: no sgi-lab run here (no status.json of ours); probe a "
+                "pretraining or finetuning run folder, or a model/checkpoint file"
+            )
+        require_finished(path, "probe", allow_unfinished)
+        status = read_status(path) or {}
+        if kind == "finetune":
+            model, info = load_run_model(path)
+            return ProbeEncoder(
+                model, str(path), "finetune", path / PROBES_FILE, status.get("params"),
+                info.get("step"),
+            )  # fmt: skip
+        try:
+            pretrained = load_pretrained(path, allow_unfinished=allow_unfinished)
+        except (ConfigError, CheckpointError) as exc:
+            raise ProbeInputError(f"{path}: not an encoder ({exc})") from exc
+        return ProbeEncoder(
+            pretrained.build_model(), str(path), "pretrain", path / PROBES_FILE,
+            pretrained.params, pretrained.step,
+        )  # fmt: skip
+    payload = load_checkpoint(path, "cpu")  # CheckpointError names a foreign file
+    kind = payload.get("kind")
+    if kind in ("pretrained_model", "pretrain"):
+        pretrained = load_pretrained(path)
+        return ProbeEncoder(
+            pretrained.build_model(), str(path), "pretrain", _probes_path(path),
+            pretrained.params, pretrained.step,
+        )  # fmt: skip
+    if kind in ("finetuned_model", "finetune") and isinstance(payload.get("model_args"), dict):
+        model = SGIModel(**payload["model_args"])
+        model.load_state_dict(payload["model"])
+        return ProbeEncoder(
+            model.eval(), str(path), "finetune", _probes_path(path), None, payload.get("step")
+        )
+    raise ProbeInputError(f"{path}: a {kind!r} file, not an encoder (no model weights to probe)")
+
+
+def random_probe_encoder(
+    out: str | os.PathLike, num_actions: int, encoder: str = "nature", seed: int = 0
+) -> ProbeEncoder:
+    """A randomly initialized encoder (the random-init baseline), its results in folder ``out``.
+
+    Raises:
+        ProbeInputError: ``out`` exists and holds something other than probe results.
+    """
+    from sgi_lab.analysis.representations import random_model
+
+    out = Path(out)
+    if out.exists() and (
+        not out.is_dir()
+        or any(p.name != PROBES_FILE and not p.name.startswith(".") for p in out.iterdir())
+    ):
+        raise ProbeInputError(
+            f"{out}: exists and holds more than {PROBES_FILE}; a random-init probe writes only "
+            "there: choose another --out"
+        )
+    model = random_model(num_actions, encoder, seed, goal_head=False)
+    return ProbeEncoder(model, "random_init", "random_init", out / PROBES_FILE, seed=seed)
+
+
+# -- the split ----------------------------------------------------------------------------------
+
+
+def split_episodes(
+    store: TransitionStore, seed: int = 0, fractions: tuple[float, float, float] = SPLIT_FRACTIONS
+) -> dict[str, np.ndarray]:
+    """Episodes shuffled (seeded) and dealt to train/val/test until each holds its fraction of
+    the rows; no episode is in two splits.
+
+    Returns:
+        ``{"train": rows, "val": rows, "test": rows}``, each sorted.
+
+    Raises:
+        ProbeInputError: fewer than 3 episodes (a split would be empty).
+    """
+    count = store.num_episodes
+    if count < 3:
+        raise ProbeInputError(
+            f"{store.path}: {count} episode(s); the probes split episodes into train, "
+            "validation and test, so at least 3 are needed (collect more steps)"
+        )
+    order = np.random.default_rng(seed).permutation(count)
+    lengths = store.episode_lengths()[order]
+    ends = np.cumsum(lengths) / lengths.sum()
+    # Episode k goes to the first split whose cumulative fraction its midpoint falls under,
+    # keeping at least one episode in each.
+    bounds = np.cumsum(fractions)
+    mid = ends - lengths / lengths.sum() / 2
+    which = np.searchsorted(bounds, mid, side="right").clip(0, 2)
+    which[0], which[-1] = 0, 2
+    if not (which == 1).any():
+        which[1] = 1
+    splits = {}
+    for k, name in enumerate(("train", "val", "test")):
+        episodes = order[which == k]
+        rows = [np.arange(store.episode_starts[e], store.episode_ends[e] + 1) for e in episodes]
+        splits[name] = np.sort(np.concatenate(rows))
+    return splits
+
+
+def _limit(rows: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
+    if len(rows) <= count:
+        return rows
+    return np.sort(rng.choice(rows, size=count, replace=False))
+
+
+# -- features -----------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def _features(
+    model: SGIModel,
+    store: TransitionStore,
+    rows: np.ndarray,
+    batch_size: int,
+    device: str,
+    progress: bool,
+    desc: str,
+) -> tuple[np.ndarray, list[bytes]]:
+    """Flattened renormalized latents (N, C*7*7) of the states at ``rows``, and a hash of each
+    row's frame stack (to find test states that training saw)."""
+    dev = resolve_device(device)
+    model = model.to(dev).eval()
+    out = np.zeros((len(rows), model.latent_size), np.float32)
+    keys: list[bytes] = []
+    with tqdm(total=len(rows), disable=not progress, desc=desc, unit="frame") as bar:
+        for i in range(0, len(rows), batch_size):
+            stacks = store.stack(rows[i : i + batch_size])
+            keys += [hashlib.blake2b(s.tobytes(), digest_size=12).digest() for s in stacks]
+            z = model.encode(torch.from_numpy(stacks).to(dev))
+            out[i : i + len(stacks)] = z.flatten(1).float().cpu().numpy()
+            bar.update(len(stacks))
+    return out, keys
+
+
+# -- probing ------------------------------------------------------------------------------------
+
+
+def _check_store(store: TransitionStore) -> None:
+    annotations(store.game)  # UnannotatedGameError names the game
+    if not store.has_ram:
+        raise ProbeInputError(
+            f"{store.path}: this store holds no RAM (source {store.manifest.source!r}, made "
+            "before RAM was recorded or imported without it), so there are no state labels; "
+            "collect it again with `sgi-lab collect ... --overwrite`"
+        )
+
+
+def _balanced(rows: np.ndarray, labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Positions of ``rows`` with as many negatives as positives (the larger class subsampled)."""
+    pos, neg = np.flatnonzero(labels), np.flatnonzero(~labels)
+    n = min(len(pos), len(neg))
+    return np.sort(
+        np.concatenate([rng.choice(pos, n, replace=False), rng.choice(neg, n, replace=False)])
+    )
+
+
+def _binary_f1(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+    from sklearn.metrics import f1_score
+
+    return float(f1_score(y_true, y_pred, average="binary", zero_division=0))
+
+
+def _state_probes(features, labels, split, variables, settings) -> dict[str, Any]:
+    """Fit and score the state-variable probes (and the majority baseline)."""
+    train, val, test = (split[k] for k in ("train", "val", "test"))
+    entropy = {v.name: label_entropy(labels[train, i]) for i, v in enumerate(variables)}
+    keep = [i for i, v in enumerate(variables) if entropy[v.name] >= settings.entropy_threshold]
+    dropped = [v.name for v in variables if entropy[v.name] < settings.entropy_threshold]
+    if not keep:
+        return {"variables": {}, "dropped_low_entropy": dropped, **category_averages({}, {})}
+    y = labels[:, keep].astype(np.int64)
+    probes = fit_linear_probes(features[train], y[train], features[val], y[val], settings)
+    pred = probes.predict(features[test])
+    majority = majority_predictions(y[train], len(test))
+    per_var, f1s, majority_f1s = {}, {}, {}
+    for j, i in enumerate(keep):
+        v = variables[i]
+        f1s[v.name] = f1_weighted(y[test, j], pred[:, j])
+        majority_f1s[v.name] = f1_weighted(y[test, j], majority[:, j])
+        per_var[v.name] = {
+            "category": v.category,
+            "address": v.address,
+            "f1": f1s[v.name],
+            "accuracy": accuracy(y[test, j], pred[:, j]),
+            "majority_f1": majority_f1s[v.name],
+            "classes": len(probes.classes[j]),
+            "entropy": entropy[v.name],
+            "steps": probes.steps[j],
+        }
+    categories = {v.name: v.category for v in variables}
+    return {
+        "variables": per_var,
+        "dropped_low_entropy": dropped,
+        **category_averages(f1s, categories),
+        "majority": category_averages(majority_f1s, categories),
+    }
+
+
+def _reward_probe(features, store, rows, split, settings, rng) -> dict[str, Any]:
+    """Is a nonzero reward coming at the next step (r_t != 0), on balanced splits: binary F1."""
+    reward = store.rewards[rows] != 0
+    parts = {}
+    for name, idx in split.items():
+        labels = reward[idx]
+        if labels.sum() < 3 or (~labels).sum() < 3:
+            return {
+                "skipped": f"too few rewarded states in the {name} split "
+                f"({int(labels.sum())} of {len(labels)}); collect more steps"
+            }
+        parts[name] = idx[_balanced(idx, labels, rng)]
+    y = reward[:, None].astype(np.int64)
+    probe = fit_linear_probes(
+        features[parts["train"]], y[parts["train"]], features[parts["val"]], y[parts["val"]],
+        settings,
+    )  # fmt: skip
+    pred = probe.predict(features[parts["test"]])[:, 0]
+    truth = y[parts["test"], 0]
+    return {
+        "f1": _binary_f1(truth, pred),
+        "accuracy": accuracy(truth, pred),
+        "chance_accuracy": 0.5,
+        "rows": {k: int(len(v)) for k, v in parts.items()},
+    }
+
+
+def _action_probe(features, store, rows, split, settings) -> dict[str, Any]:
+    """The recording policy's action a_t from s_t: accuracy against the majority action."""
+    source = store.manifest.source
+    if source not in NON_RANDOM_SOURCES:
+        return {
+            "skipped": f"the store's policy ({source!r}) is not one worth imitating; the action "
+            f"probe runs on {list(NON_RANDOM_SOURCES)} data"
+        }
+    y = store.actions[rows][:, None]
+    train, val, test = (split[k] for k in ("train", "val", "test"))
+    probe = fit_linear_probes(features[train], y[train], features[val], y[val], settings)
+    pred = probe.predict(features[test])[:, 0]
+    majority = majority_predictions(y[train], len(test))[:, 0]
+    return {
+        "accuracy": accuracy(y[test, 0], pred),
+        "majority_accuracy": accuracy(y[test, 0], majority),
+        "f1": f1_weighted(y[test, 0], pred),
+    }
+
+
+def probe_encoder(
+    encoder: ProbeEncoder,
+    store: TransitionStore,
+    settings: ProbeSettings | None = None,
+    *,
+    split_seed: int = 0,
+    max_frames: int | None = None,
+    random_baseline_seed: int | None = 0,
+    batch_size: int = 256,
+    device: str = "auto",
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Every probe of one encoder on one store (a probes.json entry).
+
+    Args:
+        encoder: the frozen encoder (`load_probe_encoder`, `random_probe_encoder`).
+        store: a store with RAM of an AtariARI-annotated game.
+        settings: how the linear probes train (default `ProbeSettings()`).
+        split_seed: seeds the episode split (the same seed, the same split for every encoder).
+        max_frames: rows used at most (each split subsampled in proportion); None: all.
+        random_baseline_seed: also probe a random encoder of the same architecture on the same
+            split (its summary under ``random_init``); None: skip it.
+        batch_size: frames per encoder forward pass.
+        device: ``auto``, ``cpu`` or ``cuda``.
+        progress: tqdm bars.
+
+    Returns:
+        The result: per-variable scores, category averages, overall F1, the majority and
+        random-init baselines, the reward and action probes, the split, timings.
+
+    Raises:
+        UnannotatedGameError: AtariARI does not annotate the store's game.
+        ProbeInputError: the store holds no RAM, or too few episodes.
+    """
+    started = time.perf_counter()
+    settings = settings or ProbeSettings()
+    _check_store(store)
+    variables = annotations(store.game)
+    split = split_episodes(store, split_seed)
+    rng = np.random.default_rng(split_seed)
+    if max_frames is not None:
+        total = sum(len(r) for r in split.values())
+        split = {
+            k: _limit(r, max(1, round(max_frames * len(r) / total)), rng) for k, r in split.items()
+        }
+    rows = np.concatenate([split["train"], split["val"], split["test"]])
+    positions = {}
+    offset = 0
+    for name in ("train", "val", "test"):
+        positions[name] = np.arange(offset, offset + len(split[name]))
+        offset += len(split[name])
+    features, keys = _features(
+        encoder.model, store, rows, batch_size, device, progress, f"features {store.game}"
+    )
+    seen = set(keys[: len(split["train"]) + len(split["val"])])
+    test_keep = np.array([keys[p] not in seen for p in positions["test"]], dtype=bool)
+    duplicates = int((~test_keep).sum())
+    positions["test"] = positions["test"][test_keep]
+    if len(positions["test"]) == 0:
+        raise ProbeInputError(f"{store.path}: every test state also appears in training")
+    feature_seconds = time.perf_counter() - started
+    labels = labels_from_ram(store.gather_ram(rows), variables)
+    result: dict[str, Any] = {
+        "encoder": encoder.describe(),
+        "store": {
+            "path": str(store.path),
+            "game": store.game,
+            "source": store.manifest.source,
+            "fingerprint": store.fingerprint,
+            "transitions": len(store),
+        },
+        "settings": _settings_key(settings, split_seed, max_frames, random_baseline_seed),
+        "split": {
+            "rows": {k: int(len(v)) for k, v in positions.items()},
+            "episodes": {k: int(len(np.unique(store.episode_index[r]))) for k, r in split.items()},
+            "test_duplicates_removed": duplicates,
+        },
+    }
+    with tqdm(
+        total=3 + (random_baseline_seed is not None), disable=not progress, desc="probes"
+    ) as bar:
+        result.update(_state_probes(features, labels, positions, variables, settings))
+        bar.update()
+        result["reward"] = _reward_probe(features, store, rows, positions, settings, rng)
+        bar.update()
+        result["action"] = _action_probe(features, store, rows, positions, settings)
+        bar.update()
+        if random_baseline_seed is not None:
+            from sgi_lab.analysis.representations import random_model
+
+            model = random_model(
+                store.num_actions, encoder.model.encoder_name, random_baseline_seed, goal_head=False
+            )
+            random_features, _ = _features(
+                model, store, rows, batch_size, device, False, "random-init features"
+            )
+            base = _state_probes(random_features, labels, positions, variables, settings)
+            reward = _reward_probe(
+                random_features, store, rows, positions, settings,
+                np.random.default_rng(split_seed),
+            )  # fmt: skip
+            result["random_init"] = {
+                "seed": random_baseline_seed,
+                "overall": base["overall"],
+                "across_categories": base["across_categories"],
+                "categories": base["categories"],
+                "variables": {k: v["f1"] for k, v in base["variables"].items()},
+                "reward_f1": reward.get("f1"),
+            }
+            bar.update()
+    result["seconds"] = {
+        "features": round(feature_seconds, 2),
+        "total": round(time.perf_counter() - started, 2),
+    }
+    result["created"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    result["provenance"] = provenance()
+    return jsonable(result)
+
+
+def _settings_key(
+    settings: ProbeSettings, split_seed: int, max_frames: int | None, baseline: int | None
+) -> dict[str, Any]:
+    return {
+        **settings.to_json(),
+        "split_seed": split_seed,
+        "split_fractions": list(SPLIT_FRACTIONS),
+        "max_frames": max_frames,
+        "random_baseline_seed": baseline,
+        "format": FORMAT,
+    }
+
+
+# -- probes.json --------------------------------------------------------------------------------
+
+
+def read_probes(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The entries of a probes file (a run folder's ``probes.json``, or the file); [] if none."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / PROBES_FILE
+    try:
+        payload = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    entries = payload.get("entries") if isinstance(payload, dict) else None
+    return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+
+
+def find_result(
+    path: str | os.PathLike, fingerprint: str, settings: dict[str, Any]
+) -> dict[str, Any] | None:
+    """The entry of a probes file made on the store ``fingerprint`` with ``settings``, or None."""
+    for entry in read_probes(path):
+        if (
+            entry.get("store", {}).get("fingerprint") == fingerprint
+            and entry.get("settings") == settings
+        ):
+            return entry
+    return None
+
+
+def write_probes(path: str | os.PathLike, result: dict[str, Any]) -> Path:
+    """Add ``result`` to the probes file at ``path`` (atomically), replacing an entry made on
+    the same store with the same settings. Returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    same = (result["store"]["fingerprint"], json.dumps(result["settings"], sort_keys=True))
+    entries = [
+        e
+        for e in read_probes(path)
+        if (e.get("store", {}).get("fingerprint"), json.dumps(e.get("settings"), sort_keys=True))
+        != same
+    ]
+    payload = {"format": FORMAT, "entries": [*entries, result]}
+    atomic_write_text(path, json.dumps(payload, indent=2, allow_nan=False) + "\n")
+    return path
+
+
+def probe_run(
+    encoder: ProbeEncoder,
+    store: TransitionStore,
+    settings: ProbeSettings | None = None,
+    *,
+    split_seed: int = 0,
+    max_frames: int | None = None,
+    random_baseline_seed: int | None = 0,
+    overwrite: bool = False,
+    **kwargs: Any,
+) -> tuple[dict[str, Any], bool]:
+    """`probe_encoder` + `write_probes` into ``encoder.out``, skipped when that file already
+    holds this store's result with these settings (unless ``overwrite``).
+
+    Returns:
+        (the result, whether it was computed now).
+    """
+    settings = settings or ProbeSettings()
+    key = _settings_key(settings, split_seed, max_frames, random_baseline_seed)
+    if not overwrite:
+        done = find_result(encoder.out, store.fingerprint, key)
+        if done is not None:
+            return done, False
+    result = probe_encoder(
+        encoder,
+        store,
+        settings,
+        split_seed=split_seed,
+        max_frames=max_frames,
+        random_baseline_seed=random_baseline_seed,
+        **kwargs,
+    )
+    write_probes(encoder.out, result)
+    return result, True
+
+
+def check_probe_store(store_path: str | os.PathLike) -> TransitionStore:
+    """Open a store for probing, refusing one without RAM or of an unannotated game."""
+    try:
+        store = TransitionStore(store_path)
+    except StoreError as exc:
+        raise ProbeInputError(f"--data: {exc}") from exc
+    _check_store(store)
+    return store
