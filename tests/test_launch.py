@@ -67,7 +67,37 @@ def test_the_kernel_talks_over_private_unix_sockets_and_leaves_nothing(
     assert results["transport"] == "ipc"
     assert results["ip"].startswith(str(sockets / "sgi-lab-kernel-"))  # a private folder...
     assert list(sockets.iterdir()) == []  # ...removed with its sockets at shutdown
-    assert "running over TCP" not in capfd.readouterr().err  # ipykernel's warning is gone
+    err = capfd.readouterr().err
+    assert "running over TCP" not in err  # ipykernel's warning is gone
+    # a normal shutdown is no interrupt: no "ERROR | KeyboardInterrupt caught in kernel"
+    assert "KeyboardInterrupt" not in err, err
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="Unix sockets")
+def test_a_normal_kernel_shutdown_sends_no_interrupt(monkeypatch):
+    """jupyter_client interrupts a kernel before shutting it down: a kernel busy with a
+    message then logs "ERROR | KeyboardInterrupt caught in kernel" between the demo's stages."""
+    import asyncio
+
+    from jupyter_client.manager import KernelManager
+
+    interrupts = []
+    interrupt = KernelManager._async_interrupt_kernel
+
+    async def counted(self):
+        interrupts.append(1)
+        await interrupt(self)
+
+    monkeypatch.setattr(KernelManager, "_async_interrupt_kernel", counted)
+    manager = notebooks._kernel_manager()["kernel_manager_class"](kernel_name="python3")
+
+    async def start_and_stop():
+        await manager.start_kernel()
+        await manager.interrupt_kernel()  # an interrupt asked for still goes through
+        await manager.shutdown_kernel()
+
+    asyncio.run(start_and_stop())
+    assert interrupts == [1] and not manager.has_kernel
 
 
 def test_refuses_to_overwrite_a_finished_run_unless_asked(tiny_notebook, tmp_path):

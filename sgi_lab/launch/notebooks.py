@@ -820,6 +820,26 @@ def _kernel_manager() -> dict[str, Any]:
 
         cleanup_resources = _async_cleanup_resources
 
+        async def _async_shutdown_kernel(self, now: bool = False, restart: bool = False) -> None:
+            # jupyter_client interrupts the kernel (SIGINT) before it asks it to shut down; a
+            # kernel handling a message just then logs "ERROR | KeyboardInterrupt caught in
+            # kernel" at the end of a run that went well. The shutdown request (and a kill after
+            # its grace period) stops a kernel without it.
+            self._normal_shutdown = True
+            try:
+                await super()._async_shutdown_kernel(now=now, restart=restart)
+            finally:
+                self._normal_shutdown = False
+
+        shutdown_kernel = _async_shutdown_kernel
+
+        async def _async_interrupt_kernel(self) -> None:
+            if getattr(self, "_normal_shutdown", False):
+                return
+            await super()._async_interrupt_kernel()
+
+        interrupt_kernel = _async_interrupt_kernel
+
     return {"kernel_manager_class": PrivateSocketsKernelManager}
 
 
