@@ -449,6 +449,104 @@ def run_kind(path: str | os.PathLike) -> str | None:
     return None
 
 
+# The lock file every writer of a folder (a run, a store being built, an experiment) holds an
+# exclusive flock on while it writes; it holds the writer's PID, for the refusal's message.
+LOCK_FILE = ".sgi-lab.lock"
+# Seconds a writer waits for a folder's lock before refusing (an experiment's task waits for
+# the task process a killed driver left, which stops at its next checkpoint).
+LOCK_WAIT_ENV = "SGI_LAB_LOCK_WAIT"
+
+
+class FolderLockedError(RunFolderError):
+    """Another live process is writing the folder (it holds the folder's lock)."""
+
+
+class FolderLock:
+    """An exclusive lock on a folder for as long as this object is held (`fcntl.flock` on
+    ``FOLDER/.sgi-lab.lock``): a second writer is refused with the holder's PID.
+
+    The kernel releases a flock when its process dies, however it dies (kill -9 included), so
+    a lock file a killed process left is no obstacle: the next writer simply takes it.
+
+    Args:
+        folder: the folder (must exist).
+        what: what is being written, for the message (``"a pretrain run"``).
+        wait: seconds to wait for the holder to finish before refusing (default: the
+            ``SGI_LAB_LOCK_WAIT`` environment variable, else 0).
+
+    Raises:
+        FolderLockedError: naming the folder and the holder's PID.
+    """
+
+    def __init__(self, folder: str | os.PathLike, what: str, wait: float | None = None) -> None:
+        import fcntl
+
+        self.path = Path(folder) / LOCK_FILE
+        self._key = str(self.path.resolve())
+        self._fh: IO | None = None
+        if self._key in _HELD:  # this process holds it already (a notebook re-running a cell)
+            _HELD[self._key][1] += 1
+            self._fh = _HELD[self._key][0]
+            return
+        if wait is None:
+            try:
+                wait = float(os.environ.get(LOCK_WAIT_ENV, 0) or 0)
+            except ValueError:
+                wait = 0.0
+        deadline = time.monotonic() + wait
+        fh = open(self.path, "a+")
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() < deadline:
+                    time.sleep(0.2)
+                    continue
+                fh.seek(0)
+                holder = fh.read().strip() or "unknown"
+                fh.close()
+                raise FolderLockedError(
+                    f"{Path(folder)}: in use by another sgi-lab process (PID {holder}) writing "
+                    f"{what} there; wait for it to end (or stop it), then run this again"
+                ) from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"{os.getpid()}\n")
+        fh.flush()
+        self._fh = fh
+        _HELD[self._key] = [fh, 1]
+
+    @property
+    def held(self) -> bool:
+        return self._fh is not None
+
+    def release(self) -> None:
+        if self._fh is None:
+            return
+        self._fh = None
+        entry = _HELD.get(self._key)
+        if entry is not None:
+            entry[1] -= 1
+            if entry[1] <= 0:
+                del _HELD[self._key]
+                entry[0].close()  # closing the descriptor releases the flock
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.release()
+
+
+# The folder locks this process holds: lock file -> [open file, holders]. A flock conflicts
+# with another descriptor of the same process too, so a second holder here shares the first.
+_HELD: dict[str, list[Any]] = {}
+
+
+def _entries(path: Path) -> list[Path]:
+    """A folder's entries, but for the lock file (a folder holding only it is empty)."""
+    return [p for p in path.iterdir() if p.name != LOCK_FILE]
+
+
 def check_run_folder(path: str | os.PathLike, kind: str) -> bool:
     """Refuse a folder a ``kind`` run must not write into; True when it already holds one.
 
@@ -461,7 +559,7 @@ def check_run_folder(path: str | os.PathLike, kind: str) -> bool:
         return False
     if not path.is_dir():
         raise RunFolderError(f"{path}: exists and is not a folder; refusing to write a run there")
-    if not any(path.iterdir()):
+    if not _entries(path):
         return False
     found = run_kind(path)
     if found is None:
@@ -572,6 +670,7 @@ class RunDir:
         self.run_config: dict[str, Any] | None = None
         self.inputs: dict[str, str] = {}
         self.started = False
+        self._lock: FolderLock | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
     @classmethod
@@ -623,9 +722,7 @@ class RunDir:
         run.kind = kind
         run.run_config = dict(config)
         run.inputs = {k: str(v) for k, v in (inputs or {}).items()}
-        if exists and overwrite:
-            run._clear()
-        elif exists:
+        if exists and not overwrite:
             check_same_config(path, run.saved_config(), run.run_config, runtime_keys)
             recorded = run.status().get("inputs") or {}
             for name, identity in run.inputs.items():
@@ -635,9 +732,22 @@ class RunDir:
                         f"(--{name} points at another one); use the same {name}, another "
                         "folder, or --overwrite to start it over"
                     )
-            if not run.finished:
-                clean_temp_files(path, run.checkpoints_dir)
+        if exists and (overwrite or not run.finished):
+            run.lock()  # before anything in it is written or removed
+        if exists and overwrite:
+            run._clear()
+        elif exists and not run.finished:
+            clean_temp_files(path, run.checkpoints_dir)
         return run
+
+    def lock(self) -> None:
+        """Take the folder's `FolderLock` (once) for as long as this run writes."""
+        if self._lock is None or not self._lock.held:
+            self._lock = FolderLock(self.path, f"a {self.kind or ''} run".replace("  ", " "))
+
+    def unlock(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
 
     def saved_config(self) -> dict[str, Any] | None:
         """The run's ``config.yaml`` as a dict (None when missing or unreadable)."""
@@ -653,8 +763,10 @@ class RunDir:
         return bool(self.checkpoints())
 
     def start(self, step: int = 0, **info: Any) -> None:
-        """Create the folder, write ``config.yaml`` and status ``running`` (with ``info``)."""
+        """Create the folder, take its lock, write ``config.yaml`` and status ``running``
+        (with ``info``)."""
         self.path.mkdir(parents=True, exist_ok=True)
+        self.lock()
         if self.run_config is not None:
             atomic_write_text(
                 self.path / "config.yaml", yaml.safe_dump(self.run_config, sort_keys=False)
@@ -673,15 +785,19 @@ class RunDir:
         if step is not None:
             info["step"] = int(step)
         self.set_status(FAILED, message=reason, **info)
+        self.unlock()
 
     def finish(self, step: int, **info: Any) -> None:
         """Status ``finished``: the run's results are complete and may be reported."""
         self.set_status(FINISHED, step=int(step), message="", **info)
+        self.unlock()
 
     def __enter__(self) -> RunDir:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        if exc is not None and not self.started:
+            self.unlock()
         if exc is None or not self.started:
             return
         try:

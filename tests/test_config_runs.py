@@ -104,7 +104,7 @@ def test_checkpoints_atomic_pruned_and_validated(tmp_path):
     # Truncated file.
     path = run.latest_checkpoint()
     path.write_bytes(path.read_bytes()[:50])
-    with pytest.raises(CheckpointError, match="not a readable sgi-lab checkpoint"):
+    with pytest.raises(CheckpointError, match="ckpt_00000030.pt: not a PyTorch checkpoint"):
         load_checkpoint(path)
     # Foreign (valid torch file, not ours).
     foreign = tmp_path / "foreign.pt"

@@ -287,3 +287,126 @@ def test_a_pickled_file_is_refused_in_one_line(tmp_path, capsys):
     assert str(pickled) in message and "Python objects" in message and "refuses" in message
     assert "weights_only" not in message and "\x1b" not in message  # no unsafe advice, no ANSI
     assert snapshot(tmp_path) == before
+
+
+# -- item 7: one writer per folder; an experiment's tasks die with its driver ------------------
+
+
+def wait_for(predicate, timeout: float = 60.0, what: str = "") -> None:
+    import time
+
+    deadline = time.time() + timeout
+    while not predicate():
+        assert time.time() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def lock_holder(path: Path) -> int | None:
+    from sgi_lab.runs import LOCK_FILE
+
+    try:
+        return int((path / LOCK_FILE).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/status")
+    return not (status.exists() and "\tZ" in status.read_text())  # a zombie has ended
+
+
+def start_cli(*argv):
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "sgi_lab.launch.cli", *map(str, argv)]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def stop(proc) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+
+
+def test_a_second_pretrain_into_a_running_runs_folder_is_refused(tmp_path, capsys):
+    from conftest import build_store
+
+    from sgi_lab.runs import FolderLock
+
+    store = build_store(tmp_path / "store", [{"length": 30, "terminal": True}], chunk_size=16)
+    out = tmp_path / "run"
+    argv = ["pretrain", "--params", "params/pretrain/smoke.yaml", "--data", store.path]
+    argv += ["--out", out, "--set", "steps=100000", "--set", "batch_size=4", "--no-progress"]
+    first = start_cli(*argv)
+    try:
+        wait_for(lambda: (out / "status.json").exists(), what="the first run to start")
+        rc, err = run_cli(capsys, argv)
+        assert rc == 2 and str(out) in err and f"PID {first.pid}" in err, err
+        assert lock_holder(out) == first.pid and first.poll() is None  # the first goes on
+    finally:
+        stop(first)  # kill -9: a stale lock file stays behind
+    assert lock_holder(out) == first.pid
+    FolderLock(out, "a test").release()  # the kernel freed the dead holder's lock
+
+
+def test_a_second_collect_into_a_store_being_written_is_refused(tmp_path, capsys):
+    out = tmp_path / "store"
+    partial = tmp_path / "store.partial"
+    argv = ["collect", "random", "--game", "pong", "--steps", "100000", "--out", out]
+    argv += ["--chunk-size", "200", "--no-progress"]
+    first = start_cli(*argv)
+    try:
+        wait_for(lambda: lock_holder(partial) == first.pid, what="the first collect")
+        rc, err = run_cli(capsys, argv)
+        assert rc == 2 and "store.partial" in err and f"PID {first.pid}" in err, err
+        assert first.poll() is None  # the first goes on
+    finally:
+        stop(first)
+    assert not out.exists()
+
+
+def test_an_experiments_task_dies_with_its_driver(tmp_path, capsys):
+    import signal
+    import subprocess
+    import sys
+
+    exp = tmp_path / "long.yaml"
+    exp.write_text(
+        Path(EXPERIMENT_SMOKE)
+        .read_text()
+        .replace("games: [Pong, Breakout]", "games: [Pong]")
+        .replace("steps: 300", "steps: 1000000")
+    )
+    out = tmp_path / "exp"
+    command = [sys.executable, "-m", "sgi_lab.launch.cli", "experiment", str(exp)]
+    driver = subprocess.Popen(
+        [*command, "--out", str(out), "--no-progress"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    partial = out / "data" / "random__Pong.partial"
+    task = None
+    try:
+        wait_for(lambda: lock_holder(partial) is not None, what="the data task to start")
+        task = lock_holder(partial)
+        assert lock_holder(out) == driver.pid
+        # A second driver into the same folder is refused while the first lives.
+        rc, err = run_cli(capsys, ["experiment", exp, "--out", out, "--no-progress"])
+        assert rc == 2 and f"PID {driver.pid}" in err, err
+        driver.send_signal(signal.SIGKILL)  # the driver only, not its process group
+        driver.wait()
+        wait_for(lambda: not alive(task), timeout=30, what="the task to die with its driver")
+    finally:
+        stop(driver)
+        if task is not None and alive(task):
+            import os
+
+            os.kill(task, signal.SIGKILL)

@@ -13,6 +13,7 @@ import torch
 
 from sgi_lab.config import ConfigError, FinetuneConfig, PretrainConfig, build_config, to_dict
 from sgi_lab.runs import (
+    LOCK_FILE,
     RUNTIME_KEYS,
     FinetuneRun,
     RunDir,
@@ -76,7 +77,7 @@ def test_another_kind_of_run_is_refused_and_overwrite_keeps_foreign_files(tmp_pa
     with pytest.raises(RunFolderError, match="holds a pretrain run, not a finetune run"):
         RunDir.open(run.path, "finetune", CONFIG, overwrite=True)
     fresh = RunDir.open(run.path, "pretrain", {**CONFIG, "lr": 0.5}, overwrite=True)
-    assert sorted(p.name for p in run.path.iterdir()) == ["notes.txt"]
+    assert sorted(p.name for p in run.path.iterdir()) == [LOCK_FILE, "notes.txt"]
     fresh.start(0)
     assert fresh.saved_config()["lr"] == 0.5
 

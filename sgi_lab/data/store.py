@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from sgi_lab.runs import TEMP_RE, atomic_write
+from sgi_lab.runs import LOCK_FILE, TEMP_RE, FolderLock, atomic_write
 
 FORMAT_VERSION = 1
 FRAME_SHAPE = (84, 84)
@@ -250,7 +250,7 @@ def read_manifest(path: str | os.PathLike) -> StoreManifest | None:
 def _is_our_partial(partial: Path) -> bool:
     """A ``.partial`` folder holds nothing but what a writer puts there (possibly unfinished)."""
     for entry in partial.iterdir():
-        if MANIFEST in (entry.name, _temp_target(entry.name)):
+        if MANIFEST in (entry.name, _temp_target(entry.name)) or entry.name == LOCK_FILE:
             continue
         if entry.name != "chunks" or not entry.is_dir():
             return False
@@ -389,13 +389,18 @@ class TransitionStoreWriter:
                     f"{path}: exists and is not an sgi-lab store; refusing to replace it"
                 )
         partial = path.with_name(path.name + PARTIAL_SUFFIX)
-        if partial.exists():
-            if not partial.is_dir() or not _is_our_partial(partial):
-                raise StoreFolderError(
-                    f"{partial}: not an unfinished sgi-lab store; refusing to remove it"
-                )
-            shutil.rmtree(partial)
-        (partial / "chunks").mkdir(parents=True)
+        if partial.exists() and (not partial.is_dir() or not _is_our_partial(partial)):
+            raise StoreFolderError(
+                f"{partial}: not an unfinished sgi-lab store; refusing to remove it"
+            )
+        partial.mkdir(parents=True, exist_ok=True)
+        lock = FolderLock(partial, f"the store {path}")  # before anything in it is removed
+        for entry in partial.iterdir():  # an earlier, interrupted writer's files
+            if entry.is_dir():
+                shutil.rmtree(entry)
+            elif entry.name != LOCK_FILE:
+                entry.unlink()
+        (partial / "chunks").mkdir()
         manifest = StoreManifest(
             game=game,
             source=source,
@@ -411,6 +416,7 @@ class TransitionStoreWriter:
             manifest.fields["ram"] = {"dtype": dtype, "shape": list(shape)}
         writer = cls(path, manifest)
         writer._overwrite = overwrite
+        writer._lock = lock
         writer._save_manifest()
         return writer
 
@@ -427,6 +433,7 @@ class TransitionStoreWriter:
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise StoreError(f"{manifest_path}: not valid JSON ({exc})") from exc
         manifest = StoreManifest.from_json(raw, manifest_path)
+        lock = FolderLock(partial, f"the store {path}")  # before anything in it is removed
         # Drop what a killed writer left: temp files, and chunk files written after the last
         # one the manifest records.
         for stray in partial.iterdir():
@@ -440,6 +447,7 @@ class TransitionStoreWriter:
                 stray.unlink()
         writer = cls(path, manifest)
         writer._overwrite = True
+        writer._lock = lock
         return writer
 
     @classmethod
@@ -573,13 +581,21 @@ class TransitionStoreWriter:
             shutil.rmtree(self.path)  # now only the old store's own files
         os.replace(self.partial, self.path)
         _fsync_dir(self.path.parent)
+        (self.path / LOCK_FILE).unlink(missing_ok=True)
+        self._unlock()
         self._closed = True
         return self.path
 
     def abort(self) -> None:
         """Remove the partial store."""
         shutil.rmtree(self.partial, ignore_errors=True)
+        self._unlock()
         self._closed = True
+
+    def _unlock(self) -> None:
+        lock = getattr(self, "_lock", None)
+        if lock is not None:
+            lock.release()
 
 
 class TransitionStore:

@@ -465,6 +465,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from sgi_lab.launch.experiment import die_with_driver
+
+    die_with_driver()  # a task of an experiment ends with its driver
     args = build_parser().parse_args(argv)
     try:
         handler = getattr(args, "handler", None) or COMMANDS[args.command]

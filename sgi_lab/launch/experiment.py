@@ -41,7 +41,7 @@ import yaml
 
 from sgi_lab.config import ConfigError, check_value, load_yaml_mapping
 from sgi_lab.launch.storage import RunStorage, run_in_scratch
-from sgi_lab.runs import atomic_write_text, read_status, run_name
+from sgi_lab.runs import LOCK_WAIT_ENV, atomic_write_text, read_status, run_name
 
 __all__ = [
     "EXECUTORS",
@@ -750,14 +750,14 @@ def check_experiment_folder(out: str | os.PathLike, name: str) -> None:
     Raises:
         RunFolderError: naming the folder and why (a user's own files, another experiment).
     """
-    from sgi_lab.runs import RunFolderError, read_mapping
+    from sgi_lab.runs import LOCK_FILE, RunFolderError, read_mapping
 
     out = Path(out)
     if not out.exists():
         return
     if not out.is_dir():
         raise RunFolderError(f"{out}: exists and is not a folder; refusing to write there")
-    if not any(out.iterdir()):
+    if all(p.name == LOCK_FILE for p in out.iterdir()):
         return
     state = read_mapping(out / STATE_FILE)
     if not isinstance(state.get("tasks"), dict) or "name" not in state:
@@ -872,10 +872,37 @@ def _task_env(threads: int, memory_share: float = 1.0) -> dict[str, str]:
     for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         env[key] = str(threads)
     env.setdefault("PYTHONUNBUFFERED", "1")
+    # The task dies with this driver (`die_with_driver`), and waits for the folder's lock a
+    # task process left by a killed driver holds while it stops at its next checkpoint.
+    env[DRIVER_PID_ENV] = str(os.getpid())
+    env.setdefault(LOCK_WAIT_ENV, "300")
     # The part of the device's free memory a task may plan for (`sgi_lab.train.capacity`):
     # tasks sharing a machine must not each size their populations to all of it.
     env[MEMORY_SHARE_ENV] = f"{min(max(memory_share, 0.01), 1.0):.4g}"
     return env
+
+
+DRIVER_PID_ENV = "SGI_LAB_DRIVER_PID"
+
+
+def die_with_driver() -> None:
+    """In a task process the experiment driver started (``SGI_LAB_DRIVER_PID`` set): receive
+    SIGTERM when the driver dies, however it dies (Linux ``PR_SET_PDEATHSIG``; a finetuning or
+    pretraining task then checkpoints and stops), and end at once if it is already gone.
+    Elsewhere nothing happens."""
+    driver = os.environ.get(DRIVER_PID_ENV)
+    if not driver or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if str(os.getppid()) != driver:
+        os.kill(os.getpid(), signal.SIGTERM)  # the driver died before the signal was armed
 
 
 _LIVE: set[subprocess.Popen] = set()
@@ -1168,9 +1195,21 @@ def run_graph(
         raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
     if max_parallel < 1 or retries < 0:
         raise ValueError("max_parallel must be >= 1 and retries >= 0")
+    from sgi_lab.runs import FolderLock
+
     out = graph.out
     check_experiment_folder(out, graph.experiment.name)
     out.mkdir(parents=True, exist_ok=True)
+    lock = FolderLock(out, f"the experiment {graph.experiment.name!r}", wait=0)
+    try:
+        return _run_graph(
+            graph, out, executor, max_parallel, retries, address, progress, on_event, storage
+        )
+    finally:
+        lock.release()
+
+
+def _run_graph(graph, out, executor, max_parallel, retries, address, progress, on_event, storage):
     if not (out / STATE_FILE).exists():  # first: what marks the folder as ours
         marker = {"name": graph.experiment.name, "out": str(out), "tasks": {}}
         atomic_write_text(out / STATE_FILE, json.dumps(marker, indent=2))
