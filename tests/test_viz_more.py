@@ -426,6 +426,10 @@ def test_training_figures_title_axes_and_say_when_empty():
     curve = viz.learning_curve([{"step": 5, "episode/return": -21.0}])
     assert curve.layout.xaxis.title.text == "agent step"
     assert curve.layout.yaxis.title.text == "episode return (raw score)"
+    # the demo's one episode: shown from step 0 and said, not a lone dot on an axis of 961-963
+    one = viz.learning_curve([{"step": 962, "episode/return": -21.0}])
+    assert one.layout.xaxis.rangemode == "tozero"
+    assert _annotations(one) == ["1 episode finished in this run"]
 
 
 def test_goal_figure_names_actions_and_skips_the_goal_line_for_noise(small_store, model):

@@ -551,6 +551,19 @@ def learning_curve(
     )
     if data.empty:
         return no_data_message(fig, "no episode has finished yet")
+    # From step 0: a short run's few episodes sit where they ended, not on an axis of 961-963
+    fig.update_xaxes(rangemode="tozero")
+    if len(data) < 3:
+        fig.data[0].marker.size = 10
+        fig.add_annotation(
+            text=f"{len(data)} episode{'s' * (len(data) != 1)} finished in this run",
+            xref="paper",
+            yref="paper",
+            x=0.02,
+            y=0.98,
+            showarrow=False,
+            name="few episodes",
+        )
     for name, value in (reference or {}).items():
         fig.add_hline(y=value, line_dash="dot", line_color="gray", annotation_text=name)
     return fig
