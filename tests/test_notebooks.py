@@ -236,14 +236,61 @@ def test_demo_report_links_what_exists(tmp_path):
     (tmp_path / "pretrain" / "figures" / "training_curves.html").write_text("<html></html>")
     stages = [
         Stage(
-            "pretrain", "pretraining", 1.0, "finished", 12.0, None, {"steps": 10, "loss/total": 0.5}
+            "pretrain",
+            "pretraining",
+            1.0,
+            "finished",
+            12.0,
+            None,
+            {
+                "steps": 10,
+                "losses/total": 0.5123456,
+                "cosine_similarity": {"pretrained": 0.99961234, "random init": 0.98},
+            },
         ),
         Stage("finetune", "finetuning", 1.0, "failed", 3.0, "ValueError: <boom>"),
     ]
-    page = write_report(tmp_path, stages, 15.0).read_text()
+    page = write_report(tmp_path, stages, 15.0, note="over budget").read_text()
     assert 'href="pretrain/pretrain.html"' in page
     assert 'href="pretrain/figures/training_curves.html"' in page
-    assert "loss/total: 0.5" in page and "ValueError: &lt;boom&gt;" in page
+    assert "total loss: 0.5123" in page and "ValueError: &lt;boom&gt;" in page
+    assert "latents: pretrained 0.9996, random init 0.98" in page  # words, 3 digits, no raw keys
+    assert "losses/" not in page and "charts/" not in page
+    assert "60M samples" in page  # what the stage measured and what it means at this size
+    assert "over budget" in page
+
+
+def test_demo_results_in_words_and_why_it_ran_over_budget():
+    from sgi_lab.launch.demo import budget_note, stage_summary
+
+    datasets = stage_summary(
+        "datasets",
+        {
+            "stores": {"pong_random (random)": {"transitions": 5000, "episodes": 6,
+                                                "mean_episode_return": -20.666666}},
+            "cells_per_1k": {"pong_random (random)": 12.3456},
+        },
+    )  # fmt: skip
+    assert datasets == [
+        "pong_random (random): 5000 steps, 6 episodes, mean return -20.67",
+        "coverage of pong_random (random): 12.35 distinct cells per 1,000 steps",
+    ]
+    finetune = stage_summary(
+        "finetune",
+        {"eval_mean": -21.0, "eval_episodes": 2, "hns": 0.0078, "paper_config": "SGI-M/S",
+         "paper_mean": -20.5, "paper_hns": 0.02, "comparable_with_paper": False},
+    )  # fmt: skip
+    assert finetune[0] == (
+        "evaluation: mean return -21 over 2 episode(s), human-normalized score 0.0078"
+    )
+    assert finetune[1].startswith("paper (SGI-M/S): mean -20.5, HNS 0.02 (not comparable)")
+
+    assert budget_note(14 * 60, [9.0], cores=2) is None
+    busy = budget_note(27 * 60, [5.0, 7.0], cores=2)
+    assert "27 min, over its 15-min budget: the CPU was busy (mean load 6.0 on 2 cores" in busy
+    assert "67%" in busy
+    slow = budget_note(20 * 60, [1.5], cores=2)
+    assert "not crowded" in slow and "slower than the 2-core reference" in slow
 
 
 # -- runs the user already has (issue 17, item 4) ----------------------------------------------

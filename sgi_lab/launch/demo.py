@@ -36,11 +36,14 @@ from sgi_lab.runs import RunDir, atomic_write_text, provenance, read_jsonl
 __all__ = [
     "STAGES",
     "Stage",
+    "STAGE_NOTES",
     "StepProgress",
+    "budget_note",
     "main",
     "notebook_html",
     "estimate",
     "run_pipeline",
+    "stage_summary",
     "write_report",
 ]
 
@@ -218,18 +221,144 @@ def _training_steps(params_file: Path) -> int | None:
     return None if steps is None else int(steps)
 
 
-def _result_lines(results: dict[str, Any]) -> list[str]:
-    keep = []
-    for key, value in results.items():
-        if isinstance(value, (int, float, str)) and key not in ("run folder", "model"):
-            text = f"{value:.4g}" if isinstance(value, float) else str(value)
-            keep.append(f"{key}: {text}")
-    return keep[:8]
+STAGE_NOTES: dict[str, str] = {
+    "datasets": (
+        "A few thousand steps of a uniform random policy on Pong (each action held for a "
+        "Geometric(1/3) number of steps, as the paper's Random data): a random player loses "
+        "nearly every point, so the returns sit near -21 and the frames stay close to the "
+        "start of a rally. The second store, collected with another seed, shows how much two "
+        "random stores of the same game differ."
+    ),
+    "pretrain": (
+        "200 gradient steps at batch 32 (6,400 samples), against the paper's 234,375 at batch "
+        "256 (60M samples): the losses start to fall, but the encoder is far from trained. A "
+        "mean cosine similarity near 1 means its latents are still nearly the same for every "
+        "state; the paper's diverse representations (its Fig. 4) need the full budget."
+    ),
+    "representations": (
+        "The states of the store mapped by the pretrained and by a random encoder, laid out "
+        "with UMAP and coloured by action and episode. At this size little structure is "
+        "expected from either; with a full pretraining run, states of similar game situations "
+        "gather."
+    ),
+    "goal_rewards": (
+        "The goal-conditioned RL objective on one trajectory: the reward is positive where the "
+        "next state is nearer the goal in latent space. With an encoder this young the "
+        "similarities are nearly flat; the figure shows what the objective computes, not a "
+        "trained signal."
+    ),
+    "finetune": (
+        "1,500 agent steps (the paper: 100,000), learning from step 700: about 800 updates. "
+        "Pong needs tens of thousands of steps before an agent returns the ball, so the score "
+        "stays at the random level (-21, a human-normalized score near 0): this stage shows "
+        "that the loop, the evaluation and the comparison work, not that the agent learns "
+        "(tests/test_learning.py shows that the learner learns)."
+    ),
+    "ablations": (
+        "This one run beside the paper's rows: one game, one seed and a couple of evaluation "
+        "episodes, against the paper's 26 games, 10 seeds and 100 episodes, so the paper's "
+        "numbers are context here, not a comparison."
+    ),
+}
+"""What each demo stage measured and what it means at the demo's size (index.html)."""
 
 
-def write_report(out_root: str | os.PathLike, stages: list[Stage], seconds: float) -> Path:
-    """``out_root/index.html``: one row per stage with its state, time, main results and links
-    to the executed notebook (HTML and .ipynb) and its figures."""
+def _short(value: Any) -> str:
+    from sgi_lab.viz.tables import format_number
+
+    return format_number(value, 4)
+
+
+def stage_summary(notebook: str, results: dict[str, Any]) -> list[str]:
+    """A stage's main results in words for index.html (a few lines; never raw keys)."""
+    from sgi_lab.viz.training import metric_title
+
+    lines: list[str] = []
+    if notebook == "datasets":
+        for label, store in (results.get("stores") or {}).items():
+            lines.append(
+                f"{label}: {_short(store.get('transitions'))} steps, "
+                f"{_short(store.get('episodes'))} episodes, mean return "
+                f"{_short(store.get('mean_episode_return'))}"
+            )
+        for label, cells in (results.get("cells_per_1k") or {}).items():
+            lines.append(f"coverage of {label}: {_short(cells)} distinct cells per 1,000 steps")
+    elif notebook == "finetune":
+        if "eval_mean" in results:
+            lines.append(
+                f"evaluation: mean return {_short(results['eval_mean'])} over "
+                f"{_short(results.get('eval_episodes'))} episode(s), human-normalized score "
+                f"{_short(results.get('hns'))}"
+            )
+        if results.get("paper_config"):
+            lines.append(
+                f"paper ({results['paper_config']}): mean {_short(results.get('paper_mean'))}, "
+                f"HNS {_short(results.get('paper_hns'))}"
+                + ("" if results.get("comparable_with_paper") else " (not comparable)")
+            )
+    elif notebook == "ablations":
+        lines.append(
+            f"{_short(results.get('runs'))} run(s) of {', '.join(results.get('methods') or [])}"
+            f" on {', '.join(results.get('games') or [])}"
+        )
+    else:
+        cosine = results.get("cosine_similarity")
+        if isinstance(cosine, dict):
+            lines.append(
+                "mean cosine similarity of latents: "
+                + ", ".join(f"{k} {_short(v)}" for k, v in cosine.items())
+            )
+        for key, value in results.items():
+            if key in ("run folder", "model", "config", "cosine_similarity", "encoders"):
+                continue
+            if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+                name = metric_title(key) if "/" in key else key.replace("_", " ")
+                lines.append(f"{name}: {_short(value)}")
+    return lines[:6]
+
+
+def budget_note(seconds: float, loads: list[float], cores: int | None = None) -> str | None:
+    """Why the demo ran over its `BUDGET_MINUTES`, or None when it did not.
+
+    Args:
+        seconds: how long this invocation ran.
+        loads: the 1-minute load averages sampled while it ran.
+        cores: the machine's cores (default: this one's).
+    """
+    if seconds <= BUDGET_MINUTES * 60:
+        return None
+    cores = cores or os.cpu_count() or 1
+    note = f"the demo took {seconds / 60:.0f} min, over its {BUDGET_MINUTES}-min budget"
+    if loads:
+        load = sum(loads) / len(loads)
+        if load > 1.2 * cores:
+            note += (
+                f": the CPU was busy (mean load {load:.1f} on {cores} cores, so other "
+                f"processes held about {max(0.0, 1 - cores / load):.0%} of it)"
+            )
+        else:
+            note += (
+                f" with the CPU not crowded (mean load {load:.1f} on {cores} cores): this "
+                "CPU is slower than the 2-core reference; the next run's estimate uses "
+                "this run's times"
+            )
+    return note
+
+
+def _load() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
+
+
+def write_report(
+    out_root: str | os.PathLike, stages: list[Stage], seconds: float, note: str | None = None
+) -> Path:
+    """``out_root/index.html``: one row per stage with its state, time, main results in words
+    and a paragraph of what it measured at this size (`STAGE_NOTES`), and links to the
+    executed notebook (HTML and .ipynb) and its figures; ``note`` (e.g. `budget_note`) above
+    the table."""
     out_root = Path(out_root)
     rows = []
     for stage in stages:
@@ -242,7 +371,10 @@ def write_report(out_root: str | os.PathLike, stages: list[Stage], seconds: floa
             links.append(f'<a href="{stage.notebook}/{stage.notebook}.ipynb">.ipynb</a>')
         figures = sorted((folder / "figures").glob("*.html")) if folder.exists() else []
         links += [f'<a href="{stage.notebook}/figures/{f.name}">{f.stem}</a>' for f in figures]
-        results = "<br>".join(html.escape(line) for line in _result_lines(stage.results))
+        lines = stage_summary(stage.notebook, stage.results)
+        results = "<br>".join(html.escape(line) for line in lines)
+        if stage.notebook in STAGE_NOTES and stage.state in ("finished", "skipped"):
+            results += f'<p class="note">{html.escape(STAGE_NOTES[stage.notebook])}</p>'
         error = f"<br><code>{html.escape(stage.error)}</code>" if stage.error else ""
         rows.append(
             f"<tr><td><b>{stage.notebook}</b><br>{html.escape(stage.title)}</td>"
@@ -262,12 +394,14 @@ body {{ font-family: system-ui, sans-serif; margin: 2em; max-width: 1200px; }}
 table {{ border-collapse: collapse; width: 100%; }}
 td, th {{ border: 1px solid #ddd; padding: 0.5em; vertical-align: top; text-align: left; }}
 .finished, .skipped {{ color: #2a7a2a; }} .failed {{ color: #b00020; }}
+.note {{ color: #444; font-size: 0.9em; max-width: 40em; }}
 </style></head><body>
 <h1>sgi-lab demo: SGI on Pong, end to end</h1>
 <p>Collect a Random dataset &rarr; pretrain (SPR + goal RL + inverse dynamics) &rarr; finetune
 with Rainbow + SPR &rarr; evaluate &rarr; compare with the paper. Total time of the stages:
 {sum(s.seconds for s in stages) / 60:.1f} min{skipped_note} (this invocation {seconds / 60:.1f} min). Each notebook can be opened in JupyterLab (<code>make lab</code>) and run
 again with other parameters.</p>
+{f'<p class="failed">{html.escape(note)}</p>' if note else ""}
 <table><tr><th>stage</th><th>state</th><th>time</th><th>results</th><th>pages</th></tr>
 {chr(10).join(rows)}
 </table></body></html>
@@ -314,7 +448,10 @@ def run_pipeline(
     stages = [Stage(*spec) for spec in STAGES]
     measured = {} if smoke else _measured_seconds(out_root)
     started = time.perf_counter()
+    loads: list[float] = []
     for i, stage in enumerate(stages, start=1):
+        if (load := _load()) is not None:
+            loads.append(load)
         params_file = _params_file(root, stage.notebook, smoke)
         expected = measured.get(stage.notebook, stage.minutes * 60) / 60
         print(f"\n[{i}/{len(stages)}] {stage.notebook}: {stage.title} (~{expected:.1f} min)")
@@ -359,7 +496,13 @@ def run_pipeline(
             break
     if not smoke:
         _record_seconds(stages)
-    report = write_report(out_root, stages, time.perf_counter() - started)
+    if (load := _load()) is not None:
+        loads.append(load)
+    seconds = time.perf_counter() - started
+    note = None if smoke else budget_note(seconds, loads)
+    if note:
+        print(f"\nNOTE: {note}")
+    report = write_report(out_root, stages, seconds, note)
     return stages, report
 
 
