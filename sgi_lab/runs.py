@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import json
 import math
 import os
@@ -164,6 +165,8 @@ def failure_reason(exc: BaseException) -> str:
         return "interrupted (re-run the same command to resume)"
     if isinstance(exc, RunStopped):
         return str(exc)
+    if isinstance(exc, DiskFullError):
+        return f"stopped: {exc}; free some space, then re-run the same command to resume"
     return f"{type(exc).__name__}: {exc}"
 
 
@@ -279,11 +282,38 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO], Any], binary: bo
     """
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb" if binary else "w") as fh:
-        write(fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb" if binary else "w") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        # A failed write (a full disk, an interrupt) leaves no temp file behind: on a full disk
+        # it would hold the very space the run needs to go on.
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise_if_disk_full(exc, path)
+        raise
+
+
+class DiskFullError(OSError):
+    """No space left on the device while writing a file (the message names the file)."""
+
+
+def raise_if_disk_full(exc: BaseException, path: str | os.PathLike) -> None:
+    """Raise `DiskFullError` naming ``path`` when ``exc`` (or an exception it arose from) is a
+    full disk (ENOSPC, EDQUOT); else return. ``torch.save`` reports a full disk as a
+    ``RuntimeError`` ("unexpected pos") raised while handling the OSError."""
+    seen = exc
+    while seen is not None:
+        if isinstance(seen, DiskFullError):
+            return
+        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
+            error = DiskFullError(f"no space left on device while writing {path}")
+            error.errno = seen.errno
+            raise error from None
+        seen = seen.__cause__ or seen.__context__
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
@@ -1011,8 +1041,12 @@ class MetricsLogger:
 
     def log(self, step: int, **values: Any) -> dict[str, Any]:
         row = {"step": int(step), **{k: jsonable(v) for k, v in values.items()}}
-        self._fh.write(json.dumps(row) + "\n")
-        self._fh.flush()
+        try:
+            self._fh.write(json.dumps(row) + "\n")
+            self._fh.flush()
+        except OSError as exc:
+            raise_if_disk_full(exc, self.path)
+            raise
         return row
 
     def close(self) -> None:

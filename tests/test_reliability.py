@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from sgi_lab.config import FinetuneConfig, load_config, to_dict
 from sgi_lab.launch.cli import main
@@ -410,3 +411,40 @@ def test_an_experiments_task_dies_with_its_driver(tmp_path, capsys):
             import os
 
             os.kill(task, signal.SIGKILL)
+
+
+# -- item 8: a full disk is named, the run is resumable, and no temp file is left ---------------
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 40 MB tmpfs mounted in ``tmp_path`` (needs root, as in CI); skipped elsewhere."""
+    import subprocess
+
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=40m", "tmpfs", str(mount)], capture_output=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here ({done.stderr.decode().strip()})")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_disk_is_named_and_the_run_stays_resumable(tmp_path, tiny_disk, capsys):
+    from conftest import build_store
+
+    store = build_store(tmp_path / "store", [{"length": 30, "terminal": True}], chunk_size=16)
+    out = tiny_disk / "run"  # a Nature checkpoint (~100 MB with Adam's state) cannot fit
+    argv = ["pretrain", "--params", "params/pretrain/smoke.yaml", "--data", store.path]
+    rc, err = run_cli(capsys, [*argv, "--out", out, *TINY_PRETRAIN])
+    checkpoint = out / "checkpoints" / "ckpt_00000001.pt"
+    assert rc == 2 and f"no space left on device while writing {checkpoint}" in err, err
+    assert "enforce fail" not in err and "unexpected pos" not in err
+    assert not list(out.rglob("*.tmp"))  # the temp checkpoint is gone, its space free again
+    status = json.loads((out / "status.json").read_text())
+    assert status["state"] == "failed" and "re-run the same command" in status["message"]
+    # Resumable: the same command opens the folder as its own, unfinished run.
+    saved = yaml.safe_load((out / "config.yaml").read_text())
+    assert not RunDir.open(out, "pretrain", saved).finished
