@@ -51,6 +51,7 @@ __all__ = [
     "FinetuneSpec",
     "Graph",
     "PretrainSpec",
+    "ProbeSpec",
     "Speed",
     "Task",
     "add_experiment_parser",
@@ -72,7 +73,8 @@ EXECUTORS = ("local", "ray")
 EXPERIMENT_FILE = "experiment.yaml"
 STATE_FILE = "experiment.json"
 NO_PRETRAINING = "none"
-KINDS = ("data", "pretrain", "finetune", "report")
+PROBE_KEYS = ("store", "split_seed", "max_frames", "random_baseline_seed")
+KINDS = ("data", "pretrain", "finetune", "probe", "report")
 
 
 # -- the experiment file ------------------------------------------------------------------------
@@ -138,6 +140,25 @@ class FinetuneSpec:
 
 
 @dataclass(frozen=True)
+class ProbeSpec:
+    """Linear probes (`sgi_lab.probes`) of each named pretraining config's runs, or of random
+    encoders, on a data source's store of every game (it must hold RAM)."""
+
+    name: str = F(REQUIRED, "label of the probe configuration")
+    data: str = F(REQUIRED, "name of the data source probed (a store with RAM per game)")
+    pretrain: list[str] = F(
+        [], f"pretraining configs whose runs are probed; '{NO_PRETRAINING}': random encoders"
+    )
+    seeds: list[int] = F([0], f"'{NO_PRETRAINING}': the random encoders' initialization seeds")
+    encoder: str = F("nature", f"'{NO_PRETRAINING}': the random encoders' architecture")
+    max_frames: int | None = F(None, "rows of the store used at most (null: all)")
+    split_seed: int = F(0, "seeds the episode split (the same for every encoder)")
+    random_baseline: bool = F(
+        False, "also probe a random encoder on each run's split (probes.json random_init)"
+    )
+
+
+@dataclass(frozen=True)
 class Experiment:
     """A table of the paper: data -> pretraining per game -> finetuning populations -> report."""
 
@@ -149,7 +170,8 @@ class Experiment:
     parameters: dict[str, Any] = F({}, "values given with --param KEY=VALUE (null: not given)")
     data: dict[str, DataSpec] = F({}, "data sources by name")
     pretrain: list[PretrainSpec] = F([], "pretraining configurations")
-    finetune: list[FinetuneSpec] = F([], "finetuning configurations (at least one)")
+    finetune: list[FinetuneSpec] = F([], "finetuning configurations (at least one, or a probe)")
+    probe: list[ProbeSpec] = F([], "linear-probe configurations (sgi-lab probe)")
     resources: dict[str, dict[str, float]] = F(
         {}, "Ray resources per task kind: {pretrain: {num_cpus: 2, num_gpus: 0.5}, ...}"
     )
@@ -251,7 +273,37 @@ def load_experiment(
         },
     )
     _check_references(experiment, path)
+    _check_sets(experiment, path)
     return experiment
+
+
+def _check_sets(experiment: Experiment, path: Path) -> None:
+    """Each ``set:`` override on its own against its stage's config, so a bad key or value is
+    blamed on the experiment file and its entry (``exp.yaml: pretrain[0].set.bogus: ...``),
+    not on the params file it overrides."""
+    from sgi_lab.config import ExploreConfig, FinetuneConfig, PretrainConfig, build_config
+
+    entries = [(f"pretrain[{i}]", PretrainConfig, s.set) for i, s in enumerate(experiment.pretrain)]
+    entries += [
+        (f"finetune[{i}]", FinetuneConfig, s.set) for i, s in enumerate(experiment.finetune)
+    ]
+    entries += [
+        (f"data.{name}", ExploreConfig, s.set)
+        for name, s in experiment.data.items()
+        if s.source == "exploratory"
+    ]
+    for where, cls, overrides in entries:
+        known = {f.name for f in dataclasses.fields(cls)}
+        for key, value in overrides.items():
+            if key not in known:
+                raise ConfigError(
+                    f"{path}: {where}.set.{key}: unknown key for {cls.__name__} "
+                    f"(valid keys: {sorted(known)})"
+                )
+            try:
+                build_config(cls, {key: value})
+            except ConfigError as exc:
+                raise ConfigError(f"{path}: {where}.set.{key}: {exc}") from None
 
 
 def _check_references(experiment: Experiment, path: Path) -> None:
@@ -261,8 +313,8 @@ def _check_references(experiment: Experiment, path: Path) -> None:
     for what, items in (("games", experiment.games), ("seeds", experiment.seeds)):
         if not items or duplicates(items):
             raise ConfigError(f"{path}: {what}: empty, or repeated items {duplicates(items)}")
-    if not experiment.finetune:
-        raise ConfigError(f"{path}: finetune: at least one finetuning configuration")
+    if not experiment.finetune and not experiment.probe:
+        raise ConfigError(f"{path}: finetune: at least one finetuning (or probe) configuration")
     if experiment.max_agents is not None and experiment.max_agents < 1:
         raise ConfigError(f"{path}: max_agents: at least 1, or null, got {experiment.max_agents}")
     names = [p.name for p in experiment.pretrain]
@@ -282,6 +334,21 @@ def _check_references(experiment: Experiment, path: Path) -> None:
             if name != NO_PRETRAINING and name not in names:
                 raise ConfigError(
                     f"{path}: finetune[{i}].pretrain: {name!r} is not one of {names} "
+                    f"(or '{NO_PRETRAINING}')"
+                )
+    probe_names = [p.name for p in experiment.probe]
+    if duplicates(probe_names):
+        raise ConfigError(f"{path}: probe: repeated names {duplicates(probe_names)}")
+    for i, spec in enumerate(experiment.probe):
+        if spec.data not in experiment.data:
+            raise ConfigError(
+                f"{path}: probe[{i}].data: {spec.data!r} is not one of the data sources "
+                f"{sorted(experiment.data)}"
+            )
+        for name in spec.pretrain:
+            if name != NO_PRETRAINING and name not in names:
+                raise ConfigError(
+                    f"{path}: probe[{i}].pretrain: {name!r} is not one of {names} "
                     f"(or '{NO_PRETRAINING}')"
                 )
     for kind, request in experiment.resources.items():
@@ -337,6 +404,7 @@ SPEEDS: tuple[Speed, ...] = (
     Speed("finetune", "resnet", "h100", 10.1, "Finetuning: whole loop on an H100, env steps/s"),
     Speed("finetune", "nature", "cpu", 5.24, "Finetuning: whole loop, 2 threads, session 4"),
     Speed("finetune", "resnet", "cpu", 1.91, "Finetuning: whole loop, 2 threads, session 4"),
+    Speed("probe", "nature", "cpu", 400.0, "Probe speed: frames/s, busy 2-core machine"),
 )
 """Measured speeds (benchmarks/README.md). Finetuning rates are one agent's; a population on a
 GPU batches its agents, so its figure is an upper bound on the time. No figure: DQN Replay
@@ -369,6 +437,7 @@ class Task:
     agents: tuple[tuple[str, int], ...] = ()  # finetune: the population's (game, seed) pairs
     agent_folders: tuple[Path, ...] = ()  # finetune: one run folder per agent
     resources: dict[str, float] = field(default_factory=dict)
+    probe: dict[str, Any] = field(default_factory=dict)  # probe: store, settings, objective
 
 
 @dataclass(frozen=True)
@@ -483,7 +552,7 @@ def expand(experiment: Experiment, out: str | os.PathLike) -> Graph:
             f"data {name!r} and the branches on it: give --param "
             + " --param ".join(f"{n}=..." for n in needs)
         )
-    used = {p.data for p in experiment.pretrain if p.data not in missing}
+    used = {p.data for p in [*experiment.pretrain, *experiment.probe] if p.data not in missing}
     data_tasks: dict[tuple[str, str], Task | Path] = {}
     for name in (n for n in experiment.data if n in used):
         spec = experiment.data[name]
@@ -596,7 +665,14 @@ def expand(experiment: Experiment, out: str | os.PathLike) -> Graph:
                         resources=_resources(experiment, "finetune"),
                     )
                 )
-    finetunes = tuple(t.id for t in tasks if t.kind == "finetune")
+    # Each probe right after its inputs: an experiment cut short has probed what it pretrained.
+    for probe in _probe_tasks(experiment, out, data_tasks, pretrain_configs, missing, dropped):
+        after = [i for i, t in enumerate(tasks) if t.id in probe.deps]
+        at = max(after) + 1 if after else 0
+        while at < len(tasks) and tasks[at].kind == "probe":
+            at += 1
+        tasks.insert(at, probe)
+    finetunes = tuple(t.id for t in tasks if t.kind in ("finetune", "probe"))
     tasks.append(
         Task(
             id="report",
@@ -608,6 +684,79 @@ def expand(experiment: Experiment, out: str | os.PathLike) -> Graph:
         )
     )
     return Graph(experiment, out, tuple(tasks), params_files, tuple(dropped))
+
+
+def _probe_tasks(
+    experiment: Experiment,
+    out: Path,
+    data_tasks: dict[tuple[str, str], Task | Path],
+    pretrain_configs: dict[str, Any],
+    missing: dict[str, list[str]],
+    dropped: list[str],
+) -> list[Task]:
+    """One probe task per (probe config, pretraining config or random seed, game): ``sgi-lab
+    probe`` of the pretraining run (its probes.json) or of a random encoder (a folder under
+    ``probes/``), on the data source's store of that game."""
+    tasks = []
+    for spec in experiment.probe:
+        if spec.data in missing:
+            dropped.append(f"probe {spec.name} (its data {spec.data!r} was dropped)")
+            continue
+        options = ["--split-seed", str(spec.split_seed), "--no-progress"]
+        if spec.max_frames is not None:
+            options += ["--max-frames", str(spec.max_frames)]
+        if not spec.random_baseline:
+            options.append("--no-random-baseline")
+        for base in spec.pretrain:
+            if base != NO_PRETRAINING and base not in pretrain_configs:
+                dropped.append(f"probe {spec.name}@{base} (its pretraining was dropped)")
+                continue
+            for game in experiment.games:
+                source = data_tasks[spec.data, game]
+                store = source.folder if isinstance(source, Task) else source
+                data_deps = (source.id,) if isinstance(source, Task) else ()
+                key = {
+                    "store": str(store),
+                    "split_seed": spec.split_seed,
+                    "max_frames": spec.max_frames,
+                    "random_baseline_seed": 0 if spec.random_baseline else None,
+                }
+                if base == NO_PRETRAINING:
+                    encoders = [
+                        (
+                            out / "probes" / run_name(spec.name, "random_init", f"s{seed}", game),
+                            ("--random-init", spec.encoder, "--seed", str(seed)),
+                            (),
+                            spec.encoder,
+                            seed,
+                        )
+                        for seed in spec.seeds
+                    ]
+                else:
+                    folder = out / "pretrain" / run_name(base, game)
+                    config = pretrain_configs[base]
+                    encoders = [(folder, (), (f"pretrain/{folder.name}",), config.encoder, None)]
+                for folder, how, deps, encoder, seed in encoders:
+                    if how:
+                        argv = ("probe", *how, "--out", str(folder))
+                    else:
+                        argv = ("probe", str(folder))
+                    label = base if seed is None else f"{base}__s{seed}"
+                    tasks.append(
+                        Task(
+                            id=f"probe/{run_name(spec.name, label, game)}",
+                            kind="probe",
+                            folder=folder,
+                            deps=(*deps, *data_deps),
+                            argv=(*argv, "--data", str(store), *options),
+                            stage="probe",
+                            encoder=encoder,
+                            steps=spec.max_frames or getattr(source, "steps", 0),
+                            resources=_resources(experiment, "probe"),
+                            probe={**key, "objective": base, "seed": seed, "game": game},
+                        )
+                    )
+    return tasks
 
 
 def estimate_cost(graph: Graph) -> dict[str, Any]:
@@ -788,6 +937,10 @@ def task_done(task: Task) -> bool:
             and (f / "model.pt").exists()
             for f in task.agent_folders
         )
+    if task.kind == "probe":
+        from sgi_lab.probes.core import probe_done
+
+        return probe_done(task.folder, **{k: task.probe[k] for k in PROBE_KEYS})
     return (task.folder / "report.html").exists() and (task.folder / "results.csv").exists()
 
 
@@ -810,6 +963,8 @@ def stored_task_done(graph: Graph, task: Task, storage: RunStorage) -> bool:
         return finished(name, "model.pt")
     if task.kind == "finetune":
         return all(finished(_name(graph, f), "eval.json") for f in task.agent_folders)
+    if task.kind == "probe":
+        return storage.read_json(f"{name}/probes.json") is not None
     return task_done(task)
 
 
@@ -844,7 +999,8 @@ def storage_plan(graph: Graph, task: Task, uri: str) -> dict[str, Any]:
 def pull_results(graph: Graph, storage: RunStorage) -> None:
     """Mirror what the report reads from a storage URI into the experiment folder: the
     finetuning runs (without their checkpoints) and the logs."""
-    for name in dict.fromkeys(_name(graph, t.folder) for t in graph.tasks if t.kind == "finetune"):
+    kinds = ("finetune", "probe")
+    for name in dict.fromkeys(_name(graph, t.folder) for t in graph.tasks if t.kind in kinds):
         storage.pull(name, graph.out / name, exclude=("checkpoints",))
     storage.pull("logs", graph.out / "logs")
 
@@ -855,8 +1011,10 @@ def _report_stale(graph: Graph) -> bool:
         return True
     newest = 0.0
     for task in graph.tasks:
-        for folder in task.agent_folders:
-            path = folder / "eval.json"
+        results = [f / "eval.json" for f in task.agent_folders]
+        if task.kind == "probe":
+            results.append(task.folder / "probes.json")
+        for path in results:
             if path.exists():
                 newest = max(newest, path.stat().st_mtime)
     return newest > report.stat().st_mtime
@@ -1423,6 +1581,10 @@ def write_report(graph: Graph, reps: int = 2000) -> Path:
     from sgi_lab.viz import interval_plot, per_game_hns_figure
 
     out = graph.out
+    if not any(t.kind == "finetune" for t in graph.tasks):  # a probe study
+        from sgi_lab.probes.study import write_probe_report
+
+        return write_probe_report(graph)
     runs = finished_agent_folders(graph)
     per_game, aggregates = report(runs, csv=out / "results.csv", reps=reps)
     figures = []

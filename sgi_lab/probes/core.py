@@ -49,6 +49,7 @@ __all__ = [
     "ProbeInputError",
     "find_result",
     "load_probe_encoder",
+    "probe_done",
     "probe_encoder",
     "probe_run",
     "random_probe_encoder",
@@ -606,3 +607,22 @@ def check_probe_store(store_path: str | os.PathLike) -> TransitionStore:
         raise ProbeInputError(f"--data: {exc}") from exc
     _check_store(store)
     return store
+
+
+def probe_done(
+    folder: str | os.PathLike,
+    store: str | os.PathLike,
+    split_seed: int = 0,
+    max_frames: int | None = None,
+    random_baseline_seed: int | None = 0,
+) -> bool:
+    """Whether ``folder/probes.json`` holds the result `probe_run` would compute for this store
+    with the default `ProbeSettings` (what an experiment's probe task checks)."""
+    from sgi_lab.data.store import read_manifest
+
+    manifest = read_manifest(store)
+    if manifest is None or not manifest.complete:
+        return False
+    fingerprint = manifest.fingerprint or manifest.content_fingerprint()
+    key = _settings_key(ProbeSettings(), split_seed, max_frames, random_baseline_seed)
+    return find_result(folder, fingerprint, key) is not None

@@ -1,0 +1,254 @@
+"""Probe results as tables: one row per probed encoder and store, summaries per objective with
+95% confidence intervals over seeds, and the rank correlation with the paper's finetuning scores.
+
+`probe_frame` reads probes.json files (``sgi-lab report``, ``representations.ipynb``);
+`experiment_probe_frame` reads an experiment's probe tasks (``params/experiments/probes.yaml``)
+and `write_probe_report` writes its report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from sgi_lab.probes.atariari import CATEGORIES
+from sgi_lab.probes.core import read_probes
+
+__all__ = [
+    "PAPER_CONFIGS",
+    "entry_row",
+    "experiment_probe_frame",
+    "mean_ci",
+    "objective_of",
+    "objective_summary",
+    "paper_rank_correlation",
+    "probe_frame",
+    "summary_table",
+    "write_probe_report",
+]
+
+METRICS = ("overall", "across_categories", *CATEGORIES, "reward_f1", "majority")
+PAPER_CONFIGS = {
+    "none": "SGI-None",
+    "random_init": "SGI-None",
+    "s": "S",
+    "g": "G",
+    "i": "I",
+    "s_g": "S+G",
+    "s_i": "S+I",
+    "g_i": "G+I",
+    "sgi": "SGI-M",
+    "sgi_m": "SGI-M",
+}
+"""Objective names of our runs -> the config keys of the paper's ``tab:controls_hns`` (which
+pretrains on Mixed data; random init stands beside SGI-None, the agent without pretraining)."""
+
+
+def objective_of(params: str | None) -> str | None:
+    """The objective of a pretraining params name: ``s_g_seed2`` -> ``s_g``."""
+    return None if params is None else re.sub(r"_seed\d+$", "", params)
+
+
+def entry_row(entry: dict[str, Any], folder: str | os.PathLike | None = None) -> dict[str, Any]:
+    """One probes.json entry as a flat row."""
+    encoder = entry.get("encoder", {})
+    row: dict[str, Any] = {
+        "folder": str(folder) if folder is not None else None,
+        "game": entry.get("store", {}).get("game"),
+        "kind": encoder.get("kind"),
+        "encoder": encoder.get("encoder"),
+        "params": encoder.get("params"),
+        "objective": "random_init"
+        if encoder.get("kind") == "random_init"
+        else objective_of(encoder.get("params")),
+        "seed": encoder.get("seed"),
+        "overall": entry.get("overall"),
+        "across_categories": entry.get("across_categories"),
+    }
+    for category in CATEGORIES:
+        row[category] = entry.get("categories", {}).get(category)
+    row["majority"] = entry.get("majority", {}).get("overall")
+    row["random_init"] = (entry.get("random_init") or {}).get("overall")
+    row["reward_f1"] = entry.get("reward", {}).get("f1")
+    row["action_accuracy"] = entry.get("action", {}).get("accuracy")
+    row["action_majority"] = entry.get("action", {}).get("majority_accuracy")
+    row["frames"] = sum(entry.get("split", {}).get("rows", {}).values())
+    row["seconds"] = entry.get("seconds", {}).get("total")
+    row["store"] = entry.get("store", {}).get("path")
+    return row
+
+
+def probe_frame(folders: Iterable[str | os.PathLike]) -> pd.DataFrame:
+    """Every probes.json entry of ``folders`` (run folders or probes files), one row each."""
+    rows = []
+    for folder in folders:
+        path = Path(folder)
+        for entry in read_probes(path):
+            rows.append(entry_row(entry, path))
+    return pd.DataFrame(rows)
+
+
+def _config_seed(folder: Path) -> int | None:
+    import yaml
+
+    try:
+        seed = yaml.safe_load((folder / "config.yaml").read_text()).get("seed")
+    except (OSError, AttributeError, yaml.YAMLError):
+        return None
+    return int(seed) if isinstance(seed, int) else None
+
+
+def experiment_probe_frame(graph: Any) -> pd.DataFrame:
+    """The result of each finished probe task of an experiment graph, one row each, with the
+    objective (the pretraining config without ``_seedN``, or ``random_init``) and its seed."""
+    from sgi_lab.data.store import read_manifest
+
+    rows = []
+    for task in graph.tasks:
+        if task.kind != "probe":
+            continue
+        manifest = read_manifest(task.probe["store"])
+        if manifest is None:
+            continue
+        fingerprint = manifest.fingerprint or manifest.content_fingerprint()
+        entries = [
+            e
+            for e in read_probes(task.folder)
+            if e.get("store", {}).get("fingerprint") == fingerprint
+            and e.get("settings", {}).get("split_seed") == task.probe["split_seed"]
+            and e.get("settings", {}).get("max_frames") == task.probe["max_frames"]
+        ]
+        if not entries:
+            continue
+        row = entry_row(entries[-1], task.folder)
+        base = task.probe["objective"]
+        if base == "none":
+            row["objective"], row["seed"] = "random_init", task.probe["seed"]
+        else:
+            row["objective"], row["seed"] = objective_of(base), _config_seed(task.folder)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def mean_ci(values: Iterable[float], level: float = 0.95) -> tuple[float, float, float]:
+    """Mean and Student-t confidence interval ``(mean, lower, upper)``; NaN bounds for one
+    value."""
+    from scipy import stats
+
+    x = np.asarray([v for v in values if v is not None and np.isfinite(v)], dtype=float)
+    if len(x) == 0:
+        return (float("nan"),) * 3
+    mean = float(x.mean())
+    if len(x) < 2:
+        return mean, float("nan"), float("nan")
+    half = float(stats.t.ppf(0.5 + level / 2, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x)))
+    return mean, mean - half, mean + half
+
+
+def objective_summary(frame: pd.DataFrame, metrics: Iterable[str] = METRICS) -> pd.DataFrame:
+    """Per objective and metric: the mean over seeds of each seed's mean over games, with a 95%
+    t interval over seeds (``objective, metric, value, lower, upper, seeds, games``)."""
+    rows = []
+    if frame.empty:
+        return pd.DataFrame(columns=["objective", "metric", "value", "lower", "upper", "seeds"])
+    for objective, group in frame.groupby("objective", sort=False):
+        for metric in metrics:
+            if metric not in group or group[metric].isna().all():
+                continue
+            per_seed = group.groupby("seed", dropna=False)[metric].mean()
+            value, lower, upper = mean_ci(per_seed.to_numpy())
+            rows.append(
+                {
+                    "objective": objective,
+                    "metric": metric,
+                    "value": value,
+                    "lower": lower,
+                    "upper": upper,
+                    "seeds": int(per_seed.notna().sum()),
+                    "games": int(group["game"].nunique()),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def paper_rank_correlation(
+    summary: pd.DataFrame, metric: str = "overall", paper_metric: str = "median"
+) -> dict[str, Any]:
+    """Spearman's rank correlation between the objectives' probe ``metric`` and the paper's
+    ``tab:controls_hns`` aggregate (``paper_metric``) for the objectives both have."""
+    from scipy import stats
+
+    from sgi_lab.metrics.paper import paper_aggregates
+
+    paper = paper_aggregates("tab:controls_hns").set_index("config")[paper_metric]
+    ours = summary[summary["metric"] == metric].set_index("objective")["value"]
+    pairs = [
+        (name, float(ours[name]), float(paper[PAPER_CONFIGS[name]]))
+        for name in ours.index
+        if name in PAPER_CONFIGS and PAPER_CONFIGS[name] in paper.index
+    ]
+    if len(pairs) < 3:
+        return {"rho": None, "p": None, "n": len(pairs), "pairs": pairs}
+    rho, p = stats.spearmanr([a for _, a, _ in pairs], [b for _, _, b in pairs])
+    return {"rho": float(rho), "p": float(p), "n": len(pairs), "pairs": pairs}
+
+
+def summary_table(summary: pd.DataFrame, metrics: Iterable[str] = METRICS) -> pd.DataFrame:
+    """Objectives x metrics, each cell ``mean [lower, upper]`` (for reports)."""
+
+    def cell(row: pd.Series) -> str:
+        if np.isnan(row["lower"]):
+            return f"{row['value']:.3f}"
+        return f"{row['value']:.3f} [{row['lower']:.3f}, {row['upper']:.3f}]"
+
+    if summary.empty:
+        return pd.DataFrame()
+    shown = summary.assign(cell=summary.apply(cell, axis=1))
+    table = shown.pivot(index="objective", columns="metric", values="cell")
+    order = list(dict.fromkeys(summary["objective"]))
+    return table.reindex(index=order, columns=[m for m in metrics if m in table.columns])
+
+
+def write_probe_report(graph: Any) -> Path:
+    """A probe experiment's ``report.html``, ``results.csv`` (one row per probed encoder and
+    game) and ``results.aggregates.csv`` (per objective, 95% CIs over seeds)."""
+    import html
+
+    from sgi_lab.runs import atomic_write_text
+    from sgi_lab.viz.probes import probe_bars
+
+    out = Path(graph.out)
+    frame = experiment_probe_frame(graph)
+    if frame.empty:
+        raise RuntimeError(f"{out}: no probe task has a result yet")
+    summary = objective_summary(frame)
+    atomic_write_text(out / "results.csv", frame.to_csv(index=False))
+    atomic_write_text(out / "results.aggregates.csv", summary.to_csv(index=False))
+    correlation = paper_rank_correlation(summary)
+    parts = [
+        "<!DOCTYPE html><html><head><meta charset='utf-8'>",
+        f"<title>{html.escape(graph.experiment.name)}</title>",
+        "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}</style></head><body>",
+        f"<h1>Probes: {html.escape(graph.experiment.name)}</h1>",
+        f"<p>{html.escape(graph.experiment.description)}; {len(frame)} probed encoders, games "
+        f"{', '.join(sorted(frame['game'].unique()))}.</p>",
+        "<h2>Test F1 per objective (mean over seeds of the mean over games; 95% t CIs)</h2>",
+        summary_table(summary).to_html(na_rep="-"),
+        "<p>Spearman rank correlation of overall F1 with the paper's tab:controls_hns median "
+        f"HNS: {json.dumps({k: v for k, v in correlation.items() if k != 'pairs'})}</p>",
+        probe_bars(summary).to_html(full_html=False, include_plotlyjs=True),
+        "<h2>Every probed encoder</h2>",
+        frame.to_html(index=False, float_format=lambda x: f"{x:.3f}", na_rep="-"),
+        "</body></html>",
+    ]
+    path = out / "report.html"
+    atomic_write_text(path, "\n".join(parts))
+    return path
