@@ -223,11 +223,10 @@ def test_bad_nested_keys_are_named(tmp_path):
             ex.load_experiment(write(tmp_path, text))
 
 
-def test_bad_overrides_are_named_at_expansion(tmp_path):
+def test_bad_overrides_are_named_against_the_experiment_file(tmp_path):
     text = BASE.replace("data: random}]", "data: random, set: {stepz: 3}}]")
-    experiment = ex.load_experiment(write(tmp_path, text))
-    with pytest.raises(ConfigError, match="stepz"):
-        ex.expand(experiment, tmp_path / "out")
+    with pytest.raises(ConfigError, match=r"exp\.yaml: pretrain\[0\]\.set\.stepz: unknown key"):
+        ex.load_experiment(write(tmp_path, text))
 
 
 # -- dry run ------------------------------------------------------------------------------------

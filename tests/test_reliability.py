@@ -448,3 +448,34 @@ def test_a_full_disk_is_named_and_the_run_stays_resumable(tmp_path, tiny_disk, c
     # Resumable: the same command opens the folder as its own, unfinished run.
     saved = yaml.safe_load((out / "config.yaml").read_text())
     assert not RunDir.open(out, "pretrain", saved).finished
+
+
+# -- item 9: an experiment's set: errors name the experiment file and the entry ----------------
+
+
+@pytest.mark.parametrize(
+    "entry, override, culprit",
+    [
+        ("pretrain", "{bogus: 1}", "pretrain[0].set.bogus: unknown key for PretrainConfig"),
+        ("pretrain", "{steps: many}", "pretrain[0].set.steps: expected an integer"),
+        ("finetune", "{lr: -1.0}", "finetune[0].set.lr: must be positive"),
+    ],
+)
+def test_experiment_set_errors_name_the_experiment_file_and_entry(
+    tmp_path, capsys, entry, override, culprit
+):
+    text = Path(EXPERIMENT_SMOKE).read_text()
+    anchor = "    params: params/pretrain/smoke.yaml\n    data: random\n    set: {"
+    if entry == "pretrain":
+        text = text.replace(anchor, anchor.replace("set: {", f"set: {override}\n    old: {{"))
+        text = text.replace("\n    old: {", "\n    # {")
+    else:
+        text = text.replace("    set: &tiny {", f"    set: {override}\n    x: &tiny {{", 1)
+        text = text.replace("\n    x: &tiny {", "\n    # &tiny {").replace("set: *tiny", "set: {}")
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(text)
+    before = snapshot(tmp_path)
+    rc, err = run_cli(capsys, ["experiment", exp, "--out", tmp_path / "out", "--dry-run"])
+    assert rc == 2 and f"{exp}: {culprit}" in err, err
+    assert "smoke.yaml" not in err  # not blamed on the params file it overrides
+    assert snapshot(tmp_path) == before
