@@ -303,7 +303,8 @@ def _check_sets(experiment: Experiment, path: Path) -> None:
             try:
                 build_config(cls, {key: value})
             except ConfigError as exc:
-                raise ConfigError(f"{path}: {where}.set.{key}: {exc}") from None
+                problem = str(exc).removeprefix(f"{key}: ")
+                raise ConfigError(f"{path}: {where}.set.{key}: {problem}") from None
 
 
 def _check_references(experiment: Experiment, path: Path) -> None:
