@@ -150,6 +150,16 @@ class FinetuneConfig:
     )
     spr_steps: int = F(5, "K: SPR prediction steps")
     spr_ema_tau: float = F(0.99, "EMA coefficient of SPR's target encoder")
+    spr_target_update: Literal["after_step", "before_step"] = F(
+        "after_step",
+        "EMA step of SPR's target after the Adam step (Alg. 1) or before it, toward the weights "
+        "the losses used (the reference: inside its forward pass)",
+    )
+    spr_target_start: Literal["online", "pretrained_target"] = F(
+        "online",
+        "SPR's target starts as a copy of the loaded encoder/projection, or as the pretraining "
+        "run's own EMA target (the reference loads its whole pretrained state)",
+    )
     ssl: Literal["spr", "none", "all"] = F(
         "spr", "finetuning SSL losses: S only, none, or all of SGI"
     )
@@ -164,6 +174,13 @@ class FinetuneConfig:
     )
     encoder_lr_scale: float = F(0.01, "lr multiplier of pretrained encoder + transition model")
     pretrained_lr_scale: float = F(1 / 3, "lr multiplier of other pretrained layers")
+    lr_groups: Literal["text", "reference"] = F(
+        "text",
+        "reduced_lr groups: 'text': encoder + transition model x encoder_lr_scale, other "
+        "pretrained layers x pretrained_lr_scale; 'reference': encoder x encoder_lr_scale, the "
+        "Q head's first layers x pretrained_lr_scale, everything else (transition model, "
+        "predictor) at the base lr (sgim_finetune.sh)",
+    )
     pretrained: str | None = F(None, "pretraining run folder to start from (None: SGI-None)")
     eval_episodes: int = F(100, "evaluation episodes at the end")
     eval_eps: float = F(0.001, "evaluation epsilon")

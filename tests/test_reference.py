@@ -29,9 +29,12 @@ import pytest
 import torch
 
 from sgi_lab.augment import jitter_factor, shift
-from sgi_lab.config import PretrainConfig, build_config
-from sgi_lab.objectives import goals_from_draws
+from sgi_lab.config import FinetuneConfig, PretrainConfig, build_config
+from sgi_lab.nets import SGIModel
+from sgi_lab.objectives import goals_from_draws, n_step_return
 from sgi_lab.train import pretrain as pretrain_module
+from sgi_lab.train.agent import Population
+from sgi_lab.train.transfer import Pretrained, model_args_for, transfer_pretrained
 
 FIXTURES = Path(__file__).parent / "fixtures" / "reference"
 CASES = json.loads((FIXTURES / "cases.json").read_text())
@@ -223,3 +226,145 @@ def test_pretraining_target_updates_equal_the_reference(name, monkeypatch):
         assert_close_scaled(f"{name} {kind} update of {param}", delta, ref[key], 1e-4, ulp)
         checked[kind] += 1
     assert checked["q_target"] >= 10 and checked["spr_target"] >= 4, checked
+
+
+# -- finetuning ----------------------------------------------------------------------------------
+
+
+def reference_finetune_config(case: dict) -> FinetuneConfig:
+    """The reference's finetuning (config.yaml, configs['ernbw'], sgim_finetune.sh)."""
+    return build_config(
+        FinetuneConfig,
+        game="Pong",
+        encoder=case["model_args"]["encoder"],
+        batch_size=case["batch_size"],
+        spr_steps=case["spr_steps"],
+        n_step=case["n_step"],
+        scheme="reduced_lr",
+        lr_groups="reference",
+        encoder_lr_scale=0.01,  # encoder_lr 1e-6
+        pretrained_lr_scale=0.3,  # q_l1_lr 3e-5
+        grad_clip=0.0,  # clip_grad_norm=-1, clip_model_grad_norm=-1
+        spr_target_update="before_step",
+        spr_target_start="pretrained_target",
+        cpu_amp=False,
+        channels_last=False,
+        device="cpu",
+    )
+
+
+def run_finetune_update(name: str, monkeypatch: pytest.MonkeyPatch):
+    case = CASES[name]
+    x = load(name, "inputs")
+    config = reference_finetune_config(case)
+
+    def entries(prefix: str) -> dict[str, torch.Tensor]:
+        n = len(prefix)
+        return {k[n:]: torch.from_numpy(v) for k, v in x.items() if k.startswith(prefix)}
+
+    pretrained = Pretrained(
+        path=Path("fixture"),
+        state=entries("pretrained/"),
+        model_args=case["pretrained_model_args"],
+        step=0,
+        target_state=entries("pretrained_target/"),
+    )
+    A = case["model_args"]["num_actions"]
+    model = SGIModel(**model_args_for(config, A, pretrained))
+    transfer = transfer_pretrained(model, pretrained)
+    assert sorted(transfer.loaded) == list(x["loaded"])
+    online = entries("online/")  # the generator's transfer, fresh output layers included
+    for k in transfer.loaded:
+        torch.testing.assert_close(model.state_dict()[k], online[k], rtol=0, atol=0)
+    model.load_state_dict(online)
+    pop = Population.build([config], [model], transfer.loaded)
+    pop.start_spr_target(0, pretrained.target_state)
+
+    def fed_draw(batch, steps):
+        out = {
+            "corners_obs": torch.from_numpy(x["corners"])[None],
+            "jitter_obs": jitter_factor(torch.from_numpy(x["jitter"]))[None],
+            "corners_boot": torch.from_numpy(x["boot_corners"])[None],
+            "jitter_boot": jitter_factor(torch.from_numpy(x["boot_jitter"]))[None],
+        }
+        for which in ("online", "target"):
+            out[f"noise_{which}"] = {k: v[None] for k, v in entries(f"noise_{which}/").items()}
+        return out
+
+    monkeypatch.setattr(pop, "draw", fed_draw)
+    rewards = torch.from_numpy(x["rewards"])
+    returns, discounts = n_step_return(rewards, 1.0 - torch.from_numpy(x["dones"]), config.gamma)
+    staged = {
+        "obs": torch.from_numpy(x["frames"])[None],
+        "boot_obs": torch.from_numpy(x["boot_frames"])[None],
+        "actions": torch.from_numpy(x["actions"]).long()[None],
+        "valid": torch.ones(x["actions"].shape, dtype=torch.bool)[None],
+        "returns": returns[None],
+        "discounts": discounts[None],
+        "weights": torch.from_numpy(x["is_weights"])[None],
+    }
+    before = {k: v.detach()[0].clone() for k, v in pop.online.items()}
+    spr_before = {k: v.detach()[0].clone() for k, v in pop.spr_target.items()}
+    stats, priorities = pop.update_staged(staged)
+    grads = {k: v.grad[0] for k, v in pop.online.items() if getattr(v, "grad", None) is not None}
+    after = {k: v.detach()[0] for k, v in pop.online.items()}
+    spr_after = {k: v.detach()[0] for k, v in pop.spr_target.items()}
+    return config, stats, priorities[0], grads, before, after, spr_before, spr_after, returns
+
+
+def test_finetuning_n_step_returns_equal_rlpyts():
+    """sgi-lab's n-step return and bootstrap discount against rlpyt's discount_return_n_step
+    (what the reference's replay stores as return_ and done_n), with an episode end inside."""
+    x, ref = load("finetune_nature", "inputs"), load("finetune_nature", "reference")
+    dones = torch.from_numpy(x["dones"])
+    returns, discounts = n_step_return(torch.from_numpy(x["rewards"]), 1.0 - dones, 0.99)
+    torch.testing.assert_close(returns, torch.from_numpy(ref["return_"]), rtol=1e-6, atol=1e-6)
+    expected = 0.99 ** x["dones"].shape[1] * (1.0 - ref["done_n"].astype(np.float32))
+    torch.testing.assert_close(discounts, torch.from_numpy(expected), rtol=1e-6, atol=0)
+    assert ref["done_n"].any() and not ref["done_n"].all()
+
+
+def test_finetuning_losses_and_priorities_equal_the_reference(monkeypatch):
+    name = "finetune_nature"
+    config, stats, priorities, *_ = run_finetune_update(name, monkeypatch)
+    ref = load(name, "reference")
+    K, w = config.spr_steps, torch.from_numpy(load(name, "inputs")["is_weights"])
+    rl = torch.from_numpy(ref["rl_per_sample"])
+    spr_steps = torch.from_numpy(ref["spr_per_step"])  # (K+1, B) of 2 - 2 cos
+    spr_ref = spr_steps[1:].mean(0)  # mean_k(2 - 2 cos) per sample (no terminal inside K)
+    expected = {
+        "losses/rl": float(rl.mean()),
+        "losses/spr": float(((spr_ref - 2.0) * K / 2.0).mean()),
+        # the reference's total adds the constant 2 w spr_weight that changes no gradient
+        "losses/total": float((w * (rl + config.spr_weight * spr_ref)).mean())
+        - 2.0 * config.spr_weight * float(w.mean()),
+    }
+    for key, value in expected.items():
+        got = float(stats[key][0])
+        assert got == pytest.approx(value, rel=LOSS_RTOL, abs=1e-7), (
+            f"{name} {key}: sgi-lab {got!r}, reference {value!r}"
+        )
+    # new priorities: the C51 KL, clamped to [1e-6, 1e6] by the reference
+    assert_close_scaled(f"{name} priorities", priorities.clamp(1e-6, 1e6), ref["priorities"], 1e-5)
+
+
+def test_finetuning_gradients_step_and_spr_target_equal_the_reference(monkeypatch):
+    name = "finetune_nature"
+    config, _, _, grads, before, after, spr_before, spr_after, _ = run_finetune_update(
+        name, monkeypatch
+    )
+    ref = load(name, "reference")
+    compare_gradients_and_updates(name, ref, grads, before, after, config.lr, config.adam_eps)
+    checked = 0
+    for key in ref:
+        kind, _, param = key.partition("/")
+        # the target projection runs noise-free: its sigmas are never used (the reference
+        # averages them anyway, sgi-lab does not)
+        if kind != "spr_target" or param.endswith(STATISTICS + ("_sigma",)):
+            continue
+        idx = torch.from_numpy(ref[f"spr_target_index/{param}"])
+        delta = (spr_after[param] - spr_before[param]).flatten()[idx]
+        ulp = 2.0 * float(spr_before[param].abs().max()) * 2.0**-23
+        assert_close_scaled(f"{name} SPR target update of {param}", delta, ref[key], 1e-4, ulp)
+        checked += 1
+    assert checked >= 8

@@ -23,6 +23,9 @@ import torch
 from sgi_lab.augment import jitter_factor, shift
 from sgi_lab.nets import SGIModel
 from sgi_lab.nets.encoders import PIXEL_SCALE
+from sgi_lab.nets.noisy import NoisyLinear
+from sgi_lab.train.agent import augmented_frames
+from sgi_lab.train.transfer import Pretrained, transfer_pretrained
 
 OUT = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "reference"
 
@@ -42,8 +45,10 @@ N_STEP = 10  # finetuning's n-step return
 GOAL_WINDOW = 50
 
 
-def model_args(case: dict) -> dict:
-    stage = case["stage"]
+def model_args(case: dict, stage: str | None = None) -> dict:
+    """SGIModel arguments: the pretraining model (for a finetuning case: the model it loads)
+    or the finetuning model."""
+    stage = stage or case["stage"]
     return {
         "encoder": case["encoder"],
         "image_size": case["image_size"],
@@ -115,8 +120,8 @@ def make_case(name: str, case: dict, seed: int) -> dict[str, np.ndarray]:
     jitter = torch.randn(B, steps, generator=gen)
     x["frames"], x["corners"], x["jitter"] = frames.numpy(), corners.numpy(), jitter.numpy()
     x["actions"] = torch.randint(0, A, (B, steps), generator=gen).numpy()
-    pixels = [augmented(frames, corners, jitter)]
     if case["stage"] == "pretrain":
+        pixels = [augmented(frames, corners, jitter)]
         # Goals: a future frame per row (offsets the reference can draw: 2..49, past the K+1
         # frames above), noise and swaps (rows 0 and 2 swap).
         goal_frames = torch.randint(0, 256, (B, 4, size, size), generator=gen, dtype=torch.uint8)
@@ -135,8 +140,25 @@ def make_case(name: str, case: dict, seed: int) -> dict[str, np.ndarray]:
         x["goal_swap_offset"] = torch.randint(1, B, (B,), generator=gen).numpy()
         pixels.append(augmented(goal_frames, goal_corners, goal_jitter))
     else:
-        # Finetuning: the bootstrap frame n steps ahead, rewards and dones of the n-step
+        # Finetuning from a pretrained model (its online and EMA target networks), through
+        # sgi-lab's transfer; the bootstrap frame n steps ahead, rewards and dones of the n-step
         # return (row 1 ends its episode inside the horizon), PER weights, noisy-net noise.
+        pretrained = SGIModel(**model_args(case, "pretrain"))
+        pre_online = perturbed_state(pretrained, gen)
+        pre_target = target_state(pre_online, gen)
+        pretrained.load_state_dict({k: torch.from_numpy(v) for k, v in pre_online.items()})
+        source = Pretrained(
+            Path("fixture"), pretrained.state_dict(), model_args(case, "pretrain"), 0
+        )
+        model = SGIModel(**args)
+        transfer = transfer_pretrained(model, source)
+        online = {k: v.numpy() for k, v in model.state_dict().items()}
+        target = {}  # the SPR target starts from the pretrained target (see the test)
+        for k, v in pre_online.items():
+            x[f"pretrained/{k}"] = v
+        for k, v in pre_target.items():
+            x[f"pretrained_target/{k}"] = v
+        x["loaded"] = np.array(sorted(transfer.loaded))
         boot = torch.randint(0, 256, (B, 4, size, size), generator=gen, dtype=torch.uint8)
         boot_corners = torch.randint(0, 9, (B, 2), generator=gen)
         boot_jitter = torch.randn(B, generator=gen)
@@ -150,21 +172,28 @@ def make_case(name: str, case: dict, seed: int) -> dict[str, np.ndarray]:
         dones[1, 6] = 1.0
         x["rewards"], x["dones"] = rewards.numpy(), dones.numpy()
         x["is_weights"] = (0.3 + 0.7 * torch.rand(B, generator=gen)).numpy()
-        pixels.append(augmented(boot, boot_corners, boot_jitter))
-        model_noisy = SGIModel(**args)
         for which in ("online", "target"):
-            for layer_name, layer in model_noisy.named_modules():
-                if hasattr(layer, "eps_in"):
+            for layer_name, layer in model.named_modules():
+                if isinstance(layer, NoisyLinear):
                     for part, n in (("eps_in", layer.in_features), ("eps_out", layer.out_features)):
                         g = torch.randn(n, generator=gen)
                         x[f"noise_{which}/{layer_name}.{part}"] = (
                             g.sign() * g.abs().sqrt()
                         ).numpy()
+        # the encoders' inputs exactly as the finetuning update makes them
+        prep = {"channels_last": False, "dtype": torch.float32}
+        pixels = [
+            augmented_frames(frames[None], corners[None], jitter_factor(jitter)[None], **prep)[0],
+            augmented_frames(
+                boot[None], boot_corners[None], jitter_factor(boot_jitter)[None], **prep
+            )[0],
+        ]
     # The encoders' input exactly as sgi-lab makes it (x * (1/255) in float32), for the
     # reference, which expects pixels already scaled.
-    x["pixels"] = (pixels[0].clone().mul_(PIXEL_SCALE)).numpy()
-    if len(pixels) > 1:
-        x["pixels_extra"] = (pixels[1].clone().mul_(PIXEL_SCALE)).numpy()
+    if case["stage"] == "pretrain":
+        pixels = [p.clone().mul_(PIXEL_SCALE) for p in pixels]
+    x["pixels"] = pixels[0].numpy()
+    x["pixels_extra"] = pixels[1].numpy()
     for k, v in online.items():
         x[f"online/{k}"] = v
     for k, v in target.items():
@@ -189,6 +218,7 @@ def main() -> None:
         settings[name] = {
             "stage": case["stage"],
             "model_args": model_args(case),
+            "pretrained_model_args": model_args(case, "pretrain"),
             "batch_size": BATCH,
             "spr_steps": K,
             "n_step": N_STEP,

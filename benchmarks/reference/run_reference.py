@@ -196,6 +196,123 @@ UNMAPPED = {
 # -- building the reference --------------------------------------------------------------------
 
 
+def load_pretraining_weights(
+    x, case, model, target_model, online_key: str = "online/", target_key: str = "target/"
+) -> None:
+    """Copy sgi-lab's pretraining networks (the inputs' ``online_key``/``target_key`` entries)
+    into a reference pretraining model, its SPR target (target_encoder, target_projection) and
+    its target model, through the name mapping; every reference tensor is mapped or explained
+    (UNMAPPED)."""
+    import torch
+
+    encoder, hidden = case["model_args"]["encoder"], case["model_args"]["hidden_size"]
+
+    def entries(key):
+        return {k[len(key) :]: torch.from_numpy(v) for k, v in x.items() if k.startswith(key)}
+
+    def convert(sgi_name, value):
+        if sgi_name.startswith("film.layers.5."):
+            return value[film_rows(hidden)]
+        return value
+
+    msd, tsd = model.state_dict(), target_model.state_dict()
+    new_m = {k: v.clone() for k, v in msd.items()}
+    new_t = {k: v.clone() for k, v in tsd.items()}
+    mapped_m, mapped_t = set(), set()
+    for sgi_name, value in entries(online_key).items():
+        if sgi_name.endswith("_sigma"):
+            continue  # see UNMAPPED
+        for ref in reference_names(sgi_name, encoder, "pretrain"):
+            new_m[ref] = convert(sgi_name, value).clone()
+            mapped_m.add(ref)
+    for sgi_name, value in entries(target_key).items():
+        if sgi_name.endswith("_sigma"):
+            continue
+        for ref in target_names(sgi_name, encoder, "pretrain"):
+            where, ref_name = ref.split(":")
+            dest, mapped = (new_m, mapped_m) if where == "model" else (new_t, mapped_t)
+            dest[ref_name] = convert(sgi_name, value).clone()
+            mapped.add(ref_name)
+    # the unused RL head: as copy_base_params would make it (see UNMAPPED)
+    for src_name, dst_name in (("goal_advantage", "rl_advantage"), ("goal_value", "rl_value")):
+        for sd in (new_m, new_t):
+            for k in list(sd):
+                if k.startswith(f"head.{src_name}."):
+                    sd[k.replace(src_name, dst_name)] = sd[k].clone()
+    def bias_before_norm(k: str) -> bool:
+        return (
+            encoder == "resnet"
+            and ".conv." in k
+            and k.endswith(".bias")
+            and k.split(".")[-2] in ("0", "3", "6")
+        )
+
+    for sd in (new_m, new_t):  # biases before batch norms: zero (see UNMAPPED)
+        for k in sd:
+            if bias_before_norm(k):
+                sd[k] = torch.zeros_like(sd[k])
+    model.load_state_dict(new_m)
+    target_model.load_state_dict(new_t)
+
+    def explained(k: str) -> bool:
+        return (
+            k.endswith("epsilon")
+            or k in ("head.advantage_bias", "head.rl_advantage_bias")
+            or bias_before_norm(k)
+            or k.startswith("head.rl_")
+            or k.endswith("_sigma")
+        )
+
+    unexplained = sorted(k for k in msd if k not in mapped_m and not explained(k))
+    unexplained += sorted(
+        f"target_model:{k}"
+        for k in tsd
+        if k not in mapped_t
+        and not explained(k)
+        and not k.startswith(("target_encoder.", "target_projection."))
+    )
+    if unexplained:
+        raise SystemExit(f"reference tensors neither mapped nor explained: {unexplained}")
+
+
+def pretrained_state_dict(x, case: dict, finetune_kw: dict, num_actions: int) -> dict:
+    """The reference's pretrained state dict for a finetuning case: a reference pretraining
+    model given sgi-lab's pretrained networks (``pretrained/``, ``pretrained_target/``), with
+    sgi-lab's fresh Q output layers in the place of its never-trained RL head outputs."""
+    import torch
+    from src.models import SPRCatDqnModel
+
+    pre_case = {**case, "stage": "pretrain", "model_args": case["pretrained_model_args"]}
+    pre_kw, _ = reference_settings(pre_case)
+    size = case["model_args"]["image_size"]
+    build = {"image_shape": (4, 1, size, size), "output_size": num_actions}
+    model, scratch = SPRCatDqnModel(**build, **pre_kw), SPRCatDqnModel(**build, **pre_kw)
+    load_pretraining_weights(x, pre_case, model, scratch, "pretrained/", "pretrained_target/")
+    state = model.state_dict()
+    for stream, index in (("advantage_out", "rl_advantage.3"), ("value_out", "rl_value.3")):
+        for tensor in ("weight_mu", "bias_mu", "weight_sigma", "bias_sigma"):
+            state[f"head.{index}.{tensor}"] = torch.from_numpy(x[f"online/head.{stream}.{tensor}"])
+    return state
+
+
+def check_finetuning_weights(x, case, model) -> None:
+    """The reference's own loading must give sgi-lab's finetuning model (its transfer): every
+    tensor of ``online/`` equal to its reference counterpart, or this is not the same start."""
+    import torch
+
+    sd = model.state_dict()
+    bad = []
+    for key, value in x.items():
+        if not key.startswith("online/"):
+            continue
+        name = key[len("online/") :]
+        for ref in reference_names(name, case["model_args"]["encoder"], "finetune"):
+            if not torch.equal(sd[ref], torch.from_numpy(value)):
+                bad.append(f"{name} -> {ref}")
+    if bad:
+        raise SystemExit(f"the reference loaded other weights than sgi-lab's transfer: {bad}")
+
+
 def reference_settings(case: dict) -> tuple[dict, dict]:
     """model_kwargs and algo kwargs as scripts/config.yaml, rlpyt's configs['ernbw'] and the
     shell scripts sgim_pretrain.sh / sgim_finetune.sh set them (later ones override earlier),
@@ -339,6 +456,10 @@ def run_case(name: str, case: dict) -> dict[str, np.ndarray]:
     spaces = EnvSpaces(
         observation=IntBox(0, 256, shape=(4, 1, size, size), dtype="uint8"), action=IntBox(0, A)
     )
+    if not pretrain:
+        # The reference finetunes from its whole pretrained state dict (model_kwargs'
+        # state_dict: load, copy the goal head's first layers into the RL head, reset sigmas).
+        model_kw["state_dict"] = pretrained_state_dict(x, case, model_kw, A)
     agent = SPRAgent(ModelCls=SPRCatDqnModel, model_kwargs=model_kw, eps_eval=0.001)
     agent.initialize(spaces)
     algo = SPRCategoricalDQN(**algo_kw)
@@ -349,92 +470,10 @@ def run_case(name: str, case: dict) -> dict[str, np.ndarray]:
     agent.give_V_min_max(-10, 10)
     model, target_model = agent.model, agent.target_model
 
-    # -- weights: sgi-lab's, through the mapping ----------------------------------------------
-    online = {
-        k[len("online/") :]: torch.from_numpy(v) for k, v in x.items() if k.startswith("online/")
-    }
-    target = {
-        k[len("target/") :]: torch.from_numpy(v) for k, v in x.items() if k.startswith("target/")
-    }
-    msd, tsd = model.state_dict(), target_model.state_dict()
-    new_m = {k: v.clone() for k, v in msd.items()}
-    new_t = {k: v.clone() for k, v in tsd.items()}
-    mapped_m, mapped_t = set(), set()
-    H = args["hidden_size"]
-
-    def convert(sgi_name, value):
-        if sgi_name == "film.layers.5.weight" or sgi_name == "film.layers.5.bias":
-            return value[film_rows(H)]
-        return value
-
-    for sgi_name, value in online.items():
-        if pretrain and sgi_name.endswith("_sigma"):
-            continue  # see UNMAPPED
-        for ref in reference_names(sgi_name, args["encoder"], stage):
-            new_m[ref] = convert(sgi_name, value).clone()
-            mapped_m.add(ref)
-    for sgi_name, value in target.items():
-        if pretrain and sgi_name.endswith("_sigma"):
-            continue
-        for ref in target_names(sgi_name, args["encoder"], stage):
-            where, ref_name = ref.split(":")
-            dest, mapped = (new_m, mapped_m) if where == "model" else (new_t, mapped_t)
-            dest[ref_name] = convert(sgi_name, value).clone()
-            mapped.add(ref_name)
-    if pretrain:  # the unused RL head: as copy_base_params would make it (see UNMAPPED)
-        for src_name, dst_name in (("goal_advantage", "rl_advantage"), ("goal_value", "rl_value")):
-            for sd in (new_m, new_t):
-                for k in list(sd):
-                    if k.startswith(f"head.{src_name}."):
-                        sd[k.replace(src_name, dst_name)] = sd[k].clone()
-    else:  # finetuning: the target model is the online network (target_update_tau = 1)
-        for k in mapped_m:
-            if not k.startswith(("target_encoder.", "target_projection.")):
-                new_t[k] = new_m[k].clone()
-                mapped_t.add(k)
-    model.load_state_dict(new_m)
-    target_model.load_state_dict(new_t)
-
-    # Every reference tensor mapped or explained.
-    def explained(k: str) -> bool:
-        return (
-            k.endswith("epsilon")
-            or k in ("head.advantage_bias", "head.rl_advantage_bias")
-            or (
-                args["encoder"] == "resnet"
-                and k.startswith(("conv.", "target_encoder."))
-                and ".conv." in k
-                and k.endswith(".bias")
-                and k.split(".")[-2] in ("0", "3", "6")
-            )
-            or (pretrain and (k.startswith("head.rl_") or k.endswith("_sigma")))
-            or (not pretrain and k.startswith(("head.goal_", "head.goal_conditioner.")))
-        )
-
-    unexplained = sorted(k for k in msd if k not in mapped_m and not explained(k))
-    unexplained += sorted(
-        f"target_model:{k}"
-        for k in tsd
-        if k not in mapped_t
-        and not explained(k)
-        and not k.startswith(("target_encoder.", "target_projection."))
-    )
-    if unexplained:
-        raise SystemExit(f"{name}: reference tensors neither mapped nor explained: {unexplained}")
-    if args["encoder"] == "resnet":  # biases before batch norms: zero (see UNMAPPED)
-        with torch.no_grad():
-            for m in (model, target_model):
-                for k, p in m.named_parameters():
-                    if (
-                        ".conv." in k
-                        and k.endswith(".bias")
-                        and k.split(".")[-2] in ("0", "3", "6")
-                    ):
-                        p.zero_()
-        with torch.no_grad():
-            for k, p in model.target_encoder.named_parameters():
-                if ".conv." in k and k.endswith(".bias") and k.split(".")[-2] in ("0", "3", "6"):
-                    p.zero_()
+    if pretrain:
+        load_pretraining_weights(x, case, model, target_model)
+    else:
+        check_finetuning_weights(x, case, model)
 
     before = {k: v.detach().clone() for k, v in model.state_dict().items()}
     target_before = {k: v.detach().clone() for k, v in target_model.state_dict().items()}
@@ -511,6 +550,22 @@ def run_case(name: str, case: dict) -> dict[str, np.ndarray]:
         return out
 
     algo.loss = loss
+    orig_rl_loss = algo.rl_loss
+
+    def rl_loss(*a, **kw):  # per-sample C51 losses and KL, before the PER weights
+        losses, kl = orig_rl_loss(*a, **kw)
+        captured["goal_rl_per_sample" if a[2] is not None else "rl_per_sample"] = losses.detach()
+        return losses, kl
+
+    algo.rl_loss = rl_loss
+    orig_spr = model.do_spr_loss
+
+    def do_spr_loss(*a, **kw):  # (K+1, B) per-step, per-sample mean_k(2 - 2 cos) terms
+        out = orig_spr(*a, **kw)
+        captured["spr_per_step"] = out.detach().clone()
+        return out
+
+    model.do_spr_loss = do_spr_loss
     orig_sample_goals = algo.sample_goals
 
     def sample_goals(observation):
@@ -607,48 +662,39 @@ def run_case(name: str, case: dict) -> dict[str, np.ndarray]:
     after = model.state_dict()
     target_after = target_model.state_dict()
     gen = np.random.default_rng(0)
-    for sgi_name in online:
+    hidden = args["hidden_size"]
+
+    def to_sgi(sgi_name, value):
+        if sgi_name.startswith("film.layers.5."):
+            return value[torch.argsort(film_rows(hidden))]
+        return value
+
+    def sample(key, sgi_name, delta):
+        delta = delta.flatten()
+        idx = np.arange(delta.numel())
+        if delta.numel() > SAMPLE:
+            idx = np.sort(gen.choice(delta.numel(), SAMPLE, replace=False))
+        out[f"{key}_index/{sgi_name}"] = idx
+        out[f"{key}/{sgi_name}"] = delta[idx].numpy()
+
+    sgi_names = [k[len("online/") :] for k in x if k.startswith("online/")]
+    for sgi_name in sgi_names:
         if pretrain and sgi_name.endswith("_sigma"):
             continue
         ref = reference_names(sgi_name, args["encoder"], stage)[0]
-        conv = (
-            (lambda v: v)
-            if not sgi_name.startswith("film.layers.5")
-            else (lambda v: v[torch.argsort(film_rows(H))])
-        )
         if ref in grads:
-            out[f"grad/{sgi_name}"] = conv(grads[ref]).numpy()
-        delta = conv(after[ref] - before[ref]).flatten()
-        idx = (
-            np.arange(delta.numel())
-            if delta.numel() <= SAMPLE
-            else np.sort(gen.choice(delta.numel(), SAMPLE, replace=False))
-        )
-        out[f"update_index/{sgi_name}"] = idx
-        out[f"update/{sgi_name}"] = delta[idx].numpy()
-    # target networks after the update: the SPR target (model.target_*) and the target model
-    for sgi_name in target:
-        if pretrain and sgi_name.endswith("_sigma"):
-            continue
-        for ref in target_names(sgi_name, args["encoder"], stage):
-            where, ref_name = ref.split(":")
-            sd_after, sd_before = (
-                (after, before) if where == "model" else (target_after, target_before)
-            )
-            conv = (
-                (lambda v: v)
-                if not sgi_name.startswith("film.layers.5")
-                else (lambda v: v[torch.argsort(film_rows(H))])
-            )
-            delta = conv(sd_after[ref_name] - sd_before[ref_name]).flatten()
-            idx = (
-                np.arange(delta.numel())
-                if delta.numel() <= SAMPLE
-                else np.sort(gen.choice(delta.numel(), SAMPLE, replace=False))
-            )
-            key = "spr_target" if where == "model" else "q_target"
-            out[f"{key}_index/{sgi_name}"] = idx
-            out[f"{key}/{sgi_name}"] = delta[idx].numpy()
+            out[f"grad/{sgi_name}"] = to_sgi(sgi_name, grads[ref]).numpy()
+        sample("update", sgi_name, to_sgi(sgi_name, after[ref] - before[ref]))
+        # the target networks after the update: the SPR target (model.target_*) and, in
+        # pretraining, the target model (finetuning's is the online network itself)
+        for target_ref in target_names(sgi_name, args["encoder"], stage):
+            where, ref_name = target_ref.split(":")
+            if where == "model":
+                delta = after[ref_name] - before[ref_name]
+                sample("spr_target", sgi_name, to_sgi(sgi_name, delta))
+            elif pretrain:
+                delta = target_after[ref_name] - target_before[ref_name]
+                sample("q_target", sgi_name, to_sgi(sgi_name, delta))
     if not pretrain:
         out["priorities"] = replay.priorities.numpy()
         out["return_"] = return_[0].numpy()

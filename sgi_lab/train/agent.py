@@ -242,7 +242,7 @@ class Population:
                 channels_last=cfg.channels_last is True,
             )
             if isinstance(ref, nn.Parameter):
-                trained = lr_group(name, loaded_set, cfg.scheme) is not None
+                trained = lr_group(name, loaded_set, cfg.scheme, cfg.lr_groups) is not None
                 stacked.requires_grad_(trained)
             online[name] = stacked
         # Noise samples are non-persistent buffers: state_dict() leaves them out.
@@ -267,7 +267,7 @@ class Population:
         scales = lr_scales(cfg)
         groups: dict[str, list[torch.Tensor]] = {g: [] for g in LR_GROUPS}
         for name, _ in template.named_parameters():
-            group = lr_group(name, loaded_set, cfg.scheme)
+            group = lr_group(name, loaded_set, cfg.scheme, cfg.lr_groups)
             if group is not None:
                 groups[group].append(online[name])
         param_groups = [
@@ -733,11 +733,14 @@ class Population:
         self.optimizer.zero_grad(set_to_none=True)
         total.sum().backward()
         grad_norm = self.clip_gradients(cfg.grad_clip)
+        if cfg.spr_target_update == "before_step":  # toward the weights the losses used
+            self.update_spr_target()
         self.optimizer.step()
         with torch.no_grad():
             for k, v in noise_online.items():  # acting uses the update's noise
                 self.online[k].copy_(v)
-        self.update_spr_target()
+        if cfg.spr_target_update == "after_step":
+            self.update_spr_target()
         stats["losses/total"] = total.detach()
         stats["charts/grad_norm"] = grad_norm
         return stats, priorities
@@ -892,6 +895,15 @@ class Population:
         for k, v in self.online.items():
             if not v.is_floating_point():
                 self.q_target[k].copy_(v)
+
+    def start_spr_target(self, i: int, pretrained_target: dict[str, torch.Tensor]) -> None:
+        """Start agent ``i``'s SPR target from a pretraining run's EMA target: every tensor the
+        target follows (`_ema_names`) that the pretrained target has; the rest stays as built."""
+        state = self.agent_state(i, "spr_target")
+        for name in self._ema_names():
+            if name in pretrained_target and pretrained_target[name].shape == state[name].shape:
+                state[name] = pretrained_target[name]
+        self.load_agent_state(i, "spr_target", state)
 
     def _ema_names(self) -> list[str]:
         """Float tensors the SPR target follows: encoder (parameters and batch-norm statistics)

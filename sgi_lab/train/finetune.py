@@ -493,6 +493,13 @@ def _build(agents: list[_Agent], device: torch.device) -> tuple[Population, Popu
     )
     for i, a in enumerate(agents):
         if a.checkpoint is None:
+            if a.pretrained is not None and a.config.spr_target_start == "pretrained_target":
+                if a.pretrained.target_state is None:
+                    raise ConfigError(
+                        f"{a.pretrained.path} holds no EMA target network (written before "
+                        "sgi-lab saved one); set spr_target_start: online"
+                    )
+                population.start_spr_target(i, a.pretrained.target_state)
             continue
         ckpt = a.checkpoint
         population.load_agent_state(i, "spr_target", ckpt["spr_target"])

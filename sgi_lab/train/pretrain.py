@@ -639,6 +639,8 @@ def _train_loop(
             "kind": "pretrained_model",
             "step": step,
             "model": state.model.state_dict(),
+            # the EMA target too: finetuning can start SPR's target from it, as the reference
+            "target": state.target.state_dict(),
             "model_args": args,
             "config": to_dict(config),
             "game": store.game,

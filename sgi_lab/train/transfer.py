@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 # SGIModel arguments that shape the tensors shared with a pretrained model; taken from it.
-ARCHITECTURE_ARGS = ("in_channels", "image_size", "hidden_size")
+ARCHITECTURE_ARGS = ("in_channels", "image_size", "hidden_size", "width_scale", "goal_film")
 
 LR_GROUPS = ("encoder_transition", "pretrained", "fresh")
 """Optimizer parameter groups, in this order (empty ones are left out)."""
@@ -57,6 +57,8 @@ class Pretrained:
         game: game it was pretrained on (None if unrecorded).
         params: the pretraining params name from the run's status.json (None if unrecorded).
         config: the pretraining config recorded in the file (empty if unrecorded).
+        target_state: the pretraining run's EMA target network (None in files made before it
+            was saved); `FinetuneConfig.spr_target_start` can start SPR's target from it.
     """
 
     path: Path
@@ -66,6 +68,7 @@ class Pretrained:
     game: str | None = None
     params: str | None = None
     config: dict[str, Any] | None = None
+    target_state: dict[str, torch.Tensor] | None = None
 
     def build_model(self) -> SGIModel:
         """The pretrained SGIModel itself, in eval mode (for analysis notebooks)."""
@@ -118,6 +121,7 @@ def load_pretrained(source: str | Path, allow_unfinished: bool = False) -> Pretr
         game=payload.get("game"),
         params=status.get("params") if isinstance(status, dict) else None,
         config=payload.get("config") if isinstance(payload.get("config"), dict) else None,
+        target_state=payload.get("target") if isinstance(payload.get("target"), dict) else None,
     )
 
 
@@ -213,18 +217,25 @@ def model_args_for(
     return args
 
 
-def lr_group(name: str, loaded: set[str] | frozenset[str], scheme: str) -> str | None:
+def lr_group(
+    name: str, loaded: set[str] | frozenset[str], scheme: str, groups: str = "text"
+) -> str | None:
     """The optimizer group of parameter ``name``, or None when it is not trained.
 
     ``encoder_transition``: pretrained encoder and transition model; ``pretrained``: other
     pretrained parameters; ``fresh``: everything the pretrained model did not provide. With the
-    frozen scheme the encoder is not trained at all.
+    frozen scheme the encoder is not trained at all. ``groups="reference"`` (the authors'
+    ``sgim_finetune.sh``: ``encoder_lr``, ``q_l1_lr``, nothing else) puts only the encoder in
+    the first group, only the Q head's first layers (SPR's projection) in the second, and every
+    other parameter, the pretrained transition model and predictor included, in ``fresh``.
     """
     part = parameter_group(name)
     if scheme == "frozen" and part == "encoder":
         return None
     if name not in loaded:
         return "fresh"
+    if groups == "reference":
+        return {"encoder": "encoder_transition", "projection": "pretrained"}.get(part, "fresh")
     return "encoder_transition" if part in ("encoder", "transition") else "pretrained"
 
 
