@@ -60,6 +60,33 @@ def test_row_table_and_sample_rows(small_store):
     assert only_second.tolist() == list(range(30, 50))
 
 
+def test_start_distance_measures_a_reset_frame_episode_from_its_second_frame(tmp_path):
+    """With zero no-op starts, the frame stored at reset is the emulator's, shaded unlike the
+    game (Pong: 37 gray levels from every later frame): that episode is measured from its second
+    frame, named in attrs and in the figure, and the median over episodes ignores it."""
+    writer = TransitionStoreWriter.create(
+        tmp_path / "store", game="Pong", source="synthetic", num_actions=6, chunk_size=64
+    )
+    for episode in range(5):
+        for t in range(20):
+            frame = np.full((84, 84), 100, np.uint8)
+            frame[t, :] = 200  # the ball: a line that moves, one gray level of change on average
+            if episode == 3 and t == 0:
+                frame[:] = 63  # the reset frame
+            writer.append(frame, 0, 0.0, t == 19, t == 0)
+    store = TransitionStore(writer.close())
+    df = representations.start_distance(store)
+    assert df.attrs["reset_frame_episodes"] == [3]
+    odd = df[df["episode"] == 3]
+    assert odd["step"].min() == 1 and odd["pixel_distance"].max() < 3  # not 37 everywhere
+    assert df["pixel_distance"].max() < 3
+    fig = viz.start_distance_figure({"random": df})
+    assert (
+        "reset frame" in fig.layout.title.text and "random: episode(s) 3" in fig.layout.title.text
+    )
+    assert fig.data[0].name == "random median"
+
+
 def test_start_distance_is_the_pixel_distance_to_the_first_frame(small_store):
     df = representations.start_distance(small_store, stride=1)
     assert len(df) == 50
@@ -246,7 +273,7 @@ def test_representation_and_dataset_figures(small_store, model):
     assert fig.data[0].name == "A | step"
     distance = representations.start_distance(small_store)
     fig = viz.start_distance_figure({"s": distance})
-    assert [t.name for t in fig.data] == ["s mean", "s max", "s steps"]
+    assert [t.name for t in fig.data] == ["s median", "s max", "s steps"]
     stores = {"one": small_store, "two": small_store}
     assert {t.name for t in viz.compare_stores_figure(stores).data} == {"one", "two"}
     table = viz.stores_table(stores)

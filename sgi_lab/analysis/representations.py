@@ -286,13 +286,23 @@ def diversity_curves(
 # -- how far the data goes ----------------------------------------------------------------------
 
 
+RESET_FRAME_JUMP = 10.0
+"""Mean gray-level change between an episode's first two stored frames above which the first is
+the emulator's reset frame: with zero no-op starts the frame stored at reset is drawn before the
+game's first playing frame and shaded differently (Pong: 37 levels from every later frame,
+where consecutive frames differ by about 0.1)."""
+
+
 def start_distance(
     store: TransitionStore, episodes: Sequence[int] | None = None, stride: int = 1
 ) -> pd.DataFrame:
     """Mean absolute pixel difference between each state and its episode's first frame.
 
     A policy that never leaves the start screen stays near 0; one that reaches new parts of the
-    game climbs. Computed on single frames (the newest of each stack), in [0, 255].
+    game climbs. Computed on single frames (the newest of each stack), in [0, 255]. An episode
+    whose first stored frame is the emulator's reset frame (zero no-op starts, `RESET_FRAME_JUMP`)
+    is measured from its second frame instead, so that one odd frame does not make the whole
+    episode look far from its start; ``df.attrs["reset_frame_episodes"]`` lists them.
 
     Args:
         store: the dataset.
@@ -300,16 +310,25 @@ def start_distance(
         stride: take every ``stride``-th step.
 
     Returns:
-        Columns ``episode, step, pixel_distance``.
+        Columns ``episode, step, pixel_distance`` (``step`` counted from the episode's first
+        stored frame; a reset-frame episode's step 0 is left out).
     """
     episodes = range(store.num_episodes) if episodes is None else episodes
-    frames = []
+    frames, reset_frames = [], []
     for e in episodes:
         start, end = int(store.episode_starts[e]), int(store.episode_ends[e])
         rows = np.arange(start, end + 1, max(1, int(stride)))
-        first = store.gather_frames(np.array([start]))[0].astype(np.int16)
+        head = store.gather_frames(np.array([start, min(start + 1, end)])).astype(np.int16)
+        reference = start
+        if end > start and np.abs(head[1] - head[0]).mean() > RESET_FRAME_JUMP:
+            reset_frames.append(int(e))
+            reference = start + 1
+            rows = rows[rows >= reference]
+        first = head[reference - start]
         distance = np.abs(store.gather_frames(rows).astype(np.int16) - first).mean(axis=(1, 2))
         frames.append(
             pd.DataFrame({"episode": e, "step": rows - start, "pixel_distance": distance})
         )
-    return pd.concat(frames, ignore_index=True)
+    df = pd.concat(frames, ignore_index=True)
+    df.attrs["reset_frame_episodes"] = reset_frames
+    return df

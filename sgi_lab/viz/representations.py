@@ -196,8 +196,9 @@ def start_distance_figure(
         title: figure title.
 
     Returns:
-        A two-panel figure; traces are named ``"<label> mean"``, ``"<label> max"`` (left) and
-        ``"<label> steps"`` (right).
+        A two-panel figure; traces are named ``"<label> median"`` (over episodes, per step),
+        ``"<label> max"`` (left) and ``"<label> steps"`` (right); the title lists the episodes
+        measured from their second frame (`start_distance`'s reset-frame episodes).
     """
     frames = {"data": frames} if isinstance(frames, pd.DataFrame) else dict(frames)
     fig = make_subplots(
@@ -210,10 +211,14 @@ def start_distance_figure(
     )
     for k, (label, df) in enumerate(frames.items()):
         color = _PALETTE[k % len(_PALETTE)]
-        by_step = df.groupby("step")["pixel_distance"].agg(["mean", "max"]).reset_index()
+        # the median over episodes: one odd episode moves the mean, not the median
+        by_step = df.groupby("step")["pixel_distance"].agg(["median", "max"]).reset_index()
         fig.add_trace(
             go.Scatter(
-                x=by_step["step"], y=by_step["mean"], name=f"{label} mean", line={"color": color}
+                x=by_step["step"],
+                y=by_step["median"],
+                name=f"{label} median",
+                line={"color": color},
             ),
             row=1,
             col=1,
@@ -232,6 +237,20 @@ def start_distance_figure(
             go.Histogram(x=df["step"], name=f"{label} steps", marker={"color": color}, opacity=0.6),
             row=1,
             col=2,
+        )
+    reset = {
+        label: df.attrs.get("reset_frame_episodes") or []
+        for label, df in frames.items()
+        if df.attrs.get("reset_frame_episodes")
+    }
+    if reset:
+        listed = "; ".join(
+            f"{label}: episode(s) {', '.join(map(str, e))}" for label, e in reset.items()
+        )
+        title = (
+            f"{title or 'distance from the start state'}<br><sup>began on the emulator's reset "
+            f"frame (no no-op start), shaded unlike the rest, so measured from their second "
+            f"frame: {listed}</sup>"
         )
     fig.update_xaxes(title_text="step in episode (agent steps)")
     fig.update_yaxes(title_text="distance (gray levels)", row=1, col=1)
