@@ -98,6 +98,8 @@ def world(tmp_path_factory):
     # A params folder, a YAML tag, a pickled DQN-Replay observation file.
     (root / "params_dir").mkdir()
     w["params_dir"] = root / "params_dir"
+    (root / "afile.txt").write_text("not weights\n")
+    w["afile"] = root / "afile.txt"
     (root / "tag.yaml").write_text("config: !!python/object/apply:os.system ['echo pwned']\n")
     w["tag"] = root / "tag.yaml"
     src = root / "pickled_src"
@@ -191,6 +193,11 @@ CASES = [
     ("finetune-max-agents-zero", lambda w: ["finetune", "--params", "params/finetune/smoke.yaml", "--game", "pong,breakout", "--max-agents", "0", "--out", str(w["root"] / "f2"), "--no-progress"], 2, "--max-agents"),
     ("finetune-lr-negative", lambda w: ["finetune", "--params", "params/finetune/smoke.yaml", "--set", "lr=-1.0", "--out", str(w["root"] / "f1"), "--no-progress"], 2, "lr"),
     ("run-unknown-parameter", lambda w: ["run", "pretrain", "-p", "unknown_name", "1", "--out-root", str(w["root"] / "nb")], 2, "unknown_name"),
+    # imprecise path messages (issue 27, item 10): say what the path is and what was expected
+    ("evaluate-a-model-file", lambda w: ["evaluate", str(w["pre_done"] / "model.pt"), "--no-progress"], 2, "model.pt: a file, expected a finetuning run folder"),
+    ("finetune-pretrained-text-file", lambda w: ["finetune", "--params", "params/finetune/smoke.yaml", "--pretrained", str(w["afile"]), "--out", str(w["root"] / "f3"), "--no-progress"], 2, "afile.txt: not a PyTorch checkpoint"),
+    ("run-params-is-a-folder", lambda w: ["run", "pretrain", "-f", str(w["params_dir"]), "--out-root", str(w["root"] / "nb")], 2, "params_dir: a folder, expected a YAML parameters file"),
+    ("run-seed-not-a-number", lambda w: ["run", "pretrain", "-p", "seed", "abc", "--out-root", str(w["root"] / "nb")], 2, "seed: expected an integer"),
 ]  # fmt: skip
 
 

@@ -264,7 +264,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     from sgi_lab.paths import did_you_mean
     from sgi_lab.train.evaluate import evaluate_run
 
-    if not Path(args.run).is_dir():
+    if not Path(args.run).exists():  # a file: evaluate_run says what it expected instead
         raise FileNotFoundError(did_you_mean(args.run, "run folder"))
     result = evaluate_run(
         args.run,

@@ -150,6 +150,11 @@ def resolve_notebook(notebook: str | os.PathLike) -> Path:
 def read_param_file(path: str | os.PathLike) -> dict[str, Any]:
     """A papermill parameters file: a YAML mapping of notebook parameter names to values."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(
+            f"{path}: a folder, expected a YAML parameters file (e.g. "
+            "params/notebooks/pretrain_smoke.yaml)"
+        )
     if not path.is_file():
         raise FileNotFoundError(f"{path}: parameters file not found")
     return load_yaml_mapping(path, "a mapping of parameter names to values")
@@ -207,9 +212,29 @@ def resolve_parameters(
                 f"unknown notebook parameter(s) {unknown} for {Path(notebook).name}; "
                 f"its parameters cell defines: {sorted(resolved)}"
             )
+        for key, value in {**from_file, **(parameters or {})}.items():
+            _check_parameter_type(key, value, resolved[key], Path(notebook).name)
     resolved.update(from_file)
     resolved.update(parameters or {})
     return resolved
+
+
+def _check_parameter_type(key: str, value: Any, default: Any, notebook: str) -> None:
+    """Refuse a value of another type than a numeric or boolean default's (``-p seed abc``),
+    before a run folder is named after it; other defaults (text, None, lists) take anything."""
+    if isinstance(default, bool):
+        ok, what = isinstance(value, bool), "true or false"
+    elif isinstance(default, int):
+        ok, what = isinstance(value, int) and not isinstance(value, bool), "an integer"
+    elif isinstance(default, float):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        what = "a number"
+    else:
+        return
+    if not ok:
+        raise ConfigError(
+            f"{key}: expected {what} (the default in {notebook} is {default!r}), got {value!r}"
+        )
 
 
 def run_folder_name(

@@ -297,6 +297,18 @@ def play_episodes(
     return out
 
 
+def _check_run_folder_path(run_dir: str | Path) -> None:
+    """A finetuning run folder was named: say what the path is when it is not one."""
+    path = Path(run_dir)
+    if path.is_file():
+        raise FileNotFoundError(
+            f"{path}: a file, expected a finetuning run folder (the folder holding model.pt, "
+            f"e.g. {path.parent})"
+        )
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path}: no such finetuning run folder")
+
+
 def load_run_model(
     run_dir: str | Path, map_location: str | torch.device = "cpu"
 ) -> tuple[SGIModel, dict[str, Any]]:
@@ -310,8 +322,7 @@ def load_run_model(
         FileNotFoundError: no such folder.
         CheckpointError: neither file exists, or the file is truncated or not ours.
     """
-    if not Path(run_dir).is_dir():
-        raise FileNotFoundError(f"{run_dir}: run folder not found")
+    _check_run_folder_path(run_dir)
     run = RunDir(run_dir)
     path = run.path / "model.pt"
     if path.exists():
@@ -355,8 +366,7 @@ def evaluate_run(
     """
     from sgi_lab.runs import require_finished, resolve_device
 
-    if not Path(run_dir).is_dir():
-        raise FileNotFoundError(f"{run_dir}: run folder not found")
+    _check_run_folder_path(run_dir)
     finished = require_finished(run_dir, "evaluate", allow_unfinished)
     model, info = load_run_model(run_dir)
     run = RunDir(run_dir)
