@@ -32,6 +32,8 @@ __all__ = [
     "category_averages",
     "f1_weighted",
     "fit_linear_probes",
+    "gram_eigenbasis",
+    "gradient_descent_filter",
     "label_entropy",
     "majority_predictions",
 ]
@@ -191,6 +193,21 @@ def gradient_descent_filter(eigenvalues: torch.Tensor, steps: float) -> torch.Te
     return torch.where(live, gain, torch.zeros_like(gain))
 
 
+def gram_eigenbasis(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eigenvalues (ascending) and eigenvectors (D, r) of ``x^T x / N`` for ``x`` (N, D), from
+    the smaller of the two Gram matrices: with fewer rows than features, ``x x^T / N`` (N x N)
+    gives the same nonzero eigenvalues, and its eigenvectors ``u`` map to ``x^T u / sqrt(N l)``
+    (gradient descent from zero never leaves that span)."""
+    n, d = x.shape
+    if n >= d:
+        eigenvalues, basis = torch.linalg.eigh(x.T @ x / n)
+        return eigenvalues.clamp_min(0), basis
+    eigenvalues, u = torch.linalg.eigh(x @ x.T / n)
+    live = eigenvalues > eigenvalues[-1].clamp_min(1e-12) * 1e-7
+    eigenvalues, u = eigenvalues[live], u[:, live]
+    return eigenvalues, (x.T @ u) / torch.sqrt(n * eigenvalues)
+
+
 def fit_linear_probes(
     x_train: np.ndarray,
     y_train: np.ndarray,
@@ -219,9 +236,7 @@ def fit_linear_probes(
         x_val, y_val = np.asarray(x_val)[keep], np.asarray(y_val)[keep]
     xv = _design(x_val, mean, std)
     y_train, y_val = np.asarray(y_train), np.asarray(y_val)
-    gram = xt.T @ xt / len(xt)
-    eigenvalues, basis = torch.linalg.eigh(gram)
-    eigenvalues = eigenvalues.clamp_min(0)
+    eigenvalues, basis = gram_eigenbasis(xt)
     xv_basis = xv @ basis
     classes, blocks, stopped = [], [], []
     filters = [(t, gradient_descent_filter(eigenvalues, t)) for t in settings.steps()]

@@ -1,0 +1,281 @@
+"""Linear probes: they read a label the frames encode and not a shuffled one; the split keeps
+episodes apart; AtariARI's averaging; the closed-form early stopping equals gradient descent; the
+CLI round trip and its refusals; the annotation table."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from sgi_lab.data import TransitionStore, TransitionStoreWriter
+from sgi_lab.launch.cli import main
+from sgi_lab.probes import (
+    CATEGORIES,
+    ProbeInputError,
+    UnannotatedGameError,
+    annotated_games,
+    annotations,
+    category_averages,
+    check_probe_store,
+    fit_linear_probes,
+    probe_encoder,
+    random_probe_encoder,
+    split_episodes,
+)
+from sgi_lab.probes.linear import ProbeSettings, gradient_descent_filter, gram_eigenbasis
+
+PONG_BALL_X = 49  # AtariARI: Pong's ball_x
+PONG_PLAYER_Y = 51
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def synthetic_store(
+    path,
+    episodes: int = 24,
+    length: int = 40,
+    shuffle: bool = False,
+    source: str = "random",
+    game: str = "Pong",
+    ram: bool = True,
+    seed: int = 0,
+):
+    """A store whose frames draw Pong's ball_x: a bright block at column 10 * value (value in
+    0..7), plus noise in a corner so no two states are alike. ``shuffle`` permutes the RAM over
+    rows (the label no longer follows the pixels). A reward arrives exactly when value == 7 and
+    the action is value // 2 (a policy that reads the frame)."""
+    rng = np.random.default_rng(seed)
+    n = episodes * length
+    values = rng.integers(0, 8, n)
+    frames = np.zeros((n, 84, 84), np.uint8)
+    for t, v in enumerate(values):
+        frames[t, 30:40, 10 * v : 10 * v + 8] = 200
+    frames[:, 80:84, 0:20] = rng.integers(0, 255, (n, 4, 20))
+    rams = np.zeros((n, 128), np.uint8)
+    rams[:, PONG_BALL_X] = values
+    rams[:, PONG_PLAYER_Y] = rng.integers(0, 8, n)  # a variable the pixels do not show
+    if shuffle:
+        rams = rams[rng.permutation(n)]
+    writer = TransitionStoreWriter.create(
+        path, game=game, source=source, num_actions=6, chunk_size=300, ram=ram
+    )
+    first = np.zeros(n, np.uint8)
+    first[::length] = 1
+    terminal = np.roll(first, -1)
+    writer.append_many(
+        frame=frames,
+        action=(values // 2).astype(np.int32),
+        reward=(values == 7).astype(np.float32),
+        terminal=terminal,
+        first=first,
+        **({"ram": rams} if ram else {}),
+    )
+    return TransitionStore(writer.close())
+
+
+def test_probes_read_what_the_pixels_show_and_not_shuffled_labels(tmp_path):
+    store = synthetic_store(tmp_path / "s", source="exploratory")
+    encoder = random_probe_encoder(tmp_path / "r", store.num_actions, "nature", seed=0)
+    result = probe_encoder(encoder, store, random_baseline_seed=None, progress=False)
+    ball = result["variables"]["ball_x"]
+    assert ball["f1"] > 0.95 and ball["category"] == "small_object_localization"
+    assert ball["majority_f1"] < 0.1  # eight even values: the majority is a poor guess
+    hidden = result["variables"]["player_y"]  # in RAM, not on screen
+    assert hidden["f1"] < 0.35
+    # Variables constant in this RAM carry no entropy and are left out, as in AtariARI.
+    assert "enemy_x" in result["dropped_low_entropy"] and "enemy_x" not in result["variables"]
+    assert result["categories"]["small_object_localization"] == ball["f1"]
+    assert result["reward"]["f1"] > 0.9  # a reward comes exactly when the block is rightmost
+    assert result["action"]["accuracy"] > 0.9 > result["action"]["majority_accuracy"] + 0.4
+
+    shuffled = synthetic_store(tmp_path / "shuffled", shuffle=True)
+    result = probe_encoder(encoder, shuffled, random_baseline_seed=None, progress=False)
+    ball = result["variables"]["ball_x"]
+    assert ball["f1"] < 0.3  # chance is 1/8: nothing to read
+    assert "skipped" in result["action"]  # Random data: no policy worth imitating
+
+
+def test_random_init_baseline_is_probed_on_the_same_split(tmp_path):
+    store = synthetic_store(tmp_path / "s", episodes=12)
+    encoder = random_probe_encoder(tmp_path / "r", store.num_actions, "nature", seed=3)
+    result = probe_encoder(encoder, store, random_baseline_seed=3, progress=False)
+    # The same architecture and seed: the baseline must equal the encoder's own scores.
+    assert result["random_init"]["seed"] == 3
+    assert result["random_init"]["overall"] == pytest.approx(result["overall"])
+    assert result["majority"]["overall"] < result["overall"]
+
+
+def test_episode_split_never_shares_an_episode(tmp_path):
+    store = synthetic_store(tmp_path / "s", episodes=15, length=20)
+    for seed in range(5):
+        split = split_episodes(store, seed)
+        episodes = {k: set(store.episode_index[rows]) for k, rows in split.items()}
+        assert all(episodes.values())
+        assert not episodes["train"] & episodes["val"]
+        assert not episodes["train"] & episodes["test"]
+        assert not episodes["val"] & episodes["test"]
+        assert set.union(*episodes.values()) == set(range(store.num_episodes))
+        # Whole episodes: every row of an episode lies in its split.
+        for name, rows in split.items():
+            for e in episodes[name]:
+                assert set(range(store.episode_starts[e], store.episode_ends[e] + 1)) <= set(rows)
+        fractions = [len(split[k]) / len(store) for k in ("train", "val", "test")]
+        assert fractions[0] == pytest.approx(0.7, abs=0.1)
+    few = synthetic_store(tmp_path / "few", episodes=2)
+    with pytest.raises(ProbeInputError, match="at least 3"):
+        split_episodes(few)
+
+
+def test_category_averages_match_a_hand_computed_example():
+    scores = {"player_x": 1.0, "player_y": 0.5, "score": 0.0, "angle": 0.3, "ball_x": 0.9}
+    categories = {
+        "player_x": "agent_localization",
+        "player_y": "agent_localization",
+        "score": "score_clock_lives_display",
+        "angle": None,  # in no category: the overall mean only
+        "ball_x": "small_object_localization",
+    }
+    summary = category_averages(scores, categories)
+    assert summary["categories"] == {
+        "agent_localization": pytest.approx(0.75),
+        "score_clock_lives_display": pytest.approx(0.0),
+        "small_object_localization": pytest.approx(0.9),
+    }
+    assert summary["overall"] == pytest.approx((1.0 + 0.5 + 0.0 + 0.3 + 0.9) / 5)
+    assert summary["across_categories"] == pytest.approx((0.75 + 0.0 + 0.9) / 3)
+
+
+def test_closed_form_early_stopping_equals_gradient_descent():
+    rng = np.random.default_rng(0)
+    x = torch.as_tensor(rng.normal(size=(50, 6)), dtype=torch.float64)
+    y = torch.as_tensor(rng.normal(size=(50, 3)), dtype=torch.float64)
+    gram = x.T @ x / len(x)
+    eigenvalues, basis = torch.linalg.eigh(gram)
+    step = 1 / eigenvalues[-1]
+    w = torch.zeros(6, 3, dtype=torch.float64)
+    for steps in range(1, 41):
+        w = w - step * (gram @ w - x.T @ y / len(x))  # gradient of the mean squared error / 2
+        if steps in (1, 7, 40):
+            gain = gradient_descent_filter(eigenvalues, steps)
+            closed = basis @ (gain[:, None] * (basis.T @ (x.T @ y / len(x))))
+            torch.testing.assert_close(closed, w)
+    least_squares = torch.linalg.lstsq(x, y).solution
+    gain = gradient_descent_filter(eigenvalues, float("inf"))
+    closed = basis @ (gain[:, None] * (basis.T @ (x.T @ y / len(x))))
+    torch.testing.assert_close(closed, least_squares)
+
+
+@pytest.mark.parametrize("rows", [50, 12])  # more rows than features, and fewer
+def test_closed_form_early_stopping_equals_gradient_descent_either_gram(rows):
+    rng = np.random.default_rng(2)
+    x = torch.as_tensor(rng.normal(size=(rows, 20)), dtype=torch.float64)
+    y = torch.as_tensor(rng.normal(size=(rows, 2)), dtype=torch.float64)
+    gram = x.T @ x / rows
+    eigenvalues, basis = gram_eigenbasis(x)
+    assert basis.shape[1] == min(rows, 20)
+    step = 1 / eigenvalues[-1]
+    w = torch.zeros(20, 2, dtype=torch.float64)
+    for _ in range(25):
+        w = w - step * (gram @ w - x.T @ y / rows)
+    gain = gradient_descent_filter(eigenvalues, 25)
+    torch.testing.assert_close(basis @ (gain[:, None] * (basis.T @ (x.T @ y / rows))), w)
+
+
+def test_linear_probes_stop_where_validation_is_best():
+    rng = np.random.default_rng(1)
+    classes = rng.integers(0, 4, 400)
+    centers = rng.normal(size=(4, 20)) * 3
+    x = centers[classes] + rng.normal(size=(400, 20))
+    y = np.stack([classes * 10, rng.integers(0, 4, 400)], 1)  # readable, and pure noise
+    probes = fit_linear_probes(x[:300], y[:300], x[300:], y[300:], ProbeSettings())
+    pred = probes.predict(x[300:])
+    assert (pred[:, 0] == y[300:, 0]).mean() > 0.95
+    assert set(np.unique(pred[:, 0])) <= {0, 10, 20, 30}  # predictions are observed values
+    assert (pred[:, 1] == y[300:, 1]).mean() < 0.45
+
+
+def test_annotation_table_covers_atariaris_games():
+    assert set(annotated_games()) == {
+        "BattleZone", "Boxing", "Breakout", "DemonAttack", "Freeway", "Frostbite", "Hero",
+        "MsPacman", "Pong", "PrivateEye", "Qbert", "Seaquest",
+    }  # fmt: skip
+    pong = {v.name: v for v in annotations("pong")}
+    assert (pong["ball_x"].address, pong["ball_x"].category) == (49, "small_object_localization")
+    assert (pong["player_y"].address, pong["player_y"].category) == (51, "agent_localization")
+    assert pong["enemy_score"].category == "score_clock_lives_display"
+    breakout = annotations("Breakout")
+    assert len([v for v in breakout if v.name.startswith("block_bit_map_")]) == 30
+    assert {v.category for g in annotated_games() for v in annotations(g)} <= {*CATEGORIES, None}
+    with pytest.raises(UnannotatedGameError, match="Alien.*annotated games: BattleZone"):
+        annotations("Alien")
+
+
+def _pretrain_run(store, out):
+    rc = main(
+        [
+            "pretrain", "--params", "params/pretrain/smoke.yaml", "--set", "steps=2",
+            "--set", "batch_size=4", "--data", str(store.path), "--out", str(out), "--no-progress",
+        ]
+    )  # fmt: skip
+    assert rc == 0
+
+
+def test_cli_probe_round_trip_and_skip(tmp_path, capsys):
+    store = synthetic_store(tmp_path / "s", episodes=10, length=30)
+    run = tmp_path / "run"
+    _pretrain_run(store, run)
+    capsys.readouterr()
+    argv = ["probe", str(run), "--data", str(store.path), "--no-progress"]
+    assert main(argv) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["computed"] and summary["game"] == "Pong"
+    payload = json.loads((run / "probes.json").read_text())
+    (entry,) = payload["entries"]
+    assert entry["encoder"]["kind"] == "pretrain" and entry["encoder"]["params"] == "smoke"
+    assert entry["store"]["fingerprint"] == store.fingerprint
+    assert entry["variables"]["ball_x"]["f1"] > 0.8 and entry["random_init"]["overall"] > 0.3
+    assert summary["overall_f1"] == entry["overall"]
+    written = (run / "probes.json").stat().st_mtime_ns
+    assert main(argv) == 0  # done: skipped, the file untouched
+    assert json.loads(capsys.readouterr().out)["computed"] is False
+    assert (run / "probes.json").stat().st_mtime_ns == written
+    # A random encoder into its own folder.
+    out = tmp_path / "random"
+    argv = ["probe", "--random-init", "nature", "--seed", "1", "--out", str(out)]
+    assert main([*argv, "--data", str(store.path), "--no-progress", "--no-random-baseline"]) == 0
+    (entry,) = json.loads((out / "probes.json").read_text())["entries"]
+    assert entry["encoder"]["kind"] == "random_init" and entry["encoder"]["seed"] == 1
+    assert entry["random_init"] is None if "random_init" in entry else True
+
+
+def test_cli_probe_refuses_bad_inputs_naming_them(tmp_path, capsys):
+    good = synthetic_store(tmp_path / "good", episodes=6)
+    no_ram = synthetic_store(tmp_path / "no_ram", episodes=6, ram=False)
+    alien = synthetic_store(tmp_path / "alien", episodes=6, game="Alien")
+    run = tmp_path / "run"
+    _pretrain_run(good, run)
+    capsys.readouterr()
+    cases = [
+        (["probe", str(run), "--data", str(no_ram.path)], "no_ram: this store holds no RAM"),
+        (["probe", str(run), "--data", str(alien.path)], "Alien: AtariARI annotates no RAM"),
+        (["probe", str(good.path), "--data", str(good.path)], "good: not an encoder"),
+        (["probe", str(tmp_path / "missing"), "--data", str(good.path)], "missing: no such run"),
+        (["probe", str(run / "metrics.jsonl"), "--data", str(good.path)], "metrics.jsonl"),
+        (["probe", str(run), "--data", str(tmp_path / "nostore")], "nostore: no such store"),
+        (["probe", "--data", str(good.path)], "give RUN folders"),
+    ]
+    for argv, message in cases:
+        assert main([*argv, "--no-progress"]) == 2, argv
+        assert message in capsys.readouterr().err, argv
+    assert not (run / "probes.json").exists()
+    with pytest.raises(ProbeInputError, match="no RAM"):
+        check_probe_store(no_ram.path)
