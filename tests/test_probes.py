@@ -254,7 +254,12 @@ def test_cli_probe_round_trip_and_skip(tmp_path, capsys):
     assert main([*argv, "--data", str(store.path), "--no-progress", "--no-random-baseline"]) == 0
     (entry,) = json.loads((out / "probes.json").read_text())["entries"]
     assert entry["encoder"]["kind"] == "random_init" and entry["encoder"]["seed"] == 1
-    assert entry["random_init"] is None if "random_init" in entry else True
+    assert "random_init" not in entry
+    # sgi-lab report shows probe F1 of runs that have no finetuning score.
+    assert main(["report", str(run), str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert "Probes (test F1" in shown and "random_init" in shown and "smoke" in shown
+    assert f"{summary['overall_f1']:.3f}" in shown
 
 
 def test_cli_probe_refuses_bad_inputs_naming_them(tmp_path, capsys):

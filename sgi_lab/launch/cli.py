@@ -292,11 +292,16 @@ def _report(args: argparse.Namespace) -> int:
         format_aggregates,
         report,
     )
+    from sgi_lab.launch.probe import print_probes, split_probed
     from sgi_lab.paths import did_you_mean
 
     missing = [did_you_mean(run, "run folder") for run in args.runs if not Path(run).exists()]
     if missing:
         raise FileNotFoundError("; ".join(missing))
+    # Runs with probe results only (pretraining runs, random encoders) go to the probe table.
+    args.runs, probed = split_probed(args.runs)
+    if not args.runs:
+        return print_probes(probed)
 
     per_game, aggregates = report(
         args.runs, csv=args.csv, reps=args.reps, allow_unfinished=args.allow_unfinished
@@ -318,7 +323,7 @@ def _report(args: argparse.Namespace) -> int:
         print(f"\nNOTE: these runs were made by other code than one clean commit: {codes}")
     if args.csv:
         print(f"\nwrote {args.csv} and {aggregates_csv_path(args.csv)}")
-    return 0
+    return print_probes(probed)
 
 
 # -- parser ------------------------------------------------------------------------------------

@@ -118,3 +118,41 @@ def add_probe_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(handler=main_probe)
     return p
+
+
+def split_probed(runs: list[Path]) -> tuple[list[Path], list[Path]]:
+    """``sgi-lab report``'s runs: (those with a finetuning result, or without probe results,
+    for the score tables; every run with probe results, for the probe table)."""
+    from sgi_lab.probes import PROBES_FILE
+
+    probed = [r for r in runs if (Path(r) / PROBES_FILE).is_file()]
+    scored = [r for r in runs if (Path(r) / "eval.json").exists() or r not in probed]
+    return scored, probed
+
+
+def print_probes(runs: list[Path]) -> int:
+    """Print the probe F1 of runs with probes.json (one row per run and store); returns 0."""
+    import pandas as pd
+
+    from sgi_lab.probes.study import probe_frame
+
+    frame = probe_frame(runs)
+    if frame.empty:
+        return 0
+    columns = [
+        "folder", "game", "objective", "seed", "overall", "agent_localization",
+        "small_object_localization", "other_localization", "score_clock_lives_display",
+        "miscellaneous", "majority", "random_init", "reward_f1", "action_accuracy",
+    ]  # fmt: skip
+    shown = frame[columns].assign(folder=frame["folder"].map(lambda f: Path(f).name))
+    for column in columns[4:]:
+        shown[column] = pd.to_numeric(shown[column])
+    shown["seed"] = pd.to_numeric(shown["seed"]).astype("Int64")
+    shown.columns = [
+        c.replace("_localization", "_loc").replace("score_clock_lives_display", "score_etc")
+        for c in columns
+    ]
+    with pd.option_context("display.width", 200, "display.max_columns", 20):
+        print("\nProbes (test F1 of linear probes on frozen encoders; sgi-lab probe)")
+        print(shown.to_string(index=False, float_format=lambda x: f"{x:.3f}", na_rep="-"))
+    return 0

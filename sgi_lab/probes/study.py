@@ -91,7 +91,10 @@ def probe_frame(folders: Iterable[str | os.PathLike]) -> pd.DataFrame:
     for folder in folders:
         path = Path(folder)
         for entry in read_probes(path):
-            rows.append(entry_row(entry, path))
+            row = entry_row(entry, path)
+            if row["seed"] is None and path.is_dir():
+                row["seed"] = _config_seed(path)  # a pretraining run's seed
+            rows.append(row)
     return pd.DataFrame(rows)
 
 
