@@ -21,7 +21,9 @@ apart any learning-rate group (they differ by 3x or more), any clipping and any 
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -368,3 +370,44 @@ def test_finetuning_gradients_step_and_spr_target_equal_the_reference(monkeypatc
         assert_close_scaled(f"{name} SPR target update of {param}", delta, ref[key], 1e-4, ulp)
         checked += 1
     assert checked >= 8
+
+
+PRETRAIN_TEXT_SIDE = [
+    {"goal_film": "text"},
+    {"goal_returns": "text"},
+    {"goal_double_q": False},
+]
+FINETUNE_TEXT_SIDE = [
+    {"lr_groups": "text", "pretrained_lr_scale": 1 / 3},
+    {"grad_clip": 10.0},
+    {"spr_target_update": "after_step"},
+    {"double_q": False},
+]
+
+
+@pytest.mark.parametrize("change", PRETRAIN_TEXT_SIDE, ids=str)
+def test_each_pretraining_option_is_seen_by_the_fixtures(change, monkeypatch):
+    """The other side of each option moves something the fixtures compare: the fixtures can
+    tell the settings apart, and the options reach the update."""
+    base = reference_pretrain_config
+    monkeypatch.setattr(
+        sys.modules[__name__],
+        "reference_pretrain_config",
+        lambda case: dataclasses.replace(base(case), **change),
+        raising=False,
+    )
+    with pytest.raises(AssertionError):
+        test_pretraining_gradients_and_step_equal_the_reference("pretrain_resnet", monkeypatch)
+
+
+@pytest.mark.parametrize("change", FINETUNE_TEXT_SIDE, ids=str)
+def test_each_finetuning_option_is_seen_by_the_fixtures(change, monkeypatch):
+    base = reference_finetune_config
+    monkeypatch.setattr(
+        sys.modules[__name__],
+        "reference_finetune_config",
+        lambda case: dataclasses.replace(base(case), **change),
+        raising=False,
+    )
+    with pytest.raises(AssertionError):
+        test_finetuning_gradients_step_and_spr_target_equal_the_reference(monkeypatch)

@@ -64,7 +64,7 @@ def model_args(case: dict, stage: str | None = None) -> dict:
 def perturbed_state(model: SGIModel, gen: torch.Generator) -> dict[str, np.ndarray]:
     """The model's state with every float tensor moved off its initialisation: batch-norm
     scales and shifts random (a zero-initialised residual scale would hide its branch's
-    gradients), running statistics random, everything else jittered by 10% of its spread."""
+    gradients), running statistics random, Q output layers redrawn around their init, everything else jittered by 10% of its spread."""
     out = {}
     for name, t in model.state_dict().items():
         t = t.clone()
@@ -80,7 +80,9 @@ def perturbed_state(model: SGIModel, gen: torch.Generator) -> dict[str, np.ndarr
                 t = 0.5 + torch.rand(t.shape, generator=gen)
             else:
                 spread = t.std().item() if t.numel() > 1 and t.std().item() > 0 else 0.05
-                t = t + 0.1 * spread * noise
+                # Q output layers fully redrawn: at initialisation one action's bias decides
+                # every argmax, and double Q's choice would go untested
+                t = t + (1.0 if "_out." in name else 0.1) * spread * noise
         out[name] = t.numpy()
     return out
 
@@ -92,7 +94,9 @@ def target_state(online: dict[str, np.ndarray], gen: torch.Generator) -> dict[st
         t = torch.from_numpy(v.copy())
         if t.is_floating_point() and "running_var" not in name:
             spread = t.std().item() if t.numel() > 1 and t.std().item() > 0 else 0.05
-            t = t + 0.05 * spread * torch.randn(t.shape, generator=gen)
+            # the Q outputs differ more, so that the target's greedy action is not the online's
+            scale = 3.0 if "_out." in name else 0.05
+            t = t + scale * spread * torch.randn(t.shape, generator=gen)
         out[name] = t.numpy()
     return out
 
