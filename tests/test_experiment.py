@@ -53,11 +53,14 @@ def test_every_experiment_expands(file, tmp_path):
     experiment = ex.load_experiment(file, DQN if "dqn_replay" in _params(file) else None)
     graph = ex.expand(experiment, tmp_path / "exp")
     games, seeds = experiment.games, experiment.seeds
-    used = {p.data for p in experiment.pretrain}
+    used = {p.data for p in [*experiment.pretrain, *experiment.probe]}
     counts = graph.counts()
     assert counts["data"] == len(used) * len(games)
     assert counts["pretrain"] == len(experiment.pretrain) * len(games)
     assert counts["finetune"] == sum(len(f.pretrain) for f in experiment.finetune)
+    random = [len(p.seeds) for p in experiment.probe if "none" in p.pretrain]
+    runs = sum(len(p.pretrain) - ("none" in p.pretrain) for p in experiment.probe)
+    assert counts["probe"] == (runs + sum(random)) * len(games)
     assert counts["report"] == 1 and not graph.dropped
     ids = [t.id for t in graph.tasks]
     assert len(set(ids)) == len(ids)
@@ -71,7 +74,7 @@ def test_every_experiment_expands(file, tmp_path):
         assert all(d.startswith("pretrain/") for d in task.deps)
         assert len(task.deps) in (0, len(games))
     report = graph.task("report")
-    assert set(report.deps) == {t.id for t in graph.tasks if t.kind == "finetune"}
+    assert set(report.deps) == {t.id for t in graph.tasks if t.kind in ("finetune", "probe")}
 
 
 def _params(file: Path) -> dict:
@@ -84,7 +87,7 @@ def test_hns_graph_hand_counted(tmp_path):
     # 26 games: Random, Exploratory, Weak, Mixed datasets; SGI-R/E/W/M; 4 populations from
     # them + SGI-None; 10 seeds.
     graph = graph_of("hns", tmp_path, DQN)
-    assert graph.counts() == {"data": 104, "pretrain": 104, "finetune": 5, "report": 1}
+    assert graph.counts() == {"data": 104, "pretrain": 104, "finetune": 5, "probe": 0, "report": 1}
     assert len(graph.tasks) == 214
     assert sum(len(t.deps) for t in graph.tasks) == 104 + 4 * 26 + 5
     task = graph.task("finetune/reduced_lr__sgi_w")
@@ -103,7 +106,7 @@ def test_hns_graph_hand_counted(tmp_path):
     assert graph.task("finetune/sgi_none").deps == ()
     # Without the DQN Replay folder the Weak and Mixed branches are dropped, and said so.
     graph = graph_of("hns", tmp_path, None)
-    assert graph.counts() == {"data": 52, "pretrain": 52, "finetune": 3, "report": 1}
+    assert graph.counts() == {"data": 52, "pretrain": 52, "finetune": 3, "probe": 0, "report": 1}
     assert any("dqn_replay" in note for note in graph.dropped)
 
 
@@ -116,7 +119,7 @@ def test_max_agents_splits_each_population_into_tasks_of_some_games_x_some_seeds
 
     experiment = dataclasses.replace(ex.load_experiment(file, DQN), max_agents=60)
     graph = ex.expand(experiment, tmp_path / "split")
-    assert graph.counts() == {"data": 104, "pretrain": 104, "finetune": 25, "report": 1}
+    assert graph.counts() == {"data": 104, "pretrain": 104, "finetune": 25, "probe": 0, "report": 1}
     parts = [t for t in graph.tasks if t.id.startswith("finetune/reduced_lr__sgi_w/")]
     assert [t.id.rsplit("/", 1)[1] for t in parts] == [f"part{k}of5" for k in range(1, 6)]
     one = whole.task("finetune/reduced_lr__sgi_w")
@@ -146,7 +149,7 @@ def test_max_agents_splits_each_population_into_tasks_of_some_games_x_some_seeds
 
 def test_finetune_schemes_graph_hand_counted(tmp_path):
     graph = graph_of("finetune_schemes", tmp_path, DQN)
-    assert graph.counts() == {"data": 26, "pretrain": 26, "finetune": 4, "report": 1}
+    assert graph.counts() == {"data": 26, "pretrain": 26, "finetune": 4, "probe": 0, "report": 1}
     assert sum(len(t.deps) for t in graph.tasks) == 26 + 3 * 26 + 4
     naive = graph.task("finetune/naive__sgi_m")
     assert "--pretrained" in naive.argv and naive.steps == 260 * 100_000

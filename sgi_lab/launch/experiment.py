@@ -838,7 +838,7 @@ def format_plan(graph: Graph) -> str:
         f"experiment {e.name}" + (f" ({e.table})" if e.table else "") + f": {e.description}",
         f"folder {graph.out}",
         f"{len(e.games)} games x {len(e.seeds)} seeds; tasks: "
-        + ", ".join(f"{n} {k}" for k, n in graph.counts().items()),
+        + ", ".join(f"{n} {k}" for k, n in graph.counts().items() if n or k != "probe"),
         "",
     ]
     for task in graph.tasks:
