@@ -160,6 +160,14 @@ def test_pretrain_then_finetune_notebooks(tmp_path, pong_store):
     assert Path(pretrain["model"]).exists() and pretrain["steps"] == 10
     run = tmp_path / "pretrain" / "run"
     assert (run / "figures" / "training_curves.html").exists()
+    # run again into the finished run: nothing is trained, and the notebook says so and shows
+    # the recorded curves rather than empty live panels
+    again = execute(
+        "pretrain", tmp_path / "pretrain", data=str(pong_store), overrides={"steps": 10}
+    )
+    assert again["steps"] == 10
+    executed = (tmp_path / "pretrain" / "pretrain.ipynb").read_text()
+    assert "finished earlier: showing its recorded curves" in executed
     short = {"steps": 100, "learning_starts": 50, "eval_max_frames": 400, "eval_episodes": 1}
     finetune = execute(
         "finetune",
