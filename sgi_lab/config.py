@@ -143,6 +143,11 @@ class FinetuneConfig:
     eps_start: float = F(1.0, "epsilon-greedy start (on top of noisy nets)")
     eps_end: float = F(0.0, "epsilon-greedy end")
     eps_steps: int = F(2_001, "steps to anneal epsilon over")
+    eps_from: Literal["step_0", "learning_starts"] = F(
+        "step_0",
+        "epsilon annealing starts at step 0, or at learning_starts (rlpyt's schedule, the "
+        "reference's: random actions until learning starts)",
+    )
     target_update_period: int = F(1, "steps between target network updates")
     target_tau: float = F(1.0, "target = online when 1 (SPR's setting)")
     spr_weight: float = F(

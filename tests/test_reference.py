@@ -25,6 +25,7 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -36,6 +37,7 @@ from sgi_lab.nets import SGIModel
 from sgi_lab.objectives import goals_from_draws, n_step_return
 from sgi_lab.train import pretrain as pretrain_module
 from sgi_lab.train.agent import Population
+from sgi_lab.train.finetune import epsilon_at
 from sgi_lab.train.transfer import Pretrained, model_args_for, transfer_pretrained
 
 FIXTURES = Path(__file__).parent / "fixtures" / "reference"
@@ -311,7 +313,17 @@ def run_finetune_update(name: str, monkeypatch: pytest.MonkeyPatch):
     grads = {k: v.grad[0] for k, v in pop.online.items() if getattr(v, "grad", None) is not None}
     after = {k: v.detach()[0] for k, v in pop.online.items()}
     spr_after = {k: v.detach()[0] for k, v in pop.spr_target.items()}
-    return config, stats, priorities[0], grads, before, after, spr_before, spr_after, returns
+    return SimpleNamespace(
+        config=config,
+        population=pop,
+        stats=stats,
+        priorities=priorities[0],
+        grads=grads,
+        before=before,
+        after=after,
+        spr_before=spr_before,
+        spr_after=spr_after,
+    )
 
 
 def test_finetuning_n_step_returns_equal_rlpyts():
@@ -328,7 +340,8 @@ def test_finetuning_n_step_returns_equal_rlpyts():
 
 def test_finetuning_losses_and_priorities_equal_the_reference(monkeypatch):
     name = "finetune_nature"
-    config, stats, priorities, *_ = run_finetune_update(name, monkeypatch)
+    run = run_finetune_update(name, monkeypatch)
+    config, stats, priorities = run.config, run.stats, run.priorities
     ref = load(name, "reference")
     K, w = config.spr_steps, torch.from_numpy(load(name, "inputs")["is_weights"])
     rl = torch.from_numpy(ref["rl_per_sample"])
@@ -352,11 +365,12 @@ def test_finetuning_losses_and_priorities_equal_the_reference(monkeypatch):
 
 def test_finetuning_gradients_step_and_spr_target_equal_the_reference(monkeypatch):
     name = "finetune_nature"
-    config, _, _, grads, before, after, spr_before, spr_after, _ = run_finetune_update(
-        name, monkeypatch
+    run = run_finetune_update(name, monkeypatch)
+    ref, config = load(name, "reference"), run.config
+    compare_gradients_and_updates(
+        name, ref, run.grads, run.before, run.after, config.lr, config.adam_eps
     )
-    ref = load(name, "reference")
-    compare_gradients_and_updates(name, ref, grads, before, after, config.lr, config.adam_eps)
+    spr_before, spr_after = run.spr_before, run.spr_after
     checked = 0
     for key in ref:
         kind, _, param = key.partition("/")
@@ -411,3 +425,31 @@ def test_each_finetuning_option_is_seen_by_the_fixtures(change, monkeypatch):
     )
     with pytest.raises(AssertionError):
         test_finetuning_gradients_step_and_spr_target_equal_the_reference(monkeypatch)
+
+
+def test_acting_equals_the_reference(monkeypatch):
+    """After the update: the Q values the agent acts on while training (noisy nets with the
+    update's noise, batch norm on running statistics: rlpyt's sampling mode), the noise-free
+    ones it is evaluated on (evaluation mode) and the greedy actions, on the batch's first
+    observations; and the epsilon schedule and evaluation epsilon of the reference's settings
+    (config.yaml: eps 1 -> 0, eps_steps 2001, min_steps_learn 2000, eps_eval 0.001)."""
+    name = "finetune_nature"
+    run = run_finetune_update(name, monkeypatch)
+    config, pop = run.config, run.population
+    ref, x = load(name, "reference"), load(name, "inputs")
+    frames = torch.from_numpy(x["frames"][:, 0])  # (B, 4, H, W) uint8
+    q_sample = torch.cat([pop._acting_q(frames[b : b + 1]) for b in range(frames.shape[0])])
+    assert_close_scaled(f"{name} acting Q values (noisy)", q_sample, ref["act/q_sample"], 1e-5)
+    model = pop.agent_model(0).eval()
+    model.set_noise(False)
+    with torch.no_grad():
+        q_eval = model.q_values(model.encode(frames))
+    assert_close_scaled(f"{name} evaluation Q values", q_eval, ref["act/q_eval"], 1e-5)
+    greedy = pop.greedy(frames[None].numpy())[0]
+    np.testing.assert_array_equal(greedy, ref["act/q_eval"].argmax(-1))
+    assert config.eval_eps == pytest.approx(float(ref["act/eps_eval"][0]))
+    schedule = dataclasses.replace(config, eps_from="learning_starts", learning_starts=2000)
+    ours = [epsilon_at(int(itr), schedule) for itr in ref["act/eps_itrs"]]
+    np.testing.assert_allclose(ours, ref["act/eps"], rtol=0, atol=1e-12)
+    # the default schedule anneals from step 0 instead (docs/paper_vs_code.md)
+    assert epsilon_at(1000, config) < 1.0 and float(ref["act/eps"][2]) == 1.0

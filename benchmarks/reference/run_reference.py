@@ -239,6 +239,7 @@ def load_pretraining_weights(
             for k in list(sd):
                 if k.startswith(f"head.{src_name}."):
                     sd[k.replace(src_name, dst_name)] = sd[k].clone()
+
     def bias_before_norm(k: str) -> bool:
         return (
             encoder == "resnet"
@@ -416,6 +417,15 @@ def reference_settings(case: dict) -> tuple[dict, dict]:
     return model, algo
 
 
+AGENT_KWARGS = {  # scripts/config.yaml's agent section
+    "eps_eval": 0.001,
+    "eps_final": 0,
+    "eps_init": 1,
+    "repeat_random_lambda": 0,
+    "softmax_policy": False,
+}
+
+
 class StubReplay:
     """The replay interface ``optimize_agent`` calls: one batch, and what it is told."""
 
@@ -460,7 +470,7 @@ def run_case(name: str, case: dict) -> dict[str, np.ndarray]:
         # The reference finetunes from its whole pretrained state dict (model_kwargs'
         # state_dict: load, copy the goal head's first layers into the RL head, reset sigmas).
         model_kw["state_dict"] = pretrained_state_dict(x, case, model_kw, A)
-    agent = SPRAgent(ModelCls=SPRCatDqnModel, model_kwargs=model_kw, eps_eval=0.001)
+    agent = SPRAgent(ModelCls=SPRCatDqnModel, model_kwargs=model_kw, **AGENT_KWARGS)
     agent.initialize(spaces)
     algo = SPRCategoricalDQN(**algo_kw)
     algo.agent = agent
@@ -696,12 +706,43 @@ def run_case(name: str, case: dict) -> dict[str, np.ndarray]:
                 delta = target_after[ref_name] - target_before[ref_name]
                 sample("q_target", sgi_name, to_sgi(sgi_name, delta))
     if not pretrain:
+        out.update(acting(agent, model, x, algo_kw))
         out["priorities"] = replay.priorities.numpy()
         out["return_"] = return_[0].numpy()
         out["done_n"] = done_n[0].numpy()
     out["grad_norm_clipped"] = np.array(
         [float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads.values()])))]
     )
+    return out
+
+
+EPSILON_ITRS = (0, 1, 1000, 1999, 2000, 2001, 2002, 5000, 100000)
+"""Environment steps at which the acting epsilon is recorded (the reference anneals it from
+min_steps_learn to eps_steps, in sampler iterations of one step each)."""
+
+
+def acting(agent, model, x, algo_kw) -> dict[str, np.ndarray]:
+    """After the update: the Q values the agent acts on in sampling mode (noisy nets with the
+    update's noise, batch norm on running statistics) and in evaluation mode (no noise), on the
+    batch's first observations, and its epsilon schedule (rlpyt's DQN.initialize sets the
+    schedule's iterations from min_steps_learn and eps_steps, with one step per iteration)."""
+    import torch
+
+    obs = torch.from_numpy(x["frames"][:, 0]).float().div(255.0).unsqueeze(2)  # (B, 4, 1, H, W)
+    out = {}
+    agent.set_epsilon_itr_min_max(2000, 2001)  # min_steps_learn 2000, eps_steps 2001
+    eps = []
+    for itr in EPSILON_ITRS:
+        agent.sample_mode(itr)
+        eps.append(float(agent.search.epsilon))
+    with torch.no_grad():
+        agent.sample_mode(itr=100000)
+        out["act/q_sample"] = model.select_action(obs).numpy()
+        agent.eval_mode(itr=100000)
+        out["act/q_eval"] = model.select_action(obs).numpy()
+        out["act/eps_eval"] = np.array([agent.search.epsilon], np.float64)
+    out["act/eps_itrs"] = np.array(EPSILON_ITRS)
+    out["act/eps"] = np.array(eps)
     return out
 
 

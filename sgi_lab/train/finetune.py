@@ -78,8 +78,11 @@ Callback = Callable[[int, Population], None]
 
 
 def epsilon_at(step: int, config: FinetuneConfig) -> float:
-    """Linear from eps_start at step 0 to eps_end at eps_steps, then constant."""
-    frac = min(1.0, step / max(1, config.eps_steps))
+    """Linear from eps_start to eps_end at eps_steps, then constant; the annealing starts at
+    step 0, or with ``eps_from: learning_starts`` at learning_starts (rlpyt's schedule, which
+    the reference uses: with its 2,000 and 2,001, epsilon is 1 until learning starts, then 0)."""
+    start = config.learning_starts if config.eps_from == "learning_starts" else 0
+    frac = min(1.0, max(0, step - start) / max(1, config.eps_steps - start))
     return config.eps_start + frac * (config.eps_end - config.eps_start)
 
 
