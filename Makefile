@@ -39,7 +39,13 @@ XDIST := -n $(TEST_WORKERS) --dist worksteal
 test: $(STAMP)  ## the default (fast) test suite
 	$(PY) -m pytest $(XDIST)
 
-test-all: $(STAMP)  ## everything but the browser tier, slow tests included
+# The slow tier starts real local Ray clusters: the `sweep` extra (Ray, fsspec) comes with it.
+SWEEP_STAMP := $(VENV)/.sweep-stamp
+$(SWEEP_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,sweep]'
+	touch $(SWEEP_STAMP)
+
+test-all: $(SWEEP_STAMP)  ## everything but the browser tier, slow tests (and Ray's) included
 	$(PY) -m pytest $(XDIST) -m "not browser"
 
 CHROMIUM ?= /usr/bin/chromium

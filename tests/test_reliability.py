@@ -479,3 +479,52 @@ def test_experiment_set_errors_name_the_experiment_file_and_entry(
     assert rc == 2 and f"{exp}: {culprit}" in err, err
     assert "smoke.yaml" not in err  # not blamed on the params file it overrides
     assert snapshot(tmp_path) == before
+
+
+# -- Ray: the executor's own cluster: no dashboard, token authentication -----------------------
+
+
+@pytest.mark.slow
+def test_the_ray_executors_own_cluster_refuses_peers_without_its_token(tmp_path, monkeypatch):
+    """Ray 2.60 binds its gRPC servers to every interface (no setting keeps them on loopback),
+    so the executor's private cluster must refuse whoever lacks its token and open no
+    dashboard. (HOME is a temporary folder: Ray keeps the token in ~/.ray.)"""
+    ray = pytest.importorskip("ray")
+    import os
+    import subprocess
+    import sys
+
+    import psutil
+
+    from sgi_lab.launch import experiment as ex
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_ADDRESS"):
+        monkeypatch.delenv(key, raising=False)
+    if ray.is_initialized():
+        ray.shutdown()
+    try:
+        executor = ex.RayExecutor(None)
+        assert executor.cluster.get("CPU", 0) >= 1
+        me = psutil.Process(os.getpid())
+        dashboard = [
+            c.laddr
+            for p in me.children(recursive=True)
+            if "dashboard/dashboard.py" in " ".join(p.cmdline())
+            for c in p.net_connections(kind="inet")
+            if c.status == psutil.CONN_LISTEN
+        ]
+        assert not dashboard, f"the dashboard listens on {dashboard}"
+        from ray._raylet import AuthenticationMode, get_authentication_mode
+
+        assert get_authentication_mode() == AuthenticationMode.TOKEN
+        gcs = ray.get_runtime_context().gcs_address
+        join = f"import ray; ray.init(address={gcs!r}); print('joined')"
+        for mode in ("disabled", "token"):  # no token; a wrong one
+            env = {**os.environ, "RAY_AUTH_MODE": mode, "RAY_AUTH_TOKEN": "0" * 64}
+            done = subprocess.run(
+                [sys.executable, "-c", join], env=env, capture_output=True, text=True, timeout=120
+            )
+            assert done.returncode != 0 and "joined" not in done.stdout, (mode, done.stdout)
+    finally:
+        ray.shutdown()

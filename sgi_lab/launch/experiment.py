@@ -1190,6 +1190,20 @@ RAY_AUTH_HINT = (
 )
 
 
+# `ray.init` arguments that start a private local cluster: always a new one, and no dashboard
+# (its HTTP server would be one more listener). Ray 2.60 binds its gRPC servers (GCS, raylet,
+# workers) to every interface and re-resolves a 127.0.0.1 node address to a routable one, with
+# no setting to keep them on the loopback interface; what guards them is Ray's token
+# authentication, on by default for a new local cluster since Ray 2.5x (a peer without the
+# token, kept in ~/.ray/auth_token, is refused). RAY_AUTH_MODE=disabled turns it off.
+LOCAL_RAY = {"address": "local", "include_dashboard": False}
+
+
+def local_ray(ray: Any, **kwargs: Any) -> None:
+    """Start a private local Ray cluster (`LOCAL_RAY`)."""
+    ray.init(**LOCAL_RAY, **kwargs)
+
+
 class RayExecutor:
     """Tasks on a Ray cluster (`ray.remote` with ``num_cpus``/``num_gpus`` per task kind).
 
@@ -1208,8 +1222,12 @@ class RayExecutor:
             ) from exc
         self.ray = ray
         if not ray.is_initialized():
+            # Without an address: a private cluster of this machine (`local_ray`).
             try:
-                ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
+                if address:
+                    ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
+                else:
+                    local_ray(ray, ignore_reinit_error=True, log_to_driver=False)
             except ConnectionError as exc:
                 raise ConnectionError(f"{exc}. {RAY_AUTH_HINT}") from exc
         self.remote = ray.remote(_ray_run_command)
@@ -1334,8 +1352,9 @@ def run_graph(
         max_parallel: local executor: task processes at a time (each gets
             ``cpu_count // max_parallel`` torch threads).
         retries: how many times a failed task is run again before it is reported failed.
-        address: Ray executor: the cluster to join (``ray.init(address=...)``); None starts
-            or joins a local one.
+        address: Ray executor: the cluster to join (``ray.init(address=...)``; ``auto``: the
+            one ``ray start`` runs on this machine); None starts a private local cluster
+            (`local_ray`: no dashboard, token authentication).
         progress: the tqdm display of tasks pending / running / done / failed.
         on_event: called as ``on_event(event, task, info)`` for ``started``, ``done``,
             ``retry``, ``failed`` and ``skipped`` (tests use it).

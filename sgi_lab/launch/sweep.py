@@ -175,7 +175,9 @@ def _ray_runner(options: dict[str, Any]) -> Callable[..., list[dict[str, Any]]]:
             try:
                 ray.init(address="auto", ignore_reinit_error=True)
             except (ConnectionError, RuntimeError):
-                ray.init(ignore_reinit_error=True)
+                from sgi_lab.launch.experiment import local_ray
+
+                local_ray(ray, ignore_reinit_error=True)  # no dashboard, token authentication
         remote = ray.remote(**options)(_run_point)
         pending = [remote.remote(*call) for call in calls]
         return ray.get(pending)
