@@ -47,6 +47,7 @@ from sgi_lab.runs import (
     atomic_write_text,
     failure_reason,
     load_checkpoint,
+    raise_if_disk_full,
     resolve_device,
     restore_generator,
     stop_on_signals,
@@ -203,8 +204,12 @@ class _Agent:
         log.info("%s: %s", self.run.path, text)
         self.pending.append(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n")
         if self.run.started:
-            with open(self.run.path / "log.txt", "a") as fh:
-                fh.writelines(self.pending)
+            try:
+                with open(self.run.path / "log.txt", "a") as fh:
+                    fh.writelines(self.pending)
+            except OSError as exc:
+                raise_if_disk_full(exc, self.run.path / "log.txt")
+                raise
             self.pending.clear()
 
 
