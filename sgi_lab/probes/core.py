@@ -463,18 +463,27 @@ def probe_encoder(
             "test_duplicates_removed": duplicates,
         },
     }
-    with tqdm(
-        total=3 + (random_baseline_seed is not None), disable=not progress, desc="probes"
-    ) as bar:
+    seconds = {"features": round(feature_seconds, 2)}
+    stages = 3 + (random_baseline_seed is not None)
+    with tqdm(total=stages, disable=not progress, desc="probes") as bar:
+
+        def timed(name: str, since: float) -> None:
+            seconds[name] = round(time.perf_counter() - since, 2)
+            bar.update()
+
+        t = time.perf_counter()
         result.update(_state_probes(features, labels, positions, variables, settings))
-        bar.update()
+        timed("state", t)
+        t = time.perf_counter()
         result["reward"] = _reward_probe(features, store, rows, positions, settings, rng)
-        bar.update()
+        timed("reward", t)
+        t = time.perf_counter()
         result["action"] = _action_probe(features, store, rows, positions, settings)
-        bar.update()
+        timed("action", t)
         if random_baseline_seed is not None:
             from sgi_lab.analysis.representations import random_model
 
+            t = time.perf_counter()
             model = random_model(
                 store.num_actions, encoder.model.encoder_name, random_baseline_seed, goal_head=False
             )
@@ -494,11 +503,9 @@ def probe_encoder(
                 "variables": {k: v["f1"] for k, v in base["variables"].items()},
                 "reward_f1": reward.get("f1"),
             }
-            bar.update()
-    result["seconds"] = {
-        "features": round(feature_seconds, 2),
-        "total": round(time.perf_counter() - started, 2),
-    }
+            timed("random_init", t)
+    seconds["total"] = round(time.perf_counter() - started, 2)
+    result["seconds"] = seconds
     result["created"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     result["provenance"] = provenance()
     return jsonable(result)
