@@ -13,8 +13,8 @@ seconds on a CPU. Scores are AtariARI's: weighted F1 per variable (sklearn's
 category means ("across categories").
 
 AtariARI itself trains a softmax layer with Adam (lr 3e-4, batch 64, up to 100 epochs, early
-stopping with patience 15), hours for 12 games on a GPU; on a 20k-frame Pong store of random play
-the two reach the same F1 within a few points per variable (docs/results/probes.md).
+stopping with patience 15); on a 20k-frame Pong store of random play the two reach the same F1
+within a few points per variable, the closed form 7x faster (benchmarks/README.md, "Probe speed").
 """
 
 from __future__ import annotations
