@@ -95,6 +95,11 @@ class PretrainConfig:
     lr: float = F(1.0e-4, "Adam learning rate")
     adam_eps: float = F(1.5e-4, "Adam epsilon")
     grad_clip: float = F(10.0, "max gradient norm (0 disables)")
+    grad_clip_groups: Literal["all", "reference"] = F(
+        "all",
+        "clip the norm of all gradients together, or as the reference: encoder + Q/goal heads "
+        "and the transition model each on its own, predictor and inverse model unclipped",
+    )
     ema_tau: float = F(0.99, "EMA coefficient of the target encoder/projection and goal target")
     target_batch_norm: Literal["batch", "running"] = F(
         "batch",

@@ -95,6 +95,7 @@ def reference_pretrain_config(case: dict) -> PretrainConfig:
         goal_film="reference",
         goal_double_q=True,
         goal_returns="reference",
+        grad_clip_groups="reference",
         batch_size=case["batch_size"],
         spr_steps=case["spr_steps"],
         n_step=1,
@@ -106,10 +107,10 @@ def reference_pretrain_config(case: dict) -> PretrainConfig:
     )
 
 
-def run_pretrain_step(name: str, monkeypatch: pytest.MonkeyPatch):
+def run_pretrain_step(name: str, monkeypatch: pytest.MonkeyPatch, **overrides):
     case = CASES[name]
     x = load(name, "inputs")
-    config = reference_pretrain_config(case)
+    config = dataclasses.replace(reference_pretrain_config(case), **overrides)
     args = case["model_args"]
     sizes = {k: args[k] for k in ("image_size", "hidden_size", "width_scale")}
     state = pretrain_module.build_state(config, args["num_actions"], torch.device("cpu"), **sizes)
@@ -199,6 +200,21 @@ def compare_gradients_and_updates(name, ref, grads, before, after, lr, eps):
             assert_close_scaled(
                 f"{name} Adam update of {param}", delta, ref[key], UPDATE_RTOL, slack
             )
+
+
+def test_pretraining_gradient_clipping_equals_the_reference(monkeypatch):
+    """The reference rerun with a norm limit of 1 (the fixture's norm is ~8): it clips the
+    encoder and heads, and the transition model, each on its own, and not the predictor or
+    the inverse model."""
+    name = "pretrain_nature"
+    config, _, grads, before, after, *_ = run_pretrain_step(name, monkeypatch, grad_clip=1.0)
+    ref = load(name, "clip1.reference")
+    compare_gradients_and_updates(name, ref, grads, before, after, config.lr, config.adam_eps)
+    config, _, grads, before, after, *_ = run_pretrain_step(
+        name, monkeypatch, grad_clip=1.0, grad_clip_groups="all"
+    )
+    with pytest.raises(AssertionError):  # clipping all gradients together differs
+        compare_gradients_and_updates(name, ref, grads, before, after, config.lr, config.adam_eps)
 
 
 @pytest.mark.parametrize("name", ["pretrain_nature", "pretrain_resnet"])

@@ -34,6 +34,7 @@ from sgi_lab.data import SequenceBatch, SequenceSampler, StoreError, TransitionS
 from sgi_lab.nets import SGIModel, ema_update, make_target
 from sgi_lab.nets.cpu_settings import settle, time_step
 from sgi_lab.nets.graphs import GraphedCall
+from sgi_lab.nets.model import parameter_group
 from sgi_lab.nets.runtime import autocast, clip_gradients, prepare_device
 from sgi_lab.objectives import (
     atc_accuracy,
@@ -345,6 +346,24 @@ def atc_losses(
     return config.atc_weight * loss, logs
 
 
+def clip_groups(model: SGIModel, groups: str) -> list[list[torch.Tensor]]:
+    """The parameter lists whose gradient norms are clipped each on its own: all together, or
+    as the reference's ``optimize_agent`` (``split_stem_model_params``): encoder and every
+    head (its ``conv`` and ``head``: Q head, projection, FiLM generator, goal head), and the
+    transition model (its ``dynamics_model``); the predictor, inverse model and ATC head are
+    not clipped there."""
+    if groups == "all":
+        return [list(model.parameters())]
+    stem, transition = [], []
+    for name, p in model.named_parameters():
+        part = parameter_group(name)
+        if part in ("encoder", "projection", "q_output", "goal"):
+            stem.append(p)
+        elif part == "transition":
+            transition.append(p)
+    return [stem, transition]
+
+
 def train_step(
     config: PretrainConfig,
     state: PretrainState,
@@ -366,9 +385,9 @@ def train_step(
     state.optimizer.zero_grad(set_to_none=True)
     total.backward()
     if config.grad_clip > 0:
-        logs["grad_norm"] = clip_gradients(
-            list(state.model.parameters()), config.grad_clip, host_checks
-        )
+        groups = clip_groups(state.model, config.grad_clip_groups)
+        norms = [clip_gradients(g, config.grad_clip, host_checks) for g in groups]
+        logs["grad_norm"] = norms[0] if len(norms) == 1 else torch.stack(norms).norm()
     state.optimizer.step()
     ema_update(state.target, state.model, config.ema_tau)
     return logs
