@@ -257,6 +257,9 @@ def test_training_curves_and_learning_curve():
 def test_summary_table_formats_values():
     fig = viz.summary_table({"mean": 1.234567, "episodes": 3, "game": "Pong"})
     assert list(fig.data[0].cells.values[1]) == ["1.235", "3", "Pong"]
+    named = viz.summary_table({"charts/cosine_similarity": 0.99, "steps": 30})
+    assert list(named.data[0].cells.values[0]) == ["latent cosine similarity", "steps"]
+    assert named.layout.height < 120  # as tall as two rows, not a blank gap
 
 
 def test_representation_and_dataset_figures(small_store, model):

@@ -53,6 +53,7 @@ def test_results_frame_is_short_and_rounded():
         "aggregates": [{"method": "a", "value": 0.1234567}] * 150,
         "games": ["Pong", "Breakout", "Alien", "Amidar", "Assault", "Asterix", "BankHeist"],
         "missing": float("nan"),
+        "charts/cosine_similarity": 0.99961234,
     }
     frame = viz.results_frame(results)
     values = dict(zip(frame["result"], frame["value"]))
@@ -62,5 +63,6 @@ def test_results_frame_is_short_and_rounded():
     assert values["aggregates"] == "150 rows"
     assert values["games"].endswith("… (1 more)")
     assert values["missing"] == ""
-    assert len(frame) == 8
+    assert values["latent cosine similarity"] == "0.9996"
+    assert len(frame) == 9
     assert format_number(True) == "True" and format_number(np.float32(2.0)) == "2"

@@ -94,7 +94,8 @@ def aggregate_frame(
 def results_frame(results: Mapping[str, Any], max_items: int = 6, digits: int = 4) -> pd.DataFrame:
     """A notebook's recorded results (`sgi_lab.launch.notebooks.record_results`) as a short
     two-column table: numbers to ``digits`` significant digits, a list or mapping summarised
-    (its length and first items) instead of dumped, nested mappings flattened one level.
+    (its length and first items) instead of dumped, nested mappings flattened one level, metrics
+    keys by their readable names (``losses/total`` -> ``total loss``).
 
     Returns:
         A frame with columns ``result`` and ``value`` (strings).
@@ -114,6 +115,9 @@ def results_frame(results: Mapping[str, Any], max_items: int = 6, digits: int = 
             return ", ".join(items) + (f", … ({more} more)" if more > 0 else "")
         return format_number(value, digits)
 
+    from sgi_lab.viz.training import metric_title
+
+    results = {(metric_title(k) if "/" in str(k) else k): v for k, v in results.items()}
     for key, value in results.items():
         if (
             isinstance(value, Mapping)

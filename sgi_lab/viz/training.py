@@ -578,20 +578,22 @@ def _cell(value: Any) -> str:
 
 
 def summary_table(values: Mapping[str, Any], title: str | None = None) -> go.Figure:
-    """A two-column plotly Table of ``{name: value}`` (floats to 4 significant digits)."""
+    """A two-column plotly Table of ``{name: value}`` (floats to 4 significant digits; metrics
+    keys such as ``charts/cosine_similarity`` by their readable name, `metric_title`), as tall
+    as its rows (plotly draws a cell 20 px high, the header 28 px)."""
+    names = [metric_title(k) if "/" in str(k) else str(k) for k in values]
     fig = go.Figure(
         go.Table(
-            header={"values": ["", "value"], "align": "left"},
-            cells={
-                "values": [list(map(str, values)), [_cell(v) for v in values.values()]],
-                "align": "left",
-            },
+            header={"values": ["", "value"], "align": "left", "height": 28},
+            cells={"values": [names, [_cell(v) for v in values.values()]], "align": "left"},
+            columnwidth=[2, 3],
         )
     )
+    top = 40 if title else 10
     fig.update_layout(
         title=title,
         template="plotly_white",
-        height=60 + 28 * len(values),
-        margin={"l": 10, "r": 10, "t": 40 if title else 10, "b": 10},
+        height=top + 28 + 21 * len(values) + 16,
+        margin={"l": 10, "r": 10, "t": top, "b": 4},
     )
     return fig
