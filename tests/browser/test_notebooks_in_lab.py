@@ -7,8 +7,10 @@ nothing is written into the checkout. Each notebook is copied there with papermi
 ``parameters`` injection of its smoke set (``params/notebooks/<name>_smoke.yaml``, with the
 tests' small store and a run folder in the temporary root), opened, run with "Run All Cells" from
 the command palette, and checked: no error output, every plotly figure drawn, widgets drawn, and,
-for the interactive notebooks, one control that changes the plotted data. A screenshot of each
-lands in the test's tmp folder (its path is printed).
+for the interactive notebooks, one control that changes the plotted data; the ablation explorer's
+table (headers are the chosen metrics, every method named, values follow the metrics) and the
+header line naming the run a notebook shows. A screenshot of each notebook after Run All lands in
+``outputs/browser/<name>.png`` (``SGI_LAB_SCREENSHOTS`` to move it; its path is printed).
 
 The demo test opens ``outputs/demo/index.html`` and every page it links with the network off:
 every figure must render from the page itself (plotly inlined or beside it, no CDN). When no demo
@@ -40,6 +42,8 @@ from conftest import write_finetune_run
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path(os.environ.get("SGI_LAB_CHROMIUM", "/usr/bin/chromium"))
+SCREENSHOTS = Path(os.environ.get("SGI_LAB_SCREENSHOTS", ROOT / "outputs" / "browser"))
+"""Where each notebook's screenshot after Run All lands (git-ignored), for a developer to look at."""
 
 pytestmark = pytest.mark.browser
 
@@ -50,7 +54,8 @@ EXPECTED_FIGURES = {
     "finetune": 6,  # config table, live curves, learning curve, losses, evaluation, vs paper
     "goal_rewards": 5,  # strip, trajectory, nearest frames, the explorer's two figures
     "representations": 3,  # embeddings, diversity table, diversity curves
-    "ablations": 7,  # the explorer's three figures, interval, table, per game, objectives
+    "ablations": 6,  # the explorer's two figures (its table is HTML), interval, table, per game,
+    # objectives
 }
 INTERACTIVE = ("ablations", "goal_rewards")
 PLOTLY = "application/vnd.plotly.v1+json"
@@ -197,8 +202,13 @@ def _smoke_parameters(name: str, root: Path, store: Path) -> dict:
     params.update(
         {
             "datasets": {"compare_collect_steps": 300},
-            "goal_rewards": {"bank_size": 200},
-            "representations": {"num_points": 150, "embedding": "pca"},
+            # the pretrain notebook's run (tested before them), found as a researcher's would be
+            "goal_rewards": {"bank_size": 200, "search_roots": [str(root / "runs")]},
+            "representations": {
+                "num_points": 150,
+                "embedding": "pca",
+                "search_roots": [str(root / "runs")],
+            },
             "ablations": {"runs_root": str(root / "finetune_runs"), "reps": 100},
         }.get(name, {})
     )
@@ -249,10 +259,20 @@ def _errors(page) -> list[str]:
     return errors
 
 
+def _accept_kernel_dialog(page) -> None:
+    """Accept JupyterLab's "Select Kernel" dialog (its default, the notebook's Python 3) when it
+    opens: on a busy machine the kernel's first start can outlast Lab's wait and Lab asks."""
+    dialog = page.locator(".jp-Dialog")
+    if dialog.count() and dialog.first.is_visible():
+        dialog.locator(".jp-mod-accept").first.click()
+        page.wait_for_timeout(1_000)
+
+
 def _run_all(page, timeout_s: float) -> None:
     """Run > Run All Cells from the menu bar, then wait until every cell ran (or one failed,
     which stops the run) and the kernel is idle."""
     for attempt in range(3):  # a click while the freshly opened notebook settles can be lost
+        _accept_kernel_dialog(page)
         page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
         page.locator(".lm-Menu-item:not(.lm-mod-disabled)").filter(
             has=page.locator(".lm-Menu-itemLabel", has_text="Run All Cells")
@@ -308,20 +328,55 @@ def _wait_changed(locator, before: list[str], timeout_s: float = 90) -> list[str
     raise AssertionError("the plotted data did not change after the interaction")
 
 
+TABLE_JS = """t => ({
+    headers: Array.from(t.querySelectorAll('thead th')).map(th => th.textContent.trim()),
+    rows: Array.from(t.querySelectorAll('tbody tr')).map(
+        tr => Array.from(tr.querySelectorAll('td')).map(td => td.textContent.trim())),
+})"""
+
+
+def _explorer_table(cell) -> dict:
+    table = cell.locator(".sgi-lab-table table")
+    assert table.count() == 1, f"the explorer shows {table.count()} tables, not 1"
+    return table.evaluate(TABLE_JS)
+
+
+def _wait_table(cell, headers: list[str], timeout_s: float = 90) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while (table := _explorer_table(cell))["headers"] != headers:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"table headers {table['headers']}, not {headers}")
+        time.sleep(0.5)
+    return table
+
+
 def _interact_ablations(page) -> None:
-    """Choose one metric instead of three in the explorer: its interval plot is redrawn."""
+    """The explorer's table: one named column per chosen metric and every method's name on
+    first display; other metrics (as many, then fewer) change its headers and values. Then the
+    interval plot follows the metrics and the per-game plot the games."""
     cell = _cell_with(page, "AblationExplorer(")
+    table = _wait_table(cell, ["Method", "IQM", "Median", "Mean"])
+    methods = [row[0] for row in table["rows"]]
+    assert methods[:2] == ["frozen", "sgi_m"] and "SGI-M (paper)" in methods, methods
+    assert all(all(cells) for cells in table["rows"]), f"empty cells: {table['rows']}"
     metrics = cell.get_by_label("metrics", exact=True)
     figures = _figures(page, cell)
     before = _figure_data(figures)
-    assert len(before) == 3, f"the explorer shows {len(before)} figures, not 3"
+    assert len(before) == 2, f"the explorer shows {len(before)} figures, not 2"
+    # as many columns as before (a select lists its choices in its own order)
+    metrics.select_option(["iqm", "optimality_gap", "games_above_human"])
+    changed = _wait_table(cell, ["Method", "IQM", "Optimality Gap", "#Games > Human"])
+    assert [r[0] for r in changed["rows"]] == methods
+    assert [r[2] for r in changed["rows"]] != [r[2] for r in table["rows"]], "values unchanged"
+    assert [r[1] for r in changed["rows"]] == [r[1] for r in table["rows"]]
     metrics.select_option(["iqm"])
+    _wait_table(cell, ["Method", "IQM"])
     after = _wait_changed(figures, before)
     assert after[0] != before[0], "the interval plot did not change with the metrics"
     games = cell.get_by_label("games", exact=True)
     games.select_option(["Pong"])
     again = _wait_changed(figures, after)
-    assert again[2] != after[2], "the per-game plot did not change with the games"
+    assert again[1] != after[1], "the per-game plot did not change with the games"
 
 
 def _interact_goal_rewards(page) -> None:
@@ -365,6 +420,22 @@ def _screenshot(page, path: Path) -> None:
 
 INTERACTIONS = {"ablations": _interact_ablations, "goal_rewards": _interact_goal_rewards}
 
+# What the header line of a notebook that shows an earlier run must say (item 3 of issue 28)
+RUN_HEADERS = {
+    "goal_rewards": ["pretraining run: pretrain", "steps", "finished", "picked automatically"],
+    "representations": ["pretraining run: pretrain", "steps", "finished", "picked automatically"],
+    "ablations": ["finetuning runs under", "pinned by runs_root"],
+}
+
+
+def _check_run_header(page, name: str) -> None:
+    header = page.locator(".jp-Notebook .sgi-lab-run-header")
+    assert header.count() >= 1, f"{name}: no header line names the run it shows"
+    # textContent: cells scrolled out of view are not rendered, and have no innerText
+    text = " ".join(" ".join(t.split()) for t in header.all_text_contents())
+    missing = [part for part in RUN_HEADERS[name] if part not in text]
+    assert not missing, f"{name}: the run header lacks {missing}: {text!r}"
+
 
 # -- the tests ----------------------------------------------------------------------------------
 
@@ -376,7 +447,8 @@ def test_notebook_runs_and_renders_in_jupyterlab(name, lab, chromium, pong_store
     page = context.new_page()
     page_errors = []
     page.on("pageerror", lambda error: page_errors.append(str(error)))
-    screenshot = tmp_path / f"{name}.png"
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    screenshot = SCREENSHOTS / f"{name}.png"
     try:
         page.goto(lab.url(f"lab/workspaces/{name}/tree/{path}"))  # a workspace of its own
         page.wait_for_selector(
@@ -407,6 +479,8 @@ def test_notebook_runs_and_renders_in_jupyterlab(name, lab, chromium, pong_store
         assert not empty, f"{name}: figures {empty} show nothing and say nothing"
         if name in INTERACTIVE or name in ("pretrain", "finetune"):  # explorers, live curves
             assert page.locator(".jp-Notebook .jupyter-widgets").count() > 0, "no widget drawn"
+        if name in RUN_HEADERS:
+            _check_run_header(page, name)
         if name in INTERACTIONS:
             INTERACTIONS[name](page)
             assert not _errors(page), "\n".join(_errors(page))
