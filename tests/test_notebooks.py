@@ -129,6 +129,12 @@ def test_goal_rewards_notebook(tmp_path, pong_store):
 
 @pytest.mark.smoke
 def test_representations_notebook_with_pca(tmp_path, pong_store):
+    from sgi_lab.probes.core import write_probes
+
+    probed = tmp_path / "probed"  # a random encoder's probe result, as sgi-lab probe writes it
+    entry = {"encoder": {"kind": "random_init", "seed": 0}, "store": {"game": "Pong"}}
+    entry.update(settings={}, overall=0.61, categories={"agent_localization": 0.5})
+    write_probes(probed / "probes.json", {**entry, "store": {**entry["store"], "fingerprint": "f"}})
     results = execute(
         "representations",
         tmp_path,
@@ -136,9 +142,12 @@ def test_representations_notebook_with_pca(tmp_path, pong_store):
         num_points=150,
         embedding="pca",
         search_roots=[],
+        probe_runs=[str(probed)],
     )
     assert results["points"] == 150
     assert (tmp_path / "run" / "figures" / "embeddings.html").exists()
+    assert results["probe_overall_f1"] == {"random_init": 0.61}
+    assert (tmp_path / "run" / "figures" / "probe_f1.html").exists()
 
 
 @pytest.mark.smoke

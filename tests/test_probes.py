@@ -284,3 +284,69 @@ def test_cli_probe_refuses_bad_inputs_naming_them(tmp_path, capsys):
     assert not (run / "probes.json").exists()
     with pytest.raises(ProbeInputError, match="no RAM"):
         check_probe_store(no_ram.path)
+
+
+def _fake_entry(game: str, kind: str, params: str | None, seed: int | None, overall: float):
+    return {
+        "encoder": {"kind": kind, "params": params, "seed": seed, "encoder": "nature"},
+        "store": {"game": game, "fingerprint": f"fp-{game}", "path": f"/data/{game}"},
+        "settings": {"split_seed": 0, "max_frames": None},
+        "overall": overall,
+        "across_categories": overall,
+        "categories": {"agent_localization": overall - 0.1},
+        "majority": {"overall": 0.2},
+        "reward": {"f1": 0.5},
+        "action": {"skipped": "random data"},
+        "split": {"rows": {"train": 7, "val": 1, "test": 2}},
+        "seconds": {"total": 1.0},
+    }
+
+
+def test_objective_summary_ci_correlation_and_figure(tmp_path):
+    from sgi_lab.probes.core import write_probes
+    from sgi_lab.probes.study import (
+        load_probe_results,
+        mean_ci,
+        paper_rank_correlation,
+        summary_table,
+    )
+    from sgi_lab.viz.probes import probe_bars
+
+    scores = {  # objective -> seed -> (Pong, Breakout)
+        "s": {0: (0.5, 0.7), 1: (0.6, 0.8), 2: (0.4, 0.6)},
+        "i": {0: (0.8, 0.8), 1: (0.9, 0.9), 2: (0.7, 0.7)},
+        "g_i": {0: (0.9, 0.9), 1: (0.9, 0.9), 2: (0.9, 0.9)},
+    }
+    for objective, seeds in scores.items():
+        for seed, per_game in seeds.items():
+            for game, value in zip(("Pong", "Breakout"), per_game, strict=True):
+                folder = tmp_path / "exp" / "pretrain" / f"{objective}_seed{seed}__{game}"
+                folder.mkdir(parents=True)
+                (folder / "config.yaml").write_text(f"seed: {seed}\n")
+                write_probes(
+                    folder / "probes.json",
+                    _fake_entry(game, "pretrain", f"{objective}_seed{seed}", None, value),
+                )
+    for seed, value in enumerate((0.3, 0.35, 0.4)):
+        folder = tmp_path / "exp" / "probes" / f"probes__random_init__s{seed}__Pong"
+        folder.mkdir(parents=True)
+        write_probes(folder / "probes.json", _fake_entry("Pong", "random_init", None, seed, value))
+    (tmp_path / "exp" / "experiment.json").write_text("{}")
+    frame, summary = load_probe_results([tmp_path / "exp"])
+    assert len(frame) == 3 * 3 * 2 + 3
+    overall = summary[summary.metric == "overall"].set_index("objective")
+    # s: per-seed means over games 0.6, 0.7, 0.5 -> mean 0.6, t(2) 95% CI 0.6 +- 4.303 * 0.1/sqrt3
+    assert overall.loc["s", "value"] == pytest.approx(0.6)
+    assert overall.loc["s", "upper"] - 0.6 == pytest.approx(4.302653 * 0.1 / np.sqrt(3), rel=1e-4)
+    assert overall.loc["random_init", "value"] == pytest.approx(0.35)
+    assert overall.loc["g_i", "lower"] == pytest.approx(0.9)  # no spread, no width
+    assert mean_ci([0.5])[1] != mean_ci([0.5])[1]  # NaN bounds from one seed
+    assert summary_table(summary).loc["s", "overall"].startswith("0.600 [")
+    correlation = paper_rank_correlation(summary)
+    # Ours: random_init 0.35 < s 0.6 < i 0.8 < g_i 0.9; the paper's median HNS: S 0.009 <
+    # SGI-None 0.343 < I 0.411 < G+I 0.512.
+    assert correlation["n"] == 4 and correlation["rho"] == pytest.approx(0.8)
+    figure = probe_bars(summary)
+    assert {t.name for t in figure.data} == {"s", "i", "g_i", "random_init"}
+    bar = next(t for t in figure.data if t.name == "s")
+    assert bar.y[0] == pytest.approx(0.6) and bar.error_y.array[0] > 0

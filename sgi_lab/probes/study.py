@@ -25,10 +25,12 @@ __all__ = [
     "PAPER_CONFIGS",
     "entry_row",
     "experiment_probe_frame",
+    "load_probe_results",
     "mean_ci",
     "objective_of",
     "objective_summary",
     "paper_rank_correlation",
+    "probe_folders",
     "probe_frame",
     "summary_table",
     "write_probe_report",
@@ -255,3 +257,27 @@ def write_probe_report(graph: Any) -> Path:
     path = out / "report.html"
     atomic_write_text(path, "\n".join(parts))
     return path
+
+
+def probe_folders(paths: Iterable[str | os.PathLike]) -> list[Path]:
+    """Folders holding probe results: each path as given, a glob pattern expanded, an
+    experiment folder (``experiment.json``) replaced by its pretraining and probe run folders."""
+    import glob
+
+    folders: list[Path] = []
+    for item in paths:
+        text = str(item)
+        matches = sorted(glob.glob(text)) if any(c in text for c in "*?[") else [text]
+        for match in map(Path, matches):
+            if (match / "experiment.json").is_file():
+                folders += sorted(match.glob("pretrain/*")) + sorted(match.glob("probes/*"))
+            else:
+                folders.append(match)
+    return [f for f in folders if read_probes(f)]
+
+
+def load_probe_results(paths: Iterable[str | os.PathLike]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(one row per probed encoder and store, objective summary with 95% CIs over seeds)`` of
+    the probe results under ``paths`` (see `probe_folders`); empty frames when there are none."""
+    frame = probe_frame(probe_folders(paths))
+    return frame, objective_summary(frame)
