@@ -239,6 +239,8 @@ def test_paper_column_from_the_run_its_pretraining_and_data(tmp_path):
     gone = paper_column({**ft, "pretrained": str(tmp_path / "moved")}, "smoke", "smoke")
     assert gone.config is None and "not readable" in gone.reason
     assert paper_column({}, "frozen").config == "Frozen"
+    assert paper_column({}, "sgi_m").config == "SGI-M"  # start not recorded: the paper's SGI-M
+    assert paper_column({"pretrained": None}, "sgi_none").config == "SGI-None"
     assert paper_column(ft, "x", chosen="SGI-E").config == "SGI-E"
     with pytest.raises(ValueError, match="SGI-Q.*SGI-M/S"):
         paper_column(ft, "x", chosen="SGI-Q")

@@ -352,9 +352,14 @@ def paper_column(
     except KeyError:
         base_by_name = None
     from_config = _column_from_config(config, pretrained, base_by_name)
-    by_names = paper_config(params, pretrained, pretrain_params)
-    if by_names is None and not pretrained and "pretrained" not in config:
-        by_names = paper_config(params, True, pretrain_params)  # it may not record its start
+    if not pretrained and "pretrained" not in config:
+        # The run does not record how it started: a name is read as the paper's configuration
+        # (sgi_m -> SGI-M, frozen -> Frozen), not as that scheme from scratch.
+        by_names = paper_config(params, True, pretrain_params) or paper_config(
+            params, False, pretrain_params
+        )
+    else:
+        by_names = paper_config(params, pretrained, pretrain_params)
     names = run_label(params, pretrain_params, pretrained)
     if by_names and (from_config is None or pretrain_params or not pretrained):
         reason = f"its parameter sets are named {names!r}"

@@ -291,6 +291,6 @@ def aggregate_table(
     fig.update_layout(
         template="plotly_white",
         margin={"l": 10, "r": 10, "t": 30, "b": 10},
-        height=70 + 32 * (len(methods) + 1),
+        height=30 + 28 + 22 * len(methods) + 20,  # header 28 px, a cell 20 px (+ slack)
     )
     return fig
