@@ -217,7 +217,7 @@ def main() -> None:
         # pixels are derived (the test recomputes them from frames and draws); keep them out
         # of the committed inputs, hand them to step 2 in a scratch file.
         scratch = {k: arrays.pop(k) for k in ("pixels", "pixels_extra") if k in arrays}
-        np.savez(OUT / f"{name}.inputs.npz", **arrays)
+        np.savez_compressed(OUT / f"{name}.inputs.npz", **arrays)
         np.savez(OUT / f"{name}.pixels.scratch.npz", **scratch)
         settings[name] = {
             "stage": case["stage"],

@@ -776,7 +776,7 @@ def main() -> None:
         for variant, overrides in [("", {}), *VARIANTS.get(name, {}).items()]:
             out = run_case(name, case, overrides)
             label = f"{name}.{variant}" if variant else name
-            np.savez(FIXTURES / f"{label}.reference.npz", **out)
+            np.savez_compressed(FIXTURES / f"{label}.reference.npz", **out)
             model_kw, algo_kw = reference_settings(case)
             meta["cases"][label] = {
                 "reference_model_kwargs": model_kw,
