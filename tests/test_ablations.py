@@ -148,6 +148,14 @@ def test_explorer_table_follows_every_metric_change(runs):
     assert frozen_paper["Optimality Gap"] != frozen_paper["Mean"], "identical value columns"
 
 
+def test_a_long_protocol_note_is_wrapped_not_cut(runs):
+    model = ablations.AblationModel(ablations.load_run_scores(ablations.find_runs(runs)), reps=20)
+    view = model.select(metrics=["iqm"])
+    assert len(view.protocol_note) > 80
+    title = ablations.ablation_figures(view)["interval"].layout.title.text
+    assert all(len(line) <= 90 for line in title.replace("</sup>", "").split("<br>")[1:])
+
+
 def test_paper_objective_ablations_are_paper_configs():
     from sgi_lab.metrics import paper_configs
 

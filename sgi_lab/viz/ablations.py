@@ -3,6 +3,7 @@ paper's rows), and per-game human-normalized scores."""
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -81,7 +82,9 @@ def ablation_figures(view: Selection) -> dict[str, go.Figure]:
     title = f"aggregate HNS over {games} game{'s' * (games != 1)}" if games else None
     protocol_note = getattr(view, "protocol_note", None)
     if protocol_note:
-        title = f"{title or 'aggregate HNS'}<br><sup>ours: {protocol_note}</sup>"
+        # a subtitle wider than the figure is cut off: wrapped, it stays whole
+        lines = textwrap.wrap(f"ours: {protocol_note}", 80)
+        title = f"{title or 'aggregate HNS'}<br><sup>{'<br>'.join(lines)}</sup>"
     return {
         "interval": interval_plot(df, metrics=metrics, methods=view.methods, title=title),
         "table": aggregate_table(df, metrics=metrics, methods=view.methods),

@@ -175,9 +175,12 @@ def interval_plot(
         bargap=0.45,
         template="plotly_white",
         height=max(300, 40 * len(methods) + 200),
-        width=max(520, 260 * len(metrics) + 160),
+        width=max(640, 260 * len(metrics) + 160),
         legend={"orientation": "h", "y": -0.3, "yanchor": "top"},
-        margin={"b": 40 + 20 * math.ceil(len(methods) / 3)},
+        margin={
+            "b": 40 + 20 * math.ceil(len(methods) / 3),
+            "t": 70 + 16 * (title or "").count("<br>"),  # room for a wrapped subtitle
+        },
     )
     return fig
 
