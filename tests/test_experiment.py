@@ -405,6 +405,8 @@ def test_smoke_experiment_on_a_local_ray_cluster(tmp_path):
         victim = graph.task("pretrain/sgi_r__Pong")
         victim.folder.mkdir(parents=True)
         (victim.folder / "foreign.txt").write_text("not a run")
+        # The experiment folder itself is ours (a foreign one would be refused whole).
+        (graph.out / ex.STATE_FILE).write_text(json.dumps({"name": "smoke", "tasks": {}}))
         events = []
 
         def on_event(event, task, info):
