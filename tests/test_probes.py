@@ -350,3 +350,37 @@ def test_objective_summary_ci_correlation_and_figure(tmp_path):
     assert {t.name for t in figure.data} == {"s", "i", "g_i", "random_init"}
     bar = next(t for t in figure.data if t.name == "s")
     assert bar.y[0] == pytest.approx(0.6) and bar.error_y.array[0] > 0
+
+
+def test_checkpoints_give_a_probe_curve_and_finetuned_models_probe(tmp_path, capsys):
+    from sgi_lab.nets import SGIModel
+    from sgi_lab.probes import load_probe_encoder
+    from sgi_lab.probes.study import probe_curves
+
+    store = synthetic_store(tmp_path / "s", episodes=8, length=30)
+    run = tmp_path / "run"
+    rc = main(
+        [
+            "pretrain", "--params", "params/pretrain/smoke.yaml", "--set", "steps=4",
+            "--set", "checkpoint_every=2", "--set", "batch_size=4", "--data", str(store.path),
+            "--out", str(run), "--no-progress",
+        ]
+    )  # fmt: skip
+    assert rc == 0
+    checkpoints = sorted(str(p) for p in (run / "checkpoints").glob("ckpt_*.pt"))
+    argv = ["probe", *checkpoints, run, "--data", str(store.path), "--no-random-baseline"]
+    assert main([str(a) for a in argv] + ["--no-progress"]) == 0
+    capsys.readouterr()
+    curve = probe_curves([run])
+    assert list(curve["step"]) == [2, 4] and curve["overall"].notna().all()
+    assert (run / "probes_ckpt_00000002.json").exists() and (run / "probes.json").exists()
+    # A finetuned model file: its encoder is probed, the result beside it.
+    model = SGIModel("nature", 6, noisy=False)
+    payload = {"format": "sgi-lab", "kind": "finetuned_model", "step": 7}
+    payload.update(model=model.state_dict(), model_args=model.init_args)
+    torch.save(payload, tmp_path / "finetuned.pt")
+    encoder = load_probe_encoder(tmp_path / "finetuned.pt")
+    assert encoder.kind == "finetune" and encoder.step == 7
+    assert encoder.out == tmp_path / "probes_finetuned.json"
+    for name, tensor in encoder.model.encoder.state_dict().items():
+        torch.testing.assert_close(tensor, model.encoder.state_dict()[name])

@@ -30,6 +30,7 @@ __all__ = [
     "objective_of",
     "objective_summary",
     "paper_rank_correlation",
+    "probe_curves",
     "probe_folders",
     "probe_frame",
     "summary_table",
@@ -281,3 +282,25 @@ def load_probe_results(paths: Iterable[str | os.PathLike]) -> tuple[pd.DataFrame
     the probe results under ``paths`` (see `probe_folders`); empty frames when there are none."""
     frame = probe_frame(probe_folders(paths))
     return frame, objective_summary(frame)
+
+
+def probe_curves(runs: Iterable[str | os.PathLike]) -> pd.DataFrame:
+    """Probe F1 over pretraining: for each run, its checkpoints' probe results
+    (``RUN/probes_ckpt_N.json``, from ``sgi-lab probe RUN/checkpoints/*.pt --data STORE``) and
+    the final model's (``RUN/probes.json``), one row per (run, store, step), by step."""
+    rows = []
+    for run in runs:
+        run = Path(run)
+        if not run.is_dir():
+            continue
+        for path in [*sorted(run.glob("probes_ckpt_*.json")), run / "probes.json"]:
+            for entry in read_probes(path):
+                row = entry_row(entry, run)
+                row["run"] = run.name
+                row["step"] = entry.get("encoder", {}).get("step")
+                rows.append(row)
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return frame
+    keys = ["run", "store", "step"]
+    return frame.drop_duplicates(keys, keep="last").sort_values(keys, ignore_index=True)

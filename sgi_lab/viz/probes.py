@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-__all__ = ["probe_bars"]
+__all__ = ["probe_bars", "probe_curve_figure"]
 
 DEFAULT_METRICS = (
     "overall",
@@ -52,5 +52,24 @@ def probe_bars(
         )
     fig.update_layout(
         title=title, barmode="group", yaxis_title="test F1", yaxis_range=[0, 1.05], height=420
+    )
+    return fig
+
+
+def probe_curve_figure(curves: pd.DataFrame, metric: str = "overall") -> go.Figure:
+    """Probe F1 against pretraining step, one line per (run, game) (`probe_curves` rows)."""
+    fig = go.Figure()
+    if curves.empty:
+        fig.add_annotation(text="no checkpoint probes yet (sgi-lab probe RUN/checkpoints/*.pt)")
+        return fig
+    for (run, game), group in curves.groupby(["run", "game"], sort=False):
+        fig.add_scatter(
+            x=group["step"], y=group[metric], mode="lines+markers", name=f"{run} ({game})"
+        )
+    fig.update_layout(
+        title=f"Probe F1 ({metric}) over pretraining",
+        xaxis_title="pretraining step",
+        yaxis_title="test F1",
+        height=380,
     )
     return fig
