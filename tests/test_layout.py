@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("sgi_lab.metrics",),
     ("sgi_lab.train",),
     ("sgi_lab.viz",),
-    ("sgi_lab.analysis",),
+    ("sgi_lab.analysis", "sgi_lab.probes"),
     ("sgi_lab.launch",),
 )
 
