@@ -221,6 +221,8 @@ def test_live_curves_of_a_run_finished_earlier_draw_its_recorded_curves(tmp_path
     final = curves.finish()
     assert [a.text for a in final.layout.annotations] == ["total loss", "throughput (samples/s)"]
     assert final.layout.yaxis.title.text == "loss" and final.layout.yaxis2.title.text == "samples/s"
+    # a set width (a FigureWidget takes half the cell otherwise) that a Lab cell shows whole
+    assert curves.figure.layout.width == 960 and final.layout.width <= 960
 
 
 def test_live_curves_follow_a_metrics_file(tmp_path):

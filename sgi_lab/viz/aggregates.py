@@ -175,7 +175,7 @@ def interval_plot(
         bargap=0.45,
         template="plotly_white",
         height=max(300, 40 * len(methods) + 200),
-        width=max(640, 260 * len(metrics) + 160),
+        width=min(960, max(640, 260 * len(metrics) + 160)),  # viz.training.FIGURE_MAX_WIDTH
         legend={"orientation": "h", "y": -0.3, "yanchor": "top"},
         margin={
             "b": 40 + 20 * math.ceil(len(methods) / 3),

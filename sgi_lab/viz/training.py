@@ -89,6 +89,9 @@ X_TITLES: dict[str, str] = {
 }
 
 
+FIGURE_MAX_WIDTH = 960
+"""Pixels: the widest a figure is drawn, so that a JupyterLab cell shows it whole."""
+
 METRIC_TITLES: dict[str, str] = {
     "losses/total": "total loss",
     "losses/spr": "SPR loss",
@@ -153,7 +156,9 @@ def _subplots(keys: Sequence[str], columns: int) -> go.Figure:
         vertical_spacing=min(0.35 / rows, 0.2),
     )
     fig.update_annotations(font_size=13)
-    fig.update_layout(width=max(500, 270 * columns + 100), height=280 * rows + 70)
+    # A set width: a FigureWidget otherwise takes half the cell. At most 960 px, which a
+    # JupyterLab cell shows whole in a 1,400 px window (a wider static figure is cut off).
+    fig.update_layout(width=min(FIGURE_MAX_WIDTH, 250 * columns + 100), height=280 * rows + 70)
     return fig
 
 
