@@ -5,6 +5,7 @@ CLI round trip and its refusals; the annotation table."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -384,3 +385,54 @@ def test_checkpoints_give_a_probe_curve_and_finetuned_models_probe(tmp_path, cap
     assert encoder.out == tmp_path / "probes_finetuned.json"
     for name, tensor in encoder.model.encoder.state_dict().items():
         torch.testing.assert_close(tensor, model.encoder.state_dict()[name])
+
+
+def test_probe_experiment_graph_runs_its_tasks_and_reports(tmp_path, capsys):
+    import yaml
+
+    from sgi_lab.launch import experiment as ex
+
+    spec = {
+        "name": "tiny_probes",
+        "games": ["Breakout"],
+        "data": {"random": {"source": "random", "steps": 1200}},
+        "pretrain": [
+            {
+                "name": "s_seed0",
+                "params": "params/pretrain/smoke.yaml",
+                "data": "random",
+                "set": {"steps": 2, "batch_size": 4},
+            }
+        ],
+        "probe": [
+            {"name": "p", "data": "random", "pretrain": ["none", "s_seed0"], "seeds": [0, 1]},
+        ],
+    }
+    file = tmp_path / "tiny.yaml"
+    file.write_text(yaml.safe_dump(spec))
+    graph = ex.expand(ex.load_experiment(file), tmp_path / "exp")
+    ids = [t.id for t in graph.tasks]
+    assert graph.counts()["probe"] == 3 and graph.counts()["finetune"] == 0
+    # Each probe right after its inputs; the report waits for every probe.
+    assert ids.index("probe/p__none__s0__Breakout") == ids.index("data/random__Breakout") + 1
+    assert ids.index("probe/p__s_seed0__Breakout") == ids.index("pretrain/s_seed0__Breakout") + 1
+    assert set(graph.task("report").deps) == {i for i in ids if i.startswith("probe/")}
+    for path, payload in graph.params_files.items():  # what run_graph writes first
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(yaml.safe_dump(payload))
+    for task in graph.tasks:
+        if task.kind == "report":
+            continue
+        assert not ex.task_done(task)
+        assert main(list(task.argv)) == 0, task.argv
+        assert ex.task_done(task), task.id
+    capsys.readouterr()
+    report = ex.write_report(graph)
+    assert "Probes: tiny_probes" in report.read_text()
+    import pandas as pd
+
+    rows = pd.read_csv(tmp_path / "exp" / "results.csv")
+    assert sorted(rows["objective"]) == ["random_init", "random_init", "s"]
+    assert set(rows["seed"]) == {0, 1}
+    summary = pd.read_csv(tmp_path / "exp" / "results.aggregates.csv")
+    assert set(summary["objective"]) == {"random_init", "s"}
