@@ -5,6 +5,7 @@ CLI round trip and its refusals; the annotation table."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -249,6 +250,12 @@ def test_cli_probe_round_trip_and_skip(tmp_path, capsys):
     assert main(argv) == 0  # done: skipped, the file untouched
     assert json.loads(capsys.readouterr().out)["computed"] is False
     assert (run / "probes.json").stat().st_mtime_ns == written
+    # A run trained again (a new model.pt) is probed again, its old entry replaced.
+    stat = (run / "model.pt").stat()
+    os.utime(run / "model.pt", ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["computed"] is True
+    assert len(json.loads((run / "probes.json").read_text())["entries"]) == 1
     # A random encoder into its own folder.
     out = tmp_path / "random"
     argv = ["probe", "--random-init", "nature", "--seed", "1", "--out", str(out)]

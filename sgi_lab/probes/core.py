@@ -20,7 +20,7 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +85,9 @@ class ProbeEncoder:
         params: the run's params name (the objective: ``s``, ``sgi_m``...), when recorded.
         step: training steps behind the weights, when recorded.
         seed: the initialization seed of a random encoder.
+        stamp: size and modification time of the file the weights came from (None: a random
+            encoder): a result is reused only for the same file, so a run trained again is
+            probed again.
     """
 
     model: SGIModel
@@ -94,7 +97,7 @@ class ProbeEncoder:
     params: str | None = None
     step: int | None = None
     seed: int | None = None
-    info: dict[str, Any] = field(default_factory=dict)
+    stamp: dict[str, Any] | None = None
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -104,7 +107,17 @@ class ProbeEncoder:
             "params": self.params,
             "step": self.step,
             "seed": self.seed,
+            "stamp": self.stamp,
         }
+
+
+def file_stamp(path: str | os.PathLike) -> dict[str, Any] | None:
+    """``{"name", "size", "mtime_ns"}`` of a model file (None if it does not exist)."""
+    try:
+        info = Path(path).stat()
+    except OSError:
+        return None
+    return {"name": Path(path).name, "size": info.st_size, "mtime_ns": info.st_mtime_ns}
 
 
 def _probes_path(file: Path) -> Path:
@@ -147,9 +160,10 @@ def load_probe_encoder(source: str | os.PathLike, allow_unfinished: bool = False
         status = read_status(path) or {}
         if kind == "finetune":
             model, info = load_run_model(path)
+            file = path / "model.pt" if (path / "model.pt").is_file() else None
             return ProbeEncoder(
                 model, str(path), "finetune", path / PROBES_FILE, status.get("params"),
-                info.get("step"),
+                info.get("step"), stamp=file_stamp(file) if file else {"step": info.get("step")},
             )  # fmt: skip
         try:
             pretrained = load_pretrained(path, allow_unfinished=allow_unfinished)
@@ -157,7 +171,7 @@ def load_probe_encoder(source: str | os.PathLike, allow_unfinished: bool = False
             raise ProbeInputError(f"{path}: not an encoder ({exc})") from exc
         return ProbeEncoder(
             pretrained.build_model(), str(path), "pretrain", path / PROBES_FILE,
-            pretrained.params, pretrained.step,
+            pretrained.params, pretrained.step, stamp=file_stamp(pretrained.path),
         )  # fmt: skip
     payload = load_checkpoint(path, "cpu")  # CheckpointError names a foreign file
     kind = payload.get("kind")
@@ -165,14 +179,15 @@ def load_probe_encoder(source: str | os.PathLike, allow_unfinished: bool = False
         pretrained = load_pretrained(path)
         return ProbeEncoder(
             pretrained.build_model(), str(path), "pretrain", _probes_path(path),
-            pretrained.params, pretrained.step,
+            pretrained.params, pretrained.step, stamp=file_stamp(path),
         )  # fmt: skip
     if kind in ("finetuned_model", "finetune") and isinstance(payload.get("model_args"), dict):
         model = SGIModel(**payload["model_args"])
         model.load_state_dict(payload["model"])
         return ProbeEncoder(
-            model.eval(), str(path), "finetune", _probes_path(path), None, payload.get("step")
-        )
+            model.eval(), str(path), "finetune", _probes_path(path), None, payload.get("step"),
+            stamp=file_stamp(path),
+        )  # fmt: skip
     raise ProbeInputError(f"{path}: a {kind!r} file, not an encoder (no model weights to probe)")
 
 
@@ -541,13 +556,18 @@ def read_probes(path: str | os.PathLike) -> list[dict[str, Any]]:
 
 
 def find_result(
-    path: str | os.PathLike, fingerprint: str, settings: dict[str, Any]
+    path: str | os.PathLike,
+    fingerprint: str,
+    settings: dict[str, Any],
+    stamp: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
-    """The entry of a probes file made on the store ``fingerprint`` with ``settings``, or None."""
+    """The entry of a probes file made on the store ``fingerprint`` with ``settings`` from the
+    encoder file ``stamp`` (None: a random encoder), or None."""
     for entry in read_probes(path):
         if (
             entry.get("store", {}).get("fingerprint") == fingerprint
             and entry.get("settings") == settings
+            and entry.get("encoder", {}).get("stamp") == stamp
         ):
             return entry
     return None
@@ -590,7 +610,7 @@ def probe_run(
     settings = settings or ProbeSettings()
     key = _settings_key(settings, split_seed, max_frames, random_baseline_seed)
     if not overwrite:
-        done = find_result(encoder.out, store.fingerprint, key)
+        done = find_result(encoder.out, store.fingerprint, key, encoder.stamp)
         if done is not None:
             return done, False
     result = probe_encoder(
@@ -624,7 +644,8 @@ def probe_done(
     random_baseline_seed: int | None = 0,
 ) -> bool:
     """Whether ``folder/probes.json`` holds the result `probe_run` would compute for this store
-    with the default `ProbeSettings` (what an experiment's probe task checks)."""
+    with the default `ProbeSettings` (what an experiment's probe task checks): ``folder`` is a
+    pretraining run (its ``model.pt``) or a random encoder's folder."""
     from sgi_lab.data.store import read_manifest
 
     manifest = read_manifest(store)
@@ -632,4 +653,5 @@ def probe_done(
         return False
     fingerprint = manifest.fingerprint or manifest.content_fingerprint()
     key = _settings_key(ProbeSettings(), split_seed, max_frames, random_baseline_seed)
-    return find_result(folder, fingerprint, key) is not None
+    stamp = file_stamp(Path(folder) / "model.pt")
+    return find_result(folder, fingerprint, key, stamp) is not None
