@@ -212,6 +212,12 @@ class FinetuneConfig:
     channels_last: bool | Literal["auto"] = F(
         "auto", "channels-last memory format for conv layers; auto: measured on a CPU, on a GPU"
     )
+    env_protocol: Literal["dopamine", "rlpyt"] = F(
+        "dopamine",
+        "Atari env of training and evaluation (make_env's preprocessing): 'dopamine' "
+        "(gymnasium's AtariPreprocessing) or 'rlpyt' (the authors' env, docs/paper_vs_code.md "
+        "rows 16-21)",
+    )
     env_workers: int = F(
         0, "processes stepping the agents' environments (0: the learner's own process)"
     )

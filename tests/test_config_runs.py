@@ -87,6 +87,39 @@ def test_params_file_and_overrides(tmp_path):
         parse_overrides(["steps"])
 
 
+PAPER_FINETUNE = ("all_ssl", "frozen", "naive", "no_ssl", "reduced_lr", "sgi_none")
+
+
+def test_env_protocol_round_trips_and_the_paper_finetune_params_use_the_authors_env(tmp_path):
+    import typing
+    from pathlib import Path
+
+    import yaml
+
+    from sgi_lab.config import to_dict
+    from sgi_lab.envs.atari import PREPROCESSING
+
+    # The config's words are make_env's.
+    hints = typing.get_type_hints(FinetuneConfig)
+    assert typing.get_args(hints["env_protocol"]) == PREPROCESSING
+    assert FinetuneConfig().env_protocol == "dopamine"
+    root = Path(__file__).resolve().parents[1]
+    for name in PAPER_FINETUNE:
+        cfg = load_config(FinetuneConfig, root / f"params/finetune/{name}.yaml")
+        assert cfg.env_protocol == "rlpyt", name
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump({"name": name, "config": to_dict(cfg)}))
+        assert load_config(FinetuneConfig, path) == cfg
+    assert load_config(FinetuneConfig, root / "params/finetune/smoke.yaml").env_protocol == (
+        "dopamine"
+    )
+    assert not any("env_protocol" in f.read_text() for f in root.glob("params/notebooks/*"))
+    cli = load_config(FinetuneConfig, None, parse_overrides(["env_protocol=rlpyt"]))
+    assert cli.env_protocol == "rlpyt"
+    with pytest.raises(ConfigError, match=r"env_protocol: 'gym' is not one of \['dopamine'"):
+        load_config(FinetuneConfig, None, {"env_protocol": "gym"})
+
+
 def test_run_name():
     assert run_name("pretrain", "sgi_m", "ALE/Pong-v5", "s0") == "pretrain__sgi_m__ALE-Pong-v5__s0"
 

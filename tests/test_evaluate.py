@@ -37,8 +37,11 @@ def test_epsilon_one_never_asks_the_policy_and_zero_always_does():
     assert len(calls) == out["lengths"][0] == 10 and calls[0] == (1, 1, 4, 84, 84)
 
 
-def test_evaluation_plays_whole_games_through_life_losses(monkeypatch):
-    """Breakout has 5 lives: an evaluation episode must run through all of them."""
+@pytest.mark.parametrize("protocol", ["dopamine", "rlpyt"])
+def test_evaluation_plays_whole_games_through_life_losses(monkeypatch, protocol):
+    """Breakout has 5 lives: an evaluation episode must run through all of them, in the
+    authors' env too (``episodic_lives=False`` in their evaluation: the frame stack runs on
+    across a life loss)."""
     import sgi_lab.envs.pool as pool_module
 
     record: list[dict[str, list]] = []  # per environment, in creation order
@@ -46,7 +49,7 @@ def test_evaluation_plays_whole_games_through_life_losses(monkeypatch):
 
     class Spy:
         def __init__(self, env):
-            self.env, self.seen = env, {"life_loss": [], "ended": []}
+            self.env, self.seen = env, {"life_loss": [], "ended": [], "padded": []}
             record.append(self.seen)
 
         def reset(self, **kw):
@@ -56,6 +59,7 @@ def test_evaluation_plays_whole_games_through_life_losses(monkeypatch):
             out = self.env.step(action)
             self.seen["life_loss"].append(out[4]["life_loss"])
             self.seen["ended"].append(out[2] or out[3])
+            self.seen["padded"].append(not out[0][:3].any())  # zero frames in the stack
             return out
 
         def close(self):
@@ -72,7 +76,9 @@ def test_evaluation_plays_whole_games_through_life_losses(monkeypatch):
         seed=0,
         progress=False,
         asynchronous=False,
+        env_protocol=protocol,
     )
+    assert result["env_protocol"] == protocol
     assert result["episodes"] == 2 and all(n > 50 for n in result["lengths"])
     assert len(record) == 2
     for seen in record:
@@ -82,6 +88,7 @@ def test_evaluation_plays_whole_games_through_life_losses(monkeypatch):
         # environment that played its quota (one episode each here) is not stepped again.
         assert life_loss[: end + 1].sum() == 5 and life_loss[end]
         assert len(ended) == end + 1
+        assert not np.array(seen["padded"])[life_loss & ~ended].any()
     assert model.training and all(layer.noise_enabled for layer in model.noisy_layers())
 
 
@@ -115,7 +122,12 @@ def test_evaluate_run_writes_eval_json(tmp_path):
     result = ev.evaluate_run(tmp_path, progress=False)
     saved = json.loads((tmp_path / "eval.json").read_text())
     assert saved == result and saved["episodes"] == 2 and saved["step"] == 99
-    assert saved["lengths"] == [30, 30]
+    assert saved["lengths"] == [30, 30] and saved["env_protocol"] == "dopamine"
+    # A run trained in the authors' env is evaluated in it: its cap ends episodes a step late.
+    payload["config"] = {**config, "env_protocol": "rlpyt"}
+    torch.save(payload, tmp_path / "model.pt")
+    result = ev.evaluate_run(tmp_path, progress=False)
+    assert result["env_protocol"] == "rlpyt" and result["lengths"] == [31, 31]
     (tmp_path / "empty").mkdir()
     with pytest.raises(CheckpointError, match="no model.pt and no checkpoint"):
         ev.evaluate_run(tmp_path / "empty", progress=False)

@@ -347,6 +347,53 @@ def test_bad_input_is_rejected_clearly(tmp_path):
         )
 
 
+def test_the_authors_env_protocol_reaches_training_replay_and_evaluation(tmp_path):
+    """``env_protocol: rlpyt``: the training env is the authors' (the replay's frames and
+    terminals are what ``make_env(preprocessing="rlpyt")`` returns for the same actions, and
+    its stacks start at every life loss, as that env's), and so is the evaluation env (its
+    cap ends an episode of 200 frames after 51 steps, the default's after 50)."""
+    from sgi_lab.data.population_replay import PopulationReplay
+    from sgi_lab.envs import make_env
+    from sgi_lab.runs import load_checkpoint
+
+    steps = 90
+    config = FinetuneConfig(
+        **{**TINY, "eps_end": 1.0, "learning_starts": 70},
+        game="Breakout",
+        steps=steps,
+        env_protocol="rlpyt",
+    )  # random actions throughout (they lose lives quickly), updates from step 70
+    run = ft.finetune(config, tmp_path / "run", progress=False)
+    state = load_checkpoint(run.checkpoints()[-1], "cpu", kind="finetune")["replay"]
+    assert state["size"] == steps
+    frames, actions = state["frames"].numpy(), state["actions"].numpy()
+    terminals, firsts = state["terminals"].numpy(), state["firsts"].numpy()
+
+    env = make_env("Breakout", seed=config.seed, train=True, preprocessing="rlpyt")
+    obs, _ = env.reset()
+    shown, ended = [], []
+    for t in range(steps):
+        shown.append(obs)
+        assert np.array_equal(frames[t], obs[-1]), f"row {t}: not the authors' env's frame"
+        obs, _, terminated, truncated, info = env.step(int(actions[t]))
+        assert terminals[t] == info["terminal"], f"row {t}"
+        ended.append(terminated or truncated)
+        if ended[-1]:
+            obs, _ = env.reset()
+    env.close()
+    life_losses = np.flatnonzero(terminals & ~np.array(ended))
+    assert len(life_losses) >= 1 and life_losses.max() < steps - 1, life_losses
+    assert np.array_equal(firsts[1:], terminals[:-1]) and firsts[0]
+    replay = PopulationReplay(1, steps, K=0, n_step=0)
+    replay.load_state_dict(0, state)
+    stacks = replay.batch_at(torch.arange(steps)[None]).obs[0, :, 0].numpy()
+    assert np.array_equal(stacks, np.stack(shown))
+    assert not stacks[life_losses + 1, :3].any()  # the env's zero padding after a loss
+
+    result = run.evaluation
+    assert result["env_protocol"] == "rlpyt" and result["lengths"] == [51]
+
+
 @pytest.mark.parametrize("amp", [False, True], ids=["fp32", "bf16"])
 def test_augmented_frames_crop_jitter_and_scale_every_agents_stacks(amp):
     """(N, B, T) stacks with given corners and factors, time-major, against a hand-made

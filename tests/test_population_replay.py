@@ -320,3 +320,78 @@ def test_loads_a_prioritized_replay_checkpoint_and_continues_like_it():
     assert_same_priorities(population, replays)
     with pytest.raises(ValueError):
         population.load_state_dict(0, replays[0].state_dict() | {"size": 5})
+
+
+def _breakout_rows(protocol: str, steps: int = 200):
+    """A real training run of random actions in Breakout (4 life losses and a game over in
+    200 steps): the replay's rows as finetuning appends them (``first`` at episode starts
+    only) and the observation the env showed at each row."""
+    from sgi_lab.envs import make_env
+
+    env = make_env("Breakout", seed=0, train=True, preprocessing=protocol)
+    rng = np.random.default_rng(0)
+    obs, _ = env.reset()
+    rows, shown, first = [], [], True
+    for _ in range(steps):
+        action = int(rng.integers(4))
+        next_obs, _, terminated, truncated, info = env.step(action)
+        rows.append(([obs[-1]], [action], [info["raw_reward"]], [info["terminal"]], [first]))
+        shown.append(obs)
+        first = terminated or truncated
+        obs = env.reset()[0] if first else next_obs
+    env.close()
+    return rows, np.stack(shown)
+
+
+def _replayed_stacks(rows, first_after_terminal: bool) -> tuple[np.ndarray, ...]:
+    """Every row's stacks as the replay rebuilds them: (T, K+1) obs with validity, and the
+    bootstrap stacks with their rows and discounts."""
+    replay = PopulationReplay(
+        1, len(rows), K=2, n_step=3, gamma=0.9, first_after_terminal=first_after_terminal
+    )
+    for row in rows:
+        replay.append(*row)
+    batch = replay.batch_at(torch.arange(len(rows))[None])
+    discount = batch.bootstrap_discount[0].double().numpy()
+    bootstraps = discount > 0
+    steps = np.round(np.log(np.where(bootstraps, discount, 1.0)) / np.log(0.9)).astype(int)
+    return (
+        batch.obs[0].numpy(),
+        batch.valid[0].numpy(),
+        batch.bootstrap_obs[0].numpy(),
+        np.arange(len(rows)) + steps,  # the bootstrap's row: discount gamma ** steps
+        bootstraps,
+    )
+
+
+@pytest.mark.parametrize("protocol", ["rlpyt", "dopamine"])
+def test_replay_stacks_equal_the_env_observations_across_life_losses(protocol):
+    """The authors' env (``preprocessing="rlpyt"``) empties its frame stack at a life loss in
+    training; finetuning builds the replay with ``first_after_terminal`` under that protocol,
+    so every stack the replay rebuilds (the step's, the K steps after it and the n-step
+    bootstrap's) is the observation the env showed. The default env's stack runs on across
+    life losses, and so do the replay's without the option."""
+    rows, shown = _breakout_rows(protocol)
+    terminal = np.array([r[3][0] for r in rows])
+    ends = np.array([r[4][0] for r in rows[1:]] + [False])  # the row after is a first
+    life_losses = np.flatnonzero(terminal & ~ends)
+    assert len(life_losses) >= 3 and ends.any()  # losses mid-game and a game over
+    after = life_losses + 1
+    if protocol == "rlpyt":  # the env's own zero padding after each loss
+        assert not shown[after, :3].any() and shown[after, 3].any()
+    else:
+        assert shown[after, :3].any(axis=(1, 2, 3)).all()
+
+    obs, valid, boot, boot_rows, bootstraps = _replayed_stacks(rows, protocol == "rlpyt")
+    T = len(rows)
+    for k in range(obs.shape[1]):
+        rows_k = np.flatnonzero(valid[:, k])
+        assert np.array_equal(obs[rows_k, k], shown[rows_k + k]), f"stack t+{k} differs"
+    assert valid[life_losses, 0].all() and not valid[life_losses, 1].any()
+    assert bootstraps.sum() > T // 2
+    assert np.array_equal(boot[bootstraps], shown[boot_rows[bootstraps]])
+
+    if protocol == "rlpyt":  # without the option the replay runs stacks on over the losses
+        wrong = _replayed_stacks(rows, first_after_terminal=False)[0][:, 0]
+        differ = [t for t in range(T) if not np.array_equal(wrong[t], shown[t])]
+        assert differ == sorted({a + j for a in after for j in range(3)})  # 3 zero-padded

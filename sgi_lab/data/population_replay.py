@@ -187,6 +187,12 @@ class PopulationReplay:
             the replay keeps, so a batch is valid only until the next `sample`/`batch_at`. On a
             CPU this saves the page faults of a fresh allocation per batch (about 45 of 60 ms
             for 16 agents at batch 32, K = 5); on a GPU the caching allocator already does.
+        first_after_terminal: the row after every learning terminal starts a new episode here
+            (its ``first`` flag is set whatever ``append`` is given), so its frame stacks
+            start from zero padding and goals stay before it: the stacks of an env that
+            empties its own at a life loss (``make_env(preprocessing="rlpyt")`` in training,
+            as rlpyt's replay, which starts stacks after every ``done``). Off: only episode
+            starts do, matching the default env, whose stack runs on across life losses.
 
     Memory per agent: ``capacity * (84*84 + 38)`` bytes of rows and episode bookkeeping plus
     16 bytes per sum-tree leaf (``capacity`` rounded up to a power of two, times 2): about
@@ -206,6 +212,7 @@ class PopulationReplay:
         device: torch.device | str = "cpu",
         reuse_buffers: bool = False,
         cuda_graphs: bool = False,
+        first_after_terminal: bool = False,
     ) -> None:
         if K < 0 or n_step < 0 or goal_window < 0:
             raise ValueError("K, n_step and goal_window must be >= 0")
@@ -248,6 +255,7 @@ class PopulationReplay:
             np.random.Generator(np.random.PCG64(s)).bit_generator.state for s in seeds
         ]
         self.reuse_buffers = reuse_buffers
+        self.first_after_terminal = bool(first_after_terminal)
         self._append_graph = None
         if cuda_graphs and GraphedCall.available(dev):
             self._append_graph = GraphedCall(self._write_row, warmup=2)
@@ -280,7 +288,8 @@ class PopulationReplay:
             actions: (N,) int.
             rewards: (N,) raw rewards (clipped when sampled).
             terminals: (N,) bool, transition t ended the episode for learning.
-            firsts: (N,) bool, row t starts an episode.
+            firsts: (N,) bool, row t starts an episode (with ``first_after_terminal``, the
+                row after a terminal does too, whatever is given).
         """
         t = self.size
         if t >= self.capacity:
@@ -314,6 +323,8 @@ class PopulationReplay:
         t = self.position
         at = t.view(1)
         before = (t - 1).clamp(min=0).view(1)
+        if self.first_after_terminal:
+            first = first | (self.terminals.index_select(1, before)[:, 0] & (t > 0))
         self.frames.index_copy_(1, at, frames[:, None])
         self.actions.index_copy_(1, at, actions[:, None])
         self.rewards.index_copy_(1, at, rewards[:, None])

@@ -3,7 +3,9 @@
 Protocol (SPR/SGI, DESIGN.md): 100 episodes at the end of training, epsilon 0.001, noisy-net noise
 off, batch norm with running statistics (eval mode), **no life-loss terminals** (the env is built
 with ``train=False``, so an episode is a whole game) and raw, unclipped rewards, capped at
-108,000 frames (27,000 agent steps) per episode.
+108,000 frames (27,000 agent steps) per episode. With ``env_protocol="rlpyt"`` the env is the
+authors' in its evaluation setting (``episodic_lives=False``: life losses neither terminal nor
+emptying the frame stack; the cap ends an episode after 27,001 steps).
 
 The N environments of every agent are stepped together (an `sgi_lab.envs.pool.EnvPool`, in
 worker processes where there are cores to spare: `eval_workers`) and their observations go
@@ -81,6 +83,7 @@ def evaluate(
     progress: bool = True,
     asynchronous: bool | None = None,
     amp: bool | None = None,
+    env_protocol: str = "dopamine",
 ) -> dict[str, Any]:
     """Play ``episodes`` whole games with an epsilon-greedy, noise-free policy; raw scores.
 
@@ -100,11 +103,13 @@ def evaluate(
         asynchronous: step the environments in worker processes (`eval_workers`); default:
             with at least 4 CPUs.
         amp: bf16 autocast; default on CUDA.
+        env_protocol: the Atari env, `make_env`'s ``preprocessing``: ``"dopamine"`` or
+            ``"rlpyt"`` (the authors' env; its cap ends an episode one step later).
 
     Returns:
         ``{"game", "episodes", "scores" (raw return of each episode), "lengths" (agent steps),
         "mean", "std", "median", "min", "max", "hns" (of the mean), "eps", "num_envs",
-        "max_frames", "seconds", "episodes_per_s", "steps_per_s"}``.
+        "max_frames", "env_protocol", "seconds", "episodes_per_s", "steps_per_s"}``.
 
     Raises:
         UnknownGameError: unknown game (lists the valid ones).
@@ -135,6 +140,7 @@ def evaluate(
             max_frames=max_frames,
             progress=progress,
             asynchronous=asynchronous,
+            env_protocol=env_protocol,
         )[0]
     finally:
         model.train(was_training)
@@ -181,6 +187,7 @@ def play_episodes(
     progress: bool = True,
     asynchronous: bool | None = None,
     stop: Deadline | None = None,
+    env_protocol: str = "dopamine",
 ) -> list[dict[str, Any]]:
     """Evaluate N agents at once: each plays ``episodes`` whole games of its own game in its own
     ``num_envs`` environments, and one call of ``policy`` gives every agent's greedy actions for
@@ -195,7 +202,8 @@ def play_episodes(
         policy: greedy actions of all agents (`Policy`).
         games: per-agent game.
         num_actions: per-agent action count (random actions are drawn below it).
-        episodes, eps, num_envs, max_frames, progress, asynchronous: as in `evaluate`.
+        episodes, eps, num_envs, max_frames, progress, asynchronous, env_protocol: as in
+            `evaluate`.
         seeds: per-agent seed: env i of an agent is seeded ``seed + i``.
         stop: a `sgi_lab.runs.Deadline`; only a stop request (not its time limit) ends the
             evaluation early, with `RunStopped`: a partial evaluation would favour short
@@ -216,6 +224,7 @@ def play_episodes(
         train=False,
         workers=workers,
         max_episode_frames=max_frames,
+        preprocessing=env_protocol,
     )
     rngs = [np.random.default_rng(seed) for seed in seeds]
     scores: list[list[float]] = [[] for _ in range(n)]
@@ -288,6 +297,7 @@ def play_episodes(
                 "eps": eps,
                 "num_envs": num_envs,
                 "max_frames": max_frames,
+                "env_protocol": env_protocol,
                 "seed": seeds[i],
                 "seconds": seconds,
                 "episodes_per_s": len(scores[i]) / seconds if seconds > 0 else math.inf,
@@ -391,6 +401,7 @@ def evaluate_run(
             max_frames=config.get("eval_max_frames", MAX_EPISODE_FRAMES),
             progress=progress,
             amp=_amp(config, dev),
+            env_protocol=config.get("env_protocol", "dopamine"),
         )
     finally:
         torch.set_num_threads(threads)

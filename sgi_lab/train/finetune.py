@@ -498,6 +498,9 @@ def _build(agents: list[_Agent], device: torch.device) -> tuple[Population, Popu
         device=population.device,
         reuse_buffers=population.device.type == "cpu",
         cuda_graphs=cfg.cuda_graphs,
+        # The authors' env empties its frame stack at a life loss (docs/paper_vs_code.md row
+        # 19): the replay's stacks start there too, so learning sees what acting saw.
+        first_after_terminal=cfg.env_protocol == "rlpyt",
     )
     for i, a in enumerate(agents):
         if a.checkpoint is None:
@@ -622,6 +625,7 @@ def _train_and_evaluate(
         [a.config.seed + step for a in agents],
         train=True,
         workers=cfg.env_workers,
+        preprocessing=cfg.env_protocol,
     )
     obs = pool.reset()
     window = _Window()
@@ -728,6 +732,7 @@ def _train_and_evaluate(
         max_frames=cfg.eval_max_frames,
         progress=progress,
         stop=stop,
+        env_protocol=cfg.env_protocol,
     )
     for a, result in zip(agents, results, strict=True):
         result["step"] = step
