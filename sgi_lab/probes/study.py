@@ -29,6 +29,7 @@ __all__ = [
     "mean_ci",
     "objective_of",
     "objective_summary",
+    "overall_by_objective",
     "paper_rank_correlation",
     "probe_curves",
     "probe_folders",
@@ -304,3 +305,11 @@ def probe_curves(runs: Iterable[str | os.PathLike]) -> pd.DataFrame:
         return frame
     keys = ["run", "store", "step"]
     return frame.drop_duplicates(keys, keep="last").sort_values(keys, ignore_index=True)
+
+
+def overall_by_objective(summary: pd.DataFrame, metric: str = "overall") -> dict[str, float]:
+    """``{objective: mean F1}`` of an `objective_summary` ({} when it is empty)."""
+    if summary.empty:
+        return {}
+    rows = summary[summary["metric"] == metric]
+    return {str(k): float(v) for k, v in zip(rows["objective"], rows["value"], strict=True)}
