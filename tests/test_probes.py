@@ -443,3 +443,5 @@ def test_probe_experiment_graph_runs_its_tasks_and_reports(tmp_path, capsys):
     assert set(rows["seed"]) == {0, 1}
     summary = pd.read_csv(tmp_path / "exp" / "results.aggregates.csv")
     assert set(summary["objective"]) == {"random_init", "s"}
+    markdown = (tmp_path / "exp" / "results.md").read_text()
+    assert "| objective | overall |" in markdown and "Spearman rho" in markdown

@@ -26,6 +26,7 @@ __all__ = [
     "entry_row",
     "experiment_probe_frame",
     "load_probe_results",
+    "markdown_table",
     "mean_ci",
     "objective_of",
     "objective_summary",
@@ -34,6 +35,7 @@ __all__ = [
     "probe_curves",
     "probe_folders",
     "probe_frame",
+    "results_markdown",
     "summary_table",
     "write_probe_report",
 ]
@@ -225,7 +227,8 @@ def summary_table(summary: pd.DataFrame, metrics: Iterable[str] = METRICS) -> pd
 
 def write_probe_report(graph: Any) -> Path:
     """A probe experiment's ``report.html``, ``results.csv`` (one row per probed encoder and
-    game) and ``results.aggregates.csv`` (per objective, 95% CIs over seeds)."""
+    game), ``results.aggregates.csv`` (per objective, 95% CIs over seeds) and ``results.md``
+    (those numbers as markdown, for docs/results)."""
     import html
 
     from sgi_lab.runs import atomic_write_text
@@ -238,6 +241,7 @@ def write_probe_report(graph: Any) -> Path:
     summary = objective_summary(frame)
     atomic_write_text(out / "results.csv", frame.to_csv(index=False))
     atomic_write_text(out / "results.aggregates.csv", summary.to_csv(index=False))
+    atomic_write_text(out / "results.md", results_markdown(frame, summary))
     correlation = paper_rank_correlation(summary)
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",
@@ -313,3 +317,39 @@ def overall_by_objective(summary: pd.DataFrame, metric: str = "overall") -> dict
         return {}
     rows = summary[summary["metric"] == metric]
     return {str(k): float(v) for k, v in zip(rows["objective"], rows["value"], strict=True)}
+
+
+def markdown_table(frame: pd.DataFrame) -> str:
+    """A DataFrame as a GitHub markdown table (index as the first column)."""
+    frame = frame.reset_index()
+    lines = ["| " + " | ".join(map(str, frame.columns)) + " |"]
+    lines.append("|" + "---|" * len(frame.columns))
+    for row in frame.itertuples(index=False):
+        lines.append("| " + " | ".join("-" if pd.isna(v) else str(v) for v in row) + " |")
+    return "\n".join(lines)
+
+
+def results_markdown(frame: pd.DataFrame, summary: pd.DataFrame) -> str:
+    """The study's numbers as markdown (for docs/results/probes.md): F1 per objective and
+    category with 95% CIs over seeds, the baselines, and the Spearman correlation with the
+    paper's tab:controls_hns (median and mean HNS)."""
+    games = ", ".join(sorted(frame["game"].unique())) if not frame.empty else "-"
+    seeds = summary.groupby("objective")["seeds"].max().to_dict() if not summary.empty else {}
+    parts = [
+        f"Encoders probed: {len(frame)} (games: {games}; seeds per objective: {seeds}).",
+        "",
+        "Test F1, mean over seeds of each seed's mean over games [95% t interval over seeds]:",
+        "",
+        markdown_table(summary_table(summary)),
+        "",
+    ]
+    for paper_metric in ("median", "mean"):
+        corr = paper_rank_correlation(summary, "overall", paper_metric)
+        pairs = ", ".join(f"{name} {ours:.3f}/{paper:.3f}" for name, ours, paper in corr["pairs"])
+        rho = "n/a" if corr["rho"] is None else f"{corr['rho']:.3f} (p = {corr['p']:.3f})"
+        parts.append(
+            f"Spearman rho of overall F1 with the paper's {paper_metric} HNS (tab:controls_hns, "
+            f"n = {corr['n']}): {rho}; ours/paper: {pairs}"
+        )
+        parts.append("")
+    return "\n".join(parts)
