@@ -150,7 +150,9 @@ class ProbeSpec:
         [], f"pretraining configs whose runs are probed; '{NO_PRETRAINING}': random encoders"
     )
     seeds: list[int] = F([0], f"'{NO_PRETRAINING}': the random encoders' initialization seeds")
-    encoder: str = F("nature", f"'{NO_PRETRAINING}': the random encoders' architecture")
+    encoder: Literal["nature", "resnet", "resnet_l"] = F(
+        "nature", f"'{NO_PRETRAINING}': the random encoders' architecture"
+    )
     max_frames: int | None = F(None, "rows of the store used at most (null: all)")
     split_seed: int = F(0, "seeds the episode split (the same for every encoder)")
     random_baseline: bool = F(
