@@ -445,3 +445,25 @@ def test_probe_experiment_graph_runs_its_tasks_and_reports(tmp_path, capsys):
     assert set(summary["objective"]) == {"random_init", "s"}
     markdown = (tmp_path / "exp" / "results.md").read_text()
     assert "| objective | overall |" in markdown and "Spearman rho" in markdown
+
+
+@pytest.mark.parametrize(
+    ("probe", "message"),
+    [
+        ({"name": "p", "data": "nowhere", "pretrain": ["none"]}, "probe[0].data: 'nowhere'"),
+        ({"name": "p", "data": "r", "pretrain": ["sgi"]}, "probe[0].pretrain: 'sgi'"),
+        ({"name": "p", "data": "r", "pretrain": ["none"], "encoder": "vgg"}, "probe[0].encoder"),
+        ({"name": "p", "data": "r", "colour": 1}, "probe[0].colour"),
+    ],
+)
+def test_experiment_probe_specs_refuse_bad_keys(tmp_path, probe, message):
+    import yaml
+
+    from sgi_lab.config import ConfigError
+    from sgi_lab.launch import experiment as ex
+
+    spec = {"name": "x", "games": ["Pong"], "data": {"r": {"source": "random", "steps": 10}}}
+    file = tmp_path / "x.yaml"
+    file.write_text(yaml.safe_dump({**spec, "probe": [probe]}))
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        ex.load_experiment(file)
