@@ -26,6 +26,7 @@ from sgi_lab.runs import (
     stop_on_signals,
 )
 from sgi_lab.train.agent import Population
+from sgi_lab.train.sgi_loss import finetuning_settings
 
 TINY = {
     "encoder": "nature",
@@ -216,7 +217,7 @@ def test_schedules():
     assert ft.beta_at(6_000, config) == pytest.approx(0.7)
     assert ft.beta_at(10_000, config) == 1.0
     # reference weight 5, K 5
-    assert agent_module.spr_coefficient(FinetuneConfig()) == pytest.approx(2.0)
+    assert finetuning_settings(FinetuneConfig()).spr == pytest.approx(2.0)  # 5 on mean_k(2 - 2 cos)
 
 
 def test_update_targets_use_sampler_returns_and_discounts(monkeypatch):

@@ -10,6 +10,7 @@ from sgi_lab.config import ConfigError, PretrainConfig, build_config, load_confi
 from sgi_lab.launch.cli import main as cli_main
 from sgi_lab.runs import Deadline, RunDir, RunStopped, load_checkpoint
 from sgi_lab.train import pretrain as pretrain_module
+from sgi_lab.train import sgi_loss as sgi_loss_module
 from sgi_lab.train.pretrain import (
     load_pretrained_model,
     pretrain,
@@ -156,7 +157,7 @@ def test_nan_loss_stops_with_a_clear_message_and_keeps_the_last_checkpoint(
     dot_store, tmp_path, monkeypatch
 ):
     config = build_config(PretrainConfig, {**TINY, "steps": 30, "goal_weight": 0.0})
-    real = pretrain_module.spr_loss
+    real = sgi_loss_module.spr_loss
     calls = {"n": 0}
 
     def flaky(*args, **kwargs):
@@ -164,7 +165,7 @@ def test_nan_loss_stops_with_a_clear_message_and_keeps_the_last_checkpoint(
         out = real(*args, **kwargs)
         return out * float("nan") if calls["n"] == 13 else out
 
-    monkeypatch.setattr(pretrain_module, "spr_loss", flaky)
+    monkeypatch.setattr(sgi_loss_module, "spr_loss", flaky)
     with pytest.raises(
         FloatingPointError, match=r"non-finite pretraining loss.*step 13.*ckpt_00000010"
     ):

@@ -53,14 +53,12 @@ from sgi_lab.nets.encoders import prepare_pixels
 from sgi_lab.nets.graphs import GraphedCall
 from sgi_lab.nets.noisy import NoisyLinear
 from sgi_lab.nets.runtime import prepare_device, use_bf16
-from sgi_lab.objectives import (
-    c51_kl,
-    c51_loss,
-    c51_target,
-    goal_rl_loss,
-    goals_from_draws,
-    inverse_dynamics_loss,
-    spr_loss,
+from sgi_lab.objectives import c51_kl, c51_loss, c51_target, goals_from_draws
+from sgi_lab.train.sgi_loss import (
+    SGITargets,
+    finetuning_settings,
+    sgi_loss_terms,
+    weighted_sum,
 )
 from sgi_lab.train.stacking import own_shapes, pad_to, stack_agents, tree_map, tree_stack, unpad_to
 from sgi_lab.train.transfer import LR_GROUPS, lr_group, lr_scales
@@ -71,7 +69,6 @@ __all__ = [
     "augmented_frames",
     "check_compatible",
     "measure_update",
-    "spr_coefficient",
     "use_amp",
 ]
 
@@ -83,12 +80,6 @@ POPULATION_KEYS = ("game", "seed", "pretrained")
 
 
 # -- loss weights and precision ------------------------------------------------------------
-
-
-def spr_coefficient(config: FinetuneConfig) -> float:
-    """Weight of `spr_loss` (minus the sum over k of the cosine) that gives the reference's
-    ``spr_weight`` on mean_k(2 - 2 cos), whose gradient is 2 / K times as large."""
-    return 2.0 * config.spr_weight / max(1, config.spr_steps)
 
 
 def use_amp(config: FinetuneConfig, device: torch.device) -> bool:
@@ -806,46 +797,26 @@ class Population:
                 target_y = call(spr_target, lambda m, z: m.project(z), target_z).transpose(0, 1)
 
         noisy = {**online, **x["noise_online"]}
+        settings = finetuning_settings(cfg)
+        targets = SGITargets()
+        if K > 0:
+            targets = SGITargets(y=target_y[:, -K:])
+        if cfg.ssl == "all":
+            targets = targets._replace(
+                z=target_z[:2].transpose(0, 1).flatten(2), goals=goals, goal_next=goal_next_probs
+            )
 
         def forward(m: SGIModel) -> dict[str, torch.Tensor]:
             z0 = m.encode(obs[0], prepared=True)
             logits = m.q_logits(z0, mask)
-            out = {"logits": logits, "rl": c51_loss(logits, actions[:, 0], rl_target)}
-            if K > 0:
-                z_hat = m.rollout(z0, actions[:, :K])  # (B, K, C, 7, 7)
-                if cfg.ssl == "all":
-                    y_hat = m.project(torch.cat([z0[:, None], z_hat], 1))  # k = 0..K
-                else:
-                    y_hat = m.project(z_hat)  # k = 1..K
-                # contiguous: a strided 3-D input would make the predictor's matmul copy its
-                # weight.
-                predictions = m.predict(y_hat[:, -K:].contiguous())
-                out["spr"] = spr_loss(predictions, target_y[:, -K:], valid[:, 1:])
-            if cfg.ssl == "all":
-                inv_logits = m.inverse_logits(y_hat[:, :-1], target_y[:, 1:], mask)
-                out["inverse"] = inverse_dynamics_loss(inv_logits, actions[:, :K], valid[:, 1:])
-                out["goal_rl"] = goal_rl_loss(
-                    m.goal_q_logits(z0, goals, mask),
-                    actions[:, 0],
-                    target_z[:2].transpose(0, 1).flatten(2),
-                    goals,
-                    goal_next_probs,
-                    valid[:, :2],
-                    m.support,
-                    gamma=cfg.gamma,
-                    reward_scale=cfg.goal_reward_scale,
-                )
-            return out
+            terms, _ = sgi_loss_terms(m, z0, actions, valid, targets, settings, mask)
+            return {"logits": logits, "rl": c51_loss(logits, actions[:, 0], rl_target), **terms}
 
         out = call(noisy, lambda m: forward(m))
         logits = out.pop("logits")
-        coef = {
-            "rl": 1.0,
-            "spr": spr_coefficient(cfg),
-            "goal_rl": cfg.goal_weight,
-            "inverse": cfg.inverse_weight,
-        }
-        total = (x["weights"] * sum(coef[k] * v for k, v in out.items())).mean()
+        rl = out.pop("rl")
+        total = (x["weights"] * (rl + weighted_sum(out, settings))).mean()
+        out = {"rl": rl, **out}
         priorities = c51_kl(logits.detach(), actions[:, 0], rl_target)
         with torch.no_grad():
             q_mean = _masked_mean((F.softmax(logits.detach(), -1) * support).sum(-1), mask)

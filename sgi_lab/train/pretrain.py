@@ -39,13 +39,7 @@ from sgi_lab.nets.runtime import autocast, clip_gradients, prepare_device
 from sgi_lab.objectives import (
     atc_accuracy,
     atc_loss,
-    bc_accuracy,
-    bc_loss,
-    goal_rl_loss,
-    inverse_dynamics_accuracy,
-    inverse_dynamics_loss,
     sample_goals,
-    spr_loss,
 )
 from sgi_lab.objectives.goal_rl import goal_n_step_returns
 from sgi_lab.runs import (
@@ -56,6 +50,15 @@ from sgi_lab.runs import (
     resolve_device,
     restore_generator,
     stop_on_signals,
+)
+from sgi_lab.train.sgi_loss import (
+    SGITargets,
+    pretraining_settings,
+    sgi_loss_terms,
+    weighted_sum,
+)
+from sgi_lab.train.sgi_loss import (
+    spr_coefficient as _spr_coefficient,
 )
 from sgi_lab.train.transfer import load_pretrained
 
@@ -82,16 +85,9 @@ def model_args(config: PretrainConfig, num_actions: int) -> dict[str, Any]:
 
 
 def spr_coefficient(config: PretrainConfig) -> float:
-    """Weight of `spr_loss` (-sum_k cos) for ``spr_weight`` read by ``spr_weight_convention``.
-
-    ``"text"``: spr_weight is lambda_SPR on -sum_k cos (the paper's 2). ``"reference"``: it is
-    the authors' weight on mean_k(2 - 2 cos) (their script's 1), whose gradient is 2 / K times
-    that of -sum_k cos: 2 w / K (0.4 for w = 1, K = 5). The constant 2 w the reference loss
-    adds changes no gradient, so it is left out (``losses/total`` is lower by it).
-    """
-    if config.spr_weight_convention == "reference":
-        return 2.0 * config.spr_weight / max(1, config.spr_steps)
-    return config.spr_weight
+    """Weight of `spr_loss` (-sum_k cos) for the config's ``spr_weight`` read by
+    ``spr_weight_convention`` (`sgi_lab.train.sgi_loss.spr_coefficient`)."""
+    return _spr_coefficient(config.spr_weight, config.spr_steps, config.spr_weight_convention)
 
 
 def check_objectives(config: PretrainConfig) -> None:
@@ -207,10 +203,19 @@ def representation_similarity(y: torch.Tensor) -> torch.Tensor:
     return (sim.sum() - sim.diagonal().sum()) / (b * (b - 1))
 
 
+LOG_NAMES = {
+    "spr": "losses/spr",
+    "goal_rl": "losses/goal",
+    "inverse": "losses/inverse",
+    "bc": "losses/bc",
+}
+"""metrics.jsonl keys of the per-objective losses of `sgi_lab.train.sgi_loss.sgi_loss_terms`."""
+
+
 def sgi_losses(
     config: PretrainConfig, state: PretrainState, batch: dict[str, torch.Tensor]
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Weighted S/G/I/BC loss of one batch and the values to log.
+    """Weighted S/G/I/BC loss of one batch (`sgi_lab.train.sgi_loss`) and the values to log.
 
     Args:
         config: the pretraining config (weights, K, goal settings).
@@ -222,103 +227,81 @@ def sgi_losses(
         the scalar loss to minimise, and a dict of detached scalars to log.
     """
     model, target, gen = state.model, state.target, state.generator
-    K = config.spr_steps
+    settings = pretraining_settings(config)
     obs = batch["obs"]
     obs = augment(obs, gen) if config.augment else obs.float()
     actions, valid = batch["actions"], batch["valid"]
-    logs: dict[str, torch.Tensor] = {}
-    total = torch.zeros((), device=obs.device)
-    need_projections = config.spr_weight > 0 or config.inverse_weight > 0
-    need_targets = need_projections or config.goal_weight > 0
+    need_projections = settings.spr > 0 or settings.inverse > 0
 
+    # Targets under no_grad: target latents of s_t..s_{t+K}, and p_m(z~_{t+1..t+K}) (SPR and
+    # inverse dynamics never use p_m(z~_t); contiguous: a strided 3-D input would send the
+    # linear layers to a batched matmul that copies their weights per batch element).
     with target_passes(config, target):
-        z_target = target.encode(obs) if need_targets else None  # (B, K+1, C, 7, 7)
-        # p_m(z~_{t+1..t+K}): SPR and inverse dynamics never use p_m(z~_t). (Contiguous: a
-        # strided 3-D input would send the linear layers to a batched matmul that copies
-        # their weights per batch element.)
-        y_target = (
-            target.project(z_target[:, 1:].contiguous()) if need_projections else None
-        )  # (B, K, P)
-
+        z_target = target.encode(obs) if need_projections or settings.goal > 0 else None
+        y_target = target.project(z_target[:, 1:].contiguous()) if need_projections else None
     z0 = model.encode(obs[:, 0])
     y0 = model.project(z0)
-    logs["charts/cosine_similarity"] = representation_similarity(y0)
+    logs: dict[str, torch.Tensor] = {"charts/cosine_similarity": representation_similarity(y0)}
+    targets = SGITargets(y=y_target)
+    if settings.goal > 0:
+        targets, rewards = goal_targets(
+            config, state, obs, batch["goal_obs"], valid, z_target, y_target
+        )
+        logs["charts/goal_reward_mean"] = rewards[:, 0].mean()
 
-    if config.spr_weight > 0 or config.inverse_weight > 0:
-        z_pred = model.rollout(z0, actions[:, :K])  # (B, K, C, 7, 7)
-        y_pred = model.project(z_pred)  # (B, K, P)
-        step_mask = valid[:, 1:].float()
-        if config.spr_weight > 0:
-            loss = spr_loss(model.predict(y_pred), y_target, step_mask).mean()
-            total = total + spr_coefficient(config) * loss
-            logs["losses/spr"] = loss
-        if config.inverse_weight > 0:
-            y_hat = torch.cat([y0[:, None], y_pred[:, :-1]], dim=1)  # y_hat_{t..t+K-1}
-            logits = model.inverse_logits(y_hat, y_target)
-            loss = inverse_dynamics_loss(logits, actions[:, :K], step_mask).mean()
-            total = total + config.inverse_weight * loss
-            logs["losses/inverse"] = loss
-            logs["charts/inverse_accuracy"] = inverse_dynamics_accuracy(
-                logits, actions[:, :K], step_mask
-            ).mean()
+    losses, charts = sgi_loss_terms(model, z0, actions, valid, targets, settings, y0=y0)
+    total = weighted_sum(losses, settings).mean()
+    logs.update({LOG_NAMES[k]: v.mean() for k, v in losses.items()})
+    logs.update({k: v.mean() for k, v in charts.items()})
+    logs["losses/total"] = total
+    return total, logs
 
-    if config.goal_weight > 0:
-        n = config.n_step
-        goal_obs = augment(batch["goal_obs"], gen) if config.augment else batch["goal_obs"].float()
-        with target_passes(config, target):
-            goals = sample_goals(
-                target.encode(goal_obs),
-                gen,
-                config.goal_alpha_max,
-                config.goal_swap_prob,
-                noise_scale="unit" if config.goal_noise == "reference" else "latent_norm",
-            )
-            # The bootstrap state's latent, encoded on its own: with batch norm its statistics
-            # are those of the B bootstrap states, as in the reference (whose target network
-            # encodes them in a pass of their own), not those of the whole sequence batch.
-            z_next = target.encode(obs[:, n]) if model.encoder_has_batch_norm else z_target[:, n]
-            target_next = F.softmax(target.goal_q_logits(z_next, goals), dim=-1)
-            target_latents = z_target[:, : n + 1].flatten(2)
-            _, _, rewards = goal_n_step_returns(
-                target_latents,
-                goals,
-                valid[:, : n + 1],
-                config.gamma,
-                config.goal_reward_scale,
-                config.goal_distance_scale,
-            )
-        selection = None
-        if config.goal_double_q:  # the online network picks the bootstrap action
-            with torch.no_grad():
-                selection = F.softmax(model.goal_q_logits(model.encode(obs[:, n]), goals), -1)
-        logits = model.goal_q_logits(z0, goals)
-        loss = goal_rl_loss(
-            logits,
-            actions[:, 0],
-            target_latents,
+
+def goal_targets(
+    config: PretrainConfig,
+    state: PretrainState,
+    obs: torch.Tensor,
+    goal_obs: torch.Tensor,
+    valid: torch.Tensor,
+    z_target: torch.Tensor,
+    y_target: torch.Tensor | None,
+) -> tuple[SGITargets, torch.Tensor]:
+    """Goal RL's targets under no_grad: noisy hindsight goals from the goal observations, the
+    target's goal-conditioned distribution at s_{t+n} and, with double Q, the online one that
+    picks its action; and the synthetic rewards (B, n), for logging."""
+    model, target, gen = state.model, state.target, state.generator
+    n = config.n_step
+    goal_obs = augment(goal_obs, gen) if config.augment else goal_obs.float()
+    with target_passes(config, target):
+        goals = sample_goals(
+            target.encode(goal_obs),
+            gen,
+            config.goal_alpha_max,
+            config.goal_swap_prob,
+            noise_scale="unit" if config.goal_noise == "reference" else "latent_norm",
+        )
+        # The bootstrap state's latent, encoded on its own: with batch norm its statistics
+        # are those of the B bootstrap states, as in the reference (whose target network
+        # encodes them in a pass of their own), not those of the whole sequence batch.
+        z_next = target.encode(obs[:, n]) if model.encoder_has_batch_norm else z_target[:, n]
+        goal_next = F.softmax(target.goal_q_logits(z_next, goals), dim=-1)
+        latents = z_target[:, : n + 1].flatten(2)
+        _, _, rewards = goal_n_step_returns(
+            latents,
             goals,
-            target_next,
             valid[:, : n + 1],
-            model.support,
             config.gamma,
             config.goal_reward_scale,
             config.goal_distance_scale,
-            selection_probs=selection,
-            discount_rewards_once_more=config.goal_returns == "reference",
-        ).mean()
-        total = total + config.goal_weight * loss
-        logs["losses/goal"] = loss
-        logs["charts/goal_reward_mean"] = rewards[:, 0].mean()
-
-    if config.bc_weight > 0:
-        logits = model.bc_logits(z0)
-        loss = bc_loss(logits, actions[:, 0]).mean()
-        total = total + config.bc_weight * loss
-        logs["losses/bc"] = loss
-        logs["charts/bc_accuracy"] = bc_accuracy(logits, actions[:, 0]).mean()
-
-    logs["losses/total"] = total
-    return total, logs
+        )
+    selection = None
+    if config.goal_double_q:  # the online network picks the bootstrap action
+        with torch.no_grad():
+            selection = F.softmax(model.goal_q_logits(model.encode(obs[:, n]), goals), -1)
+    targets = SGITargets(
+        y=y_target, z=latents, goals=goals, goal_next=goal_next, goal_selection=selection
+    )
+    return targets, rewards
 
 
 def atc_losses(

@@ -1,0 +1,205 @@
+"""The SGI loss composition, shared by offline pretraining and finetuning with ``ssl: all``.
+
+One function, `sgi_loss_terms`, turns an online network's latent of s_t, the actions and masks of
+the K steps after it and the targets (computed under ``no_grad`` by the caller, which knows how it
+batches its networks) into each objective's per-sample loss: SPR, goal-conditioned RL, inverse
+dynamics and behavioural cloning. `weighted_sum` applies the weights. What differs between the
+stages is a parameter of `SGILossSettings`, visible where each stage builds it
+(`pretraining_settings`, `finetuning_settings`).
+
+Shapes: B batch, K SPR steps, n goal-RL steps, P projection size, A actions, Z atoms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+
+from sgi_lab.config import FinetuneConfig, PretrainConfig
+from sgi_lab.nets import SGIModel
+from sgi_lab.objectives import (
+    bc_accuracy,
+    bc_loss,
+    goal_rl_loss,
+    inverse_dynamics_accuracy,
+    inverse_dynamics_loss,
+    spr_loss,
+)
+
+__all__ = [
+    "SGILossSettings",
+    "SGITargets",
+    "finetuning_settings",
+    "pretraining_settings",
+    "sgi_loss_terms",
+    "spr_coefficient",
+    "weighted_sum",
+]
+
+
+def spr_coefficient(weight: float, steps: int, convention: str) -> float:
+    """Weight of `spr_loss` (-sum_k cos) for an SPR weight read in ``convention``.
+
+    ``"text"``: the weight is lambda_SPR on -sum_k cos (the paper's 2). ``"reference"``: it is
+    the authors' weight on mean_k(2 - 2 cos) (their pretraining script's 1, finetuning's 5),
+    whose gradient is 2 / K times that of -sum_k cos: 2 w / K. The constant 2 w the reference
+    loss adds changes no gradient, so it is left out (``losses/total`` is lower by it).
+    """
+    if convention == "reference":
+        return 2.0 * weight / max(1, steps)
+    if convention != "text":
+        raise ValueError(f"SPR weight convention must be 'text' or 'reference', got {convention!r}")
+    return weight
+
+
+@dataclass(frozen=True)
+class SGILossSettings:
+    """The weights and goal-RL settings of one stage's SGI losses (0 leaves a loss out).
+
+    Attributes:
+        spr: coefficient of `spr_loss` (`spr_coefficient`).
+        goal: weight of goal-conditioned RL.
+        inverse: weight of inverse dynamics.
+        bc: weight of behavioural cloning.
+        gamma: discount.
+        goal_reward_scale: scale of the goal reward.
+        goal_distance_scale: c in the goal reward's exp(2c(cos - 1)).
+        goal_returns: ``"text"`` or ``"reference"`` (`sgi_lab.objectives.goal_n_step_returns`).
+        goal_n_step: n of goal RL's return (1 in both stages of the reference).
+    """
+
+    spr: float = 0.0
+    goal: float = 0.0
+    inverse: float = 0.0
+    bc: float = 0.0
+    gamma: float = 0.99
+    goal_reward_scale: float = 10.0
+    goal_distance_scale: float = 1.0
+    goal_returns: str = "text"
+    goal_n_step: int = 1
+
+    def weight(self, term: str) -> float:
+        return {"spr": self.spr, "goal_rl": self.goal, "inverse": self.inverse, "bc": self.bc}[term]
+
+
+def pretraining_settings(config: PretrainConfig) -> SGILossSettings:
+    """Offline pretraining: the config's weights and goal-RL options."""
+    return SGILossSettings(
+        spr=spr_coefficient(config.spr_weight, config.spr_steps, config.spr_weight_convention),
+        goal=config.goal_weight,
+        inverse=config.inverse_weight,
+        bc=config.bc_weight,
+        gamma=config.gamma,
+        goal_reward_scale=config.goal_reward_scale,
+        goal_distance_scale=config.goal_distance_scale,
+        goal_returns=config.goal_returns,
+        goal_n_step=config.n_step,
+    )
+
+
+def finetuning_settings(config: FinetuneConfig) -> SGILossSettings:
+    """Finetuning: SPR always in the reference's convention (SPR's ``spr_weight: 5``), goal RL
+    and inverse dynamics only with ``ssl: all``, whose goal RL keeps the paper text's reward
+    (distance scale 1, textbook return)."""
+    ssl = config.ssl
+    return SGILossSettings(
+        spr=spr_coefficient(config.spr_weight, config.spr_steps, "reference")
+        if ssl != "none"
+        else 0.0,
+        goal=config.goal_weight if ssl == "all" else 0.0,
+        inverse=config.inverse_weight if ssl == "all" else 0.0,
+        gamma=config.gamma,
+        goal_reward_scale=config.goal_reward_scale,
+    )
+
+
+class SGITargets(NamedTuple):
+    """What the losses compare against, from the target networks (no gradient).
+
+    Attributes:
+        y: (B, K, P) target projections p_m(z_tilde_{t+1..t+K}) (SPR, inverse dynamics).
+        z: (B, n+1, D) flattened target latents of s_t..s_{t+n} (goal rewards).
+        goals: (B, D) goals (`sgi_lab.objectives.goals_from_draws`).
+        goal_next: (B, A, Z) target goal-conditioned probabilities at s_{t+n}.
+        goal_selection: (B, A, Z) online goal-conditioned probabilities at s_{t+n} when the
+            online network picks the bootstrap action (double Q), else None.
+    """
+
+    y: torch.Tensor | None = None
+    z: torch.Tensor | None = None
+    goals: torch.Tensor | None = None
+    goal_next: torch.Tensor | None = None
+    goal_selection: torch.Tensor | None = None
+
+
+def sgi_loss_terms(
+    m: SGIModel,
+    z0: torch.Tensor,
+    actions: torch.Tensor,
+    valid: torch.Tensor,
+    targets: SGITargets,
+    settings: SGILossSettings,
+    action_mask: torch.Tensor | None = None,
+    y0: torch.Tensor | None = None,
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """Per-sample losses of every objective with a nonzero weight, and values to log.
+
+    Args:
+        m: the online network (a module, or the template of a functional call).
+        z0: (B, C, H, W) online latent of s_t (with gradient).
+        actions: (B, >= K) int64 a_t, a_{t+1}, ...
+        valid: (B, K+1) whether s_t..s_{t+K} are valid (same episode, no terminal before).
+        targets: `SGITargets`.
+        settings: `SGILossSettings`.
+        action_mask: (A,) bool, the game's actions when the network is wider (populations).
+        y0: (B, P) ``m.project(z0)`` when the caller has it (inverse dynamics uses it).
+
+    Returns:
+        ``{"spr", "goal_rl", "inverse", "bc"}`` -> (B,) losses (those with a weight), and
+        ``{"charts/inverse_accuracy", "charts/bc_accuracy", ...}`` -> (B,) detached values.
+    """
+    s = settings
+    losses: dict[str, torch.Tensor] = {}
+    charts: dict[str, torch.Tensor] = {}
+    if s.spr > 0 or s.inverse > 0:
+        K = targets.y.shape[1]
+        y_pred = m.project(m.rollout(z0, actions[:, :K]))  # p(z_hat_{t+1..t+K}), (B, K, P)
+        step_mask = valid[:, 1:]
+        if s.spr > 0:
+            losses["spr"] = spr_loss(m.predict(y_pred), targets.y, step_mask)
+        if s.inverse > 0:
+            y0 = m.project(z0) if y0 is None else y0
+            y_hat = torch.cat([y0[:, None], y_pred[:, :-1]], 1)  # p(z_hat_{t..t+K-1})
+            logits = m.inverse_logits(y_hat, targets.y, action_mask)
+            losses["inverse"] = inverse_dynamics_loss(logits, actions[:, :K], step_mask)
+            charts["charts/inverse_accuracy"] = inverse_dynamics_accuracy(
+                logits, actions[:, :K], step_mask
+            )
+    if s.goal > 0:
+        n = s.goal_n_step
+        losses["goal_rl"] = goal_rl_loss(
+            m.goal_q_logits(z0, targets.goals, action_mask),
+            actions[:, 0],
+            targets.z,
+            targets.goals,
+            targets.goal_next,
+            valid[:, : n + 1],
+            m.support,
+            s.gamma,
+            s.goal_reward_scale,
+            s.goal_distance_scale,
+            selection_probs=targets.goal_selection,
+            discount_rewards_once_more=s.goal_returns == "reference",
+        )
+    if s.bc > 0:
+        logits = m.bc_logits(z0)
+        losses["bc"] = bc_loss(logits, actions[:, 0])
+        charts["charts/bc_accuracy"] = bc_accuracy(logits, actions[:, 0])
+    return losses, charts
+
+
+def weighted_sum(losses: dict[str, torch.Tensor], settings: SGILossSettings) -> torch.Tensor:
+    """(B,) sum over the objectives of weight x per-sample loss."""
+    return sum(settings.weight(k) * v for k, v in losses.items())
