@@ -168,13 +168,17 @@ def test_a_pretraining_step_is_replayable(objective, tmp_path):
         check_replayable(lambda: train_step(config, state, batch))
 
 
-def test_appending_a_row_is_replayable():
+@pytest.mark.parametrize("first_after_terminal", [False, True])
+def test_appending_a_row_is_replayable(first_after_terminal):
     """The append a CUDA graph captures (`PopulationReplay._write_row`) reads the row position
-    from device state: consecutive rows, episode starts and terminals among them, trace alike."""
+    from device state: consecutive rows, episode starts and terminals among them, trace alike
+    (also where the row after a terminal starts a stack, the authors' env protocol)."""
     from sgi_lab.data.population_replay import PopulationReplay
     from sgi_lab.nets.graphs import assert_replays
 
-    replay = PopulationReplay(3, 50, K=2, n_step=3, seeds=[0, 1, 2])
+    replay = PopulationReplay(
+        3, 50, K=2, n_step=3, seeds=[0, 1, 2], first_after_terminal=first_after_terminal
+    )
     replay.tree.host_checks = False
     rng = np.random.default_rng(0)
 
@@ -198,7 +202,9 @@ def test_appending_a_row_is_replayable():
     captured = write([False] * 3, [False] * 3)
     for first, terminal in (
         ([False, True, False], [True, False, False]),
+        ([False] * 3, [False] * 3),
         ([True] * 3, [False] * 3),
     ):
         assert_replays(captured, write(first, terminal), "a later row")
-    assert int(replay.position) == 4
+    assert int(replay.position) == 5
+    assert replay.firsts[:, 3].tolist() == [first_after_terminal, False, False]
