@@ -1051,7 +1051,7 @@ def die_with_driver() -> None:
     SIGTERM when the driver dies, however it dies (Linux ``PR_SET_PDEATHSIG``; a finetuning or
     pretraining task then checkpoints and stops), and end at once if it is already gone.
     Elsewhere nothing happens."""
-    driver = os.environ.get(DRIVER_PID_ENV)
+    driver = os.environ.pop(DRIVER_PID_ENV, None)  # not for this process's own children
     if not driver or not sys.platform.startswith("linux"):
         return
     import ctypes
