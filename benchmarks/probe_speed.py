@@ -6,8 +6,9 @@ probe (AtariARI state variables, reward; the action probe where the data are not
 
 Without ``--data`` a Random store of ``--frames`` steps (with RAM) is collected into a temp folder
 first (not timed). The encoder is a random Nature CNN (``--encoder``): its weights do not change
-the time. Prints one JSON row: seconds per phase, frames/s, the CPU model and the load average
-(this machine is shared: a loaded CPU reads slower).
+the time. Prints one JSON row: seconds per phase, frames/s, the CPU time (over the torch threads:
+about the wall time on an idle machine), the CPU model and the load average (this machine is
+shared: a loaded CPU reads slower).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ def main() -> None:
             store = TransitionStore(args.data)
         encoder = random_probe_encoder(Path(tmp) / "probe", store.num_actions, args.encoder)
         load = os.getloadavg()[0]
+        cpu_started = time.process_time()
         started = time.perf_counter()
         result = probe_encoder(
             encoder,
@@ -55,6 +57,7 @@ def main() -> None:
             progress=False,
         )
         wall = time.perf_counter() - started
+        cpu = time.process_time() - cpu_started
     frames = sum(result["split"]["rows"].values()) + result["split"]["test_duplicates_removed"]
     row = {
         "game": store.game,
@@ -64,6 +67,9 @@ def main() -> None:
         "seconds": result["seconds"],
         "wall_s": round(wall, 1),
         "frames_per_s": round(frames / wall, 1),
+        # CPU time over the threads: about the wall time on an otherwise idle machine.
+        "cpu_s": round(cpu, 1),
+        "cpu_s_per_thread": round(cpu / torch.get_num_threads(), 1),
         "overall_f1": round(result["overall"], 3),
         "torch_threads": torch.get_num_threads(),
         "cpu": cpu_model(),
