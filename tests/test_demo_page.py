@@ -10,7 +10,7 @@ import pytest
 from tqdm import tqdm
 
 from sgi_lab.launch import demo
-from sgi_lab.launch.notebooks import RunExistsError
+from sgi_lab.launch.notebook_runner import RunExistsError
 from sgi_lab.runs import RunDir, provenance, record_provenance
 
 
@@ -77,7 +77,8 @@ def test_step_progress_counts_steps_and_updates(tmp_path, rows, note):
 
 
 def test_demo_finetune_logs_often_enough_for_the_bar_to_move_while_learning():
-    from sgi_lab.launch.notebooks import find_project_root, read_param_file
+    from sgi_lab.launch.notebook_api import find_project_root
+    from sgi_lab.launch.notebook_runner import read_param_file
 
     params = read_param_file(find_project_root() / "params/notebooks/demo_finetune.yaml")
     assert params["config"]["log_every"] <= 10

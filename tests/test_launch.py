@@ -12,18 +12,18 @@ import yaml
 from conftest import write_notebook
 
 from sgi_lab.config import ConfigError, PretrainConfig
-from sgi_lab.launch import notebooks, sweep
-from sgi_lab.launch.notebooks import NotebookRunError, RunExistsError, run_notebook
+from sgi_lab.launch import notebook_api, notebook_runner, sweep
+from sgi_lab.launch.notebook_runner import NotebookRunError, RunExistsError, run_notebook
 from sgi_lab.runs import RunDir, cpu_model
 
 pytestmark = pytest.mark.smoke
 
 PARAMETERS = 'x = 1\nseed = 0\nname = "tiny"\nfail = False\nout_dir = ""\n'
 BODY = (
-    "from sgi_lab.launch import notebooks\n"
+    "from sgi_lab.launch import notebook_api\n"
     "if fail:\n"
     "    raise ValueError(f'boom {x}')\n"
-    "notebooks.record_results(out_dir, {'x': x, 'twice': 2 * x})\n"
+    "notebook_api.record_results(out_dir, {'x': x, 'twice': 2 * x})\n"
 )
 
 
@@ -54,9 +54,9 @@ def test_the_kernel_talks_over_private_unix_sockets_and_leaves_nothing(
 ):
     body = (
         "from ipykernel import get_connection_info\n"
-        "from sgi_lab.launch import notebooks\n"
+        "from sgi_lab.launch import notebook_api\n"
         "info = get_connection_info(unpack=True)\n"
-        "notebooks.record_results(out_dir, {k: info[k] for k in ('transport', 'ip')})\n"
+        "notebook_api.record_results(out_dir, {k: info[k] for k in ('transport', 'ip')})\n"
     )
     nb = write_notebook(tmp_path / "conn.ipynb", body, 'seed = 0\nname = "c"\nout_dir = ""\n')
     sockets = tmp_path / "tmp"
@@ -89,7 +89,7 @@ def test_a_normal_kernel_shutdown_sends_no_interrupt(monkeypatch):
         await interrupt(self)
 
     monkeypatch.setattr(KernelManager, "_async_interrupt_kernel", counted)
-    manager = notebooks._kernel_manager()["kernel_manager_class"](kernel_name="python3")
+    manager = notebook_runner._kernel_manager()["kernel_manager_class"](kernel_name="python3")
 
     async def start_and_stop():
         await manager.start_kernel()
@@ -153,44 +153,44 @@ def test_params_file_and_parameters_precedence(tiny_notebook, tmp_path):
 
 def test_run_folder_name_and_parameter_parsing():
     assert (
-        notebooks.run_folder_name(
+        notebook_api.run_folder_name(
             "pretrain", {"game": "Pong", "seed": 1}, "params/notebooks/pretrain_smoke.yaml"
         )
         == "pretrain__smoke__Pong__s1"
     )
-    assert notebooks.run_folder_name("pretrain", {"name": "sgi_m", "game": "ALE/Pong-v5"}) == (
+    assert notebook_api.run_folder_name("pretrain", {"name": "sgi_m", "game": "ALE/Pong-v5"}) == (
         "pretrain__sgi_m__ALE-Pong-v5"
     )
-    assert notebooks.parse_parameter("3") == 3
-    assert notebooks.parse_parameter("1e-4") == pytest.approx(1e-4)
-    assert notebooks.parse_parameter("true") is True
-    assert notebooks.parse_parameter("Breakout") == "Breakout"
-    assert notebooks.parse_parameter("{steps: 5}") == {"steps": 5}
+    assert notebook_runner.parse_parameter("3") == 3
+    assert notebook_runner.parse_parameter("1e-4") == pytest.approx(1e-4)
+    assert notebook_runner.parse_parameter("true") is True
+    assert notebook_runner.parse_parameter("Breakout") == "Breakout"
+    assert notebook_runner.parse_parameter("{steps: 5}") == {"steps": 5}
 
 
 def test_stage_config_precedence(tmp_path):
     params_file = tmp_path / "p.yaml"
     params_file.write_text("name: mine\nconfig:\n  encoder: nature\n  steps: 7\n")
-    cfg, name = notebooks.stage_config(PretrainConfig, str(params_file), {}, {}, "", seed=3)
+    cfg, name = notebook_api.stage_config(PretrainConfig, str(params_file), {}, {}, "", seed=3)
     assert (cfg.encoder, cfg.steps, cfg.seed, name) == ("nature", 7, 3, "mine")
     # a non-empty config wins over the params file; overrides win over everything
-    cfg, name = notebooks.stage_config(
+    cfg, name = notebook_api.stage_config(
         PretrainConfig, str(params_file), {"steps": 9}, {"seed": 5}, "sgi_m", seed=3
     )
     assert (cfg.encoder, cfg.steps, cfg.seed, name) == ("resnet", 9, 5, "sgi_m")
     with pytest.raises(ConfigError, match="stepz"):
-        notebooks.stage_config(PretrainConfig, "", {"stepz": 1})
+        notebook_api.stage_config(PretrainConfig, "", {"stepz": 1})
 
 
 def test_run_dir_for(tmp_path):
-    assert notebooks.run_dir_for("datasets", str(tmp_path / "x")) == tmp_path / "x"
-    folder = notebooks.run_dir_for("pretrain", "", "sgi_m", "Pong", 0, root=tmp_path)
+    assert notebook_api.run_dir_for("datasets", str(tmp_path / "x")) == tmp_path / "x"
+    folder = notebook_api.run_dir_for("pretrain", "", "sgi_m", "Pong", 0, root=tmp_path)
     assert folder == tmp_path / "pretrain__sgi_m__Pong__s0" and folder.is_dir()
 
 
 def test_cli_run_handler(tiny_notebook, tmp_path, capsys):
     parser = argparse.ArgumentParser()
-    notebooks.add_run_parser(parser.add_subparsers(dest="command"))
+    notebook_runner.add_run_parser(parser.add_subparsers(dest="command"))
     argv = ["run", str(tiny_notebook), "-p", "x", "4", "--out-root", str(tmp_path), "--no-progress"]
     args = parser.parse_args(argv)
     assert args.handler(args) == 0
@@ -257,7 +257,7 @@ def test_sweep_population_folds_games_and_seeds_into_one_run_per_point(tmp_path)
     )
     with pytest.raises(ValueError, match="neither a game nor a seed"):
         sweep.population_grid({"x": [1]})
-    body = "from sgi_lab.launch import notebooks\nnotebooks.record_results(out_dir, {'x': x, 'games': games, 'seeds': seeds})\n"
+    body = "from sgi_lab.launch import notebook_api\nnotebook_api.record_results(out_dir, {'x': x, 'games': games, 'seeds': seeds})\n"
     path = write_notebook(tmp_path / "pop.ipynb", body, PARAMETERS + "games = []\nseeds = []\n")
     grid = {"game": ["Pong", "Breakout"], "seed": [0, 1], "x": [1, 2]}
     summary = sweep.sweep(str(path), grid, out_root=tmp_path / "sweep", population=True)

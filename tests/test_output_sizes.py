@@ -6,7 +6,7 @@ import pytest
 from conftest import write_notebook
 
 from sgi_lab.launch.demo import notebook_html
-from sgi_lab.launch.notebooks import run_notebook
+from sgi_lab.launch.notebook_runner import run_notebook
 
 pytestmark = pytest.mark.smoke
 
@@ -93,7 +93,7 @@ def test_checkpoint_retention_is_configurable_and_a_failed_run_keeps_all(
     checkpointing_notebook, tmp_path
 ):
     from sgi_lab.launch.cli import main
-    from sgi_lab.launch.notebooks import NotebookRunError, run_notebook
+    from sgi_lab.launch.notebook_runner import NotebookRunError
 
     runs = tmp_path / "runs"
     none = run_notebook(checkpointing_notebook, out_root=runs, name="none", keep_checkpoints=0)

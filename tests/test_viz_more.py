@@ -16,7 +16,7 @@ from sgi_lab import viz
 from sgi_lab.analysis import goals, representations
 from sgi_lab.data import TransitionStoreWriter
 from sgi_lab.data.store import TransitionStore
-from sgi_lab.launch import notebooks
+from sgi_lab.launch import notebook_api
 
 
 @pytest.fixture
@@ -306,9 +306,9 @@ def test_live_figure_replace():
 
 
 def test_save_figure_and_record_results(tmp_path):
-    path = notebooks.save_figure(go.Figure(), tmp_path, "empty")
+    path = notebook_api.save_figure(go.Figure(), tmp_path, "empty")
     assert path == tmp_path / "figures" / "empty.html" and path.exists()
-    payload = notebooks.record_results(tmp_path, {"a": np.float32(1.5), "b": np.arange(2)})
+    payload = notebook_api.record_results(tmp_path, {"a": np.float32(1.5), "b": np.arange(2)})
     assert payload == {"a": 1.5, "b": [0, 1]}
     assert json.loads((tmp_path / "results.json").read_text()) == payload
 
@@ -318,7 +318,7 @@ def test_recorded_results_show_as_a_short_table(tmp_path):
     from IPython.lib.pretty import pretty
 
     aggregates = [{"method": "m", "metric": "iqm", "value": 0.123456789}] * 150
-    payload = notebooks.record_results(
+    payload = notebook_api.record_results(
         tmp_path, {"eval_mean": -20.666666666666668, "aggregates": aggregates}
     )
     assert payload["aggregates"] == aggregates  # the dict itself is unchanged
@@ -354,7 +354,7 @@ def test_live_curves_leave_one_updated_output_in_an_executed_notebook(tmp_path):
 
 
 def test_static_figures_env_switches_off_figure_widgets(monkeypatch):
-    from sgi_lab.launch.notebooks import _environment
+    from sgi_lab.launch.notebook_runner import _environment
     from sgi_lab.viz.training import STATIC_FIGURES_ENV, LiveCurves, figure_widget_available
 
     monkeypatch.delenv(STATIC_FIGURES_ENV, raising=False)

@@ -456,7 +456,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     # Notebook runs and sweeps register their own sub-parsers (handler in args.handler).
     from sgi_lab.launch.experiment import add_experiment_parser
-    from sgi_lab.launch.notebooks import add_run_parser
+    from sgi_lab.launch.notebook_runner import add_run_parser
     from sgi_lab.launch.probe import add_probe_parser
     from sgi_lab.launch.status import add_status_parser
     from sgi_lab.launch.sweep import add_sweep_parser

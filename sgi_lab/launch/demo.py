@@ -24,10 +24,10 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from sgi_lab.launch.notebooks import (
+from sgi_lab.launch.notebook_api import find_project_root
+from sgi_lab.launch.notebook_runner import (
     NotebookRunError,
     RunExistsError,
-    find_project_root,
     read_param_file,
     run_notebook,
 )

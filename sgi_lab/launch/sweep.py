@@ -28,7 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from sgi_lab.launch.notebooks import (
+from sgi_lab.launch.notebook_api import run_folder_name
+from sgi_lab.launch.notebook_runner import (
     NotebookRunError,
     RunExistsError,
     _add_common,
@@ -36,7 +37,6 @@ from sgi_lab.launch.notebooks import (
     parse_parameter,
     resolve_notebook,
     resolve_parameters,
-    run_folder_name,
     run_notebook,
 )
 from sgi_lab.runs import RunDir, atomic_write_text, run_name
@@ -201,7 +201,7 @@ def sweep(
     """Run ``notebook`` at every point of ``grid`` and summarise the outcomes in sweep.json.
 
     Args:
-        notebook: notebook name or path (see `sgi_lab.launch.notebooks.resolve_notebook`).
+        notebook: notebook name or path (see `sgi_lab.launch.notebook_runner.resolve_notebook`).
         grid: ``{parameter: [values]}``; every combination is one run.
         params_file: parameters shared by every point (papermill ``-f``).
         parameters: more shared parameters (grid values win over them).

@@ -92,7 +92,7 @@ def aggregate_frame(
 
 
 def results_frame(results: Mapping[str, Any], max_items: int = 6, digits: int = 4) -> pd.DataFrame:
-    """A notebook's recorded results (`sgi_lab.launch.notebooks.record_results`) as a short
+    """A notebook's recorded results (`sgi_lab.launch.notebook_api.record_results`) as a short
     two-column table: numbers to ``digits`` significant digits, a list or mapping summarised
     (its length and first items) instead of dumped, nested mappings flattened one level, metrics
     keys by their readable names (``losses/total`` -> ``total loss``).

@@ -180,9 +180,9 @@ def _title_axes(fig: go.Figure, keys: Sequence[str], columns: int, x_title: str)
 
 
 STATIC_FIGURES_ENV = "SGI_LAB_STATIC_FIGURES"
-"""Set to 1 for static figures only: `sgi_lab.launch.notebooks` sets it for the kernels it starts,
-so that executed notebooks and their HTML pages hold the figures themselves (a widget's view
-needs a live kernel to render)."""
+"""Set to 1 for static figures only: `sgi_lab.launch.notebook_runner` sets it for the kernels it
+starts, so that executed notebooks and their HTML pages hold the figures themselves (a widget's
+view needs a live kernel to render)."""
 
 
 def figure_widget_available() -> bool:
