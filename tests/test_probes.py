@@ -467,3 +467,17 @@ def test_experiment_probe_specs_refuse_bad_keys(tmp_path, probe, message):
     file.write_text(yaml.safe_dump({**spec, "probe": [probe]}))
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
         ex.load_experiment(file)
+
+
+def test_a_store_without_ram_gets_reward_and_action_probes_on_request(tmp_path, capsys):
+    store = synthetic_store(tmp_path / "dqn", ram=False, source="dqn_replay", game="Alien")
+    out = tmp_path / "random"
+    argv = ["probe", "--random-init", "nature", "--out", str(out), "--data", str(store.path)]
+    argv += ["--no-progress", "--no-random-baseline"]
+    assert main(argv) == 2  # the state probes need RAM (and an annotated game)
+    assert "--no-state-probes" in capsys.readouterr().err
+    assert main([*argv, "--no-state-probes"]) == 0
+    (entry,) = json.loads((out / "probes.json").read_text())["entries"]
+    assert entry["state_probes"].startswith("skipped") and "variables" not in entry
+    assert entry["settings"]["state_probes"] is False
+    assert entry["action"]["accuracy"] > 0.9 and entry["reward"]["f1"] > 0.9

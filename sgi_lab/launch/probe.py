@@ -27,7 +27,7 @@ def main_probe(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     # Every input is checked before anything is computed or written.
-    store = check_probe_store(args.data)
+    store = check_probe_store(args.data, state_probes=not args.no_state_probes)
     if args.random_init:
         if args.runs or args.out is None:
             raise ProbeInputError(
@@ -50,6 +50,7 @@ def main_probe(args: argparse.Namespace) -> int:
             split_seed=args.split_seed,
             max_frames=args.max_frames,
             random_baseline_seed=None if args.no_random_baseline else args.random_baseline_seed,
+            state_probes=not args.no_state_probes,
             overwrite=args.overwrite,
             device=args.device,
             progress=not args.no_progress,
@@ -110,6 +111,12 @@ def add_probe_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--no-random-baseline", action="store_true", help="skip the random-init baseline"
+    )
+    p.add_argument(
+        "--no-state-probes",
+        action="store_true",
+        help="the reward and action probes only: for a store without RAM (a DQN Replay import) "
+        "or a game AtariARI does not annotate",
     )
     p.add_argument("--allow-unfinished", action="store_true", help="probe an unfinished run")
     p.add_argument("--overwrite", action="store_true", help="probe again what is done")

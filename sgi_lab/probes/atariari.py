@@ -86,8 +86,9 @@ def annotations(game: str) -> tuple[Variable, ...]:
     table = _table()
     if name not in table:
         raise UnannotatedGameError(
-            f"{game}: AtariARI annotates no RAM variables of this game, so there is nothing to "
-            f"probe; annotated games: {', '.join(table)}"
+            f"{game}: AtariARI annotates no RAM variables of this game, so there are no state "
+            "variables to probe (--no-state-probes: the reward and action probes only); "
+            f"annotated games: {', '.join(table)}"
         )
     return table[name]
 

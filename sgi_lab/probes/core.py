@@ -298,7 +298,8 @@ def _check_store(store: TransitionStore) -> None:
         raise ProbeInputError(
             f"{store.path}: this store holds no RAM (source {store.manifest.source!r}, made "
             "before RAM was recorded or imported without it), so there are no state labels; "
-            "collect it again with `sgi-lab collect ... --overwrite`"
+            "collect it again with `sgi-lab collect ... --overwrite`, or probe reward and action "
+            "only (--no-state-probes)"
         )
 
 
@@ -408,6 +409,7 @@ def probe_encoder(
     split_seed: int = 0,
     max_frames: int | None = None,
     random_baseline_seed: int | None = 0,
+    state_probes: bool = True,
     batch_size: int = 256,
     device: str = "auto",
     progress: bool = True,
@@ -422,6 +424,8 @@ def probe_encoder(
         max_frames: rows used at most (each split subsampled in proportion); None: all.
         random_baseline_seed: also probe a random encoder of the same architecture on the same
             split (its summary under ``random_init``); None: skip it.
+        state_probes: probe AtariARI's state variables (False: the reward and action probes
+            only, for a store without RAM such as a DQN Replay import, or an unannotated game).
         batch_size: frames per encoder forward pass.
         device: ``auto``, ``cpu`` or ``cuda``.
         progress: tqdm bars.
@@ -431,13 +435,14 @@ def probe_encoder(
         random-init baselines, the reward and action probes, the split, timings.
 
     Raises:
-        UnannotatedGameError: AtariARI does not annotate the store's game.
-        ProbeInputError: the store holds no RAM, or too few episodes.
+        UnannotatedGameError: AtariARI does not annotate the store's game (state probes).
+        ProbeInputError: the store holds no RAM (state probes), or too few episodes.
     """
     started = time.perf_counter()
     settings = settings or ProbeSettings()
-    _check_store(store)
-    variables = annotations(store.game)
+    if state_probes:
+        _check_store(store)
+    variables = annotations(store.game) if state_probes else ()
     split = split_episodes(store, split_seed)
     rng = np.random.default_rng(split_seed)
     if max_frames is not None:
@@ -461,7 +466,7 @@ def probe_encoder(
     if len(positions["test"]) == 0:
         raise ProbeInputError(f"{store.path}: every test state also appears in training")
     feature_seconds = time.perf_counter() - started
-    labels = labels_from_ram(store.gather_ram(rows), variables)
+    labels = labels_from_ram(store.gather_ram(rows), variables) if state_probes else None
     result: dict[str, Any] = {
         "encoder": encoder.describe(),
         "store": {
@@ -471,7 +476,9 @@ def probe_encoder(
             "fingerprint": store.fingerprint,
             "transitions": len(store),
         },
-        "settings": _settings_key(settings, split_seed, max_frames, random_baseline_seed),
+        "settings": _settings_key(
+            settings, split_seed, max_frames, random_baseline_seed, state_probes
+        ),
         "split": {
             "rows": {k: int(len(v)) for k, v in positions.items()},
             "episodes": {k: int(len(np.unique(store.episode_index[r]))) for k, r in split.items()},
@@ -487,7 +494,10 @@ def probe_encoder(
             bar.update()
 
         t = time.perf_counter()
-        result.update(_state_probes(features, labels, positions, variables, settings))
+        if state_probes:
+            result.update(_state_probes(features, labels, positions, variables, settings))
+        else:
+            result["state_probes"] = "skipped (--no-state-probes)"
         timed("state", t)
         t = time.perf_counter()
         result["reward"] = _reward_probe(features, store, rows, positions, settings, rng)
@@ -505,7 +515,11 @@ def probe_encoder(
             random_features, _ = _features(
                 model, store, rows, batch_size, device, False, "random-init features"
             )
-            base = _state_probes(random_features, labels, positions, variables, settings)
+            base = (
+                _state_probes(random_features, labels, positions, variables, settings)
+                if state_probes
+                else {"overall": None, "across_categories": None, "categories": {}, "variables": {}}
+            )
             reward = _reward_probe(
                 random_features, store, rows, positions, settings,
                 np.random.default_rng(split_seed),
@@ -527,9 +541,13 @@ def probe_encoder(
 
 
 def _settings_key(
-    settings: ProbeSettings, split_seed: int, max_frames: int | None, baseline: int | None
+    settings: ProbeSettings,
+    split_seed: int,
+    max_frames: int | None,
+    baseline: int | None,
+    state_probes: bool = True,
 ) -> dict[str, Any]:
-    return {
+    key = {
         **settings.to_json(),
         "split_seed": split_seed,
         "split_fractions": list(SPLIT_FRACTIONS),
@@ -537,6 +555,9 @@ def _settings_key(
         "random_baseline_seed": baseline,
         "format": FORMAT,
     }
+    if not state_probes:
+        key["state_probes"] = False
+    return key
 
 
 # -- probes.json --------------------------------------------------------------------------------
@@ -598,6 +619,7 @@ def probe_run(
     split_seed: int = 0,
     max_frames: int | None = None,
     random_baseline_seed: int | None = 0,
+    state_probes: bool = True,
     overwrite: bool = False,
     **kwargs: Any,
 ) -> tuple[dict[str, Any], bool]:
@@ -608,7 +630,7 @@ def probe_run(
         (the result, whether it was computed now).
     """
     settings = settings or ProbeSettings()
-    key = _settings_key(settings, split_seed, max_frames, random_baseline_seed)
+    key = _settings_key(settings, split_seed, max_frames, random_baseline_seed, state_probes)
     if not overwrite:
         done = find_result(encoder.out, store.fingerprint, key, encoder.stamp)
         if done is not None:
@@ -620,19 +642,22 @@ def probe_run(
         split_seed=split_seed,
         max_frames=max_frames,
         random_baseline_seed=random_baseline_seed,
+        state_probes=state_probes,
         **kwargs,
     )
     write_probes(encoder.out, result)
     return result, True
 
 
-def check_probe_store(store_path: str | os.PathLike) -> TransitionStore:
-    """Open a store for probing, refusing one without RAM or of an unannotated game."""
+def check_probe_store(store_path: str | os.PathLike, state_probes: bool = True) -> TransitionStore:
+    """Open a store for probing, refusing (for the state probes) one without RAM or of an
+    unannotated game."""
     try:
         store = TransitionStore(store_path)
     except StoreError as exc:
         raise ProbeInputError(f"--data: {exc}") from exc
-    _check_store(store)
+    if state_probes:
+        _check_store(store)
     return store
 
 
