@@ -701,6 +701,7 @@ class RunDir:
         self.inputs: dict[str, str] = {}
         self.started = False
         self._lock: FolderLock | None = None
+        self._new = False  # opened (`open`) as a missing or empty folder
 
     # -- lifecycle ----------------------------------------------------------------------------
     @classmethod
@@ -752,6 +753,7 @@ class RunDir:
         run.kind = kind
         run.run_config = dict(config)
         run.inputs = {k: str(v) for k, v in (inputs or {}).items()}
+        run._new = not exists
         if exists and not overwrite:
             check_same_config(path, run.saved_config(), run.run_config, runtime_keys)
             recorded = run.status().get("inputs") or {}
@@ -797,6 +799,13 @@ class RunDir:
         (with ``info``)."""
         self.path.mkdir(parents=True, exist_ok=True)
         self.lock()
+        if self._new and (self.path / "status.json").exists():
+            # Opened as a new folder, but another process started a run here since.
+            self.unlock()
+            raise RunFolderError(
+                f"{self.path}: another sgi-lab process started a run here meanwhile; run this "
+                "again to resume (or return) that run"
+            )
         if self.run_config is not None:
             atomic_write_text(
                 self.path / "config.yaml", yaml.safe_dump(self.run_config, sort_keys=False)

@@ -528,3 +528,18 @@ def test_the_ray_executors_own_cluster_refuses_peers_without_its_token(tmp_path,
             assert done.returncode != 0 and "joined" not in done.stdout, (mode, done.stdout)
     finally:
         ray.shutdown()
+
+
+def test_a_run_opened_as_new_is_not_started_over_one_begun_meanwhile(tmp_path):
+    from sgi_lab.runs import RunFolderError
+
+    config = {"lr": 1e-4, "steps": 10}
+    first = RunDir.open(tmp_path / "run", "pretrain", config)
+    second = RunDir.open(tmp_path / "run", "pretrain", config)  # both saw no folder
+    first.start(0)
+    (first.path / "model.pt").write_bytes(b"model")
+    first.finish(10)
+    before = snapshot(tmp_path)
+    with pytest.raises(RunFolderError, match="another sgi-lab process started a run here"):
+        second.start(0)
+    assert snapshot(tmp_path) == before and first.finished
