@@ -123,6 +123,9 @@ class PretrainConfig:
         "auto", "channels-last memory format for conv layers; auto: measured on a CPU, on a GPU"
     )
 
+    def __post_init__(self) -> None:
+        validate(self)
+
 
 @dataclass(frozen=True)
 class FinetuneConfig:
@@ -230,6 +233,7 @@ class FinetuneConfig:
         # The one place a game name is canonicalised: "pong", "ALE/Pong-v5" and "Pong" are the
         # same config, so they name the same run folder and resume each other.
         object.__setattr__(self, "game", _canonical_game("game", self.game))
+        validate(self)
 
 
 def _canonical_game(key: str, name: Any) -> str:
@@ -266,6 +270,11 @@ NON_NEGATIVE_KEYS = frozenset(
     {
         "seed",
         "threads",
+        "spr_weight",
+        "goal_weight",
+        "inverse_weight",
+        "atc_weight",
+        "bc_weight",
         "env_workers",
         "prefetch",
         "learning_starts",
@@ -362,9 +371,55 @@ def build_config(cls: type, values: dict[str, Any] | None = None, **overrides: A
             f"unknown key(s) {unknown} for {cls.__name__}; valid keys: {sorted(known)}"
         )
     checked = {k: check_value(k, v, hints[k]) for k, v in merged.items()}
-    for key, value in checked.items():
-        _check_range(key, value)
-    return cls(**checked)
+    return cls(**checked)  # which validates it (`validate`)
+
+
+def validate(config: Any) -> None:
+    """Every check of a config beyond its keys' types, run once, as the config is constructed
+    (`build_config`, a direct call, ``dataclasses.replace``): each numeric field's range
+    (`POSITIVE_KEYS`, `NON_NEGATIVE_KEYS`), then the checks across fields of its stage.
+
+    Raises:
+        ConfigError: naming the key.
+    """
+    for f in dataclasses.fields(config):
+        _check_range(f.name, getattr(config, f.name))
+    if isinstance(config, PretrainConfig):
+        _check_pretrain(config)
+    elif isinstance(config, FinetuneConfig):
+        _check_finetune(config)
+
+
+OBJECTIVE_WEIGHTS = ("spr_weight", "goal_weight", "inverse_weight", "atc_weight", "bc_weight")
+"""PretrainConfig's loss weights; at least one is positive."""
+
+
+def _check_pretrain(config: PretrainConfig) -> None:
+    if not any(getattr(config, key) for key in OBJECTIVE_WEIGHTS):
+        raise ConfigError(f"{', '.join(OBJECTIVE_WEIGHTS)}: every weight is 0, nothing to learn")
+    if config.atc_weight > 0 and (config.spr_weight or config.goal_weight or config.inverse_weight):
+        raise ConfigError(
+            "atc_weight: ATC is a baseline on its own; set spr_weight, goal_weight and "
+            "inverse_weight to 0"
+        )
+    if config.goal_weight > 0 and not 1 <= config.n_step <= config.spr_steps:
+        raise ConfigError(
+            f"n_step: must lie in 1..spr_steps ({config.spr_steps}) while goal_weight > 0, "
+            f"got {config.n_step}"
+        )
+
+
+def _check_finetune(config: FinetuneConfig) -> None:
+    if not config.dueling:
+        raise ConfigError(
+            "dueling: SGIModel's C51 head is always dueling (dueling=false unsupported)"
+        )
+    if config.ssl != "none" and config.spr_steps < 1:
+        raise ConfigError(f"spr_steps: ssl {config.ssl!r} needs K >= 1 (got {config.spr_steps})")
+    if config.eval_max_frames % 4:
+        raise ConfigError(
+            f"eval_max_frames: must be a multiple of 4 (got {config.eval_max_frames})"
+        )
 
 
 def _check_range(key: str, value: Any) -> None:
@@ -500,3 +555,6 @@ class ExploreConfig:
     asynchronous: bool = F(True, "one subprocess per env (else all envs in this process)")
     device: str = F("auto", "'auto' (CUDA when present), 'cpu' or 'cuda[:i]'")
     threads: int = F(0, "torch CPU threads (0: torch's default)")
+
+    def __post_init__(self) -> None:
+        validate(self)

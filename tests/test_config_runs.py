@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -60,6 +61,42 @@ def test_unknown_key_is_named():
 def test_wrong_types_are_named(key, value, message):
     with pytest.raises(ConfigError, match=message):
         build_config(PretrainConfig, {key: value})
+
+
+@pytest.mark.parametrize(
+    "cls,values,message",
+    [
+        (PretrainConfig, {"batch_size": 0}, "batch_size: must be positive, got 0"),
+        (PretrainConfig, {"spr_weight": -1.0}, r"spr_weight: must be >= 0, got -1.0"),
+        (
+            PretrainConfig,
+            {"spr_weight": 0.0, "goal_weight": 0.0, "inverse_weight": 0.0},
+            "spr_weight, .*bc_weight: every weight is 0, nothing to learn",
+        ),
+        (PretrainConfig, {"atc_weight": 1.0}, "atc_weight: ATC is a baseline on its own"),
+        (PretrainConfig, {"n_step": 6}, r"n_step: must lie in 1..spr_steps \(5\).*got 6"),
+        (FinetuneConfig, {"dueling": False}, "dueling: SGIModel's C51 head is always dueling"),
+        (FinetuneConfig, {"spr_steps": 0}, "spr_steps: ssl 'spr' needs K >= 1"),
+        (FinetuneConfig, {"eval_max_frames": 1_001}, "eval_max_frames: must be a multiple of 4"),
+    ],
+)
+def test_ranges_and_cross_field_checks_name_the_key_however_the_config_is_made(
+    cls, values, message
+):
+    with pytest.raises(ConfigError, match=message):
+        build_config(cls, values)
+    with pytest.raises(ConfigError, match=message):
+        cls(**values)
+    with pytest.raises(ConfigError, match=message):
+        dataclasses.replace(cls(), **values)
+
+
+def test_cross_field_checks_accept_what_the_other_fields_allow():
+    atc = {"spr_weight": 0.0, "goal_weight": 0.0, "inverse_weight": 0.0, "atc_weight": 1.0}
+    assert build_config(PretrainConfig, atc).atc_weight == 1.0
+    assert build_config(PretrainConfig, {"n_step": 6, "spr_steps": 6}).n_step == 6
+    assert build_config(PretrainConfig, {"n_step": 9, "goal_weight": 0.0}).n_step == 9
+    assert build_config(FinetuneConfig, {"spr_steps": 0, "ssl": "none"}).spr_steps == 0
 
 
 def test_ints_widen_to_floats_and_optional_none():

@@ -66,7 +66,6 @@ __all__ = [
     "FinetuneRun",
     "beta_at",
     "epsilon_at",
-    "check_supported",
     "finetune",
     "finetune_population",
     "population_configs",
@@ -93,30 +92,6 @@ def beta_at(step: int, config: FinetuneConfig) -> float:
     span = max(1, config.steps - config.learning_starts)
     frac = min(1.0, max(0.0, (step - config.learning_starts) / span))
     return config.priority_beta_start + frac * (1.0 - config.priority_beta_start)
-
-
-def check_supported(config: FinetuneConfig) -> None:
-    """Settings the learner cannot run, as config errors naming the key."""
-    if not config.dueling:
-        raise ConfigError(
-            "dueling: SGIModel's C51 head is always dueling (dueling=false unsupported)"
-        )
-    if config.n_step < 1:
-        raise ConfigError(f"n_step: must be >= 1 (got {config.n_step})")
-    if config.ssl != "none" and config.spr_steps < 1:
-        raise ConfigError(f"spr_steps: ssl {config.ssl!r} needs K >= 1 (got {config.spr_steps})")
-    if config.steps < 1:
-        raise ConfigError(f"steps: must be >= 1 (got {config.steps})")
-    if config.batch_size < 1:
-        raise ConfigError(f"batch_size: must be >= 1 (got {config.batch_size})")
-    if config.updates_per_step < 0:
-        raise ConfigError(f"updates_per_step: must be >= 0 (got {config.updates_per_step})")
-    if config.target_update_period < 1:
-        raise ConfigError("target_update_period: must be >= 1")
-    if config.eval_max_frames % 4:
-        raise ConfigError(
-            f"eval_max_frames: must be a multiple of 4 (got {config.eval_max_frames})"
-        )
 
 
 def population_configs(
@@ -321,8 +296,8 @@ def finetune_population(
 
     Raises:
         UnknownGameError: an unknown game (lists the valid ones).
-        ConfigError: unsupported settings, configs that may not share a population, or a
-            folder holding a run with another config.
+        ConfigError: configs that may not share a population, or a folder holding a run with
+            another config (a config's own settings are checked as it is built, `validate`).
         RunFolderError: a folder that is not a finetuning run of ours.
         PretrainedMismatchError: a pretrained model does not fit (encoder or shapes).
         CheckpointError: a truncated or foreign checkpoint or pretrained model, or an
@@ -333,8 +308,6 @@ def finetune_population(
     configs = list(configs)  # FinetuneConfig canonicalises its game itself
     if len(configs) != len(outs) or not configs:
         raise ValueError("finetune_population needs one run folder per config, at least one")
-    for config in configs:
-        check_supported(config)
     try:
         check_compatible(configs)
     except ValueError as exc:
