@@ -156,7 +156,8 @@ def test_a_pretraining_step_is_replayable(objective, tmp_path):
     store = store if isinstance(store, TransitionStore) else TransitionStore(store)
     values = {"encoder": "nature", "batch_size": 4, "prefetch": 0, "cpu_amp": False}
     if objective == "atc":
-        values.update(atc_weight=1.0, atc_sequences=2, spr_weight=0.0)
+        values.update(atc_weight=1.0, atc_sequences=2)
+        values.update(spr_weight=0.0, goal_weight=0.0, inverse_weight=0.0)  # ATC alone
     config = build_config(PretrainConfig, values)
     state = build_state(config, store.num_actions, torch.device("cpu"))
     state.model.train()
