@@ -22,8 +22,8 @@ import torch
 from sgi_lab.config import FinetuneConfig, PretrainConfig, build_config
 from sgi_lab.nets.cpu_settings import settle
 from sgi_lab.runs import cpu_model
-from sgi_lab.train.agent import measure_update
 from sgi_lab.train.transfer import model_args_for
+from sgi_lab.train.update import measure_update
 
 SETTINGS = [(b, c) for b in (False, True) for c in (False, True)]
 

@@ -40,6 +40,7 @@ from sgi_lab.train.agent import Population, use_amp
 from sgi_lab.train.evaluate import evaluate
 from sgi_lab.train.finetune import finetune
 from sgi_lab.train.transfer import model_args_for
+from sgi_lab.train.update import stage, update
 
 ENCODERS = ("nature", "resnet")
 REFERENCE_S_PER_UPDATE = {"resnet": 0.68, "nature": 0.18}  # reference implementation, this CPU
@@ -70,7 +71,8 @@ class Learner:
 
     def step(self, sampled: tuple[list, list] | None = None) -> None:
         batches, weights = sampled or self.sample()
-        _, priorities = self.population.update(batches, weights)
+        _, priorities = update(self.population, stage(self.population, batches, weights))
+        priorities = priorities.float().cpu().numpy()
         for replay, batch, p in zip(self.replays, batches, priorities, strict=True):
             replay.update_priorities(batch.indices, p)
 

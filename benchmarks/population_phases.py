@@ -42,6 +42,7 @@ from sgi_lab.nets import SGIModel
 from sgi_lab.nets.graphs import count_ops
 from sgi_lab.train.agent import Population
 from sgi_lab.train.transfer import model_args_for
+from sgi_lab.train.update import learn, staged_batch, update
 
 FULL_RUN_STEPS = 100_000
 
@@ -132,15 +133,16 @@ class Phases:
         return self.replay.sample(self.population.config.batch_size, 0.4)
 
     def update(self):  # noqa: ANN201
-        return self.population.update_batch(self.batch)
+        pop = self.population
+        return update(pop, staged_batch(self.batch, pop.config.ssl == "all"))
 
     def write_priorities(self) -> None:
         self.replay.update_priorities(self.batch.indices, self.priorities)
 
     def learn(self) -> None:
-        """Sample, update and priorities as the loop runs them (`Population.learn`: one CUDA
+        """Sample, update and priorities as the loop runs them (`sgi_lab.train.update.learn`: one CUDA
         graph on a GPU)."""
-        self.population.learn(self.replay, self.population.config.batch_size, 0.4)
+        learn(self.population, self.replay, self.population.config.batch_size, 0.4)
 
     def step(self) -> None:
         """The loop's step without the environments: act, append, then ``updates_per_step``

@@ -22,6 +22,7 @@ from sgi_lab.runs import RunDir, load_checkpoint, read_jsonl
 from sgi_lab.train.agent import Population
 from sgi_lab.train.pretrain import load_pretrained_model, pretrain
 from sgi_lab.train.transfer import model_args_for
+from sgi_lab.train.update import learn, stage, update
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
@@ -136,7 +137,7 @@ def test_all_ssl_update_on_the_gpu():
         replay.append(frame, int(rng.integers(6)), float(i % 7 == 0), i % 40 == 39, first)
         first = i % 40 == 39
     batch, weights = replay.sample(8, 0.4)
-    logs, _ = pop.update([batch], [weights])
+    logs, _ = update(pop, stage(pop, [batch], [weights]))
     for key in ("losses/rl", "losses/spr", "losses/goal_rl", "losses/inverse"):
         assert torch.isfinite(logs[key]).all().item(), key
 
@@ -159,12 +160,12 @@ def test_population_update_on_the_gpu_equals_separate_updates(amp):
     batches = [fake_batch(c, a, i) for i, (c, a) in enumerate(zip(configs, actions))]
     weights = [np.ones(c.batch_size, np.float32) for c in configs]
     together = Population.build(configs, models, loaded=(), device="cuda")
-    together.update(batches, weights)
+    update(together, stage(together, batches, weights))
     tol = {"rtol": 2e-2, "atol": 2e-3} if amp else {"rtol": 1e-3, "atol": 1e-4}
     for i, (c, a) in enumerate(zip(configs, actions)):
         torch.manual_seed(c.seed)
         alone = Population.build([c], [SGIModel(**model_args_for(c, a))], (), "cuda")
-        alone.update([batches[i]], [weights[i]])
+        update(alone, stage(alone, [batches[i]], [weights[i]]))
         mine, theirs = together.agent_state(i), alone.agent_state(0)
         for k in theirs:
             torch.testing.assert_close(mine[k], theirs[k], msg=k, **tol)
@@ -192,7 +193,7 @@ def test_cuda_graph_acting_equals_eager_acting():
             greedy = [np.random.default_rng(i) for i in range(2)]
             chosen.append(pop.act(obs, [0.0, 0.0], greedy))
             batches = [fake_batch(c, 6, 100 * step + i) for i, c in enumerate(configs)]
-            pop.update(batches, [np.ones(c.batch_size, np.float32) for c in configs])
+            update(pop, stage(pop, batches, [np.ones(c.batch_size, np.float32) for c in configs]))
         return np.stack(chosen)
 
     assert np.array_equal(run(True), run(False))
@@ -220,7 +221,7 @@ def test_cuda_graph_learning_steps_equal_eager_steps():
         for t in range(60):
             append_random_row(replay, rng, first=t == 0)
         for step in range(8):  # 3 eager warm-ups, the capture, 4 replays
-            pop.learn(replay, cfg.batch_size, beta=0.4 + 0.05 * step)
+            learn(pop, replay, cfg.batch_size, beta=0.4 + 0.05 * step)
             append_random_row(replay, rng)
         torch.cuda.synchronize()
         return pop, replay

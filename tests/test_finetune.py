@@ -11,6 +11,7 @@ import torch
 import sgi_lab.train.agent as agent_module
 import sgi_lab.train.finetune as ft
 import sgi_lab.train.transfer as tr
+import sgi_lab.train.update as update_module
 from sgi_lab.config import ConfigError, FinetuneConfig
 from sgi_lab.data.replay import PrioritizedReplay
 from sgi_lab.envs import UnknownGameError
@@ -102,8 +103,8 @@ def population_of_one(config, pretrained=None) -> Population:
 
 def update(pop, replay):
     batch, weights = replay.sample(pop.config.batch_size, beta=0.4)
-    stats, priorities = pop.update([batch], [weights])
-    replay.update_priorities(batch.indices, priorities[0])
+    stats, priorities = update_module.update(pop, update_module.stage(pop, [batch], [weights]))
+    replay.update_priorities(batch.indices, priorities[0].float().numpy())
     return {k: v[0] for k, v in stats.items()}
 
 
@@ -225,15 +226,15 @@ def test_update_targets_use_sampler_returns_and_discounts(monkeypatch):
     pop = population_of_one(config)
     replay = filled_replay(config)
     seen = {}
-    real = agent_module.c51_target
+    real = update_module.c51_target
 
     def spy(target_probs, returns, discounts, support, selection=None):
         seen.update(returns=returns.clone(), discounts=discounts.clone(), selection=selection)
         return real(target_probs, returns, discounts, support, selection)
 
-    monkeypatch.setattr(agent_module, "c51_target", spy)
+    monkeypatch.setattr(update_module, "c51_target", spy)
     batch, weights = replay.sample(4, beta=0.4)
-    stats, priorities = pop.update([batch], [weights])
+    stats, priorities = update_module.update(pop, update_module.stage(pop, [batch], [weights]))
     np.testing.assert_array_equal(seen["returns"].numpy(), batch.returns)
     np.testing.assert_array_equal(seen["discounts"].numpy(), batch.bootstrap_discount)
     assert seen["selection"] is not None  # double Q
@@ -316,7 +317,7 @@ def test_frozen_encoder_weights_and_batch_norm_stay_bit_identical(tmp_path):
 
 def test_non_finite_loss_stops_with_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setattr(
-        agent_module, "c51_loss", lambda logits, actions, target: logits[:, 0, 0] * np.nan
+        update_module, "c51_loss", lambda logits, actions, target: logits[:, 0, 0] * np.nan
     )
     config = FinetuneConfig(**{**TINY, "learning_starts": 5}, steps=20)
     with pytest.raises(

@@ -9,6 +9,7 @@ import torch
 from test_population import append_random_row, fake_batch, make_config, population
 
 from sgi_lab.nets.graphs import check_replayable, trace
+from sgi_lab.train.update import learn_step, stage, update
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -67,7 +68,7 @@ def test_trace_records_operators_shapes_and_state():
     ("ssl", "batching"), [("spr", "vmap"), ("all", "vmap"), ("spr", "loop"), ("none", "vmap")]
 )
 def test_population_update_is_replayable_on_the_gpu_path(ssl, batching):
-    """The update a CUDA graph captures (`Population._step`, host checks off as on a GPU) does
+    """The update a CUDA graph captures (`sgi_lab.train.update.update`, host checks off as on a GPU) does
     the same work on the same tensors at every call: captured once, replays stay right."""
     configs = [
         make_config(seed=s, game=g, ssl=ssl, population_batching=batching)
@@ -75,15 +76,16 @@ def test_population_update_is_replayable_on_the_gpu_path(ssl, batching):
     ]
     pop = population(configs, [6, 4])
     pop.host_checks = False
-    staged = pop.stage(
+    staged = stage(
+        pop,
         [fake_batch(c, 4, seed=i) for i, c in enumerate(configs)],
         [np.ones(c.batch_size, np.float32) for c in configs],
     )
-    check_replayable(lambda: pop._step(staged), calls=3)
+    check_replayable(lambda: update(pop, staged), calls=3)
     # The CPU's own path reads values on the host, which a graph could not.
     pop.host_checks = True
     with pytest.raises(AssertionError, match="host synchronisation"):
-        check_replayable(lambda: pop._step(staged))
+        check_replayable(lambda: update(pop, staged))
 
 
 def test_acting_is_replayable_across_updates():
@@ -94,7 +96,8 @@ def test_acting_is_replayable_across_updates():
     configs = [make_config(seed=s, population_batching="vmap") for s in range(2)]
     pop = population(configs, [6, 6])
     pop.host_checks = False
-    staged = pop.stage(
+    staged = stage(
+        pop,
         [fake_batch(c, 6, seed=i) for i, c in enumerate(configs)],
         [np.ones(c.batch_size, np.float32) for c in configs],
     )
@@ -102,7 +105,7 @@ def test_acting_is_replayable_across_updates():
     pop._acting_actions(x)
     captured = trace(lambda: pop._acting_actions(x))
     for _ in range(3):
-        pop.update_staged(staged)
+        update(pop, staged)
     assert_replays(captured, trace(lambda: pop._acting_actions(x)), "acting after updates")
 
 
@@ -130,12 +133,12 @@ def test_a_learning_step_is_replayable_across_appends(ssl):
         append_random_row(replay, rng, first=t == 0)
     assert replay.ready()
     replay.set_beta(0.4)
-    pop._learn_step(replay, cfg.batch_size)
-    captured = trace(lambda: pop._learn_step(replay, cfg.batch_size))
+    learn_step(pop, replay, cfg.batch_size)
+    captured = trace(lambda: learn_step(pop, replay, cfg.batch_size))
     for beta in (0.5, 0.6):
         append_random_row(replay, rng)
         replay.set_beta(beta)
-        assert_replays(captured, trace(lambda: pop._learn_step(replay, cfg.batch_size)))
+        assert_replays(captured, trace(lambda: learn_step(pop, replay, cfg.batch_size)))
     # The weights follow the device beta: a replay of the captured step would too.
     replay.set_beta(1.0)
     batch = replay.sample_at_beta(cfg.batch_size)

@@ -15,6 +15,7 @@ from sgi_lab.nets.graphs import count_ops
 from sgi_lab.train.agent import Population
 from sgi_lab.train.stacking import pad_to, unpad_to
 from sgi_lab.train.transfer import model_args_for
+from sgi_lab.train.update import stage, update
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -100,12 +101,12 @@ def test_batched_update_equals_separate_updates(encoder, ssl, actions, batching)
 
     together = population(configs, actions)
     for _ in range(2):  # the second update sees Adam moments, moved targets and BN statistics
-        stats, prio = together.update(batches, weights)
+        stats, prio = update(together, stage(together, batches, weights))
 
     for i, (c, a) in enumerate(zip(configs, actions)):
         alone = population([c], [a])
         for _ in range(2):
-            stats_1, prio_1 = alone.update([batches[i]], [weights[i]])
+            stats_1, prio_1 = update(alone, stage(alone, [batches[i]], [weights[i]]))
         for which in ("online", "spr_target"):
             mine, theirs = together.agent_state(i, which), alone.agent_state(0, which)
             for k in theirs:
@@ -162,12 +163,13 @@ def test_a_batched_update_launches_one_more_kernel_per_agent(ssl):
     for n in (2, 5):
         configs = [make_config(seed=s, ssl=ssl, population_batching="vmap") for s in range(n)]
         pop = population(configs, [6] * n)
-        staged = pop.stage(
+        staged = stage(
+            pop,
             [fake_batch(c, 6, seed=i) for i, c in enumerate(configs)],
             [np.ones(c.batch_size, np.float32) for c in configs],
         )
-        pop.update_staged(staged)  # first call: layouts built
-        counts[n] = count_ops(lambda pop=pop, staged=staged: pop.update_staged(staged))
+        update(pop, staged)  # first call: layouts built
+        counts[n] = count_ops(lambda pop=pop, staged=staged: update(pop, staged))
     assert counts[2]["uniform_"] == 2 and counts[5]["uniform_"] == 5
     assert sum(counts[5].values()) - sum(counts[2].values()) == 3
 
@@ -209,9 +211,9 @@ def test_huge_loss_of_one_agent_leaves_the_other_unchanged():
     batches[1] = batches[1]._replace(returns=np.full(4, 1e6, np.float32))
     weights = [np.ones(4, np.float32)] * 2
     together = population(configs, (6, 6))
-    stats, _ = together.update(batches, weights)
+    stats, _ = update(together, stage(together, batches, weights))
     alone = population(configs[:1], (6,))
-    alone.update(batches[:1], weights[:1])
+    update(alone, stage(alone, batches[:1], weights[:1]))
     assert stats["charts/grad_norm"][1] > stats["charts/grad_norm"][0]
     for k, v in alone.agent_state(0).items():
         torch.testing.assert_close(together.agent_state(0)[k], v, rtol=1e-4, atol=1e-5)
@@ -258,7 +260,7 @@ def test_optimizer_state_round_trip():
     configs = [make_config(seed=s, ssl="none") for s in range(2)]
     pop = population(configs, (6, 4))
     batches = [fake_batch(c, a, i) for i, (c, a) in enumerate(zip(configs, (6, 4)))]
-    pop.update(batches, [np.ones(4, np.float32)] * 2)
+    update(pop, stage(pop, batches, [np.ones(4, np.float32)] * 2))
     saved = [pop.agent_optimizer_state(i) for i in range(2)]
     other = population(configs, (6, 4))
     for i in range(2):

@@ -39,6 +39,7 @@ from sgi_lab.train import pretrain as pretrain_module
 from sgi_lab.train.agent import Population
 from sgi_lab.train.finetune import epsilon_at
 from sgi_lab.train.transfer import Pretrained, model_args_for, transfer_pretrained
+from sgi_lab.train.update import update
 
 FIXTURES = Path(__file__).parent / "fixtures" / "reference"
 CASES = json.loads((FIXTURES / "cases.json").read_text())
@@ -325,7 +326,7 @@ def run_finetune_update(name: str, monkeypatch: pytest.MonkeyPatch):
     }
     before = {k: v.detach()[0].clone() for k, v in pop.online.items()}
     spr_before = {k: v.detach()[0].clone() for k, v in pop.spr_target.items()}
-    stats, priorities = pop.update_staged(staged)
+    stats, priorities = update(pop, staged)
     grads = {k: v.grad[0] for k, v in pop.online.items() if getattr(v, "grad", None) is not None}
     after = {k: v.detach()[0] for k, v in pop.online.items()}
     spr_after = {k: v.detach()[0] for k, v in pop.spr_target.items()}

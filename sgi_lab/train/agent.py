@@ -17,49 +17,31 @@ the dueling mean skip them and gives them a distribution on the lowest atom, so 
 chosen and never trained (`sgi_lab.nets.heads.dueling_combine`). An agent's checkpoints and
 ``model.pt`` hold its own, unpadded tensors, the same files a run of that game alone writes.
 
-The update (`update`) follows SPR (paper Sec. 4, App. C): C51 over 51 atoms, dueling noisy head,
-double Q, n-step returns, prioritized replay weights, SPR with K steps against the EMA target
-encoder and projection (and the goal-RL and inverse-dynamics losses for ``ssl: all``), Adam,
-gradient norm clipped per agent. The Q target network is the online network with its own noise
-sample (SPR's ``target_update_tau = 1``), or a separate EMA copy otherwise. Losses, per sample and
-weighted by the importance-sampling weights, then averaged over the batch::
-
-    total = rl + 2 * spr_weight / K * spr [+ goal_weight * goal_rl + inverse_weight * inverse]
+The update itself is `sgi_lab.train.update` (one function per stage, in SB3's order); this class
+holds the state it works on and the acting policies. The Q target network is the online network
+with its own noise sample (SPR's ``target_update_tau = 1``), or a separate EMA copy otherwise.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, vmap
 
 from sgi_lab import draws
 from sgi_lab.augment import PAD, jitter_factor, shift
 from sgi_lab.config import FinetuneConfig
-from sgi_lab.data.population_replay import PopulationBatch, PopulationReplay
-from sgi_lab.data.sampler import SequenceBatch
 from sgi_lab.nets import SGIModel
-from sgi_lab.nets.cpu_settings import time_step
 from sgi_lab.nets.ema import lerp_
 from sgi_lab.nets.encoders import prepare_pixels
 from sgi_lab.nets.graphs import GraphedCall
 from sgi_lab.nets.noisy import NoisyLinear
 from sgi_lab.nets.runtime import prepare_device, use_bf16
-from sgi_lab.objectives import c51_kl, c51_loss, c51_target, goals_from_draws
-from sgi_lab.train.sgi_loss import (
-    SGITargets,
-    finetuning_settings,
-    sgi_loss_terms,
-    weighted_sum,
-)
 from sgi_lab.train.stacking import own_shapes, pad_to, stack_agents, tree_map, tree_stack, unpad_to
 from sgi_lab.train.transfer import LR_GROUPS, lr_group, lr_scales
 
@@ -68,7 +50,7 @@ __all__ = [
     "Population",
     "augmented_frames",
     "check_compatible",
-    "measure_update",
+    "masked_mean",
     "use_amp",
 ]
 
@@ -336,7 +318,7 @@ class Population:
             self.device.type == "cpu" and self.size > 1 and self.batching == "vmap"
         )
 
-    def _batched(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def batched(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn`` over the agent axis: vmap, or a loop over the agents' slices (`batching`);
         a population of one calls it on agent 0's slices (the CPU kernels that cannot run
         under vmap stay in use)."""
@@ -349,8 +331,8 @@ class Population:
 
         return looped
 
-    def _call(self, state: dict[str, torch.Tensor], fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(model, *args)`` with one agent's tensors (inside `_batched`)."""
+    def call(self, state: dict[str, torch.Tensor], fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(model, *args)`` with one agent's tensors (inside `batched`)."""
         return functional_call(
             self._apply, {f"model.{k}": v for k, v in state.items()}, (fn, *args), strict=False
         )
@@ -473,11 +455,11 @@ class Population:
                 x = prepare_pixels(x, channels_last=self.template.channels_last)[:, None]
 
                 def q_values(state, x, mask):
-                    return self._call(
+                    return self.call(
                         state, lambda m, x: m.q_values(m.encode(x, prepared=True), mask), x
                     )
 
-                q = self._batched(q_values)(self.online, x, self.action_mask)
+                q = self.batched(q_values)(self.online, x, self.action_mask)
         finally:
             self.train_mode()
         return q[:, 0]
@@ -525,133 +507,17 @@ class Population:
                 x = x.view(n, e, *x.shape[1:])
 
                 def q_values(state, x, mask):
-                    return self._call(
+                    return self.call(
                         state, lambda m, x: m.q_values(m.encode(x, prepared=True), mask), x
                     )
 
-                q = self._batched(q_values)(self.online, x, self.action_mask)
+                q = self.batched(q_values)(self.online, x, self.action_mask)
         finally:
             self.template.set_noise(self.config.noisy_std > 0)
             self.train_mode()
         return q.argmax(-1).cpu().numpy()
 
     # -- one update ----------------------------------------------------------------------------
-    def update(
-        self, batches: Sequence[SequenceBatch], weights: Sequence[np.ndarray]
-    ) -> tuple[dict[str, torch.Tensor], np.ndarray]:
-        """One gradient update of every agent: batch -> targets under no_grad -> loss -> step.
-
-        Eager on every device (tests, benchmarks); the training loop calls `learn`, which on
-        CUDA replays sampling, this update and the priorities as one captured graph.
-
-        Args:
-            batches: per-agent replay batches (K+1 observations per sample, n-step returns,
-                bootstrap observations; goal observations for ssl 'all').
-            weights: per-agent (B,) importance-sampling weights.
-
-        Returns:
-            Per-agent stats, each an (N,) tensor left on the device (losses/rl, losses/spr,
-            losses/total [, losses/goal_rl, losses/inverse], charts/q_mean, charts/q_next_mean,
-            charts/grad_norm), and the (N, B) new priorities (C51 KL), for the caller to put
-            into each agent's replay.
-
-        Raises:
-            FloatingPointError: an agent's loss is NaN or infinite (checked on a CPU every
-                update, before anything changes; on other devices when the stats are read).
-        """
-        stats, priorities = self.update_staged(self.stage(batches, weights))
-        return stats, priorities.float().cpu().numpy()
-
-    def update_batch(self, batch: PopulationBatch) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        """`update` from a `sgi_lab.data.population_replay.PopulationBatch` (already stacked
-        and on the device); the (N, B) priorities stay on the device too."""
-        return self.update_staged(_staged(batch, self.config.ssl == "all"))
-
-    def learn(
-        self, replay: PopulationReplay, batch_size: int, beta: float
-    ) -> dict[str, torch.Tensor]:
-        """One learning step of every agent from its replay: a prioritized batch, the update,
-        the new priorities written back. On CUDA with ``cuda_graphs`` the three are captured as
-        ONE graph after three eager steps and replayed from then on (the replay's draws, beta
-        and priorities are device state, so nothing is launched from Python and nothing
-        crosses to the host; `sgi_lab.nets.graphs` checks it on a CPU).
-
-        Args:
-            replay: every agent's replay (`PopulationReplay.ready` already true).
-            batch_size: B sequences per agent.
-            beta: importance-sampling exponent.
-
-        Returns:
-            Per-agent stats, (N,) tensors left on the device (see `update`).
-        """
-        replay.set_beta(beta)
-        if not self.uses_cuda_graph:
-            stats, _ = self._learn_step(replay, batch_size)
-        else:
-            stats = self._graphed_learn(replay, batch_size)
-        self._count_update()
-        # A graph overwrites its outputs at the next replay: hand out copies.
-        return {k: v.clone() for k, v in stats.items()}
-
-    def _count_update(self) -> None:
-        """After every update: count it, and move a separate Q target every
-        ``target_update_period`` updates."""
-        self.updates += 1
-        if self.q_target is not None and self.updates % self.config.target_update_period == 0:
-            self.update_q_target()
-
-    def _learn_step(
-        self, replay: PopulationReplay, batch_size: int
-    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        """Sample (at the replay's beta), update, write the priorities: what a graph captures."""
-        batch = replay.sample_at_beta(batch_size)
-        stats, priorities = self._step(_staged(batch, self.config.ssl == "all"))
-        replay.update_priorities(batch.indices, priorities.detach())
-        return stats, priorities
-
-    def _graphed_learn(self, replay: PopulationReplay, batch_size: int) -> dict[str, torch.Tensor]:
-        graphs = self.__dict__.setdefault("_graphs", {})
-        key = ("learn", id(replay), batch_size)
-        if key not in graphs:
-            graphs[key] = GraphedCall(
-                lambda: self._learn_step(replay, batch_size)[0],
-                warmup=3,
-                generators=[*self.generators, *replay.generators],
-                before_capture=lambda: self.optimizer.zero_grad(set_to_none=True),
-            )
-        return graphs[key]()
-
-    def update_staged(
-        self, staged: dict[str, torch.Tensor]
-    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        """One update from staged device tensors (`stage`); stats and priorities on the device.
-        Eager everywhere: the training loop's CUDA graph is `learn`'s, which adds the sampling
-        and the priorities."""
-        stats, priorities = self._step(staged)
-        self._count_update()
-        return stats, priorities.detach()
-
-    def stage(
-        self, batches: Sequence[SequenceBatch], weights: Sequence[np.ndarray]
-    ) -> dict[str, torch.Tensor]:
-        """The agents' batches stacked along the agent axis and copied to the device, as they
-        are (uint8 frames; augmentation happens in the update)."""
-        fields = {
-            "obs": [b.obs for b in batches],  # (N, B, K+1, 4, 84, 84)
-            "boot_obs": [b.bootstrap_obs for b in batches],
-            "actions": [b.actions for b in batches],
-            "valid": [b.valid for b in batches],
-            "returns": [b.returns for b in batches],
-            "discounts": [b.bootstrap_discount for b in batches],
-            "weights": [np.asarray(w, np.float32) for w in weights],
-        }
-        if self.config.ssl == "all":
-            fields["goal_obs"] = [b.goal_obs for b in batches]
-        return {
-            k: torch.from_numpy(np.stack(v)).to(self.device, non_blocking=True)
-            for k, v in fields.items()
-        }
-
     @property
     def uses_cuda_graph(self) -> bool:
         """Whether `learn` replays a captured CUDA graph (CUDA, ``cuda_graphs``, no separate Q
@@ -662,168 +528,12 @@ class Population:
             and self.q_target is None
         )
 
-    def _step(
-        self, staged: dict[str, torch.Tensor]
-    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        """Augmentation, noise and goal draws, losses, backward, clipping, Adam and the SPR
-        target's EMA, from staged device tensors; no host synchronisation on a GPU."""
-        cfg, dev = self.config, self.device
-        K = cfg.spr_steps if cfg.ssl != "none" else 0
-        amp = self.update_amp
-        dtype = torch.bfloat16 if amp else torch.float32
-        # 1. Every random number of the update (one draw per agent from its own generator),
-        #    then every observation augmented, all agents at once.
-        B, T = staged["obs"].shape[1:3]
-        drawn = self.draw(B, T)
-        prep = {"channels_last": self.template.channels_last, "dtype": dtype}
-
-        def frames(name: str, view: str, **kw: Any) -> torch.Tensor:
-            return augmented_frames(
-                staged[name],
-                drawn.get(f"corners_{view}"),
-                drawn.get(f"jitter_{view}"),
-                **prep,
-                **kw,
-            )
-
-        noise_online = drawn["noise_online"]
-        inputs = {
-            "obs": frames("obs", "obs", time_major=True),  # (N, K+1, B, 4, 84, 84)
-            "boot_obs": frames("boot_obs", "boot"),
-            "actions": staged["actions"],
-            "valid": staged["valid"],
-            "returns": staged["returns"],
-            "discounts": staged["discounts"],
-            "weights": staged["weights"],
-            "mask": self.action_mask,
-            "noise_target": drawn["noise_target"],
-            "noise_online": noise_online,
-        }
-        if cfg.ssl == "all":
-            inputs["goal_obs"] = frames("goal_obs", "goal")
-            inputs["noise_goal"] = drawn["noise_goal"]
-            inputs["goal_draws"] = drawn["goal_draws"]
-
-        # 2-3. Targets under no_grad and losses, per agent, all agents at once.
-        def agent_losses(online, spr_target, q_target, x):
-            return self._agent_losses(online, spr_target, q_target, x, K)
-
-        q_target = self.q_target if self.q_target is not None else {}
-        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
-            total, stats, priorities = self._batched(agent_losses)(
-                self.online, self.spr_target, q_target, inputs
-            )
-        if self.host_checks and not bool(torch.isfinite(total).all()):
-            bad = [i for i, t in enumerate(total.tolist()) if not math.isfinite(t)]
-            raise FloatingPointError(
-                f"non-finite loss at update {self.updates} for agent(s) "
-                + ", ".join(f"{self.configs[i].game} seed {self.configs[i].seed}" for i in bad)
-            )
-
-        # 4. Step: the gradient of the sum is each agent's own; clip per agent.
-        self.optimizer.zero_grad(set_to_none=True)
-        total.sum().backward()
-        grad_norm = self.clip_gradients(cfg.grad_clip)
-        if cfg.spr_target_update == "before_step":  # toward the weights the losses used
-            self.update_spr_target()
-        self.optimizer.step()
-        with torch.no_grad():
-            for k, v in noise_online.items():  # acting uses the update's noise
-                self.online[k].copy_(v)
-        if cfg.spr_target_update == "after_step":
-            self.update_spr_target()
-        stats["losses/total"] = total.detach()
-        stats["charts/grad_norm"] = grad_norm
-        return stats, priorities
-
-    def _agent_losses(
-        self,
-        online: dict[str, torch.Tensor],
-        spr_target: dict[str, torch.Tensor],
-        q_target: dict[str, torch.Tensor],
-        x: dict[str, Any],
-        K: int,
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
-        """One agent's weighted loss (scalar), stats and priorities (B,); runs under vmap."""
-        cfg, call = self.config, self._call
-        mask, actions, valid = x["mask"], x["actions"], x["valid"]
-        obs = x["obs"]
-        with torch.no_grad():
-            # C51 n-step target: bootstrap distribution from the target network (the online
-            # parameters with their own noise sample unless there is a separate copy); with
-            # double Q the action is picked by the online network with the update's noise.
-            z_boot = call(online, lambda m, o: m.encode(o, prepared=True), x["boot_obs"])
-            if q_target:
-                target_logits = call(
-                    {**q_target, **x["noise_target"]},
-                    lambda m, o: m.q_logits(m.encode(o, prepared=True), mask),
-                    x["boot_obs"],
-                )
-            else:
-                target_logits = call(
-                    {**online, **x["noise_target"]}, lambda m, z: m.q_logits(z, mask), z_boot
-                )
-            target_probs = F.softmax(target_logits, -1)
-            support = self.template.support
-            online_probs = F.softmax(
-                call({**online, **x["noise_online"]}, lambda m, z: m.q_logits(z, mask), z_boot),
-                -1,
-            )
-            selection = online_probs if cfg.double_q else None
-            rl_target = c51_target(target_probs, x["returns"], x["discounts"], support, selection)
-            q_next = _masked_mean((online_probs * support).sum(-1), mask)
-
-            # Target latents of s_{t+1..t+K} in one pass (s_t too and the goal observations for
-            # the goal-RL and inverse losses of ssl 'all'), time-major (T, B, ...).
-            target_y = goals = target_z = goal_next_probs = None
-            if cfg.ssl == "all":
-                goal_target = {**spr_target, **x["noise_goal"]}
-                target_z = call(
-                    goal_target,
-                    lambda m, o: m.encode(o, prepared=True),
-                    torch.cat([obs, x["goal_obs"][None]], 0),
-                )
-                goals, _ = goals_from_draws(target_z[-1], x["goal_draws"])
-                target_z = target_z[:-1]
-                goal_next_probs = F.softmax(
-                    call(
-                        goal_target, lambda m, z, g: m.goal_q_logits(z, g, mask), target_z[1], goals
-                    ),
-                    -1,
-                )
-            elif K > 0:
-                target_z = call(spr_target, lambda m, o: m.encode(o, prepared=True), obs[1:])
-            if K > 0:
-                target_y = call(spr_target, lambda m, z: m.project(z), target_z).transpose(0, 1)
-
-        noisy = {**online, **x["noise_online"]}
-        settings = finetuning_settings(cfg)
-        targets = SGITargets()
-        if K > 0:
-            targets = SGITargets(y=target_y[:, -K:])
-        if cfg.ssl == "all":
-            targets = targets._replace(
-                z=target_z[:2].transpose(0, 1).flatten(2), goals=goals, goal_next=goal_next_probs
-            )
-
-        def forward(m: SGIModel) -> dict[str, torch.Tensor]:
-            z0 = m.encode(obs[0], prepared=True)
-            logits = m.q_logits(z0, mask)
-            terms, _ = sgi_loss_terms(m, z0, actions, valid, targets, settings, mask)
-            return {"logits": logits, "rl": c51_loss(logits, actions[:, 0], rl_target), **terms}
-
-        out = call(noisy, lambda m: forward(m))
-        logits = out.pop("logits")
-        rl = out.pop("rl")
-        total = (x["weights"] * (rl + weighted_sum(out, settings))).mean()
-        out = {"rl": rl, **out}
-        priorities = c51_kl(logits.detach(), actions[:, 0], rl_target)
-        with torch.no_grad():
-            q_mean = _masked_mean((F.softmax(logits.detach(), -1) * support).sum(-1), mask)
-        stats = {f"losses/{k}": v.detach().mean() for k, v in out.items()}
-        stats["charts/q_mean"] = q_mean.mean()
-        stats["charts/q_next_mean"] = q_next.mean()
-        return total, stats, priorities
+    def count_update(self) -> None:
+        """After every update: count it, and move a separate Q target every
+        ``target_update_period`` updates."""
+        self.updates += 1
+        if self.q_target is not None and self.updates % self.config.target_update_period == 0:
+            self.update_q_target()
 
     @torch.no_grad()
     def clip_gradients(self, max_norm: float) -> torch.Tensor:
@@ -968,64 +678,6 @@ class Population:
                 target[k][i].copy_(pad_to(state[k].to(self.device), target[k].shape[1:]))
 
 
-def measure_update(
-    configs: Sequence[FinetuneConfig],
-    model_args: Sequence[dict[str, Any]],
-    bf16: bool,
-    channels_last: bool,
-    warmup: int = 2,
-    repeats: int = 3,
-) -> float:
-    """Seconds per update of a throwaway population shaped like the real one (same configs and
-    architectures, fresh weights, random frames) under the given CPU settings: what
-    `sgi_lab.nets.cpu_settings.choose_cpu_settings` times to settle ``"auto"``."""
-    configs = [
-        dataclasses.replace(c, cpu_amp=bf16, channels_last=channels_last, device="cpu")
-        for c in configs
-    ]
-    with torch.random.fork_rng():  # the real run's random streams are left as they were
-        models = [SGIModel(**args) for args in model_args]
-        pop = Population.build(configs, models, loaded=(), device="cpu")
-        cfg = pop.config
-        rng = np.random.default_rng(0)
-        B, T = cfg.batch_size, (cfg.spr_steps if cfg.ssl != "none" else 0) + 1
-        n = pop.size
-
-        def frames(*shape: int) -> torch.Tensor:
-            return torch.from_numpy(rng.integers(0, 255, (n, *shape, 4, 84, 84), dtype=np.uint8))
-
-        staged = {
-            "obs": frames(B, T),
-            "boot_obs": frames(B),
-            "actions": torch.zeros(n, B, T, dtype=torch.int64),
-            "valid": torch.ones(n, B, T, dtype=torch.bool),
-            "returns": torch.zeros(n, B),
-            "discounts": torch.full((n, B), 0.9),
-            "weights": torch.ones(n, B),
-        }
-        if cfg.ssl == "all":
-            staged["goal_obs"] = frames(B)
-        return time_step(
-            lambda: pop.update_staged(staged), warmup=warmup, repeats=repeats, budget_s=1.0
-        )
-
-
-def _staged(batch: PopulationBatch, goals: bool) -> dict[str, torch.Tensor]:
-    """A replay batch as the update's staged inputs (no copy)."""
-    staged = {
-        "obs": batch.obs,
-        "boot_obs": batch.bootstrap_obs,
-        "actions": batch.actions,
-        "valid": batch.valid,
-        "returns": batch.returns,
-        "discounts": batch.bootstrap_discount,
-        "weights": batch.weights,
-    }
-    if goals:
-        staged["goal_obs"] = batch.goal_obs
-    return staged
-
-
 def check_compatible(configs: Sequence[FinetuneConfig]) -> None:
     """Agents of one population share every config key but `POPULATION_KEYS`.
 
@@ -1060,6 +712,6 @@ def _noise_shapes(model: SGIModel) -> dict[str, tuple[int, int]]:
     }
 
 
-def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean over the last axis of (B, A) values, counting only the game's actions."""
     return (values * mask).sum(-1) / mask.sum()

@@ -52,7 +52,7 @@ from sgi_lab.runs import (
     restore_generator,
     stop_on_signals,
 )
-from sgi_lab.train.agent import Population, check_compatible, measure_update
+from sgi_lab.train.agent import Population, check_compatible
 from sgi_lab.train.evaluate import play_episodes
 from sgi_lab.train.transfer import (
     Pretrained,
@@ -61,6 +61,7 @@ from sgi_lab.train.transfer import (
     model_args_for,
     transfer_pretrained,
 )
+from sgi_lab.train.update import learn, measure_update
 
 __all__ = [
     "FinetuneRun",
@@ -638,7 +639,7 @@ def _train_and_evaluate(
             if step >= cfg.learning_starts and replay.ready():
                 beta = beta_at(step, cfg)
                 for _ in range(cfg.updates_per_step):
-                    window.add(population.learn(replay, cfg.batch_size, beta))
+                    window.add(learn(population, replay, cfg.batch_size, beta))
 
             if step % cfg.log_every == 0 or step == cfg.steps:
                 for row, stats in zip(rows, window.rows(n), strict=True):

@@ -1,0 +1,354 @@
+"""The Rainbow + SPR update of a population of finetuning agents, one function per stage.
+
+`update` reads like SB3's ``DQN.train``: the batch (every random number of the step, every
+observation augmented) -> targets under ``no_grad`` -> losses -> Adam step -> priorities and logs.
+`sgi_lab.train.agent.Population` only holds the state it works on (stacked parameters, targets,
+optimizer, generators, noise); `learn` is the training loop's entry point (a prioritized batch,
+the update, the new priorities written back; replayed from one CUDA graph on a GPU).
+
+Per agent, the losses are (paper Sec. 4, App. C; SPR's settings)::
+
+    total = mean_b w_b (C51_b + 2 * spr_weight / K * SPR_b [+ goal_weight * G_b + inverse_weight * I_b])
+
+with w the importance-sampling weights; SPR, goal RL and inverse dynamics come from the SGI loss
+composition shared with pretraining (`sgi_lab.train.sgi_loss`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from sgi_lab.config import FinetuneConfig
+from sgi_lab.data.population_replay import PopulationBatch, PopulationReplay
+from sgi_lab.data.sampler import SequenceBatch
+from sgi_lab.nets import SGIModel
+from sgi_lab.nets.cpu_settings import time_step
+from sgi_lab.nets.graphs import GraphedCall
+from sgi_lab.objectives import c51_kl, c51_loss, c51_target, goals_from_draws
+from sgi_lab.train.agent import Population, augmented_frames, masked_mean
+from sgi_lab.train.sgi_loss import SGITargets, finetuning_settings, sgi_loss_terms, weighted_sum
+
+__all__ = ["learn", "learn_step", "measure_update", "stage", "staged_batch", "update"]
+
+Tensors = dict[str, torch.Tensor]
+
+
+def update(pop: Population, staged: Tensors, count: bool = True) -> tuple[Tensors, torch.Tensor]:
+    """One gradient update of every agent of ``pop`` from staged device tensors (`stage`).
+
+    Eager on every device; `learn` adds the replay's sampling and priorities around it (and on
+    CUDA captures the three as one graph, which is why it counts the update itself: ``count``
+    False, as a Python counter in a captured function would move only at the capture).
+
+    Returns:
+        Per-agent stats, each an (N,) tensor left on the device (losses/rl, losses/spr,
+        losses/total [, losses/goal_rl, losses/inverse], charts/q_mean, charts/q_next_mean,
+        charts/grad_norm), and the (N, B) new priorities (C51 KL), on the device.
+
+    Raises:
+        FloatingPointError: an agent's loss is NaN or infinite (checked on a CPU every update,
+            before anything changes; on other devices when the stats are read).
+    """
+    cfg = pop.config
+    # 1. The batch: every random number of the update (one draw per agent from its own
+    #    generator), every observation augmented, all agents at once.
+    x = update_inputs(pop, staged)
+
+    # 2-3. Targets under no_grad, then the losses; per agent, all agents at once.
+    def agent_losses(online: Tensors, spr_target: Tensors, q_target: Tensors, x: dict):
+        targets = compute_targets(pop, online, spr_target, q_target, x)
+        return compute_losses(pop, online, x, targets)
+
+    q_target = pop.q_target if pop.q_target is not None else {}
+    with torch.autocast(pop.device.type, dtype=torch.bfloat16, enabled=pop.update_amp):
+        total, stats, priorities = pop.batched(agent_losses)(
+            pop.online, pop.spr_target, q_target, x
+        )
+    if pop.host_checks:
+        check_finite(pop, total)
+
+    # 4. The step: the gradient of the sum is each agent's own; clipped per agent.
+    pop.optimizer.zero_grad(set_to_none=True)
+    total.sum().backward()
+    grad_norm = pop.clip_gradients(cfg.grad_clip)
+    if cfg.spr_target_update == "before_step":  # toward the weights the losses used
+        pop.update_spr_target()
+    pop.optimizer.step()
+    with torch.no_grad():
+        for k, v in x["noise_online"].items():  # acting uses the update's noise
+            pop.online[k].copy_(v)
+    if cfg.spr_target_update == "after_step":
+        pop.update_spr_target()
+    if count:
+        pop.count_update()
+
+    # 5. Logs (priorities go back to the replay in `learn`).
+    stats["losses/total"] = total.detach()
+    stats["charts/grad_norm"] = grad_norm
+    return stats, priorities.detach()
+
+
+def update_inputs(pop: Population, staged: Tensors) -> dict[str, Any]:
+    """The update's inputs: the staged tensors with every observation augmented by the
+    update's draws (`Population.draw`), the noise samples and goal draws."""
+    cfg = pop.config
+    B, T = staged["obs"].shape[1:3]
+    drawn = pop.draw(B, T)
+    dtype = torch.bfloat16 if pop.update_amp else torch.float32
+
+    def frames(name: str, view: str, **kw: Any) -> torch.Tensor:
+        return augmented_frames(
+            staged[name],
+            drawn.get(f"corners_{view}"),
+            drawn.get(f"jitter_{view}"),
+            channels_last=pop.template.channels_last,
+            dtype=dtype,
+            **kw,
+        )
+
+    x = {
+        "obs": frames("obs", "obs", time_major=True),  # (N, K+1, B, 4, 84, 84)
+        "boot_obs": frames("boot_obs", "boot"),
+        "actions": staged["actions"],
+        "valid": staged["valid"],
+        "returns": staged["returns"],
+        "discounts": staged["discounts"],
+        "weights": staged["weights"],
+        "mask": pop.action_mask,
+        "noise_target": drawn["noise_target"],
+        "noise_online": drawn["noise_online"],
+    }
+    if cfg.ssl == "all":
+        x["goal_obs"] = frames("goal_obs", "goal")
+        x["noise_goal"] = drawn["noise_goal"]
+        x["goal_draws"] = drawn["goal_draws"]
+    return x
+
+
+@torch.no_grad()
+def compute_targets(
+    pop: Population, online: Tensors, spr_target: Tensors, q_target: Tensors, x: dict
+) -> dict[str, Any]:
+    """One agent's targets (runs under vmap): the C51 n-step target distribution and the SSL
+    losses' `SGITargets`.
+
+    The C51 target bootstraps from the target network (the online parameters with their own
+    noise sample unless there is a separate copy); with double Q the action is picked by the
+    online network with the update's noise. SPR's targets are the EMA target's projections of
+    s_{t+1..t+K}, encoded in one time-major pass (with s_t and the goal observations for
+    ``ssl: all``).
+    """
+    cfg, call, mask, obs = pop.config, pop.call, x["mask"], x["obs"]
+    K = cfg.spr_steps if cfg.ssl != "none" else 0
+    support = pop.template.support
+    z_boot = call(online, lambda m, o: m.encode(o, prepared=True), x["boot_obs"])
+    if q_target:
+        target_logits = call(
+            {**q_target, **x["noise_target"]},
+            lambda m, o: m.q_logits(m.encode(o, prepared=True), mask),
+            x["boot_obs"],
+        )
+    else:
+        target_logits = call(
+            {**online, **x["noise_target"]}, lambda m, z: m.q_logits(z, mask), z_boot
+        )
+    online_probs = F.softmax(
+        call({**online, **x["noise_online"]}, lambda m, z: m.q_logits(z, mask), z_boot), -1
+    )
+    selection = online_probs if cfg.double_q else None
+    out: dict[str, Any] = {
+        "rl": c51_target(
+            F.softmax(target_logits, -1), x["returns"], x["discounts"], support, selection
+        ),
+        "q_next": masked_mean((online_probs * support).sum(-1), mask),
+        "ssl": SGITargets(),
+    }
+    if cfg.ssl == "all":
+        goal_target = {**spr_target, **x["noise_goal"]}
+        z = call(
+            goal_target,
+            lambda m, o: m.encode(o, prepared=True),
+            torch.cat([obs, x["goal_obs"][None]], 0),
+        )
+        goals, _ = goals_from_draws(z[-1], x["goal_draws"])
+        z = z[:-1]
+        goal_next = F.softmax(
+            call(goal_target, lambda m, z, g: m.goal_q_logits(z, g, mask), z[1], goals), -1
+        )
+        y = call(spr_target, lambda m, z: m.project(z), z).transpose(0, 1)
+        out["ssl"] = SGITargets(
+            y=y[:, -K:], z=z[:2].transpose(0, 1).flatten(2), goals=goals, goal_next=goal_next
+        )
+    elif K > 0:
+        z = call(spr_target, lambda m, o: m.encode(o, prepared=True), obs[1:])
+        out["ssl"] = SGITargets(y=call(spr_target, lambda m, z: m.project(z), z).transpose(0, 1))
+    return out
+
+
+def compute_losses(
+    pop: Population, online: Tensors, x: dict, targets: dict[str, Any]
+) -> tuple[torch.Tensor, Tensors, torch.Tensor]:
+    """One agent's weighted loss (scalar), stats and new priorities (B,); runs under vmap."""
+    cfg, mask, actions = pop.config, x["mask"], x["actions"]
+    settings = finetuning_settings(cfg)
+
+    def forward(m: SGIModel) -> tuple[torch.Tensor, torch.Tensor, Tensors]:
+        z0 = m.encode(x["obs"][0], prepared=True)
+        logits = m.q_logits(z0, mask)
+        ssl, _ = sgi_loss_terms(m, z0, actions, x["valid"], targets["ssl"], settings, mask)
+        return logits, c51_loss(logits, actions[:, 0], targets["rl"]), ssl
+
+    logits, rl, ssl = pop.call({**online, **x["noise_online"]}, forward)
+    logits = logits.detach()
+    total = (x["weights"] * (rl + weighted_sum(ssl, settings))).mean()
+    losses = {"rl": rl, **ssl}
+    priorities = c51_kl(logits, actions[:, 0], targets["rl"])
+    probs = F.softmax(logits, -1)
+    stats = {f"losses/{k}": v.detach().mean() for k, v in losses.items()}
+    stats["charts/q_mean"] = masked_mean((probs * pop.template.support).sum(-1), mask).mean()
+    stats["charts/q_next_mean"] = targets["q_next"].mean()
+    return total, stats, priorities
+
+
+def check_finite(pop: Population, total: torch.Tensor) -> None:
+    """Raise FloatingPointError naming the agents whose loss is NaN or infinite."""
+    if not bool(torch.isfinite(total).all()):
+        bad = [i for i, t in enumerate(total.tolist()) if not math.isfinite(t)]
+        raise FloatingPointError(
+            f"non-finite loss at update {pop.updates} for agent(s) "
+            + ", ".join(f"{pop.configs[i].game} seed {pop.configs[i].seed}" for i in bad)
+        )
+
+
+# -- the training loop's entry point -----------------------------------------------------------
+
+
+def learn(pop: Population, replay: PopulationReplay, batch_size: int, beta: float) -> Tensors:
+    """One learning step of every agent from its replay: a prioritized batch, `update`, the new
+    priorities written back. On CUDA with ``cuda_graphs`` the three are captured as ONE graph
+    after three eager steps and replayed from then on (the replay's draws, beta and priorities
+    are device state, so nothing is launched from Python and nothing crosses to the host;
+    `sgi_lab.nets.graphs` checks it on a CPU).
+
+    Args:
+        pop: the agents.
+        replay: every agent's replay (`PopulationReplay.ready` already true).
+        batch_size: B sequences per agent.
+        beta: importance-sampling exponent.
+
+    Returns:
+        Per-agent stats, (N,) tensors left on the device (see `update`).
+    """
+    replay.set_beta(beta)
+    if not pop.uses_cuda_graph:
+        stats = learn_step(pop, replay, batch_size)
+    else:
+        graphs = pop.__dict__.setdefault("_graphs", {})
+        key = ("learn", id(replay), batch_size)
+        if key not in graphs:
+            graphs[key] = GraphedCall(
+                lambda: learn_step(pop, replay, batch_size),
+                warmup=3,
+                generators=[*pop.generators, *replay.generators],
+                before_capture=lambda: pop.optimizer.zero_grad(set_to_none=True),
+            )
+        stats = graphs[key]()
+    pop.count_update()
+    # A graph overwrites its outputs at the next replay: hand out copies.
+    return {k: v.clone() for k, v in stats.items()}
+
+
+def learn_step(pop: Population, replay: PopulationReplay, batch_size: int) -> Tensors:
+    """Sample (at the replay's beta), update, write the priorities: what a graph captures."""
+    batch = replay.sample_at_beta(batch_size)
+    stats, priorities = update(pop, staged_batch(batch, pop.config.ssl == "all"), count=False)
+    replay.update_priorities(batch.indices, priorities)
+    return stats
+
+
+# -- batches -----------------------------------------------------------------------------------
+
+
+def stage(
+    pop: Population, batches: Sequence[SequenceBatch], weights: Sequence[np.ndarray]
+) -> Tensors:
+    """The agents' sampler batches stacked along the agent axis and copied to the device, as
+    they are (uint8 frames; augmentation happens in the update)."""
+    fields = {
+        "obs": [b.obs for b in batches],  # (N, B, K+1, 4, 84, 84)
+        "boot_obs": [b.bootstrap_obs for b in batches],
+        "actions": [b.actions for b in batches],
+        "valid": [b.valid for b in batches],
+        "returns": [b.returns for b in batches],
+        "discounts": [b.bootstrap_discount for b in batches],
+        "weights": [np.asarray(w, np.float32) for w in weights],
+    }
+    if pop.config.ssl == "all":
+        fields["goal_obs"] = [b.goal_obs for b in batches]
+    return {
+        k: torch.from_numpy(np.stack(v)).to(pop.device, non_blocking=True)
+        for k, v in fields.items()
+    }
+
+
+def staged_batch(batch: PopulationBatch, goals: bool) -> Tensors:
+    """A replay batch as the update's staged inputs (no copy)."""
+    staged = {
+        "obs": batch.obs,
+        "boot_obs": batch.bootstrap_obs,
+        "actions": batch.actions,
+        "valid": batch.valid,
+        "returns": batch.returns,
+        "discounts": batch.bootstrap_discount,
+        "weights": batch.weights,
+    }
+    if goals:
+        staged["goal_obs"] = batch.goal_obs
+    return staged
+
+
+def measure_update(
+    configs: Sequence[FinetuneConfig],
+    model_args: Sequence[dict[str, Any]],
+    bf16: bool,
+    channels_last: bool,
+    warmup: int = 2,
+    repeats: int = 3,
+) -> float:
+    """Seconds per update of a throwaway population shaped like the real one (same configs and
+    architectures, fresh weights, random frames) under the given CPU settings: what
+    `sgi_lab.nets.cpu_settings.choose_cpu_settings` times to settle ``"auto"``."""
+    configs = [
+        dataclasses.replace(c, cpu_amp=bf16, channels_last=channels_last, device="cpu")
+        for c in configs
+    ]
+    with torch.random.fork_rng():  # the real run's random streams are left as they were
+        models = [SGIModel(**args) for args in model_args]
+        pop = Population.build(configs, models, loaded=(), device="cpu")
+        cfg = pop.config
+        rng = np.random.default_rng(0)
+        B, T = cfg.batch_size, (cfg.spr_steps if cfg.ssl != "none" else 0) + 1
+        n = pop.size
+
+        def frames(*shape: int) -> torch.Tensor:
+            return torch.from_numpy(rng.integers(0, 255, (n, *shape, 4, 84, 84), dtype=np.uint8))
+
+        staged = {
+            "obs": frames(B, T),
+            "boot_obs": frames(B),
+            "actions": torch.zeros(n, B, T, dtype=torch.int64),
+            "valid": torch.ones(n, B, T, dtype=torch.bool),
+            "returns": torch.zeros(n, B),
+            "discounts": torch.full((n, B), 0.9),
+            "weights": torch.ones(n, B),
+        }
+        if cfg.ssl == "all":
+            staged["goal_obs"] = frames(B)
+        return time_step(lambda: update(pop, staged), warmup=warmup, repeats=repeats, budget_s=1.0)
