@@ -1,4 +1,4 @@
-"""Collection speed of the IDF curiosity agent (``sgi_lab.data.explore``): agent steps/s with
+"""Collection speed of the IDF curiosity agent (``sgi_lab.train.explore``): agent steps/s with
 learning, Burda et al.'s networks and rollouts, at a few env counts; projects a 6M-step run.
 
     .venv/bin/python benchmarks/explore_speed.py --game breakout --envs 4 8 --updates 3
@@ -16,8 +16,8 @@ import tempfile
 from pathlib import Path
 
 from sgi_lab.config import ExploreConfig
-from sgi_lab.data.explore import collect_exploratory
 from sgi_lab.runs import cpu_model
+from sgi_lab.train.explore import collect_exploratory
 
 
 def main() -> None:

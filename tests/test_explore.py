@@ -13,14 +13,15 @@ import torch
 
 from sgi_lab.config import ConfigError, ExploreConfig, build_config, load_config
 from sgi_lab.data import StoreError, TransitionStore
-from sgi_lab.data.explore import (
+from sgi_lab.objectives.ppo import gae, ppo_clip_loss
+from sgi_lab.runs import RunDir
+from sgi_lab.train.explore import (
     ExploreAgent,
     IntrinsicReturnNormalizer,
     Rollout,
     collect_exploratory,
     ppo_update,
 )
-from sgi_lab.objectives.ppo import gae, ppo_clip_loss
 
 TINY = ExploreConfig(
     num_envs=4,
@@ -203,11 +204,18 @@ def test_short_run_writes_each_env_stream_as_its_own_episodes(tmp_path):
     # Rows per env: all its steps, the last (unfinished) episodes trimmed to the total.
     assert sum(map(len, seen)) >= 2000 > sum(map(len, seen)) - TINY.num_envs
     _match_streams(store, [np.stack(s) for s in seen])
-    metrics = [json.loads(line) for line in (store.path / "agent/metrics.jsonl").open()]
+    # The agent is an ordinary run folder: finished, one metrics row per PPO update.
+    run = RunDir(store.path / "agent", create=False)
+    metrics = run.read_metrics()
     assert [m["update"] for m in metrics] == list(range(1, len(metrics) + 1))
+    assert [m["step"] for m in metrics] == [u * 4 * 32 for u in range(1, len(metrics) + 1)]
     assert len(metrics) == 2000 // (4 * 32)  # the last, partial rollout is not learned from
     assert {"intrinsic/reward", "extrinsic/episode_return", "charts/sps"} <= set(metrics[0])
-    agent = ExploreAgent.load(store.path / "agent/checkpoint.pt", TINY)
+    status = run.status()
+    assert (status["state"], status["kind"], status["update"]) == ("finished", "explore", 15)
+    assert status["step"] == 2000  # env steps, as the steps asked for
+    assert run.saved_config()["game"] == "Breakout" and run.saved_config()["steps"] == 2000
+    agent = ExploreAgent.load(run.latest_checkpoint(), TINY)
     assert agent.updates == len(metrics)
 
 
@@ -225,7 +233,9 @@ def test_interrupted_collection_resumes_with_its_agent(tmp_path):
         )
     partial = tmp_path / "e.partial"
     assert not out.exists()
-    assert ExploreAgent.load(partial / "agent/checkpoint.pt", config).updates == 4
+    agent_run = RunDir(partial / "agent", create=False)
+    assert agent_run.status()["state"] == "failed"  # the interrupt, recorded like every stage's
+    assert ExploreAgent.load(agent_run.latest_checkpoint(), config).updates == 4
     durable = json.loads((partial / "manifest.json").read_text())["num_transitions"]
     assert durable >= TINY.chunk_size  # some chunks survived
     # Other settings cannot be mixed into the interrupted store.
@@ -239,11 +249,13 @@ def test_interrupted_collection_resumes_with_its_agent(tmp_path):
         for i, o in enumerate(obs):
             seen[i].append(o.copy())
 
-    store = collect_exploratory(
-        "breakout", 1200, out, seed=1, config=config, progress=False, on_step=record
-    )
+    # The metrics row of update 5, logged after the checkpoint of update 4, is dropped.
+    with pytest.warns(UserWarning, match="resuming at step 512, kept 4 row.*and 1 row"):
+        store = collect_exploratory(
+            "breakout", 1200, out, seed=1, config=config, progress=False, on_step=record
+        )
     assert len(store) == 1200 and not partial.exists()
-    metrics = [json.loads(line) for line in (out / "agent/metrics.jsonl").open()]
+    metrics = RunDir(out / "agent", create=False).read_metrics()
     # The agent went on from its checkpoint (update 4); update 5's first row was dropped.
     assert [m["update"] for m in metrics] == list(range(1, len(metrics) + 1))
     assert len(metrics) > 5
@@ -310,7 +322,7 @@ def test_cli_collect_exploratory_in_process(tmp_path, capsys):
     assert summary["transitions"] == 300 and summary["source"] == "exploratory"
     store = TransitionStore(out)
     assert store.manifest.params["num_envs"] == 2 and store.manifest.params["seed"] == 3
-    assert (out / "agent/checkpoint.pt").exists()
+    assert RunDir(out / "agent", create=False).latest_checkpoint() is not None
     # A bad override names its key; the random policy still goes to its own collector.
     assert main([*argv, "--set", "gae_lamda=0.9", "--out", str(tmp_path / "x")]) == 2
     assert "gae_lamda" in capsys.readouterr().err

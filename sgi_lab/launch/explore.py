@@ -52,7 +52,7 @@ def collect(args: argparse.Namespace, random_handler: Callable[..., int]) -> int
     """``sgi-lab collect POLICY``: ``exploratory`` here, ``random`` by the CLI's own handler."""
     if args.policy != "exploratory":
         return random_handler(args)
-    from sgi_lab.data.explore import collect_exploratory
+    from sgi_lab.train.explore import collect_exploratory
 
     store = collect_exploratory(
         args.game,
