@@ -19,7 +19,8 @@ import numpy as np
 import torch
 
 from sgi_lab.data import TransitionStore, TransitionStoreWriter
-from sgi_lab.runs import atomic_torch_save, cpu_model, verify_checksums
+from sgi_lab.files import atomic_torch_save, cpu_model
+from sgi_lab.runs import verify_checksums
 from sgi_lab.train.pretrain import check_store
 
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 
 from sgi_lab.config import FinetuneConfig, PretrainConfig, build_config
+from sgi_lab.files import cpu_model
 from sgi_lab.nets.cpu_settings import settle
-from sgi_lab.runs import cpu_model
 from sgi_lab.train.transfer import model_args_for
 from sgi_lab.train.update import measure_update
 

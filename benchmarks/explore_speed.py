@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from sgi_lab.config import ExploreConfig
-from sgi_lab.runs import cpu_model
+from sgi_lab.files import cpu_model
 from sgi_lab.train.explore import collect_exploratory
 
 

@@ -34,8 +34,8 @@ from sgi_lab.config import FinetuneConfig, to_dict
 from sgi_lab.data.population_replay import PopulationReplay
 from sgi_lab.data.replay import PrioritizedReplay
 from sgi_lab.envs import make_env
+from sgi_lab.files import read_jsonl
 from sgi_lab.nets import SGIModel
-from sgi_lab.runs import read_jsonl
 from sgi_lab.train.agent import Population, use_amp
 from sgi_lab.train.evaluate import evaluate
 from sgi_lab.train.finetune import finetune

@@ -24,8 +24,8 @@ import torch
 
 from sgi_lab.data import TransitionStore
 from sgi_lab.data.collect import collect_random
+from sgi_lab.files import cpu_model
 from sgi_lab.probes import probe_encoder, random_probe_encoder
-from sgi_lab.runs import cpu_model
 
 
 def main() -> None:

@@ -17,14 +17,8 @@ from sgi_lab.config import (
     parse_overrides,
     read_params,
 )
-from sgi_lab.runs import (
-    CheckpointError,
-    RunDir,
-    atomic_torch_save,
-    load_checkpoint,
-    restore_generator,
-    run_name,
-)
+from sgi_lab.files import atomic_torch_save
+from sgi_lab.runs import CheckpointError, RunDir, load_checkpoint, restore_generator, run_name
 
 
 def test_defaults_follow_the_paper():
@@ -232,7 +226,7 @@ def test_finetune_config_canonicalises_the_game_once():
 
 
 def test_metrics_written_before_the_shared_namespace_are_renamed_on_read(tmp_path):
-    from sgi_lab.runs import read_jsonl
+    from sgi_lab.files import read_jsonl
 
     path = tmp_path / "metrics.jsonl"
     path.write_text(

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from sgi_lab.files import cpu_model
 from sgi_lab.nets.cpu_settings import choose_cpu_settings, time_step
-from sgi_lab.runs import cpu_model
 
 
 def fake_times(table):

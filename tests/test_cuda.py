@@ -17,8 +17,9 @@ import sgi_lab.train.finetune as ft
 from sgi_lab.augment import augment
 from sgi_lab.config import FinetuneConfig, PretrainConfig, build_config
 from sgi_lab.data.replay import PrioritizedReplay
+from sgi_lab.files import read_jsonl
 from sgi_lab.nets import SGIModel
-from sgi_lab.runs import RunDir, load_checkpoint, read_jsonl
+from sgi_lab.runs import RunDir, load_checkpoint
 from sgi_lab.train.agent import Population
 from sgi_lab.train.pretrain import load_pretrained_model, pretrain
 from sgi_lab.train.transfer import model_args_for

@@ -9,9 +9,10 @@ import json
 import pytest
 from tqdm import tqdm
 
+from sgi_lab.files import provenance, record_provenance
 from sgi_lab.launch import demo
 from sgi_lab.launch.notebook_runner import RunExistsError
-from sgi_lab.runs import RunDir, provenance, record_provenance
+from sgi_lab.runs import RunDir
 
 
 def _finished_stages(root, seconds=60.0):

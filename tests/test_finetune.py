@@ -15,6 +15,7 @@ import sgi_lab.train.update as update_module
 from sgi_lab.config import ConfigError, FinetuneConfig
 from sgi_lab.data.replay import PrioritizedReplay
 from sgi_lab.envs import UnknownGameError
+from sgi_lab.files import read_jsonl
 from sgi_lab.launch.cli import main
 from sgi_lab.nets import SGIModel
 from sgi_lab.runs import (
@@ -23,7 +24,6 @@ from sgi_lab.runs import (
     RunDir,
     RunStopped,
     parse_duration,
-    read_jsonl,
     stop_on_signals,
 )
 from sgi_lab.train.agent import Population

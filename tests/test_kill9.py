@@ -146,7 +146,8 @@ finetune_population(configs, population_folders(sys.argv[1], configs), progress=
 def test_finetune_population_killed_at_random_resumes_and_finishes(tmp_path):
     """Two agents killed -9 during training (or evaluation), re-run: both finish, metrics
     never repeat a step, no temp file is left, and a killed run never reads as finished."""
-    from sgi_lab.runs import FinetuneRun, read_jsonl
+    from sgi_lab.files import read_jsonl
+    from sgi_lab.runs import FinetuneRun
     from sgi_lab.train.finetune import finetune_population
 
     rng = random.Random(2)

@@ -12,9 +12,10 @@ import yaml
 from conftest import write_notebook
 
 from sgi_lab.config import ConfigError, PretrainConfig
+from sgi_lab.files import cpu_model
 from sgi_lab.launch import notebook_api, notebook_runner, sweep
 from sgi_lab.launch.notebook_runner import NotebookRunError, RunExistsError, run_notebook
-from sgi_lab.runs import RunDir, cpu_model
+from sgi_lab.runs import RunDir
 
 pytestmark = pytest.mark.smoke
 

@@ -21,7 +21,7 @@ PACKAGE = Path(sgi_lab.__file__).resolve().parent
 # metrics sits below train: train/evaluate scores its returns with metrics.hns, and nothing in
 # metrics needs training. viz sits below analysis: the analysis models draw with viz figures.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("sgi_lab.envs", "sgi_lab.paths"),
+    ("sgi_lab.envs", "sgi_lab.paths", "sgi_lab.files"),
     ("sgi_lab", "sgi_lab.config", "sgi_lab.runs", "sgi_lab.augment", "sgi_lab.draws"),
     ("sgi_lab.data", "sgi_lab.nets", "sgi_lab.objectives"),
     ("sgi_lab.metrics",),

@@ -286,8 +286,9 @@ LOOP = [
 def test_population_of_two_games_and_two_seeds_runs_resumes_and_reports(tmp_path, capsys):
     import pandas as pd
 
+    from sgi_lab.files import read_jsonl
     from sgi_lab.launch.cli import main
-    from sgi_lab.runs import FinetuneRun, read_jsonl
+    from sgi_lab.runs import FinetuneRun
     from sgi_lab.train.finetune import finetune_population
 
     out = tmp_path / "pop"

@@ -12,14 +12,12 @@ import pytest
 import torch
 
 from sgi_lab.config import ConfigError, FinetuneConfig, PretrainConfig, build_config, to_dict
+from sgi_lab.files import LOCK_FILE, RunFolderError, atomic_write_text
 from sgi_lab.runs import (
-    LOCK_FILE,
     RUNTIME_KEYS,
     FinetuneRun,
     RunDir,
-    RunFolderError,
     UnfinishedRunError,
-    atomic_write_text,
     clean_temp_files,
     pretrained_source,
     require_finished,
@@ -233,9 +231,9 @@ def test_every_default_config_passes_the_range_checks():
 
 
 def test_a_run_records_the_code_and_machine_that_made_it_and_each_change(tmp_path, monkeypatch):
-    import sgi_lab.runs as runs_module
+    import sgi_lab.files as files_module
 
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(runs_module.__file__)))
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(files_module.__file__)))
     head = subprocess.run(
         ["git", "-C", repo, "rev-parse", "HEAD"], capture_output=True, text=True
     ).stdout.strip()
@@ -243,7 +241,7 @@ def test_a_run_records_the_code_and_machine_that_made_it_and_each_change(tmp_pat
     (entry,) = run.status()["provenance"]
     assert entry["step"] == 0 and entry["commit"] == (head or None)
     assert isinstance(entry["dirty"], bool) == bool(head)
-    assert entry["cpu"] == runs_module.cpu_model() and entry["torch"] == torch.__version__
+    assert entry["cpu"] == files_module.cpu_model() and entry["torch"] == torch.__version__
     assert entry["sgi_lab"] and entry["python"] == sys.version.split()[0]
 
     run.fail("stopped at step 4", step=4)
@@ -251,8 +249,8 @@ def test_a_run_records_the_code_and_machine_that_made_it_and_each_change(tmp_pat
     resumed.start(4)
     assert len(resumed.status()["provenance"]) == 1  # same code, same machine: one entry
 
-    real = runs_module.provenance
-    monkeypatch.setattr(runs_module, "provenance", lambda: {**real(), "cpu": "Another CPU"})
+    real = files_module.provenance
+    monkeypatch.setattr(files_module, "provenance", lambda: {**real(), "cpu": "Another CPU"})
     moved = RunDir.open(run.path, "pretrain", CONFIG)
     moved.start(7)
     first, second = moved.status()["provenance"]
@@ -260,17 +258,17 @@ def test_a_run_records_the_code_and_machine_that_made_it_and_each_change(tmp_pat
 
 
 def test_provenance_without_a_clone_has_no_commit(tmp_path, monkeypatch):
-    import sgi_lab.runs as runs_module
+    import sgi_lab.files as files_module
 
-    monkeypatch.setattr(runs_module, "_git", lambda root, *args: None)
-    info = runs_module.provenance()
+    monkeypatch.setattr(files_module, "_git", lambda root, *args: None)
+    info = files_module.provenance()
     assert info["commit"] is None and info["dirty"] is None and info["torch"] == torch.__version__
 
 
 def test_provenance_never_writes_the_clones_git_index(tmp_path):
     """A plain ``git status`` refreshes .git/index after a file's stat changed; ours must not
     (the clone is the user's, and their own git command may hold the index lock)."""
-    import sgi_lab.runs as runs_module
+    import sgi_lab.files as files_module
 
     def git(*args):
         subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
@@ -282,7 +280,7 @@ def test_provenance_never_writes_the_clones_git_index(tmp_path):
     index = tmp_path / ".git" / "index"
     before = index.stat().st_mtime_ns
     os.utime(tmp_path / "a.txt", ns=(before + 10**9, before + 10**9))  # stale stat info
-    assert runs_module._git(tmp_path, "status", "--porcelain", "--untracked-files=no") == ""
+    assert files_module._git(tmp_path, "status", "--porcelain", "--untracked-files=no") == ""
     assert index.stat().st_mtime_ns == before
     git("status", "--porcelain")  # the check is able to fail: plain git status writes it
     assert index.stat().st_mtime_ns != before

@@ -84,7 +84,7 @@ def test_unfinished_store_never_opens_and_resumes(tmp_path):
 
 @pytest.mark.parametrize("naming", ["runs", "legacy"])
 def test_killed_writes_temp_files_are_ours_and_dropped_on_resume(tmp_path, naming):
-    # A writer killed mid-write leaves temp files: runs.atomic_write's ``.NAME.PID.tmp``, or
+    # A writer killed mid-write leaves temp files: files.atomic_write's ``.NAME.PID.tmp``, or
     # ``NAME.tmp`` in partial folders left by versions before it. Both must still resume.
     path = tmp_path / "s"
     writer = TransitionStoreWriter.create(path, game="Pong", source="t", chunk_size=4)

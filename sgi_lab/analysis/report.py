@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sgi_lab.files import read_mapping
 from sgi_lab.metrics import (
     METRIC_LABELS,
     aggregate_scores,
@@ -38,7 +39,7 @@ from sgi_lab.metrics import (
 )
 from sgi_lab.metrics.paper import PER_GAME_TABLES
 from sgi_lab.metrics.protocol import EvalProtocol
-from sgi_lab.runs import read_mapping, require_finished
+from sgi_lab.runs import require_finished
 
 __all__ = [
     "PaperColumn",

@@ -22,8 +22,9 @@ import pandas as pd
 import torch
 
 from sgi_lab.data import TransitionStore
+from sgi_lab.files import read_jsonl
 from sgi_lab.nets import SGIModel
-from sgi_lab.runs import read_jsonl, resolve_device
+from sgi_lab.nets.runtime import resolve_device
 from sgi_lab.train.pretrain import load_pretrained_model, representation_similarity
 
 __all__ = [

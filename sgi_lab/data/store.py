@@ -12,7 +12,7 @@ continue the same episode (``first`` stays 0), exactly as the environment's own 
 does.
 
 Writing is crash-safe: a store is built in ``STORE.partial/`` and renamed to ``STORE`` only when
-complete; every file goes through `sgi_lab.runs.atomic_write`, and an interrupted collection
+complete; every file goes through `sgi_lab.files.atomic_write`, and an interrupted collection
 resumes from the last chunk the partial manifest records. The manifest holds a checksum of
 every chunk and a content ``fingerprint`` of the store, which a run records (it survives moving
 the folder); :meth:`TransitionStore.verify` checks the files against them. Only a store of ours
@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from sgi_lab.runs import LOCK_FILE, TEMP_RE, FolderLock, atomic_write
+from sgi_lab.files import LOCK_FILE, TEMP_RE, FolderLock, atomic_write
 
 FORMAT_VERSION = 1
 FRAME_SHAPE = (84, 84)
@@ -115,7 +115,7 @@ def _write_manifest(path: Path, payload: dict) -> None:
 def _temp_target(name: str) -> str | None:
     """The file a writer's temp file ``name`` would have become, or None if it is not one.
 
-    Temp files are `sgi_lab.runs.atomic_write`'s ``.NAME.PID.tmp``; stores written before it
+    Temp files are `sgi_lab.files.atomic_write`'s ``.NAME.PID.tmp``; stores written before it
     used ``NAME.tmp``, and their partial folders may still hold those.
     """
     match = TEMP_RE.match(name)

@@ -24,6 +24,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from sgi_lab.files import atomic_write_text, provenance, read_jsonl
 from sgi_lab.launch.notebook_api import find_project_root
 from sgi_lab.launch.notebook_runner import (
     NotebookRunError,
@@ -31,7 +32,7 @@ from sgi_lab.launch.notebook_runner import (
     read_param_file,
     run_notebook,
 )
-from sgi_lab.runs import RunDir, atomic_write_text, provenance, read_jsonl
+from sgi_lab.runs import RunDir
 
 __all__ = [
     "STAGES",

@@ -40,8 +40,9 @@ from typing import Any, Literal
 import yaml
 
 from sgi_lab.config import ConfigError, check_value, load_yaml_mapping
+from sgi_lab.files import LOCK_WAIT_ENV, atomic_write_text
 from sgi_lab.launch.storage import RunStorage, run_in_scratch
-from sgi_lab.runs import LOCK_WAIT_ENV, atomic_write_text, read_status, run_name
+from sgi_lab.runs import read_status, run_name
 
 __all__ = [
     "EXECUTORS",
@@ -902,7 +903,7 @@ def check_experiment_folder(out: str | os.PathLike, name: str) -> None:
     Raises:
         RunFolderError: naming the folder and why (a user's own files, another experiment).
     """
-    from sgi_lab.runs import LOCK_FILE, RunFolderError, read_mapping
+    from sgi_lab.files import LOCK_FILE, RunFolderError, read_mapping
 
     out = Path(out)
     if not out.exists():
@@ -1375,7 +1376,7 @@ def run_graph(
         raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
     if max_parallel < 1 or retries < 0:
         raise ValueError("max_parallel must be >= 1 and retries >= 0")
-    from sgi_lab.runs import FolderLock
+    from sgi_lab.files import FolderLock
 
     out = graph.out
     check_experiment_folder(out, graph.experiment.name)

@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from sgi_lab.config import ConfigError, load_yaml_mapping, parse_value
+from sgi_lab.files import atomic_write_text, jsonable, record_provenance
 from sgi_lab.launch.notebook_api import (
     DEFAULT_OUT_ROOT,
     FIGURE_FORMATS_ENV,
@@ -33,7 +34,7 @@ from sgi_lab.launch.notebook_api import (
     run_folder_name,
     static_export_problem,
 )
-from sgi_lab.runs import CHECKPOINT_RE, RunDir, atomic_write_text, jsonable, record_provenance
+from sgi_lab.runs import CHECKPOINT_RE, RunDir
 
 __all__ = [
     "KEEP_CHECKPOINTS",

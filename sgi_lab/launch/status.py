@@ -16,8 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sgi_lab.files import read_mapping
 from sgi_lab.paths import did_you_mean
-from sgi_lab.runs import read_mapping, read_status
+from sgi_lab.runs import read_status
 
 __all__ = [
     "add_status_parser",

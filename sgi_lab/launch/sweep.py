@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from sgi_lab.files import atomic_write_text
 from sgi_lab.launch.notebook_api import run_folder_name
 from sgi_lab.launch.notebook_runner import (
     NotebookRunError,
@@ -39,7 +40,7 @@ from sgi_lab.launch.notebook_runner import (
     resolve_parameters,
     run_notebook,
 )
-from sgi_lab.runs import RunDir, atomic_write_text, run_name
+from sgi_lab.runs import RunDir, run_name
 
 __all__ = [
     "add_sweep_parser",

@@ -35,6 +35,13 @@ def cpu_has_native_bf16() -> bool:
     return bool(caps.get("avx512_bf16") or caps.get("amx_bf16"))
 
 
+def resolve_device(name: str = "auto") -> torch.device:
+    """``auto`` -> CUDA when present, else CPU."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
 def use_bf16(device: torch.device, cuda: bool = True, cpu: bool | str = True) -> bool:
     """The one bf16 decision: on CUDA when ``cuda``; on a CPU when ``cpu`` and the CPU has
     native bf16 (:func:`cpu_has_native_bf16`; elsewhere bf16 is emulated and slower than fp32).

@@ -29,7 +29,9 @@ import torch
 from tqdm.auto import tqdm
 
 from sgi_lab.data.store import StoreError, TransitionStore
+from sgi_lab.files import atomic_write_text, jsonable, provenance
 from sgi_lab.nets import SGIModel
+from sgi_lab.nets.runtime import resolve_device
 from sgi_lab.probes.atariari import annotations, labels_from_ram
 from sgi_lab.probes.linear import (
     ProbeSettings,
@@ -40,7 +42,6 @@ from sgi_lab.probes.linear import (
     label_entropy,
     majority_predictions,
 )
-from sgi_lab.runs import atomic_write_text, jsonable, provenance, resolve_device
 
 __all__ = [
     "NON_RANDOM_SOURCES",

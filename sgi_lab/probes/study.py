@@ -231,7 +231,7 @@ def write_probe_report(graph: Any) -> Path:
     (those numbers as markdown, for docs/results)."""
     import html
 
-    from sgi_lab.runs import atomic_write_text
+    from sgi_lab.files import atomic_write_text
     from sgi_lab.viz.probes import probe_bars
 
     out = Path(graph.out)

@@ -34,17 +34,11 @@ from tqdm.auto import tqdm
 from sgi_lab.envs import canonical_game
 from sgi_lab.envs.atari import MAX_EPISODE_FRAMES
 from sgi_lab.envs.pool import FRAME_STACK_SHAPE, EnvPool, spread
+from sgi_lab.files import atomic_write_text
 from sgi_lab.metrics import human_normalized_score
 from sgi_lab.nets import SGIModel
 from sgi_lab.nets.runtime import use_bf16
-from sgi_lab.runs import (
-    CheckpointError,
-    Deadline,
-    RunDir,
-    RunStopped,
-    atomic_write_text,
-    load_checkpoint,
-)
+from sgi_lab.runs import CheckpointError, Deadline, RunDir, RunStopped, load_checkpoint
 
 __all__ = [
     "Policy",
@@ -374,7 +368,8 @@ def evaluate_run(
     Raises:
         UnfinishedRunError: the run never finished and ``allow_unfinished`` is false.
     """
-    from sgi_lab.runs import require_finished, resolve_device
+    from sgi_lab.nets.runtime import resolve_device
+    from sgi_lab.runs import require_finished
 
     _check_run_folder_path(run_dir)
     finished = require_finished(run_dir, "evaluate", allow_unfinished)

@@ -46,23 +46,19 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from torch import nn
 from tqdm.auto import tqdm
 
 from sgi_lab.config import ExploreConfig
 from sgi_lab.data.explore import EpisodeBuffers
 from sgi_lab.data.store import TransitionStore, TransitionStoreWriter
-from sgi_lab.files import atomic_torch_save
+from sgi_lab.nets.curiosity import IDFModel, PolicyNet
 from sgi_lab.objectives.ppo import gae, ppo_clip_loss, value_loss
-from sgi_lab.runs import MetricsLogger, RunDir, load_checkpoint
+from sgi_lab.runs import MetricsLogger, RunDir, atomic_torch_save, load_checkpoint
 
 __all__ = [
     "AGENT_DIR",
     "ExploreAgent",
-    "IDFModel",
     "IntrinsicReturnNormalizer",
-    "PolicyNet",
     "Rollout",
     "collect_exploratory",
     "data_params",
@@ -146,107 +142,6 @@ class IntrinsicReturnNormalizer:
         self.moments.mean = state["mean"]
         self.moments.var = state["var"]
         self.moments.count = state["count"]
-
-
-# -- networks ----------------------------------------------------------------------------------
-
-
-def small_convnet(width: int, out_dim: int) -> nn.Sequential:
-    """Burda et al.'s ``small_convnet``: (B, 4, 84, 84) -> (B, out_dim), leaky ReLU, no last nl.
-
-    Channels ``width, 2 width, 2 width`` (32/64/64 in the paper), kernels 8/4/3, strides 4/2/1.
-    """
-    return nn.Sequential(
-        nn.Conv2d(4, width, 8, stride=4),
-        nn.LeakyReLU(),
-        nn.Conv2d(width, 2 * width, 4, stride=2),
-        nn.LeakyReLU(),
-        nn.Conv2d(2 * width, 2 * width, 3, stride=1),
-        nn.LeakyReLU(),
-        nn.Flatten(),
-        nn.Linear(2 * width * 7 * 7, out_dim),
-    )
-
-
-class PolicyNet(nn.Module):
-    """Actor-critic: its own conv features -> two ReLU layers -> action logits and a value."""
-
-    def __init__(self, num_actions: int, config: ExploreConfig) -> None:
-        super().__init__()
-        self.features = small_convnet(config.conv_width, config.feature_dim)
-        self.trunk = nn.Sequential(
-            nn.Linear(config.feature_dim, config.hidden_size),
-            nn.ReLU(),
-            nn.Linear(config.hidden_size, config.hidden_size),
-            nn.ReLU(),
-        )
-        self.logits = nn.Linear(config.hidden_size, num_actions)
-        self.value = nn.Linear(config.hidden_size, 1)
-
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Normalised observations (B, 4, 84, 84) -> logits (B, A), values (B,)."""
-        h = self.trunk(self.features(x))
-        return self.logits(h), self.value(h).squeeze(-1)
-
-
-class IDFModel(nn.Module):
-    """IDF curiosity: features trained by an inverse model, and a forward model on them."""
-
-    def __init__(self, num_actions: int, config: ExploreConfig) -> None:
-        super().__init__()
-        self.num_actions = num_actions
-        d, h, a = config.feature_dim, config.hidden_size, num_actions
-        self.features = small_convnet(config.conv_width, d)
-        self.inverse = nn.Sequential(nn.Linear(2 * d, h), nn.ReLU(), nn.Linear(h, a))
-        self.forward_in = nn.Linear(d + a, h)
-        self.forward_blocks = nn.ModuleList(
-            nn.ModuleList([nn.Linear(h + a, h), nn.Linear(h + a, h)])
-            for _ in range(config.forward_blocks)
-        )
-        self.forward_out = nn.Linear(h + a, d)
-
-    def predict_next(self, features: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """Forward model: phi(s_t) (B, d), a_t (B,) -> predicted phi(s_{t+1}) (B, d)."""
-        onehot = F.one_hot(actions, self.num_actions).to(features.dtype)
-        x = F.leaky_relu(self.forward_in(torch.cat([features, onehot], -1)))
-        for first, second in self.forward_blocks:
-            res = F.leaky_relu(first(torch.cat([x, onehot], -1)))
-            x = x + second(torch.cat([res, onehot], -1))
-        return self.forward_out(torch.cat([x, onehot], -1))
-
-    def losses(
-        self, obs: torch.Tensor, next_obs: torch.Tensor, actions: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-sample inverse-dynamics cross-entropy and forward-model error, both (B,).
-
-        The forward error is the intrinsic reward; its gradient reaches only the forward model
-        (inputs and targets are detached features), the inverse loss trains the features.
-        """
-        phi, phi_next = self.features(torch.cat([obs, next_obs])).chunk(2)
-        return self.feature_losses(phi, phi_next, actions)
-
-    def sequence_losses(
-        self, obs: torch.Tensor, actions: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """`losses` of the T transitions of streams: obs (T + 1, B, 4, 84, 84), actions (T, B).
-
-        Each observation's features are computed once (s_{t+1} is the next state of step t and
-        the state of step t+1). Returns two (T * B,) tensors in time-major order.
-        """
-        steps, batch = actions.shape
-        phi = self.features(obs.flatten(0, 1)).view(steps + 1, batch, -1)
-        return self.feature_losses(phi[:-1].flatten(0, 1), phi[1:].flatten(0, 1), actions.flatten())
-
-    def feature_losses(
-        self, phi: torch.Tensor, phi_next: torch.Tensor, actions: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Inverse cross-entropy and forward error (B,) from features (B, d) of s_t, s_{t+1}."""
-        inverse = F.cross_entropy(
-            self.inverse(torch.cat([phi, phi_next], -1)), actions, reduction="none"
-        )
-        predicted = self.predict_next(phi.detach(), actions)
-        forward = (predicted - phi_next.detach()).pow(2).mean(-1)
-        return inverse, forward
 
 
 class Rollout(NamedTuple):

@@ -36,19 +36,17 @@ from sgi_lab.data.population_replay import PopulationReplay
 from sgi_lab.envs import canonical_game
 from sgi_lab.envs import num_actions as game_actions
 from sgi_lab.envs.pool import EnvPool
+from sgi_lab.files import atomic_torch_save, atomic_write_text, raise_if_disk_full
 from sgi_lab.nets import SGIModel
 from sgi_lab.nets.cpu_settings import settle
+from sgi_lab.nets.runtime import resolve_device
 from sgi_lab.runs import (
     CheckpointError,
     Deadline,
     FinetuneRun,
     RunStopped,
-    atomic_torch_save,
-    atomic_write_text,
     failure_reason,
     load_checkpoint,
-    raise_if_disk_full,
-    resolve_device,
     restore_generator,
     stop_on_signals,
 )
@@ -215,7 +213,6 @@ def finetune_in_parts(
     Returns:
         The runs, in the order of ``configs``.
     """
-    from sgi_lab.runs import resolve_device
     from sgi_lab.train.capacity import max_agents as fitting
     from sgi_lab.train.capacity import split_population
 

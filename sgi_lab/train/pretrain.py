@@ -31,11 +31,12 @@ from tqdm.auto import tqdm
 from sgi_lab.augment import augment
 from sgi_lab.config import ConfigError, PretrainConfig, build_config, to_dict
 from sgi_lab.data import SequenceBatch, SequenceSampler, StoreError, TransitionStore
+from sgi_lab.files import atomic_torch_save
 from sgi_lab.nets import SGIModel, ema_update, make_target
 from sgi_lab.nets.cpu_settings import settle, time_step
 from sgi_lab.nets.graphs import GraphedCall
 from sgi_lab.nets.model import parameter_group
-from sgi_lab.nets.runtime import autocast, clip_gradients, prepare_device
+from sgi_lab.nets.runtime import autocast, clip_gradients, prepare_device, resolve_device
 from sgi_lab.objectives import (
     atc_accuracy,
     atc_loss,
@@ -46,8 +47,6 @@ from sgi_lab.runs import (
     Deadline,
     RunDir,
     RunStopped,
-    atomic_torch_save,
-    resolve_device,
     restore_generator,
     stop_on_signals,
 )

@@ -415,7 +415,7 @@ class LiveCurves:
 
     def poll(self, metrics_path: str | os.PathLike) -> None:
         """Feed the rows of ``metrics_path`` not seen yet (a rewritten, shorter file restarts)."""
-        from sgi_lab.runs import read_jsonl
+        from sgi_lab.files import read_jsonl
 
         rows = read_jsonl(metrics_path)
         if len(rows) < self._followed:  # the trainer resumed and dropped rows
