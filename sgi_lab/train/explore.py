@@ -51,9 +51,10 @@ from tqdm.auto import tqdm
 from sgi_lab.config import ExploreConfig
 from sgi_lab.data.explore import EpisodeBuffers
 from sgi_lab.data.store import TransitionStore, TransitionStoreWriter
+from sgi_lab.files import atomic_torch_save
 from sgi_lab.nets.curiosity import IDFModel, PolicyNet
 from sgi_lab.objectives.ppo import gae, ppo_clip_loss, value_loss
-from sgi_lab.runs import MetricsLogger, RunDir, atomic_torch_save, load_checkpoint
+from sgi_lab.runs import MetricsLogger, RunDir, load_checkpoint
 
 __all__ = [
     "AGENT_DIR",
