@@ -374,6 +374,14 @@ def build_config(cls: type, values: dict[str, Any] | None = None, **overrides: A
     return cls(**checked)  # which validates it (`validate`)
 
 
+def check_key_value(cls: type, key: str, value: Any) -> Any:
+    """One key of config class ``cls`` on its own: its type and range, not the checks across
+    keys (which need the whole config); returns the converted value."""
+    value = check_value(key, value, typing.get_type_hints(cls)[key])
+    _check_range(key, value)
+    return value
+
+
 def validate(config: Any) -> None:
     """Every check of a config beyond its keys' types, run once, as the config is constructed
     (`build_config`, a direct call, ``dataclasses.replace``): each numeric field's range

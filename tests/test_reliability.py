@@ -544,3 +544,17 @@ def test_a_run_opened_as_new_is_not_started_over_one_begun_meanwhile(tmp_path):
     with pytest.raises(RunFolderError, match="another sgi-lab process started a run here"):
         second.start(0)
     assert snapshot(tmp_path) == before and first.finished
+
+
+def test_experiment_set_accepts_keys_that_are_valid_only_together(tmp_path, capsys):
+    """Each ``set:`` key is checked on its own for its type and range only: a combination that
+    is valid together (ATC alone: the S/G/I weights 0) is not refused key by key."""
+    text = Path(EXPERIMENT_SMOKE).read_text()
+    anchor = "    params: params/pretrain/smoke.yaml\n    data: random\n    set: {"
+    override = "{atc_weight: 1.0, spr_weight: 0.0, goal_weight: 0.0, inverse_weight: 0.0}"
+    text = text.replace(anchor, anchor.replace("set: {", f"set: {override}\n    old: {{"))
+    text = text.replace("\n    old: {", "\n    # {")
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(text)
+    rc, err = run_cli(capsys, ["experiment", exp, "--out", tmp_path / "out", "--dry-run"])
+    assert rc == 0, err

@@ -284,7 +284,12 @@ def _check_sets(experiment: Experiment, path: Path) -> None:
     """Each ``set:`` override on its own against its stage's config, so a bad key or value is
     blamed on the experiment file and its entry (``exp.yaml: pretrain[0].set.bogus: ...``),
     not on the params file it overrides."""
-    from sgi_lab.config import ExploreConfig, FinetuneConfig, PretrainConfig, build_config
+    from sgi_lab.config import (
+        ExploreConfig,
+        FinetuneConfig,
+        PretrainConfig,
+        check_key_value,
+    )
 
     entries = [(f"pretrain[{i}]", PretrainConfig, s.set) for i, s in enumerate(experiment.pretrain)]
     entries += [
@@ -303,8 +308,8 @@ def _check_sets(experiment: Experiment, path: Path) -> None:
                     f"{path}: {where}.set.{key}: unknown key for {cls.__name__} "
                     f"(valid keys: {sorted(known)})"
                 )
-            try:
-                build_config(cls, {key: value})
+            try:  # its type and range; checks across keys run when the stage's config is built
+                check_key_value(cls, key, value)
             except ConfigError as exc:
                 problem = str(exc).removeprefix(f"{key}: ")
                 raise ConfigError(f"{path}: {where}.set.{key}: {problem}") from None

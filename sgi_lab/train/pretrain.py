@@ -89,27 +89,6 @@ def spr_coefficient(config: PretrainConfig) -> float:
     return _spr_coefficient(config.spr_weight, config.spr_steps, config.spr_weight_convention)
 
 
-def check_objectives(config: PretrainConfig) -> None:
-    weights = {
-        "spr_weight": config.spr_weight,
-        "goal_weight": config.goal_weight,
-        "inverse_weight": config.inverse_weight,
-        "atc_weight": config.atc_weight,
-        "bc_weight": config.bc_weight,
-    }
-    negative = [k for k, v in weights.items() if v < 0]
-    if negative:
-        raise ConfigError(f"objective weights must be >= 0: {negative}")
-    if not any(weights.values()):
-        raise ConfigError("every objective weight is 0: nothing to learn")
-    if config.atc_weight > 0 and (config.spr_weight or config.goal_weight or config.inverse_weight):
-        raise ConfigError("atc_weight is a baseline on its own: set spr/goal/inverse weights to 0")
-    if config.goal_weight > 0 and not 1 <= config.n_step <= config.spr_steps:
-        raise ConfigError(
-            f"n_step must lie in 1..spr_steps ({config.spr_steps}), got {config.n_step}"
-        )
-
-
 def build_state(
     config: PretrainConfig, num_actions: int, device: torch.device, **sizes: Any
 ) -> PretrainState:
@@ -455,7 +434,6 @@ def pretrain(
         RunFolderError: ``out`` is not empty and not a pretraining run of ours.
         RunStopped: ``stop`` passed; checkpointed, resumable.
     """
-    check_objectives(config)
     store = data if isinstance(data, TransitionStore) else TransitionStore(data)
     run = RunDir.open(
         out, "pretrain", to_dict(config), overwrite=overwrite, inputs={"data": store.fingerprint}
