@@ -143,6 +143,7 @@ def test_experiment_tasks_sharing_a_machine_get_their_share(monkeypatch, tmp_pat
     import os
 
     from sgi_lab.launch import experiment as ex
+    from sgi_lab.launch.experiment import executors
 
     env = ex._task_env(2, 0.5)
     assert env[capacity.MEMORY_SHARE_ENV] == "0.5" and env["OMP_NUM_THREADS"] == "2"
@@ -153,7 +154,7 @@ def test_experiment_tasks_sharing_a_machine_get_their_share(monkeypatch, tmp_pat
         seen["share"] = memory_share
         return {"returncode": 0, "seconds": 0.0, "tail": ""}
 
-    monkeypatch.setattr(ex, "run_command", fake_run_command)
+    monkeypatch.setattr(executors, "run_command", fake_run_command)
     executor = ex.LocalExecutor(4, 1)
     task = ex.Task(id="t", kind="finetune", folder=tmp_path, deps=(), argv=("finetune",))
     executor.result(executor.submit(task, str(tmp_path / "log"), str(tmp_path)))

@@ -1,0 +1,135 @@
+"""Experiments: a table of the paper as a file, run as a task graph, locally or on Ray.
+
+An experiment file (``params/experiments/*.yaml``, validated by `load_experiment`) declares the
+games, the seeds, a data source per name, the pretraining and the finetuning configurations.
+`expand` turns it into a graph of tasks, each an ordinary run folder under the experiment
+folder (its layout: README.md, "Experiments"). A task runs when its inputs are complete; a
+finished task is skipped when the experiment runs again (an interrupted experiment resumes:
+unfinished runs resume from their checkpoints); a failed task is retried, then reported with its
+log while independent branches go on. Every task but the report is a subprocess running the
+``sgi-lab`` CLI (memory is isolated and the command in ``experiment.json`` reproduces it by
+hand). The local executor runs ``max_parallel`` of them, each with ``cpu_count // max_parallel``
+torch threads; the Ray executor sends them to a Ray cluster as tasks with resource requests
+(``num_cpus``, fractional ``num_gpus``). Workers write the run folders in place (a shared
+filesystem), or, with ``storage=URI`` (``--storage``), in a scratch folder synced with an object
+store (`sgi_lab.launch.storage`).
+
+``sgi-lab experiment FILE --out DIR --dry-run`` prints the graph and its cost at the speeds
+measured in ``benchmarks/README.md`` (`SPEEDS`).
+
+The package, in the order a task flows through it:
+
+- `spec`: the experiment file's dataclasses and `load_experiment`;
+- `graph`: `Task`, `Graph` and `expand`;
+- `cost`: the measured speeds, `estimate_cost` and the ``--dry-run`` plan;
+- `state`: whether a task is done (locally or in a storage URI), what a worker pulls and pushes;
+- `executors`: one task as an ``sgi-lab`` subprocess, `LocalExecutor` and `RayExecutor`;
+- `scheduler`: `run_graph`;
+- `report`: ``report.html`` and ``results.csv``;
+- `cli`: ``sgi-lab experiment``.
+"""
+
+from sgi_lab.launch.experiment.cli import (
+    add_experiment_parser,
+    load_graph,
+    main_experiment,
+    run_experiment,
+)
+from sgi_lab.launch.experiment.cost import (
+    MACHINES,
+    SPEEDS,
+    Speed,
+    estimate_cost,
+    format_plan,
+)
+from sgi_lab.launch.experiment.executors import (
+    DRIVER_PID_ENV,
+    LOCAL_RAY,
+    RAY_AUTH_HINT,
+    LocalExecutor,
+    RayExecutor,
+    _ray_memory_share,
+    _task_env,
+    die_with_driver,
+    local_ray,
+    run_command,
+)
+from sgi_lab.launch.experiment.graph import Graph, Task, expand
+from sgi_lab.launch.experiment.report import finished_agent_folders, write_report
+from sgi_lab.launch.experiment.scheduler import (
+    STATES,
+    _oversubscription,
+    _threads_per_task,
+    run_graph,
+)
+from sgi_lab.launch.experiment.spec import (
+    EXECUTORS,
+    EXPERIMENT_FILE,
+    KINDS,
+    NO_PRETRAINING,
+    PROBE_KEYS,
+    RESOURCE_KEYS,
+    STATE_FILE,
+    DataSpec,
+    Experiment,
+    FinetuneSpec,
+    PretrainSpec,
+    ProbeSpec,
+    load_experiment,
+)
+from sgi_lab.launch.experiment.state import (
+    check_experiment_folder,
+    pull_results,
+    storage_plan,
+    stored_task_done,
+    task_done,
+)
+
+__all__ = [
+    "DRIVER_PID_ENV",
+    "EXECUTORS",
+    "EXPERIMENT_FILE",
+    "KINDS",
+    "LOCAL_RAY",
+    "MACHINES",
+    "NO_PRETRAINING",
+    "PROBE_KEYS",
+    "RAY_AUTH_HINT",
+    "RESOURCE_KEYS",
+    "SPEEDS",
+    "STATES",
+    "STATE_FILE",
+    "DataSpec",
+    "Experiment",
+    "FinetuneSpec",
+    "Graph",
+    "LocalExecutor",
+    "PretrainSpec",
+    "ProbeSpec",
+    "RayExecutor",
+    "Speed",
+    "Task",
+    "_oversubscription",
+    "_ray_memory_share",
+    "_task_env",
+    "_threads_per_task",
+    "add_experiment_parser",
+    "check_experiment_folder",
+    "die_with_driver",
+    "estimate_cost",
+    "expand",
+    "finished_agent_folders",
+    "format_plan",
+    "load_experiment",
+    "load_graph",
+    "local_ray",
+    "main_experiment",
+    "pull_results",
+    "run_command",
+    "run_experiment",
+    "run_graph",
+    "storage_plan",
+    "stored_task_done",
+    "task_done",
+    "write_report",
+]

@@ -1,0 +1,124 @@
+"""``sgi-lab experiment``: the command line, and `run_experiment` / `load_graph`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from sgi_lab.config import ConfigError
+from sgi_lab.launch.experiment.cost import (
+    format_plan,
+)
+from sgi_lab.launch.experiment.graph import (
+    Graph,
+    expand,
+)
+from sgi_lab.launch.experiment.report import write_report
+from sgi_lab.launch.experiment.scheduler import (
+    run_graph,
+)
+from sgi_lab.launch.experiment.spec import (
+    EXECUTORS,
+    EXPERIMENT_FILE,
+    load_experiment,
+)
+from sgi_lab.launch.experiment.state import (
+    check_experiment_folder,
+    pull_results,
+)
+from sgi_lab.launch.storage import RunStorage
+
+# -- the whole thing ----------------------------------------------------------------------------
+
+
+def run_experiment(
+    file: str | os.PathLike,
+    out: str | os.PathLike,
+    parameters: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """`load_experiment` + `expand` + `run_graph` (keyword arguments go to `run_graph`)."""
+    return run_graph(expand(load_experiment(file, parameters), out), **kwargs)
+
+
+def load_graph(out: str | os.PathLike) -> Graph:
+    """The graph of an experiment folder, from the ``experiment.yaml`` it holds."""
+    return expand(load_experiment(Path(out) / EXPERIMENT_FILE), out)
+
+
+def main_experiment(args: argparse.Namespace) -> int:
+    """``sgi-lab experiment FILE --out DIR [--executor local|ray] [--dry-run] ...``."""
+    from sgi_lab.config import parse_value
+
+    parameters = {}
+    for item in args.param or []:
+        if "=" not in item:
+            raise ConfigError(f"--param {item!r} must look like KEY=VALUE")
+        key, raw = item.split("=", 1)
+        parameters[key.strip()] = parse_value(raw)
+    experiment = load_experiment(args.file, parameters)
+    out = args.out or Path("outputs/experiments") / experiment.name
+    graph = expand(experiment, out)
+    if args.dry_run:
+        print(format_plan(graph))
+        return 0
+    if args.report_only:
+        check_experiment_folder(graph.out, experiment.name)
+        if args.storage:
+            pull_results(graph, RunStorage(args.storage))
+        print(f"wrote {write_report(graph)}")
+        return 0
+    summary = run_graph(
+        graph,
+        executor=args.executor,
+        max_parallel=args.max_parallel,
+        retries=args.retries,
+        address=args.address,
+        progress=not args.no_progress,
+        storage=args.storage,
+    )
+    bad = {k: v for k, v in summary["tasks"].items() if v["state"] in ("failed", "blocked")}
+    for task_id, entry in bad.items():
+        print(f"\n{entry['state']}: {task_id} (log {entry['log']})", file=sys.stderr)
+        print(_indent(entry.get("error") or ""), file=sys.stderr)
+    print(json.dumps(summary["counts"]))
+    if (graph.out / "report.html").exists():
+        print(f"report: {graph.out / 'report.html'}")
+    return 1 if bad else 0
+
+
+def _indent(text: str) -> str:
+    return "\n".join("    " + line for line in text.splitlines())
+
+
+def add_experiment_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``experiment`` on an argparse sub-parser set; the handler is ``args.handler``."""
+    p = subparsers.add_parser(
+        "experiment",
+        help="run a table of the paper (params/experiments/*.yaml) as a task graph",
+        description="Expand an experiment file into its task graph (datasets -> pretraining -> "
+        "finetuning populations -> report) and run it locally or on Ray. Re-run to resume.",
+    )
+    p.add_argument("file", type=Path, help="params/experiments/NAME.yaml")
+    p.add_argument("--out", type=Path, default=None, help="default outputs/experiments/<name>")
+    p.add_argument("--executor", choices=EXECUTORS, default="local")
+    p.add_argument("--address", default=None, help="Ray: the cluster to join (host:port, auto)")
+    p.add_argument(
+        "--storage",
+        default=None,
+        metavar="URI",
+        help="keep the run folders at an fsspec URI (s3://bucket/exp, gs://..., file:///...) "
+        "for a cluster without a shared filesystem; the report is written to --out",
+    )
+    p.add_argument("--dry-run", action="store_true", help="print the graph and its cost only")
+    p.add_argument("--max-parallel", type=int, default=1, help="local: task processes at a time")
+    p.add_argument("--retries", type=int, default=1, help="runs again of a failed task")
+    p.add_argument("--param", action="append", metavar="KEY=VALUE", help="an experiment parameter")
+    p.add_argument("--report-only", action="store_true", help="write the report of what finished")
+    p.add_argument("--no-progress", action="store_true", help="no progress display")
+    p.set_defaults(handler=main_experiment)
+    return p

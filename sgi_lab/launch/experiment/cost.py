@@ -1,0 +1,188 @@
+"""Measured speeds (`SPEEDS`, `MACHINES`), a graph's estimated cost (`estimate_cost`) and
+the ``--dry-run`` plan (`format_plan`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sgi_lab.launch.experiment.graph import (
+    Graph,
+    Task,
+)
+
+# -- speeds and cost ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Speed:
+    """One measured speed from ``benchmarks/README.md``."""
+
+    stage: str  # collect_random, collect_exploratory, pretrain, finetune
+    encoder: str | None  # the encoder for pretrain/finetune
+    machine: str  # key of MACHINES
+    rate: float  # per second: agent steps (collection, finetuning, one agent) or samples
+    source: str  # where the figure is in benchmarks/README.md
+
+
+MACHINES = {
+    "h100": "one NVIDIA H100 (bf16, channels-last)",
+    "cpu": "the 2-core development CPU (2 torch threads)",
+}
+
+SPEEDS: tuple[Speed, ...] = (
+    Speed("collect_random", None, "cpu", 2250.0, "Foundation: Random collection, one core"),
+    Speed("collect_random", None, "h100", 2250.0, "Foundation: Random collection, one core"),
+    Speed("collect_exploratory", None, "cpu", 84.0, "Exploratory collection: 8 envs, one thread"),
+    Speed("pretrain", "nature", "h100", 8673.0, "Pretraining speed: H100, samples/s"),
+    Speed("pretrain", "resnet", "h100", 3929.0, "Pretraining speed: H100, samples/s"),
+    Speed("pretrain", "resnet_l", "h100", 2872.0, "Pretraining speed: H100, samples/s"),
+    Speed("pretrain", "nature", "cpu", 375.0, "Pretraining speed: two threads, samples/s"),
+    Speed("pretrain", "resnet", "cpu", 134.7, "Pretraining speed: two threads, samples/s"),
+    Speed("pretrain", "resnet_l", "cpu", 19.0, "Pretraining speed: one thread, busy machine"),
+    Speed("finetune", "nature", "h100", 18.3, "Finetuning: whole loop on an H100, env steps/s"),
+    Speed("finetune", "resnet", "h100", 10.1, "Finetuning: whole loop on an H100, env steps/s"),
+    Speed("finetune", "nature", "cpu", 5.24, "Finetuning: whole loop, 2 threads, session 4"),
+    Speed("finetune", "resnet", "cpu", 1.91, "Finetuning: whole loop, 2 threads, session 4"),
+    Speed("probe", "nature", "cpu", 400.0, "Probe speed: frames/s, busy 2-core machine"),
+)
+"""Measured speeds (benchmarks/README.md). Finetuning rates are one agent's; a population on a
+GPU batches its agents, so its figure is an upper bound on the time. No figure: DQN Replay
+imports, exploratory collection on a GPU box, ResNet-L finetuning (reported as unknown)."""
+
+
+def _speed(stage: str, encoder: str | None, machine: str) -> float | None:
+    for s in SPEEDS:
+        if s.stage == stage and s.encoder == encoder and s.machine == machine:
+            return s.rate
+    return None
+
+
+def estimate_cost(graph: Graph) -> dict[str, Any]:
+    """Runs, agent steps, pretraining samples and hours per stage on each machine of `MACHINES`.
+
+    Returns:
+        ``{"stages": {stage: {tasks, runs, steps, samples, hours: {machine: h}, unmeasured}},
+        "total": {...}, "unknown": [stage/encoder without a measured speed]}``. Hours are one
+        process's (or one GPU's) time per task, summed over tasks (divide by the tasks that run
+        at once); tasks without a measured speed count 0 and put their machine in
+        ``unmeasured``.
+    """
+    stages: dict[str, dict[str, Any]] = {}
+    unknown: set[str] = set()
+    for task in graph.tasks:
+        if task.kind == "report":
+            continue
+        row = stages.setdefault(
+            task.stage,
+            {
+                "tasks": 0,
+                "runs": 0,
+                "steps": 0,
+                "samples": 0,
+                "hours": dict.fromkeys(MACHINES, 0.0),
+            },
+        )
+        row["tasks"] += 1
+        row["runs"] += len(task.agents) or 1
+        row["steps"] += task.steps
+        row["samples"] += task.samples
+        work = task.samples if task.stage == "pretrain" else task.steps
+        for machine in MACHINES:
+            rate = _speed(task.stage, task.encoder, machine)
+            if rate is None:
+                unknown.add(f"{task.stage}" + (f"/{task.encoder}" if task.encoder else ""))
+                row.setdefault("unmeasured", set()).add(machine)
+            else:
+                row["hours"][machine] += work / rate / 3600
+    total = {
+        "tasks": len(graph.tasks),
+        "runs": sum(r["runs"] for r in stages.values()),
+        "steps": sum(r["steps"] for r in stages.values()),
+        "samples": sum(r["samples"] for r in stages.values()),
+        "hours": {m: sum(r["hours"][m] for r in stages.values()) for m in MACHINES},
+        "unmeasured": set().union(*(r.get("unmeasured", set()) for r in stages.values())),
+    }
+    return {"stages": stages, "total": total, "unknown": sorted(unknown)}
+
+
+def _fmt_count(n: float) -> str:
+    for div, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if n >= div:
+            return f"{n / div:.3g}{unit}"
+    return f"{n:.0f}"
+
+
+def _population_gb(graph: Graph, task: Task) -> float | None:
+    """Estimated memory of a finetuning task's agents trained as one population
+    (`sgi_lab.train.capacity.agent_bytes` of its resolved config), or None."""
+    from sgi_lab.config import FinetuneConfig, build_config
+    from sgi_lab.train.capacity import agent_bytes
+
+    argv = list(task.argv)
+    if "--params" not in argv:
+        return None
+    resolved = graph.params_files.get(argv[argv.index("--params") + 1])
+    if resolved is None:
+        return None
+    config = build_config(FinetuneConfig, resolved["config"])
+    return agent_bytes(config)["total"] * len(task.agents) / 1e9
+
+
+def format_plan(graph: Graph) -> str:
+    """The graph (one line per task, with its inputs and command) and its estimated cost."""
+    e = graph.experiment
+    lines = [
+        f"experiment {e.name}" + (f" ({e.table})" if e.table else "") + f": {e.description}",
+        f"folder {graph.out}",
+        f"{len(e.games)} games x {len(e.seeds)} seeds; tasks: "
+        + ", ".join(f"{n} {k}" for k, n in graph.counts().items() if n or k != "probe"),
+        "",
+    ]
+    for task in graph.tasks:
+        extra = ""
+        if task.agents:
+            memory = _population_gb(graph, task)
+            extra = f"  [{len(task.agents)} agents" + (
+                f", ~{memory:.0f} GB as one population]" if memory is not None else "]"
+            )
+        lines.append(f"{task.id}{extra}")
+        if task.deps:
+            shown = ", ".join(task.deps[:4]) + (
+                f" +{len(task.deps) - 4}" if len(task.deps) > 4 else ""
+            )
+            lines.append(f"    after {shown}")
+        if task.argv:
+            lines.append("    sgi-lab " + " ".join(_quote(a) for a in task.argv))
+    for note in graph.dropped:
+        lines.append(f"dropped: {note}")
+    cost = estimate_cost(graph)
+    lines += ["", "estimated cost (speeds: benchmarks/README.md; sgi_lab.launch.experiment.SPEEDS)"]
+    header = f"{'stage':<20}{'tasks':>6}{'runs':>7}{'agent-steps':>13}{'samples':>10}"
+    header += "".join(f"{m + ' h':>12}" for m in MACHINES)
+    lines.append(header)
+
+    def hours(row: dict[str, Any], machine: str) -> str:
+        h = row["hours"][machine]
+        if machine not in row.get("unmeasured", ()):
+            return f"{h:>12.1f}"
+        return f"{'?':>12}" if h == 0 else f"{f'{h:.1f}+?':>12}"
+
+    for stage, row in [*cost["stages"].items(), ("total", cost["total"])]:
+        line = f"{stage:<20}{row.get('tasks', 0):>6}{row['runs']:>7}"
+        line += f"{_fmt_count(row['steps']):>13}{_fmt_count(row['samples']):>10}"
+        line += "".join(hours(row, m) for m in MACHINES)
+        lines.append(line)
+    for machine, what in MACHINES.items():
+        lines.append(f"  {machine}: {what}")
+    lines.append(
+        "  hours are summed over tasks (one process or GPU each); finetuning uses one agent's "
+        "rate per agent (a batched population is faster)"
+    )
+    if cost["unknown"]:
+        lines.append(f"  ?: no measured speed for {', '.join(cost['unknown'])} (counted as 0)")
+    return "\n".join(lines)
+
+
+def _quote(arg: str) -> str:
+    return f"'{arg}'" if any(c in arg for c in " {}*?$") else arg

@@ -1,0 +1,392 @@
+"""An experiment as a task graph: `Task`, `Graph` and `expand`, which builds it (nothing is
+written)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sgi_lab.launch.experiment.spec import (
+    DEFAULT_RESOURCES,
+    KINDS,
+    NO_PRETRAINING,
+    DataSpec,
+    Experiment,
+)
+from sgi_lab.runs import run_name
+
+# -- the graph ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Task:
+    """One node of the graph: a run folder and the command that fills it."""
+
+    id: str  # data/random__Pong, pretrain/sgi_m__Pong, finetune/reduced_lr@sgi_m, report
+    kind: str  # data, pretrain, finetune, report
+    folder: Path  # the run folder (the store, for data)
+    deps: tuple[str, ...]  # ids of the tasks whose folders it reads
+    argv: tuple[str, ...]  # the sgi-lab command line (after `sgi-lab`); () for the report
+    stage: str = ""  # the cost stage (collect_random, pretrain, finetune...)
+    encoder: str | None = None
+    steps: int = 0  # agent steps: collected, or finetuned over every agent
+    samples: int = 0  # pretraining samples (steps x batch)
+    agents: tuple[tuple[str, int], ...] = ()  # finetune: the population's (game, seed) pairs
+    agent_folders: tuple[Path, ...] = ()  # finetune: one run folder per agent
+    resources: dict[str, float] = field(default_factory=dict)
+    probe: dict[str, Any] = field(default_factory=dict)  # probe: store, settings, objective
+
+
+@dataclass(frozen=True)
+class Graph:
+    """An experiment expanded: tasks in dependency order, and what writing it needs."""
+
+    experiment: Experiment
+    out: Path
+    tasks: tuple[Task, ...]
+    params_files: dict[str, dict[str, Any]]  # path -> params payload, written when it runs
+    dropped: tuple[str, ...] = ()  # branches left out (a data parameter not given)
+
+    def task(self, task_id: str) -> Task:
+        return next(t for t in self.tasks if t.id == task_id)
+
+    def counts(self) -> dict[str, int]:
+        return {kind: sum(t.kind == kind for t in self.tasks) for kind in KINDS}
+
+
+def _fill(text: str, values: dict[str, Any]) -> str:
+    class Keep(dict):
+        def __missing__(self, key: str) -> str:
+            return "{" + key + "}"
+
+    return text.format_map(Keep({k: v for k, v in values.items()}))
+
+
+def _data_task(name: str, spec: DataSpec, game: str, out: Path, experiment: Experiment) -> Task:
+    folder = out / "data" / run_name(name, game)
+    values = {**experiment.parameters, "game": game}
+    common = ("--game", game, "--out", str(folder), "--no-progress")
+    if spec.source == "random":
+        argv = ("collect", "random", "--steps", str(spec.steps), "--seed", str(spec.seed), *common)
+        steps, stage = spec.steps, "collect_random"
+    elif spec.source == "exploratory":
+        extra = ("--params", spec.params) if spec.params else ()
+        sets = tuple(x for k, v in spec.set.items() for x in ("--set", f"{k}={_yaml_value(v)}"))
+        argv = ("collect", "exploratory", "--steps", str(spec.steps), "--seed", str(spec.seed))
+        argv = (*argv, *extra, *sets, *common)
+        steps, stage = spec.steps, "collect_exploratory"
+    else:  # dqn_replay
+        runs: list[int | None] = list(spec.runs) or [None]
+        srcs = tuple(
+            _fill(spec.src or "", values if r is None else {**values, "run": r}) for r in runs
+        )
+        argv = ("import", "dqn-replay", "--src", *srcs, "--checkpoints")
+        argv = (*argv, ",".join(map(str, spec.checkpoints)))
+        if spec.samples is not None:
+            argv = (*argv, "--samples", str(spec.samples))
+        argv = (*argv, *common)
+        per = spec.samples or 1_000_000
+        steps, stage = per * len(spec.checkpoints) * len(runs), "import_dqn_replay"
+    return Task(
+        id=f"data/{folder.name}",
+        kind="data",
+        folder=folder,
+        deps=(),
+        argv=argv,
+        stage=stage,
+        steps=steps,
+        resources=_resources(experiment, "data"),
+    )
+
+
+def _yaml_value(value: Any) -> str:
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+
+
+def _resources(experiment: Experiment, kind: str) -> dict[str, float]:
+    return {**DEFAULT_RESOURCES[kind], **experiment.resources.get(kind, {})}
+
+
+def _needs_missing(spec: DataSpec, parameters: dict[str, Any]) -> list[str]:
+    """The parameters a data source names in ``src`` that were not given (null)."""
+    import string
+
+    names = [
+        f
+        for _, f, _, _ in string.Formatter().parse(spec.src or "")
+        if f and f not in ("game", "run")
+    ]
+    return [n for n in names if parameters.get(n) is None]
+
+
+def expand(experiment: Experiment, out: str | os.PathLike) -> Graph:
+    """The experiment's task graph under folder ``out`` (nothing is written).
+
+    Dataset per (data source, game) -> pretraining per (config, game) -> one finetuning task
+    per (finetuning config, pretraining config) training every game x seed as a population ->
+    one report. A data source whose ``src`` names a parameter that was not given is dropped
+    with every branch that needs it (listed in ``Graph.dropped``).
+
+    Raises:
+        ConfigError: a params file is missing or malformed, an override names an unknown key
+            or has a wrong type (the messages name the key).
+    """
+    out = Path(out).resolve()
+    tasks: list[Task] = []
+    params_files: dict[str, dict[str, Any]] = {}
+    dropped: list[str] = []
+    missing = {
+        name: needs
+        for name, spec in experiment.data.items()
+        if (needs := _needs_missing(spec, experiment.parameters))
+    }
+    for name, needs in missing.items():
+        dropped.append(
+            f"data {name!r} and the branches on it: give --param "
+            + " --param ".join(f"{n}=..." for n in needs)
+        )
+    used = {p.data for p in [*experiment.pretrain, *experiment.probe] if p.data not in missing}
+    data_tasks: dict[tuple[str, str], Task | Path] = {}
+    for name in (n for n in experiment.data if n in used):
+        spec = experiment.data[name]
+        for game in experiment.games:
+            if spec.source == "folder":
+                data_tasks[name, game] = Path(
+                    _fill(spec.src or "", {**experiment.parameters, "game": game})
+                )
+                continue
+            task = _data_task(name, spec, game, out, experiment)
+            data_tasks[name, game] = task
+            tasks.append(task)
+
+    pretrain_configs = _pretrain_tasks(experiment, out, data_tasks, missing, tasks, params_files)
+    tasks += _finetune_tasks(experiment, out, pretrain_configs, params_files, dropped)
+    # Each probe right after its inputs: an experiment cut short has probed what it pretrained.
+    for probe in _probe_tasks(experiment, out, data_tasks, pretrain_configs, missing, dropped):
+        after = [i for i, t in enumerate(tasks) if t.id in probe.deps]
+        at = max(after) + 1 if after else 0
+        while at < len(tasks) and tasks[at].kind == "probe":
+            at += 1
+        tasks.insert(at, probe)
+    finetunes = tuple(t.id for t in tasks if t.kind in ("finetune", "probe"))
+    tasks.append(
+        Task(
+            id="report",
+            kind="report",
+            folder=out,
+            deps=finetunes,
+            argv=(),
+            resources=_resources(experiment, "report"),
+        )
+    )
+    return Graph(experiment, out, tuple(tasks), params_files, tuple(dropped))
+
+
+def _pretrain_tasks(
+    experiment: Experiment,
+    out: Path,
+    data_tasks: dict[tuple[str, str], Task | Path],
+    missing: dict[str, list[str]],
+    tasks: list[Task],
+    params_files: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
+    """One pretraining task per (pretraining config, game), appended to ``tasks``, each config's
+    resolved params added to ``params_files``. Returns the configs by name."""
+    from sgi_lab.config import PretrainConfig, load_config, read_params, to_dict
+
+    pretrain_configs: dict[str, Any] = {}
+    for spec in experiment.pretrain:
+        if spec.data in missing:
+            continue
+        config = load_config(PretrainConfig, spec.params, spec.set)
+        meta = read_params(spec.params)
+        pretrain_configs[spec.name] = config
+        params_path = out / "params" / f"pretrain__{spec.name}.yaml"
+        params_files[str(params_path)] = {
+            "name": spec.name,
+            "description": meta.get("description", ""),
+            "config": to_dict(config),
+        }
+        for game in experiment.games:
+            source = data_tasks[spec.data, game]
+            data = source.folder if isinstance(source, Task) else source
+            folder = out / "pretrain" / run_name(spec.name, game)
+            argv = ("pretrain", "--params", str(params_path), "--data", str(data))
+            tasks.append(
+                Task(
+                    id=f"pretrain/{folder.name}",
+                    kind="pretrain",
+                    folder=folder,
+                    deps=(source.id,) if isinstance(source, Task) else (),
+                    argv=(*argv, "--out", str(folder), "--no-progress"),
+                    stage="pretrain",
+                    encoder=config.encoder,
+                    samples=config.steps * config.batch_size,
+                    resources=_resources(experiment, "pretrain"),
+                )
+            )
+
+    return pretrain_configs
+
+
+def _finetune_tasks(
+    experiment: Experiment,
+    out: Path,
+    pretrain_configs: dict[str, Any],
+    params_files: dict[str, dict[str, Any]],
+    dropped: list[str],
+) -> list[Task]:
+    """One finetuning task per (finetuning config, pretraining config) training every game x seed
+    as a population (or per part of it, with ``max_agents``); each config's resolved params
+    added to ``params_files``; a branch whose pretraining was dropped added to ``dropped``."""
+    from sgi_lab.config import FinetuneConfig, load_config, read_params, to_dict
+    from sgi_lab.train.capacity import split_population
+    from sgi_lab.train.finetune import population_configs, population_folders
+
+    tasks: list[Task] = []
+    for spec in experiment.finetune:
+        meta = read_params(spec.params)
+        for base in spec.pretrain:
+            scratch = base == NO_PRETRAINING
+            if not scratch and base not in pretrain_configs:
+                dropped.append(f"finetune {spec.name}@{base} (its pretraining was dropped)")
+                continue
+            overrides = dict(spec.set)
+            if not scratch and "encoder" not in overrides:
+                overrides["encoder"] = pretrain_configs[base].encoder
+            overrides["pretrained"] = None
+            config = load_config(FinetuneConfig, spec.params, overrides)
+            label = spec.name if scratch else f"{spec.name}__{base}"
+            params_path = out / "params" / f"finetune__{run_name(label)}.yaml"
+            params_files[str(params_path)] = {
+                "name": spec.name,
+                "description": meta.get("description", ""),
+                "config": to_dict(config),
+            }
+            folder = out / "finetune" / run_name(label)
+            pattern = None if scratch else str(out / "pretrain" / f"{base}__{{game}}")
+            configs = population_configs(
+                dataclasses.replace(config, pretrained=pattern),
+                experiment.games,
+                experiment.seeds,
+            )
+            folder_of = dict(
+                zip(
+                    ((c.game, c.seed) for c in configs),
+                    population_folders(folder, configs),
+                    strict=True,
+                )
+            )
+            parts = (
+                [(list(experiment.games), list(experiment.seeds))]
+                if experiment.max_agents is None
+                else split_population(experiment.games, experiment.seeds, experiment.max_agents)
+            )
+            for k, (games, seeds) in enumerate(parts):
+                part = [c for c in configs if c.game in games and c.seed in seeds]
+                folders = tuple(folder_of[c.game, c.seed] for c in part)
+                # A part of one agent writes its run folder directly (a population of one runs
+                # in its --out), the same folder the whole population would give it.
+                out_folder = folders[0] if len(part) == 1 else folder
+                argv = ["finetune", "--params", str(params_path)]
+                argv += ["--game", ",".join(games)]
+                argv += ["--seed", ",".join(map(str, seeds))]
+                if pattern:
+                    argv += ["--pretrained", pattern]
+                argv += ["--out", str(out_folder), "--no-progress"]
+                deps = () if scratch else tuple(f"pretrain/{run_name(base, g)}" for g in games)
+                suffix = f"/part{k + 1}of{len(parts)}" if len(parts) > 1 else ""
+                tasks.append(
+                    Task(
+                        id=f"finetune/{folder.name}{suffix}",
+                        kind="finetune",
+                        folder=folder,
+                        deps=deps,
+                        argv=tuple(argv),
+                        stage="finetune",
+                        encoder=config.encoder,
+                        steps=config.steps * len(part),
+                        agents=tuple((c.game, c.seed) for c in part),
+                        agent_folders=folders,
+                        resources=_resources(experiment, "finetune"),
+                    )
+                )
+    return tasks
+
+
+def _probe_tasks(
+    experiment: Experiment,
+    out: Path,
+    data_tasks: dict[tuple[str, str], Task | Path],
+    pretrain_configs: dict[str, Any],
+    missing: dict[str, list[str]],
+    dropped: list[str],
+) -> list[Task]:
+    """One probe task per (probe config, pretraining config or random seed, game): ``sgi-lab
+    probe`` of the pretraining run (its probes.json) or of a random encoder (a folder under
+    ``probes/``), on the data source's store of that game."""
+    tasks = []
+    for spec in experiment.probe:
+        if spec.data in missing:
+            dropped.append(f"probe {spec.name} (its data {spec.data!r} was dropped)")
+            continue
+        options = ["--split-seed", str(spec.split_seed), "--no-progress"]
+        if spec.max_frames is not None:
+            options += ["--max-frames", str(spec.max_frames)]
+        if not spec.random_baseline:
+            options.append("--no-random-baseline")
+        for base in spec.pretrain:
+            if base != NO_PRETRAINING and base not in pretrain_configs:
+                dropped.append(f"probe {spec.name}@{base} (its pretraining was dropped)")
+                continue
+            for game in experiment.games:
+                source = data_tasks[spec.data, game]
+                store = source.folder if isinstance(source, Task) else source
+                data_deps = (source.id,) if isinstance(source, Task) else ()
+                key = {
+                    "store": str(store),
+                    "split_seed": spec.split_seed,
+                    "max_frames": spec.max_frames,
+                    "random_baseline_seed": 0 if spec.random_baseline else None,
+                }
+                if base == NO_PRETRAINING:
+                    encoders = [
+                        (
+                            out / "probes" / run_name(spec.name, "random_init", f"s{seed}", game),
+                            ("--random-init", spec.encoder, "--seed", str(seed)),
+                            (),
+                            spec.encoder,
+                            seed,
+                        )
+                        for seed in spec.seeds
+                    ]
+                else:
+                    folder = out / "pretrain" / run_name(base, game)
+                    config = pretrain_configs[base]
+                    encoders = [(folder, (), (f"pretrain/{folder.name}",), config.encoder, None)]
+                for folder, how, deps, encoder, seed in encoders:
+                    if how:
+                        argv = ("probe", *how, "--out", str(folder))
+                    else:
+                        argv = ("probe", str(folder))
+                    label = base if seed is None else f"{base}__s{seed}"
+                    tasks.append(
+                        Task(
+                            id=f"probe/{run_name(spec.name, label, game)}",
+                            kind="probe",
+                            folder=folder,
+                            deps=(*deps, *data_deps),
+                            argv=(*argv, "--data", str(store), *options),
+                            stage="probe",
+                            encoder=encoder,
+                            steps=spec.max_frames or getattr(source, "steps", 0),
+                            resources=_resources(experiment, "probe"),
+                            probe={**key, "objective": base, "seed": seed, "game": game},
+                        )
+                    )
+    return tasks

@@ -1,0 +1,102 @@
+"""The experiment's report: ``report.html`` and ``results.csv`` of its finished finetuning runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sgi_lab.files import atomic_write_text
+from sgi_lab.launch.experiment.graph import (
+    Graph,
+)
+from sgi_lab.launch.experiment.spec import (
+    STATE_FILE,
+)
+from sgi_lab.runs import read_status
+
+# -- the report ---------------------------------------------------------------------------------
+
+
+def finished_agent_folders(graph: Graph) -> list[Path]:
+    """Every finetuning agent folder of the graph that finished with an evaluation."""
+    return [
+        f
+        for t in graph.tasks
+        for f in t.agent_folders
+        if (read_status(f) or {}).get("state") == "finished" and (f / "eval.json").exists()
+    ]
+
+
+def write_report(graph: Graph, reps: int = 2000) -> Path:
+    """``report.html``, ``results.csv`` (per game) and ``results.aggregates.csv`` of the
+    experiment's finished finetuning runs, beside the paper's column for each configuration.
+
+    Returns:
+        The path of report.html.
+    """
+    import html
+
+    import pandas as pd
+
+    from sgi_lab.analysis.report import format_aggregates, report
+    from sgi_lab.viz import interval_plot, per_game_hns_figure
+
+    out = graph.out
+    if not any(t.kind == "finetune" for t in graph.tasks):  # a probe study
+        from sgi_lab.probes.study import write_probe_report
+
+        return write_probe_report(graph)
+    runs = finished_agent_folders(graph)
+    per_game, aggregates = report(runs, csv=out / "results.csv", reps=reps)
+    figures = []
+    ours = aggregates[["method", "metric", "value", "lower", "upper"]]
+    paper = aggregates.dropna(subset=["paper_same_games"]).assign(
+        method=lambda d: d["paper_config"].astype(str) + " (paper, same games)",
+        value=lambda d: d["paper_same_games"],
+        lower=float("nan"),
+        upper=float("nan"),
+    )[["method", "metric", "value", "lower", "upper"]]
+    both = pd.concat([ours, paper], ignore_index=True)
+    metrics = [m for m in ("iqm", "median", "mean") if m in set(both["metric"])]
+    figures.append(interval_plot(both, metrics=metrics, title="Aggregate HNS (95% CIs over runs)"))
+    bars = per_game[["method", "game", "hns"]]
+    paper_bars = per_game.dropna(subset=["paper_hns"]).assign(
+        method=lambda d: d["paper_config"].astype(str) + " (paper)", hns=lambda d: d["paper_hns"]
+    )[["method", "game", "hns"]]
+    paper_bars = paper_bars.drop_duplicates(["method", "game"])
+    figures.append(per_game_hns_figure(pd.concat([bars, paper_bars], ignore_index=True)))
+    states = {}
+    state_file = out / STATE_FILE
+    if state_file.exists():
+        states = json.loads(state_file.read_text()).get("tasks", {})
+    failed = {k: v for k, v in states.items() if v.get("state") in ("failed", "blocked")}
+    e = graph.experiment
+    parts = [
+        "<!DOCTYPE html><html><head><meta charset='utf-8'>",
+        f"<title>{html.escape(e.name)}</title>",
+        "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}</style></head><body>",
+        f"<h1>Experiment {html.escape(e.name)}</h1>",
+        f"<p>{html.escape(e.description)}"
+        + (f" (paper {html.escape(e.table)})" if e.table else "")
+        + f"; {len(runs)} finetuning runs, {len(e.games)} games x {len(e.seeds)} seeds.</p>",
+    ]
+    if failed or graph.dropped:
+        parts.append("<h2>Missing</h2><ul>")
+        for task_id, entry in failed.items():
+            parts.append(
+                f"<li>{html.escape(task_id)}: {entry.get('state')} "
+                f"(log {html.escape(str(entry.get('log', '')))})</li>"
+            )
+        parts += [f"<li>dropped: {html.escape(d)}</li>" for d in graph.dropped]
+        parts.append("</ul>")
+    parts.append("<h2>Aggregates (HNS; 95% stratified bootstrap CIs over runs)</h2>")
+    parts.append(format_aggregates(aggregates).to_html(index=False, na_rep="-"))
+    for i, fig in enumerate(figures):
+        parts.append(fig.to_html(full_html=False, include_plotlyjs=(i == 0)))
+    parts.append("<h2>Per game (mean raw score over runs; the paper's column beside)</h2>")
+    parts.append(per_game.to_html(index=False, float_format=lambda x: f"{x:.3f}", na_rep="-"))
+    parts.append("</body></html>")
+    path = out / "report.html"
+    atomic_write_text(path, "\n".join(parts))
+    return path

@@ -1,0 +1,395 @@
+"""The scheduler: `run_graph` runs every unfinished task of a graph in dependency order,
+retrying failures and recording each task's state in ``experiment.json``."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sgi_lab.files import atomic_write_text
+from sgi_lab.launch.experiment.executors import (
+    LocalExecutor,
+    RayExecutor,
+    _stop_children,
+)
+from sgi_lab.launch.experiment.graph import (
+    Graph,
+    Task,
+)
+from sgi_lab.launch.experiment.report import write_report
+from sgi_lab.launch.experiment.spec import (
+    EXECUTORS,
+    EXPERIMENT_FILE,
+    STATE_FILE,
+)
+from sgi_lab.launch.experiment.state import (
+    _log_path,
+    _name,
+    _report_stale,
+    check_experiment_folder,
+    pull_results,
+    storage_plan,
+    stored_task_done,
+    task_done,
+)
+from sgi_lab.launch.storage import RunStorage
+
+# -- the scheduler ------------------------------------------------------------------------------
+
+
+def _threads_per_task(max_parallel: int) -> int:
+    cores = os.cpu_count() or 1
+    return max(1, cores // max(1, max_parallel))
+
+
+def _oversubscription(graph: Graph, max_parallel: int) -> list[str]:
+    """Warnings when the settings ask for more threads than the machine has cores."""
+    cores = os.cpu_count() or 1
+    notes = []
+    if max_parallel > cores:
+        notes.append(
+            f"--max-parallel {max_parallel} runs more processes than the {cores} cores "
+            "(each still gets one torch thread)"
+        )
+    for path, payload in graph.params_files.items():
+        threads = int(payload.get("config", {}).get("threads", 0) or 0)
+        if threads and threads * max_parallel > cores:
+            notes.append(
+                f"{Path(path).name} sets threads={threads}: {max_parallel} processes x {threads} "
+                f"threads > {cores} cores"
+            )
+    share = _threads_per_task(max_parallel)
+    for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        if key in os.environ and os.environ[key] != str(share):
+            notes.append(f"{key}={os.environ[key]} is replaced per task by {share}")
+    return notes
+
+
+class _Progress:
+    """A tqdm bar over tasks with pending / running / done / failed counts."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=total, desc="tasks", unit="task", disable=not enabled, leave=True)
+        self.enabled = enabled
+
+    def update(self, states: dict[str, str]) -> None:
+        counts = {s: sum(v == s for v in states.values()) for s in STATES}
+        settled = counts["done"] + counts["failed"] + counts["blocked"]
+        self.bar.n = settled
+        self.bar.set_postfix_str(
+            " ".join(f"{s} {counts[s]}" for s in STATES if counts[s] or s != "blocked"),
+            refresh=True,
+        )
+
+    def write(self, line: str) -> None:
+        if self.enabled:
+            self.bar.write(line)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+STATES = ("pending", "running", "done", "failed", "blocked")
+
+
+def run_graph(
+    graph: Graph,
+    executor: str = "local",
+    max_parallel: int = 1,
+    retries: int = 1,
+    address: str | None = None,
+    progress: bool = True,
+    on_event: Callable[[str, Task, dict], None] | None = None,
+    storage: str | None = None,
+) -> dict[str, Any]:
+    """Run every task of ``graph`` whose folder is not complete, in dependency order.
+
+    Args:
+        graph: `expand`'s graph.
+        executor: ``"local"`` (subprocesses on this machine) or ``"ray"``.
+        max_parallel: local executor: task processes at a time (each gets
+            ``cpu_count // max_parallel`` torch threads).
+        retries: how many times a failed task is run again before it is reported failed.
+        address: Ray executor: the cluster to join (``ray.init(address=...)``; ``auto``: the
+            one ``ray start`` runs on this machine); None starts a private local cluster
+            (`local_ray`: no dashboard, token authentication).
+        progress: the tqdm display of tasks pending / running / done / failed.
+        on_event: called as ``on_event(event, task, info)`` for ``started``, ``done``,
+            ``retry``, ``failed`` and ``skipped`` (tests use it).
+        storage: an fsspec URI (``s3://bucket/exp``) holding the run folders, for a cluster
+            without a shared filesystem: each task runs in a scratch folder of its worker that
+            pulls its inputs from there and pushes its run folder back (`run_in_scratch`);
+            finished tasks are read from there; ``experiment.yaml``, ``params/`` and
+            ``experiment.json`` are copied there; the finetuning runs and logs are pulled
+            into ``graph.out`` for the report. None: workers write ``graph.out`` directly.
+
+    Returns:
+        The ``experiment.json`` payload: per task its state (done, failed or blocked: an input
+        failed), attempts, seconds, error (the log's tail) and log; ``counts`` per state.
+    """
+    if executor not in EXECUTORS:
+        raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
+    if max_parallel < 1 or retries < 0:
+        raise ValueError("max_parallel must be >= 1 and retries >= 0")
+    from sgi_lab.files import FolderLock
+
+    out = graph.out
+    check_experiment_folder(out, graph.experiment.name)
+    out.mkdir(parents=True, exist_ok=True)
+    lock = FolderLock(out, f"the experiment {graph.experiment.name!r}", wait=0)
+    try:
+        return _run_graph(
+            graph, out, executor, max_parallel, retries, address, progress, on_event, storage
+        )
+    finally:
+        lock.release()
+
+
+def _run_graph(graph, out, executor, max_parallel, retries, address, progress, on_event, storage):
+    _write_inputs(graph, out)
+    if executor == "local":
+        for note in _oversubscription(graph, max_parallel):
+            warnings.warn(note, RuntimeWarning, stacklevel=2)
+    store = _open_storage(out, storage)
+    runner = (
+        LocalExecutor(max_parallel, _threads_per_task(max_parallel))
+        if executor == "local"
+        else RayExecutor(address)
+    )
+    run = _Run(graph, executor, store, storage, retries, on_event)
+    run.skip_finished()
+    display = _Progress(len(graph.tasks), progress)
+    run.display = display
+    try:
+        while True:
+            run.start_ready(runner)
+            run.save()
+            display.update(run.states)
+            if not run.running:
+                if all(s != "pending" for s in run.states.values()):
+                    break
+                if not any(
+                    run.states[t.id] == "pending" and t.kind == "report" for t in graph.tasks
+                ):
+                    break  # nothing can start (cannot happen in a DAG; a guard)
+                continue
+            for handle in runner.wait(list(run.running), timeout=1.0):
+                run.finish(handle, runner.result(handle))
+    except BaseException:
+        if executor == "local":
+            _stop_children()
+        run.interrupted()
+        raise
+    finally:
+        runner.close()
+        display.close()
+    return run.save()
+
+
+def _write_inputs(graph: Graph, out: Path) -> None:
+    """``experiment.json`` (first: what marks the folder as ours), ``experiment.yaml`` and the
+    resolved params files of the tasks."""
+    if not (out / STATE_FILE).exists():
+        marker = {"name": graph.experiment.name, "out": str(out), "tasks": {}}
+        atomic_write_text(out / STATE_FILE, json.dumps(marker, indent=2))
+    atomic_write_text(
+        out / EXPERIMENT_FILE, yaml.safe_dump(_experiment_dict(graph), sort_keys=False)
+    )
+    for path, payload in graph.params_files.items():
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, yaml.safe_dump(payload, sort_keys=False))
+
+
+def _open_storage(out: Path, storage: str | None) -> RunStorage | None:
+    """The storage URI's `RunStorage`, holding ``experiment.yaml`` and ``params/``; None
+    without one."""
+    if not storage:
+        return None
+    store = RunStorage(storage)
+    if store.is_folder(out):
+        raise ValueError(f"--storage {storage} is --out itself: leave --storage out instead")
+    store.push(out / EXPERIMENT_FILE, EXPERIMENT_FILE)
+    store.push(out / "params", "params")
+    return store
+
+
+class _Run:
+    """One run of a graph: each task's state and record (``experiment.json``), the tasks
+    running (executor handle -> task), and the steps of the scheduler's loop."""
+
+    def __init__(self, graph, executor, store, storage, retries, on_event) -> None:
+        self.graph = graph
+        self.out = graph.out
+        self.executor = executor
+        self.store = store
+        self.storage = storage
+        self.retries = retries
+        self.emit = on_event or (lambda event, task, data: None)
+        self.display: _Progress | None = None
+        self.states = {t.id: "pending" for t in graph.tasks}
+        self.info: dict[str, dict[str, Any]] = {
+            t.id: {
+                "kind": t.kind,
+                "folder": str(t.folder),
+                "attempts": 0,
+                "log": str(_log_path(graph, t)),
+            }
+            for t in graph.tasks
+        }
+        self.running: dict[Any, Task] = {}
+        self.cwd = str(Path.cwd())
+        self.started_at = time.strftime("%Y-%m-%dT%H:%M:%S")
+        self.pushed = ""
+
+    def done(self, task: Task) -> bool:
+        if self.store is None or task.kind == "report":
+            return task_done(task)
+        return stored_task_done(self.graph, task, self.store)
+
+    def skip_finished(self) -> None:
+        """Mark done, without running them, the tasks whose folders are complete."""
+        for task in self.graph.tasks:
+            if task.kind != "report" and self.done(task):
+                self.states[task.id] = "done"
+                self.info[task.id]["skipped"] = True
+                self.emit("skipped", task, self.info[task.id])
+
+    def save(self) -> dict[str, Any]:
+        """Write ``experiment.json`` (and push it to the storage when a task's state changed)."""
+        for task_id, state in self.states.items():
+            self.info[task_id]["state"] = state
+        payload = {
+            "name": self.graph.experiment.name,
+            "out": str(self.out),
+            "executor": self.executor,
+            "started": self.started_at,
+            "updated": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "counts": {s: sum(v == s for v in self.states.values()) for s in STATES},
+            "dropped": list(self.graph.dropped),
+            "tasks": self.info,
+        }
+        text = json.dumps(payload, indent=2, default=str)
+        atomic_write_text(self.out / STATE_FILE, text)
+        state = text.replace(payload["updated"], "")
+        if self.store is not None and state != self.pushed:
+            self.store.write_text(STATE_FILE, text)
+            self.pushed = state
+        return payload
+
+    def start_ready(self, runner: Any) -> None:
+        """Submit every pending task whose inputs are done (while the executor has room), block
+        those with a failed input, and run the report once every other task has settled."""
+        for task in self.graph.tasks:
+            if self.states[task.id] != "pending":
+                continue
+            deps = [self.states[d] for d in task.deps]
+            if task.kind == "report":
+                if all(d in ("done", "failed", "blocked") for d in deps) and not self.running:
+                    self.report(task)
+                continue
+            if any(d in ("failed", "blocked") for d in deps):
+                self.states[task.id] = "blocked"
+                self.info[task.id]["error"] = "an input failed: " + ", ".join(
+                    d for d in task.deps if self.states[d] != "done"
+                )
+                continue
+            if all(d == "done" for d in deps) and len(self.running) < runner.capacity:
+                self.submit(runner, task)
+
+    def submit(self, runner: Any, task: Task) -> None:
+        problem = runner.check(task)
+        if problem:
+            self.states[task.id] = "failed"
+            self.info[task.id]["error"] = problem
+            self.display.write(f"failed  {task.id}: {problem}")
+            self.emit("failed", task, self.info[task.id])
+            return
+        self.info[task.id]["attempts"] += 1
+        plan = storage_plan(self.graph, task, self.storage) if self.storage else None
+        handle = runner.submit(task, self.info[task.id]["log"], self.cwd, plan)
+        self.running[handle] = task
+        self.states[task.id] = "running"
+        self.emit("started", task, self.info[task.id])
+
+    def report(self, task: Task) -> None:
+        store, out = self.store, self.out
+        if store is not None:
+            pull_results(self.graph, store)
+        _run_report(self.graph, task, self.states, self.info, self.display, self.emit)
+        if store is not None and self.states[task.id] == "done":
+            for name in ("report.html", "results.csv", "results.aggregates.csv"):
+                if (out / name).exists():
+                    store.push(out / name, name)
+
+    def finish(self, handle: Any, result: dict) -> None:
+        """Record a task's result: done, retried (while attempts are left) or failed."""
+        task = self.running.pop(handle)
+        entry = self.info[task.id]
+        entry["seconds"] = round(entry.get("seconds", 0.0) + result["seconds"], 1)
+        if self.store is not None:  # the log, where experiment.json says it is
+            log = _log_path(self.graph, task)
+            self.store.pull(_name(self.graph, log), log)
+        if result["returncode"] == 0 and self.done(task):
+            self.states[task.id] = "done"
+            entry.pop("error", None)
+            self.display.write(f"done    {task.id} ({result['seconds']:.0f} s)")
+            self.emit("done", task, entry)
+            return
+        entry["error"] = result["tail"] or f"exit status {result['returncode']}"
+        if entry["attempts"] <= self.retries:
+            self.states[task.id] = "pending"
+            self.display.write(f"retry   {task.id} (attempt {entry['attempts']} failed)")
+            self.emit("retry", task, entry)
+        else:
+            self.states[task.id] = "failed"
+            self.display.write(f"failed  {task.id}: see {entry['log']}")
+            self.emit("failed", task, entry)
+
+    def interrupted(self) -> None:
+        """Put the running tasks back to pending (a run again resumes them) and save."""
+        for task in self.running.values():
+            self.states[task.id] = "pending"
+            self.info[task.id]["error"] = "interrupted (run the experiment again to resume)"
+        self.save()
+
+
+def _run_report(graph, task, states, info, display, emit) -> None:
+    entry = info[task.id]
+    finished = [d for d in task.deps if states[d] == "done"]
+    if task.kind == "report" and not finished:
+        states[task.id] = "blocked"
+        entry["error"] = "no finetuning task finished"
+        return
+    if all(states[d] == "done" for d in task.deps) and not _report_stale(graph) and task_done(task):
+        states[task.id] = "done"
+        entry["skipped"] = True
+        emit("skipped", task, entry)
+        return
+    entry["attempts"] += 1
+    started = time.time()
+    try:
+        write_report(graph)
+    except Exception as exc:
+        states[task.id] = "failed"
+        entry["error"] = f"{type(exc).__name__}: {exc}"
+        display.write(f"failed  report: {entry['error']}")
+        emit("failed", task, entry)
+        return
+    entry["seconds"] = round(time.time() - started, 1)
+    states[task.id] = "done"
+    display.write(f"done    report -> {graph.out / 'report.html'}")
+    emit("done", task, entry)
+
+
+def _experiment_dict(graph: Graph) -> dict[str, Any]:
+    return json.loads(json.dumps(dataclasses.asdict(graph.experiment), default=str))

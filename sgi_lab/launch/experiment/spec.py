@@ -1,0 +1,322 @@
+"""The experiment file: its dataclasses (`Experiment`, one spec per stage) and
+`load_experiment`, which reads and checks it."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import typing
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from sgi_lab.config import ConfigError, check_value, load_yaml_mapping
+
+EXECUTORS = ("local", "ray")
+EXPERIMENT_FILE = "experiment.yaml"
+STATE_FILE = "experiment.json"
+NO_PRETRAINING = "none"
+PROBE_KEYS = ("store", "split_seed", "max_frames", "random_baseline_seed")
+KINDS = ("data", "pretrain", "finetune", "probe", "report")
+
+# -- the experiment file ------------------------------------------------------------------------
+
+
+def F(default: Any, doc: str) -> Any:  # noqa: N802 - reads like a declaration
+    """A dataclass field with a default (copied when mutable) and a one-line doc."""
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata={"doc": doc})
+    return field(default=default, metadata={"doc": doc})
+
+
+REQUIRED = dataclasses.MISSING
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """One dataset per game: collected, imported or found in a folder (paper Sec. 3)."""
+
+    source: Literal["random", "exploratory", "dqn_replay", "folder"] = F(
+        "random",
+        "random: the Random collector; exploratory: the IDF agent (SGI-E); "
+        "dqn_replay: import Dopamine checkpoints (Weak, Mixed); folder: an existing store",
+    )
+    steps: int = F(6_000_000, "random/exploratory: transitions collected per game")
+    seed: int = F(0, "random/exploratory: collection seed")
+    params: str | None = F(None, "exploratory: params/collect file (default: Burda et al.'s)")
+    set: dict[str, Any] = F({}, "exploratory: overrides of the params file's config")
+    src: str | None = F(
+        None,
+        "dqn_replay: the replay_logs folder; folder: the store; {game} and {PARAMETER} are "
+        "filled in (a null parameter drops every branch that needs this data)",
+    )
+    checkpoints: list[int] = F([], "dqn_replay: checkpoint numbers, in order")
+    runs: list[int] = F(
+        [], "dqn_replay: DQN runs filled in for {run} in src, imported one after another"
+    )
+    samples: int | None = F(None, "dqn_replay: transitions taken from each checkpoint")
+
+
+@dataclass(frozen=True)
+class PretrainSpec:
+    """A pretraining configuration, run once per game on that game's dataset."""
+
+    name: str = F(REQUIRED, "label, recorded as the run's params name (sgi_m, sgi_w, s_g...)")
+    params: str = F(REQUIRED, "params/pretrain file")
+    data: str = F(REQUIRED, "name of a data source of this experiment")
+    set: dict[str, Any] = F({}, "overrides of the params file's config (steps, encoder...)")
+
+
+@dataclass(frozen=True)
+class FinetuneSpec:
+    """A finetuning configuration, run from each named pretraining config (or from scratch)."""
+
+    name: str = F(REQUIRED, "label, recorded as the runs' params name (reduced_lr, naive...)")
+    params: str = F(REQUIRED, "params/finetune file")
+    pretrain: list[str] = F(
+        [NO_PRETRAINING], f"pretraining configs to start from; '{NO_PRETRAINING}': from scratch"
+    )
+    set: dict[str, Any] = F(
+        {}, "overrides of the params file's config (the encoder follows the pretraining config)"
+    )
+
+
+@dataclass(frozen=True)
+class ProbeSpec:
+    """Linear probes (`sgi_lab.probes`) of each named pretraining config's runs, or of random
+    encoders, on a data source's store of every game (it must hold RAM)."""
+
+    name: str = F(REQUIRED, "label of the probe configuration")
+    data: str = F(REQUIRED, "name of the data source probed (a store with RAM per game)")
+    pretrain: list[str] = F(
+        [], f"pretraining configs whose runs are probed; '{NO_PRETRAINING}': random encoders"
+    )
+    seeds: list[int] = F([0], f"'{NO_PRETRAINING}': the random encoders' initialization seeds")
+    encoder: Literal["nature", "resnet", "resnet_l"] = F(
+        "nature", f"'{NO_PRETRAINING}': the random encoders' architecture"
+    )
+    max_frames: int | None = F(None, "rows of the store used at most (null: all)")
+    split_seed: int = F(0, "seeds the episode split (the same for every encoder)")
+    random_baseline: bool = F(
+        False, "also probe a random encoder on each run's split (probes.json random_init)"
+    )
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A table of the paper: data -> pretraining per game -> finetuning populations -> report."""
+
+    name: str = F(REQUIRED, "experiment name")
+    description: str = F("", "one line: what the experiment reproduces")
+    table: str | None = F(None, "the paper table it reproduces (tab:HNS, tab:controls_hns...)")
+    games: list[str] = F(["all"], "Atari 100k games; ['all']: the 26")
+    seeds: list[int] = F([0], "finetuning seeds (each game x seed is one agent)")
+    parameters: dict[str, Any] = F({}, "values given with --param KEY=VALUE (null: not given)")
+    data: dict[str, DataSpec] = F({}, "data sources by name")
+    pretrain: list[PretrainSpec] = F([], "pretraining configurations")
+    finetune: list[FinetuneSpec] = F([], "finetuning configurations (at least one, or a probe)")
+    probe: list[ProbeSpec] = F([], "linear-probe configurations (sgi-lab probe)")
+    resources: dict[str, dict[str, float]] = F(
+        {}, "Ray resources per task kind: {pretrain: {num_cpus: 2, num_gpus: 0.5}, ...}"
+    )
+    max_agents: int | None = F(
+        None,
+        "agents per finetuning population: games x seeds beyond it become several tasks (each "
+        "some games x some seeds, run in parallel where resources allow); null: one task each, "
+        "which trains as many agents at a time as the device's memory holds (--max-agents auto)",
+    )
+
+
+RESOURCE_KEYS = ("num_cpus", "num_gpus")
+DEFAULT_RESOURCES = {kind: {"num_cpus": 1.0, "num_gpus": 0.0} for kind in KINDS}
+
+
+def _build(cls: type, values: Any, where: str) -> Any:
+    """Build frozen ``cls`` from a mapping: unknown keys, missing ones and wrong types are
+    refused naming the key (``where`` prefixes it: ``pretrain[1].params``)."""
+    if not isinstance(values, dict):
+        raise ConfigError(f"{where}: expected a mapping, got {values!r}")
+    prefix = f"{where}." if where else ""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise ConfigError(
+            f"unknown key(s) {[prefix + k for k in unknown]} in {cls.__name__}; "
+            f"valid keys: {sorted(fields)}"
+        )
+    hints = typing.get_type_hints(cls)
+    checked = {}
+    for name, f in fields.items():
+        if name in values:
+            checked[name] = check_value(prefix + name, values[name], hints[name], _build)
+        elif f.default is REQUIRED and f.default_factory is REQUIRED:
+            raise ConfigError(f"{prefix}{name}: required ({f.metadata.get('doc', '')})")
+    return cls(**checked)
+
+
+def _resolve_file(path: str, experiment_file: Path | None) -> Path:
+    """A params path as written in an experiment file: relative to the working directory, else
+    to the project holding the experiment file (``params/experiments/x.yaml`` -> its root)."""
+    candidate = Path(path)
+    if candidate.is_absolute() or candidate.exists() or experiment_file is None:
+        return candidate.resolve()
+    for folder in experiment_file.resolve().parents:
+        if (folder / candidate).exists():
+            return (folder / candidate).resolve()
+    return candidate.resolve()
+
+
+def load_experiment(
+    path: str | os.PathLike, parameters: dict[str, Any] | None = None
+) -> Experiment:
+    """Read and validate an experiment file; ``parameters`` fill its ``parameters`` mapping.
+
+    Raises:
+        ConfigError: an unknown or missing key, a wrong type, an unknown game, a parameter the
+            file does not declare, a duplicate name, or a reference to an unknown data source
+            or pretraining config (the message names the key).
+    """
+    from sgi_lab.envs.games import ATARI_100K_GAMES, UnknownGameError, canonical_game
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: experiment file not found")
+    raw = load_yaml_mapping(path)
+    try:
+        experiment = _build(Experiment, raw, "")
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    undeclared = sorted(set(parameters or {}) - set(experiment.parameters))
+    if undeclared:
+        raise ConfigError(
+            f"{path}: --param {undeclared} not declared by the experiment; it takes "
+            f"{sorted(experiment.parameters) or 'none'}"
+        )
+    try:
+        games = list(ATARI_100K_GAMES) if experiment.games == ["all"] else experiment.games
+        games = [canonical_game(g) for g in games]
+    except UnknownGameError as exc:
+        raise ConfigError(f"{path}: games: {exc}") from None
+    experiment = dataclasses.replace(
+        experiment,
+        games=games,
+        parameters={**experiment.parameters, **(parameters or {})},
+        pretrain=[
+            dataclasses.replace(p, params=str(_resolve_file(p.params, path)))
+            for p in experiment.pretrain
+        ],
+        finetune=[
+            dataclasses.replace(f, params=str(_resolve_file(f.params, path)))
+            for f in experiment.finetune
+        ],
+        data={
+            k: d
+            if not d.params
+            else dataclasses.replace(d, params=str(_resolve_file(d.params, path)))
+            for k, d in experiment.data.items()
+        },
+    )
+    _check_references(experiment, path)
+    _check_sets(experiment, path)
+    return experiment
+
+
+def _check_sets(experiment: Experiment, path: Path) -> None:
+    """Each ``set:`` override on its own against its stage's config, so a bad key or value is
+    blamed on the experiment file and its entry (``exp.yaml: pretrain[0].set.bogus: ...``),
+    not on the params file it overrides."""
+    from sgi_lab.config import (
+        ExploreConfig,
+        FinetuneConfig,
+        PretrainConfig,
+        check_key_value,
+    )
+
+    entries = [(f"pretrain[{i}]", PretrainConfig, s.set) for i, s in enumerate(experiment.pretrain)]
+    entries += [
+        (f"finetune[{i}]", FinetuneConfig, s.set) for i, s in enumerate(experiment.finetune)
+    ]
+    entries += [
+        (f"data.{name}", ExploreConfig, s.set)
+        for name, s in experiment.data.items()
+        if s.source == "exploratory"
+    ]
+    for where, cls, overrides in entries:
+        known = {f.name for f in dataclasses.fields(cls)}
+        for key, value in overrides.items():
+            if key not in known:
+                raise ConfigError(
+                    f"{path}: {where}.set.{key}: unknown key for {cls.__name__} "
+                    f"(valid keys: {sorted(known)})"
+                )
+            try:  # its type and range; checks across keys run when the stage's config is built
+                check_key_value(cls, key, value)
+            except ConfigError as exc:
+                problem = str(exc).removeprefix(f"{key}: ")
+                raise ConfigError(f"{path}: {where}.set.{key}: {problem}") from None
+
+
+def _check_references(experiment: Experiment, path: Path) -> None:
+    def duplicates(items: Sequence[Any]) -> list[Any]:
+        return sorted({x for x in items if list(items).count(x) > 1}, key=str)
+
+    for what, items in (("games", experiment.games), ("seeds", experiment.seeds)):
+        if not items or duplicates(items):
+            raise ConfigError(f"{path}: {what}: empty, or repeated items {duplicates(items)}")
+    if not experiment.finetune and not experiment.probe:
+        raise ConfigError(f"{path}: finetune: at least one finetuning (or probe) configuration")
+    if experiment.max_agents is not None and experiment.max_agents < 1:
+        raise ConfigError(f"{path}: max_agents: at least 1, or null, got {experiment.max_agents}")
+    names = [p.name for p in experiment.pretrain]
+    if duplicates(names) or NO_PRETRAINING in names:
+        raise ConfigError(f"{path}: pretrain: repeated or reserved names {duplicates(names)}")
+    for i, spec in enumerate(experiment.pretrain):
+        if spec.data not in experiment.data:
+            raise ConfigError(
+                f"{path}: pretrain[{i}].data: {spec.data!r} is not one of the data sources "
+                f"{sorted(experiment.data)}"
+            )
+    pairs = [(f.name, p) for f in experiment.finetune for p in f.pretrain]
+    if duplicates(pairs):
+        raise ConfigError(f"{path}: finetune: (name, pretrain) pairs repeat {duplicates(pairs)}")
+    for i, spec in enumerate(experiment.finetune):
+        for name in spec.pretrain:
+            if name != NO_PRETRAINING and name not in names:
+                raise ConfigError(
+                    f"{path}: finetune[{i}].pretrain: {name!r} is not one of {names} "
+                    f"(or '{NO_PRETRAINING}')"
+                )
+    probe_names = [p.name for p in experiment.probe]
+    if duplicates(probe_names):
+        raise ConfigError(f"{path}: probe: repeated names {duplicates(probe_names)}")
+    for i, spec in enumerate(experiment.probe):
+        if spec.data not in experiment.data:
+            raise ConfigError(
+                f"{path}: probe[{i}].data: {spec.data!r} is not one of the data sources "
+                f"{sorted(experiment.data)}"
+            )
+        for name in spec.pretrain:
+            if name != NO_PRETRAINING and name not in names:
+                raise ConfigError(
+                    f"{path}: probe[{i}].pretrain: {name!r} is not one of {names} "
+                    f"(or '{NO_PRETRAINING}')"
+                )
+    for kind, request in experiment.resources.items():
+        if kind not in KINDS or set(request) - set(RESOURCE_KEYS):
+            raise ConfigError(
+                f"{path}: resources.{kind}: kinds are {list(KINDS)}, keys {list(RESOURCE_KEYS)}"
+            )
+    for name, spec in experiment.data.items():
+        needs = {"dqn_replay": "src", "folder": "src"}.get(spec.source)
+        if needs and not spec.src:
+            raise ConfigError(f"{path}: data.{name}.src: required for source {spec.source!r}")
+        if spec.source == "dqn_replay" and not spec.checkpoints:
+            raise ConfigError(f"{path}: data.{name}.checkpoints: required for dqn_replay")
+        names_run = "{run}" in (spec.src or "")
+        if spec.runs and (not names_run or len(set(spec.runs)) != len(spec.runs)):
+            raise ConfigError(
+                f"{path}: data.{name}.runs: distinct runs, with {{run}} in src ({spec.src})"
+            )
+        if names_run and not spec.runs:
+            raise ConfigError(f"{path}: data.{name}.runs: required, src names {{run}}")

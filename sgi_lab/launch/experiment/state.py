@@ -1,0 +1,153 @@
+"""What a task's folder holds: whether it is done (locally or in a storage URI), what a worker
+pulls and pushes, and whether the folder may be written."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from sgi_lab.launch.experiment.graph import (
+    Graph,
+    Task,
+)
+from sgi_lab.launch.experiment.spec import (
+    PROBE_KEYS,
+    STATE_FILE,
+)
+from sgi_lab.launch.storage import RunStorage
+from sgi_lab.runs import read_status
+
+# -- state of a task ----------------------------------------------------------------------------
+
+
+def check_experiment_folder(out: str | os.PathLike, name: str) -> None:
+    """Refuse ``out`` unless it is missing, empty, or an experiment folder of ours for the
+    experiment ``name`` (its ``experiment.json``), before anything in it is written.
+
+    Raises:
+        RunFolderError: naming the folder and why (a user's own files, another experiment).
+    """
+    from sgi_lab.files import LOCK_FILE, RunFolderError, read_mapping
+
+    out = Path(out)
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise RunFolderError(f"{out}: exists and is not a folder; refusing to write there")
+    if all(p.name == LOCK_FILE for p in out.iterdir()):
+        return
+    state = read_mapping(out / STATE_FILE)
+    if not isinstance(state.get("tasks"), dict) or "name" not in state:
+        raise RunFolderError(
+            f"{out}: not empty and not an sgi-lab experiment folder (no {STATE_FILE} of ours); "
+            "refusing to write an experiment into it: choose another --out"
+        )
+    if state["name"] != name:
+        raise RunFolderError(
+            f"{out}: holds experiment {state['name']!r}, not {name!r}; refusing to write into "
+            "it: choose another --out"
+        )
+
+
+def task_done(task: Task) -> bool:
+    """Whether a task's folder holds its complete result (then it is skipped)."""
+    if task.kind == "data":
+        from sgi_lab.data.store import read_manifest
+
+        return task.folder.is_dir() and read_manifest(task.folder) is not None
+    if task.kind == "pretrain":
+        status = read_status(task.folder) or {}
+        return status.get("state") == "finished" and (task.folder / "model.pt").exists()
+    if task.kind == "finetune":
+        return all(
+            (read_status(f) or {}).get("state") == "finished"
+            and (f / "eval.json").exists()
+            and (f / "model.pt").exists()
+            for f in task.agent_folders
+        )
+    if task.kind == "probe":
+        from sgi_lab.probes.core import probe_done
+
+        return probe_done(task.folder, **{k: task.probe[k] for k in PROBE_KEYS})
+    return (task.folder / "report.html").exists() and (task.folder / "results.csv").exists()
+
+
+def _name(graph: Graph, path: str | os.PathLike) -> str:
+    """A path under the experiment folder as a storage name (``pretrain/sgi_r__Pong``)."""
+    return Path(path).relative_to(graph.out).as_posix()
+
+
+def stored_task_done(graph: Graph, task: Task, storage: RunStorage) -> bool:
+    """`task_done` for run folders kept in a storage URI (the report is always local)."""
+    name = _name(graph, task.folder)
+
+    def finished(folder: str, result: str) -> bool:
+        status = storage.read_json(f"{folder}/status.json") or {}
+        return status.get("state") == "finished" and storage.exists(f"{folder}/{result}")
+
+    if task.kind == "data":
+        return storage.read_json(f"{name}/manifest.json") is not None
+    if task.kind == "pretrain":
+        return finished(name, "model.pt")
+    if task.kind == "finetune":
+        return all(finished(_name(graph, f), "eval.json") for f in task.agent_folders)
+    if task.kind == "probe":
+        return storage.read_json(f"{name}/probes.json") is not None
+    return task_done(task)
+
+
+def storage_plan(graph: Graph, task: Task, uri: str) -> dict[str, Any]:
+    """What a worker pulls and pushes for ``task`` (`run_in_scratch`'s ``plan``): the params
+    files, the folders of its inputs (a pretraining run without its checkpoints), its own folder
+    (to resume) and its log."""
+    from sgi_lab.data.store import PARTIAL_SUFFIX
+
+    name = _name(graph, task.folder)
+    inputs: list[tuple[str, tuple[str, ...]]] = [("params", ())]
+    for dep in map(graph.task, task.deps):
+        inputs.append(
+            (_name(graph, dep.folder), ("checkpoints",) if dep.kind == "pretrain" else ())
+        )
+    if task.kind == "data":
+        outputs = [name, name + PARTIAL_SUFFIX]
+    elif task.kind == "finetune":  # its agents' run folders: parts of one population share a folder
+        outputs = [_name(graph, f) for f in task.agent_folders]
+    else:
+        outputs = [name]
+    return {
+        "uri": uri,
+        "out": str(graph.out),
+        "task": task.id,
+        "inputs": inputs,
+        "outputs": outputs,
+        "log": _name(graph, _log_path(graph, task)),
+    }
+
+
+def pull_results(graph: Graph, storage: RunStorage) -> None:
+    """Mirror what the report reads from a storage URI into the experiment folder: the
+    finetuning runs (without their checkpoints) and the logs."""
+    kinds = ("finetune", "probe")
+    for name in dict.fromkeys(_name(graph, t.folder) for t in graph.tasks if t.kind in kinds):
+        storage.pull(name, graph.out / name, exclude=("checkpoints",))
+    storage.pull("logs", graph.out / "logs")
+
+
+def _report_stale(graph: Graph) -> bool:
+    report = graph.out / "report.html"
+    if not report.exists():
+        return True
+    newest = 0.0
+    for task in graph.tasks:
+        results = [f / "eval.json" for f in task.agent_folders]
+        if task.kind == "probe":
+            results.append(task.folder / "probes.json")
+        for path in results:
+            if path.exists():
+                newest = max(newest, path.stat().st_mtime)
+    return newest > report.stat().st_mtime
+
+
+def _log_path(graph: Graph, task: Task) -> Path:
+    return graph.out / "logs" / (task.id.replace("/", "__") + ".log")
