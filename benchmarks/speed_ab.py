@@ -66,7 +66,7 @@ else:  # versions before it: one agent and train_step
 from types import SimpleNamespace
 from pretrain_speed import NUM_ACTIONS, make_config, synthetic_batch
 from sgi_lab.train.pretrain import build_state, train_step
-args = SimpleNamespace(device="cpu", no_channels_last=False, fp32=False, target_bn="batch")
+args = SimpleNamespace(device="cpu", no_channels_last=False, fp32=False, target_bn="batch", no_cuda_graphs=False)
 config = make_config("{encoder}", 256, args)
 state = build_state(config, NUM_ACTIONS, torch.device("cpu"))
 state.model.train()
