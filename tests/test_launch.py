@@ -241,6 +241,46 @@ def test_sweep_ray_executor_without_ray_says_how_to_install(tiny_notebook, tmp_p
         sweep.sweep(str(tiny_notebook), {"x": [1]}, executor="ray", out_root=tmp_path / "s")
 
 
+@pytest.mark.slow
+def test_sweep_on_ray_runs_its_points_through_the_experiments_ray_executor(
+    tiny_notebook, tmp_path, monkeypatch
+):
+    """A sweep on Ray (a private local cluster here) sends every point, with its resources,
+    through `RayExecutor.map`, the executor experiments use."""
+    ray = pytest.importorskip("ray")
+    from sgi_lab.launch.experiment.executors import RayExecutor
+
+    sent = []
+    ray_map = RayExecutor.map
+
+    def spy(self, fn, calls, options):
+        sent.append((len(calls), options))
+        return ray_map(self, fn, calls, options)
+
+    monkeypatch.setattr(RayExecutor, "map", spy)
+    try:
+        summary = sweep.sweep(
+            str(tiny_notebook),
+            {"x": [1, 2], "fail": [False, True]},
+            executor="ray",
+            out_root=tmp_path / "sweep",
+            ray_options={"num_cpus": 1},
+        )
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+    assert sent == [(4, {"num_cpus": 1})]
+    states = {(p["grid"]["x"], p["grid"]["fail"]): p["state"] for p in summary["points"]}
+    assert states == {
+        (1, False): "finished",
+        (1, True): "failed",
+        (2, False): "finished",
+        (2, True): "failed",
+    }
+    finished = [p for p in summary["points"] if p["state"] == "finished"]
+    assert sorted(p["results"]["twice"] for p in finished) == [2, 4]
+
+
 def test_cli_sweep_parser(tmp_path):
     parser = argparse.ArgumentParser()
     sweep.add_sweep_parser(parser.add_subparsers(dest="command"))

@@ -23,7 +23,6 @@ import os
 import sys
 import time
 import warnings
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -162,28 +161,15 @@ def _run_point(
     return {"state": state, "error": error, "seconds": time.time() - started}
 
 
-def _ray_runner(options: dict[str, Any]) -> Callable[..., list[dict[str, Any]]]:
+def _ray_executor() -> Any:
+    """The experiments' `RayExecutor` on the cluster ``ray start`` runs on this machine, else
+    on a private local one (no dashboard, token authentication)."""
+    from sgi_lab.launch.experiment.executors import RayExecutor
+
     try:
-        import ray
-    except ImportError as exc:
-        raise ImportError(
-            "executor='ray' needs Ray, an optional extra: pip install 'sgi-lab[sweep]' "
-            "(or use executor='local')"
-        ) from exc
-
-    def run_all(calls: list[tuple]) -> list[dict[str, Any]]:
-        if not ray.is_initialized():
-            try:
-                ray.init(address="auto", ignore_reinit_error=True)
-            except (ConnectionError, RuntimeError):
-                from sgi_lab.launch.experiment import local_ray
-
-                local_ray(ray, ignore_reinit_error=True)  # no dashboard, token authentication
-        remote = ray.remote(**options)(_run_point)
-        pending = [remote.remote(*call) for call in calls]
-        return ray.get(pending)
-
-    return run_all
+        return RayExecutor("auto", log_to_driver=True)
+    except (ConnectionError, RuntimeError):
+        return RayExecutor(None, log_to_driver=True)
 
 
 def sweep(
@@ -243,7 +229,7 @@ def sweep(
     names = [call[-1] for call in calls]
     if len(set(names)) < len(names):
         raise ValueError(f"grid points share run folders: {names}")
-    runner = _ray_runner(ray_options or {"num_cpus": 1}) if executor == "ray" else None
+    ray = _ray_executor() if executor == "ray" else None
     summary: dict[str, Any] = {
         "name": name,
         "notebook": str(nb_path),
@@ -254,8 +240,8 @@ def sweep(
         "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "points": [],
     }
-    if runner is not None:
-        outcomes = runner(calls)
+    if ray is not None:
+        outcomes = ray.map(_run_point, calls, ray_options or {"num_cpus": 1})
     elif max_parallel > 1:
         # Each kernel gets its share of the cores: two 2-thread processes on 2 cores made a
         # 3.2 s pretraining step take 17 s.

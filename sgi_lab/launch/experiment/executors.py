@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from pathlib import Path
@@ -208,29 +208,41 @@ def local_ray(ray: Any, **kwargs: Any) -> None:
 
 
 class RayExecutor:
-    """Tasks on a Ray cluster (`ray.remote` with ``num_cpus``/``num_gpus`` per task kind).
+    """Tasks on a Ray cluster (`ray.remote` with ``num_cpus``/``num_gpus`` per task kind), for
+    experiments (`submit`, `wait`, `result`) and sweeps (`map`).
 
     Run folders are written by the workers: every node must see the experiment folder at the
     same path (a shared filesystem), or the run folders go through a storage URI (``--storage``:
     each task pulls its inputs into a scratch folder and pushes its run folder back).
+
+    Args:
+        address: the cluster to join (``ray.init(address=...)``; ``auto``: the one ``ray start``
+            runs on this machine); None starts a private local cluster (`local_ray`). Nothing
+            happens when Ray is already initialised in this process.
+        log_to_driver: show the workers' output here.
+
+    Raises:
+        ImportError: Ray is not installed (the message says how to install it).
+        ConnectionError: the cluster at ``address`` refused or was not found.
     """
 
-    def __init__(self, address: str | None = None) -> None:
+    def __init__(self, address: str | None = None, log_to_driver: bool = False) -> None:
         try:
             import ray
         except ImportError as exc:
             raise ImportError(
-                "--executor ray needs Ray, an optional extra: pip install 'sgi-lab[sweep]' "
-                "(or pip install 'ray[default]'; or use --executor local)"
+                "the Ray executor needs Ray, an optional extra: pip install 'sgi-lab[sweep]' "
+                "(or pip install 'ray[default]'; or use the local executor)"
             ) from exc
         self.ray = ray
         if not ray.is_initialized():
             # Without an address: a private cluster of this machine (`local_ray`).
+            options = {"ignore_reinit_error": True, "log_to_driver": log_to_driver}
             try:
                 if address:
-                    ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
+                    ray.init(address=address, **options)
                 else:
-                    local_ray(ray, ignore_reinit_error=True, log_to_driver=False)
+                    local_ray(ray, **options)
             except ConnectionError as exc:
                 raise ConnectionError(f"{exc}. {RAY_AUTH_HINT}") from exc
         self.remote = ray.remote(_ray_run_command)
@@ -258,6 +270,12 @@ class RayExecutor:
             return remote.remote(task.argv, threads, cwd, plan, options)
         remote = self.remote.options(**options, max_retries=0)
         return remote.remote(task.argv, log, threads, cwd, options)
+
+    def map(self, fn: Callable[..., Any], calls: Sequence[tuple], options: dict[str, Any]) -> list:
+        """``fn(*call)`` for every call, each a Ray task with ``options`` (`ray.remote`'s:
+        ``num_cpus``, ``num_gpus``), all at once; their results in order (a sweep's points)."""
+        remote = self.ray.remote(**options)(fn)
+        return self.ray.get([remote.remote(*call) for call in calls])
 
     def wait(self, handles: list[Any], timeout: float) -> list[Any]:
         done, _ = self.ray.wait(handles, num_returns=1, timeout=timeout)
