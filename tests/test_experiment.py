@@ -315,7 +315,7 @@ def test_oversubscription_warns(tmp_path, monkeypatch):
     assert any("max-parallel" in n for n in notes)
     # the smoke finetuning params set threads: 1, so 2 x cores processes oversubscribe
     assert any("threads=1" in n for n in ex._oversubscription(graph, 2 * cores))
-    assert ex._threads_per_task(1) == cores
+    assert ex.thread_share(1) == cores
     # A thread variable the tasks' share replaces is named; one equal to the share is not.
     monkeypatch.setenv("OMP_NUM_THREADS", str(cores + 1))
     monkeypatch.setenv("MKL_NUM_THREADS", str(cores))

@@ -87,8 +87,10 @@ def thread_budget(processes: int, cores: int | None = None) -> dict[str, str]:
     """Environment giving each of ``processes`` concurrent processes its share of the cores
     (torch reads ``OMP_NUM_THREADS`` when a kernel starts); warns when the user's own setting
     would oversubscribe them, and keeps it."""
+    from sgi_lab.launch.experiment.executors import thread_share
+
     cores = cores or os.cpu_count() or 1
-    share = max(1, cores // max(1, processes))
+    share = thread_share(processes, cores)
     mine = os.environ.get("OMP_NUM_THREADS")
     if mine:
         if mine.isdigit() and int(mine) * processes > cores:

@@ -53,13 +53,13 @@ from sgi_lab.launch.experiment.executors import (
     die_with_driver,
     local_ray,
     run_command,
+    thread_share,
 )
 from sgi_lab.launch.experiment.graph import Graph, Task, expand
 from sgi_lab.launch.experiment.report import finished_agent_folders, write_report
 from sgi_lab.launch.experiment.scheduler import (
     STATES,
     _oversubscription,
-    _threads_per_task,
     run_graph,
 )
 from sgi_lab.launch.experiment.spec import (
@@ -112,7 +112,6 @@ __all__ = [
     "_oversubscription",
     "_ray_memory_share",
     "_task_env",
-    "_threads_per_task",
     "add_experiment_parser",
     "check_experiment_folder",
     "die_with_driver",
@@ -131,5 +130,6 @@ __all__ = [
     "storage_plan",
     "stored_task_done",
     "task_done",
+    "thread_share",
     "write_report",
 ]

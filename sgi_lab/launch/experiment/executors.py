@@ -27,6 +27,14 @@ from sgi_lab.launch.storage import run_in_scratch
 # -- running one command ------------------------------------------------------------------------
 
 
+def thread_share(processes: int, cores: int | None = None) -> int:
+    """The torch threads each of ``processes`` processes running at once on one machine gets:
+    its share of the ``cores`` (default this machine's), at least one. The one rule for an
+    experiment's local tasks and a sweep's kernels (`sgi_lab.launch.sweep.thread_budget`)."""
+    cores = cores or os.cpu_count() or 1
+    return max(1, cores // max(1, processes))
+
+
 def _task_env(threads: int, memory_share: float = 1.0) -> dict[str, str]:
     from sgi_lab.train.capacity import MEMORY_SHARE_ENV
 

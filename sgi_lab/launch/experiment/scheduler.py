@@ -19,6 +19,7 @@ from sgi_lab.launch.experiment.executors import (
     LocalExecutor,
     RayExecutor,
     _stop_children,
+    thread_share,
 )
 from sgi_lab.launch.experiment.graph import (
     Graph,
@@ -45,11 +46,6 @@ from sgi_lab.launch.storage import RunStorage
 # -- the scheduler ------------------------------------------------------------------------------
 
 
-def _threads_per_task(max_parallel: int) -> int:
-    cores = os.cpu_count() or 1
-    return max(1, cores // max(1, max_parallel))
-
-
 def _oversubscription(graph: Graph, max_parallel: int) -> list[str]:
     """Warnings when the settings ask for more threads than the machine has cores."""
     cores = os.cpu_count() or 1
@@ -66,7 +62,7 @@ def _oversubscription(graph: Graph, max_parallel: int) -> list[str]:
                 f"{Path(path).name} sets threads={threads}: {max_parallel} processes x {threads} "
                 f"threads > {cores} cores"
             )
-    share = _threads_per_task(max_parallel)
+    share = thread_share(max_parallel)
     for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         if key in os.environ and os.environ[key] != str(share):
             notes.append(f"{key}={os.environ[key]} is replaced per task by {share}")
@@ -162,7 +158,7 @@ def _run_graph(graph, out, executor, max_parallel, retries, address, progress, o
             warnings.warn(note, RuntimeWarning, stacklevel=2)
     store = _open_storage(out, storage)
     runner = (
-        LocalExecutor(max_parallel, _threads_per_task(max_parallel))
+        LocalExecutor(max_parallel, thread_share(max_parallel))
         if executor == "local"
         else RayExecutor(address)
     )
