@@ -275,6 +275,24 @@ def read_status(path: str | os.PathLike) -> dict[str, Any] | None:
     return payload
 
 
+def run_folders(root: str | os.PathLike) -> list[Path]:
+    """Run folders under ``root`` (``root`` itself when it is one), in path order: folders with a
+    ``status.json`` of ours (`read_status`), not inside a run's ``checkpoints/``; none when
+    ``root`` is not a folder. The one walk that finds runs (``sgi-lab status``, a notebook's
+    `sgi_lab.launch.notebook_api.find_runs_of_kind`)."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = []
+    for status in sorted(root.rglob("status.json")):
+        folder = status.parent
+        if "checkpoints" in folder.relative_to(root).parts:
+            continue
+        if read_status(folder) is not None:
+            found.append(folder)
+    return found
+
+
 def _checkpoint_files(path: Path) -> list[Path]:
     folder = path / "checkpoints"
     if not folder.is_dir():

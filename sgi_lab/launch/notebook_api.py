@@ -17,7 +17,7 @@ from typing import Any
 
 from sgi_lab.config import load_config, load_yaml_mapping, read_params
 from sgi_lab.files import atomic_write_text, jsonable, read_mapping
-from sgi_lab.runs import read_status, run_kind, run_name
+from sgi_lab.runs import read_status, run_folders, run_kind, run_name
 
 __all__ = [
     "DEFAULT_OUT_ROOT",
@@ -228,8 +228,7 @@ def find_runs_of_kind(
     for root in map(Path, roots):
         if not root.is_dir():
             continue
-        for status_file in root.rglob("status.json"):
-            folder = status_file.parent
+        for folder in run_folders(root):
             if folder in found or not (folder / _RESULT_FILE[kind]).is_file():
                 continue
             if run_kind(folder) not in (kind, "") or read_status(folder).get("state") != "finished":
@@ -237,7 +236,7 @@ def find_runs_of_kind(
             recorded = _recorded_game(folder) if game else None
             if game and recorded and not _same_game(recorded, game):
                 continue
-            found[folder] = status_file.stat().st_mtime
+            found[folder] = (folder / "status.json").stat().st_mtime
     # A smoke run (a test's few steps) is newest after every Lab session that ran a notebook
     # with its defaults: the full runs come first, newest first, and smoke runs after them.
     return sorted(found, key=lambda p: (is_smoke_run(p), -found[p], str(p)))

@@ -18,7 +18,7 @@ from typing import Any
 
 from sgi_lab.files import read_mapping
 from sgi_lab.paths import did_you_mean
-from sgi_lab.runs import read_status
+from sgi_lab.runs import read_status, run_folders
 
 __all__ = [
     "add_status_parser",
@@ -46,14 +46,7 @@ def find_run_folders(root: str | os.PathLike) -> list[Path]:
     root = Path(root)
     if not root.exists():
         raise FileNotFoundError(did_you_mean(root))
-    found = []
-    for status in sorted(root.rglob("status.json")):
-        folder = status.parent
-        if "checkpoints" in folder.relative_to(root).parts:
-            continue
-        if read_status(folder) is not None:
-            found.append(folder)
-    return found
+    return run_folders(root)
 
 
 def _timestamp(text: Any) -> float | None:
