@@ -481,3 +481,27 @@ def test_a_store_without_ram_gets_reward_and_action_probes_on_request(tmp_path, 
     assert entry["state_probes"].startswith("skipped") and "variables" not in entry
     assert entry["settings"]["state_probes"] is False
     assert entry["action"]["accuracy"] > 0.9 and entry["reward"]["f1"] > 0.9
+
+
+def test_eigendecomposition_falls_back_when_float32_lapack_gives_up(monkeypatch):
+    from sgi_lab.probes import linear
+
+    rng = np.random.default_rng(3)
+    x = torch.as_tensor(rng.normal(size=(40, 6)), dtype=torch.float32)
+    gram = x.T @ x / 40
+    expected = torch.linalg.eigvalsh(gram.double())
+    real_eigh = torch.linalg.eigh
+    calls = []
+
+    def flaky(matrix):
+        calls.append(matrix.dtype)
+        if matrix.dtype == torch.float32 or len(calls) == 2:
+            raise torch.linalg.LinAlgError("linalg.eigh: The algorithm failed to converge")
+        return real_eigh(matrix)
+
+    monkeypatch.setattr(torch.linalg, "eigh", flaky)
+    values, vectors = linear.symmetric_eigh(gram)
+    assert calls == [torch.float32, torch.float64, torch.float64]  # float64, then with jitter
+    assert values.dtype == vectors.dtype == torch.float32
+    torch.testing.assert_close(values.double(), expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(vectors @ torch.diag(values) @ vectors.T, gram, rtol=1e-4, atol=1e-5)

@@ -33,6 +33,7 @@ __all__ = [
     "f1_weighted",
     "fit_linear_probes",
     "gram_eigenbasis",
+    "symmetric_eigh",
     "gradient_descent_filter",
     "label_entropy",
     "majority_predictions",
@@ -193,6 +194,24 @@ def gradient_descent_filter(eigenvalues: torch.Tensor, steps: float) -> torch.Te
     return torch.where(live, gain, torch.zeros_like(gain))
 
 
+def symmetric_eigh(matrix: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torch.linalg.eigh`` of a symmetric PSD matrix, in its own dtype when LAPACK converges;
+    else in float64, and failing that with a jitter of 1e-10 of its trace on the diagonal (an
+    encoder with many constant or repeated features makes a Gram matrix float32's solver
+    gives up on). Results in the matrix's dtype."""
+    try:
+        return torch.linalg.eigh(matrix)
+    except torch.linalg.LinAlgError:
+        wide = matrix.double()
+    try:
+        values, vectors = torch.linalg.eigh(wide)
+    except torch.linalg.LinAlgError:
+        jitter = 1e-10 * wide.diagonal().sum().clamp_min(1e-12)
+        eye = torch.eye(len(wide), dtype=wide.dtype)
+        values, vectors = torch.linalg.eigh(wide + jitter * eye)
+    return values.to(matrix.dtype), vectors.to(matrix.dtype)
+
+
 def gram_eigenbasis(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Eigenvalues (ascending) and eigenvectors (D, r) of ``x^T x / N`` for ``x`` (N, D), from
     the smaller of the two Gram matrices: with fewer rows than features, ``x x^T / N`` (N x N)
@@ -200,9 +219,9 @@ def gram_eigenbasis(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     (gradient descent from zero never leaves that span)."""
     n, d = x.shape
     if n >= d:
-        eigenvalues, basis = torch.linalg.eigh(x.T @ x / n)
+        eigenvalues, basis = symmetric_eigh(x.T @ x / n)
         return eigenvalues.clamp_min(0), basis
-    eigenvalues, u = torch.linalg.eigh(x @ x.T / n)
+    eigenvalues, u = symmetric_eigh(x @ x.T / n)
     live = eigenvalues > eigenvalues[-1].clamp_min(1e-12) * 1e-7
     eigenvalues, u = eigenvalues[live], u[:, live]
     return eigenvalues, (x.T @ u) / torch.sqrt(n * eigenvalues)
