@@ -355,8 +355,8 @@ def test_finetuning_n_step_returns_equal_rlpyts():
     assert ref["done_n"].any() and not ref["done_n"].all()
 
 
-def test_finetuning_losses_and_priorities_equal_the_reference(monkeypatch):
-    name = "finetune_nature"
+@pytest.mark.parametrize("name", ["finetune_nature", "finetune_resnet"])
+def test_finetuning_losses_and_priorities_equal_the_reference(name, monkeypatch):
     run = run_finetune_update(name, monkeypatch)
     config, stats, priorities = run.config, run.stats, run.priorities
     ref = load(name, "reference")
@@ -380,8 +380,8 @@ def test_finetuning_losses_and_priorities_equal_the_reference(monkeypatch):
     assert_close_scaled(f"{name} priorities", priorities.clamp(1e-6, 1e6), ref["priorities"], 1e-5)
 
 
-def test_finetuning_gradients_step_and_spr_target_equal_the_reference(monkeypatch):
-    name = "finetune_nature"
+@pytest.mark.parametrize("name", ["finetune_nature", "finetune_resnet"])
+def test_finetuning_gradients_step_and_spr_target_equal_the_reference(name, monkeypatch):
     run = run_finetune_update(name, monkeypatch)
     ref, config = load(name, "reference"), run.config
     compare_gradients_and_updates(
@@ -441,16 +441,18 @@ def test_each_finetuning_option_is_seen_by_the_fixtures(change, monkeypatch):
         raising=False,
     )
     with pytest.raises(AssertionError):
-        test_finetuning_gradients_step_and_spr_target_equal_the_reference(monkeypatch)
+        test_finetuning_gradients_step_and_spr_target_equal_the_reference(
+            "finetune_nature", monkeypatch
+        )
 
 
-def test_acting_equals_the_reference(monkeypatch):
+@pytest.mark.parametrize("name", ["finetune_nature", "finetune_resnet"])
+def test_acting_equals_the_reference(name, monkeypatch):
     """After the update: the Q values the agent acts on while training (noisy nets with the
     update's noise, batch norm on running statistics: rlpyt's sampling mode), the noise-free
     ones it is evaluated on (evaluation mode) and the greedy actions, on the batch's first
     observations; and the epsilon schedule and evaluation epsilon of the reference's settings
     (config.yaml: eps 1 -> 0, eps_steps 2001, min_steps_learn 2000, eps_eval 0.001)."""
-    name = "finetune_nature"
     run = run_finetune_update(name, monkeypatch)
     config, pop = run.config, run.population
     ref, x = load(name, "reference"), load(name, "inputs")

@@ -38,6 +38,7 @@ CASES = {
     "pretrain_nature": {"encoder": "nature", "image_size": 52, "stage": "pretrain"},
     "pretrain_resnet": {"encoder": "resnet", "image_size": 36, "stage": "pretrain"},
     "finetune_nature": {"encoder": "nature", "image_size": 52, "stage": "finetune"},
+    "finetune_resnet": {"encoder": "resnet", "image_size": 36, "stage": "finetune"},
 }
 BATCH = 4
 K = 5  # SPR steps

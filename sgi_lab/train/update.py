@@ -63,8 +63,11 @@ def update(pop: Population, staged: Tensors, count: bool = True) -> tuple[Tensor
 
     # 2-3. Targets under no_grad, then the losses; per agent, all agents at once.
     def agent_losses(online: Tensors, spr_target: Tensors, q_target: Tensors, x: dict):
+        # s_t's online latent first: with batch norm, the running statistics then move in the
+        # reference's order (s_t, then the bootstrap state).
+        z0 = pop.call(online, lambda m, o: m.encode(o, prepared=True), x["obs"][0])
         targets = compute_targets(pop, online, spr_target, q_target, x)
-        return compute_losses(pop, online, x, targets)
+        return compute_losses(pop, online, x, targets, z0)
 
     q_target = pop.q_target if pop.q_target is not None else {}
     with torch.autocast(pop.device.type, dtype=torch.bfloat16, enabled=pop.update_amp):
@@ -170,15 +173,21 @@ def compute_targets(
         "q_next": masked_mean((online_probs * support).sum(-1), mask),
         "ssl": SGITargets(),
     }
+    # With batch norm, each target pass normalises with its own batch: as in the reference, the
+    # sequence s_t..s_{t+K} is one pass (s_t included) and the goal observations another.
+    separate = pop.template.encoder_has_batch_norm
     if cfg.ssl == "all":
         goal_target = {**spr_target, **x["noise_goal"]}
-        z = call(
-            goal_target,
-            lambda m, o: m.encode(o, prepared=True),
-            torch.cat([obs, x["goal_obs"][None]], 0),
-        )
-        goals, _ = goals_from_draws(z[-1], x["goal_draws"])
-        z = z[:-1]
+
+        def encode(o: torch.Tensor) -> torch.Tensor:
+            return call(goal_target, lambda m, o: m.encode(o, prepared=True), o)
+
+        if separate:
+            z, z_goal = encode(obs), encode(x["goal_obs"])
+        else:
+            z = encode(torch.cat([obs, x["goal_obs"][None]], 0))
+            z, z_goal = z[:-1], z[-1]
+        goals, _ = goals_from_draws(z_goal, x["goal_draws"])
         goal_next = F.softmax(
             call(goal_target, lambda m, z, g: m.goal_q_logits(z, g, mask), z[1], goals), -1
         )
@@ -187,20 +196,21 @@ def compute_targets(
             y=y[:, -K:], z=z[:2].transpose(0, 1).flatten(2), goals=goals, goal_next=goal_next
         )
     elif K > 0:
-        z = call(spr_target, lambda m, o: m.encode(o, prepared=True), obs[1:])
+        z = call(spr_target, lambda m, o: m.encode(o, prepared=True), obs if separate else obs[1:])
+        z = z[1:] if separate else z
         out["ssl"] = SGITargets(y=call(spr_target, lambda m, z: m.project(z), z).transpose(0, 1))
     return out
 
 
 def compute_losses(
-    pop: Population, online: Tensors, x: dict, targets: dict[str, Any]
+    pop: Population, online: Tensors, x: dict, targets: dict[str, Any], z0: torch.Tensor
 ) -> tuple[torch.Tensor, Tensors, torch.Tensor]:
-    """One agent's weighted loss (scalar), stats and new priorities (B,); runs under vmap."""
+    """One agent's weighted loss (scalar), stats and new priorities (B,) from the online latent
+    ``z0`` of s_t (with gradient); runs under vmap."""
     cfg, mask, actions = pop.config, x["mask"], x["actions"]
     settings = finetuning_settings(cfg)
 
     def forward(m: SGIModel) -> tuple[torch.Tensor, torch.Tensor, Tensors]:
-        z0 = m.encode(x["obs"][0], prepared=True)
         logits = m.q_logits(z0, mask)
         ssl, _ = sgi_loss_terms(m, z0, actions, x["valid"], targets["ssl"], settings, mask)
         return logits, c51_loss(logits, actions[:, 0], targets["rl"]), ssl
