@@ -474,6 +474,11 @@ def test_ablations_find_runs_of_an_experiment_folder(tmp_path):
     assert ablations.find_runs(out, "Pong*") == [found[1]]
     assert ablations.experiment_finetune_folders(tmp_path) is None  # not an experiment
     assert len(ablations.find_runs(tmp_path)) == 3  # a plain root is searched recursively
+    # a population split into parts (max_agents): both parts write into one folder
+    parts = {f"finetune/reduced_lr__sgi_r/part{k}of2": {"kind": "finetune"} for k in (1, 2)}
+    (out / "experiment.json").write_text(json.dumps({"tasks": {**parts, **tasks}}))
+    assert ablations.experiment_finetune_folders(out) == [out / "finetune" / "reduced_lr__sgi_r"]
+    assert [p.name for p in ablations.find_runs(out)] == ["Breakout__s0", "Pong__s0"]
 
 
 def test_a_refused_ray_connection_says_how_to_authenticate(monkeypatch):

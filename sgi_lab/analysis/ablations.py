@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,7 +119,14 @@ def experiment_finetune_folders(root: str | os.PathLike) -> list[Path] | None:
     tasks = state.get("tasks") if isinstance(state, dict) else None
     if not isinstance(tasks, dict):
         return None
-    return [root / task_id for task_id, task in tasks.items() if task.get("kind") == "finetune"]
+    # A population split into parts (max_agents) has tasks ``finetune/X/part1of2``, ...: all of
+    # them write into finetune/X.
+    folders = [
+        root / re.sub(r"/part\d+of\d+$", "", task_id)
+        for task_id, task in tasks.items()
+        if task.get("kind") == "finetune"
+    ]
+    return list(dict.fromkeys(folders))
 
 
 def load_run_scores(
