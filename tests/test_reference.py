@@ -83,6 +83,23 @@ def assert_close_scaled(
 def reference_pretrain_config(case: dict) -> PretrainConfig:
     """The paper params files' settings (the reference's side of every option)."""
     args = case["model_args"]
+    if case.get("objective") == "bc":  # params/pretrain/bc.yaml (bc_pretrain.sh)
+        return build_config(
+            PretrainConfig,
+            encoder=args["encoder"],
+            spr_weight=0.0,
+            goal_weight=0.0,
+            inverse_weight=0.0,
+            bc_weight=1.0,
+            grad_clip_groups="reference",
+            batch_size=case["batch_size"],
+            spr_steps=case["spr_steps"],
+            augment=False,
+            cpu_amp=False,
+            channels_last=False,
+            device="cpu",
+            prefetch=0,
+        )
     return build_config(
         PretrainConfig,
         encoder=args["encoder"],
@@ -122,12 +139,16 @@ def run_pretrain_step(name: str, monkeypatch: pytest.MonkeyPatch, **overrides):
     before = {k: v.detach().clone() for k, v in state.model.state_dict().items()}
     target_before = {k: v.detach().clone() for k, v in state.target.state_dict().items()}
 
-    draws = {
-        "noise": torch.from_numpy(x["goal_noise"]),
-        "alpha": torch.from_numpy(x["goal_alpha"]),
-        "swap": torch.from_numpy(x["goal_swap"]),
-        "offset": torch.from_numpy(x["goal_swap_offset"]).long(),
-    }
+    draws = (
+        {
+            "noise": torch.from_numpy(x["goal_noise"]),
+            "alpha": torch.from_numpy(x["goal_alpha"]),
+            "swap": torch.from_numpy(x["goal_swap"]),
+            "offset": torch.from_numpy(x["goal_swap_offset"]).long(),
+        }
+        if "goal_noise" in x
+        else {}
+    )
     captured = {}
 
     def fed_goals(latents, generator, alpha_max, swap_prob, noise_scale):
@@ -138,10 +159,11 @@ def run_pretrain_step(name: str, monkeypatch: pytest.MonkeyPatch, **overrides):
     monkeypatch.setattr(pretrain_module, "sample_goals", fed_goals)
     batch = {
         "obs": augmented(x["frames"], x["corners"], x["jitter"]),
-        "goal_obs": augmented(x["goal_frames"], x["goal_corners"], x["goal_jitter"]),
         "actions": torch.from_numpy(x["actions"]).long(),
         "valid": torch.ones(x["actions"].shape, dtype=torch.bool),
     }
+    if config.goal_weight > 0:
+        batch["goal_obs"] = augmented(x["goal_frames"], x["goal_corners"], x["goal_jitter"])
     logs = pretrain_module.train_step(config, state, batch)
     grads = {k: p.grad for k, p in state.model.named_parameters() if p.grad is not None}
     after = state.model.state_dict()
@@ -170,6 +192,17 @@ def test_pretraining_losses_equal_the_reference(name, monkeypatch):
         assert got == pytest.approx(value, rel=LOSS_RTOL, abs=1e-7), (
             f"{name} {key}: sgi-lab {got!r}, reference {value!r}"
         )
+
+
+def test_the_bc_baseline_equals_the_reference(monkeypatch):
+    """BC (bc_pretrain.sh): cross-entropy of the dataset's action against the Q head's expected
+    values (the reference's ``bc_from_values``), its gradients and Adam step."""
+    name = "pretrain_bc"
+    config, logs, grads, before, after, *_ = run_pretrain_step(name, monkeypatch)
+    ref = load(name, "reference")
+    got, expected = float(logs["losses/bc"].detach()), float(ref["loss/bc"])
+    assert got == pytest.approx(expected, rel=LOSS_RTOL), f"{name} losses/bc: {got} vs {expected}"
+    compare_gradients_and_updates(name, ref, grads, before, after, config.lr, config.adam_eps)
 
 
 @pytest.mark.parametrize("name", ["pretrain_nature", "pretrain_resnet"])

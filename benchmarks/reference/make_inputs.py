@@ -39,6 +39,8 @@ CASES = {
     "pretrain_resnet": {"encoder": "resnet", "image_size": 36, "stage": "pretrain"},
     "finetune_nature": {"encoder": "nature", "image_size": 52, "stage": "finetune"},
     "finetune_resnet": {"encoder": "resnet", "image_size": 36, "stage": "finetune"},
+    # the BC baseline (bc_pretrain.sh): behavioural cloning through the Q head's values
+    "pretrain_bc": {"encoder": "nature", "image_size": 52, "stage": "pretrain", "objective": "bc"},
 }
 BATCH = 4
 K = 5  # SPR steps
@@ -50,13 +52,14 @@ def model_args(case: dict, stage: str | None = None) -> dict:
     """SGIModel arguments: the pretraining model (for a finetuning case: the model it loads)
     or the finetuning model."""
     stage = stage or case["stage"]
+    sgi = stage == "pretrain" and case.get("objective", "sgi") == "sgi"
     return {
         "encoder": case["encoder"],
         "image_size": case["image_size"],
         "noisy": stage == "finetune",
-        "rl_head": stage == "finetune",
-        "goal_head": stage == "pretrain",
-        "inverse_model": stage == "pretrain",
+        "rl_head": not sgi,  # finetuning's Q head, or the one BC trains
+        "goal_head": sgi,
+        "inverse_model": sgi,
         "goal_film": "reference",
         **COMMON,
     }
@@ -125,7 +128,9 @@ def make_case(name: str, case: dict, seed: int) -> dict[str, np.ndarray]:
     jitter = torch.randn(B, steps, generator=gen)
     x["frames"], x["corners"], x["jitter"] = frames.numpy(), corners.numpy(), jitter.numpy()
     x["actions"] = torch.randint(0, A, (B, steps), generator=gen).numpy()
-    if case["stage"] == "pretrain":
+    if case["stage"] == "pretrain" and case.get("objective", "sgi") == "bc":
+        pixels = [augmented(frames, corners, jitter)]
+    elif case["stage"] == "pretrain":
         pixels = [augmented(frames, corners, jitter)]
         # Goals: a future frame per row (offsets the reference can draw: 2..49, past the K+1
         # frames above), noise and swaps (rows 0 and 2 swap).
@@ -198,7 +203,8 @@ def make_case(name: str, case: dict, seed: int) -> dict[str, np.ndarray]:
     if case["stage"] == "pretrain":
         pixels = [p.clone().mul_(PIXEL_SCALE) for p in pixels]
     x["pixels"] = pixels[0].numpy()
-    x["pixels_extra"] = pixels[1].numpy()
+    if len(pixels) > 1:
+        x["pixels_extra"] = pixels[1].numpy()
     for k, v in online.items():
         x[f"online/{k}"] = v
     for k, v in target.items():
@@ -222,6 +228,7 @@ def main() -> None:
         np.savez(OUT / f"{name}.pixels.scratch.npz", **scratch)
         settings[name] = {
             "stage": case["stage"],
+            "objective": case.get("objective", "sgi"),
             "model_args": model_args(case),
             "pretrained_model_args": model_args(case, "pretrain"),
             "batch_size": BATCH,

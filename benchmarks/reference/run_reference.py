@@ -139,7 +139,7 @@ def reference_names(name: str, encoder: str, stage: str) -> list[str]:
         stream, tensor = parts[1], parts[2]
         # The projection is the first layer of the goal head when pretraining with goal RL
         # (QL1Head over goal_linears), of the RL head when finetuning.
-        prefix = "goal" if stage == "pretrain" else "rl"
+        prefix = "goal" if stage == "pretrain" else "rl"  # BC and finetuning: the RL head
         index = {
             "advantage_hidden": f"{prefix}_advantage.0",
             "value_hidden": f"{prefix}_value.0",
@@ -187,7 +187,9 @@ UNMAPPED = {
     "(pretraining: sigma = 0)",
     "head.rl_*": "pretraining: the unconditioned RL head, never used with rl_weight 0 "
     "(copied from the goal head's first layers, outputs from the goal head's; zero gradient)",
-    "head.goal_*, head.goal_conditioner.*": "finetuning: the goal head, unused with goal_weight 0",
+    "head.goal_*, head.goal_conditioner.*": "finetuning and BC: the goal head, unused with "
+    "goal_weight 0",
+    "inverse_model.* (BC)": "the inverse model, unused with inverse_model_weight 0",
     "*_sigma (pretraining)": "0: the reference pretrains with noisy_nets_std=0, sgi-lab with noise "
     "switched off; both are noise-free, and finetuning resets every sigma",
 }
@@ -199,6 +201,7 @@ UNMAPPED = {
 def load_pretraining_weights(
     x, case, model, target_model, online_key: str = "online/", target_key: str = "target/"
 ) -> None:
+    stage = "bc" if case.get("objective") == "bc" else "pretrain"
     """Copy sgi-lab's pretraining networks (the inputs' ``online_key``/``target_key`` entries)
     into a reference pretraining model, its SPR target (target_encoder, target_projection) and
     its target model, through the name mapping; every reference tensor is mapped or explained
@@ -222,19 +225,22 @@ def load_pretraining_weights(
     for sgi_name, value in entries(online_key).items():
         if sgi_name.endswith("_sigma"):
             continue  # see UNMAPPED
-        for ref in reference_names(sgi_name, encoder, "pretrain"):
+        for ref in reference_names(sgi_name, encoder, stage):
             new_m[ref] = convert(sgi_name, value).clone()
             mapped_m.add(ref)
     for sgi_name, value in entries(target_key).items():
         if sgi_name.endswith("_sigma"):
             continue
-        for ref in target_names(sgi_name, encoder, "pretrain"):
+        for ref in target_names(sgi_name, encoder, stage):
             where, ref_name = ref.split(":")
             dest, mapped = (new_m, mapped_m) if where == "model" else (new_t, mapped_t)
             dest[ref_name] = convert(sgi_name, value).clone()
             mapped.add(ref_name)
-    # the unused RL head: as copy_base_params would make it (see UNMAPPED)
-    for src_name, dst_name in (("goal_advantage", "rl_advantage"), ("goal_value", "rl_value")):
+    # the unused RL head: as copy_base_params would make it (see UNMAPPED); BC trains it
+    copies = (
+        () if stage == "bc" else (("goal_advantage", "rl_advantage"), ("goal_value", "rl_value"))
+    )
+    for src_name, dst_name in copies:
         for sd in (new_m, new_t):
             for k in list(sd):
                 if k.startswith(f"head.{src_name}."):
@@ -260,7 +266,7 @@ def load_pretraining_weights(
             k.endswith("epsilon")
             or k in ("head.advantage_bias", "head.rl_advantage_bias")
             or bias_before_norm(k)
-            or k.startswith("head.rl_")
+            or k.startswith(("head.goal", "inverse_model.") if stage == "bc" else "head.rl_")
             or k.endswith("_sigma")
         )
 
@@ -320,10 +326,11 @@ def reference_settings(case: dict) -> tuple[dict, dict]:
     with the fixture's sizes."""
     args, stage = case["model_args"], case["stage"]
     pretrain = stage == "pretrain"
+    bc = case.get("objective") == "bc"
     model = dict(
         n_atoms=51,
         dueling=1,
-        jumps=case["spr_steps"],
+        jumps=0 if bc else case["spr_steps"],
         spr=1,
         # augmentation is fed: the inputs hold sgi-lab's augmented pixels (see README)
         augmentation=["none"],
@@ -342,13 +349,13 @@ def reference_settings(case: dict) -> tuple[dict, dict]:
         dropout=0,
         predictor="linear",
         rl=0 if pretrain else 1,
-        bc=0,
+        bc=1 if bc else 0,
         bc_from_values=True,
-        goal_rl=1 if pretrain else 0,
+        goal_rl=1 if pretrain and not bc else 0,
         goal_n_step=1,
         noisy_nets_std=0.0 if pretrain else 0.5,
         residual_tm=0,
-        inverse_model=1 if pretrain else 0,
+        inverse_model=1 if pretrain and not bc else 0,
         encoder="resnet" if args["encoder"] == "resnet" else "nature",
         goal_conditioning_type=["goal_only", "film"],
         resblock="inverted",
@@ -399,6 +406,8 @@ def reference_settings(case: dict) -> tuple[dict, dict]:
             min_steps_learn=0,
             offline=True,
         )
+        if bc:  # bc_pretrain.sh
+            algo.update(spr_weight=0, goal_weight=0, inverse_model_weight=0, bc_weight=1, jumps=0)
     else:  # config.yaml + sgim_finetune.sh
         algo.update(
             rl_weight=1,
@@ -465,6 +474,8 @@ def run_case(name: str, case: dict, overrides: dict | None = None) -> dict[str, 
     px = dict(np.load(FIXTURES / f"{name}.pixels.scratch.npz", allow_pickle=False))
     args, stage = case["model_args"], case["stage"]
     pretrain = stage == "pretrain"
+    goal = pretrain and case.get("objective") != "bc"
+    names = "bc" if case.get("objective") == "bc" else stage  # which head the mapping uses
     B, K, A, size = case["batch_size"], case["spr_steps"], args["num_actions"], args["image_size"]
     model_kw, algo_kw = reference_settings(case)
     algo_kw.update(overrides or {})
@@ -507,11 +518,13 @@ def run_case(name: str, case: dict, overrides: dict | None = None) -> dict[str, 
     dones = torch.zeros(T, B, dtype=torch.bool)
     goal_index = None
     if pretrain:
-        extra = torch.from_numpy(px["pixels_extra"])  # (B, 4, H, W): the goal frames
-        offsets = torch.from_numpy(x["goal_offsets"]).long()
-        for b in range(B):
+        extra = torch.from_numpy(px["pixels_extra"]) if goal else torch.zeros(B, 4, size, size)
+        offsets = torch.from_numpy(x["goal_offsets"]).long() if goal else []
+        for b in range(len(offsets)):  # the goal frames, where the reference draws them
             obs[offsets[b], b] = extra[b].unsqueeze(1)
-        goal_index = offsets - 1  # sample_goals draws within observations[1:goal_window]
+        goal_index = (
+            offsets - 1 if goal else None
+        )  # sample_goals draws within observations[1:goal_window]
         return_ = torch.zeros(T, B)
         done_n = torch.zeros(T, B, dtype=torch.bool)
         is_weights = torch.ones(B)
@@ -652,7 +665,7 @@ def run_case(name: str, case: dict, overrides: dict | None = None) -> dict[str, 
             return originals(self, size)  # goal-head layers: unused when finetuning
 
         ref_networks.NoisyLinear._scale_noise = _scale_noise
-    if pretrain:
+    if goal:
         n_rows = B
         swap = torch.from_numpy(x["goal_swap"])
         other = (torch.arange(n_rows) + torch.from_numpy(x["goal_swap_offset"]).long()) % n_rows
@@ -698,13 +711,13 @@ def run_case(name: str, case: dict, overrides: dict | None = None) -> dict[str, 
     for sgi_name in sgi_names:
         if pretrain and sgi_name.endswith("_sigma"):
             continue
-        ref = reference_names(sgi_name, args["encoder"], stage)[0]
+        ref = reference_names(sgi_name, args["encoder"], names)[0]
         if ref in grads:
             out[f"grad/{sgi_name}"] = to_sgi(sgi_name, grads[ref]).numpy()
         sample("update", sgi_name, to_sgi(sgi_name, after[ref] - before[ref]))
         # the target networks after the update: the SPR target (model.target_*) and, in
         # pretraining, the target model (finetuning's is the online network itself)
-        for target_ref in target_names(sgi_name, args["encoder"], stage):
+        for target_ref in target_names(sgi_name, args["encoder"], names):
             where, ref_name = target_ref.split(":")
             if where == "model":
                 delta = after[ref_name] - before[ref_name]
