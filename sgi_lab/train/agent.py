@@ -520,8 +520,9 @@ class Population:
     # -- one update ----------------------------------------------------------------------------
     @property
     def uses_cuda_graph(self) -> bool:
-        """Whether `learn` replays a captured CUDA graph (CUDA, ``cuda_graphs``, no separate Q
-        target network, whose periodic copy is decided in Python)."""
+        """Whether `sgi_lab.train.update.learn` replays a captured CUDA graph (CUDA,
+        ``cuda_graphs``, no separate Q target network, whose periodic copy is decided in
+        Python)."""
         return (
             GraphedCall.available(self.device)
             and getattr(self.config, "cuda_graphs", False)
@@ -566,7 +567,7 @@ class Population:
     @torch.no_grad()
     def update_q_target(self) -> None:
         """Move the separate Q target toward the online network by ``target_tau`` (integer
-        buffers copied); `update` calls it every ``target_update_period`` updates."""
+        buffers copied); `count_update` calls it every ``target_update_period`` updates."""
         floats = [k for k, v in self.online.items() if v.is_floating_point() and ".eps_" not in k]
         lerp_(
             [self.q_target[k] for k in floats],
