@@ -40,6 +40,7 @@ from sgi_lab.data.population_replay import PopulationReplay
 from sgi_lab.envs.games import ATARI_100K_GAMES
 from sgi_lab.nets import SGIModel
 from sgi_lab.nets.graphs import count_ops
+from sgi_lab.train.acting import act
 from sgi_lab.train.agent import Population
 from sgi_lab.train.transfer import model_args_for
 from sgi_lab.train.update import learn, staged_batch, update
@@ -117,7 +118,7 @@ class Phases:
 
     def act(self) -> np.ndarray:
         n = self.population.size
-        return self.population.act(self.obs, [0.01] * n, self.agent_rngs)
+        return act(self.population, self.obs, [0.01] * n, self.agent_rngs)
 
     def append(self, first: bool = False) -> None:
         n = self.population.size

@@ -20,6 +20,7 @@ from sgi_lab.data.replay import PrioritizedReplay
 from sgi_lab.files import read_jsonl
 from sgi_lab.nets import SGIModel
 from sgi_lab.runs import RunDir, load_checkpoint
+from sgi_lab.train.acting import act, acting_q, forward_graph
 from sgi_lab.train.agent import Population
 from sgi_lab.train.pretrain import load_pretrained_model, pretrain
 from sgi_lab.train.transfer import model_args_for
@@ -189,10 +190,10 @@ def test_cuda_graph_acting_equals_eager_acting():
         for step in range(8):
             obs = rng.integers(0, 255, (2, 4, 84, 84), dtype=np.uint8)
             x = torch.from_numpy(obs).cuda()
-            replayed = pop._forward_graph("q", pop._acting_q, x)
-            torch.testing.assert_close(replayed, pop._acting_q(x), rtol=1e-5, atol=1e-5)
+            replayed = forward_graph(pop, "q", lambda x: acting_q(pop, x), x)
+            torch.testing.assert_close(replayed, acting_q(pop, x), rtol=1e-5, atol=1e-5)
             greedy = [np.random.default_rng(i) for i in range(2)]
-            chosen.append(pop.act(obs, [0.0, 0.0], greedy))
+            chosen.append(act(pop, obs, [0.0, 0.0], greedy))
             batches = [fake_batch(c, 6, 100 * step + i) for i, c in enumerate(configs)]
             update(pop, stage(pop, batches, [np.ones(c.batch_size, np.float32) for c in configs]))
         return np.stack(chosen)

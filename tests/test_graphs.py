@@ -9,6 +9,7 @@ import torch
 from test_population import append_random_row, fake_batch, make_config, population
 
 from sgi_lab.nets.graphs import check_replayable, trace
+from sgi_lab.train.acting import acting_actions
 from sgi_lab.train.update import learn_step, stage, update
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -102,11 +103,11 @@ def test_acting_is_replayable_across_updates():
         [np.ones(c.batch_size, np.float32) for c in configs],
     )
     x = torch.randint(0, 255, (2, 4, 84, 84), dtype=torch.uint8)
-    pop._acting_actions(x)
-    captured = trace(lambda: pop._acting_actions(x))
+    acting_actions(pop, x)
+    captured = trace(lambda: acting_actions(pop, x))
     for _ in range(3):
         update(pop, staged)
-    assert_replays(captured, trace(lambda: pop._acting_actions(x)), "acting after updates")
+    assert_replays(captured, trace(lambda: acting_actions(pop, x)), "acting after updates")
 
 
 @pytest.mark.parametrize("ssl", ["spr", "all"])

@@ -12,6 +12,8 @@ from sgi_lab.config import FinetuneConfig, build_config
 from sgi_lab.data.sampler import SequenceBatch
 from sgi_lab.nets import SGIModel
 from sgi_lab.nets.graphs import count_ops
+from sgi_lab.train.acting import act
+from sgi_lab.train.acting import greedy as greedy_actions
 from sgi_lab.train.agent import Population
 from sgi_lab.train.stacking import pad_to, unpad_to
 from sgi_lab.train.transfer import model_args_for
@@ -243,7 +245,7 @@ def test_acting_never_picks_an_action_the_game_lacks():
     rngs = [np.random.default_rng(0), np.random.default_rng(1)]
     obs = np.random.default_rng(0).integers(0, 255, (2, 4, 84, 84), dtype=np.uint8)
     for _ in range(20):
-        a = pop.act(obs, [0.0, 0.0], rngs)
+        a = act(pop, obs, [0.0, 0.0], rngs)
         assert 0 <= a[1] < 4 and 0 <= a[0] < 6
     # Greedy actions equal those of the agent's own standalone network.
     model = pop.agent_model(1).eval()
@@ -253,7 +255,7 @@ def test_acting_never_picks_an_action_the_game_lacks():
                 layer.eps_in.copy_(pop.online[f"{name}.eps_in"][1])
                 layer.eps_out.copy_(pop.online[f"{name}.eps_out"][1][: layer.out_features])
         q = model.q_values(model.encode(torch.as_tensor(obs[1:])))
-    assert pop.act(obs, [0.0, 0.0], rngs)[1] == int(q.argmax())
+    assert act(pop, obs, [0.0, 0.0], rngs)[1] == int(q.argmax())
 
 
 def test_optimizer_state_round_trip():
@@ -381,7 +383,7 @@ def test_population_evaluation_equals_each_agents_own_evaluation():
     with torch.no_grad():  # a sharper head, so that different frames pick different actions
         pop.online["head.advantage_out.weight_mu"].mul_(300.0)
     obs = np.random.default_rng(0).integers(0, 255, (2, 5, 4, 84, 84), dtype=np.uint8)
-    greedy = pop.greedy(obs)
+    greedy = greedy_actions(pop, obs)
     for i in range(2):
         model = pop.agent_model(i).eval()
         model.set_noise(False)
@@ -390,7 +392,9 @@ def test_population_evaluation_equals_each_agents_own_evaluation():
         np.testing.assert_array_equal(greedy[i], q.argmax(-1).numpy())
     assert len(set(greedy[0].tolist())) > 1  # the observations do not all give one action
     kw = {"episodes": 3, "eps": 0.2, "num_envs": 2, "max_frames": 160, "progress": False}
-    together = play_episodes(pop.greedy, ["Pong", "Breakout"], [6, 4], seeds=[5, 6], **kw)
+    together = play_episodes(
+        lambda obs: greedy_actions(pop, obs), ["Pong", "Breakout"], [6, 4], seeds=[5, 6], **kw
+    )
     for i, (game, seed) in enumerate([("Pong", 5), ("Breakout", 6)]):
         alone = evaluate(pop.agent_model(i), game, seed=seed, asynchronous=False, **kw)
         assert together[i]["scores"] == alone["scores"]

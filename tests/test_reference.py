@@ -36,6 +36,8 @@ from sgi_lab.config import FinetuneConfig, PretrainConfig, build_config
 from sgi_lab.nets import SGIModel
 from sgi_lab.objectives import goals_from_draws, n_step_return
 from sgi_lab.train import pretrain as pretrain_module
+from sgi_lab.train.acting import acting_q
+from sgi_lab.train.acting import greedy as acting_greedy
 from sgi_lab.train.agent import Population
 from sgi_lab.train.finetune import epsilon_at
 from sgi_lab.train.transfer import Pretrained, model_args_for, transfer_pretrained
@@ -490,14 +492,14 @@ def test_acting_equals_the_reference(name, monkeypatch):
     config, pop = run.config, run.population
     ref, x = load(name, "reference"), load(name, "inputs")
     frames = torch.from_numpy(x["frames"][:, 0])  # (B, 4, H, W) uint8
-    q_sample = torch.cat([pop._acting_q(frames[b : b + 1]) for b in range(frames.shape[0])])
+    q_sample = torch.cat([acting_q(pop, frames[b : b + 1]) for b in range(frames.shape[0])])
     assert_close_scaled(f"{name} acting Q values (noisy)", q_sample, ref["act/q_sample"], 1e-5)
     model = pop.agent_model(0).eval()
     model.set_noise(False)
     with torch.no_grad():
         q_eval = model.q_values(model.encode(frames))
     assert_close_scaled(f"{name} evaluation Q values", q_eval, ref["act/q_eval"], 1e-5)
-    greedy = pop.greedy(frames[None].numpy())[0]
+    greedy = acting_greedy(pop, frames[None].numpy())[0]
     np.testing.assert_array_equal(greedy, ref["act/q_eval"].argmax(-1))
     assert config.eval_eps == pytest.approx(float(ref["act/eps_eval"][0]))
     schedule = dataclasses.replace(config, eps_from="learning_starts", learning_starts=2000)

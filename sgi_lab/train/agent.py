@@ -28,7 +28,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 from torch.func import functional_call, vmap
@@ -406,116 +405,11 @@ class Population:
                 out["goal_draws"]["offset"] = draws.integers(uni["goal_offset"], 1, batch)
         return out
 
-    # -- acting --------------------------------------------------------------------------------
-    @torch.no_grad()
-    def act(
-        self, obs: np.ndarray, eps: Sequence[float], rngs: Sequence[np.random.Generator]
-    ) -> np.ndarray:
-        """Epsilon-greedy actions of every agent on its current observation, in one forward.
-
-        Noisy Q values with the noise of the last update and batch norm on running statistics
-        (rlpyt's sampling mode). Each agent draws its epsilon decision and random action from
-        its own ``rng`` (one draw each, as a run alone would), then the greedy forward runs for
-        all agents at once unless every action came out random.
-
-        Args:
-            obs: (N, 4, 84, 84) uint8, one observation per agent.
-            eps: per-agent epsilon.
-            rngs: per-agent numpy generators.
-
-        Returns:
-            (N,) int64 actions, each within its game's action set.
-        """
-        n = self.size
-        random = np.empty(n, bool)
-        actions = np.empty(n, np.int64)
-        for i in range(n):
-            random[i] = rngs[i].random(1)[0] < eps[i]
-            actions[i] = rngs[i].integers(0, self.model_args[i]["num_actions"], size=1)[0]
-        if random.all():
-            return actions
-        x = torch.as_tensor(obs).to(self.device, non_blocking=True)
-        greedy = self._forward_graph("act", self._acting_actions, x).cpu().numpy()
-        return np.where(random, actions, greedy)
-
-    def _acting_actions(self, x: torch.Tensor) -> torch.Tensor:
-        """(N,) greedy actions on the noisy Q values of (N, 4, 84, 84) uint8 device frames."""
-        return self._acting_q(x).argmax(-1)
-
-    @torch.no_grad()
-    def _acting_q(self, x: torch.Tensor) -> torch.Tensor:
-        """(N, A) noisy Q values of (N, 4, 84, 84) uint8 device frames, as acting sees them."""
-        # bf16 only on a GPU: for one observation on a CPU the weight casts cost more than
-        # they save.
-        amp = self.amp and self.device.type == "cuda"
-        self.template.eval()
-        try:
-            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=amp):
-                # Scaled outside vmap (a layout change cannot be asked for inside it).
-                x = prepare_pixels(x, channels_last=self.template.channels_last)[:, None]
-
-                def q_values(state, x, mask):
-                    return self.call(
-                        state, lambda m, x: m.q_values(m.encode(x, prepared=True), mask), x
-                    )
-
-                q = self.batched(q_values)(self.online, x, self.action_mask)
-        finally:
-            self.train_mode()
-        return q[:, 0]
-
     @property
     def uses_forward_graphs(self) -> bool:
-        """Whether acting replays a captured CUDA graph (CUDA and ``cuda_graphs``)."""
+        """Whether acting replays a captured CUDA graph (CUDA and ``cuda_graphs``;
+        `sgi_lab.train.acting.forward_graph`)."""
         return GraphedCall.available(self.device) and getattr(self.config, "cuda_graphs", False)
-
-    def _forward_graph(
-        self, name: str, fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor
-    ) -> torch.Tensor:
-        """``fn(x)``, replayed from a CUDA graph captured at the third call with this input shape
-        when `uses_forward_graphs` (`sgi_lab.nets.graphs.GraphedCall`): the forward reads the
-        networks' stacked tensors, which every update changes in place, so a replay sees the
-        current weights, noise and statistics (`sgi_lab.nets.graphs` checks it on a CPU). Saves
-        the forward's few hundred kernel launches per environment step."""
-        if not self.uses_forward_graphs:
-            return fn(x)
-        graphs = self.__dict__.setdefault("_graphs", {})
-        key = (name, tuple(x.shape), x.dtype)
-        if key not in graphs:
-            graphs[key] = GraphedCall(fn, warmup=2)
-        return graphs[key](x).clone()
-
-    @torch.no_grad()
-    def greedy(self, obs: np.ndarray) -> np.ndarray:
-        """Evaluation policy of every agent (`sgi_lab.train.evaluate.Policy`): greedy actions on
-        noise-free Q values, batch norm on running statistics, one forward for all agents.
-
-        Args:
-            obs: (N, E, 4, 84, 84) uint8, E observations per agent.
-
-        Returns:
-            (N, E) int64 actions, each within its game's action set.
-        """
-        x = torch.as_tensor(obs).to(self.device)
-        n, e = x.shape[:2]
-        amp = self.amp and self.device.type == "cuda"
-        self.template.eval()
-        self.template.set_noise(False)
-        try:
-            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=amp):
-                x = prepare_pixels(x.flatten(0, 1), channels_last=self.template.channels_last)
-                x = x.view(n, e, *x.shape[1:])
-
-                def q_values(state, x, mask):
-                    return self.call(
-                        state, lambda m, x: m.q_values(m.encode(x, prepared=True), mask), x
-                    )
-
-                q = self.batched(q_values)(self.online, x, self.action_mask)
-        finally:
-            self.template.set_noise(self.config.noisy_std > 0)
-            self.train_mode()
-        return q.argmax(-1).cpu().numpy()
 
     # -- one update ----------------------------------------------------------------------------
     @property

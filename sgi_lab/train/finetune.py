@@ -50,6 +50,7 @@ from sgi_lab.runs import (
     restore_generator,
     stop_on_signals,
 )
+from sgi_lab.train.acting import act, greedy
 from sgi_lab.train.agent import Population, check_compatible
 from sgi_lab.train.evaluate import play_episodes
 from sgi_lab.train.transfer import (
@@ -609,7 +610,7 @@ def _train_and_evaluate(
         while step < cfg.steps:
             rows: list[dict[str, Any]] = [{} for _ in agents]
             eps = epsilon_at(step, cfg)
-            actions = population.act(obs, [eps] * n, [a.rng for a in agents])
+            actions = act(population, obs, [eps] * n, [a.rng for a in agents])
             # Environments whose episode ended come back already reset (EnvPool).
             next_obs, rewards, terminated, truncated, raw, terminal = pool.step(actions)
             replay.append(obs[:, -1], actions, raw, terminal, [a.first for a in agents])
@@ -693,7 +694,7 @@ def _train_and_evaluate(
         atomic_torch_save(payload, a.run.path / "model.pt")
     # Every agent's evaluation episodes at once, one batched forward per environment step.
     results = play_episodes(
-        population.greedy,
+        lambda obs: greedy(population, obs),
         [a.game for a in agents],
         [a.model_args["num_actions"] for a in agents],
         episodes=cfg.eval_episodes,
