@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.colors import qualitative
@@ -18,6 +17,7 @@ from plotly.subplots import make_subplots
 
 from sgi_lab.metrics.aggregate import METRIC_LABELS
 from sgi_lab.viz.common import finite_or_none, no_data_message
+from sgi_lab.viz.tables import aggregate_frame
 
 __all__ = ["aggregate_table", "interval_plot", "per_game_bar"]
 
@@ -234,14 +234,6 @@ def per_game_bar(compare_df: pd.DataFrame, title: str | None = None) -> go.Figur
     return fig
 
 
-def _format(metric: str, value: float, digits: int) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ""
-    if metric in _COUNT_METRICS and float(value).is_integer():
-        return str(int(value))
-    return f"{value:.{digits}f}"
-
-
 def aggregate_table(
     df: pd.DataFrame,
     metrics: Sequence[str] | None = None,
@@ -265,24 +257,10 @@ def aggregate_table(
     methods = _ordered(df["method"], methods)
     if df.duplicated(["method", "metric"]).any():
         raise ValueError("several rows share a (method, metric); rename methods, e.g. 'X (paper)'")
-    indexed = df.set_index(["method", "metric"])
     has_ci = {"lower", "upper"} <= set(df.columns)
-    columns = [list(methods)]
-    for metric in metrics:
-        cells = []
-        for method in methods:
-            if (method, metric) not in indexed.index:
-                cells.append("")
-                continue
-            row = indexed.loc[(method, metric)]
-            text = _format(metric, float(row["value"]), digits)
-            if has_ci and not (np.isnan(row["lower"]) or np.isnan(row["upper"])):
-                text += (
-                    f" ({_format(metric, float(row['lower']), digits)}, "
-                    f"{_format(metric, float(row['upper']), digits)})"
-                )
-            cells.append(text)
-        columns.append(cells)
+    # the cells as the explorer's HTML table formats them (one formatter for both)
+    frame = aggregate_frame(df, metrics, methods, digits)
+    columns = [frame[c].tolist() for c in frame.columns]
     header = ["Method", *[_label(m) + (" (CI)" if has_ci else "") for m in metrics]]
     fig = go.Figure(
         go.Table(
