@@ -20,7 +20,6 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +27,13 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from sgi_lab.data.store import StoreError, TransitionStore
+from sgi_lab.data.store import TransitionStore
+from sgi_lab.data.store_format import StoreError
 from sgi_lab.files import atomic_write_text, jsonable, provenance
 from sgi_lab.nets import SGIModel
 from sgi_lab.nets.runtime import resolve_device
 from sgi_lab.probes.atariari import annotations, labels_from_ram
+from sgi_lab.probes.encoders import PROBES_FILE, ProbeEncoder, ProbeInputError, file_stamp
 from sgi_lab.probes.linear import (
     ProbeSettings,
     accuracy,
@@ -45,174 +46,23 @@ from sgi_lab.probes.linear import (
 
 __all__ = [
     "NON_RANDOM_SOURCES",
-    "PROBES_FILE",
-    "ProbeEncoder",
-    "ProbeInputError",
+    "check_probe_store",
+    "check_store",
     "find_result",
-    "load_probe_encoder",
     "probe_done",
     "probe_encoder",
     "probe_run",
-    "random_probe_encoder",
+    "probe_settings_key",
     "read_probes",
     "split_episodes",
     "write_probes",
 ]
 
-PROBES_FILE = "probes.json"
 FORMAT = 1
 SPLIT_FRACTIONS = (0.7, 0.1, 0.2)
 NON_RANDOM_SOURCES = ("exploratory", "dqn_replay")
 """Store sources (``manifest.source``) recorded from a policy worth imitating: the action probe
 runs on these only (the Random collector's actions are noise, unrelated to the frames)."""
-
-
-class ProbeInputError(ValueError):
-    """A run, file or store that cannot be probed; the message names it."""
-
-
-# -- encoders -----------------------------------------------------------------------------------
-
-
-@dataclass
-class ProbeEncoder:
-    """A frozen encoder to probe and where its results go.
-
-    Attributes:
-        model: the SGIModel (only its encoder is used), in eval mode.
-        source: the run folder or file it came from ("random_init" for a fresh one).
-        kind: ``pretrain``, ``finetune`` or ``random_init``.
-        out: the probes file to write (``RUN/probes.json``).
-        params: the run's params name (the objective: ``s``, ``sgi_m``...), when recorded.
-        step: training steps behind the weights, when recorded.
-        seed: the initialization seed of a random encoder.
-        stamp: size and modification time of the file the weights came from (None: a random
-            encoder): a result is reused only for the same file, so a run trained again is
-            probed again.
-    """
-
-    model: SGIModel
-    source: str
-    kind: str
-    out: Path
-    params: str | None = None
-    step: int | None = None
-    seed: int | None = None
-    stamp: dict[str, Any] | None = None
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "kind": self.kind,
-            "encoder": self.model.encoder_name,
-            "params": self.params,
-            "step": self.step,
-            "seed": self.seed,
-            "stamp": self.stamp,
-        }
-
-
-def file_stamp(path: str | os.PathLike) -> dict[str, Any] | None:
-    """``{"name", "size", "mtime_ns"}`` of a model file (None if it does not exist)."""
-    try:
-        info = Path(path).stat()
-    except OSError:
-        return None
-    return {"name": Path(path).name, "size": info.st_size, "mtime_ns": info.st_mtime_ns}
-
-
-def _probes_path(file: Path) -> Path:
-    """Where the probes of a model file go: ``RUN/probes.json`` for ``RUN/model.pt``,
-    ``RUN/probes_ckpt_N.json`` for ``RUN/checkpoints/ckpt_N.pt``, else beside the file."""
-    if file.name == "model.pt":
-        return file.parent / PROBES_FILE
-    folder = file.parent.parent if file.parent.name == "checkpoints" else file.parent
-    return folder / f"probes_{file.stem}.json"
-
-
-def load_probe_encoder(source: str | os.PathLike, allow_unfinished: bool = False) -> ProbeEncoder:
-    """The encoder of a pretraining run, a finetuning run, or a model/checkpoint file.
-
-    Uses the project's loaders: `sgi_lab.train.transfer.load_pretrained` for pretraining runs
-    and files, `sgi_lab.train.evaluate.load_run_model` for finetuning runs.
-
-    Raises:
-        ProbeInputError: no such path, a folder that is not a run of ours, a file that holds no
-            encoder (the message names it).
-        UnfinishedRunError: a run that never finished, unless ``allow_unfinished``.
-    """
-    from sgi_lab.config import ConfigError
-    from sgi_lab.runs import CheckpointError, load_checkpoint, read_status, require_finished
-    from sgi_lab.runs import run_kind as kind_of
-    from sgi_lab.train.evaluate import load_run_model
-    from sgi_lab.train.transfer import load_pretrained
-
-    path = Path(source)
-    if not path.exists():
-        raise ProbeInputError(f"{path}: no such run folder or model file")
-    if path.is_dir():
-        kind = kind_of(path)
-        if kind is None:
-            raise ProbeInputError(
-                f"{path}: not an encoder: no sgi-lab run here (no status.json of ours); probe a "
-                "pretraining or finetuning run folder, or a model/checkpoint file"
-            )
-        require_finished(path, "probe", allow_unfinished)
-        status = read_status(path) or {}
-        if kind == "finetune":
-            model, info = load_run_model(path)
-            file = path / "model.pt" if (path / "model.pt").is_file() else None
-            return ProbeEncoder(
-                model, str(path), "finetune", path / PROBES_FILE, status.get("params"),
-                info.get("step"), stamp=file_stamp(file) if file else {"step": info.get("step")},
-            )  # fmt: skip
-        try:
-            pretrained = load_pretrained(path, allow_unfinished=allow_unfinished)
-        except (ConfigError, CheckpointError) as exc:
-            raise ProbeInputError(f"{path}: not an encoder ({exc})") from exc
-        return ProbeEncoder(
-            pretrained.build_model(), str(path), "pretrain", path / PROBES_FILE,
-            pretrained.params, pretrained.step, stamp=file_stamp(pretrained.path),
-        )  # fmt: skip
-    payload = load_checkpoint(path, "cpu")  # CheckpointError names a foreign file
-    kind = payload.get("kind")
-    if kind in ("pretrained_model", "pretrain"):
-        pretrained = load_pretrained(path)
-        return ProbeEncoder(
-            pretrained.build_model(), str(path), "pretrain", _probes_path(path),
-            pretrained.params, pretrained.step, stamp=file_stamp(path),
-        )  # fmt: skip
-    if kind in ("finetuned_model", "finetune") and isinstance(payload.get("model_args"), dict):
-        model = SGIModel(**payload["model_args"])
-        model.load_state_dict(payload["model"])
-        return ProbeEncoder(
-            model.eval(), str(path), "finetune", _probes_path(path), None, payload.get("step"),
-            stamp=file_stamp(path),
-        )  # fmt: skip
-    raise ProbeInputError(f"{path}: a {kind!r} file, not an encoder (no model weights to probe)")
-
-
-def random_probe_encoder(
-    out: str | os.PathLike, num_actions: int, encoder: str = "nature", seed: int = 0
-) -> ProbeEncoder:
-    """A randomly initialized encoder (the random-init baseline), its results in folder ``out``.
-
-    Raises:
-        ProbeInputError: ``out`` exists and holds something other than probe results.
-    """
-    from sgi_lab.analysis.representations import random_model
-
-    out = Path(out)
-    if out.exists() and (
-        not out.is_dir()
-        or any(p.name != PROBES_FILE and not p.name.startswith(".") for p in out.iterdir())
-    ):
-        raise ProbeInputError(
-            f"{out}: exists and holds more than {PROBES_FILE}; a random-init probe writes only "
-            "there: choose another --out"
-        )
-    model = random_model(num_actions, encoder, seed, goal_head=False)
-    return ProbeEncoder(model, "random_init", "random_init", out / PROBES_FILE, seed=seed)
 
 
 # -- the split ----------------------------------------------------------------------------------
@@ -293,7 +143,9 @@ def _features(
 # -- probing ------------------------------------------------------------------------------------
 
 
-def _check_store(store: TransitionStore) -> None:
+def check_store(store: TransitionStore) -> None:
+    """Refuse, naming it, a store the state probes cannot read: a game AtariARI does not
+    annotate (`UnannotatedGameError`) or a store without RAM (`ProbeInputError`)."""
     annotations(store.game)  # UnannotatedGameError names the game
     if not store.has_ram:
         raise ProbeInputError(
@@ -442,42 +294,21 @@ def probe_encoder(
     started = time.perf_counter()
     settings = settings or ProbeSettings()
     if state_probes:
-        _check_store(store)
-    variables = annotations(store.game) if state_probes else ()
-    split = split_episodes(store, split_seed)
-    rng = np.random.default_rng(split_seed)
-    if max_frames is not None:
-        total = sum(len(r) for r in split.values())
-        split = {
-            k: _limit(r, max(1, round(max_frames * len(r) / total)), rng) for k, r in split.items()
-        }
+        check_store(store)
+    rng = np.random.default_rng(split_seed)  # subsamples the split, then balances the reward probe
+    split = _subsample(split_episodes(store, split_seed), max_frames, rng)
     rows = np.concatenate([split["train"], split["val"], split["test"]])
-    positions = {}
-    offset = 0
-    for name in ("train", "val", "test"):
-        positions[name] = np.arange(offset, offset + len(split[name]))
-        offset += len(split[name])
     features, keys = _features(
         encoder.model, store, rows, batch_size, device, progress, f"features {store.game}"
     )
-    seen = set(keys[: len(split["train"]) + len(split["val"])])
-    test_keep = np.array([keys[p] not in seen for p in positions["test"]], dtype=bool)
-    duplicates = int((~test_keep).sum())
-    positions["test"] = positions["test"][test_keep]
-    if len(positions["test"]) == 0:
-        raise ProbeInputError(f"{store.path}: every test state also appears in training")
-    feature_seconds = time.perf_counter() - started
+    positions, duplicates = _positions_without_seen_states(split, keys, store)
+    seconds = {"features": round(time.perf_counter() - started, 2)}
+    variables = annotations(store.game) if state_probes else ()
     labels = labels_from_ram(store.gather_ram(rows), variables) if state_probes else None
     result: dict[str, Any] = {
         "encoder": encoder.describe(),
-        "store": {
-            "path": str(store.path),
-            "game": store.game,
-            "source": store.manifest.source,
-            "fingerprint": store.fingerprint,
-            "transitions": len(store),
-        },
-        "settings": _settings_key(
+        "store": _store_record(store),
+        "settings": probe_settings_key(
             settings, split_seed, max_frames, random_baseline_seed, state_probes
         ),
         "split": {
@@ -486,54 +317,39 @@ def probe_encoder(
             "test_duplicates_removed": duplicates,
         },
     }
-    seconds = {"features": round(feature_seconds, 2)}
-    stages = 3 + (random_baseline_seed is not None)
-    with tqdm(total=stages, disable=not progress, desc="probes") as bar:
-
-        def timed(name: str, since: float) -> None:
+    stages = {
+        "state": lambda: (
+            _state_probes(features, labels, positions, variables, settings)
+            if state_probes
+            else {"state_probes": "skipped (--no-state-probes)"}
+        ),
+        "reward": lambda: {
+            "reward": _reward_probe(features, store, rows, positions, settings, rng)
+        },
+        "action": lambda: {"action": _action_probe(features, store, rows, positions, settings)},
+    }
+    if random_baseline_seed is not None:
+        stages["random_init"] = lambda: {
+            "random_init": _random_init_baseline(
+                random_baseline_seed,
+                encoder.model.encoder_name,
+                store,
+                rows,
+                positions,
+                labels,
+                variables,
+                settings,
+                split_seed,
+                batch_size,
+                device,
+            )  # fmt: skip
+        }
+    with tqdm(total=len(stages), disable=not progress, desc="probes") as bar:
+        for name, stage in stages.items():
+            since = time.perf_counter()
+            result.update(stage())
             seconds[name] = round(time.perf_counter() - since, 2)
             bar.update()
-
-        t = time.perf_counter()
-        if state_probes:
-            result.update(_state_probes(features, labels, positions, variables, settings))
-        else:
-            result["state_probes"] = "skipped (--no-state-probes)"
-        timed("state", t)
-        t = time.perf_counter()
-        result["reward"] = _reward_probe(features, store, rows, positions, settings, rng)
-        timed("reward", t)
-        t = time.perf_counter()
-        result["action"] = _action_probe(features, store, rows, positions, settings)
-        timed("action", t)
-        if random_baseline_seed is not None:
-            from sgi_lab.analysis.representations import random_model
-
-            t = time.perf_counter()
-            model = random_model(
-                store.num_actions, encoder.model.encoder_name, random_baseline_seed, goal_head=False
-            )
-            random_features, _ = _features(
-                model, store, rows, batch_size, device, False, "random-init features"
-            )
-            base = (
-                _state_probes(random_features, labels, positions, variables, settings)
-                if state_probes
-                else {"overall": None, "across_categories": None, "categories": {}, "variables": {}}
-            )
-            reward = _reward_probe(
-                random_features, store, rows, positions, settings,
-                np.random.default_rng(split_seed),
-            )  # fmt: skip
-            result["random_init"] = {
-                "seed": random_baseline_seed,
-                "overall": base["overall"],
-                "across_categories": base["across_categories"],
-                "categories": base["categories"],
-                "variables": {k: v["f1"] for k, v in base["variables"].items()},
-                "reward_f1": reward.get("f1"),
-            }
-            timed("random_init", t)
     seconds["total"] = round(time.perf_counter() - started, 2)
     result["seconds"] = seconds
     result["created"] = time.strftime("%Y-%m-%dT%H:%M:%S")
@@ -541,7 +357,78 @@ def probe_encoder(
     return jsonable(result)
 
 
-def _settings_key(
+def _subsample(
+    split: dict[str, np.ndarray], max_frames: int | None, rng: np.random.Generator
+) -> dict[str, np.ndarray]:
+    """Each split's rows subsampled in proportion so that all hold about ``max_frames``."""
+    if max_frames is None:
+        return split
+    total = sum(len(r) for r in split.values())
+    return {k: _limit(r, max(1, round(max_frames * len(r) / total)), rng) for k, r in split.items()}
+
+
+def _positions_without_seen_states(
+    split: dict[str, np.ndarray], keys: list[bytes], store: TransitionStore
+) -> tuple[dict[str, np.ndarray], int]:
+    """Where each split's rows sit among the features (train, then val, then test), the test
+    rows whose frame stack training or validation also holds left out (AtariARI's
+    ``remove_duplicates``); and how many were left out.
+
+    Raises:
+        ProbeInputError: every test state also appears in training.
+    """
+    positions, offset = {}, 0
+    for name in ("train", "val", "test"):
+        positions[name] = np.arange(offset, offset + len(split[name]))
+        offset += len(split[name])
+    seen = set(keys[: len(split["train"]) + len(split["val"])])
+    unseen = np.array([keys[p] not in seen for p in positions["test"]], dtype=bool)
+    positions["test"] = positions["test"][unseen]
+    if len(positions["test"]) == 0:
+        raise ProbeInputError(f"{store.path}: every test state also appears in training")
+    return positions, int((~unseen).sum())
+
+
+def _store_record(store: TransitionStore) -> dict[str, Any]:
+    """What a result records of the store it was probed on (its fingerprint finds it again)."""
+    return {
+        "path": str(store.path),
+        "game": store.game,
+        "source": store.manifest.source,
+        "fingerprint": store.fingerprint,
+        "transitions": len(store),
+    }
+
+
+def _random_init_baseline(
+    seed, encoder_name, store, rows, positions, labels, variables, settings, split_seed,
+    batch_size, device,
+) -> dict[str, Any]:  # fmt: skip
+    """The state and reward probes of a random encoder of the same architecture on the same
+    rows and split: what the probes read out of the frames with no training at all."""
+    from sgi_lab.analysis.representations import random_model
+
+    model = random_model(store.num_actions, encoder_name, seed, goal_head=False)
+    features, _ = _features(model, store, rows, batch_size, device, False, "random-init features")
+    base = (
+        _state_probes(features, labels, positions, variables, settings)
+        if labels is not None
+        else {"overall": None, "across_categories": None, "categories": {}, "variables": {}}
+    )
+    reward = _reward_probe(
+        features, store, rows, positions, settings, np.random.default_rng(split_seed)
+    )
+    return {
+        "seed": seed,
+        "overall": base["overall"],
+        "across_categories": base["across_categories"],
+        "categories": base["categories"],
+        "variables": {k: v["f1"] for k, v in base["variables"].items()},
+        "reward_f1": reward.get("f1"),
+    }
+
+
+def probe_settings_key(
     settings: ProbeSettings,
     split_seed: int,
     max_frames: int | None,
@@ -631,7 +518,7 @@ def probe_run(
         (the result, whether it was computed now).
     """
     settings = settings or ProbeSettings()
-    key = _settings_key(settings, split_seed, max_frames, random_baseline_seed, state_probes)
+    key = probe_settings_key(settings, split_seed, max_frames, random_baseline_seed, state_probes)
     if not overwrite:
         done = find_result(encoder.out, store.fingerprint, key, encoder.stamp)
         if done is not None:
@@ -658,7 +545,7 @@ def check_probe_store(store_path: str | os.PathLike, state_probes: bool = True) 
     except StoreError as exc:
         raise ProbeInputError(f"--data: {exc}") from exc
     if state_probes:
-        _check_store(store)
+        check_store(store)
     return store
 
 
@@ -672,12 +559,12 @@ def probe_done(
     """Whether ``folder/probes.json`` holds the result `probe_run` would compute for this store
     with the default `ProbeSettings` (what an experiment's probe task checks): ``folder`` is a
     pretraining run (its ``model.pt``) or a random encoder's folder."""
-    from sgi_lab.data.store import read_manifest
+    from sgi_lab.data.store_format import read_manifest
 
     manifest = read_manifest(store)
     if manifest is None or not manifest.complete:
         return False
     fingerprint = manifest.fingerprint or manifest.content_fingerprint()
-    key = _settings_key(ProbeSettings(), split_seed, max_frames, random_baseline_seed)
+    key = probe_settings_key(ProbeSettings(), split_seed, max_frames, random_baseline_seed)
     stamp = file_stamp(Path(folder) / "model.pt")
     return find_result(folder, fingerprint, key, stamp) is not None

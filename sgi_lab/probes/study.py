@@ -117,7 +117,7 @@ def _config_seed(folder: Path) -> int | None:
 def experiment_probe_frame(graph: Any) -> pd.DataFrame:
     """The result of each finished probe task of an experiment graph, one row each, with the
     objective (the pretraining config without ``_seedN``, or ``random_init``) and its seed."""
-    from sgi_lab.data.store import read_manifest
+    from sgi_lab.data.store_format import read_manifest
 
     rows = []
     for task in graph.tasks:

@@ -1,0 +1,171 @@
+"""The frozen encoders that probes read: a pretraining run's, a finetuning run's, a model or
+checkpoint file's, or a random initialization's, and where each one's results go
+(``RUN/probes.json``, ``RUN/probes_ckpt_N.json`` for a checkpoint).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sgi_lab.nets import SGIModel
+
+__all__ = [
+    "PROBES_FILE",
+    "ProbeEncoder",
+    "ProbeInputError",
+    "file_stamp",
+    "load_probe_encoder",
+    "probes_path",
+    "random_probe_encoder",
+]
+
+PROBES_FILE = "probes.json"
+
+
+class ProbeInputError(ValueError):
+    """A run, file or store that cannot be probed; the message names it."""
+
+
+@dataclass
+class ProbeEncoder:
+    """A frozen encoder to probe and where its results go.
+
+    Attributes:
+        model: the SGIModel (only its encoder is used), in eval mode.
+        source: the run folder or file it came from ("random_init" for a fresh one).
+        kind: ``pretrain``, ``finetune`` or ``random_init``.
+        out: the probes file to write (``RUN/probes.json``).
+        params: the run's params name (the objective: ``s``, ``sgi_m``...), when recorded.
+        step: training steps behind the weights, when recorded.
+        seed: the initialization seed of a random encoder.
+        stamp: size and modification time of the file the weights came from (None: a random
+            encoder): a result is reused only for the same file, so a run trained again is
+            probed again.
+    """
+
+    model: SGIModel
+    source: str
+    kind: str
+    out: Path
+    params: str | None = None
+    step: int | None = None
+    seed: int | None = None
+    stamp: dict[str, Any] | None = None
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "kind": self.kind,
+            "encoder": self.model.encoder_name,
+            "params": self.params,
+            "step": self.step,
+            "seed": self.seed,
+            "stamp": self.stamp,
+        }
+
+
+def file_stamp(path: str | os.PathLike) -> dict[str, Any] | None:
+    """``{"name", "size", "mtime_ns"}`` of a model file (None if it does not exist)."""
+    try:
+        info = Path(path).stat()
+    except OSError:
+        return None
+    return {"name": Path(path).name, "size": info.st_size, "mtime_ns": info.st_mtime_ns}
+
+
+def probes_path(file: Path) -> Path:
+    """Where the probes of a model file go: ``RUN/probes.json`` for ``RUN/model.pt``,
+    ``RUN/probes_ckpt_N.json`` for ``RUN/checkpoints/ckpt_N.pt``, else beside the file."""
+    if file.name == "model.pt":
+        return file.parent / PROBES_FILE
+    folder = file.parent.parent if file.parent.name == "checkpoints" else file.parent
+    return folder / f"probes_{file.stem}.json"
+
+
+def load_probe_encoder(source: str | os.PathLike, allow_unfinished: bool = False) -> ProbeEncoder:
+    """The encoder of a pretraining run, a finetuning run, or a model/checkpoint file.
+
+    Uses the project's loaders: `sgi_lab.train.transfer.load_pretrained` for pretraining runs
+    and files, `sgi_lab.train.evaluate.load_run_model` for finetuning runs.
+
+    Raises:
+        ProbeInputError: no such path, a folder that is not a run of ours, a file that holds no
+            encoder (the message names it).
+        UnfinishedRunError: a run that never finished, unless ``allow_unfinished``.
+    """
+    from sgi_lab.checkpoints import CheckpointError, load_checkpoint
+    from sgi_lab.config import ConfigError
+    from sgi_lab.run_status import read_status, require_finished
+    from sgi_lab.run_status import run_kind as kind_of
+    from sgi_lab.train.evaluate import load_run_model
+    from sgi_lab.train.transfer import load_pretrained
+
+    path = Path(source)
+    if not path.exists():
+        raise ProbeInputError(f"{path}: no such run folder or model file")
+    if path.is_dir():
+        kind = kind_of(path)
+        if kind is None:
+            raise ProbeInputError(
+                f"{path}: not an encoder: no sgi-lab run here (no status.json of ours); probe a "
+                "pretraining or finetuning run folder, or a model/checkpoint file"
+            )
+        require_finished(path, "probe", allow_unfinished)
+        status = read_status(path) or {}
+        if kind == "finetune":
+            model, info = load_run_model(path)
+            file = path / "model.pt" if (path / "model.pt").is_file() else None
+            return ProbeEncoder(
+                model, str(path), "finetune", path / PROBES_FILE, status.get("params"),
+                info.get("step"), stamp=file_stamp(file) if file else {"step": info.get("step")},
+            )  # fmt: skip
+        try:
+            pretrained = load_pretrained(path, allow_unfinished=allow_unfinished)
+        except (ConfigError, CheckpointError) as exc:
+            raise ProbeInputError(f"{path}: not an encoder ({exc})") from exc
+        return ProbeEncoder(
+            pretrained.build_model(), str(path), "pretrain", path / PROBES_FILE,
+            pretrained.params, pretrained.step, stamp=file_stamp(pretrained.path),
+        )  # fmt: skip
+    payload = load_checkpoint(path, "cpu")  # CheckpointError names a foreign file
+    kind = payload.get("kind")
+    if kind in ("pretrained_model", "pretrain"):
+        pretrained = load_pretrained(path)
+        return ProbeEncoder(
+            pretrained.build_model(), str(path), "pretrain", probes_path(path),
+            pretrained.params, pretrained.step, stamp=file_stamp(path),
+        )  # fmt: skip
+    if kind in ("finetuned_model", "finetune") and isinstance(payload.get("model_args"), dict):
+        model = SGIModel(**payload["model_args"])
+        model.load_state_dict(payload["model"])
+        return ProbeEncoder(
+            model.eval(), str(path), "finetune", probes_path(path), None, payload.get("step"),
+            stamp=file_stamp(path),
+        )  # fmt: skip
+    raise ProbeInputError(f"{path}: a {kind!r} file, not an encoder (no model weights to probe)")
+
+
+def random_probe_encoder(
+    out: str | os.PathLike, num_actions: int, encoder: str = "nature", seed: int = 0
+) -> ProbeEncoder:
+    """A randomly initialized encoder (the random-init baseline), its results in folder ``out``.
+
+    Raises:
+        ProbeInputError: ``out`` exists and holds something other than probe results.
+    """
+    from sgi_lab.analysis.representations import random_model
+
+    out = Path(out)
+    if out.exists() and (
+        not out.is_dir()
+        or any(p.name != PROBES_FILE and not p.name.startswith(".") for p in out.iterdir())
+    ):
+        raise ProbeInputError(
+            f"{out}: exists and holds more than {PROBES_FILE}; a random-init probe writes only "
+            "there: choose another --out"
+        )
+    model = random_model(num_actions, encoder, seed, goal_head=False)
+    return ProbeEncoder(model, "random_init", "random_init", out / PROBES_FILE, seed=seed)
