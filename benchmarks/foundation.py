@@ -22,7 +22,7 @@ import numpy as np
 from numpy.lib.format import open_memmap
 
 from sgi_lab.data import SequenceSampler, TransitionStore
-from sgi_lab.data.store import FIELDS, MANIFEST, StoreManifest, _chunk_path, _write_manifest
+from sgi_lab.data.store_format import FIELDS, MANIFEST, StoreManifest, chunk_path, write_manifest
 
 
 def rss_mb() -> float:
@@ -55,8 +55,8 @@ def synthetic_store(path: Path, rows: int, chunk: int = 100_000, sparse: bool = 
             "first": first,
         }
         for name, values in columns.items():
-            np.save(_chunk_path(path, name, index), values, allow_pickle=False)
-        frames = open_memmap(_chunk_path(path, "frame", index), "w+", np.uint8, (n, 84, 84))
+            np.save(chunk_path(path, name, index), values, allow_pickle=False)
+        frames = open_memmap(chunk_path(path, "frame", index), "w+", np.uint8, (n, 84, 84))
         if not sparse:
             for s in range(0, n, len(noise)):
                 frames[s : s + len(noise)] = noise[: min(len(noise), n - s)]
@@ -77,7 +77,7 @@ def synthetic_store(path: Path, rows: int, chunk: int = 100_000, sparse: bool = 
         complete=True,
         fields={k: {"dtype": d, "shape": list(s)} for k, (d, s) in FIELDS.items()},
     )
-    _write_manifest(path / MANIFEST, manifest.to_json())
+    write_manifest(path / MANIFEST, manifest.to_json())
     return path
 
 

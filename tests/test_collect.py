@@ -83,7 +83,7 @@ def test_collect_random_manifest(tmp_path):
 
 
 def test_interrupted_random_collection_equals_an_uninterrupted_one(tmp_path, monkeypatch):
-    import sgi_lab.data.store as store_module
+    import sgi_lab.data.store_writer as store_module
 
     kwargs = dict(seed=2, chunk_size=64, progress=False, env_kwargs={"max_episode_frames": 400})
     straight = collect_random("breakout", 300, tmp_path / "straight", **kwargs)

@@ -187,10 +187,11 @@ def test_import_two_checkpoints_with_sample_limits(replay, tmp_path):
 def test_import_all_rows_and_warn_when_samples_exceed(replay, tmp_path, monkeypatch):
     folder, _, expected = replay
     monkeypatch.setattr(dqn_replay, "READ_BLOCK_ROWS", 5)  # many blocks, gaps across blocks
-    with pytest.warns(UserWarning, match="fewer than samples"):
+    with pytest.warns(UserWarning, match="fewer than samples") as warned:
         store = import_dqn_replay(
             folder, "Pong", [0], 10_000, tmp_path / "all", progress=False, chunk_size=7
         )
+    assert warned[0].filename == __file__  # the warning points at the caller's line
     np.testing.assert_array_equal(_uids(store), expected[0])
     store = import_dqn_replay(folder, "Pong", [0, 1], None, tmp_path / "mixed", progress=False)
     np.testing.assert_array_equal(_uids(store), expected[0] + expected[1])

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from sgi_lab.config import ConfigError, PretrainConfig, build_config, load_config
 from sgi_lab.objectives import spr_loss
 from sgi_lab.objectives.goal_rl import goals_from_draws
-from sgi_lab.train.pretrain import spr_coefficient
+from sgi_lab.train.pretrain_step import spr_coefficient
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -144,7 +144,7 @@ def _drop_manifest_key(store_path, key):
 
 def test_sticky_action_prob_recorded_shown_and_old_stores_open(tmp_path, capsys):
     from sgi_lab.data import TransitionStore
-    from sgi_lab.data.store import StoreError
+    from sgi_lab.data.store_format import StoreError
     from sgi_lab.launch.cli import main
     from sgi_lab.viz.datasets import store_summary_figure
 
@@ -240,7 +240,7 @@ def test_sampler_goal_offsets_option(store_factory):
     with pytest.raises(ValueError, match="goal_offsets"):
         SequenceSampler(store, goal_offsets="text")
     config = load_config(PretrainConfig, ROOT / "params/pretrain/sgi_m.yaml")
-    from sgi_lab.train.pretrain import make_sampler
+    from sgi_lab.train.pretrain_step import make_sampler
 
     assert make_sampler(config, store).goal_offsets == "clip"
     text = build_config(PretrainConfig, {"prefetch": 0})

@@ -13,7 +13,7 @@ import sgi_lab.envs as envs_module
 from sgi_lab.config import ExploreConfig
 from sgi_lab.data import StoreError, TransitionStore
 from sgi_lab.data.collect import RandomHoldPolicy, collect
-from sgi_lab.data.store import TransitionStoreWriter
+from sgi_lab.data.store_writer import TransitionStoreWriter
 from sgi_lab.launch.cli import main
 from sgi_lab.train.explore import collect_exploratory
 

@@ -9,7 +9,7 @@ import pytest
 from conftest import decode_rows, encode_row
 
 from sgi_lab.data import StoreError, TransitionStore, TransitionStoreWriter
-from sgi_lab.data.store import check_store_target
+from sgi_lab.data.store_writer import check_store_target
 
 
 def test_round_trip_across_chunks(store_factory):

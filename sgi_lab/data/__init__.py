@@ -1,13 +1,9 @@
 """Datasets: the on-disk transition store, collectors, the DQN-Replay importer and the sampler."""
 
 from sgi_lab.data.sampler import SequenceBatch, SequenceSampler, n_step_targets, valid_start_mask
-from sgi_lab.data.store import (
-    FORMAT_VERSION,
-    StoreError,
-    StoreManifest,
-    TransitionStore,
-    TransitionStoreWriter,
-)
+from sgi_lab.data.store import TransitionStore
+from sgi_lab.data.store_format import FORMAT_VERSION, StoreError, StoreManifest
+from sgi_lab.data.store_writer import TransitionStoreWriter
 
 __all__ = [
     "FORMAT_VERSION",

@@ -15,13 +15,9 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from sgi_lab.data.store import (
-    DEFAULT_CHUNK_SIZE,
-    StoreError,
-    TransitionStore,
-    TransitionStoreWriter,
-    check_store_target,
-)
+from sgi_lab.data.store import TransitionStore
+from sgi_lab.data.store_format import DEFAULT_CHUNK_SIZE, StoreError
+from sgi_lab.data.store_writer import TransitionStoreWriter, check_store_target
 
 Policy = Callable[[np.ndarray], int]
 
@@ -116,12 +112,7 @@ def collect(
     """
     from sgi_lab.envs import canonical_game, make_env
 
-    if steps < 1:
-        raise ValueError(f"steps: must be positive, got {steps}")
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size: must be positive, got {chunk_size}")
-    if seed < 0:
-        raise ValueError(f"seed: must be >= 0, got {seed}")
+    _check_collection_args(steps, chunk_size, seed)
     game = canonical_game(game)
     out = Path(out)
     record = {
@@ -144,48 +135,89 @@ def collect(
         record_ram=True,
         **(env_kwargs or {}),
     )
-    num_actions = int(env.action_space.n)
     if writer is None:
         writer = TransitionStoreWriter.create(
             out,
             game=game,
             source=source,
             params=record,
-            num_actions=num_actions,
+            num_actions=int(env.action_space.n),
             chunk_size=chunk_size,
             overwrite=overwrite,
             sticky_action_prob=0.0,  # make_env: Atari 100k, no sticky actions
             ram=True,
         )
-    # An interrupted collection begun by an sgi-lab without RAM goes on without it.
-    with_ram = writer.has_ram
+    try:
+        _save_policy_state_with_chunks(policy, writer)
+        _record_episodes(
+            policy, env, writer, steps, seed, env_seed, terminal_on_life_loss, progress
+        )
+        path = writer.close()
+    finally:
+        env.close()
+    return TransitionStore(path)
+
+
+def _check_collection_args(steps: int, chunk_size: int, seed: int) -> None:
+    if steps < 1:
+        raise ValueError(f"steps: must be positive, got {steps}")
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size: must be positive, got {chunk_size}")
+    if seed < 0:
+        raise ValueError(f"seed: must be >= 0, got {seed}")
+
+
+def _save_policy_state_with_chunks(policy: Policy, writer: TransitionStoreWriter) -> None:
+    """Save a policy's ``state_dict()`` with every finished chunk, and restore the one saved
+    with the last chunk of an interrupted collection being resumed."""
     save_state = getattr(policy, "state_dict", None)
-    if save_state is not None:
-        writer.state_fn = lambda: {"policy": save_state()}
-    if writer.manifest.chunks and save_state is not None:
+    if save_state is None:
+        return
+    writer.state_fn = lambda: {"policy": save_state()}
+    if writer.manifest.chunks:
         saved = (writer.manifest.resume_state or {}).get("policy")
         if saved is None:
-            env.close()
             raise StoreError(
                 f"{writer.partial}: an interrupted collection without its policy's saved "
                 "state (an older sgi-lab made it); remove it to start over"
             )
         policy.load_state_dict(saved)
+
+
+def _record_episodes(
+    policy: Policy,
+    env: Any,
+    writer: TransitionStoreWriter,
+    steps: int,
+    seed: int,
+    env_seed: int,
+    terminal_on_life_loss: bool,
+    progress: bool,
+) -> None:
+    """Act with ``policy`` until the writer holds ``steps`` rows; every chunk after the first
+    one written here starts a fresh episode from a reset seeded ``seed + chunk index``."""
+    # An interrupted collection begun by an sgi-lab without RAM goes on without it.
+    with_ram = writer.has_ram
     done_rows = writer.num_rows
     bar = tqdm(
         total=steps,
         initial=done_rows,
         disable=not progress,
-        desc=f"collect {game}",
+        desc=f"collect {writer.manifest.game}",
         unit="step",
         smoothing=0.05,
     )
     reset_policy = getattr(policy, "reset", None)
-    obs, info = env.reset(seed=env_seed)
+
+    def start_episode(seed: int | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+        obs, info = env.reset(seed=seed)
+        if reset_policy:
+            reset_policy()
+        return obs, info
+
+    obs, info = start_episode(env_seed)
     segment = len(writer.manifest.chunks)
     first = True
-    if reset_policy:
-        reset_policy()
     try:
         for _ in range(steps - done_rows):
             action = int(policy(obs))
@@ -195,10 +227,8 @@ def collect(
             writer.append(obs[-1], action, float(info["raw_reward"]), terminal, first, ram)
             first = False
             if terminated or truncated:
-                obs, info = env.reset()
+                obs, info = start_episode()
                 first = True
-                if reset_policy:
-                    reset_policy()
             else:
                 obs = next_obs
             bar.update(1)
@@ -206,15 +236,10 @@ def collect(
                 # A chunk just finished: the next one starts a fresh, seeded episode, exactly
                 # as a collection resumed here would.
                 segment = len(writer.manifest.chunks)
-                obs, info = env.reset(seed=seed + segment)
+                obs, info = start_episode(seed + segment)
                 first = True
-                if reset_policy:
-                    reset_policy()
-        path = writer.close()
     finally:
         bar.close()
-        env.close()
-    return TransitionStore(path)
 
 
 def collect_random(

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sgi_lab.data.store import FRAME_SHAPE, TransitionStore
+from sgi_lab.data.store import TransitionStore
+from sgi_lab.data.store_format import FRAME_SHAPE
 
 # Fixed odd 64-bit multipliers: a cell's hash is sum(level_j * w_j) mod 2^64 (no Python loop).
 _WEIGHTS = np.random.default_rng(20190101).integers(1, 2**63, size=4096, dtype=np.uint64) | 1

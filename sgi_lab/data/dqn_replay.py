@@ -50,13 +50,9 @@ from typing import NamedTuple
 import numpy as np
 from tqdm.auto import tqdm
 
-from sgi_lab.data.store import (
-    FRAME_SHAPE,
-    SOURCE_STICKY_ACTION_PROB,
-    TransitionStore,
-    TransitionStoreWriter,
-    check_store_target,
-)
+from sgi_lab.data.store import TransitionStore
+from sgi_lab.data.store_format import FRAME_SHAPE, SOURCE_STICKY_ACTION_PROB
+from sgi_lab.data.store_writer import TransitionStoreWriter, check_store_target
 
 STORE_FILENAME_PREFIX = "$store$_"  # Dopamine's prefix for the arrays of ``_store``
 STORE_ARRAYS = ("observation", "action", "reward", "terminal")
@@ -447,21 +443,7 @@ def import_dqn_replay(
     srcs = [Path(s) for s in src] if many else [Path(src)]
     out = Path(out)
     checkpoints = [int(c) for c in checkpoints]
-    if not srcs:
-        raise ValueError("src must name at least one DQN Replay folder")
-    if len({s.resolve() for s in srcs}) != len(srcs):
-        raise ValueError(f"src: the same folder twice in {[str(s) for s in srcs]}")
-    if not checkpoints:
-        raise ValueError("checkpoints must name at least one checkpoint")
-    if len(set(checkpoints)) != len(checkpoints) or min(checkpoints) < 0:
-        raise ValueError(f"checkpoints must be distinct non-negative numbers, got {checkpoints}")
-    if samples is not None and samples < 1:
-        raise ValueError(f"samples: must be positive or None, got {samples}")
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size: must be positive, got {chunk_size}")
-    for folder in srcs:
-        if not folder.is_dir():
-            raise DQNReplayError(f"{folder}: no such DQN Replay folder")
+    _check_import_args(srcs, checkpoints, samples, chunk_size)
     game, num_actions = _resolve_game(game)
     params = {
         # One folder as before (stores imported earlier resume and match), several as a list.
@@ -490,22 +472,48 @@ def import_dqn_replay(
             overwrite=overwrite,
             sticky_action_prob=SOURCE_STICKY_ACTION_PROB["dqn_replay"],
         )
+    _append_checkpoints(inspected, writer, samples, num_actions, progress)
+    return TransitionStore(writer.close())
+
+
+def _check_import_args(
+    srcs: list[Path], checkpoints: list[int], samples: int | None, chunk_size: int
+) -> None:
+    if not srcs:
+        raise ValueError("src must name at least one DQN Replay folder")
+    if len({s.resolve() for s in srcs}) != len(srcs):
+        raise ValueError(f"src: the same folder twice in {[str(s) for s in srcs]}")
+    if not checkpoints:
+        raise ValueError("checkpoints must name at least one checkpoint")
+    if len(set(checkpoints)) != len(checkpoints) or min(checkpoints) < 0:
+        raise ValueError(f"checkpoints must be distinct non-negative numbers, got {checkpoints}")
+    if samples is not None and samples < 1:
+        raise ValueError(f"samples: must be positive or None, got {samples}")
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size: must be positive, got {chunk_size}")
+    for folder in srcs:
+        if not folder.is_dir():
+            raise DQNReplayError(f"{folder}: no such DQN Replay folder")
+
+
+def _append_checkpoints(
+    inspected: list[_Checkpoint],
+    writer: TransitionStoreWriter,
+    samples: int | None,
+    num_actions: int | None,
+    progress: bool,
+) -> None:
+    """Append the first ``samples`` kept rows of each checkpoint in turn, after the rows an
+    interrupted import already made durable; records the store's action count and sticky-action
+    probability in its manifest."""
+    game = writer.manifest.game
     skip = writer.num_rows  # rows an interrupted import already made durable
     max_action = -1
     bar = tqdm(total=0, disable=not progress, desc=f"import {game}", unit="row", smoothing=0.05)
     try:
         for ckpt in inspected:
             bar.set_postfix(ckpt=ckpt.number)
-            plan = _plan_checkpoint(ckpt, num_actions)
-            if samples is not None:
-                if len(plan["positions"]) < samples:
-                    warnings.warn(
-                        f"{ckpt.files['observation']}: checkpoint {ckpt.number} holds "
-                        f"{len(plan['positions'])} usable transitions, fewer than "
-                        f"samples={samples}; taking them all",
-                        stacklevel=2,
-                    )
-                plan = {k: v[:samples] for k, v in plan.items()}
+            plan = _first_samples(_plan_checkpoint(ckpt, num_actions), samples, ckpt)
             max_action = max(max_action, int(plan["action"].max()))
             bar.total += len(plan["positions"])
             bar.refresh()
@@ -518,7 +526,21 @@ def import_dqn_replay(
             writer.manifest.num_actions = max_action + 1
         # Recorded with sticky actions, unlike Atari 100k (also when resuming an older partial).
         writer.manifest.sticky_action_prob = SOURCE_STICKY_ACTION_PROB["dqn_replay"]
-        path = writer.close()
     finally:
         bar.close()
-    return TransitionStore(path)
+
+
+def _first_samples(
+    plan: dict[str, np.ndarray], samples: int | None, ckpt: _Checkpoint
+) -> dict[str, np.ndarray]:
+    """A checkpoint's plan cut to its first ``samples`` rows, with a warning when it holds fewer."""
+    if samples is None:
+        return plan
+    if len(plan["positions"]) < samples:
+        warnings.warn(
+            f"{ckpt.files['observation']}: checkpoint {ckpt.number} holds "
+            f"{len(plan['positions'])} usable transitions, fewer than "
+            f"samples={samples}; taking them all",
+            stacklevel=4,  # import_dqn_replay's caller
+        )
+    return {k: v[:samples] for k, v in plan.items()}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sgi_lab.data.store import TransitionStoreWriter
+from sgi_lab.data.store_writer import TransitionStoreWriter
 
 __all__ = ["EpisodeBuffers"]
 

@@ -1,6 +1,6 @@
 """Online replay for finetuning: an append-only frame store with prioritized sampling (sum tree).
 
-Rows follow :mod:`sgi_lab.data.store`'s semantics (newest frame of ``s_t``, ``a_t``, raw
+Rows follow :mod:`sgi_lab.data.store_format`'s semantics (newest frame of ``s_t``, ``a_t``, raw
 ``r_t``, ``terminal_t``, ``first_t``), so the same :class:`SequenceSampler` assembles batches of
 K+1 stacked observations and n-step returns for Rainbow + SPR. Atari 100k never overwrites
 (capacity = run length), so the buffer is append-only.
