@@ -9,14 +9,13 @@ import pandas as pd
 import pytest
 import yaml
 
+from sgi_lab.analysis.paper_column import paper_config, run_label
 from sgi_lab.analysis.report import (
     aggregates_csv_path,
     evaluation_protocol,
     format_aggregates,
-    paper_config,
     read_run,
     report,
-    run_label,
     run_results,
 )
 from sgi_lab.launch.cli import main
@@ -183,7 +182,7 @@ def test_report_names_the_code_that_made_the_runs(tmp_path, capsys):
 def _store(path, source, params=None):
     import dataclasses
 
-    from sgi_lab.data.store import MANIFEST, StoreManifest
+    from sgi_lab.data.store_format import MANIFEST, StoreManifest
 
     path.mkdir(parents=True)
     manifest = StoreManifest(game="Pong", source=source, params=params or {})
@@ -201,7 +200,7 @@ def _pretraining_run(root, name, store, **config):
 
 
 def test_paper_column_from_the_run_its_pretraining_and_data(tmp_path):
-    from sgi_lab.analysis.report import paper_column
+    from sgi_lab.analysis.paper_column import paper_column
 
     random = _store(tmp_path / "random", "random")
     weak = _store(tmp_path / "weak", "dqn_replay", {"checkpoints": [0]})

@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sgi_lab.analysis.report import PaperColumn, read_run
+from sgi_lab.analysis.paper_column import PaperColumn
+from sgi_lab.analysis.report import read_run
 from sgi_lab.envs.games import ATARI_100K_GAMES, canonical_game
 from sgi_lab.metrics import (
     METRICS,
@@ -142,7 +143,7 @@ def load_run_scores(
         ``score`` is the mean raw evaluation return (eval.json's ``mean``), measured over
         ``episodes`` episodes capped at ``max_frames`` raw frames (None: no cap or not recorded);
         ``paper_config`` and ``paper_reason`` are the run's paper column and why
-        (`sgi_lab.analysis.report.paper_column`); folders without an eval.json are skipped.
+        (`sgi_lab.analysis.paper_column.paper_column`); folders without an eval.json are skipped.
     """
     if isinstance(run_dirs, dict):
         labelled = [(m, read_run(p)) for m, paths in run_dirs.items() for p in paths]
@@ -389,8 +390,8 @@ class AblationModel:
         return [c for c in paper_configs() if c not in ("Random", "Human")]
 
     def paper_columns(self) -> dict[str, PaperColumn]:
-        """``{method: its paper column and why}`` (`sgi_lab.analysis.report.paper_column`, the
-        one decision the finetune notebook and ``sgi-lab report`` use too); a method whose runs
+        """``{method: its paper column and why}`` (`sgi_lab.analysis.paper_column.paper_column`,
+        the one decision the finetune notebook and ``sgi-lab report`` use too); a method whose runs
         have several gets the first."""
         out: dict[str, PaperColumn] = {}
         if "paper_config" not in self.scores:

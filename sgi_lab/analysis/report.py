@@ -1,22 +1,14 @@
 """Report tables of finetuning runs: per-game scores and aggregate HNS with bootstrap CIs, beside
-the paper's column for the same configuration.
+the paper's column for the same configuration (`sgi_lab.analysis.paper_column`).
 
-A run's configuration is the params name it was launched with (``status.json``'s ``params``,
-recorded by ``sgi-lab finetune --params ...`` or ``finetune(..., params=NAME)``) and, for runs
-that start from a pretraining run, that run's params name (``pretrain_params``).
-`sgi_lab.metrics.paper_column_for` maps the pair to the paper's config ("SGI-M", "Naive",
-"SGI-None", ...); runs of unknown configurations (smoke sets) are reported without a paper column.
-
-`paper_column` is the one decision of which paper column a run is compared with; the finetune
-notebook, the ablation explorer and ``sgi-lab report`` all use it. Names the paper knows decide
-first; else what the run was: its finetuning config (scheme, SSL, pretrained or not) and its
-pretraining run's config (objectives, encoder) and data (the store's source).
+`read_run` is the one reader of a finetuning run folder; `report` gives ``sgi-lab report``'s
+tables; `compare_runs_to_paper` the finetune notebook's comparison.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sgi_lab.analysis.paper_column import PaperColumn, paper_column, run_label
 from sgi_lab.files import read_mapping
 from sgi_lab.metrics import (
     METRIC_LABELS,
@@ -32,28 +25,26 @@ from sgi_lab.metrics import (
     canonical_game,
     human_normalized_score,
     paper_aggregates,
-    paper_column_for,
     paper_config_info,
     paper_per_game,
     protocol_of,
 )
 from sgi_lab.metrics.paper import PER_GAME_TABLES
 from sgi_lab.metrics.protocol import EvalProtocol
-from sgi_lab.runs import require_finished
+from sgi_lab.run_status import require_finished
 
 __all__ = [
-    "PaperColumn",
     "RunRecord",
-    "evaluation_protocol",
+    "aggregates_csv_path",
+    "code_version",
     "columns_explained",
     "compare_runs_to_paper",
+    "evaluation_protocol",
     "format_aggregates",
-    "paper_column",
-    "paper_config",
     "read_run",
     "report",
-    "run_label",
     "run_results",
+    "scores_by_game",
 ]
 
 
@@ -103,20 +94,6 @@ class RunRecord:
         return self.paper_column.config
 
 
-def run_label(
-    params: str | None, pretrain_params: str | None = None, pretrained: bool = True
-) -> str:
-    """The one method label of a run: ``reduced_lr@sgi_m`` (pretrained), ``sgi_none``, ...
-
-    Args:
-        params: the finetuning params name (``"unnamed"`` when None).
-        pretrain_params: the pretraining run's params name, when known.
-        pretrained: whether the run starts from a pretraining run (else the suffix is dropped).
-    """
-    label = params or "unnamed"
-    return f"{label}@{pretrain_params}" if pretrained and pretrain_params else label
-
-
 def scores_by_game(runs: Sequence[Any]) -> dict[str, list[float]]:
     """``{game: every evaluation episode's score}`` over finetuning runs (objects with an
     ``evaluation`` dict, e.g. `sgi_lab.runs.FinetuneRun`), for `sgi_lab.metrics.compare_to_paper`:
@@ -135,250 +112,6 @@ def evaluation_protocol(runs: Sequence[Any]) -> EvalProtocol | None:
     the weakest when they differ (`sgi_lab.metrics.protocol_of`); None when none records it.
     Pass it to `sgi_lab.metrics.compare_to_paper` so a comparison says whether it is fair."""
     return protocol_of([run.evaluation or {} for run in runs])
-
-
-def paper_config(
-    params: str | None,
-    pretrained: bool,
-    pretrain_params: str | None = None,
-    fallback: bool = False,
-) -> str | None:
-    """The paper's config key for a run (`sgi_lab.metrics.paper_column_for` of its params).
-
-    Args:
-        params: the finetuning params name (``reduced_lr``, ``naive``, ``sgi_none``...).
-        pretrained: whether the run started from a pretraining run.
-        pretrain_params: that pretraining run's params name (``sgi_m``, ``s_g``...), if known;
-            unknown means SGI-M, the paper's default.
-        fallback: when the names are not the paper's (smoke sets), try the pretraining name
-            alone, then answer ``"SGI-M"`` for a pretrained run and ``"SGI-None"`` for one from
-            scratch, instead of None (for a notebook that always draws the paper's column).
-
-    Returns:
-        A key of `sgi_lab.metrics.paper_configs`, or None (only when ``fallback`` is false).
-    """
-    candidates = [(params, pretrain_params if pretrained else "none")] if params else []
-    if fallback and pretrained and pretrain_params:
-        candidates.append((pretrain_params, None))
-    for name, base in candidates:
-        try:
-            return paper_column_for(name, pretrain=base)
-        except KeyError:
-            continue
-    if not fallback:
-        return None
-    return "SGI-M" if pretrained else "SGI-None"
-
-
-@dataclass(frozen=True)
-class PaperColumn:
-    """Which of the paper's columns a run is compared with, and why.
-
-    Attributes:
-        config: a key of `sgi_lab.metrics.paper_configs`, or None when no column matches.
-        reason: what decided it, with how the run differs from the paper's configuration (data,
-            encoder) where it is the nearest column rather than the same one; for None, why
-            none matches.
-    """
-
-    config: str | None
-    reason: str
-
-    def __str__(self) -> str:
-        return f"{self.config or 'none'} ({self.reason})"
-
-
-DATA_NAMES = {"R": "Random", "E": "Exploratory", "W": "Weak", "M": "Mixed"}
-"""The paper's datasets by the letter of its configs (SGI-R, SGI-E, SGI-W, SGI-M)."""
-_ENCODER_NAMES = {"nature": "Nature CNN", "resnet": "ResNet", "resnet_l": "large ResNet"}
-_FINETUNE_VARIANTS = {
-    ("reduced_lr", "spr"): None,  # SGI's default: the pretraining's own column
-    ("naive", "spr"): "Naive",
-    ("frozen", "spr"): "Frozen",
-    ("reduced_lr", "none"): "No SPR",
-    ("reduced_lr", "all"): "Full SSL",
-}
-
-
-def _data_letter(store: str | Path | None) -> str | None:
-    """R/E/W/M from a store's manifest (its source; DQN Replay's checkpoint 0 alone is Weak)."""
-    if not store:
-        return None
-    from sgi_lab.data.store import read_manifest
-
-    manifest = read_manifest(store)
-    if manifest is None:
-        return None
-    if manifest.source == "random":
-        return "R"
-    if manifest.source == "exploratory":
-        return "E"
-    if manifest.source == "dqn_replay":
-        return "W" if list((manifest.params or {}).get("checkpoints") or []) == [0] else "M"
-    return None
-
-
-def _pretraining_column(folder: Path) -> tuple[str | None, str]:
-    """The paper's pretraining config nearest to a pretraining run folder, and why."""
-    config = read_mapping(folder / "config.yaml")
-    status = read_mapping(folder / "status.json")
-    letter = _data_letter(status.get("data"))
-    data = f"{DATA_NAMES[letter]} data" if letter else "data of unrecorded kind"
-    encoder = str(config.get("encoder", "resnet"))
-    encoder_name = _ENCODER_NAMES.get(encoder, encoder)
-    if float(config.get("atc_weight") or 0) > 0:
-        return f"ATC-{letter or 'M'}", f"ATC pretraining on {data}"
-    if float(config.get("bc_weight") or 0) > 0:
-        note = "" if letter in (None, "M") else " (the paper's is on Mixed data)"
-        return "BC-M", f"behavioural cloning on {data}{note}"
-    objectives = [
-        name
-        for name, key in (("S", "spr_weight"), ("G", "goal_weight"), ("I", "inverse_weight"))
-        if float(config.get(key, 1.0) or 0) > 0
-    ]
-    if not objectives:
-        return None, "its pretraining run has no objective (every weight is 0)"
-    what = "+".join(objectives)
-    if len(objectives) < 3:
-        differs = [
-            text
-            for text, same in ((data, letter in (None, "M")), (encoder_name, encoder == "resnet"))
-            if not same
-        ]
-        note = f" (the paper's: Mixed data, ResNet; this run's: {', '.join(differs)})"
-        return what, f"pretrained with {what} only" + (note if differs else "")
-    if encoder == "resnet":
-        note = "" if letter else " (taken as Mixed: the store's kind is not recorded)"
-        return f"SGI-{letter or 'M'}", f"SGI pretraining (S+G+I) of a ResNet on {data}{note}"
-    column = "SGI-M/S" if encoder == "nature" else "SGI-M/L"
-    note = "" if letter in (None, "M") else f" (the paper's is on Mixed data, this run's on {data})"
-    return column, f"SGI pretraining (S+G+I) of a {encoder_name}{note}"
-
-
-def _column_from_config(
-    config: dict[str, Any], pretrained: bool, base_by_name: str | None = None
-) -> PaperColumn | None:
-    """The column from the run's own config and its pretraining run's folder (or the paper
-    config its pretraining set is named after); None when the config does not record its
-    finetuning or the pretraining run cannot be read."""
-    if "scheme" not in config and "ssl" not in config:
-        return None
-    scheme, ssl = str(config.get("scheme", "reduced_lr")), str(config.get("ssl", "spr"))
-    if (scheme, ssl) not in _FINETUNE_VARIANTS:
-        return PaperColumn(
-            None, f"the paper does not report finetuning scheme {scheme!r} with ssl {ssl!r}"
-        )
-    variant = _FINETUNE_VARIANTS[(scheme, ssl)]
-    encoder = str(config.get("encoder", "resnet"))
-    if not pretrained:
-        if variant not in (None, "No SPR"):
-            return PaperColumn(
-                None, f"the paper reports {variant} only from SGI-M pretraining; this run has none"
-            )
-        column = "SGI-None" if variant is None else "SGI-None (No SPR)"
-        spr = "with SPR" if variant is None else "without SSL"
-        note = ""
-        if encoder != "resnet":
-            note = (
-                f" (the paper's is a ResNet, this run's a {_ENCODER_NAMES.get(encoder, encoder)})"
-            )
-        return PaperColumn(column, f"no pretraining, finetuned {spr}{note}")
-    folder = Path(str(config.get("pretrained") or ""))
-    if base_by_name:
-        base, why = base_by_name, f"its pretraining set is named after {base_by_name}"
-    elif not config.get("pretrained") or not (folder / "config.yaml").is_file():
-        return None
-    else:
-        base, why = _pretraining_column(folder)
-    if base is None:
-        return PaperColumn(None, why)
-    if variant is None:
-        return PaperColumn(base, f"{why}; SGI's default finetuning (reduced lrs, SPR)")
-    if base == "SGI-M":
-        return PaperColumn(variant, f"{why}; finetuned {scheme} with ssl {ssl}")
-    return PaperColumn(
-        None,
-        f"the paper reports {variant} only from SGI-M pretraining; this run's pretraining is "
-        f"{base}: {why}",
-    )
-
-
-def paper_column(
-    config: Mapping[str, Any] | None,
-    params: str | None = None,
-    pretrain_params: str | None = None,
-    pretrained: bool | None = None,
-    chosen: str | None = None,
-) -> PaperColumn:
-    """The paper's column a finetuning run is compared with: the one decision every view uses
-    (the finetune notebook, the ablation explorer, ``sgi-lab report``).
-
-    In this order: ``chosen`` (a notebook's ``paper_config`` parameter); the parameter-set names
-    when they are the paper's (``reduced_lr`` on ``sgi_r`` -> SGI-R, ``frozen`` -> Frozen:
-    `paper_config`), unless the run is pretrained and its pretraining set is unnamed; else the
-    run itself: its finetuning config (``scheme``, ``ssl``) gives a variant (Naive, Frozen, No
-    SPR, Full SSL) or SGI's default, and its pretraining run's folder (``config["pretrained"]``:
-    objectives, encoder, and its store's source for the data) the base column (SGI-R/E/W/M,
-    SGI-M/S, SGI-M/L, S, G+I, ..., ATC-M; SGI-None without pretraining). Where the run's data or
-    encoder is not the paper's for that column, or its names and configs disagree, the reason
-    says so.
-
-    Args:
-        config: the finetuning config (``config.yaml`` or ``to_dict(FinetuneConfig)``).
-        params: the finetuning parameter set's name.
-        pretrain_params: the pretraining run's parameter set's name.
-        pretrained: whether the run starts from a pretraining run (default: from ``config``).
-        chosen: a paper config chosen by hand; it must be one of `sgi_lab.metrics.paper_configs`.
-
-    Returns:
-        A `PaperColumn`; ``config`` None with the reason when the paper reports no such run.
-
-    Raises:
-        ValueError: ``chosen`` is not a paper config (the message lists them).
-    """
-    from sgi_lab.metrics import paper_configs
-
-    config = dict(config or {})
-    if pretrained is None:
-        pretrained = bool(config.get("pretrained"))
-    if chosen:
-        if chosen not in paper_configs():
-            raise ValueError(
-                f"paper_config: {chosen!r} is not one of the paper's columns: "
-                + ", ".join(paper_configs())
-            )
-        return PaperColumn(chosen, "chosen in the paper_config parameter")
-    try:
-        base_by_name = paper_column_for(pretrain_params) if pretrained and pretrain_params else None
-    except KeyError:
-        base_by_name = None
-    from_config = _column_from_config(config, pretrained, base_by_name)
-    if not pretrained and "pretrained" not in config:
-        # The run does not record how it started: a name is read as the paper's configuration
-        # (sgi_m -> SGI-M, frozen -> Frozen), not as that scheme from scratch.
-        by_names = paper_config(params, True, pretrain_params) or paper_config(
-            params, False, pretrain_params
-        )
-    else:
-        by_names = paper_config(params, pretrained, pretrain_params)
-    names = run_label(params, pretrain_params, pretrained)
-    if by_names and (from_config is None or pretrain_params or not pretrained):
-        reason = f"its parameter sets are named {names!r}"
-        if from_config is not None and from_config.config != by_names:
-            reason += (
-                f"; from its configs alone it would be {from_config.config or 'none'}: "
-                f"{from_config.reason}"
-            )
-        return PaperColumn(by_names, reason)
-    if from_config is not None:
-        return from_config
-    if pretrained and not config.get("pretrained"):
-        why = "its pretraining run is not recorded"
-    elif pretrained:
-        why = f"its pretraining run {config.get('pretrained')!r} is not readable"
-    else:
-        why = "its finetuning config is not recorded"
-    return PaperColumn(None, f"{why}, and the names {names!r} are not the paper's")
 
 
 def read_run(run_dir: str | Path) -> RunRecord:
@@ -527,7 +260,7 @@ def _hns_matrix(runs: pd.DataFrame, games: list[str]) -> np.ndarray:
             f"games have different numbers of runs {counts}; aggregates use the first {n} "
             "of each (by seed)",
             RuntimeWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
     return np.stack([per_game[g][:n] for g in games], axis=1)
 
@@ -580,69 +313,11 @@ def report(
     per_game_rows, aggregate_rows = [], []
     for method, group in runs.groupby("method", sort=False):
         config = group["paper_config"].iloc[0]
-        games = [g for g in dict.fromkeys(group.sort_values("game")["game"])]
-        protocol = protocol_of(
-            [
-                {"episodes": e, "max_frames": None if pd.isna(m) else int(m)}
-                for e, m in zip(group["episodes"], group["max_frames"])
-                if not pd.isna(e)
-            ]
-        )
-        stamp = {
-            "protocol": protocol.label if protocol is not None else "unknown",
-            "comparable": protocol is not None and protocol.comparable,
-        }
-        try:
-            paper = paper_per_game(config) if config else None
-        except KeyError:  # the paper prints only aggregates for this config
-            paper = None
-        for game in games:
-            scores = group[group.game == game]["score"]
-            paper_score = float(paper[game]) if paper is not None else np.nan
-            per_game_rows.append(
-                {
-                    "method": method,
-                    "paper_config": config,
-                    "game": game,
-                    "runs": len(scores),
-                    "unfinished": int((~group[group.game == game]["finished"]).sum()),
-                    "score": float(scores.mean()),
-                    "score_std": float(scores.std(ddof=0)),
-                    "hns": human_normalized_score(game, float(scores.mean())),
-                    "paper_score": paper_score,
-                    "paper_hns": human_normalized_score(game, paper_score),
-                    **stamp,
-                    "code": _codes(group[group.game == game]),
-                }
-            )
-        matrix = _hns_matrix(group, games)
-        if matrix.shape[0] > 1:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)  # degenerate resamples
-                agg = aggregate_with_ci(matrix, reps=reps, seed=seed)
-        else:
-            agg = aggregate_scores(matrix).assign(lower=np.nan, upper=np.nan)
-        same_games = {}
-        if paper is not None:
-            paper_hns = human_normalized_score(games, paper[games].to_numpy())[None, :]
-            same_games = dict(aggregate_scores(paper_hns)[["metric", "value"]].values)
-        reported = _paper_reported(config) if config else {}
-        for _, row in agg.iterrows():
-            aggregate_rows.append(
-                {
-                    "method": method,
-                    "paper_config": config,
-                    "metric": row["metric"],
-                    "value": float(row["value"]),
-                    "lower": float(row["lower"]),
-                    "upper": float(row["upper"]),
-                    "paper_same_games": float(same_games.get(row["metric"], np.nan)),
-                    "paper_reported": float(reported.get(row["metric"], np.nan)),
-                    "unfinished": int((~group["finished"]).sum()),
-                    **stamp,
-                    "code": _codes(group),
-                }
-            )
+        games = list(dict.fromkeys(group.sort_values("game")["game"]))
+        paper = _paper_per_game(config)
+        stamp = _protocol_stamp(group)
+        per_game_rows += _per_game_rows(method, config, group, games, paper, stamp)
+        aggregate_rows += _aggregate_rows(method, config, group, games, paper, stamp, reps, seed)
     per_game = pd.DataFrame(per_game_rows)
     aggregates = pd.DataFrame(aggregate_rows)
     if csv is not None:
@@ -651,6 +326,106 @@ def report(
         per_game.to_csv(csv, index=False)
         aggregates.to_csv(aggregates_csv_path(csv), index=False)
     return per_game, aggregates
+
+
+def _paper_per_game(config: str | None) -> pd.Series | None:
+    """The paper's per-game mean scores of ``config``; None for no column or one the paper
+    prints only aggregates for."""
+    try:
+        return paper_per_game(config) if config else None
+    except KeyError:
+        return None
+
+
+def _protocol_stamp(runs: pd.DataFrame) -> dict[str, Any]:
+    """``protocol`` (the weakest evaluation protocol of ``runs``) and ``comparable`` (whether it
+    is the paper's), for every row of a method."""
+    protocol = protocol_of(
+        [
+            {"episodes": e, "max_frames": None if pd.isna(m) else int(m)}
+            for e, m in zip(runs["episodes"], runs["max_frames"])
+            if not pd.isna(e)
+        ]
+    )
+    return {
+        "protocol": protocol.label if protocol is not None else "unknown",
+        "comparable": protocol is not None and protocol.comparable,
+    }
+
+
+def _per_game_rows(
+    method: str,
+    config: str | None,
+    runs: pd.DataFrame,
+    games: list[str],
+    paper: pd.Series | None,
+    stamp: dict[str, Any],
+) -> list[dict[str, Any]]:
+    """One row per game of a method: its runs' mean score and HNS beside the paper's."""
+    rows = []
+    for game in games:
+        of_game = runs[runs.game == game]
+        scores = of_game["score"]
+        paper_score = float(paper[game]) if paper is not None else np.nan
+        rows.append(
+            {
+                "method": method,
+                "paper_config": config,
+                "game": game,
+                "runs": len(scores),
+                "unfinished": int((~of_game["finished"]).sum()),
+                "score": float(scores.mean()),
+                "score_std": float(scores.std(ddof=0)),
+                "hns": human_normalized_score(game, float(scores.mean())),
+                "paper_score": paper_score,
+                "paper_hns": human_normalized_score(game, paper_score),
+                **stamp,
+                "code": _codes(of_game),
+            }
+        )
+    return rows
+
+
+def _aggregate_rows(
+    method: str,
+    config: str | None,
+    runs: pd.DataFrame,
+    games: list[str],
+    paper: pd.Series | None,
+    stamp: dict[str, Any],
+    reps: int,
+    seed: int,
+) -> list[dict[str, Any]]:
+    """One row per aggregate metric of a method: its value with a stratified bootstrap CI over
+    runs (none with one run per game), the paper's over the same games and as printed."""
+    matrix = _hns_matrix(runs, games)
+    if matrix.shape[0] > 1:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # degenerate resamples
+            agg = aggregate_with_ci(matrix, reps=reps, seed=seed)
+    else:
+        agg = aggregate_scores(matrix).assign(lower=np.nan, upper=np.nan)
+    same_games = {}
+    if paper is not None:
+        paper_hns = human_normalized_score(games, paper[games].to_numpy())[None, :]
+        same_games = dict(aggregate_scores(paper_hns)[["metric", "value"]].values)
+    reported = _paper_reported(config) if config else {}
+    return [
+        {
+            "method": method,
+            "paper_config": config,
+            "metric": row["metric"],
+            "value": float(row["value"]),
+            "lower": float(row["lower"]),
+            "upper": float(row["upper"]),
+            "paper_same_games": float(same_games.get(row["metric"], np.nan)),
+            "paper_reported": float(reported.get(row["metric"], np.nan)),
+            "unfinished": int((~runs["finished"]).sum()),
+            **stamp,
+            "code": _codes(runs),
+        }
+        for _, row in agg.iterrows()
+    ]
 
 
 def aggregates_csv_path(csv: str | Path) -> Path:
