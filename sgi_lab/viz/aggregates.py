@@ -91,66 +91,98 @@ def interval_plot(
     )
     for col, metric in enumerate(metrics, start=1):
         rows = df[df["metric"] == metric].set_index("method").reindex(methods)
-        lower = rows["lower"].to_numpy(float)
-        upper = rows["upper"].to_numpy(float)
-        value = rows["value"].to_numpy(float)
-        fig.add_trace(
-            go.Bar(
-                name=f"{metric} CI",
-                y=methods,
-                x=finite_or_none(upper - lower),
-                base=finite_or_none(lower),
-                orientation="h",
-                marker={"color": [colors[m] for m in methods], "opacity": 0.75},
-                customdata=[finite_or_none(row) for row in zip(value, lower, upper)],
-                hovertemplate="%{y}: %{customdata[0]:.3f} (%{customdata[1]:.3f}, "
-                "%{customdata[2]:.3f})<extra>" + _label(metric) + "</extra>",
-                showlegend=False,
-            ),
-            row=1,
-            col=col,
-        )
-        fig.add_trace(
-            go.Scatter(
-                name=metric,
-                y=methods,
-                x=finite_or_none(value),
-                mode="markers",
-                marker={"symbol": "line-ns-open", "size": 18, "line": {"width": 3}},
-                marker_color="black",
-                hoverinfo="skip",
-                showlegend=False,
-            ),
-            row=1,
-            col=col,
-        )
+        _add_intervals(fig, rows, metric, methods, colors, col)
         if paper is not None:
-            ref = paper[(paper["metric"] == metric) & paper["method"].isin(methods)]
-            if not ref.empty:
-                ref_value = ref["value"].to_numpy(float)
-                fig.add_trace(
-                    go.Scatter(
-                        name=f"{metric} (paper)",
-                        y=list(ref["method"]),
-                        x=finite_or_none(ref_value),
-                        mode="markers",
-                        marker={"symbol": "diamond", "size": 9, "color": "dimgray"},
-                        error_x={
-                            "type": "data",
-                            "symmetric": False,
-                            "array": finite_or_none(ref["upper"].to_numpy(float) - ref_value),
-                            "arrayminus": finite_or_none(ref_value - ref["lower"].to_numpy(float)),
-                            "color": "dimgray",
-                        },
-                        hovertemplate="%{y} (paper): %{x:.3f}<extra></extra>",
-                        legendgroup="paper",
-                        showlegend=col == 1,
-                    ),
-                    row=1,
-                    col=col,
-                )
+            _add_paper_values(fig, paper, metric, methods, col)
         fig.update_xaxes(title_text=_axis_title(metric), row=1, col=col)
-    for method in methods:  # the colours' key: bars carry per-method colours in one trace
+    _add_method_legend(fig, methods, colors)
+    _lay_out_interval_plot(fig, metrics, methods, title)
+    return fig
+
+
+def _add_intervals(
+    fig: go.Figure,
+    rows: pd.DataFrame,
+    metric: str,
+    methods: Sequence[str],
+    colors: dict[str, str],
+    col: int,
+) -> None:
+    """Panel ``col``: each method's CI as a bar from ``lower`` to ``upper`` (trace
+    ``"<metric> CI"``) and its point estimate as a tick (trace ``"<metric>"``); ``rows`` holds
+    the metric's ``value, lower, upper`` indexed by method in ``methods`` order."""
+    lower = rows["lower"].to_numpy(float)
+    upper = rows["upper"].to_numpy(float)
+    value = rows["value"].to_numpy(float)
+    fig.add_trace(
+        go.Bar(
+            name=f"{metric} CI",
+            y=methods,
+            x=finite_or_none(upper - lower),
+            base=finite_or_none(lower),
+            orientation="h",
+            marker={"color": [colors[m] for m in methods], "opacity": 0.75},
+            customdata=[finite_or_none(row) for row in zip(value, lower, upper)],
+            hovertemplate="%{y}: %{customdata[0]:.3f} (%{customdata[1]:.3f}, "
+            "%{customdata[2]:.3f})<extra>" + _label(metric) + "</extra>",
+            showlegend=False,
+        ),
+        row=1,
+        col=col,
+    )
+    fig.add_trace(
+        go.Scatter(
+            name=metric,
+            y=methods,
+            x=finite_or_none(value),
+            mode="markers",
+            marker={"symbol": "line-ns-open", "size": 18, "line": {"width": 3}},
+            marker_color="black",
+            hoverinfo="skip",
+            showlegend=False,
+        ),
+        row=1,
+        col=col,
+    )
+
+
+def _add_paper_values(
+    fig: go.Figure, paper: pd.DataFrame, metric: str, methods: Sequence[str], col: int
+) -> None:
+    """Panel ``col``: the paper's ``metric`` for the methods shown, as diamonds with the
+    paper's CI as error bars (trace ``"<metric> (paper)"``, in the legend from the first panel
+    only); nothing when the paper has none of them."""
+    ref = paper[(paper["metric"] == metric) & paper["method"].isin(methods)]
+    if ref.empty:
+        return
+    ref_value = ref["value"].to_numpy(float)
+    fig.add_trace(
+        go.Scatter(
+            name=f"{metric} (paper)",
+            y=list(ref["method"]),
+            x=finite_or_none(ref_value),
+            mode="markers",
+            marker={"symbol": "diamond", "size": 9, "color": "dimgray"},
+            error_x={
+                "type": "data",
+                "symmetric": False,
+                "array": finite_or_none(ref["upper"].to_numpy(float) - ref_value),
+                "arrayminus": finite_or_none(ref_value - ref["lower"].to_numpy(float)),
+                "color": "dimgray",
+            },
+            hovertemplate="%{y} (paper): %{x:.3f}<extra></extra>",
+            legendgroup="paper",
+            showlegend=col == 1,
+        ),
+        row=1,
+        col=col,
+    )
+
+
+def _add_method_legend(fig: go.Figure, methods: Sequence[str], colors: dict[str, str]) -> None:
+    """One legend entry per method (a ``Scatter`` without points): the bars carry the
+    per-method colours inside one trace per panel, so the colours' key needs traces of its own."""
+    for method in methods:
         fig.add_trace(
             go.Scatter(
                 name=method,
@@ -164,6 +196,12 @@ def interval_plot(
             row=1,
             col=1,
         )
+
+
+def _lay_out_interval_plot(
+    fig: go.Figure, metrics: Sequence[str], methods: Sequence[str], title: str | None
+) -> None:
+    """Axes, size and legend: every method a tick, the figure grown with methods and panels."""
     # Every method a tick: plotly thins category ticks on short axes, dropping method names.
     fig.update_yaxes(
         autorange="reversed", type="category", tickmode="array", tickvals=list(methods)
@@ -182,7 +220,6 @@ def interval_plot(
             "t": 70 + 16 * (title or "").count("<br>"),  # room for a wrapped subtitle
         },
     )
-    return fig
 
 
 def per_game_bar(compare_df: pd.DataFrame, title: str | None = None) -> go.Figure:

@@ -5,6 +5,7 @@ strays from its start states, and several datasets side by side."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -60,9 +61,7 @@ def embedding_grid(
         return no_data_message(fig, "no states were embedded")
     encoders = list(dict.fromkeys(df["encoder"])) if encoders is None else list(encoders)
     colors = [c for c in colors if c in df.columns]
-    game = game or df.attrs.get("game")
-    num_actions = df.attrs.get("num_actions") or (int(df["action"].max()) + 1)
-    names = action_labels(game, num_actions) if num_actions else None
+    names = _action_names(df, game or df.attrs.get("game"))
     fig = make_subplots(
         rows=len(colors),
         cols=len(encoders),
@@ -73,61 +72,11 @@ def embedding_grid(
     for i, color in enumerate(colors):
         for j, encoder in enumerate(encoders):
             part = df[df["encoder"] == encoder]
-            values = part[color].to_numpy()
             if color in _CATEGORICAL:
-                palette = _CATEGORY_PALETTES.get(color, _PALETTE)
-                for value in sorted(set(values.tolist())):
-                    inside = part[values == value]
-                    label = category_labels([value], names if color == "action" else None)[0]
-                    fig.add_trace(
-                        go.Scattergl(
-                            x=inside["x"],
-                            y=inside["y"],
-                            mode="markers",
-                            name=label,  # the encoder is the column's title; not repeated
-                            legendgroup=f"{color}={label}",
-                            legendgrouptitle_text=color if value == min(values.tolist()) else None,
-                            showlegend=j == 0,
-                            marker={
-                                "size": 4,
-                                "opacity": 0.8,
-                                "color": palette[int(value) % len(palette)],
-                            },
-                            text=_hover(inside, names),
-                            hoverinfo="text",
-                        ),
-                        row=i + 1,
-                        col=j + 1,
-                    )
-                continue
-            marker = {
-                "color": values.astype(float),
-                "colorscale": "Viridis" if color != "reward" else "RdBu",
-                "showscale": j == len(encoders) - 1,
-                "colorbar": {
-                    "title": color,
-                    "len": 1 / len(colors),
-                    "y": 1 - (i + 0.5) / len(colors),
-                    "thickness": 12,
-                },
-            }
-            if color == "reward":
-                bound = max(float(np.abs(values).max()) if len(values) else 1.0, 1e-6)
-                marker.update(cmin=-bound, cmax=bound)
-            fig.add_trace(
-                go.Scattergl(
-                    x=part["x"],
-                    y=part["y"],
-                    mode="markers",
-                    name=f"{encoder} | {color}",
-                    marker={"size": 4, "opacity": 0.8, **marker},
-                    text=_hover(part, names),
-                    hoverinfo="text",
-                    showlegend=False,
-                ),
-                row=i + 1,
-                col=j + 1,
-            )
+                _add_categorical_panel(fig, part, color, names, i + 1, j + 1)
+            else:
+                colorbar = _colorbar(color, i, len(colors), show=j == len(encoders) - 1)
+                _add_continuous_panel(fig, part, color, encoder, names, colorbar, i + 1, j + 1)
     fig.update_xaxes(showticklabels=False, title_text="embedding dim 1 (no unit)")
     fig.update_yaxes(showticklabels=False, title_text="embedding dim 2")
     fig.update_layout(
@@ -138,6 +87,99 @@ def embedding_grid(
         legend={"orientation": "h", "y": -0.04, "yanchor": "top", "title": {"text": "colour: "}},
     )
     return fig
+
+
+def _action_names(df: pd.DataFrame, game: str | None) -> list[str] | None:
+    """The game's action names (ale-py's ``NOOP``, ``FIRE``...) for the embedded states'
+    actions, ``df.attrs["num_actions"]`` of them, else one past the largest action seen."""
+    num_actions = df.attrs.get("num_actions") or (int(df["action"].max()) + 1)
+    return action_labels(game, num_actions) if num_actions else None
+
+
+def _add_categorical_panel(
+    fig: go.Figure,
+    part: pd.DataFrame,
+    color: str,
+    names: Sequence[str] | None,
+    row: int,
+    col: int,
+) -> None:
+    """One encoder's points coloured by ``color`` (``action`` or ``episode``): a trace per
+    value, named by it, in the legend from the first column only (one entry toggles the value
+    in every column), the group titled ``color`` at its smallest value."""
+    values = part[color].to_numpy()
+    palette = _CATEGORY_PALETTES.get(color, _PALETTE)
+    for value in sorted(set(values.tolist())):
+        inside = part[values == value]
+        label = category_labels([value], names if color == "action" else None)[0]
+        fig.add_trace(
+            go.Scattergl(
+                x=inside["x"],
+                y=inside["y"],
+                mode="markers",
+                name=label,  # the encoder is the column's title; not repeated
+                legendgroup=f"{color}={label}",
+                legendgrouptitle_text=color if value == min(values.tolist()) else None,
+                showlegend=col == 1,
+                marker={
+                    "size": 4,
+                    "opacity": 0.8,
+                    "color": palette[int(value) % len(palette)],
+                },
+                text=_hover(inside, names),
+                hoverinfo="text",
+            ),
+            row=row,
+            col=col,
+        )
+
+
+def _colorbar(color: str, index: int, count: int, show: bool) -> dict[str, Any]:
+    """The continuous scale of colouring ``index`` of ``count`` (rows top to bottom): its colour
+    bar beside its own row, drawn once (``show``: the last column)."""
+    return {
+        "colorscale": "Viridis" if color != "reward" else "RdBu",
+        "showscale": show,
+        "colorbar": {
+            "title": color,
+            "len": 1 / count,
+            "y": 1 - (index + 0.5) / count,
+            "thickness": 12,
+        },
+    }
+
+
+def _add_continuous_panel(
+    fig: go.Figure,
+    part: pd.DataFrame,
+    color: str,
+    encoder: str,
+    names: Sequence[str] | None,
+    colorbar: dict[str, Any],
+    row: int,
+    col: int,
+) -> None:
+    """One encoder's points coloured by a continuous column on ``colorbar``'s scale, in one
+    trace named ``"<encoder> | <color>"``; rewards on a scale symmetric about zero."""
+    values = part[color].to_numpy()
+    marker = {"color": values.astype(float), **colorbar}
+    if color == "reward":
+        bound = max(float(np.abs(values).max()) if len(values) else 1.0, 1e-6)
+        marker.update(cmin=-bound, cmax=bound)
+    fig.add_trace(
+        go.Scattergl(
+            x=part["x"],
+            y=part["y"],
+            mode="markers",
+            name=f"{encoder} | {color}",
+            marker={"size": 4, "opacity": 0.8, **marker},
+            text=_hover(part, names),
+            hoverinfo="text",
+            showlegend=False,
+        ),
+        row=row,
+        col=col,
+    )
 
 
 def _hover(part: pd.DataFrame, names: Sequence[str] | None) -> list[str]:
