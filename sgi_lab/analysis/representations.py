@@ -25,7 +25,9 @@ from sgi_lab.data import TransitionStore
 from sgi_lab.files import read_jsonl
 from sgi_lab.nets import SGIModel
 from sgi_lab.nets.runtime import resolve_device
-from sgi_lab.train.pretrain import load_pretrained_model, representation_similarity
+from sgi_lab.probes.core import random_init_model
+from sgi_lab.train.pretrain import load_pretrained_model
+from sgi_lab.train.pretrain_step import representation_similarity
 
 __all__ = [
     "DIVERSITY_KEY",
@@ -53,19 +55,10 @@ DIVERSITY_KEY = "charts/cosine_similarity"
 def random_model(
     num_actions: int, encoder: str = "nature", seed: int = 0, goal_head: bool = True
 ) -> SGIModel:
-    """A randomly initialized SGIModel (eval mode), built like a pretraining one.
-
-    Args:
-        num_actions: the game's action count (``store.num_actions``).
-        encoder: ``"nature"``, ``"resnet"`` or ``"resnet_l"``.
-        seed: torch seed of the initialization.
-        goal_head: build the goal-conditioned Q head (for `sgi_lab.analysis.goals`).
+    """A randomly initialized SGIModel (eval mode), built like a pretraining one, with the goal
+    head by default (`sgi_lab.probes.core.random_init_model`, the probes' random-init baseline).
     """
-    torch.manual_seed(seed)
-    model = SGIModel(
-        encoder, num_actions, noisy=False, rl_head=False, goal_head=goal_head, inverse_model=True
-    )
-    return model.eval()
+    return random_init_model(num_actions, encoder, seed, goal_head)
 
 
 def load_encoder(

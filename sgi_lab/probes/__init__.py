@@ -10,6 +10,9 @@ from sgi_lab.probes.atariari import (
     labels_from_ram,
 )
 from sgi_lab.probes.core import (
+    PROBES_FILE,
+    ProbeEncoder,
+    ProbeInputError,
     check_probe_store,
     probe_encoder,
     probe_run,
@@ -17,13 +20,7 @@ from sgi_lab.probes.core import (
     split_episodes,
     write_probes,
 )
-from sgi_lab.probes.encoders import (
-    PROBES_FILE,
-    ProbeEncoder,
-    ProbeInputError,
-    load_probe_encoder,
-    random_probe_encoder,
-)
+from sgi_lab.probes.encoders import load_probe_encoder, random_probe_encoder
 from sgi_lab.probes.linear import ProbeSettings, category_averages, fit_linear_probes
 
 __all__ = [

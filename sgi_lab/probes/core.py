@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,6 @@ from sgi_lab.files import atomic_write_text, jsonable, provenance
 from sgi_lab.nets import SGIModel
 from sgi_lab.nets.runtime import resolve_device
 from sgi_lab.probes.atariari import annotations, labels_from_ram
-from sgi_lab.probes.encoders import PROBES_FILE, ProbeEncoder, ProbeInputError, file_stamp
 from sgi_lab.probes.linear import (
     ProbeSettings,
     accuracy,
@@ -46,23 +46,102 @@ from sgi_lab.probes.linear import (
 
 __all__ = [
     "NON_RANDOM_SOURCES",
+    "PROBES_FILE",
+    "ProbeEncoder",
+    "ProbeInputError",
     "check_probe_store",
     "check_store",
+    "file_stamp",
     "find_result",
     "probe_done",
     "probe_encoder",
     "probe_run",
     "probe_settings_key",
+    "random_init_model",
     "read_probes",
     "split_episodes",
     "write_probes",
 ]
 
+PROBES_FILE = "probes.json"
 FORMAT = 1
 SPLIT_FRACTIONS = (0.7, 0.1, 0.2)
 NON_RANDOM_SOURCES = ("exploratory", "dqn_replay")
 """Store sources (``manifest.source``) recorded from a policy worth imitating: the action probe
 runs on these only (the Random collector's actions are noise, unrelated to the frames)."""
+
+
+# -- encoders -----------------------------------------------------------------------------------
+
+
+class ProbeInputError(ValueError):
+    """A run, file or store that cannot be probed; the message names it."""
+
+
+@dataclass
+class ProbeEncoder:
+    """A frozen encoder to probe and where its results go.
+
+    Attributes:
+        model: the SGIModel (only its encoder is used), in eval mode.
+        source: the run folder or file it came from ("random_init" for a fresh one).
+        kind: ``pretrain``, ``finetune`` or ``random_init``.
+        out: the probes file to write (``RUN/probes.json``).
+        params: the run's params name (the objective: ``s``, ``sgi_m``...), when recorded.
+        step: training steps behind the weights, when recorded.
+        seed: the initialization seed of a random encoder.
+        stamp: size and modification time of the file the weights came from (None: a random
+            encoder): a result is reused only for the same file, so a run trained again is
+            probed again.
+    """
+
+    model: SGIModel
+    source: str
+    kind: str
+    out: Path
+    params: str | None = None
+    step: int | None = None
+    seed: int | None = None
+    stamp: dict[str, Any] | None = None
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "kind": self.kind,
+            "encoder": self.model.encoder_name,
+            "params": self.params,
+            "step": self.step,
+            "seed": self.seed,
+            "stamp": self.stamp,
+        }
+
+
+def file_stamp(path: str | os.PathLike) -> dict[str, Any] | None:
+    """``{"name", "size", "mtime_ns"}`` of a model file (None if it does not exist)."""
+    try:
+        info = Path(path).stat()
+    except OSError:
+        return None
+    return {"name": Path(path).name, "size": info.st_size, "mtime_ns": info.st_mtime_ns}
+
+
+def random_init_model(
+    num_actions: int, encoder: str = "nature", seed: int = 0, goal_head: bool = False
+) -> SGIModel:
+    """A randomly initialized SGIModel (eval mode), built like a pretraining one: the random-init
+    baseline.
+
+    Args:
+        num_actions: the game's action count (``store.num_actions``).
+        encoder: ``"nature"``, ``"resnet"`` or ``"resnet_l"``.
+        seed: torch seed of the initialization.
+        goal_head: build the goal-conditioned Q head (for `sgi_lab.analysis.goals`).
+    """
+    torch.manual_seed(seed)
+    model = SGIModel(
+        encoder, num_actions, noisy=False, rl_head=False, goal_head=goal_head, inverse_model=True
+    )
+    return model.eval()
 
 
 # -- the split ----------------------------------------------------------------------------------
@@ -406,9 +485,7 @@ def _random_init_baseline(
 ) -> dict[str, Any]:  # fmt: skip
     """The state and reward probes of a random encoder of the same architecture on the same
     rows and split: what the probes read out of the frames with no training at all."""
-    from sgi_lab.analysis.representations import random_model
-
-    model = random_model(store.num_actions, encoder_name, seed, goal_head=False)
+    model = random_init_model(store.num_actions, encoder_name, seed)
     features, _ = _features(model, store, rows, batch_size, device, False, "random-init features")
     base = (
         _state_probes(features, labels, positions, variables, settings)

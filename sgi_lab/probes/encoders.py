@@ -1,79 +1,25 @@
-"""The frozen encoders that probes read: a pretraining run's, a finetuning run's, a model or
-checkpoint file's, or a random initialization's, and where each one's results go
-(``RUN/probes.json``, ``RUN/probes_ckpt_N.json`` for a checkpoint).
+"""Loading the frozen encoders that probes read: a pretraining run's, a finetuning run's, a model
+or checkpoint file's, or a random initialization's, and where each one's results go
+(``RUN/probes.json``, ``RUN/probes_ckpt_N.json`` for a checkpoint). The loaders use the training
+stages' readers, so they sit above them; `sgi_lab.probes.core` (the probing) needs no training
+code and pretraining can call it.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from sgi_lab.nets import SGIModel
+from sgi_lab.probes.core import (
+    PROBES_FILE,
+    ProbeEncoder,
+    ProbeInputError,
+    file_stamp,
+    random_init_model,
+)
 
-__all__ = [
-    "PROBES_FILE",
-    "ProbeEncoder",
-    "ProbeInputError",
-    "file_stamp",
-    "load_probe_encoder",
-    "probes_path",
-    "random_probe_encoder",
-]
-
-PROBES_FILE = "probes.json"
-
-
-class ProbeInputError(ValueError):
-    """A run, file or store that cannot be probed; the message names it."""
-
-
-@dataclass
-class ProbeEncoder:
-    """A frozen encoder to probe and where its results go.
-
-    Attributes:
-        model: the SGIModel (only its encoder is used), in eval mode.
-        source: the run folder or file it came from ("random_init" for a fresh one).
-        kind: ``pretrain``, ``finetune`` or ``random_init``.
-        out: the probes file to write (``RUN/probes.json``).
-        params: the run's params name (the objective: ``s``, ``sgi_m``...), when recorded.
-        step: training steps behind the weights, when recorded.
-        seed: the initialization seed of a random encoder.
-        stamp: size and modification time of the file the weights came from (None: a random
-            encoder): a result is reused only for the same file, so a run trained again is
-            probed again.
-    """
-
-    model: SGIModel
-    source: str
-    kind: str
-    out: Path
-    params: str | None = None
-    step: int | None = None
-    seed: int | None = None
-    stamp: dict[str, Any] | None = None
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "kind": self.kind,
-            "encoder": self.model.encoder_name,
-            "params": self.params,
-            "step": self.step,
-            "seed": self.seed,
-            "stamp": self.stamp,
-        }
-
-
-def file_stamp(path: str | os.PathLike) -> dict[str, Any] | None:
-    """``{"name", "size", "mtime_ns"}`` of a model file (None if it does not exist)."""
-    try:
-        info = Path(path).stat()
-    except OSError:
-        return None
-    return {"name": Path(path).name, "size": info.st_size, "mtime_ns": info.st_mtime_ns}
+__all__ = ["load_probe_encoder", "probes_path", "random_probe_encoder"]
 
 
 def probes_path(file: Path) -> Path:
@@ -156,8 +102,6 @@ def random_probe_encoder(
     Raises:
         ProbeInputError: ``out`` exists and holds something other than probe results.
     """
-    from sgi_lab.analysis.representations import random_model
-
     out = Path(out)
     if out.exists() and (
         not out.is_dir()
@@ -167,5 +111,5 @@ def random_probe_encoder(
             f"{out}: exists and holds more than {PROBES_FILE}; a random-init probe writes only "
             "there: choose another --out"
         )
-    model = random_model(num_actions, encoder, seed, goal_head=False)
+    model = random_init_model(num_actions, encoder, seed)
     return ProbeEncoder(model, "random_init", "random_init", out / PROBES_FILE, seed=seed)
