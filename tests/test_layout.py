@@ -18,11 +18,27 @@ PACKAGE = Path(sgi_lab.__file__).resolve().parent
 # Lowest first. A module may import from its own layer or any layer below it, never above.
 # envs (the game table and the environment factory) imports nothing of ours, and sits below the
 # base so that the configs canonicalise a game name once, with envs.games.canonical_game.
+# checkpoints (the checkpoint loader) and threads (the thread rule) import nothing of ours
+# either, so any layer may load a checkpoint or check its threads.
 # metrics sits below train: train/evaluate scores its returns with metrics.hns, and nothing in
 # metrics needs training. viz sits below analysis: the analysis models draw with viz figures.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("sgi_lab.envs", "sgi_lab.paths", "sgi_lab.files"),
-    ("sgi_lab", "sgi_lab.config", "sgi_lab.runs", "sgi_lab.augment", "sgi_lab.draws"),
+    (
+        "sgi_lab.envs",
+        "sgi_lab.paths",
+        "sgi_lab.files",
+        "sgi_lab.checkpoints",
+        "sgi_lab.threads",
+    ),
+    (
+        "sgi_lab",
+        "sgi_lab.config",
+        "sgi_lab.stopping",
+        "sgi_lab.run_status",
+        "sgi_lab.runs",
+        "sgi_lab.augment",
+        "sgi_lab.draws",
+    ),
     ("sgi_lab.data", "sgi_lab.nets", "sgi_lab.objectives"),
     ("sgi_lab.metrics",),
     ("sgi_lab.train",),
@@ -142,3 +158,18 @@ def test_imports_inside_functions_are_seen(tmp_path):
     source.write_text("def f():\n    from sgi_lab.launch import cli\n")
     edges = imported("sgi_lab.x", source, set(modules()))
     assert edges == [(2, "sgi_lab.launch.cli")]
+
+
+# Within data, the store's format sits below its reader, and the reader below its writer: a
+# store is read without the writing code, and the format knows neither.
+STORE_MODULES = ("sgi_lab.data.store_format", "sgi_lab.data.store", "sgi_lab.data.store_writer")
+
+
+def test_the_store_format_reader_and_writer_import_downwards_only():
+    for position, name in enumerate(STORE_MODULES):
+        above = [
+            target
+            for _, target in GRAPH[name]
+            if target.startswith("sgi_lab.data") and target not in STORE_MODULES[:position]
+        ]
+        assert not above, f"{name} imports {above}"

@@ -256,6 +256,16 @@ def make_env(
         from it.
     """
     ale_id = resolve_ale_id(game, allow_any_ale_game)
+    _check_protocol(preprocessing, max_episode_frames)
+    env = _ale_env(ale_id, full_action_space)
+    if preprocessing == "rlpyt":
+        env = _rlpyt_frames(env, train, noop_max, max_episode_frames)
+    else:
+        env = _dopamine_frames(env, noop_max, max_episode_frames)
+    return _outer_wrappers(env, train, seed, record_ram)
+
+
+def _check_protocol(preprocessing: str, max_episode_frames: int | None) -> None:
     if preprocessing not in PREPROCESSING:
         raise ValueError(
             f"preprocessing must be one of {', '.join(PREPROCESSING)}, got {preprocessing!r}"
@@ -267,30 +277,26 @@ def make_env(
             f"max_episode_frames must be a positive multiple of {FRAME_SKIP} or None, "
             f"got {max_episode_frames}"
         )
-    env = gym.make(
+
+
+def _ale_env(ale_id: str, full_action_space: bool) -> gym.Env:
+    """The raw ALE v5 env: frame skip 1, no sticky actions, no ALE frame cap."""
+    return gym.make(
         ale_id,
-        frameskip=1,  # AtariPreprocessing skips frames, so it can max-pool the last two
+        frameskip=1,  # the preprocessing skips frames, so it can max-pool the last two
         repeat_action_probability=0.0,
         full_action_space=full_action_space,
-        # The cap counts agent steps in TimeLimit below; ALE's own counter would include no-ops.
+        # The cap counts agent steps in the preprocessing; ALE's own counter would include no-ops.
         max_num_frames_per_episode=None,
-        # AtariPreprocessing reads the screen from the ALE itself; a grayscale raw observation
+        # The preprocessing reads the screen from the ALE itself; a grayscale raw observation
         # only saves copying an RGB screen on every raw frame.
         obs_type="grayscale",
         disable_env_checker=True,
     )
-    if preprocessing == "rlpyt":
-        horizon = None if max_episode_frames is None else max_episode_frames // FRAME_SKIP
-        env = RlpytAtariPreprocessing(
-            env,
-            train=train,
-            noop_max=noop_max,
-            horizon=horizon,
-            frame_skip=FRAME_SKIP,
-            frame_stack=FRAME_STACK,
-            screen_size=SCREEN_SIZE,
-        )
-        return _outer_wrappers(env, train, seed, record_ram)
+
+
+def _dopamine_frames(env: gym.Env, noop_max: int, max_episode_frames: int | None) -> gym.Env:
+    """No-op starts, ``AtariPreprocessing``, the frame cap and the zero-padded frame stack."""
     env = NoopResetWrapper(env, noop_max=noop_max)
     env = AtariPreprocessing(
         env,
@@ -303,8 +309,23 @@ def make_env(
     )
     if max_episode_frames is not None:
         env = TimeLimit(env, max_episode_steps=max_episode_frames // FRAME_SKIP)
-    env = FrameStackObservation(env, FRAME_STACK, padding_type="zero")
-    return _outer_wrappers(env, train, seed, record_ram)
+    return FrameStackObservation(env, FRAME_STACK, padding_type="zero")
+
+
+def _rlpyt_frames(
+    env: gym.Env, train: bool, noop_max: int, max_episode_frames: int | None
+) -> gym.Env:
+    """The authors' frame protocol, `RlpytAtariPreprocessing`, in place of the Dopamine stack."""
+    horizon = None if max_episode_frames is None else max_episode_frames // FRAME_SKIP
+    return RlpytAtariPreprocessing(
+        env,
+        train=train,
+        noop_max=noop_max,
+        horizon=horizon,
+        frame_skip=FRAME_SKIP,
+        frame_stack=FRAME_STACK,
+        screen_size=SCREEN_SIZE,
+    )
 
 
 def _outer_wrappers(env: gym.Env, train: bool, seed: int | None, record_ram: bool) -> gym.Env:

@@ -1,6 +1,6 @@
 """The IDF curiosity agent's networks (Burda et al. 2018, ``openai/large-scale-curiosity``): an
 actor-critic, and features trained by inverse dynamics with a forward model on them, whose
-error is the intrinsic reward. The agent that trains them is `sgi_lab.train.explore`."""
+error is the intrinsic reward. The agent that trains them is `sgi_lab.train.idf_agent`."""
 
 from __future__ import annotations
 
