@@ -129,11 +129,13 @@ def pong_store(tmp_path_factory):
 
 
 def write_finetune_run(root, method: str, game: str, seed: int, mean: float):
-    """A finetuning run folder as the ablations notebook finds it: ``eval.json`` and config."""
+    """A finetuning run folder as the ablations notebook finds it: ``status.json``, ``eval.json``
+    and config."""
     import json
 
     run = root / f"finetune__{method}__{game}__s{seed}"
     run.mkdir(parents=True)
+    (run / "status.json").write_text(json.dumps({"state": "finished"}))
     (run / "eval.json").write_text(json.dumps({"game": game, "mean": mean, "scores": [mean]}))
     (run / "config.yaml").write_text(f"game: {game}\nseed: {seed}\n")
     return run

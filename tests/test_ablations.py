@@ -14,6 +14,7 @@ from sgi_lab.metrics import human_normalized_score, paper_per_game
 def _run(root, name, game, seed, mean, method=None):
     folder = root / name
     folder.mkdir(parents=True)
+    (folder / "status.json").write_text(json.dumps({"state": "finished"}))
     (folder / "eval.json").write_text(json.dumps({"game": game, "mean": mean, "scores": [mean]}))
     (folder / "config.yaml").write_text(f"game: {game}\nseed: {seed}\n")
     if method:
@@ -30,6 +31,24 @@ def runs(tmp_path):
     _run(root, "finetune__smoke__Pong__s0", "Pong", 0, -21.0, method="mine")
     (root / "unevaluated").mkdir()
     return root
+
+
+def test_find_runs_walks_run_folders(runs):
+    """find_runs finds what `run_folders` finds (a status.json of ours) with an eval.json."""
+    copy = runs / "copied_eval"  # an eval.json without a run around it
+    copy.mkdir()
+    (copy / "eval.json").write_text(json.dumps({"game": "Pong", "mean": 1.0}))
+    run = runs / "finetune__frozen__Pong__s0"
+    (run / "checkpoints" / "old").mkdir(parents=True)  # inside a run's checkpoints/: not a run
+    (run / "checkpoints" / "old" / "status.json").write_text(json.dumps({"state": "finished"}))
+    (run / "checkpoints" / "old" / "eval.json").write_text(json.dumps({"mean": 0.0}))
+    found = ablations.find_runs(runs)
+    assert len(found) == 7 and copy not in found
+    assert ablations.find_runs(run) == [run]  # a run folder given itself
+    assert [p.name for p in ablations.find_runs(runs, "*Breakout*")] == [
+        f"finetune__frozen__Breakout__s{s}" for s in range(3)
+    ]
+    assert ablations.find_runs(runs / "missing") == []
 
 
 def test_load_run_scores(runs):

@@ -331,6 +331,7 @@ def test_objective_summary_ci_correlation_and_figure(tmp_path):
                 folder = tmp_path / "exp" / "pretrain" / f"{objective}_seed{seed}__{game}"
                 folder.mkdir(parents=True)
                 (folder / "config.yaml").write_text(f"seed: {seed}\n")
+                (folder / "status.json").write_text(json.dumps({"state": "finished"}))
                 write_probes(
                     folder / "probes.json",
                     _fake_entry(game, "pretrain", f"{objective}_seed{seed}", None, value),
@@ -358,6 +359,37 @@ def test_objective_summary_ci_correlation_and_figure(tmp_path):
     assert {t.name for t in figure.data} == {"s", "i", "g_i", "random_init"}
     bar = next(t for t in figure.data if t.name == "s")
     assert bar.y[0] == pytest.approx(0.6) and bar.error_y.array[0] > 0
+
+
+def test_probe_folders_walk_runs_and_take_random_encoders_and_globs(tmp_path):
+    """probe_folders finds runs as `run_folders` does (a status.json of ours), plus the random
+    encoders' folders (probe results, not runs) of an experiment or given themselves."""
+    from sgi_lab.probes.core import write_probes
+    from sgi_lab.probes.study import probe_folders
+
+    def probed(folder, run=True):
+        folder.mkdir(parents=True)
+        if run:
+            (folder / "status.json").write_text(json.dumps({"state": "finished"}))
+        write_probes(folder / "probes.json", _fake_entry("Pong", "pretrain", "s", None, 0.5))
+        return folder
+
+    runs = tmp_path / "runs"
+    a, b = probed(runs / "pretrain__s__Pong"), probed(runs / "deep" / "pretrain__g__Pong")
+    (runs / "unprobed").mkdir()
+    (runs / "unprobed" / "status.json").write_text(json.dumps({"state": "finished"}))
+    copy = probed(runs / "copied", run=False)  # probes.json in a folder that is not a run
+    ckpt = probed(a / "checkpoints" / "x")  # inside a run's checkpoints/
+    assert probe_folders([runs]) == [b, a]  # path order, the copy and checkpoints/ left out
+    assert probe_folders([str(runs / "pretrain__*"), a]) == [a]  # a glob; each folder once
+    assert probe_folders([copy, a / "probes.json"]) == [copy, a / "probes.json"]
+    exp = tmp_path / "exp"
+    (exp / "experiment.json").parent.mkdir()
+    (exp / "experiment.json").write_text("{}")
+    run, rand = probed(exp / "pretrain" / "s__Pong"), probed(exp / "probes" / "r__Pong", run=False)
+    assert probe_folders([exp]) == [run, rand]
+    assert probe_folders([tmp_path / "missing", str(tmp_path / "none*")]) == []
+    assert ckpt.exists()
 
 
 def test_checkpoints_give_a_probe_curve_and_finetuned_models_probe(tmp_path, capsys):

@@ -40,6 +40,7 @@ from sgi_lab.metrics import (
     protocol_of,
 )
 from sgi_lab.metrics.protocol import comparability_note
+from sgi_lab.run_status import run_folders
 from sgi_lab.viz.ablations import ablation_figures
 from sgi_lab.viz.tables import LiveTable, aggregate_frame
 from sgi_lab.viz.training import LiveFigure
@@ -91,20 +92,24 @@ EXPERIMENT_STATE = "experiment.json"
 
 
 def find_runs(root: str | os.PathLike = "outputs/runs", pattern: str = "*") -> list[Path]:
-    """Run folders under ``root`` (matching ``pattern``, searched recursively) with an eval.json.
+    """Evaluated runs under ``root``: its run folders (`sgi_lab.run_status.run_folders`: ``root``
+    itself when it is one, else every run below it) with an eval.json, whose folder name
+    matches ``pattern``.
 
     ``root`` may be an experiment folder (``outputs/experiments/NAME``, written by
     ``sgi-lab experiment``): then only its finetuning agents are returned, those of the
     finetuning tasks its ``experiment.json`` lists (each ``<ft>__<pretraining>/<Game>__s<seed>``),
-    and never a stray folder copied beside them.
+    and never a run copied beside them.
     """
-    root = Path(root)
-    if not root.exists():
-        return []
     folders = experiment_finetune_folders(root)
-    searched = folders if folders is not None else [root]
+    searched = folders if folders is not None else [Path(root)]
     return sorted(
-        {p.parent for f in searched for p in f.rglob("eval.json") if p.parent.match(pattern)}
+        {
+            run
+            for folder in searched
+            for run in run_folders(folder)
+            if (run / "eval.json").is_file() and run.match(pattern)
+        }
     )
 
 

@@ -19,7 +19,8 @@ import numpy as np
 import pandas as pd
 
 from sgi_lab.probes.atariari import CATEGORIES
-from sgi_lab.probes.core import read_probes
+from sgi_lab.probes.core import PROBES_FILE, read_probes
+from sgi_lab.run_status import run_folders
 
 __all__ = [
     "PAPER_CONFIGS",
@@ -161,13 +162,16 @@ def mean_ci(values: Iterable[float], level: float = 0.95) -> tuple[float, float,
     return mean, mean - half, mean + half
 
 
-def objective_summary(frame: pd.DataFrame, metrics: Iterable[str] = METRICS) -> pd.DataFrame:
-    """Per objective and metric: the mean over seeds of each seed's mean over games, with a 95%
-    t interval over seeds (``objective, metric, value, lower, upper, seeds, games``)."""
+def objective_summary(
+    frame: pd.DataFrame, metrics: Iterable[str] = METRICS, by: str = "objective"
+) -> pd.DataFrame:
+    """Per objective (or other column ``by``, e.g. the ablation explorer's ``method``) and
+    metric: the mean over seeds of each seed's mean over games, with a 95% t interval over
+    seeds (``<by>, metric, value, lower, upper, seeds, games``)."""
     rows = []
     if frame.empty:
-        return pd.DataFrame(columns=["objective", "metric", "value", "lower", "upper", "seeds"])
-    for objective, group in frame.groupby("objective", sort=False):
+        return pd.DataFrame(columns=[by, "metric", "value", "lower", "upper", "seeds", "games"])
+    for name, group in frame.groupby(by, sort=False):
         for metric in metrics:
             if metric not in group or group[metric].isna().all():
                 continue
@@ -175,7 +179,7 @@ def objective_summary(frame: pd.DataFrame, metrics: Iterable[str] = METRICS) -> 
             value, lower, upper = mean_ci(per_seed.to_numpy())
             rows.append(
                 {
-                    "objective": objective,
+                    by: name,
                     "metric": metric,
                     "value": value,
                     "lower": lower,
@@ -266,8 +270,12 @@ def write_probe_report(graph: Any) -> Path:
 
 
 def probe_folders(paths: Iterable[str | os.PathLike]) -> list[Path]:
-    """Folders holding probe results: each path as given, a glob pattern expanded, an
-    experiment folder (``experiment.json``) replaced by its pretraining and probe run folders."""
+    """Folders holding probe results under ``paths`` (glob patterns expanded), in order, each
+    once: the runs at each path (`sgi_lab.run_status.run_folders`: the path itself when it is a
+    run, else every run below it, an experiment's pretraining runs among them); the random
+    encoders' folders of an experiment (``probes/*``) or a random encoder's folder given itself
+    (``sgi-lab probe --random-init --out DIR``: probe results, not a run); a probes file. Only
+    those with probe results are kept."""
     import glob
 
     folders: list[Path] = []
@@ -275,11 +283,12 @@ def probe_folders(paths: Iterable[str | os.PathLike]) -> list[Path]:
         text = str(item)
         matches = sorted(glob.glob(text)) if any(c in text for c in "*?[") else [text]
         for match in map(Path, matches):
-            if (match / "experiment.json").is_file():
-                folders += sorted(match.glob("pretrain/*")) + sorted(match.glob("probes/*"))
-            else:
+            if match.is_file() or (match / PROBES_FILE).is_file():
                 folders.append(match)
-    return [f for f in folders if read_probes(f)]
+            folders += run_folders(match)
+            if (match / "experiment.json").is_file():
+                folders += sorted(match.glob("probes/*"))
+    return [f for f in dict.fromkeys(folders) if read_probes(f)]
 
 
 def load_probe_results(paths: Iterable[str | os.PathLike]) -> tuple[pd.DataFrame, pd.DataFrame]:
