@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from sgi_lab.checkpoints import CHECKPOINT_RE
 from sgi_lab.config import ConfigError, load_yaml_mapping, parse_value
 from sgi_lab.files import atomic_write_text, jsonable, record_provenance
 from sgi_lab.launch.notebook_api import (
@@ -34,7 +35,7 @@ from sgi_lab.launch.notebook_api import (
     run_folder_name,
     static_export_problem,
 )
-from sgi_lab.runs import CHECKPOINT_RE, RunDir
+from sgi_lab.runs import RunDir
 
 __all__ = [
     "KEEP_CHECKPOINTS",
@@ -222,53 +223,19 @@ def run_notebook(
         NotebookRunError: a cell raised; status.json says ``failed`` with the error, and the
             executed notebook in the folder shows the failing cell with its traceback.
     """
-    import papermill
     from papermill.exceptions import PapermillExecutionError
 
     nb_path = resolve_notebook(notebook)
     resolved = resolve_parameters(params_file, parameters, nb_path)
     folder = Path(out_root) / (name or run_folder_name(nb_path.stem, resolved, params_file))
-    run = RunDir(folder)
-    state = run.status().get("state", "new")
-    if state == "finished":
-        if not overwrite:
-            raise RunExistsError(
-                f"{folder} already holds a finished run; pass overwrite=True "
-                "(sgi-lab run --overwrite) to run it again from scratch, or choose another name"
-            )
-        shutil.rmtree(folder)
-        run = RunDir(folder)
-        state = "new"
+    run, resumed = _open_run_folder(folder, overwrite)
     resolved["out_dir"] = str(folder)
     atomic_write_text(folder / PARAMS_FILE, yaml.safe_dump(jsonable(resolved), sort_keys=False))
     out_nb = folder / nb_path.name
-    attempt = int(run.status().get("attempt", 0)) + 1 if state != "new" else 1
     started = time.time()
-    run.set_status(
-        "running",
-        notebook=str(out_nb),
-        source=str(nb_path),
-        params_file=None if params_file is None else str(params_file),
-        attempt=attempt,
-        resumed=state != "new",
-        error=None,
-        started=time.strftime("%Y-%m-%dT%H:%M:%S"),
-        provenance=record_provenance(run.status()),
-    )
+    _mark_running(run, nb_path, out_nb, params_file, resumed)
     try:
-        # Static figures in the kernel: the executed notebook and its HTML page keep them.
-        from sgi_lab.viz.training import STATIC_FIGURES_ENV
-
-        with _environment({STATIC_FIGURES_ENV: "1"}):
-            papermill.execute_notebook(
-                str(nb_path),
-                str(out_nb),
-                parameters=resolved,
-                kernel_name=kernel_name,
-                progress_bar=progress,
-                cwd=str(find_project_root(nb_path.parent) or Path.cwd()),
-                **_kernel_manager(),
-            )
+        _execute(nb_path, out_nb, resolved, kernel_name, progress)
     except PapermillExecutionError as exc:
         message = f"{exc.ename}: {exc.evalue}"
         run.set_status(
@@ -289,12 +256,87 @@ def run_notebook(
             duration_s=round(time.time() - started, 1),
         )
         raise
-    results_path = folder / RESULTS_FILE
+    _mark_finished(run, keep_checkpoints, started)
+    return folder
+
+
+def _open_run_folder(folder: Path, overwrite: bool) -> tuple[RunDir, bool]:
+    """The run folder (created when missing) and whether an earlier attempt is resumed: a
+    finished run is emptied to start afresh when ``overwrite``, else refused.
+
+    Raises:
+        RunExistsError: the folder holds a finished run and ``overwrite`` is false.
+    """
+    run = RunDir(folder)
+    state = run.status().get("state", "new")
+    if state == "finished":
+        if not overwrite:
+            raise RunExistsError(
+                f"{folder} already holds a finished run; pass overwrite=True "
+                "(sgi-lab run --overwrite) to run it again from scratch, or choose another name"
+            )
+        shutil.rmtree(folder)
+        return RunDir(folder), False
+    return run, state != "new"
+
+
+def _mark_running(
+    run: RunDir,
+    nb_path: Path,
+    out_nb: Path,
+    params_file: str | os.PathLike | None,
+    resumed: bool,
+) -> None:
+    """status.json says ``running``: which notebook, which attempt (a resumed run counts on
+    from the last), and the provenance of this attempt; a previous attempt's error is cleared."""
+    attempt = int(run.status().get("attempt", 0)) + 1 if resumed else 1
+    run.set_status(
+        "running",
+        notebook=str(out_nb),
+        source=str(nb_path),
+        params_file=None if params_file is None else str(params_file),
+        attempt=attempt,
+        resumed=resumed,
+        error=None,
+        started=time.strftime("%Y-%m-%dT%H:%M:%S"),
+        provenance=record_provenance(run.status()),
+    )
+
+
+def _execute(
+    nb_path: Path,
+    out_nb: Path,
+    parameters: dict[str, Any],
+    kernel_name: str | None,
+    progress: bool,
+) -> None:
+    """papermill runs ``nb_path`` into ``out_nb`` with ``parameters``, from the project root,
+    its kernel on private sockets and drawing static figures."""
+    import papermill
+
+    # Static figures in the kernel: the executed notebook and its HTML page keep them.
+    from sgi_lab.viz.training import STATIC_FIGURES_ENV
+
+    with _environment({STATIC_FIGURES_ENV: "1"}):
+        papermill.execute_notebook(
+            str(nb_path),
+            str(out_nb),
+            parameters=parameters,
+            kernel_name=kernel_name,
+            progress_bar=progress,
+            cwd=str(find_project_root(nb_path.parent) or Path.cwd()),
+            **_kernel_manager(),
+        )
+
+
+def _mark_finished(run: RunDir, keep_checkpoints: int | None, started: float) -> None:
+    """status.json says ``finished`` with the notebook's recorded results, once the checkpoints
+    a finished run does not need are gone."""
+    results_path = run.path / RESULTS_FILE
     results = json.loads(results_path.read_text()) if results_path.exists() else {}
     if keep_checkpoints is not None:
-        prune_checkpoints(folder, keep_checkpoints)
+        prune_checkpoints(run.path, keep_checkpoints)
     run.set_status("finished", results=results, duration_s=round(time.time() - started, 1))
-    return folder
 
 
 def prune_checkpoints(folder: str | os.PathLike, keep: int = KEEP_CHECKPOINTS) -> list[Path]:
