@@ -137,6 +137,38 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO], Any], binary: bo
         raise
 
 
+def clean_temp_files(*folders: str | os.PathLike) -> list[Path]:
+    """Remove the temp files a killed atomic write left (``.NAME.PID.tmp``); returns them.
+
+    Only our own naming pattern is touched, and a file whose writer is still alive is kept.
+    """
+    removed = []
+    for folder in folders:
+        folder = Path(folder)
+        if not folder.is_dir():
+            continue
+        for path in folder.iterdir():
+            match = TEMP_RE.match(path.name)
+            if not match or not path.is_file():
+                continue
+            pid = int(match["pid"])
+            if pid != os.getpid() and _alive(pid):
+                continue
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
+
+
 class DiskFullError(OSError):
     """No space left on the device while writing a file (the message names the file)."""
 

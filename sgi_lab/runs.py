@@ -1,54 +1,47 @@
-"""Run folders: layout, status, metrics JSONL, atomic checkpoints and resume.
+"""Run folders: the lifecycle every stage shares, their layout, status, metrics and checkpoints.
 
 A run folder holds everything a run writes and nothing is written outside it (its files:
 outputs/README.md). Every stage that writes a run (pretraining, finetuning) goes through one lifecycle,
 :meth:`RunDir.open` -> :meth:`RunDir.start` -> :meth:`RunDir.finish` (or :meth:`RunDir.fail`),
 so they all refuse the same folders, check a resumed config the same way and write the same
 status words and fields.
+
+Beside it: how a run stops early (`sgi_lab.stopping`), the checkpoint files and their loader
+(`sgi_lab.checkpoints`), and the reading of a folder someone else wrote, finished or not
+(`sgi_lab.run_status`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
-import pickle
 import re
-import signal
-import sys
-import threading
 import time
 import warnings
-import zipfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import torch
 import yaml
 
+from sgi_lab.checkpoints import CHECKPOINT_RE, CheckpointError, load_checkpoint
 from sgi_lab.config import ConfigError
 from sgi_lab.files import (
     LOCK_FILE,
-    TEMP_RE,
-    DiskFullError,
     FolderLock,
     RunFolderError,
     _read_jsonl,
     atomic_torch_save,
     atomic_write_text,
+    clean_temp_files,
     jsonable,
     raise_if_disk_full,
     read_jsonl,
     record_provenance,
 )
-
-CHECKPOINT_RE = re.compile(r"ckpt_(\d{8})\.pt$")
-
-# The status words every stage writes, and nothing else.
-RUNNING, FINISHED, FAILED = "running", "finished", "failed"
-STATES = (RUNNING, FINISHED, FAILED)
+from sgi_lab.run_status import FAILED, FINISHED, RUNNING, has_final_model, run_kind
+from sgi_lab.stopping import failure_reason
 
 # Config keys that may change when a run resumes: where and how fast it runs, not what it
 # learns. Every other key must match the run's config.yaml (one list, for every stage).
@@ -79,114 +72,6 @@ RUN_FILES = (
 RUN_FOLDERS = ("checkpoints", "figures")
 
 
-class CheckpointError(RuntimeError):
-    """A checkpoint is missing, truncated, or not one of ours."""
-
-
-class RunStopped(Exception):
-    """A run stopped cleanly before finishing, at a step it has a checkpoint for: its time
-    limit passed or it was asked to stop (SIGTERM). The same command resumes it."""
-
-    def __init__(self, step: int | None, why: str) -> None:
-        where = "during its evaluation" if step is None else f"at step {step}"
-        super().__init__(f"stopped {where}: {why}; re-run the same command to resume")
-        self.step = step
-        self.why = why
-
-
-class Deadline:
-    """When a long run should stop at its next checkpointable step: ``seconds`` after it was
-    made (None: no time limit), or as soon as `request_stop` is called (a SIGTERM handler, a
-    scheduler's pre-emption notice).
-
-    A GPU lent for ten-minute commands, a cluster's wall-clock limit: the run checkpoints and
-    stops inside the limit instead of being killed and losing the work since its last periodic
-    checkpoint.
-    """
-
-    def __init__(self, seconds: float | None = None) -> None:
-        if seconds is not None and not seconds > 0:
-            raise ConfigError(f"a time limit must be a positive number of seconds, got {seconds!r}")
-        self.seconds = seconds
-        self.end = math.inf if seconds is None else time.monotonic() + seconds
-        self.requested: str | None = None
-
-    def request_stop(self, why: str = "asked to stop") -> None:
-        self.requested = why
-
-    def left(self) -> float:
-        """Seconds until the time limit (inf without one)."""
-        return self.end - time.monotonic()
-
-    def reason(self) -> str | None:
-        """Why the run must stop now, or None to go on."""
-        if self.requested:
-            return self.requested
-        if self.left() <= 0:
-            return f"its time limit of {self.seconds:g} s passed"
-        return None
-
-
-@contextlib.contextmanager
-def stop_on_signals(stop: Deadline, *signums: int) -> Iterator[None]:
-    """The first of ``signums`` to arrive asks ``stop`` to stop at the next step (every agent
-    checkpoints there) instead of acting at once; a second one acts as it did before (SIGINT:
-    KeyboardInterrupt, SIGTERM: the process ends). Outside the main thread nothing changes.
-
-    SIGINT is Ctrl-C in a terminal and a notebook's "interrupt kernel"; SIGTERM is what
-    `timeout` and schedulers send before they kill.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous: dict[int, Any] = {}
-
-    def handler(signum: int, frame: Any) -> None:
-        for number, before in previous.items():
-            signal.signal(number, before)
-        name = signal.Signals(signum).name
-        stop.request_stop(f"{name} received")
-        print(
-            f"{name}: stopping at the next step, with a checkpoint; send it again to stop at "
-            "once without one",
-            file=sys.stderr,
-            flush=True,
-        )
-
-    for number in signums:
-        before = signal.signal(number, handler)
-        previous[number] = signal.SIG_DFL if before is None else before
-    try:
-        yield
-    finally:
-        for number, before in previous.items():
-            signal.signal(number, before)
-
-
-def failure_reason(exc: BaseException) -> str:
-    """The ``message`` of a run that ended with ``exc`` (status.json)."""
-    if isinstance(exc, KeyboardInterrupt):
-        return "interrupted (re-run the same command to resume)"
-    if isinstance(exc, RunStopped):
-        return str(exc)
-    if isinstance(exc, DiskFullError):
-        return f"stopped: {exc}; free some space, then re-run the same command to resume"
-    return f"{type(exc).__name__}: {exc}"
-
-
-def parse_duration(text: str | float) -> float:
-    """Seconds from ``540``, ``90s``, ``9m``, ``1.5h``; a clear error otherwise."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([smh]?)\s*", str(text))
-    seconds = float(match[1]) * {"": 1, "s": 1, "m": 60, "h": 3600}[match[2]] if match else 0
-    if not seconds > 0:
-        raise ConfigError(f"a duration like 540, 90s, 9m or 1.5h was expected, got {text!r}")
-    return seconds
-
-
-class UnfinishedRunError(RuntimeError):
-    """A run that never finished was asked for as a result (evaluate, report, finetune from)."""
-
-
 def slug(text: str) -> str:
     """File-system-friendly name: ``ALE/Pong-v5`` -> ``ALE-Pong-v5``."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", str(text)).strip("-")
@@ -195,163 +80,6 @@ def slug(text: str) -> str:
 def run_name(*parts: Any) -> str:
     """``{notebook}__{config}__{game}__s{seed}`` style names (cleanrl's convention)."""
     return "__".join(slug(p) for p in parts if p is not None and p != "")
-
-
-def verify_checksums(path: str | os.PathLike, block: int = 16 << 20) -> None:
-    """Check a checkpoint or model file against the checksums recorded when it was written.
-
-    ``torch.save`` writes a zip archive whose every record (the pickled index, each tensor's
-    bytes) carries the CRC-32 of its content; reading every record back checks them all, so a
-    flipped byte anywhere in the weights is caught before they are used.
-
-    Raises:
-        CheckpointError: naming the file and the damaged record, or saying the file is not a
-            PyTorch zip archive (what an sgi-lab checkpoint or model always is).
-    """
-    path = Path(path)
-    try:
-        with zipfile.ZipFile(path) as archive:
-            for info in archive.infolist():
-                with archive.open(info) as fh:
-                    while fh.read(block):
-                        pass
-    except zipfile.BadZipFile as exc:
-        if "CRC" in str(exc):
-            raise CheckpointError(
-                f"{path}: damaged since it was written ({exc}: its checksum does not match)"
-            ) from None
-        raise CheckpointError(
-            f"{path}: not a PyTorch checkpoint (not a zip archive, or a truncated one: {exc}); "
-            "expected an sgi-lab model.pt or checkpoints/ckpt_*.pt"
-        ) from None
-    except (OSError, EOFError, ValueError) as exc:
-        raise CheckpointError(f"{path}: unreadable ({exc})") from None
-
-
-def load_checkpoint(
-    path: str | os.PathLike, map_location: Any = "cpu", kind: str | None = None
-) -> dict[str, Any]:
-    """Load a checkpoint safely (``weights_only=True``) and check it is ours.
-
-    Args:
-        path: checkpoint file.
-        map_location: passed to ``torch.load``.
-        kind: expected ``"kind"`` entry (``"pretrain"``, ``"finetune"``), checked when given.
-    """
-    path = Path(path)
-    if not path.exists():
-        raise CheckpointError(f"{path}: checkpoint not found")
-    if path.is_dir():
-        raise CheckpointError(f"{path}: a folder, expected a checkpoint or model file (.pt)")
-    verify_checksums(path)
-    try:
-        payload = torch.load(path, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError:
-        # PyTorch's own text advises weights_only=False: unsafe for a file of unknown origin.
-        raise CheckpointError(
-            f"{path}: holds pickled Python objects, not only tensors and plain data; sgi-lab "
-            "refuses to load them (unpickling can run code)"
-        ) from None
-    except Exception as exc:  # a foreign zip, a record torch cannot read, ...
-        raise CheckpointError(f"{path}: not a readable sgi-lab checkpoint ({exc})") from exc
-    if not isinstance(payload, dict) or payload.get("format") != "sgi-lab":
-        raise CheckpointError(f"{path}: not an sgi-lab checkpoint (foreign file)")
-    if kind is not None and payload.get("kind") != kind:
-        raise CheckpointError(f"{path}: a {payload.get('kind')!r} checkpoint, expected {kind!r}")
-    return payload
-
-
-def read_status(path: str | os.PathLike) -> dict[str, Any] | None:
-    """A folder's ``status.json`` when it is one of ours (a JSON object with a known ``state``).
-
-    Returns None when the file is missing, unreadable, or not ours.
-    """
-    try:
-        payload = json.loads((Path(path) / "status.json").read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(payload, dict) or payload.get("state") not in (*STATES, "interrupted"):
-        return None
-    return payload
-
-
-def run_folders(root: str | os.PathLike) -> list[Path]:
-    """Run folders under ``root`` (``root`` itself when it is one), in path order: folders with a
-    ``status.json`` of ours (`read_status`), not inside a run's ``checkpoints/``; none when
-    ``root`` is not a folder. The one walk that finds runs (``sgi-lab status``, a notebook's
-    `sgi_lab.launch.notebook_api.find_runs_of_kind`)."""
-    root = Path(root)
-    if not root.is_dir():
-        return []
-    found = []
-    for status in sorted(root.rglob("status.json")):
-        folder = status.parent
-        if "checkpoints" in folder.relative_to(root).parts:
-            continue
-        if read_status(folder) is not None:
-            found.append(folder)
-    return found
-
-
-def _checkpoint_files(path: Path) -> list[Path]:
-    folder = path / "checkpoints"
-    if not folder.is_dir():
-        return []
-    found = [p for p in folder.iterdir() if CHECKPOINT_RE.search(p.name) and p.is_file()]
-    return sorted(found, key=lambda p: int(CHECKPOINT_RE.search(p.name).group(1)))
-
-
-def _checkpoint_kind(path: Path) -> str | None:
-    """The ``kind`` recorded in a folder's newest readable checkpoint of ours, or None.
-
-    Only the checkpoint's small index is read (``mmap``: its tensors stay on disk)."""
-    for ckpt in reversed(_checkpoint_files(path)):
-        try:
-            payload = torch.load(ckpt, map_location="cpu", weights_only=True, mmap=True)
-        except Exception:  # torn, foreign, pickled: try an older one
-            continue
-        if isinstance(payload, dict) and payload.get("format") == "sgi-lab":
-            return str(payload.get("kind") or "")
-    return None
-
-
-def interrupted_without_status(path: str | os.PathLike) -> bool:
-    """True when a folder holds a run of ours whose ``status.json`` is missing or torn: a
-    ``config.yaml`` beside checkpoints, or a ``status.json`` that does not parse. Such a run
-    never counts as finished; it is an interrupted run, resumed by its command."""
-    path = Path(path)
-    if read_status(path) is not None:
-        return False
-    try:
-        json.loads((path / "status.json").read_text())
-    except FileNotFoundError:
-        pass
-    except (OSError, ValueError):
-        return True  # torn by a crash mid-write
-    return (path / "config.yaml").is_file() and bool(_checkpoint_files(path))
-
-
-def run_kind(path: str | os.PathLike) -> str | None:
-    """What kind of run of ours a folder holds, or None when it is not one of ours.
-
-    A run is recognised by its ``status.json``: ``"kind"`` names the stage (``"pretrain"``,
-    ``"finetune"``). Runs written before kinds were recorded are recognised by a status file
-    beside a ``config.yaml`` (kind ``""``, any stage's), and a notebook run's folder by the
-    status its runner wrote (kind ``""`` too: the stage it runs makes it its own). A run whose
-    status is missing or torn (`interrupted_without_status`) is recognised by the kind its
-    newest checkpoint records.
-    """
-    path = Path(path)
-    status = read_status(path)
-    if status is None:
-        if (path / "config.yaml").is_file() and _checkpoint_files(path):
-            return _checkpoint_kind(path)
-        return None
-    if status.get("kind"):
-        return str(status["kind"])
-    if (path / "config.yaml").is_file() or "notebook" in status:
-        return ""
-    return None
 
 
 def _entries(path: Path) -> list[Path]:
@@ -420,38 +148,6 @@ def check_same_config(
             f"{path} holds a run with a different config ({list(changes)}: {details}); "
             "re-run with its config, use another folder, or --overwrite to start it over"
         )
-
-
-def clean_temp_files(*folders: str | os.PathLike) -> list[Path]:
-    """Remove the temp files a killed atomic write left (``.NAME.PID.tmp``); returns them.
-
-    Only our own naming pattern is touched, and a file whose writer is still alive is kept.
-    """
-    removed = []
-    for folder in folders:
-        folder = Path(folder)
-        if not folder.is_dir():
-            continue
-        for path in folder.iterdir():
-            match = TEMP_RE.match(path.name)
-            if not match or not path.is_file():
-                continue
-            pid = int(match["pid"])
-            if pid != os.getpid() and _alive(pid):
-                continue
-            path.unlink(missing_ok=True)
-            removed.append(path)
-    return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OSError):
-        return True
-    return True
 
 
 class RunDir:
@@ -686,7 +382,7 @@ class RunDir:
         """Finished on positive evidence only: a readable status saying so and, for a training
         run, its final ``model.pt``."""
         status = self.status()
-        return status.get("state") == FINISHED and _has_final_model(self.path, status)
+        return status.get("state") == FINISHED and has_final_model(self.path, status)
 
     # -- checkpoints --------------------------------------------------------------------------
     def checkpoints(self) -> list[Path]:
@@ -794,107 +490,6 @@ def _row_step(row: Mapping[str, Any]) -> float:
     """A metrics row's step; a row without a numeric one sorts first (kept on resume)."""
     step = row.get("step", -1)
     return step if isinstance(step, (int, float)) and not isinstance(step, bool) else -1
-
-
-def restore_generator(generator: torch.Generator, state: torch.Tensor) -> bool:
-    """Put a saved ``generator.get_state()`` back; False when it came from another device type.
-
-    A run checkpointed on a GPU and resumed on a CPU (or the reverse) cannot carry its random
-    stream across, since CPU and CUDA generators keep different states: the generator is then
-    reseeded from the saved state's bytes, which keeps the resumed run deterministic but not
-    identical to an uninterrupted one. The caller says so in its log.
-    """
-    state = state.detach().to("cpu", torch.uint8)
-    try:
-        generator.set_state(state)
-        return True
-    except (RuntimeError, TypeError, ValueError):
-        generator.manual_seed(int.from_bytes(bytes(state.flatten()[:8].tolist()), "little"))
-        return False
-
-
-# -- results: only finished runs count ---------------------------------------------------------
-
-
-def require_finished(path: str | os.PathLike, what: str, allow_unfinished: bool = False) -> bool:
-    """Refuse a run that never finished as a result; returns whether it finished.
-
-    Args:
-        path: the run folder.
-        what: what is being done with it, for the message (``"evaluate"``, ``"report"``).
-        allow_unfinished: accept it anyway (``--allow-unfinished``); the caller marks it.
-
-    Raises:
-        UnfinishedRunError: the run's status is not ``finished`` and ``allow_unfinished`` is
-            false. A folder without a status of ours (a bare exported model) is accepted.
-    """
-    path = Path(path)
-    status = read_status(path)
-    if status is None:
-        if not interrupted_without_status(path):
-            return True  # a bare exported model: nothing says it is a run
-        checkpoints = _checkpoint_files(path)
-        newest = f", newest checkpoint {checkpoints[-1].name}" if checkpoints else ""
-        problem = (
-            f"its status.json is missing or unreadable{newest}: an interrupted run, not a result"
-        )
-    elif status.get("state") == FINISHED and _has_final_model(path, status):
-        return True
-    elif status.get("state") == FINISHED:
-        problem = "its status says finished but its final model.pt is missing"
-    else:
-        reason = f": {status['message']}" if status.get("message") else ""
-        problem = f"state {status.get('state')!r}, step {status.get('step')}{reason}"
-    if not allow_unfinished:
-        raise UnfinishedRunError(
-            f"{path}: unfinished run ({problem}); "
-            f"{what} counts finished runs only: re-run its command to finish it, or pass "
-            "--allow-unfinished to include it marked as unfinished"
-        )
-    return False
-
-
-def _has_final_model(path: Path, status: Mapping[str, Any]) -> bool:
-    """A finished training run holds its final model (``model.pt``); other folders (a notebook
-    run's, a population's parent) have none to check."""
-    return status.get("kind") not in ("pretrain", "finetune") or (path / "model.pt").is_file()
-
-
-def pretrained_source(source: str | os.PathLike) -> Path:
-    """The file a finetuning run may load its pretrained weights from.
-
-    Args:
-        source: a pretraining run folder, or a model/checkpoint file named explicitly.
-
-    Returns:
-        ``RUN/model.pt`` of a finished pretraining run, or the file itself when ``source`` is a
-        file (an explicit choice, e.g. ``RUN/checkpoints/ckpt_00002000.pt``).
-
-    Raises:
-        ConfigError (``pretrained: ...``): no such file or folder, a folder that is not a
-            pretraining run, or one that never finished (its latest checkpoint is not a result;
-            the message lists the checkpoints to name instead).
-    """
-    source = Path(source)
-    if source.is_file():
-        return source
-    if not source.is_dir():
-        raise ConfigError(f"pretrained: {source}: no such pretraining run folder or model file")
-    kind = run_kind(source)
-    if kind not in ("pretrain", ""):
-        what = "not an sgi-lab run" if kind is None else f"a {kind} run"
-        raise ConfigError(f"pretrained: {source}: {what}, not a pretraining run")
-    status = read_status(source) or {}
-    model = source / "model.pt"
-    if status.get("state") == FINISHED and model.is_file():
-        return model
-    checkpoints = RunDir(source, create=False).checkpoints()
-    names = ", ".join(str(p) for p in checkpoints[-2:]) or "none"
-    raise ConfigError(
-        f"pretrained: {source}: the pretraining run never finished (state "
-        f"{status.get('state')!r}, step {status.get('step')}); finish it (re-run its pretrain "
-        f"command), or name a checkpoint file explicitly to finetune from it (have: {names})"
-    )
 
 
 class FinetuneRun(RunDir):

@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 
+from sgi_lab.checkpoints import CheckpointError, load_checkpoint, restore_generator
 from sgi_lab.config import (
     ConfigError,
     FinetuneConfig,
@@ -18,7 +19,7 @@ from sgi_lab.config import (
     read_params,
 )
 from sgi_lab.files import atomic_torch_save
-from sgi_lab.runs import CheckpointError, RunDir, load_checkpoint, restore_generator, run_name
+from sgi_lab.runs import RunDir, run_name
 
 
 def test_defaults_follow_the_paper():

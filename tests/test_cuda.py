@@ -15,11 +15,12 @@ from conftest import moving_dot_store
 
 import sgi_lab.train.finetune as ft
 from sgi_lab.augment import augment
+from sgi_lab.checkpoints import load_checkpoint
 from sgi_lab.config import FinetuneConfig, PretrainConfig, build_config
 from sgi_lab.data.replay import PrioritizedReplay
 from sgi_lab.files import read_jsonl
 from sgi_lab.nets import SGIModel
-from sgi_lab.runs import RunDir, load_checkpoint
+from sgi_lab.runs import RunDir
 from sgi_lab.train.acting import act, acting_q, forward_graph
 from sgi_lab.train.agent import Population
 from sgi_lab.train.pretrain import load_pretrained_model, pretrain

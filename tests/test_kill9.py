@@ -16,10 +16,11 @@ import pytest
 import torch
 from conftest import moving_dot_store
 
+from sgi_lab.checkpoints import load_checkpoint
 from sgi_lab.config import PretrainConfig, build_config
 from sgi_lab.data import StoreError, TransitionStore
 from sgi_lab.data.collect import collect_random
-from sgi_lab.runs import RunDir, load_checkpoint
+from sgi_lab.runs import RunDir
 from sgi_lab.train.pretrain import pretrain
 
 pytestmark = pytest.mark.slow

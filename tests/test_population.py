@@ -346,7 +346,7 @@ def test_an_agent_trajectory_does_not_depend_on_its_population(tmp_path):
     starts at step 10, so they also depend on the batched updates: vmap's batched arithmetic may
     round differently from a single agent's (the update equivalence tests above hold to 1e-4),
     which over these 30 steps does not flip a greedy action."""
-    from sgi_lab.runs import load_checkpoint
+    from sgi_lab.checkpoints import load_checkpoint
     from sgi_lab.train.finetune import finetune_population
 
     base = make_config(

@@ -196,7 +196,7 @@ def test_resume_keeps_every_valid_metrics_row_after_a_torn_line(tmp_path, one_th
 
     from sgi_lab.config import PretrainConfig, build_config
     from sgi_lab.files import read_jsonl
-    from sgi_lab.runs import Deadline, RunStopped
+    from sgi_lab.stopping import Deadline, RunStopped
     from sgi_lab.train.pretrain import pretrain
 
     store = build_store(tmp_path / "store", [{"length": 30, "terminal": True}], chunk_size=16)

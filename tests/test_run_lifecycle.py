@@ -12,17 +12,9 @@ import pytest
 import torch
 
 from sgi_lab.config import ConfigError, FinetuneConfig, PretrainConfig, build_config, to_dict
-from sgi_lab.files import LOCK_FILE, RunFolderError, atomic_write_text
-from sgi_lab.runs import (
-    RUNTIME_KEYS,
-    FinetuneRun,
-    RunDir,
-    UnfinishedRunError,
-    clean_temp_files,
-    pretrained_source,
-    require_finished,
-    run_kind,
-)
+from sgi_lab.files import LOCK_FILE, RunFolderError, atomic_write_text, clean_temp_files
+from sgi_lab.run_status import UnfinishedRunError, pretrained_source, require_finished, run_kind
+from sgi_lab.runs import RUNTIME_KEYS, FinetuneRun, RunDir
 
 CONFIG = {"lr": 1e-4, "steps": 10, "device": "cpu", "encoder": "nature"}
 

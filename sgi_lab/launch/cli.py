@@ -26,8 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the CLI imports torch (through sgi_lab.runs) only when a command needs it
-    from sgi_lab.runs import Deadline
+if TYPE_CHECKING:  # the CLI imports torch (through sgi_lab.stopping) only when a command needs it
+    from sgi_lab.stopping import Deadline
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
 
@@ -91,7 +91,7 @@ def _import(args: argparse.Namespace) -> int:
 def _info(args: argparse.Namespace) -> int:
     from sgi_lab.data import TransitionStore
     from sgi_lab.paths import did_you_mean
-    from sgi_lab.runs import read_status
+    from sgi_lab.run_status import read_status
 
     if not Path(args.store).exists():
         raise FileNotFoundError(did_you_mean(args.store, "store"))
@@ -125,7 +125,7 @@ def _info(args: argparse.Namespace) -> int:
 @command("pretrain")
 def _pretrain(args: argparse.Namespace) -> int:
     from sgi_lab.config import PretrainConfig, load_config, parse_overrides, read_params
-    from sgi_lab.runs import RunStopped, stop_on_signals
+    from sgi_lab.stopping import RunStopped, stop_on_signals
     from sgi_lab.train.pretrain import pretrain
 
     config = load_config(PretrainConfig, args.params, parse_overrides(args.set))
@@ -162,7 +162,8 @@ def _finetune(args: argparse.Namespace) -> int:
         parse_overrides,
         read_params,
     )
-    from sgi_lab.runs import RunStopped, run_name, stop_on_signals
+    from sgi_lab.runs import run_name
+    from sgi_lab.stopping import RunStopped, stop_on_signals
     from sgi_lab.train.finetune import finetune_in_parts, population_configs, population_folders
 
     params = read_params(args.params)
@@ -221,7 +222,7 @@ EXIT_STOPPED = 75
 
 def _deadline(args: argparse.Namespace) -> Deadline:
     """``--stop-after DURATION`` as a `Deadline` (none: no time limit, SIGTERM still stops)."""
-    from sgi_lab.runs import Deadline, parse_duration
+    from sgi_lab.stopping import Deadline, parse_duration
 
     return Deadline(parse_duration(args.stop_after) if args.stop_after else None)
 

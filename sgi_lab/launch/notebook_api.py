@@ -17,7 +17,8 @@ from typing import Any
 
 from sgi_lab.config import load_config, load_yaml_mapping, read_params
 from sgi_lab.files import atomic_write_text, jsonable, read_mapping
-from sgi_lab.runs import read_status, run_folders, run_kind, run_name
+from sgi_lab.run_status import read_status, run_folders, run_kind
+from sgi_lab.runs import run_name
 
 __all__ = [
     "DEFAULT_OUT_ROOT",

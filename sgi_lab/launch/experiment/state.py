@@ -16,7 +16,7 @@ from sgi_lab.launch.experiment.spec import (
     STATE_FILE,
 )
 from sgi_lab.launch.storage import RunStorage
-from sgi_lab.runs import read_status
+from sgi_lab.run_status import read_status
 
 # -- state of a task ----------------------------------------------------------------------------
 
