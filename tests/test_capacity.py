@@ -145,6 +145,8 @@ def test_experiment_tasks_sharing_a_machine_get_their_share(monkeypatch, tmp_pat
     from sgi_lab.launch import experiment as ex
     from sgi_lab.launch.experiment import executors
 
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # else the user's setting wins
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
     env = ex._task_env(2, 0.5)
     assert env[capacity.MEMORY_SHARE_ENV] == "0.5" and env["OMP_NUM_THREADS"] == "2"
     assert ex._task_env(1)[capacity.MEMORY_SHARE_ENV] == "1"

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import tempfile
 
 import nbformat
 import pytest
@@ -16,6 +18,13 @@ from sgi_lab.files import cpu_model
 from sgi_lab.launch import notebook_api, notebook_runner, sweep
 from sgi_lab.launch.notebook_runner import NotebookRunError, RunExistsError, run_notebook
 from sgi_lab.runs import RunDir
+from sgi_lab.threads import (
+    THREAD_VARIABLES,
+    oversubscribed,
+    thread_share,
+    user_oversubscription,
+    user_threads,
+)
 
 pytestmark = pytest.mark.smoke
 
@@ -309,10 +318,113 @@ def test_sweep_population_folds_games_and_seeds_into_one_run_per_point(tmp_path)
     assert results == [(1, ["Pong", "Breakout"], [0, 1]), (2, ["Pong", "Breakout"], [0, 1])]
 
 
-def test_thread_budget_shares_the_cores_and_warns_on_oversubscription(monkeypatch):
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    assert sweep.thread_budget(2, cores=8) == {"OMP_NUM_THREADS": "4", "MKL_NUM_THREADS": "4"}
-    assert sweep.thread_budget(4, cores=2)["OMP_NUM_THREADS"] == "1"
+def _sweep_kernel_env(processes: int, cores: int) -> dict[str, str]:
+    """The thread variables a sweep's kernels start with."""
+    return sweep.thread_budget(processes, cores=cores)
+
+
+def _experiment_task_env(processes: int, cores: int) -> dict[str, str]:
+    """The thread variables an experiment's local task process is started with: what
+    `run_command` hands `subprocess.Popen`, for a `LocalExecutor` share of ``cores``."""
+    from sgi_lab.launch.experiment import executors
+
+    seen = {}
+
+    class FakeProcess:
+        def __init__(self, command, env, **kwargs):
+            seen.update(env)
+
+        def wait(self):
+            return 0
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(executors.subprocess, "Popen", FakeProcess)
+        with tempfile.TemporaryDirectory() as folder:
+            executors.run_command(["info"], f"{folder}/log.txt", thread_share(processes, cores))
+    return {name: seen.get(name) for name in THREAD_VARIABLES}
+
+
+@pytest.mark.parametrize("started_with", [_sweep_kernel_env, _experiment_task_env])
+def test_one_thread_rule_for_sweep_kernels_and_experiment_tasks(started_with, monkeypatch):
+    """The user's explicit thread count wins (every thread variable gets it, and one the user set
+    keeps its value); otherwise each of the processes gets its share of the cores."""
+    for name in THREAD_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    assert started_with(2, 8) == dict.fromkeys(THREAD_VARIABLES, "4")
+    assert started_with(4, 2) == dict.fromkeys(THREAD_VARIABLES, "1")  # at least one
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert started_with(2, 8) == dict.fromkeys(THREAD_VARIABLES, "3")
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")  # each variable the user set is kept
+    assert started_with(2, 8) == {
+        "OMP_NUM_THREADS": "3",
+        "MKL_NUM_THREADS": "3",
+        "OPENBLAS_NUM_THREADS": "1",
+    }
+    # MKL_NUM_THREADS counts when OMP_NUM_THREADS is not set (torch reads them in that order).
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS")
+    monkeypatch.setenv("MKL_NUM_THREADS", "2")
+    assert started_with(2, 8) == dict.fromkeys(THREAD_VARIABLES, "2")
+    monkeypatch.setenv("OMP_NUM_THREADS", "")  # empty: not a setting
+    assert started_with(2, 8)["OMP_NUM_THREADS"] == "2"
+
+
+def test_the_users_oversubscribing_thread_setting_is_kept_with_a_warning(monkeypatch):
+    from sgi_lab.launch.experiment.scheduler import _oversubscription
+
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
-    with pytest.warns(UserWarning, match="oversubscribes 2 cores"):
-        assert sweep.thread_budget(2, cores=2) == {}  # the user's own setting is kept
+    with pytest.warns(UserWarning, match="OMP_NUM_THREADS=2 x 2 parallel runs oversubscribes 2"):
+        assert sweep.thread_budget(2, cores=2)["OMP_NUM_THREADS"] == "2"
+    assert "use OMP_NUM_THREADS=1" in user_oversubscription(2, cores=2)
+    assert user_oversubscription(1, cores=2) is None  # 2 threads x 1 run fit 2 cores
+    # The experiment driver warns the same way (the cores are this machine's there).
+    cores = os.cpu_count() or 1
+    monkeypatch.setenv("OMP_NUM_THREADS", str(cores))
+    graph = argparse.Namespace(params_files={})
+    notes = _oversubscription(graph, 2)
+    assert any(f"OMP_NUM_THREADS={cores} x 2 parallel runs oversubscribes" in n for n in notes)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert _oversubscription(graph, 1) == []
+
+
+@pytest.mark.parametrize(
+    ("environ", "threads"),
+    [
+        ({}, None),
+        ({"OMP_NUM_THREADS": "4"}, 4),
+        ({"OMP_NUM_THREADS": "4,2"}, 4),  # OpenMP's threads per nesting level
+        ({"OMP_NUM_THREADS": "0"}, None),
+        ({"OMP_NUM_THREADS": "many", "MKL_NUM_THREADS": "2"}, None),  # torch reads OMP first
+        ({"OMP_NUM_THREADS": " ", "MKL_NUM_THREADS": "2"}, 2),
+        ({"OPENBLAS_NUM_THREADS": "3"}, None),  # not a count torch reads
+    ],
+)
+def test_user_threads_reads_what_torch_reads(environ, threads):
+    assert user_threads(environ) == threads
+
+
+def test_oversubscribed_counts_threads_and_busy_workers():
+    assert not oversubscribed(2, processes=1, cores=2)
+    assert oversubscribed(2, processes=2, cores=2)
+    assert oversubscribed(1, processes=1, extra=2, cores=2)  # a learner beside 2 env workers
+    assert thread_share(3, cores=8) == 2 and thread_share(16, cores=8) == 1
+
+
+def test_sweep_kernels_start_with_the_users_thread_setting(tmp_path, monkeypatch):
+    """End to end: two kernels running at once both see the user's OMP_NUM_THREADS (one more
+    than their share of the cores, so the share would differ), and the thread variables the user
+    did not set carry the same count."""
+    body = (
+        "import os\n"
+        "from sgi_lab.launch import notebook_api\n"
+        "notebook_api.record_results(out_dir, {k: os.environ.get(k) for k in "
+        f"{list(THREAD_VARIABLES)!r}}})\n"
+    )
+    path = write_notebook(tmp_path / "env.ipynb", body, PARAMETERS)
+    for name in THREAD_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    mine = str(thread_share(2) + 1)
+    monkeypatch.setenv("OMP_NUM_THREADS", mine)
+    with pytest.warns(UserWarning, match="oversubscribes"):
+        summary = sweep.sweep(str(path), {"x": [1, 2]}, out_root=tmp_path / "sweep", max_parallel=2)
+    assert [p["results"] for p in summary["points"]] == [dict.fromkeys(THREAD_VARIABLES, mine)] * 2

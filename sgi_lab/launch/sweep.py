@@ -40,6 +40,7 @@ from sgi_lab.launch.notebook_runner import (
     run_notebook,
 )
 from sgi_lab.runs import RunDir, run_name
+from sgi_lab.threads import thread_environment, thread_share, user_oversubscription
 
 __all__ = [
     "add_sweep_parser",
@@ -80,27 +81,15 @@ def parse_grid(items: list[str] | None) -> dict[str, list[Any]]:
 _NAMED = ("name", "game", "seed")
 
 
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
-
-
 def thread_budget(processes: int, cores: int | None = None) -> dict[str, str]:
-    """Environment giving each of ``processes`` concurrent processes its share of the cores
-    (torch reads ``OMP_NUM_THREADS`` when a kernel starts); warns when the user's own setting
-    would oversubscribe them, and keeps it."""
-    from sgi_lab.launch.experiment.executors import thread_share
-
-    cores = cores or os.cpu_count() or 1
-    share = thread_share(processes, cores)
-    mine = os.environ.get("OMP_NUM_THREADS")
-    if mine:
-        if mine.isdigit() and int(mine) * processes > cores:
-            warnings.warn(
-                f"OMP_NUM_THREADS={mine} x {processes} parallel runs oversubscribes {cores} "
-                f"cores (each run slows down several times); use OMP_NUM_THREADS={share}",
-                stacklevel=2,
-            )
-        return {}
-    return {name: str(share) for name in THREAD_VARIABLES}
+    """The thread variables each of ``processes`` kernels running at once starts with (torch
+    reads ``OMP_NUM_THREADS`` when a kernel starts), by the one rule of `sgi_lab.threads`: the
+    user's explicit setting, else the kernel's share of the ``cores``; warns when the user's
+    setting oversubscribes them."""
+    note = user_oversubscription(processes, cores)
+    if note:
+        warnings.warn(note, stacklevel=2)
+    return thread_environment(thread_share(processes, cores))
 
 
 def population_grid(

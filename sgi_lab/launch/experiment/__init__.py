@@ -9,8 +9,9 @@ unfinished runs resume from their checkpoints); a failed task is retried, then r
 log while independent branches go on. Every task but the report is a subprocess running the
 ``sgi-lab`` CLI (memory is isolated and the command in ``experiment.json`` reproduces it by
 hand). The local executor runs ``max_parallel`` of them, each with ``cpu_count // max_parallel``
-torch threads; the Ray executor sends them to a Ray cluster as tasks with resource requests
-(``num_cpus``, fractional ``num_gpus``). Workers write the run folders in place (a shared
+torch threads unless the user set ``OMP_NUM_THREADS`` (`sgi_lab.threads`); the Ray executor
+sends them to a Ray cluster as tasks with resource requests (``num_cpus``, fractional
+``num_gpus``). Workers write the run folders in place (a shared
 filesystem), or, with ``storage=URI`` (``--storage``), in a scratch folder synced with an object
 store (`sgi_lab.launch.storage`).
 
@@ -53,7 +54,6 @@ from sgi_lab.launch.experiment.executors import (
     die_with_driver,
     local_ray,
     run_command,
-    thread_share,
 )
 from sgi_lab.launch.experiment.graph import Graph, Task, expand
 from sgi_lab.launch.experiment.report import finished_agent_folders, write_report
@@ -130,6 +130,5 @@ __all__ = [
     "storage_plan",
     "stored_task_done",
     "task_done",
-    "thread_share",
     "write_report",
 ]

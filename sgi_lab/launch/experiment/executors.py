@@ -23,24 +23,17 @@ from sgi_lab.launch.experiment.spec import (
     RESOURCE_KEYS,
 )
 from sgi_lab.launch.storage import run_in_scratch
+from sgi_lab.threads import thread_environment
 
 # -- running one command ------------------------------------------------------------------------
-
-
-def thread_share(processes: int, cores: int | None = None) -> int:
-    """The torch threads each of ``processes`` processes running at once on one machine gets:
-    its share of the ``cores`` (default this machine's), at least one. The one rule for an
-    experiment's local tasks and a sweep's kernels (`sgi_lab.launch.sweep.thread_budget`)."""
-    cores = cores or os.cpu_count() or 1
-    return max(1, cores // max(1, processes))
 
 
 def _task_env(threads: int, memory_share: float = 1.0) -> dict[str, str]:
     from sgi_lab.train.capacity import MEMORY_SHARE_ENV
 
     env = dict(os.environ)
-    for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        env[key] = str(threads)
+    # The user's explicit thread setting wins, else the task's share (`sgi_lab.threads`).
+    env.update(thread_environment(threads, env))
     env.setdefault("PYTHONUNBUFFERED", "1")
     # The task dies with this driver (`die_with_driver`), and waits for the folder's lock a
     # task process left by a killed driver holds while it stops at its next checkpoint.

@@ -19,7 +19,6 @@ from sgi_lab.launch.experiment.executors import (
     LocalExecutor,
     RayExecutor,
     _stop_children,
-    thread_share,
 )
 from sgi_lab.launch.experiment.graph import (
     Graph,
@@ -42,6 +41,7 @@ from sgi_lab.launch.experiment.state import (
     task_done,
 )
 from sgi_lab.launch.storage import RunStorage
+from sgi_lab.threads import oversubscribed, thread_share, user_oversubscription
 
 # -- the scheduler ------------------------------------------------------------------------------
 
@@ -57,15 +57,14 @@ def _oversubscription(graph: Graph, max_parallel: int) -> list[str]:
         )
     for path, payload in graph.params_files.items():
         threads = int(payload.get("config", {}).get("threads", 0) or 0)
-        if threads and threads * max_parallel > cores:
+        if threads and oversubscribed(threads, max_parallel, cores=cores):
             notes.append(
                 f"{Path(path).name} sets threads={threads}: {max_parallel} processes x {threads} "
                 f"threads > {cores} cores"
             )
-    share = thread_share(max_parallel)
-    for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        if key in os.environ and os.environ[key] != str(share):
-            notes.append(f"{key}={os.environ[key]} is replaced per task by {share}")
+    note = user_oversubscription(max_parallel, cores)  # the user's setting is kept per task
+    if note:
+        notes.append(note)
     return notes
 
 
