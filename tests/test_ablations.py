@@ -224,3 +224,129 @@ def test_scores_carry_their_protocol(tmp_path):
     assert "not comparable" in view.protocol_note
     figures = ablations.ablation_figures(view)
     assert "not comparable" in figures["interval"].layout.title.text
+
+
+# -- probe F1 beside the scores -------------------------------------------------------------------
+
+
+def _probed(folder, game, overall, kind="pretrain", params=None, seed=None, file="probes.json"):
+    """A folder with a probes.json entry (``sgi-lab probe``'s format): overall F1 ``overall``,
+    agent localization ``overall - 0.1``, reward F1 0.5, random init 0.3, majority 0.2."""
+    from sgi_lab.probes.results import write_probes
+
+    folder.mkdir(parents=True, exist_ok=True)
+    entry = {
+        "encoder": {"kind": kind, "params": params, "seed": seed, "encoder": "nature"},
+        "store": {"game": game, "fingerprint": f"fp-{game}", "path": f"/data/{game}"},
+        "settings": {"split_seed": 0},
+        "overall": overall,
+        "across_categories": overall,
+        "categories": {"agent_localization": round(overall - 0.1, 6)},
+        "majority": {"overall": 0.2},
+        "random_init": {"overall": 0.3},
+        "reward": {"f1": 0.5},
+        "split": {"rows": {"train": 7, "val": 1, "test": 2}},
+    }
+    write_probes(folder / file, entry)
+    return folder
+
+
+@pytest.fixture
+def probed_runs(tmp_path):
+    """frozen: finetuning runs on Pong and Breakout, seeds 0-2, each from its own pretraining
+    run (seed = the run's) with overall probe F1 Pong 0.5/0.6/0.7, Breakout 0.7/0.8/0.9; mine:
+    one run from a pretraining checkpoint probed at 0.9 (RUN/probes_ckpt_N.json); a probe study
+    beside them: random encoders of seeds 0 and 1 on Pong at 0.3 and 0.4."""
+    root = tmp_path / "runs"
+    pre = tmp_path / "pretrain"
+    for seed in range(3):
+        for game, base in (("Pong", 0.5), ("Breakout", 0.7)):
+            source = pre / f"pretrain__frozen_base__{game}__s{seed}"
+            _probed(source, game, round(base + 0.1 * seed, 6), params=f"sgi_m_seed{seed}")
+            (source / "config.yaml").write_text(f"seed: {seed}\n")
+            run = _run(root, f"finetune__frozen__{game}__s{seed}", game, seed, 10.0 * seed)
+            with (run / "config.yaml").open("a") as fh:
+                fh.write(f"pretrained: {source}\n")
+    source = pre / "mine_base"
+    _probed(source, "Pong", 0.9, file="probes_ckpt_00000002.json")
+    (source / "config.yaml").write_text("seed: 5\n")
+    mine = _run(root, "finetune__smoke__Pong__s0", "Pong", 0, -21.0, method="mine")
+    with (mine / "config.yaml").open("a") as fh:
+        fh.write(f"pretrained: {source / 'checkpoints' / 'ckpt_00000002.pt'}\n")
+    for seed, value in enumerate((0.3, 0.4)):
+        _probed(tmp_path / "study" / f"random_s{seed}", "Pong", value, "random_init", seed=seed)
+    return root, tmp_path / "study"
+
+
+def test_probe_scores_follow_finetuning_runs_to_their_pretraining_runs(probed_runs):
+    from sgi_lab.analysis.ablation_probes import load_probe_scores, probe_summary, probe_table
+
+    root, study = probed_runs
+    runs = ablations.find_runs(root)
+    probes = load_probe_scores(runs, [str(study / "random_s*")])
+    assert sorted(set(probes["method"])) == ["frozen", "mine", "random_init"]
+    frozen = probes[probes["method"] == "frozen"]
+    assert len(frozen) == 6 and sorted(frozen["seed"]) == [0, 0, 1, 1, 2, 2]
+    assert probes.set_index("method").loc["mine", "seed"] == 5  # its pretraining run's
+    summary = probe_summary(probes, ["frozen", "random_init", "mine"])
+    overall = summary[summary["metric"] == "overall"].set_index("method")
+    assert list(overall.index) == ["frozen", "random_init", "mine"]
+    # frozen: per-seed means over the two games 0.6, 0.7, 0.8 -> 0.7 +- t(2) 4.3027 * 0.1/sqrt3
+    half = 4.302653 * 0.1 / np.sqrt(3)
+    assert overall.loc["frozen", "value"] == pytest.approx(0.7)
+    assert overall.loc["frozen", "upper"] == pytest.approx(0.7 + half, rel=1e-5)
+    assert overall.loc["frozen", ["seeds", "games"]].tolist() == [3, 2]
+    # random_init: 0.3, 0.4 -> 0.35 +- t(1) 12.706 * 0.0707/sqrt2 = 0.35 +- 0.635
+    assert overall.loc["random_init", "lower"] == pytest.approx(0.35 - 0.635310, rel=1e-4)
+    assert np.isnan(overall.loc["mine", "lower"])  # one seed: no interval
+    pong = probe_summary(probes, ["frozen"], ["Pong"]).set_index("metric")
+    assert pong.loc["overall", "value"] == pytest.approx(0.6)
+    assert pong.loc["agent_localization", "value"] == pytest.approx(0.5)
+    table = probe_table(pong.reset_index().assign(method="frozen"))
+    assert table.columns[:3].tolist() == ["Method", "F1 overall", "agent loc."]
+    assert table["F1 overall"].item() == f"0.600 ({0.6 - half:.3f}, {0.6 + half:.3f})"
+    assert table["reward F1"].item() == "0.500 (0.500, 0.500)"
+
+
+def test_explorer_shows_probe_f1_beside_the_scores(probed_runs):
+    from sgi_lab.analysis.ablation_probes import load_probe_scores
+
+    root, study = probed_runs
+    runs = ablations.find_runs(root)
+    model = ablations.AblationModel(
+        ablations.load_run_scores(runs), reps=20, probes=load_probe_scores(runs, [f"{study}/*"])
+    )
+    assert model.methods == ["frozen", "mine", "random_init"]  # the probe-only objective too
+    explorer = ablations.AblationExplorer(model, paper=["SGI-M"], metrics=["iqm"])
+    table = explorer.probe_table.frame.set_index("Method")
+    assert list(table.index) == ["frozen", "mine", "random_init"]
+    assert table.loc["frozen", "F1 overall"].startswith("0.700 (0.452, 0.948)")
+    assert table.loc["mine", "F1 overall"] == "0.900"
+    assert table.loc["random_init", "F1 overall"].startswith("0.350 (")
+    assert table.loc["frozen", "random init (overall)"].startswith("0.300")
+    assert "<th>F1 overall</th>" in explorer.probe_table.html
+    bars = {t.name: t for t in explorer.probe_bars.figure.data}
+    assert set(bars) == {"frozen", "mine", "random_init"}
+    assert bars["frozen"].y[0] == pytest.approx(0.7)
+    # the interval plot and the score table have no row for a method without scores
+    assert "random_init" not in list(explorer.interval.figure.data[0].y)
+    assert "random_init" not in list(explorer.table.frame["Method"])
+    assert not any("random_init: no run" in n for n in explorer.view.notes)
+
+    explorer.games.value = ("Pong",)  # as a click would: the probe table follows
+    table = explorer.probe_table.frame.set_index("Method")
+    assert table.loc["frozen", "F1 overall"].startswith("0.600 (0.352, 0.848)")
+    explorer.methods.value = ("frozen",)
+    assert list(explorer.probe_table.frame["Method"]) == ["frozen"]
+    assert [t.name for t in explorer.probe_bars.figure.data] == ["frozen"]
+    explorer.methods.value = ("random_init",)  # probe results only: no score rows, no error
+    assert list(explorer.probe_table.frame["Method"]) == ["random_init"]
+    assert list(explorer.interval.figure.data[0].y) == ["SGI-M (paper)"]
+
+
+def test_explorer_without_probe_results_says_how_to_get_them(runs):
+    model = ablations.AblationModel(ablations.load_run_scores(ablations.find_runs(runs)), reps=20)
+    explorer = ablations.AblationExplorer(model, paper=["SGI-M"], metrics=["iqm"])
+    assert explorer.probe_table.frame.empty
+    assert "sgi-lab probe" in explorer.probe_table.html
+    assert not any("probe" in n for n in explorer.view.notes)

@@ -129,7 +129,7 @@ def test_goal_rewards_notebook(tmp_path, pong_store):
 
 @pytest.mark.smoke
 def test_representations_notebook_with_pca(tmp_path, pong_store):
-    from sgi_lab.probes.core import write_probes
+    from sgi_lab.probes.results import write_probes
 
     probed = tmp_path / "probed"  # a random encoder's probe result, as sgi-lab probe writes it
     entry = {"encoder": {"kind": "random_init", "seed": 0}, "store": {"game": "Pong"}}
@@ -152,12 +152,22 @@ def test_representations_notebook_with_pca(tmp_path, pong_store):
 
 @pytest.mark.smoke
 def test_ablations_notebook_with_a_run(tmp_path):
+    from sgi_lab.probes.results import write_probes
+
     write_finetune_run(tmp_path / "runs", "frozen", "Pong", 0, -10.0)
-    results = execute("ablations", tmp_path, runs_root=str(tmp_path / "runs"), paper=[])
-    assert results["methods"] == ["frozen"]
+    probed = tmp_path / "probed"  # a random encoder's probe result, as sgi-lab probe writes it
+    entry = {"encoder": {"kind": "random_init", "seed": 0}, "settings": {}, "overall": 0.61}
+    write_probes(probed / "probes.json", {**entry, "store": {"game": "Pong", "fingerprint": "f"}})
+    results = execute(
+        "ablations", tmp_path, runs_root=str(tmp_path / "runs"), paper=[], probe_runs=[str(probed)]
+    )
+    assert results["methods"] == ["frozen", "random_init"]
     assert results["games"] == ["Pong"]
     methods = {row["method"] for row in results["aggregates"]}
     assert {"frozen", "Frozen (paper)", "SGI-M (paper)"} <= methods
+    probes = {(row["method"], row["metric"]): row["value"] for row in results["probes"]}
+    assert probes == {("random_init", "overall"): 0.61}
+    assert (tmp_path / "run" / "figures" / "probe_f1.html").exists()
 
 
 @pytest.mark.smoke

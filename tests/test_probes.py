@@ -311,7 +311,7 @@ def _fake_entry(game: str, kind: str, params: str | None, seed: int | None, over
 
 
 def test_objective_summary_ci_correlation_and_figure(tmp_path):
-    from sgi_lab.probes.core import write_probes
+    from sgi_lab.probes.results import write_probes
     from sgi_lab.probes.study import (
         load_probe_results,
         mean_ci,
@@ -364,7 +364,7 @@ def test_objective_summary_ci_correlation_and_figure(tmp_path):
 def test_probe_folders_walk_runs_and_take_random_encoders_and_globs(tmp_path):
     """probe_folders finds runs as `run_folders` does (a status.json of ours), plus the random
     encoders' folders (probe results, not runs) of an experiment or given themselves."""
-    from sgi_lab.probes.core import write_probes
+    from sgi_lab.probes.results import write_probes
     from sgi_lab.probes.study import probe_folders
 
     def probed(folder, run=True):

@@ -8,7 +8,9 @@ to tidy data, and from that to figures:
 * `paper_aggregate_rows` gives the paper's rows (``"SGI-M (paper)"``, ``"Frozen (paper)"``, ...):
   as printed (tab:IQMs with its CIs first) when all 26 games are selected, else recomputed from
   the paper's per-game means over the selected games (no CI: the paper gives no per-seed scores);
-* `AblationModel.select` joins both; `AblationExplorer` puts ipywidgets on top, and its callbacks
+* `sgi_lab.analysis.ablation_probes` gives the probe F1 of the encoders behind each method
+  (linear probes of game state, ``sgi-lab probe``), shown beside the scores;
+* `AblationModel.select` joins them; `AblationExplorer` puts ipywidgets on top, and its callbacks
   can be driven from code (set a widget's ``value``).
 """
 
@@ -25,6 +27,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sgi_lab.analysis.ablation_probes import (
+    load_probe_scores,
+    probe_figure,
+    probe_summary,
+    probe_table,
+)
 from sgi_lab.analysis.paper_column import PaperColumn
 from sgi_lab.analysis.report import read_run
 from sgi_lab.envs.games import ATARI_100K_GAMES, canonical_game
@@ -62,6 +70,10 @@ __all__ = [
 ]
 
 PAPER_SUFFIX = " (paper)"
+PROBE_TABLE_TITLE = (
+    "probe F1 of the encoders behind each method: test F1 of linear probes of game state, "
+    "mean over seeds (95% CI); none yet: sgi-lab probe PRETRAINING_RUN --data STORE"
+)
 DEFAULT_EXPLORER_METRICS = ("iqm", "median", "mean")
 PAPER_OBJECTIVE_ABLATIONS = ("SGI-M", "S+I", "G+I", "S+G", "I", "G", "S", "SGI-None")
 """The paper's pretraining-objective ablation (tab:IQMs): SGI-M, each objective pair and single
@@ -338,6 +350,9 @@ class AblationView:
         metrics: the metrics shown.
         notes: what was left out and why (first: "no finetuning runs under ..." when none).
         protocol_note: our runs' evaluation protocol and whether it is the paper's.
+        probes: probe F1 of the chosen methods' encoders over the chosen games
+            (`sgi_lab.analysis.ablation_probes.probe_summary`: ``method, metric, value, lower,
+            upper, seeds, games``; empty without probe results).
     """
 
     aggregates: pd.DataFrame
@@ -346,6 +361,7 @@ class AblationView:
     metrics: list[str]
     notes: list[str] = field(default_factory=list)
     protocol_note: str | None = None
+    probes: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 class AblationModel:
@@ -357,6 +373,9 @@ class AblationModel:
         seed: bootstrap seed.
         source: where the runs were searched (``runs_root``, or the folders searched for it),
             named in the note shown when there are none.
+        probes: `sgi_lab.analysis.ablation_probes.load_probe_scores` output: probe F1 of the
+            encoders behind the methods; a method with probe results only (a probe study's
+            objective) is one of ours too, without scores.
     """
 
     def __init__(
@@ -365,8 +384,10 @@ class AblationModel:
         reps: int = 2_000,
         seed: int = 0,
         source: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
+        probes: pd.DataFrame | None = None,
     ):
         self.scores = scores if scores is not None else load_run_scores([])
+        self.probes = probes if probes is not None and not probes.empty else load_probe_scores()
         self.reps = reps
         self.seed = seed
         if source is not None and not isinstance(source, (str, os.PathLike)):
@@ -386,8 +407,8 @@ class AblationModel:
 
     @property
     def methods(self) -> list[str]:
-        """Our methods (run labels)."""
-        return list(dict.fromkeys(self.scores["method"]))
+        """Our methods: run labels, then the objectives with probe results only."""
+        return list(dict.fromkeys([*self.scores["method"], *self.probes["method"]]))
 
     @property
     def paper_configs(self) -> list[str]:
@@ -427,8 +448,9 @@ class AblationModel:
         ]
 
     def default_games(self) -> list[str]:
-        """The games our runs cover, else all 26."""
-        return self.our_games or self.games
+        """The games our runs cover, else those our probe results cover, else all 26."""
+        probed = set(self.probes["game"])
+        return self.our_games or [g for g in ATARI_100K_GAMES if g in probed] or self.games
 
     def select(
         self,
@@ -442,7 +464,16 @@ class AblationModel:
         methods = self.methods if methods is None else list(methods)
         paper = self.default_paper() if paper is None else list(paper)
         metrics = list(metrics)
-        ours, notes = run_aggregates(self.scores, games, methods, metrics, self.reps, self.seed)
+        scored = set(self.scores["method"])
+        probe_only = [m for m in methods if m not in scored and m in set(self.probes["method"])]
+        ours, notes = run_aggregates(
+            self.scores,
+            games,
+            [m for m in methods if m not in probe_only],
+            metrics,
+            self.reps,
+            self.seed,
+        )
         theirs, paper_notes = paper_aggregate_rows(paper, games, metrics)
         frames = [f for f in (ours, theirs) if not f.empty]
         aggregates = pd.concat(frames, ignore_index=True) if frames else ours.iloc[0:0].copy()
@@ -456,9 +487,21 @@ class AblationModel:
             per_game=self.per_game(games, methods, paper),
             methods=order,
             metrics=metrics,
-            notes=notes + paper_notes + self.column_notes(methods),
+            notes=notes + paper_notes + self.column_notes(methods) + self.probe_notes(methods),
             protocol_note=scores_protocol_note(chosen),
+            probes=probe_summary(self.probes, methods, games),
         )
+
+    def probe_notes(self, methods: Sequence[str]) -> list[str]:
+        """Which chosen methods have no probe results (only when some method has them)."""
+        probed = set(self.probes["method"])
+        missing = [m for m in methods if m not in probed]
+        if not probed or not missing:
+            return []
+        return [
+            f"probe F1: no probe results for {', '.join(missing)} (probe the pretraining runs "
+            "they start from: sgi-lab probe RUN --data STORE)"
+        ]
 
     def per_game(
         self, games: Sequence[str], methods: Sequence[str], paper: Sequence[str]
@@ -490,7 +533,9 @@ class AblationExplorer:
 
     The current data is ``explorer.view``, the figures are ``explorer.interval.figure`` and
     ``explorer.per_game.figure``, and the table (HTML: one column per chosen metric, one row
-    per method) is ``explorer.table.frame``; setting any control's ``value``
+    per method) is ``explorer.table.frame``; the probe F1 of the chosen methods' encoders over
+    the chosen games is ``explorer.probe_table.frame`` and ``explorer.probe_bars.figure``
+    (`sgi_lab.analysis.ablation_probes`); setting any control's ``value``
     (``explorer.paper.value = ("SGI-M", "Frozen")``) runs the same callback as a click.
 
     Args:
@@ -535,6 +580,8 @@ class AblationExplorer:
         self.interval = LiveFigure()
         self.table = LiveTable(title="aggregate human-normalized scores (95% CI)")
         self.per_game = LiveFigure()
+        self.probe_table = LiveTable(title=PROBE_TABLE_TITLE)
+        self.probe_bars = LiveFigure()
         for control in (self.games, self.methods, self.paper, self.metrics):
             control.observe(self._on_change, names="value")
         self.widget = widgets.VBox(
@@ -559,6 +606,9 @@ class AblationExplorer:
             aggregate_frame(self.view.aggregates, self.view.metrics, self.view.methods)
         )
         self.per_game.replace(figures["per_game"])
+        probed = list(dict.fromkeys(self.view.probes["method"]))
+        self.probe_table.replace(probe_table(self.view.probes, probed))
+        self.probe_bars.replace(probe_figure(self.view.probes))
         games = len(self.games.value)
         self.notes.value = "<br>".join(
             [
@@ -577,3 +627,5 @@ class AblationExplorer:
         self.interval.show()
         self.table.show()
         self.per_game.show()
+        self.probe_table.show()
+        self.probe_bars.show()

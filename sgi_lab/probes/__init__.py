@@ -15,13 +15,11 @@ from sgi_lab.probes.core import (
     ProbeInputError,
     check_probe_store,
     probe_encoder,
-    probe_run,
-    read_probes,
     split_episodes,
-    write_probes,
 )
 from sgi_lab.probes.encoders import load_probe_encoder, random_probe_encoder
 from sgi_lab.probes.linear import ProbeSettings, category_averages, fit_linear_probes
+from sgi_lab.probes.results import probe_run, read_probes, write_probes
 
 __all__ = [
     "CATEGORIES",

@@ -5,7 +5,7 @@ Typical use (``sgi-lab probe RUN... --data STORE`` does this for each run)::
 
     encoder = load_probe_encoder("outputs/runs/pretrain__sgi_m__Pong")
     result = probe_encoder(encoder, TransitionStore("outputs/data/pong_random"))
-    write_probes(encoder.out, result)
+    write_probes(encoder.out, result)  # sgi_lab.probes.results
 
 The store's episodes are split into train/validation/test (no episode in two splits); the test
 split loses the rows whose frame stack also appears in train or validation (AtariARI's
@@ -17,7 +17,6 @@ left out (its ``remove_low_entropy_labels``). Scores are weighted F1 on the test
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import time
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from tqdm.auto import tqdm
 
 from sgi_lab.data.store import TransitionStore
 from sgi_lab.data.store_format import StoreError
-from sgi_lab.files import atomic_write_text, jsonable, provenance
+from sgi_lab.files import jsonable, provenance
 from sgi_lab.nets import SGIModel
 from sgi_lab.nets.runtime import resolve_device
 from sgi_lab.probes.atariari import annotations, labels_from_ram
@@ -52,15 +51,10 @@ __all__ = [
     "check_probe_store",
     "check_store",
     "file_stamp",
-    "find_result",
-    "probe_done",
     "probe_encoder",
-    "probe_run",
     "probe_settings_key",
     "random_init_model",
-    "read_probes",
     "split_episodes",
-    "write_probes",
 ]
 
 PROBES_FILE = "probes.json"
@@ -390,11 +384,7 @@ def probe_encoder(
         "settings": probe_settings_key(
             settings, split_seed, max_frames, random_baseline_seed, state_probes
         ),
-        "split": {
-            "rows": {k: int(len(v)) for k, v in positions.items()},
-            "episodes": {k: int(len(np.unique(store.episode_index[r]))) for k, r in split.items()},
-            "test_duplicates_removed": duplicates,
-        },
+        "split": _split_record(split, positions, duplicates, store),
     }
     stages = {
         "state": lambda: (
@@ -468,6 +458,20 @@ def _positions_without_seen_states(
     return positions, int((~unseen).sum())
 
 
+def _split_record(
+    split: dict[str, np.ndarray],
+    positions: dict[str, np.ndarray],
+    duplicates: int,
+    store: TransitionStore,
+) -> dict[str, Any]:
+    """What a result records of its split: rows and episodes per split, test rows left out."""
+    return {
+        "rows": {k: int(len(v)) for k, v in positions.items()},
+        "episodes": {k: int(len(np.unique(store.episode_index[r]))) for k, r in split.items()},
+        "test_duplicates_removed": duplicates,
+    }
+
+
 def _store_record(store: TransitionStore) -> dict[str, Any]:
     """What a result records of the store it was probed on (its fingerprint finds it again)."""
     return {
@@ -525,95 +529,6 @@ def probe_settings_key(
     return key
 
 
-# -- probes.json --------------------------------------------------------------------------------
-
-
-def read_probes(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """The entries of a probes file (a run folder's ``probes.json``, or the file); [] if none."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / PROBES_FILE
-    try:
-        payload = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return []
-    entries = payload.get("entries") if isinstance(payload, dict) else None
-    return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
-
-
-def find_result(
-    path: str | os.PathLike,
-    fingerprint: str,
-    settings: dict[str, Any],
-    stamp: dict[str, Any] | None = None,
-) -> dict[str, Any] | None:
-    """The entry of a probes file made on the store ``fingerprint`` with ``settings`` from the
-    encoder file ``stamp`` (None: a random encoder), or None."""
-    for entry in read_probes(path):
-        if (
-            entry.get("store", {}).get("fingerprint") == fingerprint
-            and entry.get("settings") == settings
-            and entry.get("encoder", {}).get("stamp") == stamp
-        ):
-            return entry
-    return None
-
-
-def write_probes(path: str | os.PathLike, result: dict[str, Any]) -> Path:
-    """Add ``result`` to the probes file at ``path`` (atomically), replacing an entry made on
-    the same store with the same settings. Returns the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    same = (result["store"]["fingerprint"], json.dumps(result["settings"], sort_keys=True))
-    entries = [
-        e
-        for e in read_probes(path)
-        if (e.get("store", {}).get("fingerprint"), json.dumps(e.get("settings"), sort_keys=True))
-        != same
-    ]
-    payload = {"format": FORMAT, "entries": [*entries, result]}
-    atomic_write_text(path, json.dumps(payload, indent=2, allow_nan=False) + "\n")
-    return path
-
-
-def probe_run(
-    encoder: ProbeEncoder,
-    store: TransitionStore,
-    settings: ProbeSettings | None = None,
-    *,
-    split_seed: int = 0,
-    max_frames: int | None = None,
-    random_baseline_seed: int | None = 0,
-    state_probes: bool = True,
-    overwrite: bool = False,
-    **kwargs: Any,
-) -> tuple[dict[str, Any], bool]:
-    """`probe_encoder` + `write_probes` into ``encoder.out``, skipped when that file already
-    holds this store's result with these settings (unless ``overwrite``).
-
-    Returns:
-        (the result, whether it was computed now).
-    """
-    settings = settings or ProbeSettings()
-    key = probe_settings_key(settings, split_seed, max_frames, random_baseline_seed, state_probes)
-    if not overwrite:
-        done = find_result(encoder.out, store.fingerprint, key, encoder.stamp)
-        if done is not None:
-            return done, False
-    result = probe_encoder(
-        encoder,
-        store,
-        settings,
-        split_seed=split_seed,
-        max_frames=max_frames,
-        random_baseline_seed=random_baseline_seed,
-        state_probes=state_probes,
-        **kwargs,
-    )
-    write_probes(encoder.out, result)
-    return result, True
-
-
 def check_probe_store(store_path: str | os.PathLike, state_probes: bool = True) -> TransitionStore:
     """Open a store for probing, refusing (for the state probes) one without RAM or of an
     unannotated game."""
@@ -624,24 +539,3 @@ def check_probe_store(store_path: str | os.PathLike, state_probes: bool = True) 
     if state_probes:
         check_store(store)
     return store
-
-
-def probe_done(
-    folder: str | os.PathLike,
-    store: str | os.PathLike,
-    split_seed: int = 0,
-    max_frames: int | None = None,
-    random_baseline_seed: int | None = 0,
-) -> bool:
-    """Whether ``folder/probes.json`` holds the result `probe_run` would compute for this store
-    with the default `ProbeSettings` (what an experiment's probe task checks): ``folder`` is a
-    pretraining run (its ``model.pt``) or a random encoder's folder."""
-    from sgi_lab.data.store_format import read_manifest
-
-    manifest = read_manifest(store)
-    if manifest is None or not manifest.complete:
-        return False
-    fingerprint = manifest.fingerprint or manifest.content_fingerprint()
-    key = probe_settings_key(ProbeSettings(), split_seed, max_frames, random_baseline_seed)
-    stamp = file_stamp(Path(folder) / "model.pt")
-    return find_result(folder, fingerprint, key, stamp) is not None

@@ -19,7 +19,8 @@ import numpy as np
 import pandas as pd
 
 from sgi_lab.probes.atariari import CATEGORIES
-from sgi_lab.probes.core import PROBES_FILE, read_probes
+from sgi_lab.probes.core import PROBES_FILE
+from sgi_lab.probes.results import read_probes
 from sgi_lab.run_status import run_folders
 
 __all__ = [
@@ -93,14 +94,15 @@ def entry_row(entry: dict[str, Any], folder: str | os.PathLike | None = None) ->
 
 
 def probe_frame(folders: Iterable[str | os.PathLike]) -> pd.DataFrame:
-    """Every probes.json entry of ``folders`` (run folders or probes files), one row each."""
+    """Every probes.json entry of ``folders`` (run folders or probes files), one row each; an
+    entry without a seed (a pretraining run's) gets its run's (``config.yaml``)."""
     rows = []
     for folder in folders:
         path = Path(folder)
         for entry in read_probes(path):
             row = entry_row(entry, path)
-            if row["seed"] is None and path.is_dir():
-                row["seed"] = _config_seed(path)  # a pretraining run's seed
+            if row["seed"] is None:  # a pretraining run's seed (a probes file sits in its run)
+                row["seed"] = _config_seed(path if path.is_dir() else path.parent)
             rows.append(row)
     return pd.DataFrame(rows)
 
