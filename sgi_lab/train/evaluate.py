@@ -24,6 +24,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from sgi_lab.checkpoints import CheckpointError, load_checkpoint
 from sgi_lab.envs import canonical_game
 from sgi_lab.envs.atari import MAX_EPISODE_FRAMES
 from sgi_lab.envs.pool import FRAME_STACK_SHAPE, EnvPool, spread
@@ -38,7 +40,8 @@ from sgi_lab.files import atomic_write_text
 from sgi_lab.metrics import human_normalized_score
 from sgi_lab.nets import SGIModel
 from sgi_lab.nets.runtime import use_bf16
-from sgi_lab.runs import CheckpointError, Deadline, RunDir, RunStopped, load_checkpoint
+from sgi_lab.runs import RunDir
+from sgi_lab.stopping import Deadline, RunStopped
 
 __all__ = [
     "Policy",
@@ -210,23 +213,9 @@ def play_episodes(
     n = len(games)
     num_envs = min(num_envs, episodes)
     quotas = episode_quotas(episodes, num_envs)
-    workers = eval_workers(n * num_envs, asynchronous)
-    # Environment j of agent i is row i * num_envs + j, seeded seed_i + j (as a vector env).
-    pool = EnvPool(
-        [game for game in games for _ in range(num_envs)],
-        [seed + j for seed in seeds for j in range(num_envs)],
-        train=False,
-        workers=workers,
-        max_episode_frames=max_frames,
-        preprocessing=env_protocol,
-    )
+    pool = _evaluation_pool(games, seeds, num_envs, asynchronous, max_frames, env_protocol)
     rngs = [np.random.default_rng(seed) for seed in seeds]
-    scores: list[list[float]] = [[] for _ in range(n)]
-    lengths: list[list[int]] = [[] for _ in range(n)]
-    done = np.zeros((n, num_envs), np.int64)  # episodes finished per env
-    returns = np.zeros((n, num_envs))
-    steps = np.zeros((n, num_envs), np.int64)
-    total_steps = np.zeros(n, np.int64)
+    tally = _Episodes.start(n, num_envs)
     label = games[0] if n == 1 else f"{n} agents"
     bar = tqdm(total=episodes * n, desc=f"evaluate {label}", disable=not progress, leave=True)
     start = time.perf_counter()
@@ -235,70 +224,168 @@ def play_episodes(
         # the same memory seen per agent.
         newest = pool.reset()
         obs = newest.reshape(n, num_envs, *FRAME_STACK_SHAPE)
-        rows = np.arange(n)[:, None]
-        while (done < quotas).any():
+        while (tally.done < quotas).any():
             if stop is not None and stop.requested:
                 raise RunStopped(None, stop.requested)
-            active = done < quotas
-            actions = np.zeros((n, num_envs), np.int64)
-            random, drawn = [], []
-            for i in range(n):
-                k = int(active[i].sum())
-                random.append(rngs[i].random(k) < eps)
-                drawn.append(rngs[i].integers(0, num_actions[i], size=k))
-            if not all(r.all() for r in random):
-                greedy = _greedy_for_active(policy, obs, active, rows)
-            for i in range(n):
-                if not active[i].any():
-                    continue
-                chosen = drawn[i] if random[i].all() else greedy[i][active[i]]
-                actions[i, active[i]] = np.where(random[i], drawn[i], chosen)
+            active = tally.done < quotas
+            actions = _epsilon_greedy(policy, obs, active, rngs, num_actions, eps)
             # Environments that played their quota are not stepped (nor copied) any more.
             flat = active.reshape(-1)
             stepped = pool.step_active(actions.reshape(-1), flat)
             newest[flat] = stepped[0]
-            per_agent = [spread(part, flat).reshape(n, num_envs) for part in stepped[1:4]]
-            for i, (rewards, terminated, truncated) in enumerate(zip(*per_agent, strict=True)):
-                returns[i] += np.where(active[i], rewards, 0.0)
-                steps[i] += active[i]
-                total_steps[i] += int(active[i].sum())
-                for j in np.flatnonzero((terminated | truncated) & active[i]):
-                    scores[i].append(float(returns[i, j]))
-                    lengths[i].append(int(steps[i, j]))
-                    done[i, j] += 1
-                    returns[i, j], steps[i, j] = 0.0, 0
-                    bar.update(1)
-            bar.set_postfix(mean=f"{np.mean([np.mean(s) for s in scores if s] or [0]):.1f}")
+            rewards, terminated, truncated = (
+                spread(part, flat).reshape(n, num_envs) for part in stepped[1:4]
+            )
+            bar.update(tally.add_step(rewards, terminated | truncated, active))
+            bar.set_postfix(mean=f"{np.mean([np.mean(s) for s in tally.scores if s] or [0]):.1f}")
     finally:
         bar.close()
         pool.close()
     seconds = time.perf_counter() - start
-    out = []
-    for i, game in enumerate(games):
-        mean = float(np.mean(scores[i]))
-        out.append(
-            {
-                "game": game,
-                "episodes": len(scores[i]),
-                "scores": scores[i],
-                "lengths": lengths[i],
-                "mean": mean,
-                "std": float(np.std(scores[i])),
-                "median": float(np.median(scores[i])),
-                "min": float(np.min(scores[i])),
-                "max": float(np.max(scores[i])),
-                "hns": human_normalized_score(game, mean),
-                "eps": eps,
-                "num_envs": num_envs,
-                "max_frames": max_frames,
-                "env_protocol": env_protocol,
-                "seed": seeds[i],
-                "seconds": seconds,
-                "episodes_per_s": len(scores[i]) / seconds if seconds > 0 else math.inf,
-                "steps_per_s": int(total_steps[i]) / seconds if seconds > 0 else math.inf,
-            }
+    settings = {
+        "eps": eps,
+        "num_envs": num_envs,
+        "max_frames": max_frames,
+        "env_protocol": env_protocol,
+    }
+    return [
+        _agent_result(
+            game,
+            seeds[i],
+            tally.scores[i],
+            tally.lengths[i],
+            int(tally.total_steps[i]),
+            seconds,
+            settings,
         )
-    return out
+        for i, game in enumerate(games)
+    ]
+
+
+def _evaluation_pool(
+    games: Sequence[str],
+    seeds: Sequence[int],
+    num_envs: int,
+    asynchronous: bool | None,
+    max_frames: int | None,
+    env_protocol: str,
+) -> EnvPool:
+    """``num_envs`` evaluation environments per agent (whole games, ``train=False``), in
+    `eval_workers` processes: environment j of agent i is row ``i * num_envs + j``, seeded
+    ``seeds[i] + j`` (as a vector env of that agent would be)."""
+    return EnvPool(
+        [game for game in games for _ in range(num_envs)],
+        [seed + j for seed in seeds for j in range(num_envs)],
+        train=False,
+        workers=eval_workers(len(games) * num_envs, asynchronous),
+        max_episode_frames=max_frames,
+        preprocessing=env_protocol,
+    )
+
+
+def _epsilon_greedy(
+    policy: Policy,
+    obs: np.ndarray,
+    active: np.ndarray,
+    rngs: Sequence[np.random.Generator],
+    num_actions: Sequence[int],
+    eps: float,
+) -> np.ndarray:
+    """Actions (N, E) of the active environments, epsilon-greedy: agent i draws, from its own
+    generator and in this order, one uniform per active environment (random when below
+    ``eps``) and one random action below ``num_actions[i]`` each, so its draws do not depend on
+    the other agents. The policy is asked only when some action is greedy; entries of inactive
+    environments are 0."""
+    n = active.shape[0]
+    actions = np.zeros(active.shape, np.int64)
+    random, drawn = [], []
+    for i in range(n):
+        k = int(active[i].sum())
+        random.append(rngs[i].random(k) < eps)
+        drawn.append(rngs[i].integers(0, num_actions[i], size=k))
+    if not all(r.all() for r in random):
+        greedy = _greedy_for_active(policy, obs, active, np.arange(n)[:, None])
+    for i in range(n):
+        if not active[i].any():
+            continue
+        chosen = drawn[i] if random[i].all() else greedy[i][active[i]]
+        actions[i, active[i]] = np.where(random[i], drawn[i], chosen)
+    return actions
+
+
+@dataclass
+class _Episodes:
+    """What N agents' evaluation has played so far: finished episodes' scores and lengths per
+    agent, and per environment (N, E) the episodes finished and the running one's return and
+    length."""
+
+    scores: list[list[float]]
+    lengths: list[list[int]]
+    done: np.ndarray
+    returns: np.ndarray
+    steps: np.ndarray
+    total_steps: np.ndarray
+    """(N,) agent steps of the active environments, finished episodes or not."""
+
+    @classmethod
+    def start(cls, n: int, num_envs: int) -> _Episodes:
+        return cls(
+            scores=[[] for _ in range(n)],
+            lengths=[[] for _ in range(n)],
+            done=np.zeros((n, num_envs), np.int64),
+            returns=np.zeros((n, num_envs)),
+            steps=np.zeros((n, num_envs), np.int64),
+            total_steps=np.zeros(n, np.int64),
+        )
+
+    def add_step(self, rewards: np.ndarray, ended: np.ndarray, active: np.ndarray) -> int:
+        """Count one step of the ``active`` environments (N, E): add the raw ``rewards`` to
+        the running returns and close the episodes that ``ended`` (terminated or truncated).
+        Returns the number of episodes closed."""
+        closed = 0
+        for i in range(len(self.scores)):
+            self.returns[i] += np.where(active[i], rewards[i], 0.0)
+            self.steps[i] += active[i]
+            self.total_steps[i] += int(active[i].sum())
+            for j in np.flatnonzero(ended[i] & active[i]):
+                self.scores[i].append(float(self.returns[i, j]))
+                self.lengths[i].append(int(self.steps[i, j]))
+                self.done[i, j] += 1
+                self.returns[i, j], self.steps[i, j] = 0.0, 0
+                closed += 1
+        return closed
+
+
+def _agent_result(
+    game: str,
+    seed: int,
+    scores: list[float],
+    lengths: list[int],
+    total_steps: int,
+    seconds: float,
+    settings: dict[str, Any],
+) -> dict[str, Any]:
+    """One agent's evaluation dict (see `evaluate`): its episodes' statistics, the HNS of the
+    mean, the ``settings`` (eps, num_envs, max_frames, env_protocol) and the throughput of its
+    ``total_steps`` agent steps in ``seconds``."""
+    mean = float(np.mean(scores))
+    return {
+        "game": game,
+        "episodes": len(scores),
+        "scores": scores,
+        "lengths": lengths,
+        "mean": mean,
+        "std": float(np.std(scores)),
+        "median": float(np.median(scores)),
+        "min": float(np.min(scores)),
+        "max": float(np.max(scores)),
+        "hns": human_normalized_score(game, mean),
+        **settings,
+        "seed": seed,
+        "seconds": seconds,
+        "episodes_per_s": len(scores) / seconds if seconds > 0 else math.inf,
+        "steps_per_s": total_steps / seconds if seconds > 0 else math.inf,
+    }
 
 
 def _check_run_folder_path(run_dir: str | Path) -> None:
@@ -369,7 +456,7 @@ def evaluate_run(
         UnfinishedRunError: the run never finished and ``allow_unfinished`` is false.
     """
     from sgi_lab.nets.runtime import resolve_device
-    from sgi_lab.runs import require_finished
+    from sgi_lab.run_status import require_finished
 
     _check_run_folder_path(run_dir)
     finished = require_finished(run_dir, "evaluate", allow_unfinished)
