@@ -40,7 +40,7 @@ def finetune_workload(encoder: str):
 
 def pretrain_workload(encoder: str, store: Path):
     from sgi_lab.data import TransitionStore
-    from sgi_lab.train.pretrain import measure_step
+    from sgi_lab.train.pretrain_step import measure_step
 
     config = build_config(PretrainConfig, {"encoder": encoder, "batch_size": 64, "prefetch": 0})
     data = TransitionStore(store)

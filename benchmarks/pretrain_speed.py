@@ -51,7 +51,7 @@ import sgi_lab
 from sgi_lab.config import PretrainConfig, build_config
 from sgi_lab.nets.runtime import cpu_has_native_bf16
 from sgi_lab.train import pretrain as pretrain_module
-from sgi_lab.train.pretrain import GraphedStep, build_state, train_step
+from sgi_lab.train.pretrain_step import GraphedStep, PretrainBatch, build_state, train_step
 
 REFERENCE_SAMPLES_PER_S = {"nature": 176.0, "resnet": 24.5}
 
@@ -135,11 +135,11 @@ def conv_throughput(reps: int, dtype: torch.dtype = torch.float32) -> dict[str, 
     return {"gflop_per_s": statistics.median(rates), "best_gflop_per_s": max(rates)}
 
 
-def on_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
-    return {k: v.to(device) for k, v in batch.items()}
+def on_device(batch: dict[str, torch.Tensor], device: torch.device) -> PretrainBatch:
+    return PretrainBatch(**{k: v.to(device) for k, v in batch.items()})
 
 
-def count_flops(config: PretrainConfig, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+def count_flops(config: PretrainConfig, batch: PretrainBatch) -> dict[str, float]:
     state = build_state(config, NUM_ACTIONS, torch.device(config.device))
     state.model.train()
     state.target.train()

@@ -12,7 +12,7 @@ machine state. It prints, per round and version, the fastest and the median step
 per-round ratio of medians.
 
 Jobs: ``finetune`` times one update of a population of one (`sgi_lab.train.agent.Population`; `train_step` in versions before it) (batch 32, RL + SPR with K = 5,
-from a replay of real Pong transitions); ``pretrain`` times `sgi_lab.train.pretrain.train_step`
+from a replay of real Pong transitions); ``pretrain`` times `sgi_lab.train.pretrain_step.train_step`
 (batch 256, all three objectives, the synthetic batch of ``pretrain_speed.py``).
 """
 
@@ -65,13 +65,17 @@ else:  # versions before it: one agent and train_step
     "pretrain": """
 from types import SimpleNamespace
 from pretrain_speed import NUM_ACTIONS, make_config, synthetic_batch
-from sgi_lab.train.pretrain import build_state, train_step
+try:  # the step's own module and typed batch (since issue 25)
+    from sgi_lab.train.pretrain_step import PretrainBatch, build_state, train_step
+except ImportError:  # versions before it: the step in pretrain.py, a dict batch
+    from sgi_lab.train.pretrain import build_state, train_step
+    PretrainBatch = lambda **batch: batch
 args = SimpleNamespace(device="cpu", no_channels_last=False, fp32=False, target_bn="batch", no_cuda_graphs=False)
 config = make_config("{encoder}", 256, args)
 state = build_state(config, NUM_ACTIONS, torch.device("cpu"))
 state.model.train()
 state.target.train()
-batch = synthetic_batch(256)
+batch = PretrainBatch(**synthetic_batch(256))
 step = lambda: train_step(config, state, batch)["losses/total"].item()
 """,
 }

@@ -110,6 +110,13 @@ class PretrainConfig:
     steps: int = F(234_375, "gradient steps (paper: 10 epochs of 6M samples at batch 256)")
     log_every: int = F(100, "steps between metrics.jsonl rows")
     checkpoint_every: int = F(2_000, "steps between checkpoints")
+    probe_every: int = F(
+        0, "steps between linear probes of the encoder on probe_data (0: none; sgi_lab.probes)"
+    )
+    probe_data: str = F(
+        "", "store with RAM of the game, other episodes than the data, for probe_every"
+    )
+    probe_frames: int = F(10_000, "frames each probe_every probe uses at most")
     prefetch: int = F(2, "batches prepared ahead on a background thread")
     cuda_graphs: bool = F(True, "capture the training step once as a CUDA graph and replay it")
     seed: int = F(0, "random seed")
@@ -264,6 +271,7 @@ POSITIVE_KEYS = frozenset(
         "target_update_period",
         "n_step",
         "goal_distance_scale",
+        "probe_frames",
     }
 )
 NON_NEGATIVE_KEYS = frozenset(
@@ -286,6 +294,7 @@ NON_NEGATIVE_KEYS = frozenset(
         "atc_delta",
         "noisy_std",
         "goal_reward_scale",
+        "probe_every",
     }
 )
 TOP_LEVEL_KEYS = {"name", "description", "config", "game", "seed", "data", "pretrained", "stage"}
@@ -414,6 +423,11 @@ def _check_pretrain(config: PretrainConfig) -> None:
         raise ConfigError(
             f"n_step: must lie in 1..spr_steps ({config.spr_steps}) while goal_weight > 0, "
             f"got {config.n_step}"
+        )
+    if config.probe_every > 0 and not config.probe_data:
+        raise ConfigError(
+            "probe_data: probe_every > 0 needs a store with RAM to probe on (sgi-lab collect "
+            "... --seed N: other episodes of the same game)"
         )
 
 

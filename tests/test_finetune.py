@@ -8,24 +8,19 @@ import numpy as np
 import pytest
 import torch
 
-import sgi_lab.train.agent as agent_module
+import sgi_lab.train.augmentation as augmentation
 import sgi_lab.train.finetune as ft
 import sgi_lab.train.transfer as tr
 import sgi_lab.train.update as update_module
+from sgi_lab.checkpoints import CheckpointError
 from sgi_lab.config import ConfigError, FinetuneConfig
 from sgi_lab.data.replay import PrioritizedReplay
 from sgi_lab.envs import UnknownGameError
 from sgi_lab.files import read_jsonl
 from sgi_lab.launch.cli import main
 from sgi_lab.nets import SGIModel
-from sgi_lab.runs import (
-    CheckpointError,
-    Deadline,
-    RunDir,
-    RunStopped,
-    parse_duration,
-    stop_on_signals,
-)
+from sgi_lab.runs import RunDir
+from sgi_lab.stopping import Deadline, RunStopped, parse_duration, stop_on_signals
 from sgi_lab.train.agent import Population
 from sgi_lab.train.sgi_loss import finetuning_settings
 
@@ -354,9 +349,9 @@ def test_the_authors_env_protocol_reaches_training_replay_and_evaluation(tmp_pat
     terminals are what ``make_env(preprocessing="rlpyt")`` returns for the same actions, and
     its stacks start at every life loss, as that env's), and so is the evaluation env (its
     cap ends an episode of 200 frames after 51 steps, the default's after 50)."""
+    from sgi_lab.checkpoints import load_checkpoint
     from sgi_lab.data.population_replay import PopulationReplay
     from sgi_lab.envs import make_env
-    from sgi_lab.runs import load_checkpoint
 
     steps = 90
     config = FinetuneConfig(
@@ -408,7 +403,7 @@ def test_augmented_frames_crop_jitter_and_scale_every_agents_stacks(amp):
     obs = torch.from_numpy(rng.integers(0, 255, (N, B, T, 4, 84, 84), dtype=np.uint8))
     corners = torch.from_numpy(rng.integers(0, 9, (N, B, T, 2)))
     factors = torch.from_numpy(rng.uniform(0.9, 1.1, (N, B, T)).astype(np.float32))
-    ours = agent_module.augmented_frames(
+    ours = augmentation.augmented_frames(
         obs, corners, factors, channels_last=True, dtype=dtype, time_major=True
     )
     assert ours.shape == (N, T, B, 4, 84, 84) and ours.dtype == dtype
@@ -425,7 +420,7 @@ def test_augmented_frames_crop_jitter_and_scale_every_agents_stacks(amp):
     tol = {"rtol": 8e-3, "atol": 1e-3} if amp else {"rtol": 1e-6, "atol": 1e-6}
     torch.testing.assert_close(ours.float(), expected, **tol)
     # Without draws: the stacks only reordered and scaled; batch-major input stays batch-major.
-    plain = agent_module.augmented_frames(
+    plain = augmentation.augmented_frames(
         obs[:, :, 0], None, None, channels_last=False, dtype=torch.float32
     )
     torch.testing.assert_close(plain, obs[:, :, 0].float() * PIXEL_SCALE)
@@ -515,10 +510,11 @@ def test_a_first_interrupt_stops_at_the_step_with_a_checkpoint(tmp_path):
         if step == 25:
             os.kill(os.getpid(), signal.SIGINT)
 
+    before = signal.getsignal(signal.SIGINT)  # SIG_IGN in a shell's background job
     with pytest.raises(RunStopped, match="stopped at step 25: SIGINT received"):
         ft.finetune(FinetuneConfig(**TINY, steps=60), out, progress=False, callback=interrupt)
     assert [p.name for p in ft.FinetuneRun(out).checkpoints()] == ["ckpt_00000025.pt"]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is before  # the handler is given back
 
 
 def test_a_time_limit_stops_training_then_leaves_the_evaluation_to_a_call_with_time(tmp_path):

@@ -154,7 +154,8 @@ def test_a_pretraining_step_is_replayable(objective, tmp_path):
 
     from sgi_lab.config import PretrainConfig, build_config
     from sgi_lab.data import TransitionStore
-    from sgi_lab.train.pretrain import _to_device, build_state, make_sampler, train_step
+    from sgi_lab.train.pretrain_step import build_state, make_sampler, train_step
+    from sgi_lab.train.pretrain_step import device_batch as _to_device
 
     store = moving_dot_store(tmp_path / "dot", rows=300, num_actions=6)
     store = store if isinstance(store, TransitionStore) else TransitionStore(store)

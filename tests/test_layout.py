@@ -40,7 +40,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "sgi_lab.draws",
     ),
     ("sgi_lab.data", "sgi_lab.nets", "sgi_lab.objectives"),
-    ("sgi_lab.metrics",),
+    # The linear probes themselves (the RAM table, the classifiers, probing one encoder) sit
+    # below train, so that pretraining can probe its encoder every N steps; the probes package's
+    # loaders of runs and its study sit with analysis.
+    ("sgi_lab.metrics", "sgi_lab.probes.core", "sgi_lab.probes.linear", "sgi_lab.probes.atariari"),
     ("sgi_lab.train",),
     ("sgi_lab.viz",),
     ("sgi_lab.analysis", "sgi_lab.probes"),
@@ -84,14 +87,17 @@ def imported(name: str, path: Path, known: set[str]) -> list[tuple[int, str]]:
 
 
 def layer_of(name: str) -> int:
+    """The layer of the longest prefix that names the module (a module named on its own may sit
+    below its package)."""
     best = None
     for index, layer in enumerate(LAYERS):
         for prefix in layer:
             if name == prefix or (prefix != "sgi_lab" and name.startswith(prefix + ".")):
-                best = index
+                if best is None or len(prefix) >= best[0]:
+                    best = (len(prefix), index)
     if best is None:
         raise AssertionError(f"{name} is in no layer: add its package to LAYERS")
-    return best
+    return best[1]
 
 
 GRAPH = {name: imported(name, path, set(modules())) for name, path in modules().items()}

@@ -12,11 +12,8 @@ from sgi_lab.launch.cli import main as cli_main
 from sgi_lab.runs import RunDir
 from sgi_lab.stopping import Deadline, RunStopped
 from sgi_lab.train import sgi_loss as sgi_loss_module
-from sgi_lab.train.pretrain import (
-    load_pretrained_model,
-    pretrain,
-    representation_similarity,
-)
+from sgi_lab.train.pretrain import load_pretrained_model, pretrain
+from sgi_lab.train.pretrain_step import representation_similarity
 from sgi_lab.train.transfer import load_pretrained
 
 TINY = dict(encoder="nature", batch_size=8, log_every=5, checkpoint_every=10, prefetch=0)

@@ -35,13 +35,13 @@ from sgi_lab.augment import jitter_factor, shift
 from sgi_lab.config import FinetuneConfig, PretrainConfig, build_config
 from sgi_lab.nets import SGIModel
 from sgi_lab.objectives import goals_from_draws, n_step_return
-from sgi_lab.train import pretrain as pretrain_module
+from sgi_lab.train import pretrain_step as pretrain_module
 from sgi_lab.train.acting import acting_q
 from sgi_lab.train.acting import greedy as acting_greedy
 from sgi_lab.train.agent import Population
 from sgi_lab.train.finetune import epsilon_at
 from sgi_lab.train.transfer import Pretrained, model_args_for, transfer_pretrained
-from sgi_lab.train.update import update
+from sgi_lab.train.update import StagedBatch, update
 
 FIXTURES = Path(__file__).parent / "fixtures" / "reference"
 CASES = json.loads((FIXTURES / "cases.json").read_text())
@@ -159,13 +159,16 @@ def run_pretrain_step(name: str, monkeypatch: pytest.MonkeyPatch, **overrides):
         return goals
 
     monkeypatch.setattr(pretrain_module, "sample_goals", fed_goals)
-    batch = {
-        "obs": augmented(x["frames"], x["corners"], x["jitter"]),
-        "actions": torch.from_numpy(x["actions"]).long(),
-        "valid": torch.ones(x["actions"].shape, dtype=torch.bool),
-    }
-    if config.goal_weight > 0:
-        batch["goal_obs"] = augmented(x["goal_frames"], x["goal_corners"], x["goal_jitter"])
+    batch = pretrain_module.PretrainBatch(
+        obs=augmented(x["frames"], x["corners"], x["jitter"]),
+        actions=torch.from_numpy(x["actions"]).long(),
+        valid=torch.ones(x["actions"].shape, dtype=torch.bool),
+        goal_obs=(
+            augmented(x["goal_frames"], x["goal_corners"], x["goal_jitter"])
+            if config.goal_weight > 0
+            else None
+        ),
+    )
     logs = pretrain_module.train_step(config, state, batch)
     grads = {k: p.grad for k, p in state.model.named_parameters() if p.grad is not None}
     after = state.model.state_dict()
@@ -350,15 +353,15 @@ def run_finetune_update(name: str, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(pop, "draw", fed_draw)
     rewards = torch.from_numpy(x["rewards"])
     returns, discounts = n_step_return(rewards, 1.0 - torch.from_numpy(x["dones"]), config.gamma)
-    staged = {
-        "obs": torch.from_numpy(x["frames"])[None],
-        "boot_obs": torch.from_numpy(x["boot_frames"])[None],
-        "actions": torch.from_numpy(x["actions"]).long()[None],
-        "valid": torch.ones(x["actions"].shape, dtype=torch.bool)[None],
-        "returns": returns[None],
-        "discounts": discounts[None],
-        "weights": torch.from_numpy(x["is_weights"])[None],
-    }
+    staged = StagedBatch(
+        obs=torch.from_numpy(x["frames"])[None],
+        boot_obs=torch.from_numpy(x["boot_frames"])[None],
+        actions=torch.from_numpy(x["actions"]).long()[None],
+        valid=torch.ones(x["actions"].shape, dtype=torch.bool)[None],
+        returns=returns[None],
+        discounts=discounts[None],
+        weights=torch.from_numpy(x["is_weights"])[None],
+    )
     before = {k: v.detach()[0].clone() for k, v in pop.online.items()}
     spr_before = {k: v.detach()[0].clone() for k, v in pop.spr_target.items()}
     stats, priorities = update(pop, staged)

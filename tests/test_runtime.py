@@ -10,7 +10,7 @@ from sgi_lab.config import PretrainConfig, build_config
 from sgi_lab.nets import InvertedResidual, SGIModel, make_target
 from sgi_lab.nets.encoders import PIXEL_SCALE, scale_pixels
 from sgi_lab.nets.runtime import autocast, cpu_has_native_bf16, keep_freed_memory, use_bf16
-from sgi_lab.train.pretrain import target_passes
+from sgi_lab.train.pretrain_step import target_passes
 
 
 def _block_with_statistics(stride: int, channels_last: bool) -> InvertedResidual:

@@ -91,33 +91,54 @@ def keep_freed_memory() -> bool:
 
 
 def clip_gradients(
-    params: list[torch.Tensor], max_norm: float, host_checks: bool | None = None
+    params: list[torch.Tensor],
+    max_norm: float,
+    host_checks: bool | None = None,
+    per_agent: bool = False,
 ) -> torch.Tensor:
-    """``torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)``, the same result.
+    """Scale the gradients of ``params`` so that their total norm is at most ``max_norm``:
+    ``torch.nn.utils.clip_grad_norm_``'s rule (coefficient max_norm / (norm + 1e-6), at most 1),
+    the one clipping rule of pretraining and finetuning.
 
-    That function always multiplies every gradient by min(1, max_norm / norm), a full pass
-    over them (~1.5 ms of a Nature finetuning update on the 2-core CPU) even when nothing is
-    clipped. On a CPU, where reading the norm costs no device synchronization, we multiply
-    only when the norm exceeds ``max_norm``; other devices call the library function.
+    ``per_agent``: the parameters are a population's, stacked along a leading agent axis
+    (`sgi_lab.train.agent.Population`); each agent's gradients are clipped by their own norm,
+    as if each agent called ``clip_grad_norm_`` on its own parameters.
+
+    Always multiplying is a full pass over the gradients (~1.5 ms of a Nature finetuning update
+    on the 2-core CPU) even when nothing is clipped. On a CPU, where reading the norm costs no
+    device synchronization, the pass is skipped when no norm exceeds ``max_norm`` (the result is
+    the same); other devices always multiply, which a CUDA graph can capture.
 
     Args:
-        params: the parameters whose gradients are clipped.
-        max_norm: the largest total norm.
-        host_checks: read the norm on the host to skip the pass (default: on a CPU); off, the
-            library function (what a CUDA graph can capture).
+        params: the parameters whose gradients are clipped (those without one are skipped).
+        max_norm: the largest total norm; ``<= 0`` only measures.
+        host_checks: read the norms on the host to skip the pass (default: on a CPU).
+        per_agent: one norm per index of the leading axis.
 
     Returns:
-        The total gradient norm before clipping (a 0-d tensor).
+        The total gradient norm before clipping: a 0-d tensor, or (N,) per agent.
     """
     grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return torch.zeros(())
     if host_checks is None:
-        host_checks = bool(grads) and grads[0].device.type == "cpu"
-    if not grads or not host_checks:
-        return torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
-    norm = torch.nn.utils.get_total_norm(grads, foreach=True)
-    if not norm <= max_norm:  # also NaN and inf, which the library function propagates
-        torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm, foreach=True)
-    return norm
+        host_checks = grads[0].device.type == "cpu"
+    if per_agent:
+        per_tensor = [
+            torch.linalg.vector_norm(g.flatten(1), dim=1, dtype=torch.float32) for g in grads
+        ]
+        norms = torch.linalg.vector_norm(torch.stack(per_tensor), dim=0)
+    else:
+        norms = torch.nn.utils.get_total_norm(grads, foreach=True)
+    if max_norm <= 0 or (host_checks and bool((norms <= max_norm).all())):
+        return norms  # also NaN and inf are multiplied below, as the library function does
+    coef = (max_norm / (norms + 1e-6)).clamp(max=1.0)
+    if per_agent:
+        for g in grads:
+            g.mul_(coef.view(-1, *([1] * (g.dim() - 1))).to(g.dtype))
+    else:
+        torch._foreach_mul_(grads, coef.to(grads[0].dtype))
+    return norms
 
 
 def prepare_device(device: torch.device) -> None:

@@ -33,21 +33,19 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from sgi_lab import draws
-from sgi_lab.augment import PAD, jitter_factor, shift
+from sgi_lab.augment import PAD, jitter_factor
 from sgi_lab.config import FinetuneConfig
 from sgi_lab.nets import SGIModel
 from sgi_lab.nets.ema import lerp_
-from sgi_lab.nets.encoders import prepare_pixels
 from sgi_lab.nets.graphs import GraphedCall
 from sgi_lab.nets.noisy import NoisyLinear
-from sgi_lab.nets.runtime import prepare_device, use_bf16
+from sgi_lab.nets.runtime import clip_gradients, prepare_device, use_bf16
 from sgi_lab.train.stacking import own_shapes, pad_to, stack_agents, tree_map, tree_stack, unpad_to
 from sgi_lab.train.transfer import LR_GROUPS, lr_group, lr_scales
 
 __all__ = [
     "POPULATION_KEYS",
     "Population",
-    "augmented_frames",
     "check_compatible",
     "masked_mean",
     "use_amp",
@@ -67,53 +65,6 @@ def use_amp(config: FinetuneConfig, device: torch.device) -> bool:
     """bf16 autocast: `sgi_lab.nets.runtime.use_bf16` with the config's ``amp`` (CUDA) and
     ``cpu_amp`` (CPUs with native bf16)."""
     return use_bf16(device, config.amp, config.cpu_amp)
-
-
-# -- augmentation ------------------------------------------------------------------------------
-
-
-def augmented_frames(
-    obs: torch.Tensor,
-    corners: torch.Tensor | None,
-    jitter: torch.Tensor | None,
-    *,
-    channels_last: bool,
-    dtype: torch.dtype,
-    time_major: bool = False,
-) -> torch.Tensor:
-    """Uint8 frame stacks of every agent -> the encoders' prepared input, with the augmentation
-    draws given: each stack cropped at its corner of the replicate-padded frame
-    (`sgi_lab.augment.shift`) and multiplied by its intensity factor, scaled by 1/255, in
-    ``dtype`` and layout; encode it with ``prepared=True``.
-
-    The crop moves uint8 pixels (reordered time-major in the same pass when asked); the jitter,
-    the 1/255 and the cast are then one multiply (`sgi_lab.nets.encoders.prepare_pixels`).
-
-    Args:
-        obs: (N, B, 4, 84, 84) or (N, B, T, 4, 84, 84) uint8 on the networks' device.
-        corners: (N, B[, T], 2) int64 crop corners in 0..8, or None for no shift.
-        jitter: (N, B[, T]) intensity factors (`sgi_lab.augment.jitter_factor`), or None.
-        channels_last: the model's memory format.
-        dtype: compute dtype (bf16 under autocast).
-        time_major: return (N, T, B, ...) for (N, B, T, ...) input.
-    """
-    lead = obs.shape[:-3]
-    frames = obs.reshape(-1, *obs.shape[-3:])
-    source = None
-    if time_major and len(lead) == 3:
-        n, b, t = lead
-        source = torch.arange(n * b * t, device=obs.device).view(n, b, t).transpose(1, 2)
-        source = source.reshape(-1)
-        lead = (n, t, b)
-        corners = None if corners is None else corners.transpose(1, 2)
-        jitter = None if jitter is None else jitter.transpose(1, 2)
-    if corners is not None:
-        frames = shift(frames, corners.reshape(-1, 2), source=source)
-    elif source is not None:
-        frames = frames[source]
-    factor = None if jitter is None else jitter.reshape(-1, 1, 1, 1)
-    out = prepare_pixels(frames, factor, channels_last=channels_last, dtype=dtype)
-    return out.view(*lead, *out.shape[1:])
 
 
 # -- the population ----------------------------------------------------------------------------
@@ -433,23 +384,11 @@ class Population:
     @torch.no_grad()
     def clip_gradients(self, max_norm: float) -> torch.Tensor:
         """Scale each agent's gradients so that its own total norm is at most ``max_norm``
-        (``torch.nn.utils.clip_grad_norm_``'s rule, per agent); returns the (N,) norms before
+        (`sgi_lab.nets.runtime.clip_gradients`, per agent); returns the (N,) norms before
         clipping. ``max_norm <= 0`` only measures."""
-        grads = [p.grad for p in self.trainable() if p.grad is not None]
-        if not grads:
+        if not any(p.grad is not None for p in self.trainable()):
             return torch.zeros(self.size, device=self.device)
-        per_tensor = torch.stack(
-            [torch.linalg.vector_norm(g.flatten(1), dim=1, dtype=torch.float32) for g in grads]
-        )  # (tensors, N)
-        norms = torch.linalg.vector_norm(per_tensor, dim=0)
-        if max_norm > 0:
-            coef = (max_norm / (norms + 1e-6)).clamp(max=1.0)
-            # On a CPU reading the coefficients costs no synchronization: skip the pass over
-            # every gradient when nothing is clipped (the result is the same).
-            if not self.host_checks or bool((coef < 1.0).any()):
-                for g in grads:
-                    g.mul_(coef.view(-1, *([1] * (g.dim() - 1))).to(g.dtype))
-        return norms
+        return clip_gradients(self.trainable(), max_norm, self.host_checks, per_agent=True)
 
     @torch.no_grad()
     def update_spr_target(self) -> None:

@@ -16,6 +16,7 @@ resumed agent starts a fresh episode; metrics rows logged after its checkpoint a
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -23,7 +24,7 @@ import os
 import signal
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,33 +35,22 @@ from tqdm.auto import tqdm
 from sgi_lab.config import ConfigError, FinetuneConfig, to_dict
 from sgi_lab.data.population_replay import PopulationReplay
 from sgi_lab.envs import canonical_game
-from sgi_lab.envs import num_actions as game_actions
 from sgi_lab.envs.pool import EnvPool
-from sgi_lab.files import atomic_torch_save, atomic_write_text, raise_if_disk_full
-from sgi_lab.nets import SGIModel
-from sgi_lab.nets.cpu_settings import settle
+from sgi_lab.files import atomic_torch_save, atomic_write_text
 from sgi_lab.nets.runtime import resolve_device
-from sgi_lab.runs import (
-    CheckpointError,
-    Deadline,
-    FinetuneRun,
-    RunStopped,
-    failure_reason,
-    load_checkpoint,
-    restore_generator,
-    stop_on_signals,
-)
+from sgi_lab.runs import FinetuneRun
+from sgi_lab.stopping import Deadline, RunStopped, failure_reason, stop_on_signals
 from sgi_lab.train.acting import act, greedy
 from sgi_lab.train.agent import Population, check_compatible
 from sgi_lab.train.evaluate import play_episodes
-from sgi_lab.train.transfer import (
-    Pretrained,
-    Transfer,
-    load_pretrained,
-    model_args_for,
-    transfer_pretrained,
+from sgi_lab.train.finetune_agents import (
+    AgentRun,
+    build_population,
+    prepare_agents,
+    save_checkpoint,
+    write_transfer,
 )
-from sgi_lab.train.update import learn, measure_update
+from sgi_lab.train.update import learn
 
 __all__ = [
     "FinetuneRun",
@@ -150,42 +140,6 @@ def finetune(
         The run folder, with ``.evaluation`` (eval.json) and ``.metrics()``.
     """
     return finetune_population([config], [out], progress, overwrite, params, callback, stop)[0]
-
-
-class _Agent:
-    """What the loop keeps per agent besides the learner and the replay: run folder, epsilon
-    draws, episode statistics, metrics."""
-
-    def __init__(self, config: FinetuneConfig, run: FinetuneRun) -> None:
-        self.config = config
-        self.game = config.game
-        self.run = run
-        self.rng = np.random.default_rng(config.seed)
-        self.checkpoint: dict[str, Any] | None = None
-        self.pretrained: Pretrained | None = None
-        self.transfer = Transfer()
-        self.model_args: dict[str, Any] = {}
-        self.first = True
-        self.ep_return = self.ep_clipped = 0.0
-        self.ep_length = 0
-        self.metrics = None
-        self.pending: list[str] = []
-        self.cpu_choice: dict[str, Any] = {}
-
-    def log(self, message: str, *args: Any) -> None:
-        """Log a line, and write it to the run's log.txt once the run has started (lines logged
-        while its inputs are checked wait, so a run that fails its checks leaves nothing)."""
-        text = message % args if args else message
-        log.info("%s: %s", self.run.path, text)
-        self.pending.append(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n")
-        if self.run.started:
-            try:
-                with open(self.run.path / "log.txt", "a") as fh:
-                    fh.writelines(self.pending)
-            except OSError as exc:
-                raise_if_disk_full(exc, self.run.path / "log.txt")
-                raise
-            self.pending.clear()
 
 
 def finetune_in_parts(
@@ -304,6 +258,44 @@ def finetune_population(
         FloatingPointError: a loss became NaN or infinite (status "failed").
         RunStopped: ``stop`` passed; checkpointed, resumable.
     """
+    runs = _open_runs(configs, outs, overwrite)
+    todo = [i for i, r in enumerate(runs) if not r.finished]
+    for r in runs:
+        if r.finished:
+            log.info("%s: finished already, returning its results", r.path)
+    if not todo:
+        return runs
+    agents = [AgentRun(configs[i], runs[i]) for i in todo]
+    try:
+        with learner_threads(configs[0]):
+            device = resolve_device(configs[0].device)
+            step = prepare_agents(agents)
+            population, replay = build_population(agents, device)
+            _start(agents, population, step, params)
+            # A first Ctrl-C (or a notebook's interrupt) stops at the next step, checkpointed.
+            stop = stop if stop is not None else Deadline()
+            with stop_on_signals(stop, signal.SIGINT):
+                step = _train(agents, population, replay, step, progress, callback, stop)
+                _stop_before_evaluation(stop, step)
+                _save_models(agents, population, step)
+                _evaluate(agents, population, step, progress, stop)
+    except BaseException as exc:
+        for a in agents:
+            if a.run.started:
+                a.run.fail(failure_reason(exc))
+        raise
+    finally:
+        for a in agents:
+            if a.metrics is not None:
+                a.metrics.close()
+    return runs
+
+
+def _open_runs(
+    configs: Sequence[FinetuneConfig], outs: Sequence[str | Path], overwrite: bool
+) -> list[FinetuneRun]:
+    """Each agent's run folder, opened (created, resumed or finished); the configs checked to
+    share one population."""
     configs = list(configs)  # FinetuneConfig canonicalises its game itself
     if len(configs) != len(outs) or not configs:
         raise ValueError("finetune_population needs one run folder per config, at least one")
@@ -314,206 +306,43 @@ def finetune_population(
     outs = [Path(o) for o in outs]
     if len({o.resolve() for o in outs}) != len(outs):
         raise ConfigError("every agent of a population needs its own run folder")
-    runs = [
+    return [
         FinetuneRun.open(out, "finetune", to_dict(c), overwrite=overwrite)
         for c, out in zip(configs, outs, strict=True)
     ]
-    todo = [i for i, r in enumerate(runs) if not r.finished]
-    for r in runs:
-        if r.finished:
-            log.info("%s: finished already, returning its results", r.path)
-    if not todo:
-        return runs
-    agents = [_Agent(configs[i], runs[i]) for i in todo]
+
+
+@contextlib.contextmanager
+def learner_threads(config: FinetuneConfig) -> Iterator[None]:
+    """The learner's torch threads (``threads``, else as they are) for the run, given back after;
+    a warning when they and ``env_workers`` oversubscribe the cores."""
     threads = torch.get_num_threads()
-    if configs[0].threads > 0:
-        torch.set_num_threads(configs[0].threads)
+    if config.threads > 0:
+        torch.set_num_threads(config.threads)
     cores = os.cpu_count() or 1
-    if configs[0].env_workers and torch.get_num_threads() + configs[0].env_workers > cores:
+    if config.env_workers and torch.get_num_threads() + config.env_workers > cores:
         warnings.warn(
-            f"{torch.get_num_threads()} learner threads + {configs[0].env_workers} env_workers "
+            f"{torch.get_num_threads()} learner threads + {config.env_workers} env_workers "
             f"oversubscribe {cores} cores; lower env_workers or set threads",
-            stacklevel=2,
+            stacklevel=3,
         )
     try:
-        device = resolve_device(configs[0].device)
-        step = _prepare(agents)
-        population, replay = _build(agents, device)
-        for a in agents:
-            launch = {"params": params, "game": a.game, "seed": a.config.seed}
-            if a.checkpoint is None:
-                launch["pretrained"] = a.config.pretrained
-                launch["pretrain_params"] = a.pretrained.params if a.pretrained else None
-            a.run.start(step, population=len(agents), cpu_settings=a.cpu_choice, **launch)
-            a.log("started at step %d in a population of %d", step, len(agents))
-            if a.checkpoint is None:
-                _write_transfer(a, population)
-        # A first Ctrl-C (or a notebook's interrupt) stops at the next step, checkpointed.
-        stop = stop if stop is not None else Deadline()
-        with stop_on_signals(stop, signal.SIGINT):
-            _train_and_evaluate(agents, population, replay, step, progress, callback, stop)
-    except BaseException as exc:
-        for a in agents:
-            if a.run.started:
-                a.run.fail(failure_reason(exc))
-        raise
+        yield
     finally:
         torch.set_num_threads(threads)
-        for a in agents:
-            if a.metrics is not None:
-                a.metrics.close()
-    return runs
 
 
-# -- building the population: fresh, pretrained or resumed -------------------------------------
-
-
-def _prepare(agents: list[_Agent]) -> int:
-    """Read each agent's checkpoint (at the newest step all agents have one for) or pretrained
-    model and set its model arguments; returns the step the population starts at."""
-    found = [{int(p.name[5:13]): p for p in a.run.checkpoints()} for a in agents]
-    resumed = [bool(f) for f in found]
-    if any(resumed) and not all(resumed):
-        fresh = [str(a.run.path) for a, r in zip(agents, resumed, strict=True) if not r]
-        raise ConfigError(
-            "some agents of this population have checkpoints and others do not "
-            f"({', '.join(fresh)} would start at step 0): a population trains in lockstep, "
-            "so run those agents as their own population"
-        )
-    if all(resumed):
-        common = sorted(set.intersection(*(set(f) for f in found)), reverse=True)
-        errors: list[str] = []
-        for step in common:  # newest first; a kill mid-checkpoint leaves an older full set
-            try:
-                ckpts = [load_checkpoint(f[step], "cpu", kind="finetune") for f in found]
-            except CheckpointError as exc:
-                errors.append(str(exc))
-                continue
-            for a, ckpt in zip(agents, ckpts, strict=True):
-                a.checkpoint = ckpt
-                a.model_args = dict(ckpt["model_args"])
-                a.transfer = Transfer(loaded=tuple(ckpt["transfer_loaded"]))
-                if errors:
-                    a.log("newest checkpoints unreadable (%s); resuming at step %d", errors, step)
-            return step
-        raise CheckpointError(
-            "the agents' checkpoints share no readable step"
-            + (f" ({'; '.join(errors)})" if errors else "")
-            + "; resume them as separate populations, or start over with --overwrite"
-        )
+def _start(agents: list[AgentRun], population: Population, step: int, params: str | None) -> None:
+    """Mark every agent's run started (what it was launched with) and write its transfer.json."""
     for a in agents:
-        if a.config.pretrained:
-            a.pretrained = load_pretrained(a.config.pretrained)
-            a.log(
-                "pretrained model: %s (step %d, game %s)",
-                a.pretrained.path,
-                a.pretrained.step,
-                a.pretrained.game,
-            )
-            if a.pretrained.game and canonical_game(a.pretrained.game) != a.game:
-                a.log("warning: pretrained on %s, finetuning on %s", a.pretrained.game, a.game)
-        a.model_args = model_args_for(a.config, game_actions(a.game), a.pretrained)
-    return 0
-
-
-def _build(agents: list[_Agent], device: torch.device) -> tuple[Population, PopulationReplay]:
-    models = []
-    for a in agents:
-        torch.manual_seed(a.config.seed)
-        model = SGIModel(**a.model_args)
-        if a.checkpoint is not None:
-            model.load_state_dict(a.checkpoint["model"])
-        elif a.pretrained is not None:
-            a.transfer = transfer_pretrained(model, a.pretrained)
-        else:
-            a.transfer = Transfer(loaded=(), fresh=tuple(model.state_dict()))
-        if a.config.scheme == "frozen" and not a.transfer.loaded:
-            a.log("warning: scheme 'frozen' without a pretrained model freezes a random encoder")
-        models.append(model)
-    loaded = {a.transfer.loaded for a in agents}
-    if len(loaded) > 1:
-        raise ConfigError(
-            "the agents' pretrained models provide different tensors; a population shares "
-            "one set of learning-rate groups (pretrain every game with the same params)"
-        )
-    # "auto" CPU precision and layout: the fastest measured on this machine for this workload.
-    first = agents[0].config
-    workload = (
-        f"finetune-update/{first.encoder}/ssl={first.ssl}/agents={len(agents)}"
-        f"/batch={first.batch_size}/K={first.spr_steps}"
-    )
-    configs, args = [a.config for a in agents], [a.model_args for a in agents]
-    _, choice = settle(
-        first, device, workload, lambda bf16, cl: measure_update(configs, args, bf16, cl)
-    )
-    for a in agents:
-        a.config = dataclasses.replace(
-            a.config, cpu_amp=choice.bf16, channels_last=choice.channels_last
-        )
-        a.cpu_choice = choice.to_json()
-        if choice.source != "explicit" or device.type == "cpu":
-            a.log("cpu settings (%s): %s", choice.source, choice.to_json())
-    population = Population.build(
-        [a.config for a in agents], models, loaded=loaded.pop(), device=device
-    )
-    cfg = population.config
-    # All agents' replays as one on the learner's device (frames never cross a GPU's bus again).
-    replay = PopulationReplay(
-        len(agents),
-        cfg.steps,
-        alpha=cfg.priority_alpha,
-        K=cfg.spr_steps if cfg.ssl != "none" else 0,
-        n_step=cfg.n_step,
-        gamma=cfg.gamma,
-        seeds=[a.config.seed for a in agents],
-        goal_window=cfg.goal_window if cfg.ssl == "all" else 0,
-        device=population.device,
-        reuse_buffers=population.device.type == "cpu",
-        cuda_graphs=cfg.cuda_graphs,
-        # The authors' env empties its frame stack at a life loss (docs/paper_vs_code.md row
-        # 19): the replay's stacks start there too, so learning sees what acting saw.
-        first_after_terminal=cfg.env_protocol == "rlpyt",
-    )
-    for i, a in enumerate(agents):
+        launch = {"params": params, "game": a.game, "seed": a.config.seed}
         if a.checkpoint is None:
-            if a.pretrained is not None and a.config.spr_target_start == "pretrained_target":
-                if a.pretrained.target_state is None:
-                    raise ConfigError(
-                        f"{a.pretrained.path} holds no EMA target network (written before "
-                        "sgi-lab saved one); set spr_target_start: online"
-                    )
-                population.start_spr_target(i, a.pretrained.target_state)
-            continue
-        ckpt = a.checkpoint
-        population.load_agent_state(i, "spr_target", ckpt["spr_target"])
-        if population.q_target is not None and ckpt.get("q_target") is not None:
-            population.load_agent_state(i, "q_target", ckpt["q_target"])
-        population.load_agent_optimizer_state(i, ckpt["optimizer"])
-        replay.load_state_dict(i, ckpt["replay"])
-        if i == 0:
-            torch.set_rng_state(ckpt["rng"]["torch"])
-        if not restore_generator(population.generators[i], ckpt["rng"]["generator"]):
-            a.log("resumed on another device type: the augmentation random stream is reseeded")
-        a.rng.bit_generator.state = ckpt["rng"]["numpy"]
-        population.updates = int(ckpt["updates"])
-        a.log("resuming at step %d (the env starts a fresh episode)", int(ckpt["step"]))
-    return population, replay
-
-
-def _write_transfer(a: _Agent, population: Population) -> None:
-    groups = {g["name"]: g["lr"] for g in population.optimizer.param_groups}
-    info = {**a.transfer.to_json(), "lr_groups": groups, "scheme": a.config.scheme}
-    if a.pretrained is not None:
-        info.update(pretrained_step=a.pretrained.step, pretrained_game=a.pretrained.game)
-    atomic_write_text(a.run.path / "transfer.json", json.dumps(info, indent=2))
-    t = a.transfer
-    a.log(
-        "transfer: %d tensors loaded, %d fresh, %d ignored; lr groups %s",
-        len(t.loaded),
-        len(t.fresh),
-        len(t.ignored),
-        groups,
-    )
+            launch["pretrained"] = a.config.pretrained
+            launch["pretrain_params"] = a.pretrained.params if a.pretrained else None
+        a.run.start(step, population=len(agents), cpu_settings=a.cpu_choice, **launch)
+        a.log("started at step %d in a population of %d", step, len(agents))
+        if a.checkpoint is None:
+            write_transfer(a, population)
 
 
 # -- the loop ----------------------------------------------------------------------------------
@@ -550,45 +379,18 @@ class _Window:
         return rows
 
 
-def _checkpoint(
-    a: _Agent, i: int, population: Population, replay: PopulationReplay, step: int
-) -> None:
-    a.run.save_checkpoint(
-        step,
-        {
-            "model": population.agent_state(i),
-            "spr_target": population.agent_state(i, "spr_target"),
-            "q_target": (
-                None if population.q_target is None else population.agent_state(i, "q_target")
-            ),
-            "optimizer": population.agent_optimizer_state(i),
-            "replay": replay.state_dict(i),
-            "rng": {
-                "torch": torch.get_rng_state(),
-                "generator": population.generators[i].get_state(),
-                "numpy": a.rng.bit_generator.state,
-            },
-            "updates": population.updates,
-            "config": to_dict(a.config),
-            "model_args": a.model_args,
-            "transfer_loaded": list(a.transfer.loaded),
-            "game": a.game,
-        },
-        kind="finetune",
-    )
-
-
-def _train_and_evaluate(
-    agents: list[_Agent],
+def _train(
+    agents: list[AgentRun],
     population: Population,
     replay: PopulationReplay,
     step: int,
     progress: bool,
     callback: Callback | None,
-    stop: Deadline | None = None,
-) -> None:
+    stop: Deadline,
+) -> int:
+    """Every agent from ``step`` to ``steps``: act, store, learn, log, checkpoint; returns the
+    last step. Raises `RunStopped`, checkpointed, once ``stop`` passes."""
     cfg = population.config
-    n = len(agents)
     for a in agents:
         a.metrics = a.run.metrics_logger(resume_step=step if a.checkpoint is not None else None)
     # A resumed run cannot restore the emulator: new seed, fresh episode.
@@ -601,86 +403,105 @@ def _train_and_evaluate(
     )
     obs = pool.reset()
     window = _Window()
-    label = agents[0].game if n == 1 else f"{n} agents"
-    bar = tqdm(
-        total=cfg.steps, initial=step, desc=f"finetune {label}", disable=not progress, unit="step"
-    )
-    postfix: dict[str, str] = {}
+    bar = _Progress(agents, cfg.steps, step, progress)
     try:
         while step < cfg.steps:
-            rows: list[dict[str, Any]] = [{} for _ in agents]
             eps = epsilon_at(step, cfg)
-            actions = act(population, obs, [eps] * n, [a.rng for a in agents])
+            actions = act(population, obs, [eps] * len(agents), [a.rng for a in agents])
             # Environments whose episode ended come back already reset (EnvPool).
             next_obs, rewards, terminated, truncated, raw, terminal = pool.step(actions)
             replay.append(obs[:, -1], actions, raw, terminal, [a.first for a in agents])
-            for i, (a, row) in enumerate(zip(agents, rows, strict=True)):
-                a.first = False
-                a.ep_return += float(raw[i])
-                a.ep_clipped += float(rewards[i])
-                a.ep_length += 1
-                if terminated[i] or truncated[i]:
-                    row.update(
-                        {
-                            "episode/return": a.ep_return,
-                            "episode/clipped_return": a.ep_clipped,
-                            "episode/length": a.ep_length,
-                        }
-                    )
-                    a.first = True
-                    a.ep_return = a.ep_clipped = 0.0
-                    a.ep_length = 0
+            rows = [a.record(float(raw[i]), float(rewards[i]), terminated[i] or truncated[i])
+                    for i, a in enumerate(agents)]  # fmt: skip
             obs = next_obs
             step += 1
             window.steps += 1
-
             if step >= cfg.learning_starts and replay.ready():
                 beta = beta_at(step, cfg)
                 for _ in range(cfg.updates_per_step):
                     window.add(learn(population, replay, cfg.batch_size, beta))
-
             if step % cfg.log_every == 0 or step == cfg.steps:
-                for row, stats in zip(rows, window.rows(n), strict=True):
-                    row.update(stats)
-                    row["charts/epsilon"] = eps
-                    row["charts/beta"] = beta_at(step, cfg)
-                    row["charts/updates"] = population.updates
-                window = _Window()
+                window = _add_window_stats(rows, window, population, step, eps)
             for a, row in zip(agents, rows, strict=True):
                 if row:
                     a.metrics.log(step, **row)
             if step % cfg.checkpoint_every == 0 or step == cfg.steps:
-                for i, a in enumerate(agents):
-                    _checkpoint(a, i, population, replay, step)
-                for a in agents:
-                    a.run.set_status("running", step=step)
-            bar.update(1)
-            sps = [r["charts/sps"] for r in rows if "charts/sps" in r]
-            returns = [r["episode/return"] for r in rows if "episode/return" in r]
-            if sps:
-                postfix["agent-steps/s"] = f"{sps[0] * n:.1f}"
-            if returns:
-                postfix["return"] = f"{np.mean(returns):.0f}"
-            if sps or returns:
-                bar.set_postfix(postfix, refresh=False)
+                _checkpoint_all(agents, population, replay, step)
+            bar.show(rows)
             if callback is not None:
                 callback(step, population)
-            why = stop.reason() if stop is not None and step < cfg.steps else None
+            why = stop.reason() if step < cfg.steps else None
             if why:
                 if step % cfg.checkpoint_every:
-                    for i, a in enumerate(agents):
-                        _checkpoint(a, i, population, replay, step)
+                    _checkpoint_all(agents, population, replay, step)
                 raise RunStopped(step, why)
     finally:
         bar.close()
         pool.close()
-    if stop is not None:
-        why = stop.requested
-        if why is None and stop.seconds is not None and stop.left() < stop.seconds / 2:
-            why = "less than half of the time limit is left for the evaluation"
-        if why:
-            raise RunStopped(step, why)
+    return step
 
+
+def _add_window_stats(
+    rows: list[dict[str, Any]], window: _Window, population: Population, step: int, eps: float
+) -> _Window:
+    """At a logging step: the window's per-agent update means into the agents' rows, and a new
+    window."""
+    cfg = population.config
+    for row, stats in zip(rows, window.rows(len(rows)), strict=True):
+        row.update(stats)
+        row["charts/epsilon"] = eps
+        row["charts/beta"] = beta_at(step, cfg)
+        row["charts/updates"] = population.updates
+    return _Window()
+
+
+def _checkpoint_all(
+    agents: list[AgentRun], population: Population, replay: PopulationReplay, step: int
+) -> None:
+    for i, a in enumerate(agents):
+        save_checkpoint(a, i, population, replay, step)
+    for a in agents:
+        a.run.set_status("running", step=step)
+
+
+class _Progress:
+    """The loop's tqdm bar: agent-steps per second and the mean return of finished episodes."""
+
+    def __init__(self, agents: list[AgentRun], steps: int, step: int, progress: bool) -> None:
+        n = len(agents)
+        label = agents[0].game if n == 1 else f"{n} agents"
+        self.n, self.postfix = n, {}
+        self.bar = tqdm(
+            total=steps, initial=step, desc=f"finetune {label}", disable=not progress, unit="step"
+        )
+
+    def show(self, rows: list[dict[str, Any]]) -> None:
+        self.bar.update(1)
+        sps = [r["charts/sps"] for r in rows if "charts/sps" in r]
+        returns = [r["episode/return"] for r in rows if "episode/return" in r]
+        if sps:
+            self.postfix["agent-steps/s"] = f"{sps[0] * self.n:.1f}"
+        if returns:
+            self.postfix["return"] = f"{np.mean(returns):.0f}"
+        if sps or returns:
+            self.bar.set_postfix(self.postfix, refresh=False)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _stop_before_evaluation(stop: Deadline, step: int) -> None:
+    """Raise `RunStopped` when a stop was asked for, or when less than half of the time limit
+    is left for the evaluation (which is not split; the next call evaluates)."""
+    why = stop.requested
+    if why is None and stop.seconds is not None and stop.left() < stop.seconds / 2:
+        why = "less than half of the time limit is left for the evaluation"
+    if why:
+        raise RunStopped(step, why)
+
+
+def _save_models(agents: list[AgentRun], population: Population, step: int) -> None:
+    """Each agent's ``model.pt``."""
     for i, a in enumerate(agents):
         payload = {
             "format": "sgi-lab",
@@ -692,7 +513,14 @@ def _train_and_evaluate(
             "game": a.game,
         }
         atomic_torch_save(payload, a.run.path / "model.pt")
-    # Every agent's evaluation episodes at once, one batched forward per environment step.
+
+
+def _evaluate(
+    agents: list[AgentRun], population: Population, step: int, progress: bool, stop: Deadline
+) -> None:
+    """Every agent's evaluation episodes at once (one batched forward per environment step);
+    ``eval.json`` and the run marked finished."""
+    cfg = population.config
     results = play_episodes(
         lambda obs: greedy(population, obs),
         [a.game for a in agents],

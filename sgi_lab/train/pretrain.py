@@ -1,405 +1,55 @@
-"""Offline pretraining over a TransitionStore: SPR + goal-conditioned RL + inverse dynamics.
+"""Offline pretraining runs over a TransitionStore: SPR + goal-conditioned RL + inverse dynamics.
 
 Any weighted subset of S, G and I (the paper's ablations are params files), or the ATC or BC
-baselines. The loss is reward-free: dataset rewards are never read. One train step, in order:
-batch → augment → target passes under ``no_grad`` → online passes → weighted losses → Adam step
-→ EMA update of the target network → metrics.
-
-The single EMA target serves both SPR (target encoder + projection) and goal RL (target
-goal-conditioned head), as both use tau = 0.99 (paper App. C).
+baselines. The loss is reward-free: dataset rewards are never read. One step is
+`sgi_lab.train.pretrain_step.train_step`; this module is the run around it: resume from the
+newest checkpoint, the step loop, metrics rows (with a linear probe of the encoder every
+``probe_every`` steps when asked), checkpoints, ``model.pt``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import signal
 import time
 import warnings
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 import yaml
 from tqdm.auto import tqdm
 
-from sgi_lab.augment import augment
+from sgi_lab.checkpoints import restore_generator
 from sgi_lab.config import ConfigError, PretrainConfig, build_config, to_dict
-from sgi_lab.data import SequenceBatch, SequenceSampler, StoreError, TransitionStore
+from sgi_lab.data import StoreError, TransitionStore
 from sgi_lab.files import atomic_torch_save
-from sgi_lab.nets import SGIModel, ema_update, make_target
-from sgi_lab.nets.cpu_settings import settle, time_step
-from sgi_lab.nets.graphs import GraphedCall
-from sgi_lab.nets.model import parameter_group
-from sgi_lab.nets.runtime import autocast, clip_gradients, prepare_device, resolve_device
-from sgi_lab.objectives import (
-    atc_accuracy,
-    atc_loss,
-    sample_goals,
-)
-from sgi_lab.objectives.goal_rl import goal_n_step_returns
-from sgi_lab.runs import (
-    Deadline,
-    RunDir,
-    RunStopped,
-    restore_generator,
-    stop_on_signals,
-)
-from sgi_lab.train.sgi_loss import (
-    SGITargets,
-    pretraining_settings,
-    sgi_loss_terms,
-    weighted_sum,
-)
-from sgi_lab.train.sgi_loss import (
-    spr_coefficient as _spr_coefficient,
+from sgi_lab.nets import SGIModel
+from sgi_lab.nets.cpu_settings import settle
+from sgi_lab.nets.runtime import resolve_device
+from sgi_lab.runs import RunDir
+from sgi_lab.stopping import Deadline, RunStopped, stop_on_signals
+from sgi_lab.train.pretrain_step import (
+    GraphedStep,
+    PretrainBatch,
+    build_state,
+    device_batch,
+    make_sampler,
+    measure_step,
+    model_args,
+    train_step,
 )
 from sgi_lab.train.transfer import load_pretrained
-
-
-class PretrainState(NamedTuple):
-    model: SGIModel
-    target: SGIModel
-    optimizer: torch.optim.Optimizer
-    generator: torch.Generator
-
-
-def model_args(config: PretrainConfig, num_actions: int) -> dict[str, Any]:
-    """SGIModel keyword arguments for a pretraining config (recorded in every checkpoint)."""
-    return {
-        "encoder": config.encoder,
-        "num_actions": int(num_actions),
-        "noisy": False,  # the paper pretrains without noisy-net noise
-        "rl_head": config.bc_weight > 0,
-        "goal_head": config.goal_weight > 0,
-        "inverse_model": config.inverse_weight > 0,
-        "atc_head": config.atc_weight > 0,
-        "goal_film": config.goal_film,
-    }
-
-
-def spr_coefficient(config: PretrainConfig) -> float:
-    """Weight of `spr_loss` (-sum_k cos) for the config's ``spr_weight`` read by
-    ``spr_weight_convention`` (`sgi_lab.train.sgi_loss.spr_coefficient`)."""
-    return _spr_coefficient(config.spr_weight, config.spr_steps, config.spr_weight_convention)
-
-
-def build_state(
-    config: PretrainConfig, num_actions: int, device: torch.device, **sizes: Any
-) -> PretrainState:
-    """Model, EMA target, Adam and generator of a new run; ``sizes`` override SGIModel's
-    size arguments (``image_size``, ``hidden_size``, ``width_scale``: the narrow networks of
-    the reference fixtures)."""
-    prepare_device(device)  # CPU: freed heap is reused instead of page-faulted back
-    torch.manual_seed(config.seed)
-    channels_last = config.channels_last
-    args = {**model_args(config, num_actions), **sizes}
-    model = SGIModel(**args, channels_last=channels_last).to(device)
-    target = make_target(model)
-    # One fused kernel over all parameters instead of a loop of ~10 ops per tensor: 2.5x faster
-    # on a 2-core CPU (22 ms vs 55 ms for the ResNet model's 22M parameters); same update.
-    fused = device.type in ("cpu", "cuda")
-    # capturable: Adam's step counter on the device, so a CUDA graph can replay the step.
-    capturable = device.type == "cuda" and getattr(config, "cuda_graphs", False)
-    optimizer = torch.optim.Adam(
-        model.parameters(),
-        lr=config.lr,
-        eps=config.adam_eps,
-        fused=fused or None,
-        capturable=capturable,
-    )
-    generator = torch.Generator(device=device)
-    generator.manual_seed(config.seed)
-    return PretrainState(model, target, optimizer, generator)
-
-
-def make_sampler(config: PretrainConfig, store: TransitionStore) -> SequenceSampler:
-    """Batches for the configured objectives (ATC keeps its own 32 x (8 + delta) layout)."""
-    if config.atc_weight > 0:
-        return SequenceSampler(
-            store,
-            batch_size=config.atc_sequences,
-            K=config.atc_seq_len + config.atc_delta - 1,
-            n_step=0,
-            goal_window=0,
-            seed=config.seed,
-            prefetch=config.prefetch,
-        )
-    return SequenceSampler(
-        store,
-        batch_size=config.batch_size,
-        K=config.spr_steps,
-        n_step=0,  # reward-free: goal RL's returns come from synthetic rewards
-        goal_window=config.goal_window if config.goal_weight > 0 else 0,
-        goal_offsets="clip" if config.goal_offsets == "reference" else "uniform",
-        seed=config.seed,
-        prefetch=config.prefetch,
-    )
-
-
-def _to_device(batch: SequenceBatch, device: torch.device) -> dict[str, torch.Tensor]:
-    pin = device.type == "cuda"
-
-    def move(x: np.ndarray) -> torch.Tensor:
-        t = torch.from_numpy(np.ascontiguousarray(x))
-        return t.pin_memory().to(device, non_blocking=True) if pin else t
-
-    out = {"obs": move(batch.obs), "actions": move(batch.actions), "valid": move(batch.valid)}
-    if batch.goal_obs is not None:
-        out["goal_obs"] = move(batch.goal_obs)
-    return out
-
-
-@contextlib.contextmanager
-def target_passes(config: PretrainConfig, target: SGIModel) -> Iterator[None]:
-    """Gradient-free target/goal passes; in eval mode when ``target_batch_norm='running'``."""
-    running = config.target_batch_norm == "running" and target.training
-    if running:
-        target.eval()
-    try:
-        with torch.no_grad():
-            yield
-    finally:
-        if running:
-            target.train()
-
-
-@torch.no_grad()
-def representation_similarity(y: torch.Tensor) -> torch.Tensor:
-    """Mean pairwise cosine similarity of projected latents (paper Fig. 4), (B, P) -> scalar."""
-    b = y.shape[0]
-    if b < 2:
-        return torch.zeros((), device=y.device)
-    with torch.autocast(y.device.type, enabled=False):  # fp32: bf16 would round 0.998 to 1
-        y = F.normalize(y.detach().float(), dim=-1, eps=1e-6)
-        sim = y @ y.T
-    return (sim.sum() - sim.diagonal().sum()) / (b * (b - 1))
-
-
-LOG_NAMES = {
-    "spr": "losses/spr",
-    "goal_rl": "losses/goal",
-    "inverse": "losses/inverse",
-    "bc": "losses/bc",
-}
-"""metrics.jsonl keys of the per-objective losses of `sgi_lab.train.sgi_loss.sgi_loss_terms`."""
-
-
-def sgi_losses(
-    config: PretrainConfig, state: PretrainState, batch: dict[str, torch.Tensor]
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Weighted S/G/I/BC loss of one batch (`sgi_lab.train.sgi_loss`) and the values to log.
-
-    Args:
-        config: the pretraining config (weights, K, goal settings).
-        state: model, target, optimizer, generator.
-        batch: ``obs`` (B, K+1, 4, 84, 84) uint8, ``actions`` (B, K+1), ``valid`` (B, K+1),
-            ``goal_obs`` (B, 4, 84, 84) when goal RL is on.
-
-    Returns:
-        the scalar loss to minimise, and a dict of detached scalars to log.
-    """
-    model, target, gen = state.model, state.target, state.generator
-    settings = pretraining_settings(config)
-    obs = batch["obs"]
-    obs = augment(obs, gen) if config.augment else obs.float()
-    actions, valid = batch["actions"], batch["valid"]
-    need_projections = settings.spr > 0 or settings.inverse > 0
-
-    # Targets under no_grad: target latents of s_t..s_{t+K}, and p_m(z~_{t+1..t+K}) (SPR and
-    # inverse dynamics never use p_m(z~_t); contiguous: a strided 3-D input would send the
-    # linear layers to a batched matmul that copies their weights per batch element).
-    with target_passes(config, target):
-        z_target = target.encode(obs) if need_projections or settings.goal > 0 else None
-        y_target = target.project(z_target[:, 1:].contiguous()) if need_projections else None
-    z0 = model.encode(obs[:, 0])
-    y0 = model.project(z0)
-    logs: dict[str, torch.Tensor] = {"charts/cosine_similarity": representation_similarity(y0)}
-    targets = SGITargets(y=y_target)
-    if settings.goal > 0:
-        targets, rewards = goal_targets(
-            config, state, obs, batch["goal_obs"], valid, z_target, y_target
-        )
-        logs["charts/goal_reward_mean"] = rewards[:, 0].mean()
-
-    losses, charts = sgi_loss_terms(model, z0, actions, valid, targets, settings, y0=y0)
-    total = weighted_sum(losses, settings).mean()
-    logs.update({LOG_NAMES[k]: v.mean() for k, v in losses.items()})
-    logs.update({k: v.mean() for k, v in charts.items()})
-    logs["losses/total"] = total
-    return total, logs
-
-
-def goal_targets(
-    config: PretrainConfig,
-    state: PretrainState,
-    obs: torch.Tensor,
-    goal_obs: torch.Tensor,
-    valid: torch.Tensor,
-    z_target: torch.Tensor,
-    y_target: torch.Tensor | None,
-) -> tuple[SGITargets, torch.Tensor]:
-    """Goal RL's targets under no_grad: noisy hindsight goals from the goal observations, the
-    target's goal-conditioned distribution at s_{t+n} and, with double Q, the online one that
-    picks its action; and the synthetic rewards (B, n), for logging."""
-    model, target, gen = state.model, state.target, state.generator
-    n = config.n_step
-    goal_obs = augment(goal_obs, gen) if config.augment else goal_obs.float()
-    with target_passes(config, target):
-        goals = sample_goals(
-            target.encode(goal_obs),
-            gen,
-            config.goal_alpha_max,
-            config.goal_swap_prob,
-            noise_scale="unit" if config.goal_noise == "reference" else "latent_norm",
-        )
-        # The bootstrap state's latent, encoded on its own: with batch norm its statistics
-        # are those of the B bootstrap states, as in the reference (whose target network
-        # encodes them in a pass of their own), not those of the whole sequence batch.
-        z_next = target.encode(obs[:, n]) if model.encoder_has_batch_norm else z_target[:, n]
-        goal_next = F.softmax(target.goal_q_logits(z_next, goals), dim=-1)
-        latents = z_target[:, : n + 1].flatten(2)
-        _, _, rewards = goal_n_step_returns(
-            latents,
-            goals,
-            valid[:, : n + 1],
-            config.gamma,
-            config.goal_reward_scale,
-            config.goal_distance_scale,
-        )
-    selection = None
-    if config.goal_double_q:  # the online network picks the bootstrap action
-        with torch.no_grad():
-            selection = F.softmax(model.goal_q_logits(model.encode(obs[:, n]), goals), -1)
-    targets = SGITargets(
-        y=y_target, z=latents, goals=goals, goal_next=goal_next, goal_selection=selection
-    )
-    return targets, rewards
-
-
-def atc_losses(
-    config: PretrainConfig, state: PretrainState, batch: dict[str, torch.Tensor]
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """ATC on ``atc_sequences`` x ``atc_seq_len`` anchors, positives ``atc_delta`` steps later."""
-    model, target, gen = state.model, state.target, state.generator
-    L, d = config.atc_seq_len, config.atc_delta
-    obs = batch["obs"]
-    obs = augment(obs, gen) if config.augment else obs.float()
-    anchors = obs[:, :L].flatten(0, 1)
-    with target_passes(config, target):
-        positives = target.project(target.encode(obs[:, d : d + L].flatten(0, 1)))
-    y = model.project(model.encode(anchors))
-    predictions = model.atc_predict(y)
-    valid = batch["valid"][:, d : d + L].flatten()
-    loss = atc_loss(predictions, positives, valid).mean()
-    logs = {
-        "losses/atc": loss,
-        # A masked mean, not [valid]: boolean indexing would read the mask on the host.
-        "charts/atc_accuracy": (atc_accuracy(predictions, positives) * valid).sum() / valid.sum(),
-        "charts/cosine_similarity": representation_similarity(y),
-        "losses/total": config.atc_weight * loss,
-    }
-    return config.atc_weight * loss, logs
-
-
-def clip_groups(model: SGIModel, groups: str) -> list[list[torch.Tensor]]:
-    """The parameter lists whose gradient norms are clipped each on its own: all together, or
-    as the reference's ``optimize_agent`` (``split_stem_model_params``): encoder and every
-    head (its ``conv`` and ``head``: Q head, projection, FiLM generator, goal head), and the
-    transition model (its ``dynamics_model``); the predictor, inverse model and ATC head are
-    not clipped there."""
-    if groups == "all":
-        return [list(model.parameters())]
-    stem, transition = [], []
-    for name, p in model.named_parameters():
-        part = parameter_group(name)
-        if part in ("encoder", "projection", "q_output", "goal"):
-            stem.append(p)
-        elif part == "transition":
-            transition.append(p)
-    return [stem, transition]
-
-
-def train_step(
-    config: PretrainConfig,
-    state: PretrainState,
-    batch: dict[str, torch.Tensor],
-    host_checks: bool | None = None,
-) -> dict[str, torch.Tensor]:
-    """One gradient step: losses, Adam, EMA. Raises FloatingPointError on a NaN/Inf loss (on a
-    CPU at once; on a GPU, where reading the loss would stall the launch queue every step, the
-    training loop checks when it logs). ``host_checks`` (default: on a CPU) reads values on
-    the host; off, the step is what a CUDA graph captures (`sgi_lab.nets.graphs`)."""
-    if host_checks is None:
-        host_checks = batch["obs"].device.type == "cpu"
-    with autocast(batch["obs"].device, cuda=config.amp, cpu=config.cpu_amp):
-        losses = atc_losses if config.atc_weight > 0 else sgi_losses
-        total, logs = losses(config, state, batch)
-    if host_checks and not torch.isfinite(total):
-        bad = {k: float(v.detach()) for k, v in logs.items() if not torch.isfinite(v)}
-        raise FloatingPointError(f"non-finite pretraining loss: {bad}")
-    state.optimizer.zero_grad(set_to_none=True)
-    total.backward()
-    if config.grad_clip > 0:
-        groups = clip_groups(state.model, config.grad_clip_groups)
-        norms = [clip_gradients(g, config.grad_clip, host_checks) for g in groups]
-        logs["grad_norm"] = norms[0] if len(norms) == 1 else torch.stack(norms).norm()
-    state.optimizer.step()
-    ema_update(state.target, state.model, config.ema_tau)
-    return logs
-
-
-class GraphedStep:
-    """`train_step` replayed from a CUDA graph (`sgi_lab.nets.graphs.GraphedCall`): three eager
-    steps, then the capture with the augmentation generator registered, and from then on each
-    call copies the batch into the graph's static inputs and replays it: no kernel is launched
-    from Python. The returned logs are copies (a replay overwrites the graph's outputs)."""
-
-    WARMUP = 3
-
-    def __init__(self, config: PretrainConfig, state: PretrainState) -> None:
-        self.config, self.state = config, state
-        self.call = GraphedCall(
-            lambda batch: train_step(config, state, batch),
-            warmup=self.WARMUP,
-            generators=[state.generator],
-            before_capture=lambda: state.optimizer.zero_grad(set_to_none=True),
-        )
-
-    @staticmethod
-    def usable(config: PretrainConfig, device: torch.device) -> bool:
-        return GraphedCall.available(device) and config.cuda_graphs
-
-    def __call__(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        logs = self.call(batch)
-        return {k: v.clone() if torch.is_tensor(v) else v for k, v in logs.items()}
 
 
 def _window_mean(values: list[Any]) -> float:
     """Mean of a metric over a logging window (tensors read from the device in one go)."""
     tensors = [torch.as_tensor(v, dtype=torch.float64).reshape(()) for v in values]
     return float(torch.stack([t.cpu() for t in tensors]).mean())
-
-
-def _checkpoint_payload(config, state, sampler, step, args, store) -> dict[str, Any]:
-    payload = {
-        "model": state.model.state_dict(),
-        "target": state.target.state_dict(),
-        "optimizer": state.optimizer.state_dict(),
-        "generator": state.generator.get_state(),
-        "torch_rng": torch.get_rng_state(),
-        "sampler": sampler.state_dict(),
-        "model_args": args,
-        "config": to_dict(config),
-        "game": store.game,
-        "data": str(store.path),
-    }
-    return payload
 
 
 def pretrain(
@@ -462,28 +112,6 @@ def check_store(store: TransitionStore) -> None:
         )
 
 
-def measure_step(
-    config: PretrainConfig,
-    store: TransitionStore,
-    device: torch.device,
-    bf16: bool,
-    channels_last: bool,
-) -> float:
-    """Seconds per pretraining step under the given CPU settings, on a throwaway state and one
-    real batch (the run's own random streams are left as they were)."""
-    config = dataclasses.replace(config, cpu_amp=bf16, channels_last=channels_last, prefetch=0)
-    with torch.random.fork_rng():
-        state = build_state(config, store.num_actions, device)
-        state.model.train()
-        state.target.train()
-        sampler = make_sampler(config, store)
-        try:
-            batch = _to_device(sampler.sample(), device)
-        finally:
-            sampler.close()
-        return time_step(lambda: train_step(config, state, batch), warmup=2, budget_s=1.0)
-
-
 def _pretrain(config, store, run, progress, callback, params_name, stop) -> Path:
     device = resolve_device(config.device)
     # "auto" CPU precision and layout: the fastest measured on this machine for this workload.
@@ -496,40 +124,47 @@ def _pretrain(config, store, run, progress, callback, params_name, stop) -> Path
         config, device, workload, lambda bf16, cl: measure_step(config, store, device, bf16, cl)
     )
     run.cpu_choice = choice.to_json()
-    args = model_args(config, store.num_actions)
-    state = build_state(config, store.num_actions, device)
-    sampler = make_sampler(config, store)
+    loop = _Loop(config, store, run, device, params_name)
     # A first Ctrl-C (or a notebook's interrupt) stops at the next step, checkpointed.
     stop = stop if stop is not None else Deadline()
     try:
         with stop_on_signals(stop, signal.SIGINT):
-            return _train_loop(
-                config,
-                store,
-                run,
-                state,
-                sampler,
-                args,
-                device,
-                progress,
-                callback,
-                params_name,
-                stop,
-            )
+            return loop.run(progress, callback, stop)
     finally:
-        sampler.close()
+        loop.sampler.close()
 
 
-def _train_loop(
-    config, store, run, state, sampler, args, device, progress, callback, params_name, stop
-):
-    # On the CPU: load_state_dict copies onto the parameters' device, and RNG states must be CPU.
-    checkpoint = run.load_latest("pretrain", map_location="cpu")
-    step = 0
-    if checkpoint is not None:
-        if checkpoint["model_args"] != args:
+class _Loop:
+    """The pretraining loop of one run: its state, sampler and periodic probe, resumed from the
+    run's newest checkpoint; `run` trains to ``config.steps`` and saves ``model.pt``."""
+
+    def __init__(self, config, store, run, device, params_name) -> None:
+        self.config, self.store, self.run_dir, self.device = config, store, run, device
+        self.args = model_args(config, store.num_actions)
+        self.state = build_state(config, store.num_actions, device)
+        self.sampler = make_sampler(config, store)
+        self.probe = PeriodicProbe.of(config, device)
+        self.step = self.resume()
+        run.start(
+            self.step,
+            params=params_name,
+            data=str(store.path),
+            game=store.game,
+            cpu_settings=getattr(run, "cpu_choice", {}),
+        )
+
+    def resume(self) -> int:
+        """Load the newest checkpoint into the state and sampler; its step (0 for a new run)."""
+        run, state = self.run_dir, self.state
+        # On the CPU: load_state_dict copies onto the parameters' device; RNG states are CPU.
+        checkpoint = run.load_latest("pretrain", map_location="cpu")
+        self.resumed = checkpoint is not None
+        if checkpoint is None:
+            return 0
+        if checkpoint["model_args"] != self.args:
             raise ConfigError(
-                f"{run.path}: checkpoint model {checkpoint['model_args']} does not match {args}"
+                f"{run.path}: checkpoint model {checkpoint['model_args']} does not match "
+                f"{self.args}"
             )
         state.model.load_state_dict(checkpoint["model"])
         state.target.load_state_dict(checkpoint["target"])
@@ -541,93 +176,189 @@ def _train_loop(
                 stacklevel=2,
             )
         torch.set_rng_state(checkpoint["torch_rng"])
-        sampler.load_state_dict(checkpoint["sampler"])
-        step = int(checkpoint["step"])
-    run.start(
-        step,
-        params=params_name,
-        data=str(store.path),
-        game=store.game,
-        cpu_settings=getattr(run, "cpu_choice", {}),
-    )
-    logger = run.metrics_logger(resume_step=step if checkpoint is not None else None)
-    window: dict[str, list[float]] = defaultdict(list)
-    bar = tqdm(total=config.steps, initial=step, disable=not progress, desc="pretrain", unit="step")
-    samples_per_step = sampler.batch_size
-    t_window = time.perf_counter()
-    steps_in_window = 0
-    state.model.train()
-    state.target.train()  # as the reference: target BN uses batch statistics
-    if GraphedStep.usable(config, device):
-        step_fn = GraphedStep(config, state)
-    else:
-        step_fn = functools.partial(train_step, config, state)
-    try:
-        while step < config.steps:
-            batch = _to_device(sampler.sample(), device)
-            logs = step_fn(batch)
-            step += 1
-            steps_in_window += 1
-            for key, value in logs.items():
-                # Kept on the device until the row is written: no host sync per step on a GPU.
-                window[key].append(value.detach() if torch.is_tensor(value) else value)
-            bar.update(1)
-            if step % config.log_every == 0 or step == config.steps:
-                elapsed = time.perf_counter() - t_window
-                row = {k: _window_mean(v) for k, v in window.items()}
-                if not np.isfinite(row.get("losses/total", 0.0)):
-                    raise FloatingPointError(
-                        f"non-finite pretraining loss in the last window: {row}"
-                    )
-                row["charts/samples_per_s"] = (
-                    steps_in_window * samples_per_step / max(elapsed, 1e-9)
-                )
-                row = logger.log(step, **row)
-                bar.set_postfix(
-                    {
-                        k.split("/")[-1]: f"{v:.3g}"
-                        for k, v in row.items()
-                        if k.startswith("losses/")
-                    }
-                )
-                if callback is not None:
-                    callback(row)
-                window.clear()
-                steps_in_window = 0
-                t_window = time.perf_counter()
-            why = stop.reason() if stop is not None and step < config.steps else None
-            if step % config.checkpoint_every == 0 or step == config.steps or why:
-                run.save_checkpoint(
-                    step, _checkpoint_payload(config, state, sampler, step, args, store), "pretrain"
-                )
-                run.set_status("running", step=step)
-            if why:
-                raise RunStopped(step, why)
-    except FloatingPointError as exc:
-        last = run.latest_checkpoint()
-        raise FloatingPointError(
-            f"{exc} (at step {step + 1}; last good checkpoint: {last})"
-        ) from None
-    finally:
-        bar.close()
-        logger.close()
-    model_path = run.path / "model.pt"
-    atomic_torch_save(
-        {
-            "format": "sgi-lab",
-            "kind": "pretrained_model",
-            "step": step,
+        self.sampler.load_state_dict(checkpoint["sampler"])
+        return int(checkpoint["step"])
+
+    def step_function(self) -> Callable[[PretrainBatch], dict[str, torch.Tensor]]:
+        """`train_step`, replayed from a CUDA graph where one can be."""
+        if GraphedStep.usable(self.config, self.device):
+            return GraphedStep(self.config, self.state)
+        return functools.partial(train_step, self.config, self.state)
+
+    def run(self, progress: bool, callback, stop: Deadline) -> Path:
+        config, run = self.config, self.run_dir
+        logger = run.metrics_logger(resume_step=self.step if self.resumed else None)
+        window = _Window(self.sampler.batch_size)
+        bar = tqdm(
+            total=config.steps,
+            initial=self.step,
+            disable=not progress,
+            desc="pretrain",
+            unit="step",
+        )
+        self.state.model.train()
+        self.state.target.train()  # as the reference: target BN uses batch statistics
+        step_fn = self.step_function()
+        try:
+            while self.step < config.steps:
+                window.add(step_fn(device_batch(self.sampler.sample(), self.device)))
+                self.step += 1
+                bar.update(1)
+                self.log(logger, window, bar, callback)
+                why = stop.reason() if self.step < config.steps else None
+                if self.step % config.checkpoint_every == 0 or self.step == config.steps or why:
+                    self.checkpoint()
+                if why:
+                    raise RunStopped(self.step, why)
+        except FloatingPointError as exc:
+            last = run.latest_checkpoint()
+            raise FloatingPointError(
+                f"{exc} (at step {self.step + 1}; last good checkpoint: {last})"
+            ) from None
+        finally:
+            bar.close()
+            logger.close()
+        return self.save_model()
+
+    def log(self, logger, window: _Window, bar, callback) -> None:
+        """At a logging step (or a probing one): the window's means (and the probe's F1) as a
+        metrics row, on the bar and to the callback."""
+        step, config = self.step, self.config
+        probing = self.probe is not None and self.probe.due(step, config.steps)
+        if not (step % config.log_every == 0 or step == config.steps or probing):
+            return
+        row = window.row()
+        if probing:
+            row.update(self.probe(self.state.model, step))
+            window.restart_clock()  # the probe's time is not training time
+        row = logger.log(step, **row)
+        bar.set_postfix(
+            {k.split("/")[-1]: f"{v:.3g}" for k, v in row.items() if k.startswith("losses/")}
+        )
+        if callback is not None:
+            callback(row)
+
+    def checkpoint(self) -> None:
+        config, state, sampler, store = self.config, self.state, self.sampler, self.store
+        payload = {
             "model": state.model.state_dict(),
-            # the EMA target too: finetuning can start SPR's target from it, as the reference
             "target": state.target.state_dict(),
-            "model_args": args,
+            "optimizer": state.optimizer.state_dict(),
+            "generator": state.generator.get_state(),
+            "torch_rng": torch.get_rng_state(),
+            "sampler": sampler.state_dict(),
+            "model_args": self.args,
             "config": to_dict(config),
             "game": store.game,
-        },
-        model_path,
-    )
-    run.finish(step, model=str(model_path))
-    return model_path
+            "data": str(store.path),
+        }
+        self.run_dir.save_checkpoint(self.step, payload, "pretrain")
+        self.run_dir.set_status("running", step=self.step)
+
+    def save_model(self) -> Path:
+        """``model.pt`` (the online model and its EMA target) and the run marked finished."""
+        model_path = self.run_dir.path / "model.pt"
+        atomic_torch_save(
+            {
+                "format": "sgi-lab",
+                "kind": "pretrained_model",
+                "step": self.step,
+                "model": self.state.model.state_dict(),
+                # the EMA target too: finetuning can start SPR's target from it, as the reference
+                "target": self.state.target.state_dict(),
+                "model_args": self.args,
+                "config": to_dict(self.config),
+                "game": self.store.game,
+            },
+            model_path,
+        )
+        self.run_dir.finish(self.step, model=str(model_path))
+        return model_path
+
+
+class _Window:
+    """A logging window: every step's logs kept on the device until the row is written (no
+    host sync per step on a GPU), and the samples per second since the last row."""
+
+    def __init__(self, samples_per_step: int) -> None:
+        self.samples_per_step = samples_per_step
+        self.values: dict[str, list[Any]] = defaultdict(list)
+        self.restart_clock()
+
+    def restart_clock(self) -> None:
+        self.started, self.steps = time.perf_counter(), 0
+
+    def add(self, logs: dict[str, Any]) -> None:
+        self.steps += 1
+        for key, value in logs.items():
+            self.values[key].append(value.detach() if torch.is_tensor(value) else value)
+
+    def row(self) -> dict[str, float]:
+        """The window's means; raises FloatingPointError on a non-finite total loss."""
+        elapsed = time.perf_counter() - self.started
+        row = {k: _window_mean(v) for k, v in self.values.items()}
+        if not np.isfinite(row.get("losses/total", 0.0)):
+            raise FloatingPointError(f"non-finite pretraining loss in the last window: {row}")
+        row["charts/samples_per_s"] = self.steps * self.samples_per_step / max(elapsed, 1e-9)
+        self.values.clear()
+        self.restart_clock()
+        return row
+
+
+class PeriodicProbe:
+    """Linear probes of the encoder every ``probe_every`` steps (`sgi_lab.probes`): a probe
+    curve beside the diversity curve (paper Fig. 4), as metrics ``probe/f1`` (AtariARI's overall
+    F1), ``probe/f1_<category>`` and ``probe/reward_f1``.
+
+    The probe store is a second store of the run's game, with RAM (other episodes than the
+    training data); every probe uses the same episode split and at most ``probe_frames`` of its
+    frames. Probing reads the model in eval mode under ``no_grad`` and its own random streams,
+    so the training (and its bit-exact resume) is the same with or without it."""
+
+    def __init__(self, store: TransitionStore, every: int, frames: int, device: torch.device):
+        self.store, self.every, self.frames, self.device = store, every, frames, device
+
+    @classmethod
+    def of(cls, config: PretrainConfig, device: torch.device) -> PeriodicProbe | None:
+        """The config's probe, or None when ``probe_every`` is 0.
+
+        Raises:
+            ProbeInputError, UnannotatedGameError, StoreError: the probe store cannot be probed.
+        """
+        if config.probe_every <= 0:
+            return None
+        from sgi_lab.probes.core import check_probe_store
+
+        store = check_probe_store(config.probe_data)
+        return cls(store, config.probe_every, config.probe_frames, device)
+
+    def due(self, step: int, steps: int) -> bool:
+        return step % self.every == 0 or step == steps
+
+    def __call__(self, model: SGIModel, step: int) -> dict[str, float]:
+        from sgi_lab.probes.core import ProbeEncoder, probe_encoder
+
+        encoder = ProbeEncoder(model, "training", "pretrain", Path(), step=step)
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            result = probe_encoder(
+                encoder,
+                self.store,
+                max_frames=self.frames,
+                random_baseline_seed=None,
+                device=str(self.device),
+                progress=False,
+            )
+        model.train()
+        return probe_metrics(result)
+
+
+def probe_metrics(result: dict[str, Any]) -> dict[str, float]:
+    """A probes result's overall, per-category and reward F1 as metrics.jsonl keys."""
+    row = {"probe/f1": result.get("overall")}
+    for category, value in (result.get("categories") or {}).items():
+        row[f"probe/f1_{category}"] = value.get("f1") if isinstance(value, dict) else value
+    row["probe/reward_f1"] = (result.get("reward") or {}).get("f1")
+    return {k: float(v) for k, v in row.items() if v is not None}
 
 
 def load_pretrained_model(run_dir: str | Path) -> SGIModel:
@@ -644,16 +375,10 @@ def config_from_run(run_dir: str | Path) -> PretrainConfig:
 
 
 __all__ = [
-    "GraphedStep",
-    "PretrainState",
-    "build_state",
+    "PeriodicProbe",
+    "check_store",
     "config_from_run",
     "load_pretrained_model",
-    "make_sampler",
-    "measure_step",
-    "model_args",
     "pretrain",
-    "representation_similarity",
-    "spr_coefficient",
-    "train_step",
+    "probe_metrics",
 ]

@@ -55,7 +55,7 @@ def tree_stack(trees: list[Any]) -> Any:
     if isinstance(first, dict):
         return {k: tree_stack([t[k] for t in trees]) for k in first}
     if isinstance(first, (tuple, list)):
-        return type(first)(tree_stack([t[i] for t in trees]) for i in range(len(first)))
+        return _rebuild(first, [tree_stack([t[i] for t in trees]) for i in range(len(first))])
     return first
 
 
@@ -66,5 +66,12 @@ def tree_map(fn: Callable[[torch.Tensor], Any], tree: Any) -> Any:
     if isinstance(tree, dict):
         return {k: tree_map(fn, v) for k, v in tree.items()}
     if isinstance(tree, (tuple, list)):
-        return type(tree)(tree_map(fn, v) for v in tree)
+        return _rebuild(tree, [tree_map(fn, v) for v in tree])
     return tree
+
+
+def _rebuild(like: tuple | list, items: list[Any]) -> tuple | list:
+    """A tuple, named tuple or list of the type of ``like`` holding ``items``."""
+    if hasattr(like, "_fields"):  # a NamedTuple: its fields are positional arguments
+        return type(like)(*items)
+    return type(like)(items)

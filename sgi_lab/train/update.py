@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -32,15 +32,82 @@ from sgi_lab.nets import SGIModel
 from sgi_lab.nets.cpu_settings import time_step
 from sgi_lab.nets.graphs import GraphedCall
 from sgi_lab.objectives import c51_kl, c51_loss, c51_target, goals_from_draws
-from sgi_lab.train.agent import Population, augmented_frames, masked_mean
+from sgi_lab.train.agent import Population, masked_mean
+from sgi_lab.train.augmentation import augmented_frames
 from sgi_lab.train.sgi_loss import SGITargets, finetuning_settings, sgi_loss_terms, weighted_sum
 
-__all__ = ["learn", "learn_step", "measure_update", "stage", "staged_batch", "update"]
+__all__ = [
+    "StagedBatch",
+    "UpdateInputs",
+    "UpdateTargets",
+    "learn",
+    "learn_step",
+    "measure_update",
+    "stage",
+    "staged_batch",
+    "update",
+]
 
 Tensors = dict[str, torch.Tensor]
 
 
-def update(pop: Population, staged: Tensors, count: bool = True) -> tuple[Tensors, torch.Tensor]:
+class StagedBatch(NamedTuple):
+    """Every agent's sampled sequences on the device, stacked along the agent axis, as the
+    samplers gave them (uint8 frames: augmentation happens in the update).
+
+    Attributes:
+        obs: (N, B, K+1, 4, 84, 84) frame stacks of s_t..s_{t+K}.
+        boot_obs: (N, B, 4, 84, 84) the n-step bootstrap states.
+        actions: (N, B, K+1) int64 actions a_t..a_{t+K}.
+        valid: (N, B, K+1) bool, False past an episode's end.
+        returns: (N, B) n-step returns of clipped rewards.
+        discounts: (N, B) gamma^n, or 0 after a terminal.
+        weights: (N, B) importance-sampling weights.
+        goal_obs: (N, B, 4, 84, 84) future states for goal RL (``ssl: all``), else None.
+    """
+
+    obs: torch.Tensor
+    boot_obs: torch.Tensor
+    actions: torch.Tensor
+    valid: torch.Tensor
+    returns: torch.Tensor
+    discounts: torch.Tensor
+    weights: torch.Tensor
+    goal_obs: torch.Tensor | None = None
+
+
+class UpdateInputs(NamedTuple):
+    """What the losses read, per agent under vmap: the staged batch with every observation
+    augmented by the update's draws (prepared for the encoders), the noisy-net noise samples,
+    the action mask, and goal RL's draws for ``ssl: all``."""
+
+    obs: torch.Tensor  # (K+1, B, 4, 84, 84) per agent: time-major
+    boot_obs: torch.Tensor
+    actions: torch.Tensor
+    valid: torch.Tensor
+    returns: torch.Tensor
+    discounts: torch.Tensor
+    weights: torch.Tensor
+    mask: torch.Tensor
+    noise_target: Tensors
+    noise_online: Tensors
+    goal_obs: torch.Tensor | None = None
+    noise_goal: Tensors | None = None
+    goal_draws: Tensors | None = None
+
+
+class UpdateTargets(NamedTuple):
+    """One agent's targets: the C51 n-step target distribution (B, atoms), the mean bootstrap
+    Q value (for logs) and the SSL losses' targets."""
+
+    rl: torch.Tensor
+    q_next: torch.Tensor
+    ssl: SGITargets
+
+
+def update(
+    pop: Population, staged: StagedBatch, count: bool = True
+) -> tuple[Tensors, torch.Tensor]:
     """One gradient update of every agent of ``pop`` from staged device tensors (`stage`).
 
     Eager on every device; `learn` adds the replay's sampling and priorities around it (and on
@@ -62,17 +129,19 @@ def update(pop: Population, staged: Tensors, count: bool = True) -> tuple[Tensor
     x = update_inputs(pop, staged)
 
     # 2-3. Targets under no_grad, then the losses; per agent, all agents at once.
-    def agent_losses(online: Tensors, spr_target: Tensors, q_target: Tensors, x: dict):
+    def agent_losses(online: Tensors, spr_target: Tensors, q_target: Tensors, fields: dict):
+        x = UpdateInputs(**fields)  # vmap maps tensors only: the absent fields travel as absent
         # s_t's online latent first: with batch norm, the running statistics then move in the
         # reference's order (s_t, then the bootstrap state).
-        z0 = pop.call(online, lambda m, o: m.encode(o, prepared=True), x["obs"][0])
+        z0 = pop.call(online, lambda m, o: m.encode(o, prepared=True), x.obs[0])
         targets = compute_targets(pop, online, spr_target, q_target, x)
         return compute_losses(pop, online, x, targets, z0)
 
     q_target = pop.q_target if pop.q_target is not None else {}
     with torch.autocast(pop.device.type, dtype=torch.bfloat16, enabled=pop.update_amp):
+        present = {k: v for k, v in x._asdict().items() if v is not None}
         total, stats, priorities = pop.batched(agent_losses)(
-            pop.online, pop.spr_target, q_target, x
+            pop.online, pop.spr_target, q_target, present
         )
     if pop.host_checks:
         check_finite(pop, total)
@@ -85,7 +154,7 @@ def update(pop: Population, staged: Tensors, count: bool = True) -> tuple[Tensor
         pop.update_spr_target()
     pop.optimizer.step()
     with torch.no_grad():
-        for k, v in x["noise_online"].items():  # acting uses the update's noise
+        for k, v in x.noise_online.items():  # acting uses the update's noise
             pop.online[k].copy_(v)
     if cfg.spr_target_update == "after_step":
         pop.update_spr_target()
@@ -98,17 +167,18 @@ def update(pop: Population, staged: Tensors, count: bool = True) -> tuple[Tensor
     return stats, priorities.detach()
 
 
-def update_inputs(pop: Population, staged: Tensors) -> dict[str, Any]:
+def update_inputs(pop: Population, staged: StagedBatch) -> UpdateInputs:
     """The update's inputs: the staged tensors with every observation augmented by the
-    update's draws (`Population.draw`), the noise samples and goal draws."""
+    update's draws (`Population.draw`; `sgi_lab.train.augmentation`), the noise samples and
+    goal draws."""
     cfg = pop.config
-    B, T = staged["obs"].shape[1:3]
+    B, T = staged.obs.shape[1:3]
     drawn = pop.draw(B, T)
     dtype = torch.bfloat16 if pop.update_amp else torch.float32
 
-    def frames(name: str, view: str, **kw: Any) -> torch.Tensor:
+    def frames(frames: torch.Tensor, view: str, **kw: Any) -> torch.Tensor:
         return augmented_frames(
-            staged[name],
+            frames,
             drawn.get(f"corners_{view}"),
             drawn.get(f"jitter_{view}"),
             channels_last=pop.template.channels_last,
@@ -116,29 +186,28 @@ def update_inputs(pop: Population, staged: Tensors) -> dict[str, Any]:
             **kw,
         )
 
-    x = {
-        "obs": frames("obs", "obs", time_major=True),  # (N, K+1, B, 4, 84, 84)
-        "boot_obs": frames("boot_obs", "boot"),
-        "actions": staged["actions"],
-        "valid": staged["valid"],
-        "returns": staged["returns"],
-        "discounts": staged["discounts"],
-        "weights": staged["weights"],
-        "mask": pop.action_mask,
-        "noise_target": drawn["noise_target"],
-        "noise_online": drawn["noise_online"],
-    }
-    if cfg.ssl == "all":
-        x["goal_obs"] = frames("goal_obs", "goal")
-        x["noise_goal"] = drawn["noise_goal"]
-        x["goal_draws"] = drawn["goal_draws"]
-    return x
+    goals = cfg.ssl == "all"
+    return UpdateInputs(
+        obs=frames(staged.obs, "obs", time_major=True),  # (N, K+1, B, 4, 84, 84)
+        boot_obs=frames(staged.boot_obs, "boot"),
+        actions=staged.actions,
+        valid=staged.valid,
+        returns=staged.returns,
+        discounts=staged.discounts,
+        weights=staged.weights,
+        mask=pop.action_mask,
+        noise_target=drawn["noise_target"],
+        noise_online=drawn["noise_online"],
+        goal_obs=frames(staged.goal_obs, "goal") if goals else None,
+        noise_goal=drawn["noise_goal"] if goals else None,
+        goal_draws=drawn["goal_draws"] if goals else None,
+    )
 
 
 @torch.no_grad()
 def compute_targets(
-    pop: Population, online: Tensors, spr_target: Tensors, q_target: Tensors, x: dict
-) -> dict[str, Any]:
+    pop: Population, online: Tensors, spr_target: Tensors, q_target: Tensors, x: UpdateInputs
+) -> UpdateTargets:
     """One agent's targets (runs under vmap): the C51 n-step target distribution and the SSL
     losses' `SGITargets`.
 
@@ -148,82 +217,76 @@ def compute_targets(
     s_{t+1..t+K}, encoded in one time-major pass (with s_t and the goal observations for
     ``ssl: all``).
     """
-    cfg, call, mask, obs = pop.config, pop.call, x["mask"], x["obs"]
+    cfg, call, mask, obs = pop.config, pop.call, x.mask, x.obs
     K = cfg.spr_steps if cfg.ssl != "none" else 0
     support = pop.template.support
-    z_boot = call(online, lambda m, o: m.encode(o, prepared=True), x["boot_obs"])
+    z_boot = call(online, lambda m, o: m.encode(o, prepared=True), x.boot_obs)
     if q_target:
         target_logits = call(
-            {**q_target, **x["noise_target"]},
+            {**q_target, **x.noise_target},
             lambda m, o: m.q_logits(m.encode(o, prepared=True), mask),
-            x["boot_obs"],
+            x.boot_obs,
         )
     else:
-        target_logits = call(
-            {**online, **x["noise_target"]}, lambda m, z: m.q_logits(z, mask), z_boot
-        )
+        target_logits = call({**online, **x.noise_target}, lambda m, z: m.q_logits(z, mask), z_boot)
     online_probs = F.softmax(
-        call({**online, **x["noise_online"]}, lambda m, z: m.q_logits(z, mask), z_boot), -1
+        call({**online, **x.noise_online}, lambda m, z: m.q_logits(z, mask), z_boot), -1
     )
     selection = online_probs if cfg.double_q else None
-    out: dict[str, Any] = {
-        "rl": c51_target(
-            F.softmax(target_logits, -1), x["returns"], x["discounts"], support, selection
-        ),
-        "q_next": masked_mean((online_probs * support).sum(-1), mask),
-        "ssl": SGITargets(),
-    }
+    rl = c51_target(F.softmax(target_logits, -1), x.returns, x.discounts, support, selection)
+    q_next = masked_mean((online_probs * support).sum(-1), mask)
     # With batch norm, each target pass normalises with its own batch: as in the reference, the
     # sequence s_t..s_{t+K} is one pass (s_t included) and the goal observations another.
     separate = pop.template.encoder_has_batch_norm
+    ssl = SGITargets()
     if cfg.ssl == "all":
-        goal_target = {**spr_target, **x["noise_goal"]}
+        goal_target = {**spr_target, **x.noise_goal}
 
         def encode(o: torch.Tensor) -> torch.Tensor:
             return call(goal_target, lambda m, o: m.encode(o, prepared=True), o)
 
         if separate:
-            z, z_goal = encode(obs), encode(x["goal_obs"])
+            z, z_goal = encode(obs), encode(x.goal_obs)
         else:
-            z = encode(torch.cat([obs, x["goal_obs"][None]], 0))
+            z = encode(torch.cat([obs, x.goal_obs[None]], 0))
             z, z_goal = z[:-1], z[-1]
-        goals, _ = goals_from_draws(z_goal, x["goal_draws"])
+        goals, _ = goals_from_draws(z_goal, x.goal_draws)
         goal_next = F.softmax(
             call(goal_target, lambda m, z, g: m.goal_q_logits(z, g, mask), z[1], goals), -1
         )
         y = call(spr_target, lambda m, z: m.project(z), z).transpose(0, 1)
-        out["ssl"] = SGITargets(
+        ssl = SGITargets(
             y=y[:, -K:], z=z[:2].transpose(0, 1).flatten(2), goals=goals, goal_next=goal_next
         )
     elif K > 0:
         z = call(spr_target, lambda m, o: m.encode(o, prepared=True), obs if separate else obs[1:])
         z = z[1:] if separate else z
-        out["ssl"] = SGITargets(y=call(spr_target, lambda m, z: m.project(z), z).transpose(0, 1))
-    return out
+        ssl = SGITargets(y=call(spr_target, lambda m, z: m.project(z), z).transpose(0, 1))
+    return UpdateTargets(rl, q_next, ssl)
 
 
 def compute_losses(
-    pop: Population, online: Tensors, x: dict, targets: dict[str, Any], z0: torch.Tensor
+    pop: Population, online: Tensors, x: UpdateInputs, targets: UpdateTargets, z0: torch.Tensor
 ) -> tuple[torch.Tensor, Tensors, torch.Tensor]:
     """One agent's weighted loss (scalar), stats and new priorities (B,) from the online latent
     ``z0`` of s_t (with gradient); runs under vmap."""
-    cfg, mask, actions = pop.config, x["mask"], x["actions"]
+    cfg, mask, actions = pop.config, x.mask, x.actions
     settings = finetuning_settings(cfg)
 
     def forward(m: SGIModel) -> tuple[torch.Tensor, torch.Tensor, Tensors]:
         logits = m.q_logits(z0, mask)
-        ssl, _ = sgi_loss_terms(m, z0, actions, x["valid"], targets["ssl"], settings, mask)
-        return logits, c51_loss(logits, actions[:, 0], targets["rl"]), ssl
+        ssl, _ = sgi_loss_terms(m, z0, actions, x.valid, targets.ssl, settings, mask)
+        return logits, c51_loss(logits, actions[:, 0], targets.rl), ssl
 
-    logits, rl, ssl = pop.call({**online, **x["noise_online"]}, forward)
+    logits, rl, ssl = pop.call({**online, **x.noise_online}, forward)
     logits = logits.detach()
-    total = (x["weights"] * (rl + weighted_sum(ssl, settings))).mean()
+    total = (x.weights * (rl + weighted_sum(ssl, settings))).mean()
     losses = {"rl": rl, **ssl}
-    priorities = c51_kl(logits, actions[:, 0], targets["rl"])
+    priorities = c51_kl(logits, actions[:, 0], targets.rl)
     probs = F.softmax(logits, -1)
     stats = {f"losses/{k}": v.detach().mean() for k, v in losses.items()}
     stats["charts/q_mean"] = masked_mean((probs * pop.template.support).sum(-1), mask).mean()
-    stats["charts/q_next_mean"] = targets["q_next"].mean()
+    stats["charts/q_next_mean"] = targets.q_next.mean()
     return total, stats, priorities
 
 
@@ -288,40 +351,38 @@ def learn_step(pop: Population, replay: PopulationReplay, batch_size: int) -> Te
 
 def stage(
     pop: Population, batches: Sequence[SequenceBatch], weights: Sequence[np.ndarray]
-) -> Tensors:
+) -> StagedBatch:
     """The agents' sampler batches stacked along the agent axis and copied to the device, as
     they are (uint8 frames; augmentation happens in the update)."""
-    fields = {
-        "obs": [b.obs for b in batches],  # (N, B, K+1, 4, 84, 84)
-        "boot_obs": [b.bootstrap_obs for b in batches],
-        "actions": [b.actions for b in batches],
-        "valid": [b.valid for b in batches],
-        "returns": [b.returns for b in batches],
-        "discounts": [b.bootstrap_discount for b in batches],
-        "weights": [np.asarray(w, np.float32) for w in weights],
-    }
-    if pop.config.ssl == "all":
-        fields["goal_obs"] = [b.goal_obs for b in batches]
-    return {
-        k: torch.from_numpy(np.stack(v)).to(pop.device, non_blocking=True)
-        for k, v in fields.items()
-    }
+
+    def stacked(arrays: Sequence[np.ndarray]) -> torch.Tensor:
+        return torch.from_numpy(np.stack(arrays)).to(pop.device, non_blocking=True)
+
+    goals = pop.config.ssl == "all"
+    return StagedBatch(
+        obs=stacked([b.obs for b in batches]),  # (N, B, K+1, 4, 84, 84)
+        boot_obs=stacked([b.bootstrap_obs for b in batches]),
+        actions=stacked([b.actions for b in batches]),
+        valid=stacked([b.valid for b in batches]),
+        returns=stacked([b.returns for b in batches]),
+        discounts=stacked([b.bootstrap_discount for b in batches]),
+        weights=stacked([np.asarray(w, np.float32) for w in weights]),
+        goal_obs=stacked([b.goal_obs for b in batches]) if goals else None,
+    )
 
 
-def staged_batch(batch: PopulationBatch, goals: bool) -> Tensors:
+def staged_batch(batch: PopulationBatch, goals: bool) -> StagedBatch:
     """A replay batch as the update's staged inputs (no copy)."""
-    staged = {
-        "obs": batch.obs,
-        "boot_obs": batch.bootstrap_obs,
-        "actions": batch.actions,
-        "valid": batch.valid,
-        "returns": batch.returns,
-        "discounts": batch.bootstrap_discount,
-        "weights": batch.weights,
-    }
-    if goals:
-        staged["goal_obs"] = batch.goal_obs
-    return staged
+    return StagedBatch(
+        obs=batch.obs,
+        boot_obs=batch.bootstrap_obs,
+        actions=batch.actions,
+        valid=batch.valid,
+        returns=batch.returns,
+        discounts=batch.bootstrap_discount,
+        weights=batch.weights,
+        goal_obs=batch.goal_obs if goals else None,
+    )
 
 
 def measure_update(
@@ -350,15 +411,14 @@ def measure_update(
         def frames(*shape: int) -> torch.Tensor:
             return torch.from_numpy(rng.integers(0, 255, (n, *shape, 4, 84, 84), dtype=np.uint8))
 
-        staged = {
-            "obs": frames(B, T),
-            "boot_obs": frames(B),
-            "actions": torch.zeros(n, B, T, dtype=torch.int64),
-            "valid": torch.ones(n, B, T, dtype=torch.bool),
-            "returns": torch.zeros(n, B),
-            "discounts": torch.full((n, B), 0.9),
-            "weights": torch.ones(n, B),
-        }
-        if cfg.ssl == "all":
-            staged["goal_obs"] = frames(B)
+        staged = StagedBatch(
+            obs=frames(B, T),
+            boot_obs=frames(B),
+            actions=torch.zeros(n, B, T, dtype=torch.int64),
+            valid=torch.ones(n, B, T, dtype=torch.bool),
+            returns=torch.zeros(n, B),
+            discounts=torch.full((n, B), 0.9),
+            weights=torch.ones(n, B),
+            goal_obs=frames(B) if cfg.ssl == "all" else None,
+        )
         return time_step(lambda: update(pop, staged), warmup=warmup, repeats=repeats, budget_s=1.0)

@@ -1,0 +1,123 @@
+"""Probing during pretraining (``probe_every``): the probe curve's points are the probes of the
+encoder at those steps, probing leaves the training as it is, and bad probe inputs are refused
+before anything trains."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from sgi_lab.checkpoints import load_checkpoint
+from sgi_lab.config import ConfigError, PretrainConfig, build_config
+from sgi_lab.data import TransitionStore, TransitionStoreWriter
+from sgi_lab.probes.atariari import annotations
+from sgi_lab.probes.core import ProbeEncoder, ProbeInputError, probe_encoder
+from sgi_lab.runs import RunDir
+from sgi_lab.train.pretrain import pretrain, probe_metrics
+from sgi_lab.train.pretrain_step import build_state
+
+TINY = dict(encoder="nature", batch_size=8, log_every=4, checkpoint_every=6, prefetch=0)
+
+
+def ram_store(path, seed: int, ram: bool = True, episodes: int = 12, length: int = 30):
+    """Pong frames that draw ball_x as a bright block at column 10 * value; RAM holds it."""
+    rng = np.random.default_rng(seed)
+    n = episodes * length
+    values = rng.integers(0, 8, n)
+    frames = np.zeros((n, 84, 84), np.uint8)
+    for t, v in enumerate(values):
+        frames[t, 30:40, 10 * v : 10 * v + 8] = 200
+    frames[:, 80:84, 0:20] = rng.integers(0, 255, (n, 4, 20))
+    ball_x = next(v.address for v in annotations("Pong") if v.name == "ball_x")
+    rams = np.zeros((n, 128), np.uint8)
+    rams[:, ball_x] = values
+    first = np.zeros(n, np.uint8)
+    first[::length] = 1
+    writer = TransitionStoreWriter.create(
+        path, game="Pong", source="random", num_actions=6, chunk_size=300, ram=ram
+    )
+    writer.append_many(
+        frame=frames,
+        action=rng.integers(0, 6, n).astype(np.int32),
+        reward=(values == 7).astype(np.float32),
+        terminal=np.roll(first, -1),
+        first=first,
+        **({"ram": rams} if ram else {}),
+    )
+    return TransitionStore(writer.close())
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    root = tmp_path_factory.mktemp("probe_stores")
+    return ram_store(root / "data", seed=0), ram_store(root / "probe", seed=1)
+
+
+def config(probe_store=None, **overrides) -> PretrainConfig:
+    values = {**TINY, "steps": 12, "goal_weight": 0.0, **overrides}
+    if probe_store is not None:
+        values.update(probe_every=6, probe_data=str(probe_store.path), probe_frames=200)
+    return build_config(PretrainConfig, values)
+
+
+def test_probe_curve_points_are_the_encoders_probes_and_training_is_unchanged(stores, tmp_path):
+    data, probe_store = stores
+    probed = pretrain(config(probe_store), data, tmp_path / "probed", progress=False)
+    plain = pretrain(config(), data, tmp_path / "plain", progress=False)
+
+    rows = RunDir(tmp_path / "probed").read_metrics()
+    assert [r["step"] for r in rows] == [4, 6, 8, 12]  # log_every 4, and the probes at 6 and 12
+    with_probe = [r["step"] for r in rows if "probe/f1" in r]
+    assert with_probe == [6, 12]
+    for row in rows:
+        if "probe/f1" in row:
+            assert 0 <= row["probe/f1"] <= 1 and 0 <= row["probe/reward_f1"] <= 1
+            assert any(k.startswith("probe/f1_") for k in row)  # per category
+
+    # Probing reads the model and its own random streams: the training is bit for bit the same.
+    a = load_checkpoint(probed, kind="pretrained_model")
+    b = load_checkpoint(plain, kind="pretrained_model")
+    for name in a["model"]:
+        torch.testing.assert_close(a["model"][name], b["model"][name], rtol=0, atol=0, msg=name)
+
+    # The point at step 12 is the probe of the final encoder, as `sgi-lab probe` computes it.
+    model = build_state(config(), data.num_actions, torch.device("cpu")).model
+    model.load_state_dict(a["model"])
+    result = probe_encoder(
+        ProbeEncoder(model, "final", "pretrain", tmp_path / "unused.json"),
+        probe_store,
+        max_frames=200,
+        random_baseline_seed=None,
+        device="cpu",
+        progress=False,
+    )
+    expected = probe_metrics(result)
+    assert {k: v for k, v in rows[-1].items() if k.startswith("probe/")} == pytest.approx(
+        expected, abs=1e-6
+    )
+
+
+def test_probe_metrics_reads_overall_categories_and_reward():
+    result = {
+        "overall": 0.5,
+        "categories": {"agent_localization": {"f1": 0.25}, "score_clock_lives_display": 0.75},
+        "reward": {"f1": 0.6},
+    }
+    assert probe_metrics(result) == {
+        "probe/f1": 0.5,
+        "probe/f1_agent_localization": 0.25,
+        "probe/f1_score_clock_lives_display": 0.75,
+        "probe/reward_f1": 0.6,
+    }
+    assert probe_metrics({"overall": None, "reward": {}}) == {}
+
+
+def test_bad_probe_inputs_are_refused_before_training(stores, tmp_path):
+    data, _ = stores
+    with pytest.raises(ConfigError, match="probe_data: probe_every > 0 needs a store"):
+        config(probe_every=5)
+    no_ram = ram_store(tmp_path / "no_ram", seed=2, ram=False)
+    with pytest.raises(ProbeInputError, match="no_ram"):
+        pretrain(config(no_ram), data, tmp_path / "run", progress=False)
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()  # nothing trained
