@@ -53,7 +53,7 @@ def check_experiment_folder(out: str | os.PathLike, name: str) -> None:
 def task_done(task: Task) -> bool:
     """Whether a task's folder holds its complete result (then it is skipped)."""
     if task.kind == "data":
-        from sgi_lab.data.store import read_manifest
+        from sgi_lab.data.store_format import read_manifest
 
         return task.folder.is_dir() and read_manifest(task.folder) is not None
     if task.kind == "pretrain":
@@ -67,7 +67,7 @@ def task_done(task: Task) -> bool:
             for f in task.agent_folders
         )
     if task.kind == "probe":
-        from sgi_lab.probes.core import probe_done
+        from sgi_lab.probes.results import probe_done
 
         return probe_done(task.folder, **{k: task.probe[k] for k in PROBE_KEYS})
     return (task.folder / "report.html").exists() and (task.folder / "results.csv").exists()
@@ -101,7 +101,7 @@ def storage_plan(graph: Graph, task: Task, uri: str) -> dict[str, Any]:
     """What a worker pulls and pushes for ``task`` (`run_in_scratch`'s ``plan``): the params
     files, the folders of its inputs (a pretraining run without its checkpoints), its own folder
     (to resume) and its log."""
-    from sgi_lab.data.store import PARTIAL_SUFFIX
+    from sgi_lab.data.store_format import PARTIAL_SUFFIX
 
     name = _name(graph, task.folder)
     inputs: list[tuple[str, tuple[str, ...]]] = [("params", ())]
