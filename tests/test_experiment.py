@@ -469,6 +469,7 @@ def test_ablations_find_runs_of_an_experiment_folder(tmp_path):
     stray = out / "finetune" / "old_copy" / "Pong__s0"  # not a task of the experiment
     stray.mkdir(parents=True)
     (stray / "eval.json").write_text(json.dumps({"game": "Pong", "mean": 0.0}))
+    (stray / "status.json").write_text(json.dumps({"state": "finished"}))
     found = ablations.find_runs(out)
     assert [p.name for p in found] == ["Breakout__s0", "Pong__s0"]
     scores = ablations.load_run_scores(found)

@@ -202,7 +202,7 @@ def play_episodes(
         episodes, eps, num_envs, max_frames, progress, asynchronous, env_protocol: as in
             `evaluate`.
         seeds: per-agent seed: env i of an agent is seeded ``seed + i``.
-        stop: a `sgi_lab.runs.Deadline`; only a stop request (not its time limit) ends the
+        stop: a `sgi_lab.stopping.Deadline`; only a stop request (not its time limit) ends the
             evaluation early, with `RunStopped`: a partial evaluation would favour short
             episodes, so none is kept.
 

@@ -40,6 +40,7 @@ from sgi_lab.files import atomic_torch_save, atomic_write_text
 from sgi_lab.nets.runtime import resolve_device
 from sgi_lab.runs import FinetuneRun
 from sgi_lab.stopping import Deadline, RunStopped, failure_reason, stop_on_signals
+from sgi_lab.threads import oversubscribed
 from sgi_lab.train.acting import act, greedy
 from sgi_lab.train.agent import Population, check_compatible
 from sgi_lab.train.evaluate import play_episodes
@@ -235,7 +236,7 @@ def finetune_population(
         params: name of the params file the configs came from (recorded in status.json).
         callback: called as ``callback(step, population)`` after every environment step (and
             after that step's checkpoint); notebooks use it for live plots.
-        stop: a `sgi_lab.runs.Deadline` (a first SIGINT, Ctrl-C or a notebook's interrupt,
+        stop: a `sgi_lab.stopping.Deadline` (a first SIGINT, Ctrl-C or a notebook's interrupt,
             asks it to stop; a second interrupts at once). Once it passes, every agent
             checkpoints at the current step and `RunStopped` is raised; the runs are marked
             failed with that reason and the same call resumes them. The evaluation (100
@@ -319,11 +320,10 @@ def learner_threads(config: FinetuneConfig) -> Iterator[None]:
     threads = torch.get_num_threads()
     if config.threads > 0:
         torch.set_num_threads(config.threads)
-    cores = os.cpu_count() or 1
-    if config.env_workers and torch.get_num_threads() + config.env_workers > cores:
+    if config.env_workers and oversubscribed(torch.get_num_threads(), extra=config.env_workers):
         warnings.warn(
             f"{torch.get_num_threads()} learner threads + {config.env_workers} env_workers "
-            f"oversubscribe {cores} cores; lower env_workers or set threads",
+            f"oversubscribe {os.cpu_count()} cores; lower env_workers or set threads",
             stacklevel=3,
         )
     try:

@@ -74,7 +74,7 @@ def pretrain(
         callback: called with every metrics row (e.g. a live plot's ``update``).
         overwrite: discard an existing pretraining run in ``out`` and start over.
         params_name: the params file's name, recorded in status.json for reports.
-        stop: a `sgi_lab.runs.Deadline` (a first SIGINT, Ctrl-C or a notebook's interrupt,
+        stop: a `sgi_lab.stopping.Deadline` (a first SIGINT, Ctrl-C or a notebook's interrupt,
             asks it to stop; a second interrupts at once): once it passes the run
             checkpoints at the current step and raises `RunStopped`; re-running resumes.
 
