@@ -121,3 +121,22 @@ def test_bad_probe_inputs_are_refused_before_training(stores, tmp_path):
     with pytest.raises(ProbeInputError, match="no_ram"):
         pretrain(config(no_ram), data, tmp_path / "run", progress=False)
     assert not (tmp_path / "run" / "metrics.jsonl").exists()  # nothing trained
+
+
+def test_pretraining_curves_draw_the_probe_curve_beside_the_similarity():
+    """The default pretraining panels include the probe F1 (only its probed steps, joined) right
+    after the latent similarity, with a readable title."""
+    from sgi_lab.viz.training import PRETRAIN_CURVES, training_curves
+
+    keys = list(PRETRAIN_CURVES)
+    assert keys.index("probe/f1") == keys.index("charts/cosine_similarity") + 1
+    rows = [
+        {"step": s, "losses/total": 1.0 / s, "charts/cosine_similarity": 0.5}
+        | ({"probe/f1": s / 100} if s % 20 == 0 else {})
+        for s in range(10, 61, 10)
+    ]
+    fig = training_curves(rows, PRETRAIN_CURVES)
+    titles = [a.text for a in fig.layout.annotations]
+    assert "probe F1 (AtariARI state, overall)" in titles
+    probe = [t for t in fig.data if list(t.y) == [0.2, 0.4, 0.6]]
+    assert len(probe) == 1 and list(probe[0].x) == [20, 40, 60]

@@ -49,9 +49,11 @@ PRETRAIN_CURVES: tuple[str, ...] = (
     "charts/inverse_accuracy",
     "charts/goal_reward_mean",
     "charts/cosine_similarity",
+    "probe/f1",
     "charts/samples_per_s",
 )
-"""The pretraining metrics shown by default (those a run did not log are skipped)."""
+"""The pretraining metrics shown by default (those a run did not log are skipped): the probe
+F1 (``probe_every``) beside the latent similarity, as the paper's Fig. 4 pairs them."""
 
 FINETUNE_CURVES: tuple[str, ...] = (
     "episode/return",
@@ -74,6 +76,7 @@ METRIC_UNITS: dict[str, str] = {
     "charts/inverse_accuracy": "accuracy (fraction)",
     "charts/goal_reward_mean": "goal reward (mean)",
     "charts/cosine_similarity": "cosine similarity",
+    "probe/": "F1 (linear probe)",
     "charts/samples_per_s": "samples / s",
     "charts/sps": "agent steps / s",
     "charts/q_mean": "Q value (mean)",
@@ -106,6 +109,8 @@ METRIC_TITLES: dict[str, str] = {
     "charts/inverse_accuracy": "inverse-dynamics accuracy",
     "charts/goal_reward_mean": "goal reward (mean)",
     "charts/cosine_similarity": "latent cosine similarity",
+    "probe/f1": "probe F1 (AtariARI state, overall)",
+    "probe/reward_f1": "probe F1 (reward)",
     "charts/samples_per_s": "throughput (samples/s)",
     "charts/sps": "speed (agent steps/s)",
     "charts/q_mean": "Q value (mean)",
@@ -121,6 +126,7 @@ AXIS_UNITS: dict[str, str] = {
     "charts/inverse_accuracy": "fraction",
     "charts/goal_reward_mean": "reward",
     "charts/cosine_similarity": "cosine",
+    "probe/": "F1",
     "charts/samples_per_s": "samples/s",
     "charts/sps": "steps/s",
     "charts/q_mean": "Q",
@@ -364,7 +370,7 @@ class LiveCurves:
         Returns:
             True when the run had finished earlier.
         """
-        from sgi_lab.runs import read_status
+        from sgi_lab.run_status import read_status
 
         path = Path(run_dir)
         status = read_status(path) or {}
