@@ -54,8 +54,9 @@ def test_every_experiment_expands(file, tmp_path):
     graph = ex.expand(experiment, tmp_path / "exp")
     games, seeds = experiment.games, experiment.seeds
     used = {p.data for p in [*experiment.pretrain, *experiment.probe]}
+    collected = {d for d in used if experiment.data[d].source != "folder"}  # a folder: no task
     counts = graph.counts()
-    assert counts["data"] == len(used) * len(games)
+    assert counts["data"] == len(collected) * len(games)
     assert counts["pretrain"] == len(experiment.pretrain) * len(games)
     assert counts["finetune"] == sum(len(f.pretrain) for f in experiment.finetune)
     random = [len(p.seeds) for p in experiment.probe if "none" in p.pretrain]
