@@ -140,3 +140,33 @@ def test_pretraining_curves_draw_the_probe_curve_beside_the_similarity():
     assert "probe F1 (AtariARI state, overall)" in titles
     probe = [t for t in fig.data if list(t.y) == [0.2, 0.4, 0.6]]
     assert len(probe) == 1 and list(probe[0].x) == [20, 40, 60]
+
+
+def test_training_probe_curves_and_their_summary(tmp_path):
+    """Two seeds of one objective: the curve per step is the mean over seeds with a t interval
+    (n = 2: mean +- 12.706 * sd / sqrt 2), read from the runs' metrics.jsonl."""
+    import json
+
+    from sgi_lab.probes.study import curve_summary, training_probe_curves
+
+    runs = []
+    for seed, values in ((0, (0.5, 0.7)), (1, (0.6, 0.9))):
+        run = tmp_path / f"sgi_seed{seed}__Pong"
+        run.mkdir()
+        (run / "config.yaml").write_text(f"seed: {seed}\n")
+        (run / "status.json").write_text(json.dumps({"params": f"sgi_seed{seed}", "game": "Pong"}))
+        rows = [{"step": 5, "losses/total": 1.0}]  # a row without a probe is not a point
+        rows += [{"step": 10, "probe/f1": values[0], "probe/reward_f1": 0.5}]
+        rows += [{"step": 20, "probe/f1": values[1], "probe/f1_agent_localization": 0.25}]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        runs.append(run)
+    curves = training_probe_curves(runs)
+    assert list(curves["step"]) == [10, 20, 10, 20] and set(curves["objective"]) == {"sgi"}
+    assert list(curves["seed"]) == [0, 0, 1, 1]
+    summary = curve_summary(curves)
+    assert list(summary["step"]) == [10, 20] and list(summary["seeds"]) == [2, 2]
+    for step, a, b in ((10, 0.5, 0.6), (20, 0.7, 0.9)):
+        row = summary[summary["step"] == step].iloc[0]
+        mean, half = (a + b) / 2, 12.706 * abs(a - b) / 2**0.5 / 2**0.5
+        assert row["value"] == pytest.approx(mean)
+        assert row["upper"] - mean == pytest.approx(half, rel=1e-3)

@@ -38,6 +38,8 @@ __all__ = [
     "probe_folders",
     "probe_frame",
     "results_markdown",
+    "training_probe_curves",
+    "curve_summary",
     "summary_table",
     "write_probe_report",
 ]
@@ -320,6 +322,51 @@ def probe_curves(runs: Iterable[str | os.PathLike]) -> pd.DataFrame:
         return frame
     keys = ["run", "store", "step"]
     return frame.drop_duplicates(keys, keep="last").sort_values(keys, ignore_index=True)
+
+
+def training_probe_curves(runs: Iterable[str | os.PathLike]) -> pd.DataFrame:
+    """The probes a pretraining run made of its own encoder as it trained (``probe_every``:
+    the ``probe/`` keys of its metrics.jsonl), one row per (run, step): ``run, objective, seed,
+    game, step, overall, reward_f1`` and the categories AtariARI's variables fall in."""
+    from sgi_lab.files import read_jsonl
+    from sgi_lab.run_status import read_status
+
+    rows = []
+    for run in runs:
+        run = Path(run)
+        status = read_status(run) or {}
+        params = status.get("params") or run.name.split("__")[0]
+        for metrics in read_jsonl(run / "metrics.jsonl"):
+            if "probe/f1" not in metrics:
+                continue
+            row = {
+                "run": run.name,
+                "objective": objective_of(params),
+                "seed": _config_seed(run),
+                "game": status.get("game"),
+                "step": int(metrics["step"]),
+                "overall": metrics["probe/f1"],
+                "reward_f1": metrics.get("probe/reward_f1"),
+            }
+            for category in CATEGORIES:
+                row[category] = metrics.get(f"probe/f1_{category}")
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def curve_summary(curves: pd.DataFrame, metric: str = "overall") -> pd.DataFrame:
+    """Per objective and step of `training_probe_curves`: the mean over seeds of each seed's
+    mean over games, with its 95% t interval (``objective, step, value, lower, upper, seeds``)."""
+    rows = []
+    for step, group in curves.groupby("step"):
+        summary = objective_summary(group, [metric])
+        for record in summary.to_dict("records"):
+            rows.append({"step": int(step), **record})
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return frame
+    columns = ["objective", "step", "value", "lower", "upper", "seeds"]
+    return frame[columns].sort_values(["objective", "step"], ignore_index=True)
 
 
 def overall_by_objective(summary: pd.DataFrame, metric: str = "overall") -> dict[str, float]:
