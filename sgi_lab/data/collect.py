@@ -2,7 +2,9 @@
 
 ``collect`` is generic (any ``policy(obs) -> action``); ``collect_random`` is the paper's
 Random dataset: a uniformly random action held for Geometric(1/3) steps. Both record the console
-RAM of every state (the store's optional ``ram`` field, the labels of `sgi_lab.probes`).
+RAM of every state (the store's optional ``ram`` field, the labels of `sgi_lab.probes`), and
+play either Atari env protocol (``env_protocol``: gymnasium's, ``dopamine``, or the authors',
+``rlpyt``; docs/paper_vs_code.md rows 16-21), which the store's manifest records.
 """
 
 from __future__ import annotations
@@ -16,7 +18,12 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from sgi_lab.data.store import TransitionStore
-from sgi_lab.data.store_format import DEFAULT_CHUNK_SIZE, StoreError
+from sgi_lab.data.store_format import (
+    DEFAULT_CHUNK_SIZE,
+    DEFAULT_ENV_PROTOCOL,
+    ENV_PROTOCOLS,
+    StoreError,
+)
 from sgi_lab.data.store_writer import TransitionStoreWriter, check_store_target
 
 Policy = Callable[[np.ndarray], int]
@@ -77,6 +84,7 @@ def collect(
     resume: bool = True,
     overwrite: bool = False,
     progress: bool = True,
+    env_protocol: str = DEFAULT_ENV_PROTOCOL,
     env_kwargs: dict[str, Any] | None = None,
 ) -> TransitionStore:
     """Run ``policy`` for ``steps`` agent steps and write the transitions as a store at ``out``.
@@ -87,7 +95,8 @@ def collect(
     interrupted and ``resume`` is true, collection continues after its last finished chunk and
     writes exactly the store an uninterrupted run writes. (The episode running at a chunk
     boundary is kept, truncated: one per ``chunk_size`` rows.) Re-running a collection whose
-    store is complete, with the same settings, returns that store and writes nothing.
+    store is complete, with the same settings, returns that store and writes nothing. A store
+    holds the frames of one env protocol: resuming or re-running with another is refused.
 
     Args:
         policy: ``policy(obs (4,84,84) uint8) -> action``, called with the stacked observation
@@ -105,14 +114,18 @@ def collect(
         resume: continue an interrupted collection found at ``out.partial``.
         overwrite: replace an existing store at ``out`` (only ever a store of ours).
         progress: show a tqdm progress bar.
-        env_kwargs: extra keyword arguments for :func:`sgi_lab.envs.make_env`.
+        env_protocol: the Atari env played, `make_env`'s ``preprocessing``: ``"dopamine"``
+            (gymnasium's AtariPreprocessing) or ``"rlpyt"`` (the authors' env); recorded in the
+            manifest.
+        env_kwargs: extra keyword arguments for :func:`sgi_lab.envs.make_env` (not
+            ``preprocessing``: that is ``env_protocol``).
 
     Returns:
         The finished store, opened for reading.
     """
     from sgi_lab.envs import canonical_game, make_env
 
-    _check_collection_args(steps, chunk_size, seed)
+    _check_collection_args(steps, chunk_size, seed, env_protocol, env_kwargs)
     game = canonical_game(game)
     out = Path(out)
     record = {
@@ -122,10 +135,12 @@ def collect(
         "full_action_space": full_action_space,
         **(params or {}),
     }
-    done = check_store_target(out, game, source, record, overwrite=overwrite)
+    done = check_store_target(out, game, source, record, overwrite, env_protocol)
     if done is not None:
         return done  # complete already, same settings: nothing to do
-    writer = TransitionStoreWriter.resume_matching(out, game, record) if resume else None
+    writer = None
+    if resume:
+        writer = TransitionStoreWriter.resume_matching(out, game, record, env_protocol)
     env_seed = seed + (len(writer.manifest.chunks) if writer else 0)
     env = make_env(
         game,
@@ -133,6 +148,7 @@ def collect(
         train=False,
         full_action_space=full_action_space,
         record_ram=True,
+        preprocessing=env_protocol,
         **(env_kwargs or {}),
     )
     if writer is None:
@@ -146,6 +162,7 @@ def collect(
             overwrite=overwrite,
             sticky_action_prob=0.0,  # make_env: Atari 100k, no sticky actions
             ram=True,
+            env_protocol=env_protocol,
         )
     try:
         _save_policy_state_with_chunks(policy, writer)
@@ -158,7 +175,17 @@ def collect(
     return TransitionStore(path)
 
 
-def _check_collection_args(steps: int, chunk_size: int, seed: int) -> None:
+def _check_collection_args(
+    steps: int, chunk_size: int, seed: int, env_protocol: str, env_kwargs: dict | None
+) -> None:
+    if env_protocol not in ENV_PROTOCOLS:
+        raise ValueError(
+            f"env_protocol: must be one of {', '.join(ENV_PROTOCOLS)}, got {env_protocol!r}"
+        )
+    if "preprocessing" in (env_kwargs or {}):
+        raise ValueError(
+            "env_kwargs['preprocessing']: pass env_protocol instead (the manifest records it)"
+        )
     if steps < 1:
         raise ValueError(f"steps: must be positive, got {steps}")
     if chunk_size < 1:
@@ -251,7 +278,10 @@ def collect_random(
     hold_p: float = 1 / 3,
     **kwargs: Any,
 ) -> TransitionStore:
-    """The paper's Random dataset: uniform actions held for Geometric(``hold_p``) steps."""
+    """The paper's Random dataset: uniform actions held for Geometric(``hold_p``) steps.
+
+    ``kwargs`` go to `collect` (``env_protocol="rlpyt"``: the authors' env).
+    """
     from sgi_lab.envs import num_actions
 
     full = kwargs.get("full_action_space", False)

@@ -287,6 +287,7 @@ class TransitionStore:
             "reward_density": float((self.rewards != 0).mean()),
             "num_actions": self.num_actions,
             "sticky_action_prob": self.sticky_action_prob,
+            "env_protocol": self.manifest.env_protocol,
             "ram": self.has_ram,
             "frames_gb": len(self) * FRAME_SHAPE[0] * FRAME_SHAPE[1] / 1e9,
         }

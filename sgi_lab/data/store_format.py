@@ -36,6 +36,11 @@ PARTIAL_SUFFIX = ".partial"
 # stores whose manifest predates the field: DQN Replay ran ALE with repeat probability 0.25
 # (Agarwal et al., 2020, Dopamine's default), unlike Atari 100k (0).
 SOURCE_STICKY_ACTION_PROB = {"dqn_replay": 0.25}
+# The Atari env protocols a store's frames can come from, `sgi_lab.envs.atari.PREPROCESSING`
+# (not imported: reading a store needs no emulator). Stores whose manifest predates the field
+# read as "dopamine", the only protocol sgi-lab's collectors and the DQN Replay data had.
+ENV_PROTOCOLS = ("dopamine", "rlpyt")
+DEFAULT_ENV_PROTOCOL = "dopamine"
 
 # name -> (dtype, per-row shape)
 FIELDS: dict[str, tuple[str, tuple[int, ...]]] = {
@@ -103,6 +108,10 @@ class StoreManifest:
     # was recorded: 0 for Atari 100k-style collection, 0.25 for DQN Replay; None: not recorded
     # (stores written before this field existed).
     sticky_action_prob: float | None = None
+    # The Atari env that made the frames (make_env's ``preprocessing``): "dopamine"
+    # (gymnasium's AtariPreprocessing, also DQN Replay's) or "rlpyt" (the authors' env,
+    # docs/paper_vs_code.md rows 16-21). Not in the fingerprint: the frames already differ.
+    env_protocol: str = DEFAULT_ENV_PROTOCOL
     format_version: int = FORMAT_VERSION
     created: str = ""
     complete: bool = False
@@ -174,6 +183,12 @@ class StoreManifest:
             isinstance(sticky, bool) or not isinstance(sticky, (int, float)) or not 0 <= sticky <= 1
         ):
             raise StoreError(f"{path}: 'sticky_action_prob' must be in [0, 1], got {sticky!r}")
+        protocol = payload.get("env_protocol", DEFAULT_ENV_PROTOCOL)  # absent in older stores
+        if protocol not in ENV_PROTOCOLS:
+            raise StoreError(
+                f"{path}: 'env_protocol' must be one of {', '.join(ENV_PROTOCOLS)}, "
+                f"got {protocol!r}"
+            )
         return cls(**payload)
 
 

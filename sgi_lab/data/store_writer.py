@@ -21,6 +21,8 @@ from sgi_lab.data.store import TransitionStore
 from sgi_lab.data.store_format import (
     ALL_FIELDS,
     DEFAULT_CHUNK_SIZE,
+    DEFAULT_ENV_PROTOCOL,
+    ENV_PROTOCOLS,
     MANIFEST,
     OPTIONAL_FIELDS,
     PARTIAL_SUFFIX,
@@ -133,13 +135,15 @@ def check_store_target(
     source: str,
     params: dict[str, Any],
     overwrite: bool = False,
+    env_protocol: str | None = None,
 ) -> TransitionStore | None:
     """Decide what writing a store to ``path`` may do; nothing is touched here.
 
     Returns:
         The existing store when ``path`` already holds a complete store of ours made with the
-        same game, source and params and ``overwrite`` is false (re-running is a no-op), else
-        None: the caller builds the store (``overwrite`` replaces an existing store of ours).
+        same game, source and params (and ``env_protocol``, when given) and ``overwrite`` is
+        false (re-running is a no-op), else None: the caller builds the store (``overwrite``
+        replaces an existing store of ours).
 
     Raises:
         StoreFolderError: ``path`` (or ``path.partial``) holds something that is not a store
@@ -167,14 +171,13 @@ def check_store_target(
         )
     if overwrite:
         return None
-    same = (manifest.game, manifest.source, manifest.params) == (game, source, params)
+    asked = {"game": game, "source": source, "params": params}
+    if env_protocol is not None:
+        asked["env_protocol"] = env_protocol
+    diff = {k: (getattr(manifest, k), v) for k, v in asked.items() if getattr(manifest, k) != v}
+    same = not diff
     if same and manifest.complete:
         return TransitionStore(path)
-    diff = {
-        k: (getattr(manifest, k), v)
-        for k, v in (("game", game), ("source", source), ("params", params))
-        if getattr(manifest, k) != v
-    }
     what = "is incomplete" if same else f"was made with other settings ({diff})"
     raise StoreFolderError(f"{path} already exists and {what}; use --overwrite to replace it")
 
@@ -217,13 +220,19 @@ class TransitionStoreWriter:
         overwrite: bool = False,
         sticky_action_prob: float | None = None,
         ram: bool = False,
+        env_protocol: str = DEFAULT_ENV_PROTOCOL,
     ) -> TransitionStoreWriter:
         """Start a new store at ``path`` (built under ``path.partial``); ``sticky_action_prob``:
         the recording environment's repeat-action probability (None: unknown); ``ram``: the
-        store holds the optional ``ram`` field (every append then passes it)."""
+        store holds the optional ``ram`` field (every append then passes it);
+        ``env_protocol``: the Atari env that made the frames (`ENV_PROTOCOLS`)."""
         path = Path(path)
         if chunk_size < 1:
             raise ValueError(f"chunk_size: must be positive, got {chunk_size}")
+        if env_protocol not in ENV_PROTOCOLS:
+            raise ValueError(
+                f"env_protocol: must be one of {', '.join(ENV_PROTOCOLS)}, got {env_protocol!r}"
+            )
         if path.exists():
             if not overwrite:
                 raise FileExistsError(f"{path} already exists (pass overwrite=True to replace it)")
@@ -252,6 +261,7 @@ class TransitionStoreWriter:
             num_actions=num_actions,
             rewards_clipped=rewards_clipped,
             sticky_action_prob=sticky_action_prob,
+            env_protocol=env_protocol,
             created=time.strftime("%Y-%m-%dT%H:%M:%S"),
         )
         if ram:
@@ -295,28 +305,43 @@ class TransitionStoreWriter:
 
     @classmethod
     def resume_matching(
-        cls, path: str | os.PathLike, game: str, params: dict[str, Any]
+        cls,
+        path: str | os.PathLike,
+        game: str,
+        params: dict[str, Any],
+        env_protocol: str | None = None,
     ) -> TransitionStoreWriter | None:
-        """The interrupted writer of ``path`` if it was started with this game and params.
+        """The interrupted writer of ``path`` if it was started with this game and params (and
+        ``env_protocol``, when given; an interrupted store older than the field: dopamine).
 
         Returns None when there is nothing to resume or the leftovers are unreadable (the caller
         starts over); raises StoreError when they were made with other settings, which mixing
-        into one store would corrupt.
+        into one store would corrupt. The settings are compared before anything in
+        ``path.partial`` is touched.
         """
         path = Path(path)
         partial = path.with_name(path.name + PARTIAL_SUFFIX)
         if not partial.exists():
             return None
-        try:
-            writer = cls.resume(path)
-        except StoreError:
+        recorded = read_manifest(partial)
+        if recorded is None:
             return None
-        if writer.manifest.game != game or writer.manifest.params != params:
+        if recorded.game != game or recorded.params != params:
             raise StoreError(
                 f"{partial} was started with different settings "
-                f"({writer.manifest.game}, {writer.manifest.params}); remove it or match them"
+                f"({recorded.game}, {recorded.params}); remove it or match them"
             )
-        return writer
+        if env_protocol is not None and recorded.env_protocol != env_protocol:
+            raise StoreError(
+                f"{partial}: an interrupted collection in the env protocol "
+                f"{recorded.env_protocol!r}, asked to resume in {env_protocol!r}: one store "
+                f"holds the frames of one protocol. Resume with --env-protocol "
+                f"{recorded.env_protocol}, or remove {partial} to start over"
+            )
+        try:
+            return cls.resume(path)
+        except StoreError:
+            return None
 
     # -- appending ----------------------------------------------------------------------------
     @property

@@ -58,9 +58,25 @@ def _collect(args: argparse.Namespace) -> int:
         full_action_space=args.full_action_space,
         terminal_on_life_loss=args.terminal_on_life_loss,
         progress=not args.no_progress,
+        env_protocol=args.env_protocol,
     )
     print(json.dumps(store.summary(), indent=2))
     return 0
+
+
+def _env_protocol_of_random_only(handler: Callable[[argparse.Namespace], int]):
+    """``collect``'s handler, refusing ``--env-protocol rlpyt`` for a policy that cannot play
+    it (the exploratory collector plays gymnasium's env) instead of ignoring it."""
+
+    def collect(args: argparse.Namespace) -> int:
+        if args.policy != "random" and args.env_protocol != "dopamine":
+            raise ValueError(
+                f"--env-protocol {args.env_protocol}: only `collect random` plays the authors' "
+                f"env; `collect {args.policy}` plays gymnasium's (dopamine)"
+            )
+        return handler(args)
+
+    return collect
 
 
 @command("import")
@@ -366,6 +382,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chunk-size", type=int, default=100_000)
     p.add_argument("--full-action-space", action="store_true")
     p.add_argument("--terminal-on-life-loss", action="store_true")
+    p.add_argument(
+        "--env-protocol",
+        choices=["dopamine", "rlpyt"],
+        default="dopamine",
+        help="random: the Atari env played (make_env's preprocessing, recorded in the manifest): "
+        "dopamine (gymnasium's AtariPreprocessing) or rlpyt (the authors' env, "
+        "docs/paper_vs_code.md rows 16-21)",
+    )
+    p.set_defaults(handler=_env_protocol_of_random_only(p.get_default("handler")))
     p.add_argument("--overwrite", action="store_true")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 

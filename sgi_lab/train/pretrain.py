@@ -149,6 +149,8 @@ class _Loop:
             self.step,
             params=params_name,
             data=str(store.path),
+            # the Atari env that made the frames (a finetuning run records its own env_protocol)
+            data_env_protocol=store.manifest.env_protocol,
             game=store.game,
             cpu_settings=getattr(run, "cpu_choice", {}),
         )

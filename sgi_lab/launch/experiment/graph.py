@@ -72,7 +72,8 @@ def _data_task(name: str, spec: DataSpec, game: str, out: Path, experiment: Expe
     values = {**experiment.parameters, "game": game}
     common = ("--game", game, "--out", str(folder), "--no-progress")
     if spec.source == "random":
-        argv = ("collect", "random", "--steps", str(spec.steps), "--seed", str(spec.seed), *common)
+        argv = ("collect", "random", "--steps", str(spec.steps), "--seed", str(spec.seed))
+        argv = (*argv, "--env-protocol", spec.env_protocol, *common)
         steps, stage = spec.steps, "collect_random"
     elif spec.source == "exploratory":
         extra = ("--params", spec.params) if spec.params else ()

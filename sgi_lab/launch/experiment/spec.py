@@ -44,6 +44,12 @@ class DataSpec:
     )
     steps: int = F(6_000_000, "random/exploratory: transitions collected per game")
     seed: int = F(0, "random/exploratory: collection seed")
+    env_protocol: Literal["dopamine", "rlpyt"] = F(
+        "dopamine",
+        "random: the Atari env played (sgi-lab collect --env-protocol): dopamine "
+        "(gymnasium's) or rlpyt (the authors', docs/paper_vs_code.md rows 16-21); the other "
+        "sources' frames are dopamine's",
+    )
     params: str | None = F(None, "exploratory: params/collect file (default: Burda et al.'s)")
     set: dict[str, Any] = F({}, "exploratory: overrides of the params file's config")
     src: str | None = F(
@@ -308,6 +314,12 @@ def _check_references(experiment: Experiment, path: Path) -> None:
                 f"{path}: resources.{kind}: kinds are {list(KINDS)}, keys {list(RESOURCE_KEYS)}"
             )
     for name, spec in experiment.data.items():
+        if spec.env_protocol != "dopamine" and spec.source != "random":
+            raise ConfigError(
+                f"{path}: data.{name}.env_protocol: {spec.env_protocol!r} is for source "
+                f"'random' only ({spec.source!r} data is dopamine's; a folder's store records "
+                "its own, sgi-lab info)"
+            )
         needs = {"dqn_replay": "src", "folder": "src"}.get(spec.source)
         if needs and not spec.src:
             raise ConfigError(f"{path}: data.{name}.src: required for source {spec.source!r}")
