@@ -208,6 +208,27 @@ class FinetuneConfig:
     eval_max_frames: int = F(108_000, "raw-frame cap of an evaluation episode (a multiple of 4)")
     goal_window: int = F(50, "goals lie 1..goal_window steps ahead (ssl == 'all')")
     goal_reward_scale: float = F(10.0, "scale of the potential-based goal reward (ssl == 'all')")
+    goal_distance_scale: float = F(
+        1.0,
+        "c in the goal reward's s = exp(2c(cos - 1)) (ssl == 'all'): 1 the text's, 5 the "
+        "reference code's",
+    )
+    goal_returns: Literal["text", "reference"] = F(
+        "text",
+        "goal-RL return (ssl == 'all'): 'text': sum_j gamma^j r_j; 'reference': the code's "
+        "sum_j gamma^(j+1) r_j",
+    )
+    goal_double_q: bool = F(
+        False,
+        "goal RL's bootstrap action picked by the online network (ssl == 'all'; the code's "
+        "double Q), else by the network that evaluates it",
+    )
+    goal_target: Literal["spr_target", "rl_target"] = F(
+        "spr_target",
+        "network that evaluates goal RL's bootstrap (ssl == 'all'): SPR's EMA target, or the RL "
+        "target (the online network when target_tau is 1) with the RL target's noise sample, "
+        "as the reference's agent target model",
+    )
     log_every: int = F(1_000, "steps between metrics rows")
     checkpoint_every: int = F(10_000, "steps between checkpoints (replay included)")
     device: str = F("auto", "'auto', 'cpu' or 'cuda[:i]'")

@@ -32,7 +32,7 @@ import pytest
 import torch
 
 from sgi_lab.augment import jitter_factor, shift
-from sgi_lab.config import FinetuneConfig, PretrainConfig, build_config
+from sgi_lab.config import FinetuneConfig, PretrainConfig, build_config, load_config
 from sgi_lab.nets import SGIModel
 from sgi_lab.objectives import goals_from_draws, n_step_return
 from sgi_lab.train import pretrain_step as pretrain_module
@@ -290,10 +290,50 @@ def test_pretraining_target_updates_equal_the_reference(name, monkeypatch):
 # -- finetuning ----------------------------------------------------------------------------------
 
 
+# The reference's goal RL in finetuning (src/algos.py's loss, the same code as pretraining's):
+# double Q, its return, distance scale 5, bootstrapped from its agent's target model
+# (params/finetune/all_ssl.yaml); goal and inverse-dynamics weights 1, as sgim_pretrain.sh's.
+REFERENCE_SSL_ALL = {
+    "ssl": "all",
+    "goal_weight": 1.0,
+    "inverse_weight": 1.0,
+    "goal_distance_scale": 5.0,
+    "goal_returns": "reference",
+    "goal_double_q": True,
+    "goal_target": "rl_target",
+}
+
+
+def test_the_all_ssl_params_finetune_as_the_fixture():
+    """params/finetune/all_ssl.yaml takes the reference's side of every ssl-all option (what
+    the ``finetune_all`` fixture pins) and of the finetuning options the other cases pin."""
+    root = Path(__file__).resolve().parents[1]
+    cfg = load_config(FinetuneConfig, root / "params/finetune/all_ssl.yaml")
+    fixture = reference_finetune_config(CASES["finetune_all"])
+    for key in [*REFERENCE_SSL_ALL, "lr_groups", "pretrained_lr_scale", "grad_clip"]:
+        assert getattr(cfg, key) == getattr(fixture, key), key
+    assert (cfg.spr_target_update, cfg.spr_target_start, cfg.target_tau) == (
+        fixture.spr_target_update,
+        fixture.spr_target_start,
+        fixture.target_tau,
+    )
+
+
+def with_loaded_online(x: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A compact case's inputs leave out the finetuning model's loaded tensors equal to the
+    pretrained ones (benchmarks/reference/make_inputs.py): put them back."""
+    for k in x.get("loaded", ()):
+        x.setdefault(f"online/{k}", x[f"pretrained/{k}"])
+    return x
+
+
 def reference_finetune_config(case: dict) -> FinetuneConfig:
-    """The reference's finetuning (config.yaml, configs['ernbw'], sgim_finetune.sh)."""
+    """The reference's finetuning (config.yaml, configs['ernbw'], sgim_finetune.sh), with all
+    of SGI's losses for a case with ``ssl: all``."""
+    ssl = REFERENCE_SSL_ALL if case.get("ssl") == "all" else {}
     return build_config(
         FinetuneConfig,
+        **ssl,
         game="Pong",
         encoder=case["model_args"]["encoder"],
         batch_size=case["batch_size"],
@@ -312,10 +352,11 @@ def reference_finetune_config(case: dict) -> FinetuneConfig:
     )
 
 
-def run_finetune_update(name: str, monkeypatch: pytest.MonkeyPatch):
+def run_finetune_update(name: str, monkeypatch: pytest.MonkeyPatch, before_update=None):
     case = CASES[name]
-    x = load(name, "inputs")
+    x = with_loaded_online(load(name, "inputs"))
     config = reference_finetune_config(case)
+    ssl_all = config.ssl == "all"
 
     def entries(prefix: str) -> dict[str, torch.Tensor]:
         n = len(prefix)
@@ -346,8 +387,17 @@ def run_finetune_update(name: str, monkeypatch: pytest.MonkeyPatch):
             "corners_boot": torch.from_numpy(x["boot_corners"])[None],
             "jitter_boot": jitter_factor(torch.from_numpy(x["boot_jitter"]))[None],
         }
-        for which in ("online", "target"):
+        for which in ("online", "target") + (("goal",) if ssl_all else ()):
             out[f"noise_{which}"] = {k: v[None] for k, v in entries(f"noise_{which}/").items()}
+        if ssl_all:
+            out["corners_goal"] = torch.from_numpy(x["goal_corners"])[None]
+            out["jitter_goal"] = jitter_factor(torch.from_numpy(x["goal_jitter"]))[None]
+            out["goal_draws"] = {
+                "noise": torch.from_numpy(x["goal_noise"])[None],
+                "alpha": torch.from_numpy(x["goal_alpha"])[None],
+                "swap": torch.from_numpy(x["goal_swap"])[None],
+                "offset": torch.from_numpy(x["goal_swap_offset"]).long()[None],
+            }
         return out
 
     monkeypatch.setattr(pop, "draw", fed_draw)
@@ -361,7 +411,10 @@ def run_finetune_update(name: str, monkeypatch: pytest.MonkeyPatch):
         returns=returns[None],
         discounts=discounts[None],
         weights=torch.from_numpy(x["is_weights"])[None],
+        goal_obs=torch.from_numpy(x["goal_frames"])[None] if ssl_all else None,
     )
+    if before_update is not None:
+        before_update(pop)
     before = {k: v.detach()[0].clone() for k, v in pop.online.items()}
     spr_before = {k: v.detach()[0].clone() for k, v in pop.spr_target.items()}
     stats, priorities = update(pop, staged)
@@ -393,8 +446,13 @@ def test_finetuning_n_step_returns_equal_rlpyts():
     assert ref["done_n"].any() and not ref["done_n"].all()
 
 
-@pytest.mark.parametrize("name", ["finetune_nature", "finetune_resnet"])
+FINETUNE_CASES = ["finetune_nature", "finetune_resnet", "finetune_all"]
+
+
+@pytest.mark.parametrize("name", FINETUNE_CASES)
 def test_finetuning_losses_and_priorities_equal_the_reference(name, monkeypatch):
+    """Each loss term (with ``ssl: all`` goal RL and inverse dynamics too), the PER-weighted
+    total and the new priorities."""
     run = run_finetune_update(name, monkeypatch)
     config, stats, priorities = run.config, run.stats, run.priorities
     ref = load(name, "reference")
@@ -402,13 +460,24 @@ def test_finetuning_losses_and_priorities_equal_the_reference(name, monkeypatch)
     rl = torch.from_numpy(ref["rl_per_sample"])
     spr_steps = torch.from_numpy(ref["spr_per_step"])  # (K+1, B) of 2 - 2 cos
     spr_ref = spr_steps[1:].mean(0)  # mean_k(2 - 2 cos) per sample (no terminal inside K)
+    per_sample = rl + config.spr_weight * spr_ref
     expected = {
         "losses/rl": float(rl.mean()),
         "losses/spr": float(((spr_ref - 2.0) * K / 2.0).mean()),
-        # the reference's total adds the constant 2 w spr_weight that changes no gradient
-        "losses/total": float((w * (rl + config.spr_weight * spr_ref)).mean())
-        - 2.0 * config.spr_weight * float(w.mean()),
     }
+    if config.ssl == "all":
+        goal = torch.from_numpy(ref["goal_rl_per_sample"])
+        inverse = torch.from_numpy(ref["inverse_per_sample"])
+        expected["losses/goal_rl"] = float(goal.mean())
+        expected["losses/inverse"] = float(inverse.mean())
+        per_sample = per_sample + config.goal_weight * goal + config.inverse_weight * inverse
+        # the reference's weighted means, as its optimize_agent adds them
+        assert float((w * goal).mean()) == pytest.approx(float(ref["loss/goal"]), rel=1e-6)
+        assert float((w * inverse).mean()) == pytest.approx(float(ref["loss/inverse"]), rel=1e-6)
+    # the reference's total adds the constant 2 w spr_weight that changes no gradient
+    expected["losses/total"] = float((w * per_sample).mean()) - 2.0 * config.spr_weight * float(
+        w.mean()
+    )
     for key, value in expected.items():
         got = float(stats[key][0])
         assert got == pytest.approx(value, rel=LOSS_RTOL, abs=1e-7), (
@@ -418,8 +487,12 @@ def test_finetuning_losses_and_priorities_equal_the_reference(name, monkeypatch)
     assert_close_scaled(f"{name} priorities", priorities.clamp(1e-6, 1e6), ref["priorities"], 1e-5)
 
 
-@pytest.mark.parametrize("name", ["finetune_nature", "finetune_resnet"])
+@pytest.mark.parametrize("name", FINETUNE_CASES)
 def test_finetuning_gradients_step_and_spr_target_equal_the_reference(name, monkeypatch):
+    """Every gradient, the Adam step of every parameter and the SPR target's update. With
+    ``ssl: all`` the Q head's first layers are compared by their gradient only: the reference
+    keeps two copies of them (see `test_finetuning_all_keeps_one_copy_of_the_q_heads_first_layers`),
+    whose gradients sum to sgi-lab's."""
     run = run_finetune_update(name, monkeypatch)
     ref, config = load(name, "reference"), run.config
     compare_gradients_and_updates(
@@ -482,6 +555,89 @@ def test_each_finetuning_option_is_seen_by_the_fixtures(change, monkeypatch):
         test_finetuning_gradients_step_and_spr_target_equal_the_reference(
             "finetune_nature", monkeypatch
         )
+
+
+FINETUNE_ALL_TEXT_SIDE = [
+    {"goal_double_q": False},
+    {"goal_returns": "text"},
+    {"goal_distance_scale": 1.0},
+    {"goal_target": "spr_target"},
+]
+
+
+@pytest.mark.parametrize("change", FINETUNE_ALL_TEXT_SIDE, ids=str)
+def test_each_ssl_all_finetuning_option_is_seen_by_the_fixtures(change, monkeypatch):
+    """The dataclass side of each ``ssl: all`` goal-RL option moves the gradients that the
+    ``finetune_all`` fixture pins: the options reach the update, and the fixture tells the
+    settings apart."""
+    base = reference_finetune_config
+    monkeypatch.setattr(
+        sys.modules[__name__],
+        "reference_finetune_config",
+        lambda case: dataclasses.replace(base(case), **change),
+        raising=False,
+    )
+    with pytest.raises(AssertionError):
+        test_finetuning_gradients_step_and_spr_target_equal_the_reference(
+            "finetune_all", monkeypatch
+        )
+
+
+def test_goal_rl_bootstraps_from_the_separate_rl_target(monkeypatch):
+    """``goal_target: rl_target`` with a separate Q target network (``target_tau`` < 1): goal
+    RL's bootstrap is read from that network. Built as a copy of the online network, it gives
+    the fixture's gradients; moved off it, the goal head's gradients move."""
+    name = "finetune_all"
+    base = reference_finetune_config
+    monkeypatch.setattr(
+        sys.modules[__name__],
+        "reference_finetune_config",
+        lambda case: dataclasses.replace(base(case), target_tau=0.5),
+        raising=False,
+    )
+    ref = load(name, "reference")
+
+    def compare(run):
+        lr, eps = run.config.lr, run.config.adam_eps
+        compare_gradients_and_updates(name, ref, run.grads, run.before, run.after, lr, eps)
+
+    run = run_finetune_update(name, monkeypatch)
+    assert run.population.q_target is not None
+    compare(run)
+
+    def move_goal_head(pop):
+        with torch.no_grad():
+            pop.q_target["goal_head.advantage_out.weight_mu"].mul_(3.0)
+
+    with pytest.raises(AssertionError, match="gradient of goal_head"):
+        compare(run_finetune_update(name, monkeypatch, before_update=move_goal_head))
+
+
+def test_finetuning_all_keeps_one_copy_of_the_q_heads_first_layers(monkeypatch):
+    """A difference sgi-lab keeps (docs/paper_vs_code.md): finetuning with goal RL, the
+    reference has two copies of the Q head's first layers, both loaded from the pretrained
+    goal head: the RL head's (trained by the C51 loss alone) and the goal head's, which is
+    SPR's projection (trained by SPR, goal RL and inverse dynamics), each with its own noise
+    sample and Adam state. sgi-lab has one layer that all the losses train. On the fixture
+    both copies get a gradient of their own, whose sum is sgi-lab's (compared in
+    `test_finetuning_gradients_step_and_spr_target_equal_the_reference`), and sgi-lab's one
+    Adam step is neither copy's."""
+    name = "finetune_all"
+    run = run_finetune_update(name, monkeypatch)
+    ref = load(name, "reference")
+    hidden = [k[len("grad_rl/") :] for k in ref if k.startswith("grad_rl/")]
+    assert len(hidden) == 8, hidden  # {advantage,value}_hidden.{weight,bias}_{mu,sigma}
+    differs = {"rl": [], "ssl": []}
+    for param in (p for p in hidden if p.endswith("_mu")):
+        for part in ("rl", "ssl"):
+            assert np.abs(ref[f"grad_{part}/{param}"]).max() > 0, f"{param}: no {part} gradient"
+            idx = torch.from_numpy(ref[f"update_{part}_index/{param}"])
+            ours = (run.after[param] - run.before[param]).flatten()[idx]
+            theirs = torch.from_numpy(ref[f"update_{part}/{param}"])
+            differs[part].append(float((ours - theirs).abs().max() / theirs.abs().max()))
+    # The RL head's copy moves with the C51 gradient alone (measured: 2.0 steps off sgi-lab's,
+    # every tensor); the SSL copy's gradient is most of the sum (its step differs by 1-186%).
+    assert min(differs["rl"]) > 1.0 and max(differs["ssl"]) > 0.5, differs
 
 
 @pytest.mark.parametrize("name", ["finetune_nature", "finetune_resnet"])

@@ -41,6 +41,14 @@ CASES = {
     "finetune_resnet": {"encoder": "resnet", "image_size": 36, "stage": "finetune"},
     # the BC baseline (bc_pretrain.sh): behavioural cloning through the Q head's values
     "pretrain_bc": {"encoder": "nature", "image_size": 52, "stage": "pretrain", "objective": "bc"},
+    # finetuning with all of SGI's losses (ssl: all; the paper's "All Losses" finetuning row)
+    "finetune_all": {
+        "encoder": "nature",
+        "image_size": 52,
+        "stage": "finetune",
+        "ssl": "all",
+        "compact": True,
+    },
 }
 BATCH = 4
 K = 5  # SPR steps
@@ -53,13 +61,14 @@ def model_args(case: dict, stage: str | None = None) -> dict:
     or the finetuning model."""
     stage = stage or case["stage"]
     sgi = stage == "pretrain" and case.get("objective", "sgi") == "sgi"
+    ssl_all = stage == "finetune" and case.get("ssl") == "all"
     return {
         "encoder": case["encoder"],
         "image_size": case["image_size"],
         "noisy": stage == "finetune",
         "rl_head": not sgi,  # finetuning's Q head, or the one BC trains
-        "goal_head": sgi,
-        "inverse_model": sgi,
+        "goal_head": sgi or ssl_all,
+        "inverse_model": sgi or ssl_all,
         "goal_film": "reference",
         **COMMON,
     }
@@ -113,6 +122,16 @@ def augmented(frames: torch.Tensor, corners: torch.Tensor, noise: torch.Tensor) 
     return out.view(*lead, *out.shape[1:])
 
 
+def random_frames(case: dict, lead: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
+    """(*lead, 4, H, W) uint8 frames: uniform pixels, or for a ``compact`` case blocks of 4 x 4
+    equal pixels (the fixture compresses ~16x; shifts of 0..8 pixels still move the blocks)."""
+    size = case["image_size"]
+    if not case.get("compact"):
+        return torch.randint(0, 256, (*lead, 4, size, size), generator=gen, dtype=torch.uint8)
+    coarse = torch.randint(0, 256, (*lead, 4, size // 4, size // 4), generator=gen)
+    return coarse.repeat_interleave(4, -1).repeat_interleave(4, -2).to(torch.uint8)
+
+
 def make_case(name: str, case: dict, seed: int) -> dict[str, np.ndarray]:
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
@@ -123,7 +142,7 @@ def make_case(name: str, case: dict, seed: int) -> dict[str, np.ndarray]:
     size, B, A = case["image_size"], BATCH, COMMON["num_actions"]
     steps = K + 1
     x: dict[str, np.ndarray] = {}
-    frames = torch.randint(0, 256, (B, steps, 4, size, size), generator=gen, dtype=torch.uint8)
+    frames = random_frames(case, (B, steps), gen)
     corners = torch.randint(0, 9, (B, steps, 2), generator=gen)
     jitter = torch.randn(B, steps, generator=gen)
     x["frames"], x["corners"], x["jitter"] = frames.numpy(), corners.numpy(), jitter.numpy()
@@ -156,6 +175,9 @@ def make_case(name: str, case: dict, seed: int) -> dict[str, np.ndarray]:
         pretrained = SGIModel(**model_args(case, "pretrain"))
         pre_online = perturbed_state(pretrained, gen)
         pre_target = target_state(pre_online, gen)
+        if case.get("compact"):  # the SPR target is all both codes take from it
+            keep = ("encoder.", "head.advantage_hidden.", "head.value_hidden.")
+            pre_target = {k: v for k, v in pre_target.items() if k.startswith(keep)}
         pretrained.load_state_dict({k: torch.from_numpy(v) for k, v in pre_online.items()})
         source = Pretrained(
             Path("fixture"), pretrained.state_dict(), model_args(case, "pretrain"), 0
@@ -169,7 +191,7 @@ def make_case(name: str, case: dict, seed: int) -> dict[str, np.ndarray]:
         for k, v in pre_target.items():
             x[f"pretrained_target/{k}"] = v
         x["loaded"] = np.array(sorted(transfer.loaded))
-        boot = torch.randint(0, 256, (B, 4, size, size), generator=gen, dtype=torch.uint8)
+        boot = random_frames(case, (B,), gen)
         boot_corners = torch.randint(0, 9, (B, 2), generator=gen)
         boot_jitter = torch.randn(B, generator=gen)
         x["boot_frames"], x["boot_corners"], x["boot_jitter"] = (
@@ -187,8 +209,17 @@ def make_case(name: str, case: dict, seed: int) -> dict[str, np.ndarray]:
                 if isinstance(layer, NoisyLinear):
                     for part, n in (("eps_in", layer.in_features), ("eps_out", layer.out_features)):
                         g = torch.randn(n, generator=gen)
+                        # ssl all: the target's goal-head noise x4, so that the goal bootstrap's
+                        # greedy action differs from the online network's (the reference's
+                        # target model is the online network at tau 1: the usual noise never
+                        # flips this fixture's argmax, and double Q would go untested)
+                        amp = (
+                            4.0
+                            if which == "target" and layer_name.startswith("goal_head.")
+                            else 1.0
+                        )
                         x[f"noise_{which}/{layer_name}.{part}"] = (
-                            g.sign() * g.abs().sqrt()
+                            amp * g.sign() * g.abs().sqrt()
                         ).numpy()
         # the encoders' inputs exactly as the finetuning update makes them
         prep = {"channels_last": False, "dtype": torch.float32}
@@ -198,6 +229,34 @@ def make_case(name: str, case: dict, seed: int) -> dict[str, np.ndarray]:
                 boot[None], boot_corners[None], jitter_factor(boot_jitter)[None], **prep
             )[0],
         ]
+        if case.get("ssl") == "all":
+            # goal RL's draws: a future frame per row at an offset the reference can draw
+            # (2..49) and where its batch holds no other frame (past s_{t+K} and s_{t+n}),
+            # noise, mixing weights and swaps (rows 0 and 2 swap); sgi-lab's SPR-target
+            # bootstrap (goal_target: spr_target) has its own noise sample
+            goal_frames = random_frames(case, (B,), gen)
+            goal_corners = torch.randint(0, 9, (B, 2), generator=gen)
+            goal_jitter = torch.randn(B, generator=gen)
+            x["goal_frames"], x["goal_corners"], x["goal_jitter"] = (
+                goal_frames.numpy(),
+                goal_corners.numpy(),
+                goal_jitter.numpy(),
+            )
+            x["goal_offsets"] = torch.randint(N_STEP + 1, GOAL_WINDOW, (B,), generator=gen).numpy()
+            x["goal_noise"] = torch.randn(B, model.latent_size, generator=gen).numpy()
+            x["goal_alpha"] = torch.rand(B, 1, generator=gen).numpy()
+            x["goal_swap"] = np.array([0.05, 0.7, 0.15, 0.9], np.float32)[:B]
+            x["goal_swap_offset"] = torch.randint(1, B, (B,), generator=gen).numpy()
+            for layer_name, layer in model.named_modules():
+                if isinstance(layer, NoisyLinear):
+                    for part, n in (("eps_in", layer.in_features), ("eps_out", layer.out_features)):
+                        g = torch.randn(n, generator=gen)
+                        x[f"noise_goal/{layer_name}.{part}"] = (g.sign() * g.abs().sqrt()).numpy()
+            pixels.append(
+                augmented_frames(
+                    goal_frames[None], goal_corners[None], jitter_factor(goal_jitter)[None], **prep
+                )[0]
+            )
     # The encoders' input exactly as sgi-lab makes it (x * (1/255) in float32), for the
     # reference, which expects pixels already scaled.
     if case["stage"] == "pretrain":
@@ -205,8 +264,14 @@ def make_case(name: str, case: dict, seed: int) -> dict[str, np.ndarray]:
     x["pixels"] = pixels[0].numpy()
     if len(pixels) > 1:
         x["pixels_extra"] = pixels[1].numpy()
+    if len(pixels) > 2:
+        x["pixels_goal"] = pixels[2].numpy()
     for k, v in online.items():
-        x[f"online/{k}"] = v
+        # a compact case leaves out the loaded tensors equal to the pretrained ones (readers
+        # take them from pretrained/: run_reference.py's and the test's `with_loaded_online`)
+        same = f"pretrained/{k}" in x and np.array_equal(x[f"pretrained/{k}"], v)
+        if not (case.get("compact") and same and k in x.get("loaded", ())):
+            x[f"online/{k}"] = v
     for k, v in target.items():
         x[f"target/{k}"] = v
     return x
@@ -223,12 +288,16 @@ def main() -> None:
         arrays = make_case(name, case, seed=1000 + i)
         # pixels are derived (the test recomputes them from frames and draws); keep them out
         # of the committed inputs, hand them to step 2 in a scratch file.
-        scratch = {k: arrays.pop(k) for k in ("pixels", "pixels_extra") if k in arrays}
+        scratch = {
+            k: arrays.pop(k) for k in ("pixels", "pixels_extra", "pixels_goal") if k in arrays
+        }
         np.savez_compressed(OUT / f"{name}.inputs.npz", **arrays)
         np.savez(OUT / f"{name}.pixels.scratch.npz", **scratch)
         settings[name] = {
             "stage": case["stage"],
             "objective": case.get("objective", "sgi"),
+            "ssl": case.get("ssl", "spr") if case["stage"] == "finetune" else None,
+            "compact": bool(case.get("compact")),
             "model_args": model_args(case),
             "pretrained_model_args": model_args(case, "pretrain"),
             "batch_size": BATCH,

@@ -138,7 +138,9 @@ def reference_names(name: str, encoder: str, stage: str) -> list[str]:
     if name.startswith("head."):
         stream, tensor = parts[1], parts[2]
         # The projection is the first layer of the goal head when pretraining with goal RL
-        # (QL1Head over goal_linears), of the RL head when finetuning.
+        # (QL1Head over goal_linears), of the RL head when finetuning. Finetuning with goal RL
+        # (``finetune_all``) has both: the RL head's first layers and the goal head's, which
+        # are the projection; both start as sgi-lab's one shared layer.
         prefix = "goal" if stage == "pretrain" else "rl"  # BC and finetuning: the RL head
         index = {
             "advantage_hidden": f"{prefix}_advantage.0",
@@ -147,6 +149,8 @@ def reference_names(name: str, encoder: str, stage: str) -> list[str]:
             "value_out": "rl_value.3",
         }[stream]
         out = [f"head.{index}.{tensor}"]
+        if stage == "finetune_all" and stream.endswith("_hidden"):
+            out.append(f"head.goal_{stream.split('_')[0]}.0.{tensor}")
         if stream.endswith("_hidden"):
             out.append(f"projection.encoders.{0 if stream.startswith('advantage') else 1}.{tensor}")
         return out
@@ -187,8 +191,8 @@ UNMAPPED = {
     "(pretraining: sigma = 0)",
     "head.rl_*": "pretraining: the unconditioned RL head, never used with rl_weight 0 "
     "(copied from the goal head's first layers, outputs from the goal head's; zero gradient)",
-    "head.goal_*, head.goal_conditioner.*": "finetuning and BC: the goal head, unused with "
-    "goal_weight 0",
+    "head.goal_*, head.goal_conditioner.*": "finetuning (ssl spr) and BC: the goal head, unused "
+    "with goal_weight 0 (finetune_all maps it)",
     "inverse_model.* (BC)": "the inverse model, unused with inverse_model_weight 0",
     "*_sigma (pretraining)": "0: the reference pretrains with noisy_nets_std=0, sgi-lab with noise "
     "switched off; both are noise-free, and finetuning resets every sigma",
@@ -199,13 +203,20 @@ UNMAPPED = {
 
 
 def load_pretraining_weights(
-    x, case, model, target_model, online_key: str = "online/", target_key: str = "target/"
+    x,
+    case,
+    model,
+    target_model,
+    online_key: str = "online/",
+    target_key: str = "target/",
+    check_target_model: bool = True,
 ) -> None:
-    stage = "bc" if case.get("objective") == "bc" else "pretrain"
     """Copy sgi-lab's pretraining networks (the inputs' ``online_key``/``target_key`` entries)
     into a reference pretraining model, its SPR target (target_encoder, target_projection) and
     its target model, through the name mapping; every reference tensor is mapped or explained
-    (UNMAPPED)."""
+    (UNMAPPED). ``check_target_model=False``: the target model is discarded (a finetuning
+    case's pretrained state), so its tensors need not all be mapped."""
+    stage = "bc" if case.get("objective") == "bc" else "pretrain"
     import torch
 
     encoder, hidden = case["model_args"]["encoder"], case["model_args"]["hidden_size"]
@@ -274,7 +285,8 @@ def load_pretraining_weights(
     unexplained += sorted(
         f"target_model:{k}"
         for k in tsd
-        if k not in mapped_t
+        if check_target_model
+        and k not in mapped_t
         and not explained(k)
         and not k.startswith(("target_encoder.", "target_projection."))
     )
@@ -294,7 +306,9 @@ def pretrained_state_dict(x, case: dict, finetune_kw: dict, num_actions: int) ->
     size = case["model_args"]["image_size"]
     build = {"image_shape": (4, 1, size, size), "output_size": num_actions}
     model, scratch = SPRCatDqnModel(**build, **pre_kw), SPRCatDqnModel(**build, **pre_kw)
-    load_pretraining_weights(x, pre_case, model, scratch, "pretrained/", "pretrained_target/")
+    load_pretraining_weights(
+        x, pre_case, model, scratch, "pretrained/", "pretrained_target/", check_target_model=False
+    )
     state = model.state_dict()
     for stream, index in (("advantage_out", "rl_advantage.3"), ("value_out", "rl_value.3")):
         for tensor in ("weight_mu", "bias_mu", "weight_sigma", "bias_sigma"):
@@ -313,11 +327,31 @@ def check_finetuning_weights(x, case, model) -> None:
         if not key.startswith("online/"):
             continue
         name = key[len("online/") :]
-        for ref in reference_names(name, case["model_args"]["encoder"], "finetune"):
-            if not torch.equal(sd[ref], torch.from_numpy(value)):
+        value = torch.from_numpy(value)
+        if name.startswith("film.layers.5."):
+            value = value[film_rows(case["model_args"]["hidden_size"])]
+        for ref in reference_names(name, case["model_args"]["encoder"], mapping_stage(case)):
+            if not torch.equal(sd[ref], value):
                 bad.append(f"{name} -> {ref}")
     if bad:
         raise SystemExit(f"the reference loaded other weights than sgi-lab's transfer: {bad}")
+
+
+def mapping_stage(case: dict) -> str:
+    """Which head layout ``reference_names`` maps to: pretrain, bc, finetune or finetune_all."""
+    if case.get("objective") == "bc":
+        return "bc"
+    if case["stage"] == "finetune" and case.get("ssl") == "all":
+        return "finetune_all"
+    return case["stage"]
+
+
+def with_loaded_online(x: dict) -> dict:
+    """A compact case's inputs leave out the finetuning model's loaded tensors equal to the
+    pretrained ones (make_inputs.py): put them back as ``online/`` entries."""
+    for k in x.get("loaded", ()):
+        x.setdefault(f"online/{k}", x[f"pretrained/{k}"])
+    return x
 
 
 def reference_settings(case: dict) -> tuple[dict, dict]:
@@ -327,6 +361,9 @@ def reference_settings(case: dict) -> tuple[dict, dict]:
     args, stage = case["model_args"], case["stage"]
     pretrain = stage == "pretrain"
     bc = case.get("objective") == "bc"
+    # finetuning with all of SGI's losses: algo.goal_weight and algo.inverse_model_weight > 0,
+    # which config.yaml also passes to the model (goal_rl, inverse_model)
+    ssl_all = stage == "finetune" and case.get("ssl") == "all"
     model = dict(
         n_atoms=51,
         dueling=1,
@@ -351,11 +388,11 @@ def reference_settings(case: dict) -> tuple[dict, dict]:
         rl=0 if pretrain else 1,
         bc=1 if bc else 0,
         bc_from_values=True,
-        goal_rl=1 if pretrain and not bc else 0,
+        goal_rl=1 if (pretrain and not bc) or ssl_all else 0,
         goal_n_step=1,
         noisy_nets_std=0.0 if pretrain else 0.5,
         residual_tm=0,
-        inverse_model=1 if pretrain and not bc else 0,
+        inverse_model=1 if (pretrain and not bc) or ssl_all else 0,
         encoder="resnet" if args["encoder"] == "resnet" else "nature",
         goal_conditioning_type=["goal_only", "film"],
         resblock="inverted",
@@ -423,6 +460,8 @@ def reference_settings(case: dict) -> tuple[dict, dict]:
             clip_model_grad_norm=-1,
             offline=False,
         )
+        if ssl_all:  # the weights of pretraining (sgim_pretrain.sh), the paper's lambdas
+            algo.update(goal_weight=1, inverse_model_weight=1)
     return model, algo
 
 
@@ -470,12 +509,13 @@ def run_case(name: str, case: dict, overrides: dict | None = None) -> dict[str, 
     from src.models import SPRCatDqnModel
 
     torch.set_num_threads(1)
-    x = dict(np.load(FIXTURES / f"{name}.inputs.npz", allow_pickle=False))
+    x = with_loaded_online(dict(np.load(FIXTURES / f"{name}.inputs.npz", allow_pickle=False)))
     px = dict(np.load(FIXTURES / f"{name}.pixels.scratch.npz", allow_pickle=False))
     args, stage = case["model_args"], case["stage"]
     pretrain = stage == "pretrain"
-    goal = pretrain and case.get("objective") != "bc"
-    names = "bc" if case.get("objective") == "bc" else stage  # which head the mapping uses
+    ssl_all = stage == "finetune" and case.get("ssl") == "all"
+    goal = (pretrain and case.get("objective") != "bc") or ssl_all
+    names = mapping_stage(case)  # which head layout the mapping uses
     B, K, A, size = case["batch_size"], case["spr_steps"], args["num_actions"], args["image_size"]
     model_kw, algo_kw = reference_settings(case)
     algo_kw.update(overrides or {})
@@ -507,7 +547,7 @@ def run_case(name: str, case: dict, overrides: dict | None = None) -> dict[str, 
     target_before = {k: v.detach().clone() for k, v in target_model.state_dict().items()}
 
     # -- the batch, in the reference's layout (T, B, ...), prev-action convention ------------
-    T = case["goal_window"] if pretrain else max(K + 1, case["n_step"] + 1)
+    T = case["goal_window"] if goal else max(K + 1, case["n_step"] + 1)
     pixels = torch.from_numpy(px["pixels"])  # (B, K+1, 4, H, W) in [0, ~1.1]
     obs = torch.zeros(T, B, 4, 1, size, size)
     obs[: K + 1] = pixels.transpose(0, 1).unsqueeze(3)
@@ -544,6 +584,12 @@ def run_case(name: str, case: dict, overrides: dict | None = None) -> dict[str, 
         rewards[1 : n + 1] = r  # prev-reward convention (unused by the losses)
         dones[:n] = d.bool()
         is_weights = torch.from_numpy(x["is_weights"])
+        if ssl_all:  # the goal frames, where the reference draws them (past s_{t+K}, s_{t+n})
+            offsets = torch.from_numpy(x["goal_offsets"]).long()
+            goal_pixels = torch.from_numpy(px["pixels_goal"])
+            for b in range(B):
+                obs[offsets[b], b] = goal_pixels[b].unsqueeze(1)
+            goal_index = offsets - 1  # sample_goals draws within observations[1:goal_window]
     Samples = namedarraytuple(
         "OfflineSamples",
         [
@@ -596,6 +642,15 @@ def run_case(name: str, case: dict, overrides: dict | None = None) -> dict[str, 
         return out
 
     model.do_spr_loss = do_spr_loss
+    orig_forward = model.forward
+
+    def forward(*a, **kw):  # the (B,) inverse-dynamics losses, before the PER weights
+        out = orig_forward(*a, **kw)
+        if kw.get("train"):
+            captured["inverse_per_sample"] = out[6].detach().clone()
+        return out
+
+    model.forward = forward
     orig_sample_goals = algo.sample_goals
 
     def sample_goals(observation):
@@ -645,6 +700,17 @@ def run_case(name: str, case: dict, overrides: dict | None = None) -> dict[str, 
             "head.rl_advantage.3": "head.advantage_out",
             "head.rl_value.3": "head.value_out",
         }
+        if ssl_all:
+            # the goal head's layers: its first layers are separate copies in the reference,
+            # each with its own noise; fed the noise of sgi-lab's one shared layer
+            sgi_layer.update(
+                {
+                    "head.goal_advantage.0": "head.advantage_hidden",
+                    "head.goal_value.0": "head.value_hidden",
+                    "head.goal_advantage.3": "goal_head.advantage_out",
+                    "head.goal_value.3": "goal_head.value_out",
+                }
+            )
 
         def scale_noise_for(m):
             which, k = layer_of[id(m)]
@@ -711,10 +777,26 @@ def run_case(name: str, case: dict, overrides: dict | None = None) -> dict[str, 
     for sgi_name in sgi_names:
         if pretrain and sgi_name.endswith("_sigma"):
             continue
-        ref = reference_names(sgi_name, args["encoder"], names)[0]
-        if ref in grads:
-            out[f"grad/{sgi_name}"] = to_sgi(sgi_name, grads[ref]).numpy()
-        sample("update", sgi_name, to_sgi(sgi_name, after[ref] - before[ref]))
+        refs = reference_names(sgi_name, args["encoder"], names)
+        ref = refs[0]
+        if names == "finetune_all" and sgi_name.startswith(
+            ("head.advantage_hidden", "head.value_hidden")
+        ):
+            # two reference tensors (the RL head's copy, the goal head's = the projection) for
+            # sgi-lab's one: the gradient of the shared layer is their sum; each copy takes its
+            # own Adam step, which sgi-lab's one tensor cannot (docs/paper_vs_code.md)
+            rl_ref, ssl_ref = refs[0], refs[1]
+            zero = torch.zeros_like(before[rl_ref])
+            g_rl, g_ssl = grads.get(rl_ref, zero), grads.get(ssl_ref, zero)
+            out[f"grad/{sgi_name}"] = (g_rl + g_ssl).numpy()
+            out[f"grad_rl/{sgi_name}"] = g_rl.numpy()
+            out[f"grad_ssl/{sgi_name}"] = g_ssl.numpy()
+            sample("update_rl", sgi_name, after[rl_ref] - before[rl_ref])
+            sample("update_ssl", sgi_name, after[ssl_ref] - before[ssl_ref])
+        else:
+            if ref in grads:
+                out[f"grad/{sgi_name}"] = to_sgi(sgi_name, grads[ref]).numpy()
+            sample("update", sgi_name, to_sgi(sgi_name, after[ref] - before[ref]))
         # the target networks after the update: the SPR target (model.target_*) and, in
         # pretraining, the target model (finetuning's is the online network itself)
         for target_ref in target_names(sgi_name, args["encoder"], names):

@@ -101,8 +101,9 @@ def pretraining_settings(config: PretrainConfig) -> SGILossSettings:
 
 def finetuning_settings(config: FinetuneConfig) -> SGILossSettings:
     """Finetuning: SPR always in the reference's convention (SPR's ``spr_weight: 5``), goal RL
-    and inverse dynamics only with ``ssl: all``, whose goal RL keeps the paper text's reward
-    (distance scale 1, textbook return)."""
+    and inverse dynamics only with ``ssl: all``, whose goal reward and return are the config's
+    (``goal_distance_scale``, ``goal_returns``: the text's by default, the reference's in
+    ``params/finetune/all_ssl.yaml``); goal RL's n is 1, as in the reference."""
     ssl = config.ssl
     return SGILossSettings(
         spr=spr_coefficient(config.spr_weight, config.spr_steps, "reference")
@@ -112,6 +113,8 @@ def finetuning_settings(config: FinetuneConfig) -> SGILossSettings:
         inverse=config.inverse_weight if ssl == "all" else 0.0,
         gamma=config.gamma,
         goal_reward_scale=config.goal_reward_scale,
+        goal_distance_scale=config.goal_distance_scale,
+        goal_returns=config.goal_returns,
     )
 
 

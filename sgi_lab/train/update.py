@@ -215,7 +215,9 @@ def compute_targets(
     noise sample unless there is a separate copy); with double Q the action is picked by the
     online network with the update's noise. SPR's targets are the EMA target's projections of
     s_{t+1..t+K}, encoded in one time-major pass (with s_t and the goal observations for
-    ``ssl: all``).
+    ``ssl: all``). Goal RL (``ssl: all``) bootstraps at s_{t+1} from ``goal_target`` (SPR's EMA
+    target, or the RL target as the reference), the action picked by the online network with
+    ``goal_double_q``.
     """
     cfg, call, mask, obs = pop.config, pop.call, x.mask, x.obs
     K = cfg.spr_steps if cfg.ssl != "none" else 0
@@ -251,12 +253,38 @@ def compute_targets(
             z = encode(torch.cat([obs, x.goal_obs[None]], 0))
             z, z_goal = z[:-1], z[-1]
         goals, _ = goals_from_draws(z_goal, x.goal_draws)
-        goal_next = F.softmax(
-            call(goal_target, lambda m, z, g: m.goal_q_logits(z, g, mask), z[1], goals), -1
+
+        def goal_probs(params: Tensors, z1: torch.Tensor) -> torch.Tensor:
+            return F.softmax(
+                call(params, lambda m, z, g: m.goal_q_logits(z, g, mask), z1, goals), -1
+            )
+
+        # The goal bootstrap at s_{t+1}: SPR's EMA target, or (the reference's agent target
+        # model) the RL target with its noise sample, which is the online network when
+        # target_tau is 1; double Q: the online network, with the update's noise, picks.
+        rl_target = cfg.goal_target == "rl_target"
+        z1_online = (
+            call(online, lambda m, o: m.encode(o, prepared=True), obs[1])
+            if cfg.goal_double_q or (rl_target and not q_target)
+            else None
+        )
+        if rl_target and q_target:
+            z1_target = call(q_target, lambda m, o: m.encode(o, prepared=True), obs[1])
+            goal_next = goal_probs({**q_target, **x.noise_target}, z1_target)
+        elif rl_target:
+            goal_next = goal_probs({**online, **x.noise_target}, z1_online)
+        else:
+            goal_next = goal_probs(goal_target, z[1])
+        goal_selection = (
+            goal_probs({**online, **x.noise_online}, z1_online) if cfg.goal_double_q else None
         )
         y = call(spr_target, lambda m, z: m.project(z), z).transpose(0, 1)
         ssl = SGITargets(
-            y=y[:, -K:], z=z[:2].transpose(0, 1).flatten(2), goals=goals, goal_next=goal_next
+            y=y[:, -K:],
+            z=z[:2].transpose(0, 1).flatten(2),
+            goals=goals,
+            goal_next=goal_next,
+            goal_selection=goal_selection,
         )
     elif K > 0:
         z = call(spr_target, lambda m, o: m.encode(o, prepared=True), obs if separate else obs[1:])
