@@ -66,3 +66,14 @@ def test_results_frame_is_short_and_rounded():
     assert values["latent cosine similarity"] == "0.9996"
     assert len(frame) == 9
     assert format_number(True) == "True" and format_number(np.float32(2.0)) == "2"
+
+
+def test_live_table_says_its_empty_sentence_instead_of_an_empty_table():
+    from sgi_lab.viz.tables import LiveTable
+
+    table = LiveTable(title="probe F1", empty="no probe results")
+    assert "<table" not in table.html and "no probe results" in table.html
+    assert "probe F1" in table.html
+    table.replace(pd.DataFrame({"method": ["SGI"], "F1": ["0.5"]}))
+    assert "<table" in table.html and "no probe results" not in table.html
+    assert "<table" in LiveTable(pd.DataFrame()).html  # without a sentence: the empty table

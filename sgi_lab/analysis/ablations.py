@@ -580,7 +580,11 @@ class AblationExplorer:
         self.interval = LiveFigure()
         self.table = LiveTable(title="aggregate human-normalized scores (95% CI)")
         self.per_game = LiveFigure()
-        self.probe_table = LiveTable(title=PROBE_TABLE_TITLE)
+        self.probe_table = LiveTable(
+            title=PROBE_TABLE_TITLE,
+            empty="no probe results for these runs' encoders (sgi-lab probe PRETRAINING_RUN "
+            "--data STORE, or probe_runs: a probe study's folder)",
+        )
         self.probe_bars = LiveFigure()
         for control in (self.games, self.methods, self.paper, self.metrics):
             control.observe(self._on_change, names="value")

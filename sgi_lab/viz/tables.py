@@ -130,8 +130,10 @@ def results_frame(results: Mapping[str, Any], max_items: int = 6, digits: int = 
     return pd.DataFrame(rows, columns=["result", "value"])
 
 
-def _html(frame: pd.DataFrame, title: str | None) -> str:
+def _html(frame: pd.DataFrame, title: str | None, empty: str | None = None) -> str:
     caption = f"<b>{html.escape(title)}</b>" if title else ""
+    if frame.empty and empty is not None:  # a sentence, not a table without rows
+        return f'<div class="sgi-lab-note">{caption}<p>{html.escape(empty)}</p></div>'
     table = frame.to_html(index=False, border=0, escape=True, na_rep="")
     return f'<div class="sgi-lab-table">{caption}{table}</div>'
 
@@ -145,17 +147,26 @@ class LiveTable:
     Args:
         frame: the initial table (default: empty).
         title: a caption above the table.
+        empty: what is said instead of a table while the frame has no rows (None: an empty
+            table).
     """
 
-    def __init__(self, frame: pd.DataFrame | None = None, title: str | None = None) -> None:
+    def __init__(
+        self,
+        frame: pd.DataFrame | None = None,
+        title: str | None = None,
+        empty: str | None = None,
+    ) -> None:
         self.frame = frame if frame is not None else pd.DataFrame()
         self.title = title
+        self.empty = empty
         self._handle: Any = None
 
     @property
     def html(self) -> str:
-        """The table as HTML (a ``<table>`` whose header cells are the frame's columns)."""
-        return _html(self.frame, self.title)
+        """The table as HTML (a ``<table>`` whose header cells are the frame's columns), or the
+        ``empty`` sentence while there are no rows."""
+        return _html(self.frame, self.title, self.empty)
 
     @property
     def headers(self) -> list[str]:
