@@ -362,7 +362,10 @@ def _interact_ablations(page) -> None:
     metrics = cell.get_by_label("metrics", exact=True)
     figures = _figures(page, cell)
     before = _figure_data(figures)
-    assert len(before) == 2, f"the explorer shows {len(before)} figures, not 2"
+    # the interval plot, the per-game plot, and the probe bars (these runs have no probes)
+    assert len(before) == 3, f"the explorer shows {len(before)} figures, not 3"
+    assert "no probe results" in before[2], f"the probe bars show {before[2][:200]}"
+    assert cell.locator(".sgi-lab-note").filter(has_text="no probe results").count() == 1
     # as many columns as before (a select lists its choices in its own order)
     metrics.select_option(["iqm", "optimality_gap", "games_above_human"])
     changed = _wait_table(cell, ["Method", "IQM", "Optimality Gap", "#Games > Human"])
