@@ -340,6 +340,7 @@ class PeriodicProbe:
     def __call__(self, model: SGIModel, step: int) -> dict[str, float]:
         from sgi_lab.probes.core import ProbeEncoder, probe_encoder
 
+        # ``out`` is where `probe_run` would write; this probe only returns its result.
         encoder = ProbeEncoder(model, "training", "pretrain", Path(), step=step)
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
             result = probe_encoder(
