@@ -1,5 +1,5 @@
 """What checking checksums costs: a checkpoint's CRC-32s before it is loaded, a store's blake2b
-checksums before a pretraining run trains on it (`sgi_lab.checkpoints.verify_checksums`,
+checksums before a pretraining run trains on it (`sgi_lab.runs.checkpoints.verify_checksums`,
 `sgi_lab.train.pretrain.check_store`).
 
     python benchmarks/checksums.py [--store-rows 100000] [--checkpoint-mb 300]
@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sgi_lab.checkpoints import verify_checksums
+from sgi_lab.base.files import atomic_torch_save, cpu_model
 from sgi_lab.data import TransitionStore, TransitionStoreWriter
-from sgi_lab.files import atomic_torch_save, cpu_model
+from sgi_lab.runs.checkpoints import verify_checksums
 from sgi_lab.train.pretrain import check_store
 
 

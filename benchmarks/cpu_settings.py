@@ -1,4 +1,4 @@
-"""Is the automatic CPU choice (`sgi_lab.nets.cpu_settings`) within 5% of the best setting?
+"""Is the automatic CPU choice (`sgi_lab.runtime.cpu_settings`) within 5% of the best setting?
 
     python benchmarks/cpu_settings.py [--encoders nature resnet] [--rounds 4] [--threads 2]
 
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import torch
 
+from sgi_lab.base.files import cpu_model
 from sgi_lab.config import FinetuneConfig, PretrainConfig, build_config
-from sgi_lab.files import cpu_model
-from sgi_lab.nets.cpu_settings import settle
+from sgi_lab.runtime.cpu_settings import settle
 from sgi_lab.train.transfer import model_args_for
 from sgi_lab.train.update import measure_update
 

@@ -15,8 +15,8 @@ import json
 import tempfile
 from pathlib import Path
 
+from sgi_lab.base.files import cpu_model
 from sgi_lab.config import ExploreConfig
-from sgi_lab.files import cpu_model
 from sgi_lab.train.explore import collect_exploratory
 
 

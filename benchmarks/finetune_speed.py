@@ -30,15 +30,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from sgi_lab.base.files import read_jsonl
 from sgi_lab.config import FinetuneConfig, to_dict
 from sgi_lab.data.population_replay import PopulationReplay
 from sgi_lab.data.replay import PrioritizedReplay
 from sgi_lab.envs import make_env
-from sgi_lab.files import read_jsonl
 from sgi_lab.nets import SGIModel
-from sgi_lab.train.agent import Population, use_amp
 from sgi_lab.train.evaluate import evaluate
 from sgi_lab.train.finetune import finetune
+from sgi_lab.train.population import Population, use_amp
 from sgi_lab.train.transfer import model_args_for
 from sgi_lab.train.update import stage, update
 

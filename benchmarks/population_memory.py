@@ -93,7 +93,7 @@ else:
 def activations_mb(encoder: str, agents: list[int], device: str) -> dict[int, float]:
     """Memory one update adds above the population's state, each size in a fresh process (on a
     CPU: resident memory after three updates minus before, i.e. the activations plus the heap
-    the allocator keeps for the next update, `sgi_lab.nets.runtime.keep_freed_memory`)."""
+    the allocator keeps for the next update, `sgi_lab.runtime.device.keep_freed_memory`)."""
     import subprocess
     import sys
 

@@ -39,9 +39,9 @@ from sgi_lab.config import FinetuneConfig, build_config, read_params, to_dict
 from sgi_lab.data.population_replay import PopulationReplay
 from sgi_lab.envs.games import ATARI_100K_GAMES
 from sgi_lab.nets import SGIModel
-from sgi_lab.nets.graphs import count_ops
+from sgi_lab.runtime.graphs import count_ops
 from sgi_lab.train.acting import act
-from sgi_lab.train.agent import Population
+from sgi_lab.train.population import Population
 from sgi_lab.train.transfer import model_args_for
 from sgi_lab.train.update import learn, staged_batch, update
 

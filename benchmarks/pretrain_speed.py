@@ -49,7 +49,7 @@ from torch.utils.flop_counter import FlopCounterMode, conv_flop_count
 
 import sgi_lab
 from sgi_lab.config import PretrainConfig, build_config
-from sgi_lab.nets.runtime import cpu_has_native_bf16
+from sgi_lab.runtime.device import cpu_has_native_bf16
 from sgi_lab.train import pretrain as pretrain_module
 from sgi_lab.train.pretrain_step import GraphedStep, PretrainBatch, build_state, train_step
 

@@ -22,10 +22,11 @@ from pathlib import Path
 
 import torch
 
+from sgi_lab.analysis.probe_encoders import random_probe_encoder
+from sgi_lab.base.files import cpu_model
 from sgi_lab.data import TransitionStore
 from sgi_lab.data.collect import collect_random
-from sgi_lab.files import cpu_model
-from sgi_lab.probes import probe_encoder, random_probe_encoder
+from sgi_lab.probes import probe_encoder
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ its own ``sgi_lab`` through PYTHONPATH), so each round compares the two versions
 machine state. It prints, per round and version, the fastest and the median step, and the
 per-round ratio of medians.
 
-Jobs: ``finetune`` times one update of a population of one (`sgi_lab.train.agent.Population`; `train_step` in versions before it) (batch 32, RL + SPR with K = 5,
+Jobs: ``finetune`` times one update of a population of one (`sgi_lab.train.population.Population`; `train_step` in versions before it) (batch 32, RL + SPR with K = 5,
 from a replay of real Pong transitions); ``pretrain`` times `sgi_lab.train.pretrain_step.train_step`
 (batch 256, all three objectives, the synthetic batch of ``pretrain_speed.py``).
 """

@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 import yaml
 
+from sgi_lab.base.paths import did_you_mean
 from sgi_lab.envs.games import UnknownGameError, canonical_game
 
 
@@ -493,8 +494,6 @@ def read_params(path: str | os.PathLike) -> dict[str, Any]:
     """Read a params YAML file (``yaml.safe_load``) and check its top-level keys."""
     path = Path(path)
     if not path.exists():
-        from sgi_lab.paths import did_you_mean
-
         raise ConfigError(did_you_mean(path, "params file"))
     if not path.is_file():
         raise ConfigError(f"{path}: is a folder, not a params file (name a .yaml file)")

@@ -18,7 +18,7 @@ import torch  # noqa: E402
 
 from sgi_lab.data import TransitionStore, TransitionStoreWriter
 
-# "auto" CPU settings are settled by measuring the real step (sgi_lab.nets.cpu_settings): tests
+# "auto" CPU settings are settled by measuring the real step (sgi_lab.runtime.cpu_settings): tests
 # pin them to the former defaults instead (timings on a shared test machine mean nothing, and
 # measuring in every test would cost minutes); tests/test_cpu_settings.py measures for real.
 # Child processes (notebook kernels, CLI subprocesses) inherit both variables.

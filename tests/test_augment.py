@@ -1,10 +1,10 @@
-"""Unit tests for sgi_lab.augment: random shift and intensity jitter."""
+"""Unit tests for sgi_lab.augment.ops: random shift and intensity jitter."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from sgi_lab.augment import augment, intensity, random_shift
+from sgi_lab.augment.ops import augment, intensity, random_shift
 
 
 def images(*shape, dtype=torch.uint8, seed=0):
@@ -97,7 +97,7 @@ def test_augment_combines_both():
 def test_cpu_row_crop_equals_clamped_gather(dtype):
     """The CPU path (pad, then crop whole rows) gives what the GPU path (one clamped gather)
     gives, for every one of the 81 shifts and for non-square frames."""
-    from sgi_lab.augment import _crop_rows, _shift_gather
+    from sgi_lab.augment.ops import _crop_rows, _shift_gather
 
     for h, w in [(84, 84), (10, 13)]:
         x = images(81, 3, h, w, dtype=dtype, seed=h)
@@ -133,7 +133,7 @@ def test_shift_time_major_is_the_transpose_of_the_same_draws(same_across_time):
 @pytest.mark.parametrize("time_major", [False, True])
 def test_gather_path_gives_the_row_crop_result(monkeypatch, time_major):
     """random_shift's non-CPU path (one gather), forced on the CPU, draws and shifts alike."""
-    import sgi_lab.augment as aug
+    import sgi_lab.augment.ops as aug
 
     x = images(3, 5, 4, 84, 84)
     rows = random_shift(x, generator=torch.Generator().manual_seed(4), time_major=time_major)

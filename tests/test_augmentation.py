@@ -1,5 +1,5 @@
-"""One augmentation path (sgi_lab.train.augmentation): pretraining's draws are the ones
-`sgi_lab.augment.augment` makes, and pretraining and a finetuning population turn the same draws
+"""One augmentation path (sgi_lab.augment.frames): pretraining's draws are the ones
+`sgi_lab.augment.ops.augment` makes, and pretraining and a finetuning population turn the same draws
 into the same encoder input."""
 
 from __future__ import annotations
@@ -7,14 +7,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sgi_lab.augment import augment
-from sgi_lab.nets.encoders import PIXEL_SCALE
-from sgi_lab.train.augmentation import (
+from sgi_lab.augment.frames import (
     AugmentationDraws,
     augmented_frames,
     draw_augmentation,
     prepared_frames,
 )
+from sgi_lab.augment.ops import augment
+from sgi_lab.nets.encoders import PIXEL_SCALE
 
 
 def frames(*lead: int, seed: int = 0) -> torch.Tensor:

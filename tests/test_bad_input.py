@@ -16,9 +16,9 @@ import yaml
 from conftest import build_store
 
 from sgi_lab.config import PretrainConfig, load_config, to_dict
-from sgi_lab.data.dqn_replay import checkpoint_files
+from sgi_lab.data.dqn_replay_importer import checkpoint_files
 from sgi_lab.launch.cli import main
-from sgi_lab.runs import RunDir
+from sgi_lab.runs.folder import RunDir
 
 SMOKE = "params/pretrain/smoke.yaml"
 EPISODES = [{"length": 30, "terminal": True}, {"length": 25}]

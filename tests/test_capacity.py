@@ -83,7 +83,7 @@ def test_max_agents_trains_a_larger_set_as_several_populations(tmp_path, capsys,
 
     import sgi_lab.train.finetune as ft
     from sgi_lab.launch.cli import main
-    from sgi_lab.runs import FinetuneRun
+    from sgi_lab.runs.folder import FinetuneRun
 
     populations = []
     real = ft.finetune_population
@@ -142,8 +142,8 @@ def test_experiment_tasks_sharing_a_machine_get_their_share(monkeypatch, tmp_pat
     its GPU fraction, or its CPUs' part of a CPU node."""
     import os
 
-    from sgi_lab.launch import experiment as ex
-    from sgi_lab.launch.experiment import executors
+    from sgi_lab import experiments as ex
+    from sgi_lab.experiments import executors
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # else the user's setting wins
     monkeypatch.delenv("MKL_NUM_THREADS", raising=False)

@@ -11,13 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sgi_lab import experiments as ex
 from sgi_lab.config import ConfigError
 from sgi_lab.data import StoreError, TransitionStore
 from sgi_lab.data.collect import collect_random
 from sgi_lab.data.store_format import ENV_PROTOCOLS, MANIFEST, StoreFolderError
 from sgi_lab.envs import make_env
 from sgi_lab.envs.atari import PREPROCESSING
-from sgi_lab.launch import experiment as ex
 from sgi_lab.launch.cli import main
 
 CAP = 400  # raw frames: Pong's random play never ends a game this soon, so the cap ends each
@@ -247,7 +247,7 @@ def test_experiment_data_entries_take_the_protocol_to_the_collector(tmp_path, ca
 
 def test_a_pretraining_run_records_the_protocol_of_its_data(stores, tmp_path):
     from sgi_lab.config import PretrainConfig, build_config
-    from sgi_lab.run_status import read_status
+    from sgi_lab.runs.status import read_status
     from sgi_lab.train.pretrain import pretrain
 
     config = build_config(

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from sgi_lab.checkpoints import CheckpointError, load_checkpoint, restore_generator
+from sgi_lab.base.files import atomic_torch_save
 from sgi_lab.config import (
     ConfigError,
     FinetuneConfig,
@@ -18,8 +18,8 @@ from sgi_lab.config import (
     parse_overrides,
     read_params,
 )
-from sgi_lab.files import atomic_torch_save
-from sgi_lab.runs import RunDir, run_name
+from sgi_lab.runs.checkpoints import CheckpointError, load_checkpoint, restore_generator
+from sgi_lab.runs.folder import RunDir, run_name
 
 
 def test_defaults_follow_the_paper():
@@ -227,7 +227,7 @@ def test_finetune_config_canonicalises_the_game_once():
 
 
 def test_metrics_written_before_the_shared_namespace_are_renamed_on_read(tmp_path):
-    from sgi_lab.files import read_jsonl
+    from sgi_lab.base.files import read_jsonl
 
     path = tmp_path / "metrics.jsonl"
     path.write_text(

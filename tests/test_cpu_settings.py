@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from sgi_lab.files import cpu_model
-from sgi_lab.nets.cpu_settings import choose_cpu_settings, time_step
+from sgi_lab.base.files import cpu_model
+from sgi_lab.runtime.cpu_settings import choose_cpu_settings, time_step
 
 
 def fake_times(table):
@@ -84,7 +84,7 @@ def test_a_finetuning_run_measures_once_then_reads_the_cache(tmp_path, monkeypat
     the real update under each candidate, records the choice in status.json and log.txt, and a
     second run of the same workload reads the cache instead."""
     from sgi_lab.config import FinetuneConfig, build_config
-    from sgi_lab.runs import FinetuneRun
+    from sgi_lab.runs.folder import FinetuneRun
     from sgi_lab.train.finetune import finetune
 
     monkeypatch.delenv("SGI_LAB_CPU_SETTINGS", raising=False)
@@ -113,7 +113,7 @@ def test_the_override_settles_auto_without_measuring(monkeypatch):
     import torch
 
     from sgi_lab.config import FinetuneConfig
-    from sgi_lab.nets.cpu_settings import settle
+    from sgi_lab.runtime.cpu_settings import settle
 
     monkeypatch.setenv("SGI_LAB_CPU_SETTINGS", "cpu_amp=false,channels_last=true")
 

@@ -14,15 +14,15 @@ import torch
 from conftest import moving_dot_store
 
 import sgi_lab.train.finetune as ft
-from sgi_lab.augment import augment
-from sgi_lab.checkpoints import load_checkpoint
+from sgi_lab.augment.ops import augment
+from sgi_lab.base.files import read_jsonl
 from sgi_lab.config import FinetuneConfig, PretrainConfig, build_config
 from sgi_lab.data.replay import PrioritizedReplay
-from sgi_lab.files import read_jsonl
 from sgi_lab.nets import SGIModel
-from sgi_lab.runs import RunDir
+from sgi_lab.runs.checkpoints import load_checkpoint
+from sgi_lab.runs.folder import RunDir
 from sgi_lab.train.acting import act, acting_q, forward_graph
-from sgi_lab.train.agent import Population
+from sgi_lab.train.population import Population
 from sgi_lab.train.pretrain import load_pretrained_model, pretrain
 from sgi_lab.train.transfer import model_args_for
 from sgi_lab.train.update import learn, stage, update

@@ -9,10 +9,10 @@ import json
 import pytest
 from tqdm import tqdm
 
-from sgi_lab.files import provenance, record_provenance
+from sgi_lab.base.files import provenance, record_provenance
 from sgi_lab.launch import demo
 from sgi_lab.launch.notebook_runner import RunExistsError
-from sgi_lab.runs import RunDir
+from sgi_lab.runs.folder import RunDir
 
 
 def _finished_stages(root, seconds=60.0):
@@ -78,8 +78,8 @@ def test_step_progress_counts_steps_and_updates(tmp_path, rows, note):
 
 
 def test_demo_finetune_logs_often_enough_for_the_bar_to_move_while_learning():
-    from sgi_lab.launch.notebook_api import find_project_root
     from sgi_lab.launch.notebook_runner import read_param_file
+    from sgi_lab.notebook import find_project_root
 
     params = read_param_file(find_project_root() / "params/notebooks/demo_finetune.yaml")
     assert params["config"]["log_every"] <= 10

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 from conftest import decode_rows, encode_row
 
-from sgi_lab.data import TransitionStore, TransitionStoreWriter, dqn_replay
-from sgi_lab.data.dqn_replay import (
+from sgi_lab.data import TransitionStore, TransitionStoreWriter
+from sgi_lab.data import dqn_replay_importer as dqn_replay
+from sgi_lab.data.dqn_replay_importer import (
     DQNReplayError,
     NpyGzipStream,
     available_checkpoints,

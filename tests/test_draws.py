@@ -1,4 +1,4 @@
-"""sgi_lab.draws: one uniform draw per agent, split and transformed into every named draw."""
+"""sgi_lab.augment.draws: one uniform draw per agent, split and transformed into every named draw."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from sgi_lab import draws
+from sgi_lab.augment import draws
 
 GRID = 2**24  # float32 uniforms lie on k / 2**24
 

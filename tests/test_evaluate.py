@@ -9,9 +9,9 @@ import pytest
 import torch
 
 import sgi_lab.train.evaluate as ev
-from sgi_lab.checkpoints import CheckpointError
 from sgi_lab.envs import UnknownGameError
 from sgi_lab.nets import SGIModel
+from sgi_lab.runs.checkpoints import CheckpointError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -1,4 +1,4 @@
-"""Experiments as task graphs (sgi_lab.launch.experiment): the shipped files' graphs, validation,
+"""Experiments as task graphs (sgi_lab.experiments): the shipped files' graphs, validation,
 the dry run, retries and failures, and (slow) the smoke experiment end to end, resumed after a
 kill, and on a real local Ray cluster."""
 
@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from conftest import kill_once_a_pretraining_run_finishes, run_mtimes
 
+from sgi_lab import experiments as ex
 from sgi_lab.config import ConfigError
-from sgi_lab.launch import experiment as ex
 from sgi_lab.launch.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""Run folders kept at a storage URI (sgi_lab.launch.storage, ``sgi-lab experiment --storage``):
+"""Run folders kept at a storage URI (sgi_lab.experiments.storage, ``sgi-lab experiment --storage``):
 the push/pull round trip on ``memory://`` and ``file://``, one task run in a scratch folder,
 and (slow) the smoke experiment through a ``file://`` storage, killed and resumed from it, and
 on a local Ray."""
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from conftest import kill_once_a_pretraining_run_finishes, run_mtimes
 
-from sgi_lab.launch import experiment as ex
-from sgi_lab.launch.storage import RunStorage, run_in_scratch, scratch_root
+from sgi_lab import experiments as ex
+from sgi_lab.experiments.storage import RunStorage, run_in_scratch, scratch_root
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "params" / "experiments" / "smoke.yaml"

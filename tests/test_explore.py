@@ -14,7 +14,7 @@ import torch
 from sgi_lab.config import ConfigError, ExploreConfig, build_config, load_config
 from sgi_lab.data import StoreError, TransitionStore
 from sgi_lab.objectives.ppo import gae, ppo_clip_loss
-from sgi_lab.runs import RunDir
+from sgi_lab.runs.folder import RunDir
 from sgi_lab.train.explore import collect_exploratory
 from sgi_lab.train.idf_agent import ExploreAgent, IntrinsicReturnNormalizer, Rollout, ppo_update
 

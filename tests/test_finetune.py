@@ -8,20 +8,20 @@ import numpy as np
 import pytest
 import torch
 
-import sgi_lab.train.augmentation as augmentation
+import sgi_lab.augment.frames as augmentation
 import sgi_lab.train.finetune as ft
 import sgi_lab.train.transfer as tr
 import sgi_lab.train.update as update_module
-from sgi_lab.checkpoints import CheckpointError
+from sgi_lab.base.files import read_jsonl
 from sgi_lab.config import ConfigError, FinetuneConfig
 from sgi_lab.data.replay import PrioritizedReplay
 from sgi_lab.envs import UnknownGameError
-from sgi_lab.files import read_jsonl
 from sgi_lab.launch.cli import main
 from sgi_lab.nets import SGIModel
-from sgi_lab.runs import RunDir
-from sgi_lab.stopping import Deadline, RunStopped, parse_duration, stop_on_signals
-from sgi_lab.train.agent import Population
+from sgi_lab.runs.checkpoints import CheckpointError
+from sgi_lab.runs.folder import RunDir
+from sgi_lab.runs.stopping import Deadline, RunStopped, parse_duration, stop_on_signals
+from sgi_lab.train.population import Population
 from sgi_lab.train.sgi_loss import finetuning_settings
 
 TINY = {
@@ -349,9 +349,9 @@ def test_the_authors_env_protocol_reaches_training_replay_and_evaluation(tmp_pat
     terminals are what ``make_env(preprocessing="rlpyt")`` returns for the same actions, and
     its stacks start at every life loss, as that env's), and so is the evaluation env (its
     cap ends an episode of 200 frames after 51 steps, the default's after 50)."""
-    from sgi_lab.checkpoints import load_checkpoint
     from sgi_lab.data.population_replay import PopulationReplay
     from sgi_lab.envs import make_env
+    from sgi_lab.runs.checkpoints import load_checkpoint
 
     steps = 90
     config = FinetuneConfig(

@@ -1,4 +1,4 @@
-"""sgi_lab.nets.graphs: what a CUDA graph would fix, checked on a CPU; the population's
+"""sgi_lab.runtime.graphs: what a CUDA graph would fix, checked on a CPU; the population's
 update passes it on the GPU's path."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 import torch
 from test_population import append_random_row, fake_batch, make_config, population
 
-from sgi_lab.nets.graphs import check_replayable, trace
+from sgi_lab.runtime.graphs import check_replayable, trace
 from sgi_lab.train.acting import acting_actions
 from sgi_lab.train.update import learn_step, stage, update
 
@@ -92,7 +92,7 @@ def test_population_update_is_replayable_on_the_gpu_path(ssl, batching):
 def test_acting_is_replayable_across_updates():
     """The acting forward a CUDA graph captures reads the weights, noise and statistics that
     updates change in place: after an update its trace is the captured one."""
-    from sgi_lab.nets.graphs import assert_replays
+    from sgi_lab.runtime.graphs import assert_replays
 
     configs = [make_config(seed=s, population_batching="vmap") for s in range(2)]
     pop = population(configs, [6, 6])
@@ -115,7 +115,7 @@ def test_a_learning_step_is_replayable_across_appends(ssl):
     """Sample -> update -> priorities, the step a CUDA graph captures whole: after rows are
     appended and beta moves on (both eager, outside the graph), its trace is the captured one."""
     from sgi_lab.data.population_replay import PopulationReplay
-    from sgi_lab.nets.graphs import assert_replays
+    from sgi_lab.runtime.graphs import assert_replays
 
     configs = [make_config(seed=s, ssl=ssl, population_batching="vmap") for s in range(2)]
     pop = population(configs, [6, 6])
@@ -180,7 +180,7 @@ def test_appending_a_row_is_replayable(first_after_terminal):
     from device state: consecutive rows, episode starts and terminals among them, trace alike
     (also where the row after a terminal starts a stack, the authors' env protocol)."""
     from sgi_lab.data.population_replay import PopulationReplay
-    from sgi_lab.nets.graphs import assert_replays
+    from sgi_lab.runtime.graphs import assert_replays
 
     replay = PopulationReplay(
         3, 50, K=2, n_step=3, seeds=[0, 1, 2], first_after_terminal=first_after_terminal

@@ -16,11 +16,11 @@ import pytest
 import torch
 from conftest import moving_dot_store
 
-from sgi_lab.checkpoints import load_checkpoint
 from sgi_lab.config import PretrainConfig, build_config
 from sgi_lab.data import StoreError, TransitionStore
 from sgi_lab.data.collect import collect_random
-from sgi_lab.runs import RunDir
+from sgi_lab.runs.checkpoints import load_checkpoint
+from sgi_lab.runs.folder import RunDir
 from sgi_lab.train.pretrain import pretrain
 
 pytestmark = pytest.mark.slow
@@ -147,8 +147,8 @@ finetune_population(configs, population_folders(sys.argv[1], configs), progress=
 def test_finetune_population_killed_at_random_resumes_and_finishes(tmp_path):
     """Two agents killed -9 during training (or evaluation), re-run: both finish, metrics
     never repeat a step, no temp file is left, and a killed run never reads as finished."""
-    from sgi_lab.files import read_jsonl
-    from sgi_lab.runs import FinetuneRun
+    from sgi_lab.base.files import read_jsonl
+    from sgi_lab.runs.folder import FinetuneRun
     from sgi_lab.train.finetune import finetune_population
 
     rng = random.Random(2)

@@ -13,27 +13,28 @@ import pytest
 import yaml
 from conftest import write_notebook
 
-from sgi_lab.config import ConfigError, PretrainConfig
-from sgi_lab.files import cpu_model
-from sgi_lab.launch import notebook_api, notebook_runner, sweep
-from sgi_lab.launch.notebook_runner import NotebookRunError, RunExistsError, run_notebook
-from sgi_lab.runs import RunDir
-from sgi_lab.threads import (
+from sgi_lab import notebook
+from sgi_lab.base.files import cpu_model
+from sgi_lab.base.threads import (
     THREAD_VARIABLES,
     oversubscribed,
     thread_share,
     user_oversubscription,
     user_threads,
 )
+from sgi_lab.config import ConfigError, PretrainConfig
+from sgi_lab.launch import notebook_runner, sweep
+from sgi_lab.launch.notebook_runner import NotebookRunError, RunExistsError, run_notebook
+from sgi_lab.runs.folder import RunDir
 
 pytestmark = pytest.mark.smoke
 
 PARAMETERS = 'x = 1\nseed = 0\nname = "tiny"\nfail = False\nout_dir = ""\n'
 BODY = (
-    "from sgi_lab.launch import notebook_api\n"
+    "from sgi_lab import notebook\n"
     "if fail:\n"
     "    raise ValueError(f'boom {x}')\n"
-    "notebook_api.record_results(out_dir, {'x': x, 'twice': 2 * x})\n"
+    "notebook.record_results(out_dir, {'x': x, 'twice': 2 * x})\n"
 )
 
 
@@ -64,9 +65,9 @@ def test_the_kernel_talks_over_private_unix_sockets_and_leaves_nothing(
 ):
     body = (
         "from ipykernel import get_connection_info\n"
-        "from sgi_lab.launch import notebook_api\n"
+        "from sgi_lab import notebook\n"
         "info = get_connection_info(unpack=True)\n"
-        "notebook_api.record_results(out_dir, {k: info[k] for k in ('transport', 'ip')})\n"
+        "notebook.record_results(out_dir, {k: info[k] for k in ('transport', 'ip')})\n"
     )
     nb = write_notebook(tmp_path / "conn.ipynb", body, 'seed = 0\nname = "c"\nout_dir = ""\n')
     sockets = tmp_path / "tmp"
@@ -163,12 +164,12 @@ def test_params_file_and_parameters_precedence(tiny_notebook, tmp_path):
 
 def test_run_folder_name_and_parameter_parsing():
     assert (
-        notebook_api.run_folder_name(
+        notebook.run_folder_name(
             "pretrain", {"game": "Pong", "seed": 1}, "params/notebooks/pretrain_smoke.yaml"
         )
         == "pretrain__smoke__Pong__s1"
     )
-    assert notebook_api.run_folder_name("pretrain", {"name": "sgi_m", "game": "ALE/Pong-v5"}) == (
+    assert notebook.run_folder_name("pretrain", {"name": "sgi_m", "game": "ALE/Pong-v5"}) == (
         "pretrain__sgi_m__ALE-Pong-v5"
     )
     assert notebook_runner.parse_parameter("3") == 3
@@ -181,20 +182,20 @@ def test_run_folder_name_and_parameter_parsing():
 def test_stage_config_precedence(tmp_path):
     params_file = tmp_path / "p.yaml"
     params_file.write_text("name: mine\nconfig:\n  encoder: nature\n  steps: 7\n")
-    cfg, name = notebook_api.stage_config(PretrainConfig, str(params_file), {}, {}, "", seed=3)
+    cfg, name = notebook.stage_config(PretrainConfig, str(params_file), {}, {}, "", seed=3)
     assert (cfg.encoder, cfg.steps, cfg.seed, name) == ("nature", 7, 3, "mine")
     # a non-empty config wins over the params file; overrides win over everything
-    cfg, name = notebook_api.stage_config(
+    cfg, name = notebook.stage_config(
         PretrainConfig, str(params_file), {"steps": 9}, {"seed": 5}, "sgi_m", seed=3
     )
     assert (cfg.encoder, cfg.steps, cfg.seed, name) == ("resnet", 9, 5, "sgi_m")
     with pytest.raises(ConfigError, match="stepz"):
-        notebook_api.stage_config(PretrainConfig, "", {"stepz": 1})
+        notebook.stage_config(PretrainConfig, "", {"stepz": 1})
 
 
 def test_run_dir_for(tmp_path):
-    assert notebook_api.run_dir_for("datasets", str(tmp_path / "x")) == tmp_path / "x"
-    folder = notebook_api.run_dir_for("pretrain", "", "sgi_m", "Pong", 0, root=tmp_path)
+    assert notebook.run_dir_for("datasets", str(tmp_path / "x")) == tmp_path / "x"
+    folder = notebook.run_dir_for("pretrain", "", "sgi_m", "Pong", 0, root=tmp_path)
     assert folder == tmp_path / "pretrain__sgi_m__Pong__s0" and folder.is_dir()
 
 
@@ -257,7 +258,7 @@ def test_sweep_on_ray_runs_its_points_through_the_experiments_ray_executor(
     """A sweep on Ray (a private local cluster here) sends every point, with its resources,
     through `RayExecutor.map`, the executor experiments use."""
     ray = pytest.importorskip("ray")
-    from sgi_lab.launch.experiment.executors import RayExecutor
+    from sgi_lab.experiments.executors import RayExecutor
 
     sent = []
     ray_map = RayExecutor.map
@@ -307,7 +308,7 @@ def test_sweep_population_folds_games_and_seeds_into_one_run_per_point(tmp_path)
     )
     with pytest.raises(ValueError, match="neither a game nor a seed"):
         sweep.population_grid({"x": [1]})
-    body = "from sgi_lab.launch import notebook_api\nnotebook_api.record_results(out_dir, {'x': x, 'games': games, 'seeds': seeds})\n"
+    body = "from sgi_lab import notebook\nnotebook.record_results(out_dir, {'x': x, 'games': games, 'seeds': seeds})\n"
     path = write_notebook(tmp_path / "pop.ipynb", body, PARAMETERS + "games = []\nseeds = []\n")
     grid = {"game": ["Pong", "Breakout"], "seed": [0, 1], "x": [1, 2]}
     summary = sweep.sweep(str(path), grid, out_root=tmp_path / "sweep", population=True)
@@ -326,7 +327,7 @@ def _sweep_kernel_env(processes: int, cores: int) -> dict[str, str]:
 def _experiment_task_env(processes: int, cores: int) -> dict[str, str]:
     """The thread variables an experiment's local task process is started with: what
     `run_command` hands `subprocess.Popen`, for a `LocalExecutor` share of ``cores``."""
-    from sgi_lab.launch.experiment import executors
+    from sgi_lab.experiments import executors
 
     seen = {}
 
@@ -370,7 +371,7 @@ def test_one_thread_rule_for_sweep_kernels_and_experiment_tasks(started_with, mo
 
 
 def test_the_users_oversubscribing_thread_setting_is_kept_with_a_warning(monkeypatch):
-    from sgi_lab.launch.experiment.scheduler import _oversubscription
+    from sgi_lab.experiments.scheduler import _oversubscription
 
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     with pytest.warns(UserWarning, match="OMP_NUM_THREADS=2 x 2 parallel runs oversubscribes 2"):
@@ -416,8 +417,8 @@ def test_sweep_kernels_start_with_the_users_thread_setting(tmp_path, monkeypatch
     did not set carry the same count."""
     body = (
         "import os\n"
-        "from sgi_lab.launch import notebook_api\n"
-        "notebook_api.record_results(out_dir, {k: os.environ.get(k) for k in "
+        "from sgi_lab import notebook\n"
+        "notebook.record_results(out_dir, {k: os.environ.get(k) for k in "
         f"{list(THREAD_VARIABLES)!r}}})\n"
     )
     path = write_notebook(tmp_path / "env.ipynb", body, PARAMETERS)

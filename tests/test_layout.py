@@ -16,37 +16,25 @@ import sgi_lab
 PACKAGE = Path(sgi_lab.__file__).resolve().parent
 
 # Lowest first. A module may import from its own layer or any layer below it, never above.
-# envs (the game table and the environment factory) imports nothing of ours, and sits below the
-# base so that the configs canonicalise a game name once, with envs.games.canonical_game.
-# checkpoints (the checkpoint loader) and threads (the thread rule) import nothing of ours
-# either, so any layer may load a checkpoint or check its threads.
-# metrics sits below train: train/evaluate scores its returns with metrics.hns, and nothing in
-# metrics needs training. viz sits below analysis: the analysis models draw with viz figures.
+# envs (the game table, the environment factories) and base (files, paths, threads, errors)
+# import nothing above them, so that the configs canonicalise a game name once. runs (run
+# folders, status, checkpoints, stopping) needs only the configs' errors, so every stage may
+# load a checkpoint or own a run folder. runtime (device, precision, CPU settings, CUDA graphs)
+# sits below data: the population replay places its tensors by it. The probes (labels, linear
+# readouts, probing one encoder) sit below train, so that pretraining can probe its encoder
+# every N steps; loading encoders from runs and the probe studies are analysis. metrics sits
+# below train (evaluate scores its returns with metrics.hns); viz below analysis (the analysis
+# models draw with viz figures). experiments, the notebook API and launch sit on top.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    (
-        "sgi_lab.envs",
-        "sgi_lab.paths",
-        "sgi_lab.files",
-        "sgi_lab.checkpoints",
-        "sgi_lab.threads",
-    ),
-    (
-        "sgi_lab",
-        "sgi_lab.config",
-        "sgi_lab.stopping",
-        "sgi_lab.run_status",
-        "sgi_lab.runs",
-        "sgi_lab.augment",
-        "sgi_lab.draws",
-    ),
-    ("sgi_lab.data", "sgi_lab.nets", "sgi_lab.objectives"),
-    # The linear probes themselves (the RAM table, the classifiers, probing one encoder) sit
-    # below train, so that pretraining can probe its encoder every N steps; the probes package's
-    # loaders of runs and its study sit with analysis.
-    ("sgi_lab.metrics", "sgi_lab.probes.core", "sgi_lab.probes.linear", "sgi_lab.probes.atariari"),
+    ("sgi_lab.envs", "sgi_lab.base"),
+    ("sgi_lab", "sgi_lab.config", "sgi_lab.runs"),
+    ("sgi_lab.runtime",),
+    ("sgi_lab.data", "sgi_lab.nets", "sgi_lab.objectives", "sgi_lab.augment"),
+    ("sgi_lab.metrics", "sgi_lab.probes"),
     ("sgi_lab.train",),
     ("sgi_lab.viz",),
-    ("sgi_lab.analysis", "sgi_lab.probes"),
+    ("sgi_lab.analysis",),
+    ("sgi_lab.experiments", "sgi_lab.notebook"),
     ("sgi_lab.launch",),
 )
 
@@ -179,3 +167,72 @@ def test_the_store_format_reader_and_writer_import_downwards_only():
             if target.startswith("sgi_lab.data") and target not in STORE_MODULES[:position]
         ]
         assert not above, f"{name} imports {above}"
+
+
+ROOT_MODULES = {"sgi_lab", "sgi_lab.config", "sgi_lab.__main__"}
+
+
+def test_the_package_root_holds_the_configs_and_packages_only():
+    loose = [
+        name
+        for name, path in modules().items()
+        if path.parent == PACKAGE and path.name != "__init__.py" and name not in ROOT_MODULES
+    ]
+    assert not loose, f"modules at the sgi_lab/ root: {loose}; give each a package"
+
+
+def _imports_sgi_lab(node: ast.AST) -> bool:
+    if isinstance(node, ast.Import):
+        return any(alias.name.split(".")[0] == "sgi_lab" for alias in node.names)
+    return isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "sgi_lab"
+
+
+def lazy_imports(path: Path) -> list[tuple[int, bool]]:
+    """``(line, has_reason)`` of every import of an sgi_lab module inside a function: the reason
+    is a comment on the line above the import, or above the run of imports it belongs to."""
+    lines = path.read_text().splitlines()
+    found = []
+    for fn in ast.walk(ast.parse("\n".join(lines))):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for block in ast.walk(fn):
+            for field in ("body", "orelse", "finalbody"):
+                body = getattr(block, field, None)
+                if (
+                    not isinstance(body, list)
+                    or block is not fn
+                    and isinstance(block, (ast.FunctionDef, ast.AsyncFunctionDef))
+                ):
+                    continue
+                first = None  # the first statement of the current run of imports
+                for node in body:
+                    if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                        first = None
+                        continue
+                    first = first or node
+                    if _imports_sgi_lab(node):
+                        span = lines[max(first.lineno - 2, 0) : node.lineno - 1]
+                        found.append((node.lineno, any("#" in line for line in span)))
+    return found
+
+
+def test_every_import_inside_a_function_says_why():
+    unexplained = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}"
+        for path in modules().values()
+        for line, reason in lazy_imports(path)
+        if not reason
+    ]
+    assert not unexplained, (
+        "imports of sgi_lab inside functions without a one-line reason above them "
+        "(move them to the top of the file, or say why not): " + ", ".join(unexplained)
+    )
+
+
+def test_a_lazy_import_without_a_reason_is_found(tmp_path):
+    source = tmp_path / "x.py"
+    source.write_text(
+        "def f():\n    from sgi_lab.runs import folder\n\n\n"
+        "def g():\n    # lazy: a reason\n    from sgi_lab.runs import folder\n"
+    )
+    assert lazy_imports(source) == [(2, False), (7, True)]

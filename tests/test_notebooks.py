@@ -337,7 +337,7 @@ def _finished(folder: Path, kind: str, game: str, result: str, age: float) -> Pa
 
 
 def test_find_latest_run_picks_the_newest_finished_run_of_a_kind(tmp_path, capsys):
-    from sgi_lab.launch import notebook_api
+    from sgi_lab import notebook
 
     demo, runs = tmp_path / "demo", tmp_path / "runs"
     old = _finished(demo / "pretrain", "pretrain", "Pong", "model.pt", age=100)
@@ -350,36 +350,36 @@ def test_find_latest_run_picks_the_newest_finished_run_of_a_kind(tmp_path, capsy
     ft = _finished(demo / "finetune", "finetune", "Pong", "eval.json", age=5)
     roots = [demo, runs, tmp_path / "missing"]
 
-    assert notebook_api.find_runs_of_kind("pretrain", roots) == [breakout, new, old]
-    assert notebook_api.find_latest_run("pretrain", roots, game="Pong") == new
-    assert notebook_api.find_latest_run("finetune", roots) == ft
-    assert notebook_api.find_latest_run("pretrain", [tmp_path / "missing"]) is None
+    assert notebook.find_runs_of_kind("pretrain", roots) == [breakout, new, old]
+    assert notebook.find_latest_run("pretrain", roots, game="Pong") == new
+    assert notebook.find_latest_run("finetune", roots) == ft
+    assert notebook.find_latest_run("pretrain", [tmp_path / "missing"]) is None
 
-    assert notebook_api.discover_run("", "pretrain", "pretrained", roots, "Pong") == str(new)
+    assert notebook.discover_run("", "pretrain", "pretrained", roots, "Pong") == str(new)
     header = capsys.readouterr().out
     assert "pretraining run: pretrain__sgi_m__Pong__s0" in header
     assert "picked automatically" in header and str(old) in header  # another to pick
-    assert notebook_api.discover_run("mine", "pretrain", "pretrained", roots) == "mine"
+    assert notebook.discover_run("mine", "pretrain", "pretrained", roots) == "mine"
     assert "pinned by pretrained in the parameters cell" in capsys.readouterr().out
-    assert notebook_api.discover_run("", "pretrain", "pretrained", [], fallback="random") == ""
+    assert notebook.discover_run("", "pretrain", "pretrained", [], fallback="random") == ""
     out = capsys.readouterr().out
     assert "pretraining run: none — no finished pretraining run" in out and "random" in out
 
-    assert notebook_api.discover_runs_root("", "runs_root", roots) == str(demo)
+    assert notebook.discover_runs_root("", "runs_root", roots) == str(demo)
     experiment = tmp_path / "experiments"
     _finished(experiment / "tab1" / "ft__sgi_m" / "Pong__s0", "finetune", "Pong", "eval.json", 0)
-    assert notebook_api.discover_runs_root("", "runs_root", [demo, experiment]) == str(
+    assert notebook.discover_runs_root("", "runs_root", [demo, experiment]) == str(
         experiment / "tab1"
     )
-    assert notebook_api.discover_runs_root("", "runs_root", []) == "outputs/runs"
+    assert notebook.discover_runs_root("", "runs_root", []) == "outputs/runs"
     with pytest.raises(ValueError):
-        notebook_api.find_runs_of_kind("collect", roots)
+        notebook.find_runs_of_kind("collect", roots)
 
 
 def test_a_finished_full_run_beats_a_newer_smoke_run(tmp_path, capsys):
     """After a Lab session runs pretrain.ipynb with its smoke defaults, the notebooks that
     look for a pretraining run keep the demo's (a full, finished run) and say which."""
-    from sgi_lab.launch import notebook_api
+    from sgi_lab import notebook
 
     demo = _finished(tmp_path / "demo" / "pretrain", "pretrain", "Pong", "model.pt", age=100)
     (demo / "config.yaml").write_text("encoder: nature\nsteps: 200\n")
@@ -393,15 +393,15 @@ def test_a_finished_full_run_beats_a_newer_smoke_run(tmp_path, capsys):
     (running / "model.pt").write_text("")
     roots = [tmp_path / "demo", tmp_path / "runs"]
 
-    assert notebook_api.is_smoke_run(smoke) and not notebook_api.is_smoke_run(demo)
-    assert notebook_api.find_runs_of_kind("pretrain", roots) == [demo, smoke]
-    assert notebook_api.discover_run("", "pretrain", "pretrained", roots, "Pong") == str(demo)
+    assert notebook.is_smoke_run(smoke) and not notebook.is_smoke_run(demo)
+    assert notebook.find_runs_of_kind("pretrain", roots) == [demo, smoke]
+    assert notebook.discover_run("", "pretrain", "pretrained", roots, "Pong") == str(demo)
     out = capsys.readouterr().out
     assert (
         "pretraining run: pretrain — params demo, nature, Pong, 200 of 200 steps, finished" in out
     )
     assert f"set pretrained in the parameters cell to pin another, e.g. {smoke}" in out
-    header = notebook_api.run_header(smoke, "pretraining run", "pretrained", automatic=False)
+    header = notebook.run_header(smoke, "pretraining run", "pretrained", automatic=False)
     assert "finished (smoke run)" in header and "pinned by" in header
 
 

@@ -11,10 +11,10 @@ import torch
 from sgi_lab.config import FinetuneConfig, build_config
 from sgi_lab.data.sampler import SequenceBatch
 from sgi_lab.nets import SGIModel
-from sgi_lab.nets.graphs import count_ops
+from sgi_lab.runtime.graphs import count_ops
 from sgi_lab.train.acting import act
 from sgi_lab.train.acting import greedy as greedy_actions
-from sgi_lab.train.agent import Population
+from sgi_lab.train.population import Population
 from sgi_lab.train.stacking import pad_to, unpad_to
 from sgi_lab.train.transfer import model_args_for
 from sgi_lab.train.update import stage, update
@@ -288,9 +288,9 @@ LOOP = [
 def test_population_of_two_games_and_two_seeds_runs_resumes_and_reports(tmp_path, capsys):
     import pandas as pd
 
-    from sgi_lab.files import read_jsonl
+    from sgi_lab.base.files import read_jsonl
     from sgi_lab.launch.cli import main
-    from sgi_lab.runs import FinetuneRun
+    from sgi_lab.runs.folder import FinetuneRun
     from sgi_lab.train.finetune import finetune_population
 
     out = tmp_path / "pop"
@@ -346,7 +346,7 @@ def test_an_agent_trajectory_does_not_depend_on_its_population(tmp_path):
     starts at step 10, so they also depend on the batched updates: vmap's batched arithmetic may
     round differently from a single agent's (the update equivalence tests above hold to 1e-4),
     which over these 30 steps does not flip a greedy action."""
-    from sgi_lab.checkpoints import load_checkpoint
+    from sgi_lab.runs.checkpoints import load_checkpoint
     from sgi_lab.train.finetune import finetune_population
 
     base = make_config(

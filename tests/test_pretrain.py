@@ -6,11 +6,11 @@ import pytest
 import torch
 from conftest import moving_dot_store
 
-from sgi_lab.checkpoints import load_checkpoint
 from sgi_lab.config import ConfigError, PretrainConfig, build_config, load_config
 from sgi_lab.launch.cli import main as cli_main
-from sgi_lab.runs import RunDir
-from sgi_lab.stopping import Deadline, RunStopped
+from sgi_lab.runs.checkpoints import load_checkpoint
+from sgi_lab.runs.folder import RunDir
+from sgi_lab.runs.stopping import Deadline, RunStopped
 from sgi_lab.train import sgi_loss as sgi_loss_module
 from sgi_lab.train.pretrain import load_pretrained_model, pretrain
 from sgi_lab.train.pretrain_step import representation_similarity

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from sgi_lab.checkpoints import load_checkpoint
 from sgi_lab.config import ConfigError, PretrainConfig, build_config
 from sgi_lab.data import TransitionStore, TransitionStoreWriter
 from sgi_lab.probes.atariari import annotations
-from sgi_lab.probes.core import ProbeEncoder, ProbeInputError, probe_encoder
-from sgi_lab.runs import RunDir
+from sgi_lab.probes.probe import ProbeEncoder, ProbeInputError, probe_encoder
+from sgi_lab.runs.checkpoints import load_checkpoint
+from sgi_lab.runs.folder import RunDir
 from sgi_lab.train.pretrain import pretrain, probe_metrics
 from sgi_lab.train.pretrain_step import build_state
 
@@ -147,7 +147,7 @@ def test_training_probe_curves_and_their_summary(tmp_path):
     (n = 2: mean +- 12.706 * sd / sqrt 2), read from the runs' metrics.jsonl."""
     import json
 
-    from sgi_lab.probes.study import curve_summary, training_probe_curves
+    from sgi_lab.analysis.probe_study import curve_summary, training_probe_curves
 
     runs = []
     for seed, values in ((0, (0.5, 0.7)), (1, (0.6, 0.9))):

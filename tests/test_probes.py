@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from sgi_lab.analysis.probe_encoders import random_probe_encoder
 from sgi_lab.data import TransitionStore, TransitionStoreWriter
 from sgi_lab.launch.cli import main
 from sgi_lab.probes import (
@@ -24,7 +25,6 @@ from sgi_lab.probes import (
     check_probe_store,
     fit_linear_probes,
     probe_encoder,
-    random_probe_encoder,
     split_episodes,
 )
 from sgi_lab.probes.linear import ProbeSettings, gradient_descent_filter, gram_eigenbasis
@@ -311,13 +311,13 @@ def _fake_entry(game: str, kind: str, params: str | None, seed: int | None, over
 
 
 def test_objective_summary_ci_correlation_and_figure(tmp_path):
-    from sgi_lab.probes.results import write_probes
-    from sgi_lab.probes.study import (
+    from sgi_lab.analysis.probe_study import (
         load_probe_results,
         mean_ci,
         paper_rank_correlation,
         summary_table,
     )
+    from sgi_lab.probes.results import write_probes
     from sgi_lab.viz.probes import probe_bars
 
     scores = {  # objective -> seed -> (Pong, Breakout)
@@ -364,8 +364,8 @@ def test_objective_summary_ci_correlation_and_figure(tmp_path):
 def test_probe_folders_walk_runs_and_take_random_encoders_and_globs(tmp_path):
     """probe_folders finds runs as `run_folders` does (a status.json of ours), plus the random
     encoders' folders (probe results, not runs) of an experiment or given themselves."""
+    from sgi_lab.analysis.probe_study import probe_folders
     from sgi_lab.probes.results import write_probes
-    from sgi_lab.probes.study import probe_folders
 
     def probed(folder, run=True):
         folder.mkdir(parents=True)
@@ -393,9 +393,9 @@ def test_probe_folders_walk_runs_and_take_random_encoders_and_globs(tmp_path):
 
 
 def test_checkpoints_give_a_probe_curve_and_finetuned_models_probe(tmp_path, capsys):
+    from sgi_lab.analysis.probe_encoders import load_probe_encoder
+    from sgi_lab.analysis.probe_study import probe_curves
     from sgi_lab.nets import SGIModel
-    from sgi_lab.probes import load_probe_encoder
-    from sgi_lab.probes.study import probe_curves
 
     store = synthetic_store(tmp_path / "s", episodes=8, length=30)
     run = tmp_path / "run"
@@ -429,7 +429,7 @@ def test_checkpoints_give_a_probe_curve_and_finetuned_models_probe(tmp_path, cap
 def test_probe_experiment_graph_runs_its_tasks_and_reports(tmp_path, capsys):
     import yaml
 
-    from sgi_lab.launch import experiment as ex
+    from sgi_lab import experiments as ex
 
     spec = {
         "name": "tiny_probes",
@@ -491,8 +491,8 @@ def test_probe_experiment_graph_runs_its_tasks_and_reports(tmp_path, capsys):
 def test_experiment_probe_specs_refuse_bad_keys(tmp_path, probe, message):
     import yaml
 
+    from sgi_lab import experiments as ex
     from sgi_lab.config import ConfigError
-    from sgi_lab.launch import experiment as ex
 
     spec = {"name": "x", "games": ["Pong"], "data": {"r": {"source": "random", "steps": 10}}}
     file = tmp_path / "x.yaml"

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 import torch
 
+import sgi_lab.data.collect as collect_module
 import sgi_lab.envs as envs_module
+import sgi_lab.train.explore as explore_module
 from sgi_lab.config import ExploreConfig
 from sgi_lab.data import StoreError, TransitionStore
 from sgi_lab.data.collect import RandomHoldPolicy, collect
@@ -39,7 +41,7 @@ def test_random_collection_stores_ales_ram_of_every_state(tmp_path, monkeypatch)
         made.append(make_env(*args, **kwargs))
         return made[-1]
 
-    monkeypatch.setattr(envs_module, "make_env", capture)
+    monkeypatch.setattr(collect_module, "make_env", capture)
     policy = RamRecordingPolicy(made, num_actions=4, seed=1)
     store = collect(
         policy,
@@ -92,7 +94,7 @@ def test_exploratory_collection_stores_ales_ram_of_every_state(tmp_path, monkeyp
         made.append(make_vector_env(*args, **kwargs))
         return made[-1]
 
-    monkeypatch.setattr(sgi_lab.envs, "make_vector_env", capture)
+    monkeypatch.setattr(explore_module, "make_vector_env", capture)
     seen: list[list[np.ndarray]] = [[] for _ in range(config.num_envs)]
 
     def record(obs, actions):

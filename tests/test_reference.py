@@ -31,15 +31,15 @@ import numpy as np
 import pytest
 import torch
 
-from sgi_lab.augment import jitter_factor, shift
+from sgi_lab.augment.ops import jitter_factor, shift
 from sgi_lab.config import FinetuneConfig, PretrainConfig, build_config, load_config
 from sgi_lab.nets import SGIModel
 from sgi_lab.objectives import goals_from_draws, n_step_return
 from sgi_lab.train import pretrain_step as pretrain_module
 from sgi_lab.train.acting import acting_q
 from sgi_lab.train.acting import greedy as acting_greedy
-from sgi_lab.train.agent import Population
 from sgi_lab.train.finetune import epsilon_at
+from sgi_lab.train.population import Population
 from sgi_lab.train.transfer import Pretrained, model_args_for, transfer_pretrained
 from sgi_lab.train.update import StagedBatch, update
 

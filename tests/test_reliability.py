@@ -17,7 +17,7 @@ import yaml
 
 from sgi_lab.config import FinetuneConfig, load_config, to_dict
 from sgi_lab.launch.cli import main
-from sgi_lab.runs import FinetuneRun, RunDir
+from sgi_lab.runs.folder import FinetuneRun, RunDir
 
 FINETUNE_SMOKE = "params/finetune/smoke.yaml"
 
@@ -120,7 +120,7 @@ def test_experiment_refuses_a_folder_that_is_not_its_own(tmp_path, capsys, extra
 
 
 def test_experiment_refuses_another_experiments_folder(tmp_path, capsys):
-    from sgi_lab.launch import experiment as ex
+    from sgi_lab import experiments as ex
 
     out = tmp_path / "exp"
     out.mkdir()
@@ -194,9 +194,9 @@ def test_collect_overwrite_keeps_a_users_files_in_the_store(tmp_path, capsys):
 def test_resume_keeps_every_valid_metrics_row_after_a_torn_line(tmp_path, one_thread):
     from conftest import build_store
 
+    from sgi_lab.base.files import read_jsonl
     from sgi_lab.config import PretrainConfig, build_config
-    from sgi_lab.files import read_jsonl
-    from sgi_lab.stopping import Deadline, RunStopped
+    from sgi_lab.runs.stopping import Deadline, RunStopped
     from sgi_lab.train.pretrain import pretrain
 
     store = build_store(tmp_path / "store", [{"length": 30, "terminal": True}], chunk_size=16)
@@ -236,7 +236,7 @@ def flip_middle(path: Path, count: int = 4096) -> None:
 
 
 def test_a_flipped_model_is_refused_by_evaluate(tmp_path, capsys):
-    from sgi_lab.files import atomic_torch_save
+    from sgi_lab.base.files import atomic_torch_save
 
     run = stopped_finetune_run(tmp_path / "ft", step=300)
     model = {"format": "sgi-lab", "kind": "finetuned_model", "model": {"w": torch.randn(10**5)}}
@@ -260,7 +260,7 @@ def test_a_flipped_newest_checkpoint_falls_back_to_the_previous_one(tmp_path):
 
 
 def test_finetuning_from_a_flipped_pretrained_model_is_refused(tmp_path, capsys):
-    from sgi_lab.files import atomic_torch_save
+    from sgi_lab.base.files import atomic_torch_save
 
     pretrained = tmp_path / "model.pt"
     payload = {"format": "sgi-lab", "kind": "pretrained_model", "model": {"w": torch.randn(10**5)}}
@@ -304,7 +304,7 @@ def wait_for(predicate, timeout: float = 60.0, what: str = "") -> None:
 
 
 def lock_holder(path: Path) -> int | None:
-    from sgi_lab.files import LOCK_FILE
+    from sgi_lab.base.files import LOCK_FILE
 
     try:
         return int((path / LOCK_FILE).read_text().strip())
@@ -340,7 +340,7 @@ def stop(proc) -> None:
 def test_a_second_pretrain_into_a_running_runs_folder_is_refused(tmp_path, capsys):
     from conftest import build_store
 
-    from sgi_lab.files import FolderLock
+    from sgi_lab.base.files import FolderLock
 
     store = build_store(tmp_path / "store", [{"length": 30, "terminal": True}], chunk_size=16)
     out = tmp_path / "run"
@@ -497,7 +497,7 @@ def test_the_ray_executors_own_cluster_refuses_peers_without_its_token(tmp_path,
 
     import psutil
 
-    from sgi_lab.launch import experiment as ex
+    from sgi_lab import experiments as ex
 
     monkeypatch.setenv("HOME", str(tmp_path))
     for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_ADDRESS"):
@@ -532,7 +532,7 @@ def test_the_ray_executors_own_cluster_refuses_peers_without_its_token(tmp_path,
 
 
 def test_a_run_opened_as_new_is_not_started_over_one_begun_meanwhile(tmp_path):
-    from sgi_lab.files import RunFolderError
+    from sgi_lab.base.files import RunFolderError
 
     config = {"lr": 1e-4, "steps": 10}
     first = RunDir.open(tmp_path / "run", "pretrain", config)

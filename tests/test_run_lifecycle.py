@@ -11,10 +11,10 @@ import sys
 import pytest
 import torch
 
+from sgi_lab.base.files import LOCK_FILE, RunFolderError, atomic_write_text, clean_temp_files
 from sgi_lab.config import ConfigError, FinetuneConfig, PretrainConfig, build_config, to_dict
-from sgi_lab.files import LOCK_FILE, RunFolderError, atomic_write_text, clean_temp_files
-from sgi_lab.run_status import UnfinishedRunError, pretrained_source, require_finished, run_kind
-from sgi_lab.runs import RUNTIME_KEYS, FinetuneRun, RunDir
+from sgi_lab.runs.folder import RUNTIME_KEYS, FinetuneRun, RunDir
+from sgi_lab.runs.status import UnfinishedRunError, pretrained_source, require_finished, run_kind
 
 CONFIG = {"lr": 1e-4, "steps": 10, "device": "cpu", "encoder": "nature"}
 
@@ -223,7 +223,7 @@ def test_every_default_config_passes_the_range_checks():
 
 
 def test_a_run_records_the_code_and_machine_that_made_it_and_each_change(tmp_path, monkeypatch):
-    import sgi_lab.files as files_module
+    import sgi_lab.base.files as files_module
 
     repo = os.path.dirname(os.path.dirname(os.path.abspath(files_module.__file__)))
     head = subprocess.run(
@@ -250,7 +250,7 @@ def test_a_run_records_the_code_and_machine_that_made_it_and_each_change(tmp_pat
 
 
 def test_provenance_without_a_clone_has_no_commit(tmp_path, monkeypatch):
-    import sgi_lab.files as files_module
+    import sgi_lab.base.files as files_module
 
     monkeypatch.setattr(files_module, "_git", lambda root, *args: None)
     info = files_module.provenance()
@@ -260,7 +260,7 @@ def test_provenance_without_a_clone_has_no_commit(tmp_path, monkeypatch):
 def test_provenance_never_writes_the_clones_git_index(tmp_path):
     """A plain ``git status`` refreshes .git/index after a file's stat changed; ours must not
     (the clone is the user's, and their own git command may hold the index lock)."""
-    import sgi_lab.files as files_module
+    import sgi_lab.base.files as files_module
 
     def git(*args):
         subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)

@@ -5,11 +5,11 @@ import pytest
 import torch
 from torch import nn
 
-from sgi_lab.augment import intensity
+from sgi_lab.augment.ops import intensity
 from sgi_lab.config import PretrainConfig, build_config
 from sgi_lab.nets import InvertedResidual, SGIModel, make_target
 from sgi_lab.nets.encoders import PIXEL_SCALE, scale_pixels
-from sgi_lab.nets.runtime import autocast, cpu_has_native_bf16, keep_freed_memory, use_bf16
+from sgi_lab.runtime.device import autocast, cpu_has_native_bf16, keep_freed_memory, use_bf16
 from sgi_lab.train.pretrain_step import target_passes
 
 
@@ -182,7 +182,7 @@ def test_narrow_train_norm_gradients_are_batch_norms(monkeypatch, dtype):
 @pytest.mark.parametrize("max_norm", [0.5, 100.0, 1e9])
 def test_clip_gradients_is_clip_grad_norm(max_norm):
     """Clipped or not, the same gradients and the same returned norm as the library."""
-    from sgi_lab.nets.runtime import clip_gradients
+    from sgi_lab.runtime.device import clip_gradients
 
     def model_with_grads():
         torch.manual_seed(0)

@@ -110,17 +110,18 @@ def test_did_you_mean_for_folders_games_and_params(runs, tmp_path, capsys):
 def test_figure_formats_are_checked_and_refused_with_what_to_install(tmp_path, monkeypatch, capsys):
     import plotly.graph_objects as go
 
-    from sgi_lab.launch import notebook_api, notebook_runner
+    from sgi_lab import notebook
+    from sgi_lab.launch import notebook_runner
 
-    assert notebook_api.figure_formats("PNG, .svg") == ["png", "svg"]
-    monkeypatch.setenv(notebook_api.FIGURE_FORMATS_ENV, "pdf")
-    assert notebook_api.figure_formats() == ["pdf"]
+    assert notebook.figure_formats("PNG, .svg") == ["png", "svg"]
+    monkeypatch.setenv(notebook.FIGURE_FORMATS_ENV, "pdf")
+    assert notebook.figure_formats() == ["pdf"]
     with pytest.raises(ValueError, match=r"\['bmp'\] unknown"):
-        notebook_api.figure_formats("png,bmp")
-    for module in (notebook_api, notebook_runner):  # save_figure's, and sgi-lab run's check
+        notebook.figure_formats("png,bmp")
+    for module in (notebook, notebook_runner):  # save_figure's, and sgi-lab run's check
         monkeypatch.setattr(module, "static_export_problem", lambda: "kaleido is not installed")
     with pytest.raises(RuntimeError, match="cannot write pdf figures: kaleido is not installed"):
-        notebook_api.save_figure(go.Figure(), tmp_path, "f")
+        notebook.save_figure(go.Figure(), tmp_path, "f")
     assert (tmp_path / "figures" / "f.html").exists()  # the HTML is written first
     assert main(["run", "datasets", "--figure-formats", "png", "--out-root", str(tmp_path)]) == 2
     assert "--figure-formats png: kaleido is not installed" in capsys.readouterr().err
@@ -132,13 +133,13 @@ def test_save_figure_writes_static_images_offline(tmp_path):
     """kaleido drives the local Chromium; nothing is fetched (the tier has no network)."""
     import plotly.graph_objects as go
 
-    from sgi_lab.launch import notebook_api
+    from sgi_lab import notebook
 
-    problem = notebook_api.static_export_problem()
+    problem = notebook.static_export_problem()
     if problem:
         pytest.skip(problem)
     fig = go.Figure(go.Scatter(y=[1, 3, 2])).update_layout(title="a figure")
-    notebook_api.save_figure(fig, tmp_path, "curve", formats="svg,png")
+    notebook.save_figure(fig, tmp_path, "curve", formats="svg,png")
     svg = (tmp_path / "figures" / "curve.svg").read_text()
     assert svg.startswith("<svg") and "a figure" in svg
     assert (tmp_path / "figures" / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -12,11 +12,10 @@ import pytest
 import torch
 from conftest import write_notebook
 
-from sgi_lab import viz
+from sgi_lab import notebook, viz
 from sgi_lab.analysis import goals, representations
 from sgi_lab.data import TransitionStoreWriter
 from sgi_lab.data.store import TransitionStore
-from sgi_lab.launch import notebook_api
 
 
 @pytest.fixture
@@ -306,9 +305,9 @@ def test_live_figure_replace():
 
 
 def test_save_figure_and_record_results(tmp_path):
-    path = notebook_api.save_figure(go.Figure(), tmp_path, "empty")
+    path = notebook.save_figure(go.Figure(), tmp_path, "empty")
     assert path == tmp_path / "figures" / "empty.html" and path.exists()
-    payload = notebook_api.record_results(tmp_path, {"a": np.float32(1.5), "b": np.arange(2)})
+    payload = notebook.record_results(tmp_path, {"a": np.float32(1.5), "b": np.arange(2)})
     assert payload == {"a": 1.5, "b": [0, 1]}
     assert json.loads((tmp_path / "results.json").read_text()) == payload
 
@@ -318,7 +317,7 @@ def test_recorded_results_show_as_a_short_table(tmp_path):
     from IPython.lib.pretty import pretty
 
     aggregates = [{"method": "m", "metric": "iqm", "value": 0.123456789}] * 150
-    payload = notebook_api.record_results(
+    payload = notebook.record_results(
         tmp_path, {"eval_mean": -20.666666666666668, "aggregates": aggregates}
     )
     assert payload["aggregates"] == aggregates  # the dict itself is unchanged

@@ -20,11 +20,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sgi_lab.augment import jitter_factor, shift
+from sgi_lab.augment.frames import augmented_frames
+from sgi_lab.augment.ops import jitter_factor, shift
 from sgi_lab.nets import SGIModel
 from sgi_lab.nets.encoders import PIXEL_SCALE
 from sgi_lab.nets.noisy import NoisyLinear
-from sgi_lab.train.augmentation import augmented_frames
 from sgi_lab.train.transfer import Pretrained, transfer_pretrained
 
 OUT = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "reference"

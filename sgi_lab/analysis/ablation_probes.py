@@ -7,7 +7,7 @@ the encoders behind each method (`sgi_lab.probes`), with 95% confidence interval
   encoders, an experiment folder) are methods named by their objective (``s_g``,
   ``random_init``);
 * `probe_summary` turns them into the mean over seeds of each seed's mean over the selected
-  games, per method and metric (`sgi_lab.probes.study.objective_summary`);
+  games, per method and metric (`sgi_lab.analysis.probe_study.objective_summary`);
 * `probe_table` and `probe_figure` show that summary: ``mean (lower, upper)`` cells, and bars
   per category with CI whiskers.
 """
@@ -21,11 +21,11 @@ from pathlib import Path
 import pandas as pd
 import plotly.graph_objects as go
 
+from sgi_lab.analysis.probe_encoders import probes_path
+from sgi_lab.analysis.probe_study import objective_summary, probe_folders, probe_frame
 from sgi_lab.analysis.report import read_run
 from sgi_lab.envs.games import canonical_game
 from sgi_lab.probes.atariari import CATEGORIES
-from sgi_lab.probes.encoders import probes_path
-from sgi_lab.probes.study import objective_summary, probe_folders, probe_frame
 from sgi_lab.viz.probes import probe_bars
 from sgi_lab.viz.tables import aggregate_frame
 
@@ -59,7 +59,7 @@ SUMMARY_COLUMNS = ["method", "metric", "value", "lower", "upper", "seeds", "game
 def pretraining_probes(pretrained: str | os.PathLike) -> Path:
     """Where the probe results of a finetuning run's encoder source are: ``RUN/probes.json`` for
     a pretraining run folder (or its ``model.pt``), ``RUN/probes_ckpt_N.json`` for one of its
-    checkpoints (`sgi_lab.probes.encoders.probes_path`)."""
+    checkpoints (`sgi_lab.analysis.probe_encoders.probes_path`)."""
     path = Path(pretrained)
     return path if path.is_dir() else probes_path(path)
 
@@ -76,12 +76,12 @@ def load_probe_scores(
             pretraining runs its runs started from (their config's ``pretrained``), each
             pretraining run once.
         probe_paths: pretraining runs, random encoders' folders, experiment folders or roots of
-            runs, glob patterns allowed (`sgi_lab.probes.study.probe_folders`): each probed
+            runs, glob patterns allowed (`sgi_lab.analysis.probe_study.probe_folders`): each probed
             encoder there counts for the method named by its objective (the pretraining params
             without ``_seedN``, or ``random_init``).
 
     Returns:
-        `sgi_lab.probes.study.probe_frame` rows (``game``, ``seed``: the pretraining run's seed,
+        `sgi_lab.analysis.probe_study.probe_frame` rows (``game``, ``seed``: the pretraining run's seed,
         ``overall``, one column per category, ``reward_f1``, ``random_init``, ``majority``, ...)
         with ``method`` first; a pretraining run probed twice on one store counts once (its
         latest result). Empty when there are none.

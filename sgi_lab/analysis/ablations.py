@@ -48,7 +48,7 @@ from sgi_lab.metrics import (
     protocol_of,
 )
 from sgi_lab.metrics.protocol import comparability_note
-from sgi_lab.run_status import run_folders
+from sgi_lab.runs.status import run_folders
 from sgi_lab.viz.ablations import ablation_figures
 from sgi_lab.viz.tables import LiveTable, aggregate_frame
 from sgi_lab.viz.training import LiveFigure
@@ -104,7 +104,7 @@ EXPERIMENT_STATE = "experiment.json"
 
 
 def find_runs(root: str | os.PathLike = "outputs/runs", pattern: str = "*") -> list[Path]:
-    """Evaluated runs under ``root``: its run folders (`sgi_lab.run_status.run_folders`: ``root``
+    """Evaluated runs under ``root``: its run folders (`sgi_lab.runs.status.run_folders`: ``root``
     itself when it is one, else every run below it) with an eval.json, whose folder name
     matches ``pattern``.
 

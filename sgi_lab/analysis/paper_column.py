@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sgi_lab.files import read_mapping
-from sgi_lab.metrics import paper_column_for
+from sgi_lab.base.files import read_mapping
+from sgi_lab.data.store_format import read_manifest
+from sgi_lab.metrics import paper_column_for, paper_configs
 
 __all__ = ["DATA_NAMES", "PaperColumn", "paper_column", "paper_config", "run_label"]
 
@@ -104,7 +105,6 @@ def _data_letter(store: str | Path | None) -> str | None:
     """R/E/W/M from a store's manifest (its source; DQN Replay's checkpoint 0 alone is Weak)."""
     if not store:
         return None
-    from sgi_lab.data.store_format import read_manifest
 
     manifest = read_manifest(store)
     if manifest is None:
@@ -236,7 +236,6 @@ def paper_column(
     Raises:
         ValueError: ``chosen`` is not a paper config (the message lists them).
     """
-    from sgi_lab.metrics import paper_configs
 
     config = dict(config or {})
     if pretrained is None:

@@ -17,21 +17,23 @@ import numpy as np
 import pandas as pd
 
 from sgi_lab.analysis.paper_column import PaperColumn, paper_column, run_label
-from sgi_lab.files import read_mapping
+from sgi_lab.base.files import read_mapping
 from sgi_lab.metrics import (
     METRIC_LABELS,
     aggregate_scores,
     aggregate_with_ci,
     canonical_game,
+    compare_to_paper,
     human_normalized_score,
     paper_aggregates,
     paper_config_info,
+    paper_configs,
     paper_per_game,
     protocol_of,
 )
 from sgi_lab.metrics.paper import PER_GAME_TABLES
 from sgi_lab.metrics.protocol import EvalProtocol
-from sgi_lab.run_status import require_finished
+from sgi_lab.runs.status import require_finished
 
 __all__ = [
     "RunRecord",
@@ -96,7 +98,7 @@ class RunRecord:
 
 def scores_by_game(runs: Sequence[Any]) -> dict[str, list[float]]:
     """``{game: every evaluation episode's score}`` over finetuning runs (objects with an
-    ``evaluation`` dict, e.g. `sgi_lab.runs.FinetuneRun`), for `sgi_lab.metrics.compare_to_paper`:
+    ``evaluation`` dict, e.g. `sgi_lab.runs.folder.FinetuneRun`), for `sgi_lab.metrics.compare_to_paper`:
     with the same episodes per run, their mean is the mean over runs of each run's mean."""
     out: dict[str, list[float]] = {}
     for run in runs:
@@ -108,7 +110,7 @@ def scores_by_game(runs: Sequence[Any]) -> dict[str, list[float]]:
 
 def evaluation_protocol(runs: Sequence[Any]) -> EvalProtocol | None:
     """The evaluation protocol of finetuning runs (objects with an ``evaluation`` dict, e.g.
-    `sgi_lab.runs.FinetuneRun` or `RunRecord`): episodes and frame cap from their ``eval.json``,
+    `sgi_lab.runs.folder.FinetuneRun` or `RunRecord`): episodes and frame cap from their ``eval.json``,
     the weakest when they differ (`sgi_lab.metrics.protocol_of`); None when none records it.
     Pass it to `sgi_lab.metrics.compare_to_paper` so a comparison says whether it is fair."""
     return protocol_of([run.evaluation or {} for run in runs])
@@ -220,7 +222,6 @@ def compare_runs_to_paper(runs: Sequence[Any], column: PaperColumn) -> pd.DataFr
     against their `paper_column`, with the protocol of their evaluations. A run with no
     column, or one the paper prints only aggregates for, keeps its own scores beside NaN, and
     ``attrs["note"]`` says why there is nothing to compare with."""
-    from sgi_lab.metrics import compare_to_paper, paper_configs
 
     protocol = evaluation_protocol(runs)
     scores = scores_by_game(runs)

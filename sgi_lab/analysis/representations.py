@@ -21,11 +21,11 @@ import numpy as np
 import pandas as pd
 import torch
 
+from sgi_lab.base.files import read_jsonl
 from sgi_lab.data import TransitionStore
-from sgi_lab.files import read_jsonl
 from sgi_lab.nets import SGIModel
-from sgi_lab.nets.runtime import resolve_device
-from sgi_lab.probes.core import random_init_model
+from sgi_lab.probes.probe import random_init_model
+from sgi_lab.runtime.device import resolve_device
 from sgi_lab.train.pretrain import load_pretrained_model
 from sgi_lab.train.pretrain_step import representation_similarity
 
@@ -56,7 +56,7 @@ def random_model(
     num_actions: int, encoder: str = "nature", seed: int = 0, goal_head: bool = True
 ) -> SGIModel:
     """A randomly initialized SGIModel (eval mode), built like a pretraining one, with the goal
-    head by default (`sgi_lab.probes.core.random_init_model`, the probes' random-init baseline).
+    head by default (`sgi_lab.probes.probe.random_init_model`, the probes' random-init baseline).
     """
     return random_init_model(num_actions, encoder, seed, goal_head)
 

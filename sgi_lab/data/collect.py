@@ -25,6 +25,7 @@ from sgi_lab.data.store_format import (
     StoreError,
 )
 from sgi_lab.data.store_writer import TransitionStoreWriter, check_store_target
+from sgi_lab.envs import canonical_game, make_env, num_actions
 
 Policy = Callable[[np.ndarray], int]
 
@@ -123,7 +124,6 @@ def collect(
     Returns:
         The finished store, opened for reading.
     """
-    from sgi_lab.envs import canonical_game, make_env
 
     _check_collection_args(steps, chunk_size, seed, env_protocol, env_kwargs)
     game = canonical_game(game)
@@ -282,7 +282,6 @@ def collect_random(
 
     ``kwargs`` go to `collect` (``env_protocol="rlpyt"``: the authors' env).
     """
-    from sgi_lab.envs import num_actions
 
     full = kwargs.get("full_action_space", False)
     policy = RandomHoldPolicy(num_actions(game, full_action_space=full), p=hold_p, seed=seed)

@@ -26,7 +26,7 @@ import torch
 
 from sgi_lab.data.replay import PrioritizedReplay
 from sgi_lab.data.sampler import HISTORY
-from sgi_lab.nets.graphs import GraphedCall
+from sgi_lab.runtime.graphs import GraphedCall
 
 __all__ = ["BatchedSumTree", "PopulationBatch", "PopulationReplay"]
 
@@ -84,7 +84,7 @@ class BatchedSumTree:
             size *= 2
         self.size = size
         # Validate values on the host (free on a CPU; a synchronisation elsewhere, never
-        # inside a CUDA graph): `sgi_lab.nets.graphs` turns it off to check the GPU's path.
+        # inside a CUDA graph): `sgi_lab.runtime.graphs` turns it off to check the GPU's path.
         self.host_checks = torch.device(device).type == "cpu"
         self.levels = size.bit_length() - 1  # edges from the root to a leaf
         self.tree = torch.zeros(num_trees, 2 * size, dtype=torch.float64, device=device)
@@ -319,7 +319,7 @@ class PopulationReplay:
         first: torch.Tensor,
     ) -> None:
         """Write row ``position`` of every agent and advance it: device tensors only, no host
-        read, the same operators at every row (`sgi_lab.nets.graphs` checks it)."""
+        read, the same operators at every row (`sgi_lab.runtime.graphs` checks it)."""
         t = self.position
         at = t.view(1)
         before = (t - 1).clamp(min=0).view(1)

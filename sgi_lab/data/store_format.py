@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sgi_lab.files import atomic_write
+from sgi_lab.base.files import atomic_write
 
 FORMAT_VERSION = 1
 FRAME_SHAPE = (84, 84)
@@ -86,7 +86,7 @@ def chunk_path(root: Path, field_name: str, index: int) -> Path:
 
 
 def write_manifest(path: Path, payload: dict) -> None:
-    """Write a manifest's JSON atomically (`sgi_lab.files.atomic_write`)."""
+    """Write a manifest's JSON atomically (`sgi_lab.base.files.atomic_write`)."""
     atomic_write(path, lambda fh: json.dump(payload, fh, indent=2, sort_keys=True))
 
 

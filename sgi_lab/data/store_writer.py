@@ -1,7 +1,7 @@
 """Writing a transition store: crash-safe, resumable, and never over anything but a store of ours.
 
 A store (`sgi_lab.data.store_format`) is built in ``STORE.partial/`` and renamed to ``STORE``
-only when complete; every file goes through `sgi_lab.files.atomic_write`, and an interrupted
+only when complete; every file goes through `sgi_lab.base.files.atomic_write`, and an interrupted
 collection resumes from the last chunk the partial manifest records. Only a store of ours is
 ever replaced (:func:`check_store_target`).
 """
@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from sgi_lab.base.files import LOCK_FILE, TEMP_RE, FolderLock, atomic_write
 from sgi_lab.data.store import TransitionStore
 from sgi_lab.data.store_format import (
     ALL_FIELDS,
@@ -34,7 +35,6 @@ from sgi_lab.data.store_format import (
     read_manifest,
     write_manifest,
 )
-from sgi_lab.files import LOCK_FILE, TEMP_RE, FolderLock, atomic_write
 
 
 class _HashingFile:
@@ -61,7 +61,7 @@ def _save_chunk(path: Path, array: np.ndarray) -> str:
 def _temp_target(name: str) -> str | None:
     """The file a writer's temp file ``name`` would have become, or None if it is not one.
 
-    Temp files are `sgi_lab.files.atomic_write`'s ``.NAME.PID.tmp``; stores written before it
+    Temp files are `sgi_lab.base.files.atomic_write`'s ``.NAME.PID.tmp``; stores written before it
     used ``NAME.tmp``, and their partial folders may still hold those.
     """
     match = TEMP_RE.match(name)

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from sgi_lab.base.paths import close_names
+
 __all__ = [
     "ATARI_100K_GAMES",
     "GameInfo",
@@ -106,7 +108,6 @@ def canonical_game(name: str) -> str:
     key = normalize_game_name(name)
     if key in _BY_KEY:
         return _BY_KEY[key]
-    from sgi_lab.paths import close_names
 
     close = close_names(key, list(_BY_KEY))
     hint = (

@@ -26,8 +26,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the CLI imports torch (through sgi_lab.stopping) only when a command needs it
-    from sgi_lab.stopping import Deadline
+# The CLI imports torch (through sgi_lab.runs.stopping) only when a command needs it.
+if TYPE_CHECKING:
+    from sgi_lab.runs.stopping import Deadline
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
 
@@ -45,6 +46,7 @@ def command(name: str):
 
 @command("collect")
 def _collect(args: argparse.Namespace) -> int:
+    # lazy: the CLI starts without torch; a command loads what it runs
     from sgi_lab.data.collect import collect_random
 
     store = collect_random(
@@ -81,7 +83,8 @@ def _env_protocol_of_random_only(handler: Callable[[argparse.Namespace], int]):
 
 @command("import")
 def _import(args: argparse.Namespace) -> int:
-    from sgi_lab.data.dqn_replay import import_dqn_replay
+    # lazy: the CLI starts without torch; a command loads what it runs
+    from sgi_lab.data.dqn_replay_importer import import_dqn_replay
 
     try:
         checkpoints = [int(c) for c in args.checkpoints.split(",") if c.strip()]
@@ -105,9 +108,10 @@ def _import(args: argparse.Namespace) -> int:
 
 @command("info")
 def _info(args: argparse.Namespace) -> int:
+    # lazy: the CLI starts without torch; a command loads what it runs
+    from sgi_lab.base.paths import did_you_mean
     from sgi_lab.data import TransitionStore
-    from sgi_lab.paths import did_you_mean
-    from sgi_lab.run_status import read_status
+    from sgi_lab.runs.status import read_status
 
     if not Path(args.store).exists():
         raise FileNotFoundError(did_you_mean(args.store, "store"))
@@ -140,8 +144,9 @@ def _info(args: argparse.Namespace) -> int:
 
 @command("pretrain")
 def _pretrain(args: argparse.Namespace) -> int:
+    # lazy: the CLI starts without torch; a command loads what it runs
     from sgi_lab.config import PretrainConfig, load_config, parse_overrides, read_params
-    from sgi_lab.stopping import RunStopped, stop_on_signals
+    from sgi_lab.runs.stopping import RunStopped, stop_on_signals
     from sgi_lab.train.pretrain import pretrain
 
     config = load_config(PretrainConfig, args.params, parse_overrides(args.set))
@@ -172,14 +177,15 @@ def _pretrain(args: argparse.Namespace) -> int:
 def _finetune(args: argparse.Namespace) -> int:
     import logging
 
+    # lazy: the CLI starts without torch; a command loads what it runs
     from sgi_lab.config import (
         FinetuneConfig,
         load_config,
         parse_overrides,
         read_params,
     )
-    from sgi_lab.runs import run_name
-    from sgi_lab.stopping import RunStopped, stop_on_signals
+    from sgi_lab.runs.folder import run_name
+    from sgi_lab.runs.stopping import RunStopped, stop_on_signals
     from sgi_lab.train.finetune import finetune_in_parts, population_configs, population_folders
 
     params = read_params(args.params)
@@ -238,13 +244,15 @@ EXIT_STOPPED = 75
 
 def _deadline(args: argparse.Namespace) -> Deadline:
     """``--stop-after DURATION`` as a `Deadline` (none: no time limit, SIGTERM still stops)."""
-    from sgi_lab.stopping import Deadline, parse_duration
+    # lazy: the CLI starts without torch; a command loads what it runs
+    from sgi_lab.runs.stopping import Deadline, parse_duration
 
     return Deadline(parse_duration(args.stop_after) if args.stop_after else None)
 
 
 def _max_agents(text: str) -> int | str:
     """``--max-agents``: a positive count, or ``auto``."""
+    # lazy: the CLI starts without torch; a command loads what it runs
     from sgi_lab.config import ConfigError
 
     if str(text) == "auto":
@@ -260,6 +268,7 @@ def _max_agents(text: str) -> int | str:
 
 def _list_option(text: str, option: str, kind: type = str) -> list:
     """``a,b,c`` -> [a, b, c] of ``kind``; a clear error naming the option otherwise."""
+    # lazy: the CLI starts without torch; a command loads what it runs
     from sgi_lab.config import ConfigError
 
     items = [t.strip() for t in str(text).split(",")]
@@ -278,7 +287,8 @@ def _list_option(text: str, option: str, kind: type = str) -> list:
 
 @command("evaluate")
 def _evaluate(args: argparse.Namespace) -> int:
-    from sgi_lab.paths import did_you_mean
+    # lazy: the CLI starts without torch; a command loads what it runs
+    from sgi_lab.base.paths import did_you_mean
     from sgi_lab.train.evaluate import evaluate_run
 
     if not Path(args.run).exists():  # a file: evaluate_run says what it expected instead
@@ -303,14 +313,15 @@ def _evaluate(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     import pandas as pd
 
+    # lazy: the CLI starts without torch; a command loads what it runs
     from sgi_lab.analysis.report import (
         aggregates_csv_path,
         columns_explained,
         format_aggregates,
         report,
     )
+    from sgi_lab.base.paths import did_you_mean
     from sgi_lab.launch.probe import print_probes, split_probed
-    from sgi_lab.paths import did_you_mean
 
     missing = [did_you_mean(run, "run folder") for run in args.runs if not Path(run).exists()]
     if missing:
@@ -370,6 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["random", "exploratory"],
         help="random: the paper's Random policy; exploratory: the IDF curiosity agent (SGI-E)",
     )
+    # lazy: the CLI starts without torch; a command loads what it runs
     from sgi_lab.launch import explore
 
     # --envs, --params, --set; routes `exploratory` to its collector, `random` back to ours.
@@ -481,7 +493,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="read every chunk: checksums and counts against the manifest (exit 1 if not)",
     )
     # Notebook runs and sweeps register their own sub-parsers (handler in args.handler).
-    from sgi_lab.launch.experiment import add_experiment_parser
+    from sgi_lab.experiments import add_experiment_parser
     from sgi_lab.launch.notebook_runner import add_run_parser
     from sgi_lab.launch.probe import add_probe_parser
     from sgi_lab.launch.status import add_status_parser
@@ -496,7 +508,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from sgi_lab.launch.experiment import die_with_driver
+    # lazy: the CLI starts without torch; a command loads what it runs
+    from sgi_lab.experiments import die_with_driver
 
     die_with_driver()  # a task of an experiment ends with its driver
     args = build_parser().parse_args(argv)

@@ -24,15 +24,18 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from sgi_lab.files import atomic_write_text, provenance, read_jsonl
-from sgi_lab.launch.notebook_api import find_project_root
+from sgi_lab.base.files import atomic_write_text, provenance, read_jsonl
 from sgi_lab.launch.notebook_runner import (
     NotebookRunError,
     RunExistsError,
     read_param_file,
     run_notebook,
 )
-from sgi_lab.runs import RunDir
+from sgi_lab.notebook import find_project_root
+from sgi_lab.runs.folder import RunDir
+from sgi_lab.runtime.cpu_settings import cache_file
+from sgi_lab.viz.tables import format_number
+from sgi_lab.viz.training import metric_title
 
 __all__ = [
     "STAGES",
@@ -154,7 +157,6 @@ class StepProgress:
 
 def _timings_file() -> Path:
     """This machine's measured stage times (beside the CPU settings cache, per user)."""
-    from sgi_lab.nets.cpu_settings import cache_file
 
     return cache_file().parent / "demo_timings.json"
 
@@ -265,14 +267,12 @@ STAGE_NOTES: dict[str, str] = {
 
 
 def _short(value: Any) -> str:
-    from sgi_lab.viz.tables import format_number
 
     return format_number(value, 4)
 
 
 def stage_summary(notebook: str, results: dict[str, Any]) -> list[str]:
     """A stage's main results in words for index.html (a few lines; never raw keys)."""
-    from sgi_lab.viz.training import metric_title
 
     lines: list[str] = []
     if notebook == "datasets":

@@ -15,6 +15,9 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from sgi_lab.config import ExploreConfig, load_config, parse_overrides
+from sgi_lab.train.explore import collect_exploratory
+
 DEFAULT_PARAMS = Path("params/collect/exploratory.yaml")
 
 
@@ -33,7 +36,6 @@ def add_arguments(parser: argparse.ArgumentParser, random_handler: Callable[...,
 
 def explore_config(args: argparse.Namespace):
     """The ExploreConfig the command line asks for (params file < --set < explicit flags)."""
-    from sgi_lab.config import ExploreConfig, load_config, parse_overrides
 
     overrides = parse_overrides(args.set)
     if args.envs is not None:
@@ -52,7 +54,6 @@ def collect(args: argparse.Namespace, random_handler: Callable[..., int]) -> int
     """``sgi-lab collect POLICY``: ``exploratory`` here, ``random`` by the CLI's own handler."""
     if args.policy != "exploratory":
         return random_handler(args)
-    from sgi_lab.train.explore import collect_exploratory
 
     store = collect_exploratory(
         args.game,

@@ -1,11 +1,11 @@
 """Notebooks as runs: ``sgi-lab run`` executes a notebook with papermill into its own run folder.
 
 `run_notebook` runs one notebook into ``outputs/runs/<notebook>__<config>__<game>__s<seed>/``
-(its files: outputs/README.md; the name: `sgi_lab.launch.notebook_api.run_folder_name`). The run
+(its files: outputs/README.md; the name: `sgi_lab.notebook.run_folder_name`). The run
 folder reaches the notebook as its ``out_dir`` parameter. A finished run is never overwritten
 unless asked; a run left ``running`` (killed) or ``failed`` is executed again into the same
 folder, where the trainers resume from their last checkpoint. What the notebook's own cells call
-is `sgi_lab.launch.notebook_api`.
+is `sgi_lab.notebook`.
 """
 
 from __future__ import annotations
@@ -23,10 +23,9 @@ from typing import Any
 
 import yaml
 
-from sgi_lab.checkpoints import CHECKPOINT_RE
+from sgi_lab.base.files import atomic_write_text, jsonable, record_provenance
 from sgi_lab.config import ConfigError, load_yaml_mapping, parse_value
-from sgi_lab.files import atomic_write_text, jsonable, record_provenance
-from sgi_lab.launch.notebook_api import (
+from sgi_lab.notebook import (
     DEFAULT_OUT_ROOT,
     FIGURE_FORMATS_ENV,
     RESULTS_FILE,
@@ -35,7 +34,9 @@ from sgi_lab.launch.notebook_api import (
     run_folder_name,
     static_export_problem,
 )
-from sgi_lab.runs import RunDir
+from sgi_lab.runs.checkpoints import CHECKPOINT_RE
+from sgi_lab.runs.folder import RunDir
+from sgi_lab.viz.training import STATIC_FIGURES_ENV
 
 __all__ = [
     "KEEP_CHECKPOINTS",
@@ -315,7 +316,6 @@ def _execute(
     import papermill
 
     # Static figures in the kernel: the executed notebook and its HTML page keep them.
-    from sgi_lab.viz.training import STATIC_FIGURES_ENV
 
     with _environment({STATIC_FIGURES_ENV: "1"}):
         papermill.execute_notebook(

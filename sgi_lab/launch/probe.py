@@ -9,20 +9,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+from sgi_lab.analysis.probe_encoders import load_probe_encoder, random_probe_encoder
+from sgi_lab.analysis.probe_study import probe_frame
+from sgi_lab.probes import PROBES_FILE, ProbeInputError, ProbeSettings, check_probe_store, probe_run
+
 __all__ = ["add_probe_parser", "main_probe"]
 
 
 def main_probe(args: argparse.Namespace) -> int:
     import torch
-
-    from sgi_lab.probes import (
-        ProbeInputError,
-        ProbeSettings,
-        check_probe_store,
-        load_probe_encoder,
-        probe_run,
-        random_probe_encoder,
-    )
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -130,7 +125,6 @@ def add_probe_parser(subparsers: Any) -> argparse.ArgumentParser:
 def split_probed(runs: list[Path]) -> tuple[list[Path], list[Path]]:
     """``sgi-lab report``'s runs: (those with a finetuning result, or without probe results,
     for the score tables; every run with probe results, for the probe table)."""
-    from sgi_lab.probes import PROBES_FILE
 
     probed = [r for r in runs if (Path(r) / PROBES_FILE).is_file()]
     scored = [r for r in runs if (Path(r) / "eval.json").exists() or r not in probed]
@@ -140,8 +134,6 @@ def split_probed(runs: list[Path]) -> tuple[list[Path], list[Path]]:
 def print_probes(runs: list[Path]) -> int:
     """Print the probe F1 of runs with probes.json (one row per run and store); returns 0."""
     import pandas as pd
-
-    from sgi_lab.probes.study import probe_frame
 
     frame = probe_frame(runs)
     if frame.empty:

@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sgi_lab.files import read_mapping
-from sgi_lab.paths import did_you_mean
-from sgi_lab.run_status import read_status, run_folders
+from sgi_lab.base.files import read_mapping
+from sgi_lab.base.paths import did_you_mean
+from sgi_lab.runs.status import read_status, run_folders
 
 __all__ = [
     "add_status_parser",

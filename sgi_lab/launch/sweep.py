@@ -27,8 +27,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from sgi_lab.files import atomic_write_text
-from sgi_lab.launch.notebook_api import run_folder_name
+from sgi_lab.base.files import atomic_write_text
+from sgi_lab.base.threads import thread_environment, thread_share, user_oversubscription
+from sgi_lab.experiments.executors import RayExecutor
 from sgi_lab.launch.notebook_runner import (
     NotebookRunError,
     RunExistsError,
@@ -39,8 +40,8 @@ from sgi_lab.launch.notebook_runner import (
     resolve_parameters,
     run_notebook,
 )
-from sgi_lab.runs import RunDir, run_name
-from sgi_lab.threads import thread_environment, thread_share, user_oversubscription
+from sgi_lab.notebook import run_folder_name
+from sgi_lab.runs.folder import RunDir, run_name
 
 __all__ = [
     "add_sweep_parser",
@@ -83,7 +84,7 @@ _NAMED = ("name", "game", "seed")
 
 def thread_budget(processes: int, cores: int | None = None) -> dict[str, str]:
     """The thread variables each of ``processes`` kernels running at once starts with (torch
-    reads ``OMP_NUM_THREADS`` when a kernel starts), by the one rule of `sgi_lab.threads`: the
+    reads ``OMP_NUM_THREADS`` when a kernel starts), by the one rule of `sgi_lab.base.threads`: the
     user's explicit setting, else the kernel's share of the ``cores``; warns when the user's
     setting oversubscribes them."""
     note = user_oversubscription(processes, cores)
@@ -155,7 +156,6 @@ def _run_point(
 def _ray_executor() -> Any:
     """The experiments' `RayExecutor` on the cluster ``ray start`` runs on this machine, else
     on a private local one (no dashboard, token authentication)."""
-    from sgi_lab.launch.experiment.executors import RayExecutor
 
     try:
         return RayExecutor("auto", log_to_driver=True)

@@ -1,6 +1,6 @@
 """Convolutional encoders f: (B, 4, 84, 84) frame stacks -> (B, C, 7, 7) latents.
 
-Inputs are pixel-valued: uint8, or float in [0, 255] (e.g. after :mod:`sgi_lab.augment`). Every
+Inputs are pixel-valued: uint8, or float in [0, 255] (e.g. after :mod:`sgi_lab.augment.ops`). Every
 encoder divides by 255 itself, so callers never rescale.
 
 Three encoders, as in the paper (appendix C.3) and the reference code (``mila-iqia/SGI``,
@@ -59,7 +59,7 @@ def prepare_pixels(
     """Pixels in [0, 255] -> the first conv's input ``x * factor / 255``, in its dtype and layout.
 
     The scaling by 1/255 and an optional per-stack factor (the intensity jitter of
-    `sgi_lab.augment`) are one multiply; the comments below say where each route rounds and
+    `sgi_lab.augment.ops`) are one multiply; the comments below say where each route rounds and
     where it changes the layout (a direct NCHW -> channels-last write of 4-channel frames in a
     wider dtype is several times slower than either).
 

@@ -9,7 +9,8 @@ from sgi_lab.probes.atariari import (
     annotations,
     labels_from_ram,
 )
-from sgi_lab.probes.core import (
+from sgi_lab.probes.linear import ProbeSettings, category_averages, fit_linear_probes
+from sgi_lab.probes.probe import (
     PROBES_FILE,
     ProbeEncoder,
     ProbeInputError,
@@ -17,8 +18,6 @@ from sgi_lab.probes.core import (
     probe_encoder,
     split_episodes,
 )
-from sgi_lab.probes.encoders import load_probe_encoder, random_probe_encoder
-from sgi_lab.probes.linear import ProbeSettings, category_averages, fit_linear_probes
 from sgi_lab.probes.results import probe_run, read_probes, write_probes
 
 __all__ = [
@@ -35,10 +34,8 @@ __all__ = [
     "check_probe_store",
     "fit_linear_probes",
     "labels_from_ram",
-    "load_probe_encoder",
     "probe_encoder",
     "probe_run",
-    "random_probe_encoder",
     "read_probes",
     "split_episodes",
     "write_probes",

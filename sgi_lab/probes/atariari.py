@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from sgi_lab.envs.games import UnknownGameError, canonical_game
+
 __all__ = [
     "CATEGORIES",
     "UnannotatedGameError",
@@ -77,7 +79,6 @@ def annotations(game: str) -> tuple[Variable, ...]:
         UnannotatedGameError: AtariARI does not annotate the game (the message lists those it
             does).
     """
-    from sgi_lab.envs.games import UnknownGameError, canonical_game
 
     try:
         name = canonical_game(game)

@@ -10,9 +10,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from sgi_lab.base.files import atomic_write_text
 from sgi_lab.data.store import TransitionStore
-from sgi_lab.files import atomic_write_text
-from sgi_lab.probes.core import (
+from sgi_lab.data.store_format import read_manifest
+from sgi_lab.probes.linear import ProbeSettings
+from sgi_lab.probes.probe import (
     FORMAT,
     PROBES_FILE,
     ProbeEncoder,
@@ -20,7 +22,6 @@ from sgi_lab.probes.core import (
     probe_encoder,
     probe_settings_key,
 )
-from sgi_lab.probes.linear import ProbeSettings
 
 __all__ = ["find_result", "probe_done", "probe_run", "read_probes", "write_probes"]
 
@@ -121,7 +122,6 @@ def probe_done(
     """Whether ``folder/probes.json`` holds the result `probe_run` would compute for this store
     with the default `ProbeSettings` (what an experiment's probe task checks): ``folder`` is a
     pretraining run (its ``model.pt``) or a random encoder's folder."""
-    from sgi_lab.data.store_format import read_manifest
 
     manifest = read_manifest(store)
     if manifest is None or not manifest.complete:

@@ -1,7 +1,7 @@
 """How a population of finetuning agents acts: epsilon-greedy on noisy Q values while training
 (rlpyt's sampling mode), greedy on noise-free ones when evaluated; one forward for all agents.
 
-The functions read a `sgi_lab.train.agent.Population`'s state (its stacked online networks,
+The functions read a `sgi_lab.train.population.Population`'s state (its stacked online networks,
 noise samples and batch-norm statistics); they change nothing but the template's modes, which
 they restore.
 """
@@ -14,8 +14,8 @@ import numpy as np
 import torch
 
 from sgi_lab.nets.encoders import prepare_pixels
-from sgi_lab.nets.graphs import GraphedCall
-from sgi_lab.train.agent import Population
+from sgi_lab.runtime.graphs import GraphedCall
+from sgi_lab.train.population import Population
 
 __all__ = ["act", "acting_actions", "acting_q", "forward_graph", "greedy", "q_values"]
 
@@ -109,9 +109,9 @@ def forward_graph(
     pop: Population, name: str, fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor
 ) -> torch.Tensor:
     """``fn(x)``, replayed from a CUDA graph captured at the third call with this input shape
-    when ``pop.uses_forward_graphs`` (`sgi_lab.nets.graphs.GraphedCall`): the forward reads the
+    when ``pop.uses_forward_graphs`` (`sgi_lab.runtime.graphs.GraphedCall`): the forward reads the
     networks' stacked tensors, which every update changes in place, so a replay sees the
-    current weights, noise and statistics (`sgi_lab.nets.graphs` checks it on a CPU). Saves the
+    current weights, noise and statistics (`sgi_lab.runtime.graphs` checks it on a CPU). Saves the
     forward's few hundred kernel launches per environment step."""
     if not pop.uses_forward_graphs:
         return fn(x)

@@ -33,7 +33,7 @@ REPLAY_BYTES_PER_STEP = 7_110
 HEADROOM = 0.85  # of the free memory a population may plan to use
 MEMORY_SHARE_ENV = "SGI_LAB_MEMORY_SHARE"
 """Environment variable: the part (0, 1] of the free memory this process may plan for, set by
-experiments that run several tasks on one machine (`sgi_lab.launch.experiment`)."""
+experiments that run several tasks on one machine (`sgi_lab.experiments`)."""
 
 
 def agent_bytes(config: FinetuneConfig, num_actions: int = 18) -> dict[str, float]:

@@ -32,16 +32,17 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from sgi_lab.checkpoints import CheckpointError, load_checkpoint
+from sgi_lab.base.files import atomic_write_text
 from sgi_lab.envs import canonical_game
 from sgi_lab.envs.atari import MAX_EPISODE_FRAMES
 from sgi_lab.envs.pool import FRAME_STACK_SHAPE, EnvPool, spread
-from sgi_lab.files import atomic_write_text
 from sgi_lab.metrics import human_normalized_score
 from sgi_lab.nets import SGIModel
-from sgi_lab.nets.runtime import use_bf16
-from sgi_lab.runs import RunDir
-from sgi_lab.stopping import Deadline, RunStopped
+from sgi_lab.runs.checkpoints import CheckpointError, load_checkpoint
+from sgi_lab.runs.folder import RunDir
+from sgi_lab.runs.status import require_finished
+from sgi_lab.runs.stopping import Deadline, RunStopped
+from sgi_lab.runtime.device import resolve_device, use_bf16
 
 __all__ = [
     "Policy",
@@ -202,7 +203,7 @@ def play_episodes(
         episodes, eps, num_envs, max_frames, progress, asynchronous, env_protocol: as in
             `evaluate`.
         seeds: per-agent seed: env i of an agent is seeded ``seed + i``.
-        stop: a `sgi_lab.stopping.Deadline`; only a stop request (not its time limit) ends the
+        stop: a `sgi_lab.runs.stopping.Deadline`; only a stop request (not its time limit) ends the
             evaluation early, with `RunStopped`: a partial evaluation would favour short
             episodes, so none is kept.
 
@@ -455,8 +456,6 @@ def evaluate_run(
     Raises:
         UnfinishedRunError: the run never finished and ``allow_unfinished`` is false.
     """
-    from sgi_lab.nets.runtime import resolve_device
-    from sgi_lab.run_status import require_finished
 
     _check_run_folder_path(run_dir)
     finished = require_finished(run_dir, "evaluate", allow_unfinished)

@@ -3,7 +3,7 @@
 The agent (`sgi_lab.train.idf_agent`) acts in N parallel envs, and every transition is written,
 as it happens, into a ``TransitionStore`` (`sgi_lab.data.explore.EpisodeBuffers`: whole
 episodes, so frame stacks never cross envs or episodes). The store is built in ``OUT.partial``;
-the agent is an ordinary run folder inside it, ``OUT.partial/agent/`` (`sgi_lab.runs.RunDir`,
+the agent is an ordinary run folder inside it, ``OUT.partial/agent/`` (`sgi_lab.runs.folder.RunDir`,
 kind ``explore``: ``config.yaml``, ``status.json``, ``metrics.jsonl`` with one row per PPO
 update, and ``checkpoints/`` every ``checkpoint_every`` updates; a step is one env step of one
 env, as the ``steps`` collected). An interrupted collection resumes after the store's last
@@ -33,7 +33,8 @@ from sgi_lab.config import ExploreConfig
 from sgi_lab.data.explore import EpisodeBuffers
 from sgi_lab.data.store import TransitionStore
 from sgi_lab.data.store_writer import TransitionStoreWriter
-from sgi_lab.runs import MetricsLogger, RunDir
+from sgi_lab.envs import canonical_game, make_env, make_vector_env
+from sgi_lab.runs.folder import MetricsLogger, RunDir
 from sgi_lab.train.idf_agent import KIND, ExploreAgent, Rollout, ppo_update
 
 __all__ = [
@@ -57,7 +58,6 @@ def observation_moments(
     As Burda et al.'s ``random_agent_ob_mean_std`` (the std is the mean of per-pixel stds),
     accumulated in float64 sums instead of a list of every observation.
     """
-    from sgi_lab.envs import make_env
 
     env = make_env(game, seed=seed, train=False, **env_kwargs)
     try:
@@ -121,7 +121,6 @@ def collect_exploratory(
         The finished store, opened for reading. Its ``agent/`` folder is the agent's finished
         run: final checkpoint and ``metrics.jsonl`` (one row per PPO update).
     """
-    from sgi_lab.envs import canonical_game, make_vector_env
 
     config = config or ExploreConfig()
     if steps < 1:

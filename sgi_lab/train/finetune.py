@@ -3,8 +3,8 @@
 `finetune_population` trains N agents (games x seeds) in lockstep: every step each agent acts in
 its own environment (one batched forward for all), appends to its own prioritized replay, and
 after ``learning_starts`` every agent takes ``updates_per_step`` updates of the batched learner
-(`sgi_lab.train.agent.Population`). Each agent writes its own ordinary run folder, through the
-run lifecycle of `sgi_lab.runs.RunDir`: ``config.yaml``, ``status.json``, ``metrics.jsonl``,
+(`sgi_lab.train.population.Population`). Each agent writes its own ordinary run folder, through the
+run lifecycle of `sgi_lab.runs.folder.RunDir`: ``config.yaml``, ``status.json``, ``metrics.jsonl``,
 ``transfer.json``, ``log.txt``, ``checkpoints/``, ``model.pt`` and ``eval.json``. `finetune` runs
 one agent: a population of one, the same code path.
 
@@ -32,17 +32,18 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from sgi_lab.base.files import atomic_torch_save, atomic_write_text
+from sgi_lab.base.threads import oversubscribed
 from sgi_lab.config import ConfigError, FinetuneConfig, to_dict
 from sgi_lab.data.population_replay import PopulationReplay
 from sgi_lab.envs import canonical_game
 from sgi_lab.envs.pool import EnvPool
-from sgi_lab.files import atomic_torch_save, atomic_write_text
-from sgi_lab.nets.runtime import resolve_device
-from sgi_lab.runs import FinetuneRun
-from sgi_lab.stopping import Deadline, RunStopped, failure_reason, stop_on_signals
-from sgi_lab.threads import oversubscribed
+from sgi_lab.runs.folder import FinetuneRun
+from sgi_lab.runs.stopping import Deadline, RunStopped, failure_reason, stop_on_signals
+from sgi_lab.runtime.device import resolve_device
 from sgi_lab.train.acting import act, greedy
-from sgi_lab.train.agent import Population, check_compatible
+from sgi_lab.train.capacity import max_agents as fitting
+from sgi_lab.train.capacity import split_population
 from sgi_lab.train.evaluate import play_episodes
 from sgi_lab.train.finetune_agents import (
     AgentRun,
@@ -51,6 +52,7 @@ from sgi_lab.train.finetune_agents import (
     save_checkpoint,
     write_transfer,
 )
+from sgi_lab.train.population import Population, check_compatible
 from sgi_lab.train.update import learn
 
 __all__ = [
@@ -169,8 +171,6 @@ def finetune_in_parts(
     Returns:
         The runs, in the order of ``configs``.
     """
-    from sgi_lab.train.capacity import max_agents as fitting
-    from sgi_lab.train.capacity import split_population
 
     configs, outs = list(configs), [Path(o) for o in outs]
     if len(configs) != len(outs):
@@ -227,7 +227,7 @@ def finetune_population(
     """Finetune N agents in lockstep as one batched learner, then evaluate each.
 
     Args:
-        configs: one config per agent; they may differ only in `sgi_lab.train.agent.POPULATION_KEYS` (game, seed,
+        configs: one config per agent; they may differ only in `sgi_lab.train.population.POPULATION_KEYS` (game, seed,
             pretrained).
         outs: one run folder per agent; unfinished runs there are resumed, finished ones
             returned as they are.
@@ -236,7 +236,7 @@ def finetune_population(
         params: name of the params file the configs came from (recorded in status.json).
         callback: called as ``callback(step, population)`` after every environment step (and
             after that step's checkpoint); notebooks use it for live plots.
-        stop: a `sgi_lab.stopping.Deadline` (a first SIGINT, Ctrl-C or a notebook's interrupt,
+        stop: a `sgi_lab.runs.stopping.Deadline` (a first SIGINT, Ctrl-C or a notebook's interrupt,
             asks it to stop; a second interrupts at once). Once it passes, every agent
             checkpoints at the current step and `RunStopped` is raised; the runs are marked
             failed with that reason and the same call resumes them. The evaluation (100

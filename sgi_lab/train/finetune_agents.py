@@ -3,7 +3,7 @@ models, or resumed from the agents' checkpoints (all at the newest step every ag
 
 `AgentRun` is what the environment loop (`sgi_lab.train.finetune`) keeps per agent besides the
 learner and the replay; `prepare_agents` reads each agent's checkpoint or pretrained model,
-`build_population` makes the batched learner (`sgi_lab.train.agent.Population`) and the agents'
+`build_population` makes the batched learner (`sgi_lab.train.population.Population`) and the agents'
 replays and restores a resumed population's state; `save_checkpoint` writes one agent's.
 """
 
@@ -18,16 +18,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from sgi_lab.checkpoints import CheckpointError, load_checkpoint, restore_generator
+from sgi_lab.base.files import atomic_write_text, raise_if_disk_full
 from sgi_lab.config import ConfigError, FinetuneConfig, to_dict
 from sgi_lab.data.population_replay import PopulationReplay
 from sgi_lab.envs import canonical_game
 from sgi_lab.envs import num_actions as game_actions
-from sgi_lab.files import atomic_write_text, raise_if_disk_full
 from sgi_lab.nets import SGIModel
-from sgi_lab.nets.cpu_settings import settle
-from sgi_lab.runs import FinetuneRun
-from sgi_lab.train.agent import Population
+from sgi_lab.runs.checkpoints import CheckpointError, load_checkpoint, restore_generator
+from sgi_lab.runs.folder import FinetuneRun
+from sgi_lab.runtime.cpu_settings import settle
+from sgi_lab.train.population import Population
 from sgi_lab.train.transfer import (
     Pretrained,
     Transfer,

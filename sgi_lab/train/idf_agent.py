@@ -33,11 +33,11 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from sgi_lab.checkpoints import load_checkpoint
+from sgi_lab.base.files import atomic_torch_save
 from sgi_lab.config import ExploreConfig
-from sgi_lab.files import atomic_torch_save
 from sgi_lab.nets.curiosity import IDFModel, PolicyNet
 from sgi_lab.objectives.ppo import gae, ppo_clip_loss, value_loss
+from sgi_lab.runs.checkpoints import load_checkpoint
 
 __all__ = [
     "KIND",

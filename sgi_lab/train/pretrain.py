@@ -24,15 +24,16 @@ import torch
 import yaml
 from tqdm.auto import tqdm
 
-from sgi_lab.checkpoints import restore_generator
+from sgi_lab.base.files import atomic_torch_save
 from sgi_lab.config import ConfigError, PretrainConfig, build_config, to_dict
 from sgi_lab.data import StoreError, TransitionStore
-from sgi_lab.files import atomic_torch_save
 from sgi_lab.nets import SGIModel
-from sgi_lab.nets.cpu_settings import settle
-from sgi_lab.nets.runtime import resolve_device
-from sgi_lab.runs import RunDir
-from sgi_lab.stopping import Deadline, RunStopped, stop_on_signals
+from sgi_lab.probes.probe import ProbeEncoder, check_probe_store, probe_encoder
+from sgi_lab.runs.checkpoints import restore_generator
+from sgi_lab.runs.folder import RunDir
+from sgi_lab.runs.stopping import Deadline, RunStopped, stop_on_signals
+from sgi_lab.runtime.cpu_settings import settle
+from sgi_lab.runtime.device import resolve_device
 from sgi_lab.train.pretrain_step import (
     GraphedStep,
     PretrainBatch,
@@ -67,14 +68,14 @@ def pretrain(
     Args:
         config: the pretraining config.
         data: a TransitionStore or its folder.
-        out: run folder (the shared lifecycle, :meth:`sgi_lab.runs.RunDir.open`): re-running
+        out: run folder (the shared lifecycle, :meth:`sgi_lab.runs.folder.RunDir.open`): re-running
             into it resumes from its last checkpoint with the same config and store, returns a
             finished run's model as is; a folder that is not a pretraining run is refused.
         progress: show a tqdm bar.
         callback: called with every metrics row (e.g. a live plot's ``update``).
         overwrite: discard an existing pretraining run in ``out`` and start over.
         params_name: the params file's name, recorded in status.json for reports.
-        stop: a `sgi_lab.stopping.Deadline` (a first SIGINT, Ctrl-C or a notebook's interrupt,
+        stop: a `sgi_lab.runs.stopping.Deadline` (a first SIGINT, Ctrl-C or a notebook's interrupt,
             asks it to stop; a second interrupts at once): once it passes the run
             checkpoints at the current step and raises `RunStopped`; re-running resumes.
 
@@ -329,7 +330,6 @@ class PeriodicProbe:
         """
         if config.probe_every <= 0:
             return None
-        from sgi_lab.probes.core import check_probe_store
 
         store = check_probe_store(config.probe_data)
         return cls(store, config.probe_every, config.probe_frames, device)
@@ -338,7 +338,6 @@ class PeriodicProbe:
         return step % self.every == 0 or step == steps
 
     def __call__(self, model: SGIModel, step: int) -> dict[str, float]:
-        from sgi_lab.probes.core import ProbeEncoder, probe_encoder
 
         # ``out`` is where `probe_run` would write; this probe only returns its result.
         encoder = ProbeEncoder(model, "training", "pretrain", Path(), step=step)

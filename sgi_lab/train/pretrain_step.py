@@ -1,9 +1,9 @@
 """One pretraining step: SPR + goal-conditioned RL + inverse dynamics (or the ATC and BC
 baselines) on one batch, then Adam and the EMA target.
 
-In order: batch -> augmentation (`sgi_lab.train.augmentation`, the path finetuning uses) -> target
+In order: batch -> augmentation (`sgi_lab.augment.frames`, the path finetuning uses) -> target
 passes under ``no_grad`` -> online passes -> the SGI loss composition shared with finetuning
-(`sgi_lab.train.sgi_loss`) -> Adam step with the clipping rule of `sgi_lab.nets.runtime` -> EMA
+(`sgi_lab.train.sgi_loss`) -> Adam step with the clipping rule of `sgi_lab.runtime.device` -> EMA
 update of the target network -> logs. The run around it (resume, metrics, checkpoints) is
 `sgi_lab.train.pretrain`.
 
@@ -22,16 +22,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from sgi_lab.augment.frames import prepared_frames
 from sgi_lab.config import PretrainConfig
 from sgi_lab.data import SequenceBatch, SequenceSampler, TransitionStore
 from sgi_lab.nets import SGIModel, ema_update, make_target
-from sgi_lab.nets.cpu_settings import time_step
-from sgi_lab.nets.graphs import GraphedCall
 from sgi_lab.nets.model import parameter_group
-from sgi_lab.nets.runtime import autocast, clip_gradients, prepare_device
 from sgi_lab.objectives import atc_accuracy, atc_loss, sample_goals
 from sgi_lab.objectives.goal_rl import goal_n_step_returns
-from sgi_lab.train.augmentation import prepared_frames
+from sgi_lab.runtime.cpu_settings import time_step
+from sgi_lab.runtime.device import autocast, clip_gradients, prepare_device
+from sgi_lab.runtime.graphs import GraphedCall
 from sgi_lab.train.sgi_loss import SGITargets, pretraining_settings, sgi_loss_terms, weighted_sum
 from sgi_lab.train.sgi_loss import spr_coefficient as _spr_coefficient
 
@@ -340,7 +340,7 @@ def train_step(
     """One gradient step: losses, Adam, EMA. Raises FloatingPointError on a NaN/Inf loss (on a
     CPU at once; on a GPU, where reading the loss would stall the launch queue every step, the
     training loop checks when it logs). ``host_checks`` (default: on a CPU) reads values on
-    the host; off, the step is what a CUDA graph captures (`sgi_lab.nets.graphs`)."""
+    the host; off, the step is what a CUDA graph captures (`sgi_lab.runtime.graphs`)."""
     if host_checks is None:
         host_checks = batch.obs.device.type == "cpu"
     with autocast(batch.obs.device, cuda=config.amp, cpu=config.cpu_amp):
@@ -361,7 +361,7 @@ def train_step(
 
 
 class GraphedStep:
-    """`train_step` replayed from a CUDA graph (`sgi_lab.nets.graphs.GraphedCall`): three eager
+    """`train_step` replayed from a CUDA graph (`sgi_lab.runtime.graphs.GraphedCall`): three eager
     steps, then the capture with the augmentation generator registered, and from then on each
     call copies the batch into the graph's static inputs and replays it: no kernel is launched
     from Python. The returned logs are copies (a replay overwrites the graph's outputs)."""

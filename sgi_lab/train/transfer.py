@@ -17,10 +17,10 @@ from typing import Any
 
 import torch
 
-from sgi_lab.checkpoints import CheckpointError, load_checkpoint
 from sgi_lab.config import FinetuneConfig
 from sgi_lab.nets import SGIModel, parameter_group
-from sgi_lab.run_status import pretrained_source
+from sgi_lab.runs.checkpoints import CheckpointError, load_checkpoint
+from sgi_lab.runs.status import pretrained_source
 
 __all__ = [
     "ARCHITECTURE_ARGS",
@@ -92,7 +92,7 @@ def load_pretrained(source: str | Path, allow_unfinished: bool = False) -> Pretr
 
     Raises:
         ConfigError: no such run or file, or a run that never finished
-            (`sgi_lab.run_status.pretrained_source`).
+            (`sgi_lab.runs.status.pretrained_source`).
         CheckpointError: a truncated or foreign file.
     """
     path = Path(source)

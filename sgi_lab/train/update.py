@@ -2,7 +2,7 @@
 
 `update` reads like SB3's ``DQN.train``: the batch (every random number of the step, every
 observation augmented) -> targets under ``no_grad`` -> losses -> Adam step -> priorities and logs.
-`sgi_lab.train.agent.Population` only holds the state it works on (stacked parameters, targets,
+`sgi_lab.train.population.Population` only holds the state it works on (stacked parameters, targets,
 optimizer, generators, noise); `learn` is the training loop's entry point (a prioritized batch,
 the update, the new priorities written back; replayed from one CUDA graph on a GPU).
 
@@ -25,15 +25,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from sgi_lab.augment.frames import augmented_frames
 from sgi_lab.config import FinetuneConfig
 from sgi_lab.data.population_replay import PopulationBatch, PopulationReplay
 from sgi_lab.data.sampler import SequenceBatch
 from sgi_lab.nets import SGIModel
-from sgi_lab.nets.cpu_settings import time_step
-from sgi_lab.nets.graphs import GraphedCall
 from sgi_lab.objectives import c51_kl, c51_loss, c51_target, goals_from_draws
-from sgi_lab.train.agent import Population, masked_mean
-from sgi_lab.train.augmentation import augmented_frames
+from sgi_lab.runtime.cpu_settings import time_step
+from sgi_lab.runtime.graphs import GraphedCall
+from sgi_lab.train.population import Population, masked_mean
 from sgi_lab.train.sgi_loss import SGITargets, finetuning_settings, sgi_loss_terms, weighted_sum
 
 __all__ = [
@@ -169,7 +169,7 @@ def update(
 
 def update_inputs(pop: Population, staged: StagedBatch) -> UpdateInputs:
     """The update's inputs: the staged tensors with every observation augmented by the
-    update's draws (`Population.draw`; `sgi_lab.train.augmentation`), the noise samples and
+    update's draws (`Population.draw`; `sgi_lab.augment.frames`), the noise samples and
     goal draws."""
     cfg = pop.config
     B, T = staged.obs.shape[1:3]
@@ -336,7 +336,7 @@ def learn(pop: Population, replay: PopulationReplay, batch_size: int, beta: floa
     priorities written back. On CUDA with ``cuda_graphs`` the three are captured as ONE graph
     after three eager steps and replayed from then on (the replay's draws, beta and priorities
     are device state, so nothing is launched from Python and nothing crosses to the host;
-    `sgi_lab.nets.graphs` checks it on a CPU).
+    `sgi_lab.runtime.graphs` checks it on a CPU).
 
     Args:
         pop: the agents.
@@ -423,7 +423,7 @@ def measure_update(
 ) -> float:
     """Seconds per update of a throwaway population shaped like the real one (same configs and
     architectures, fresh weights, random frames) under the given CPU settings: what
-    `sgi_lab.nets.cpu_settings.choose_cpu_settings` times to settle ``"auto"``."""
+    `sgi_lab.runtime.cpu_settings.choose_cpu_settings` times to settle ``"auto"``."""
     configs = [
         dataclasses.replace(c, cpu_amp=bf16, channels_last=channels_last, device="cpu")
         for c in configs

@@ -10,6 +10,8 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
+from sgi_lab.envs import action_names
+
 __all__ = ["action_labels", "finite_or_none", "no_data_message", "square_pixels"]
 
 
@@ -37,7 +39,6 @@ def action_labels(game: str | None, num_actions: int, full_action_space: bool = 
     fallback = [f"a{i}" for i in range(num_actions)]
     if not game:
         return fallback
-    from sgi_lab.envs import action_names
 
     for full in dict.fromkeys((full_action_space, num_actions == 18)):
         try:

@@ -1,5 +1,5 @@
 """Plotly figure of linear-probe scores: F1 per category and objective with confidence intervals
-(the tidy frame of `sgi_lab.probes.study.objective_summary`)."""
+(the tidy frame of `sgi_lab.analysis.probe_study.objective_summary`)."""
 
 from __future__ import annotations
 

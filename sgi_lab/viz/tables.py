@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from sgi_lab.metrics.aggregate import METRIC_LABELS
+from sgi_lab.viz.training import metric_title
 
 __all__ = ["LiveTable", "aggregate_frame", "format_number", "results_frame"]
 
@@ -92,7 +93,7 @@ def aggregate_frame(
 
 
 def results_frame(results: Mapping[str, Any], max_items: int = 6, digits: int = 4) -> pd.DataFrame:
-    """A notebook's recorded results (`sgi_lab.launch.notebook_api.record_results`) as a short
+    """A notebook's recorded results (`sgi_lab.notebook.record_results`) as a short
     two-column table: numbers to ``digits`` significant digits, a list or mapping summarised
     (its length and first items) instead of dumped, nested mappings flattened one level, metrics
     keys by their readable names (``losses/total`` -> ``total loss``).
@@ -114,8 +115,6 @@ def results_frame(results: Mapping[str, Any], max_items: int = 6, digits: int = 
             more = len(value) - max_items
             return ", ".join(items) + (f", … ({more} more)" if more > 0 else "")
         return format_number(value, digits)
-
-    from sgi_lab.viz.training import metric_title
 
     results = {(metric_title(k) if "/" in str(k) else k): v for k, v in results.items()}
     for key, value in results.items():

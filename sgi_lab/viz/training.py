@@ -28,6 +28,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from sgi_lab.base.files import read_jsonl
+from sgi_lab.runs.status import read_status
 from sgi_lab.viz.common import no_data_message
 
 __all__ = [
@@ -370,7 +372,6 @@ class LiveCurves:
         Returns:
             True when the run had finished earlier.
         """
-        from sgi_lab.run_status import read_status
 
         path = Path(run_dir)
         status = read_status(path) or {}
@@ -421,7 +422,6 @@ class LiveCurves:
 
     def poll(self, metrics_path: str | os.PathLike) -> None:
         """Feed the rows of ``metrics_path`` not seen yet (a rewritten, shorter file restarts)."""
-        from sgi_lab.files import read_jsonl
 
         rows = read_jsonl(metrics_path)
         if len(rows) < self._followed:  # the trainer resumed and dropped rows

@@ -502,8 +502,8 @@ def demo_report(tmp_path_factory):
     """``outputs/demo/index.html`` after ``make demo`` with this commit's code; without one (or
     with pages an older commit made), the demo pipeline with the smoke sets into a tmp folder
     (its Random store goes to outputs/smoke/data, as with ``sgi-lab demo --smoke``)."""
-    from sgi_lab.files import provenance
-    from sgi_lab.run_status import read_status
+    from sgi_lab.base.files import provenance
+    from sgi_lab.runs.status import read_status
 
     index = ROOT / "outputs" / "demo" / "index.html"
     commit = provenance()["commit"]

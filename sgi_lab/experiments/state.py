@@ -7,16 +7,19 @@ import os
 from pathlib import Path
 from typing import Any
 
-from sgi_lab.launch.experiment.graph import (
+from sgi_lab.base.files import LOCK_FILE, RunFolderError, read_mapping
+from sgi_lab.data.store_format import PARTIAL_SUFFIX, read_manifest
+from sgi_lab.experiments.graph import (
     Graph,
     Task,
 )
-from sgi_lab.launch.experiment.spec import (
+from sgi_lab.experiments.spec import (
     PROBE_KEYS,
     STATE_FILE,
 )
-from sgi_lab.launch.storage import RunStorage
-from sgi_lab.run_status import read_status
+from sgi_lab.experiments.storage import RunStorage
+from sgi_lab.probes.results import probe_done
+from sgi_lab.runs.status import read_status
 
 # -- state of a task ----------------------------------------------------------------------------
 
@@ -28,7 +31,6 @@ def check_experiment_folder(out: str | os.PathLike, name: str) -> None:
     Raises:
         RunFolderError: naming the folder and why (a user's own files, another experiment).
     """
-    from sgi_lab.files import LOCK_FILE, RunFolderError, read_mapping
 
     out = Path(out)
     if not out.exists():
@@ -53,8 +55,6 @@ def check_experiment_folder(out: str | os.PathLike, name: str) -> None:
 def task_done(task: Task) -> bool:
     """Whether a task's folder holds its complete result (then it is skipped)."""
     if task.kind == "data":
-        from sgi_lab.data.store_format import read_manifest
-
         return task.folder.is_dir() and read_manifest(task.folder) is not None
     if task.kind == "pretrain":
         status = read_status(task.folder) or {}
@@ -67,8 +67,6 @@ def task_done(task: Task) -> bool:
             for f in task.agent_folders
         )
     if task.kind == "probe":
-        from sgi_lab.probes.results import probe_done
-
         return probe_done(task.folder, **{k: task.probe[k] for k in PROBE_KEYS})
     return (task.folder / "report.html").exists() and (task.folder / "results.csv").exists()
 
@@ -101,7 +99,6 @@ def storage_plan(graph: Graph, task: Task, uri: str) -> dict[str, Any]:
     """What a worker pulls and pushes for ``task`` (`run_in_scratch`'s ``plan``): the params
     files, the folders of its inputs (a pretraining run without its checkpoints), its own folder
     (to resume) and its log."""
-    from sgi_lab.data.store_format import PARTIAL_SUFFIX
 
     name = _name(graph, task.folder)
     inputs: list[tuple[str, tuple[str, ...]]] = [("params", ())]

@@ -3,7 +3,7 @@ locks, the one lenient reader of small JSON/YAML files, JSON lines and the one J
 what produced a run (provenance: code, libraries, machine).
 
 Low in the house (nothing of sgi_lab imported), so that stores (`sgi_lab.data`) and networks
-(`sgi_lab.nets`) write files without the run lifecycle of `sgi_lab.runs`.
+(`sgi_lab.nets`) write files without the run lifecycle of `sgi_lab.runs.folder`.
 """
 
 from __future__ import annotations

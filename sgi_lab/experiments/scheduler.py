@@ -14,23 +14,24 @@ from typing import Any
 
 import yaml
 
-from sgi_lab.files import atomic_write_text
-from sgi_lab.launch.experiment.executors import (
+from sgi_lab.base.files import FolderLock, atomic_write_text
+from sgi_lab.base.threads import oversubscribed, thread_share, user_oversubscription
+from sgi_lab.experiments.executors import (
     LocalExecutor,
     RayExecutor,
     _stop_children,
 )
-from sgi_lab.launch.experiment.graph import (
+from sgi_lab.experiments.graph import (
     Graph,
     Task,
 )
-from sgi_lab.launch.experiment.report import write_report
-from sgi_lab.launch.experiment.spec import (
+from sgi_lab.experiments.report import write_report
+from sgi_lab.experiments.spec import (
     EXECUTORS,
     EXPERIMENT_FILE,
     STATE_FILE,
 )
-from sgi_lab.launch.experiment.state import (
+from sgi_lab.experiments.state import (
     _log_path,
     _name,
     _report_stale,
@@ -40,8 +41,7 @@ from sgi_lab.launch.experiment.state import (
     stored_task_done,
     task_done,
 )
-from sgi_lab.launch.storage import RunStorage
-from sgi_lab.threads import oversubscribed, thread_share, user_oversubscription
+from sgi_lab.experiments.storage import RunStorage
 
 # -- the scheduler ------------------------------------------------------------------------------
 
@@ -136,7 +136,6 @@ def run_graph(
         raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
     if max_parallel < 1 or retries < 0:
         raise ValueError("max_parallel must be >= 1 and retries >= 0")
-    from sgi_lab.files import FolderLock
 
     out = graph.out
     check_experiment_folder(out, graph.experiment.name)

@@ -18,10 +18,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sgi_lab.base.files import atomic_write_text, read_jsonl
+from sgi_lab.data.store_format import read_manifest
+from sgi_lab.metrics.paper import paper_aggregates
 from sgi_lab.probes.atariari import CATEGORIES
-from sgi_lab.probes.core import PROBES_FILE
+from sgi_lab.probes.probe import PROBES_FILE
 from sgi_lab.probes.results import read_probes
-from sgi_lab.run_status import run_folders
+from sgi_lab.runs.status import read_status, run_folders
+from sgi_lab.viz.probes import probe_bars
 
 __all__ = [
     "PAPER_CONFIGS",
@@ -122,7 +126,6 @@ def _config_seed(folder: Path) -> int | None:
 def experiment_probe_frame(graph: Any) -> pd.DataFrame:
     """The result of each finished probe task of an experiment graph, one row each, with the
     objective (the pretraining config without ``_seedN``, or ``random_init``) and its seed."""
-    from sgi_lab.data.store_format import read_manifest
 
     rows = []
     for task in graph.tasks:
@@ -202,8 +205,6 @@ def paper_rank_correlation(
     ``tab:controls_hns`` aggregate (``paper_metric``) for the objectives both have."""
     from scipy import stats
 
-    from sgi_lab.metrics.paper import paper_aggregates
-
     paper = paper_aggregates("tab:controls_hns").set_index("config")[paper_metric]
     ours = summary[summary["metric"] == metric].set_index("objective")["value"]
     pairs = [
@@ -239,9 +240,6 @@ def write_probe_report(graph: Any) -> Path:
     (those numbers as markdown, for docs/results)."""
     import html
 
-    from sgi_lab.files import atomic_write_text
-    from sgi_lab.viz.probes import probe_bars
-
     out = Path(graph.out)
     frame = experiment_probe_frame(graph)
     if frame.empty:
@@ -275,7 +273,7 @@ def write_probe_report(graph: Any) -> Path:
 
 def probe_folders(paths: Iterable[str | os.PathLike]) -> list[Path]:
     """Folders holding probe results under ``paths`` (glob patterns expanded), in order, each
-    once: the runs at each path (`sgi_lab.run_status.run_folders`: the path itself when it is a
+    once: the runs at each path (`sgi_lab.runs.status.run_folders`: the path itself when it is a
     run, else every run below it, an experiment's pretraining runs among them); the random
     encoders' folders of an experiment (``probes/*``) or a random encoder's folder given itself
     (``sgi-lab probe --random-init --out DIR``: probe results, not a run); a probes file. Only
@@ -328,8 +326,6 @@ def training_probe_curves(runs: Iterable[str | os.PathLike]) -> pd.DataFrame:
     """The probes a pretraining run made of its own encoder as it trained (``probe_every``:
     the ``probe/`` keys of its metrics.jsonl), one row per (run, step): ``run, objective, seed,
     game, step, overall, reward_f1`` and the categories AtariARI's variables fall in."""
-    from sgi_lab.files import read_jsonl
-    from sgi_lab.run_status import read_status
 
     rows = []
     for run in runs:

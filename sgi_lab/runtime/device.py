@@ -50,7 +50,7 @@ def use_bf16(device: torch.device, cuda: bool = True, cpu: bool | str = True) ->
         device: where the step runs.
         cuda: use bf16 on CUDA (a config's ``amp``).
         cpu: use bf16 on a CPU (a config's ``cpu_amp``); ``"auto"`` not settled by a measurement
-            (`sgi_lab.nets.cpu_settings`, which training runs do first) counts as True.
+            (`sgi_lab.runtime.cpu_settings`, which training runs do first) counts as True.
     """
     if device.type == "cuda":
         return bool(cuda)
@@ -101,7 +101,7 @@ def clip_gradients(
     the one clipping rule of pretraining and finetuning.
 
     ``per_agent``: the parameters are a population's, stacked along a leading agent axis
-    (`sgi_lab.train.agent.Population`); each agent's gradients are clipped by their own norm,
+    (`sgi_lab.train.population.Population`); each agent's gradients are clipped by their own norm,
     as if each agent called ``clip_grad_norm_`` on its own parameters.
 
     Always multiplying is a full pass over the gradients (~1.5 ms of a Nature finetuning update

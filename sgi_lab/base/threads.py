@@ -6,7 +6,7 @@ means ``OMP_NUM_THREADS`` or, without it, ``MKL_NUM_THREADS`` in the launcher's 
 order torch reads them in when a process starts. Every thread variable the user did not set
 (`THREAD_VARIABLES`) is given that same count, so a process's OpenMP, MKL and OpenBLAS pools
 agree. A sweep's notebook kernels (`sgi_lab.launch.sweep.thread_budget`) and an experiment's task
-processes (`sgi_lab.launch.experiment.executors`) both take their variables from
+processes (`sgi_lab.experiments.executors`) both take their variables from
 `thread_environment`, and both warn with `user_oversubscription`.
 
 Why the user's setting wins: whoever sets ``OMP_NUM_THREADS`` knows something `os.cpu_count`

@@ -15,24 +15,24 @@ from concurrent.futures import wait as wait_futures
 from pathlib import Path
 from typing import Any
 
-from sgi_lab.files import LOCK_WAIT_ENV
-from sgi_lab.launch.experiment.graph import (
+from sgi_lab.base.files import LOCK_WAIT_ENV
+from sgi_lab.base.threads import thread_environment
+from sgi_lab.experiments.graph import (
     Task,
 )
-from sgi_lab.launch.experiment.spec import (
+from sgi_lab.experiments.spec import (
     RESOURCE_KEYS,
 )
-from sgi_lab.launch.storage import run_in_scratch
-from sgi_lab.threads import thread_environment
+from sgi_lab.experiments.storage import run_in_scratch
+from sgi_lab.train.capacity import MEMORY_SHARE_ENV
 
 # -- running one command ------------------------------------------------------------------------
 
 
 def _task_env(threads: int, memory_share: float = 1.0) -> dict[str, str]:
-    from sgi_lab.train.capacity import MEMORY_SHARE_ENV
 
     env = dict(os.environ)
-    # The user's explicit thread setting wins, else the task's share (`sgi_lab.threads`).
+    # The user's explicit thread setting wins, else the task's share (`sgi_lab.base.threads`).
     env.update(thread_environment(threads, env))
     env.setdefault("PYTHONUNBUFFERED", "1")
     # The task dies with this driver (`die_with_driver`), and waits for the folder's lock a

@@ -6,9 +6,9 @@ outputs/README.md). Every stage that writes a run (pretraining, finetuning) goes
 so they all refuse the same folders, check a resumed config the same way and write the same
 status words and fields.
 
-Beside it: how a run stops early (`sgi_lab.stopping`), the checkpoint files and their loader
-(`sgi_lab.checkpoints`), and the reading of a folder someone else wrote, finished or not
-(`sgi_lab.run_status`).
+Beside it: how a run stops early (`sgi_lab.runs.stopping`), the checkpoint files and their loader
+(`sgi_lab.runs.checkpoints`), and the reading of a folder someone else wrote, finished or not
+(`sgi_lab.runs.status`).
 """
 
 from __future__ import annotations
@@ -25,9 +25,7 @@ from typing import Any
 
 import yaml
 
-from sgi_lab.checkpoints import CHECKPOINT_RE, CheckpointError, load_checkpoint
-from sgi_lab.config import ConfigError
-from sgi_lab.files import (
+from sgi_lab.base.files import (
     LOCK_FILE,
     FolderLock,
     RunFolderError,
@@ -40,8 +38,10 @@ from sgi_lab.files import (
     read_jsonl,
     record_provenance,
 )
-from sgi_lab.run_status import FAILED, FINISHED, RUNNING, has_final_model, run_kind
-from sgi_lab.stopping import failure_reason
+from sgi_lab.config import ConfigError
+from sgi_lab.runs.checkpoints import CHECKPOINT_RE, CheckpointError, load_checkpoint
+from sgi_lab.runs.status import FAILED, FINISHED, RUNNING, has_final_model, run_kind
+from sgi_lab.runs.stopping import failure_reason
 
 # Config keys that may change when a run resumes: where and how fast it runs, not what it
 # learns. Every other key must match the run's config.yaml (one list, for every stage).

@@ -16,8 +16,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from sgi_lab.base.files import DiskFullError
 from sgi_lab.config import ConfigError
-from sgi_lab.files import DiskFullError
 
 
 class RunStopped(Exception):

@@ -9,28 +9,28 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sgi_lab.config import ConfigError
-from sgi_lab.launch.experiment.cost import (
+from sgi_lab.config import ConfigError, parse_value
+from sgi_lab.experiments.cost import (
     format_plan,
 )
-from sgi_lab.launch.experiment.graph import (
+from sgi_lab.experiments.graph import (
     Graph,
     expand,
 )
-from sgi_lab.launch.experiment.report import write_report
-from sgi_lab.launch.experiment.scheduler import (
+from sgi_lab.experiments.report import write_report
+from sgi_lab.experiments.scheduler import (
     run_graph,
 )
-from sgi_lab.launch.experiment.spec import (
+from sgi_lab.experiments.spec import (
     EXECUTORS,
     EXPERIMENT_FILE,
     load_experiment,
 )
-from sgi_lab.launch.experiment.state import (
+from sgi_lab.experiments.state import (
     check_experiment_folder,
     pull_results,
 )
-from sgi_lab.launch.storage import RunStorage
+from sgi_lab.experiments.storage import RunStorage
 
 # -- the whole thing ----------------------------------------------------------------------------
 
@@ -52,7 +52,6 @@ def load_graph(out: str | os.PathLike) -> Graph:
 
 def main_experiment(args: argparse.Namespace) -> int:
     """``sgi-lab experiment FILE --out DIR [--executor local|ray] [--dry-run] ...``."""
-    from sgi_lab.config import parse_value
 
     parameters = {}
     for item in args.param or []:

@@ -1,7 +1,7 @@
 """Loading the frozen encoders that probes read: a pretraining run's, a finetuning run's, a model
 or checkpoint file's, or a random initialization's, and where each one's results go
 (``RUN/probes.json``, ``RUN/probes_ckpt_N.json`` for a checkpoint). The loaders use the training
-stages' readers, so they sit above them; `sgi_lab.probes.core` (the probing) needs no training
+stages' readers, so they sit above them; `sgi_lab.probes.probe` (the probing) needs no training
 code and pretraining can call it.
 """
 
@@ -10,14 +10,20 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from sgi_lab.config import ConfigError
 from sgi_lab.nets import SGIModel
-from sgi_lab.probes.core import (
+from sgi_lab.probes.probe import (
     PROBES_FILE,
     ProbeEncoder,
     ProbeInputError,
     file_stamp,
     random_init_model,
 )
+from sgi_lab.runs.checkpoints import CheckpointError, load_checkpoint
+from sgi_lab.runs.status import read_status, require_finished
+from sgi_lab.runs.status import run_kind as kind_of
+from sgi_lab.train.evaluate import load_run_model
+from sgi_lab.train.transfer import load_pretrained
 
 __all__ = ["load_probe_encoder", "probes_path", "random_probe_encoder"]
 
@@ -42,12 +48,6 @@ def load_probe_encoder(source: str | os.PathLike, allow_unfinished: bool = False
             encoder (the message names it).
         UnfinishedRunError: a run that never finished, unless ``allow_unfinished``.
     """
-    from sgi_lab.checkpoints import CheckpointError, load_checkpoint
-    from sgi_lab.config import ConfigError
-    from sgi_lab.run_status import read_status, require_finished
-    from sgi_lab.run_status import run_kind as kind_of
-    from sgi_lab.train.evaluate import load_run_model
-    from sgi_lab.train.transfer import load_pretrained
 
     path = Path(source)
     if not path.exists():

@@ -11,14 +11,17 @@ from typing import Any
 
 import yaml
 
-from sgi_lab.launch.experiment.spec import (
+from sgi_lab.config import FinetuneConfig, PretrainConfig, load_config, read_params, to_dict
+from sgi_lab.experiments.spec import (
     DEFAULT_RESOURCES,
     KINDS,
     NO_PRETRAINING,
     DataSpec,
     Experiment,
 )
-from sgi_lab.runs import run_name
+from sgi_lab.runs.folder import run_name
+from sgi_lab.train.capacity import split_population
+from sgi_lab.train.finetune import population_configs, population_folders
 
 # -- the graph ----------------------------------------------------------------------------------
 
@@ -198,7 +201,6 @@ def _pretrain_tasks(
 ) -> dict[str, Any]:
     """One pretraining task per (pretraining config, game), appended to ``tasks``, each config's
     resolved params added to ``params_files``. Returns the configs by name."""
-    from sgi_lab.config import PretrainConfig, load_config, read_params, to_dict
 
     pretrain_configs: dict[str, Any] = {}
     for spec in experiment.pretrain:
@@ -245,9 +247,6 @@ def _finetune_tasks(
     """One finetuning task per (finetuning config, pretraining config) training every game x seed
     as a population (or per part of it, with ``max_agents``); each config's resolved params
     added to ``params_files``; a branch whose pretraining was dropped added to ``dropped``."""
-    from sgi_lab.config import FinetuneConfig, load_config, read_params, to_dict
-    from sgi_lab.train.capacity import split_population
-    from sgi_lab.train.finetune import population_configs, population_folders
 
     tasks: list[Task] = []
     for spec in experiment.finetune:

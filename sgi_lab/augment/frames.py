@@ -1,12 +1,12 @@
 """The one augmentation path of training: draws, then `augmented_frames`.
 
 Pretraining and finetuning augment the same way (SPR/DrQ's random shift by up to 4 pixels with
-replicate padding, then SPR's intensity jitter; `sgi_lab.augment`). They differ only in where
+replicate padding, then SPR's intensity jitter; `sgi_lab.augment.ops`). They differ only in where
 the random numbers come from:
 
 * pretraining draws them from its generator (`draw_augmentation`: the crop corners, then the
-  jitter, in the order `sgi_lab.augment.augment` draws them);
-* finetuning takes them from each agent's one draw per update (`sgi_lab.train.agent.Population.
+  jitter, in the order `sgi_lab.augment.ops.augment` draws them);
+* finetuning takes them from each agent's one draw per update (`sgi_lab.train.population.Population.
   draw`), so that a population of agents augments in one kernel.
 
 Both then call `augmented_frames`, which crops the uint8 frames, applies the jitter, the 1/255
@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import torch
 
-from sgi_lab.augment import PAD, jitter_factor, shift
+from sgi_lab.augment.ops import PAD, jitter_factor, shift
 from sgi_lab.nets.encoders import prepare_pixels
 
 __all__ = ["AugmentationDraws", "augmented_frames", "draw_augmentation", "prepared_frames"]
@@ -32,7 +32,7 @@ class AugmentationDraws(NamedTuple):
     Attributes:
         corners: (..., 2) int64 crop corners (dy, dx) in 0..2 PAD of the padded frame, or None
             for no shift.
-        jitter: (...) intensity factors (`sgi_lab.augment.jitter_factor`), or None for none.
+        jitter: (...) intensity factors (`sgi_lab.augment.ops.jitter_factor`), or None for none.
     """
 
     corners: torch.Tensor | None = None
@@ -47,7 +47,7 @@ def draw_augmentation(
     intensity_scale: float = 0.05,
 ) -> AugmentationDraws:
     """Draws for ``stacks`` frame stacks (e.g. (B,) or (B, T)) from ``generator``: the crop
-    corners first, then the jitter, the order in which `sgi_lab.augment.augment` draws them."""
+    corners first, then the jitter, the order in which `sgi_lab.augment.ops.augment` draws them."""
     corners = None
     if pad > 0:
         corners = torch.randint(0, 2 * pad + 1, (*stacks, 2), generator=generator, device=device)
@@ -68,7 +68,7 @@ def augmented_frames(
     time_major: bool = False,
 ) -> torch.Tensor:
     """Frame stacks -> the encoders' prepared input, with the augmentation draws given: each
-    stack cropped at its corner of the replicate-padded frame (`sgi_lab.augment.shift`) and
+    stack cropped at its corner of the replicate-padded frame (`sgi_lab.augment.ops.shift`) and
     multiplied by its intensity factor, scaled by 1/255, in ``dtype`` and layout; encode it with
     ``prepared=True``.
 

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sgi_lab.checkpoints import checkpoint_files, checkpoint_kind
 from sgi_lab.config import ConfigError
+from sgi_lab.runs.checkpoints import checkpoint_files, checkpoint_kind
 
 # The status words every stage writes, and nothing else.
 RUNNING, FINISHED, FAILED = "running", "finished", "failed"
@@ -42,7 +42,7 @@ def run_folders(root: str | os.PathLike) -> list[Path]:
     """Run folders under ``root`` (``root`` itself when it is one), in path order: folders with a
     ``status.json`` of ours (`read_status`), not inside a run's ``checkpoints/``; none when
     ``root`` is not a folder. The one walk that finds runs (``sgi-lab status``, a notebook's
-    `sgi_lab.launch.notebook_api.find_runs_of_kind`)."""
+    `sgi_lab.notebook.find_runs_of_kind`)."""
     root = Path(root)
     if not root.is_dir():
         return []

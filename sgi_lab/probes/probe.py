@@ -27,11 +27,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from sgi_lab.base.files import jsonable, provenance
 from sgi_lab.data.store import TransitionStore
 from sgi_lab.data.store_format import StoreError
-from sgi_lab.files import jsonable, provenance
 from sgi_lab.nets import SGIModel
-from sgi_lab.nets.runtime import resolve_device
 from sgi_lab.probes.atariari import annotations, labels_from_ram
 from sgi_lab.probes.linear import (
     ProbeSettings,
@@ -42,6 +41,7 @@ from sgi_lab.probes.linear import (
     label_entropy,
     majority_predictions,
 )
+from sgi_lab.runtime.device import resolve_device
 
 __all__ = [
     "NON_RANDOM_SOURCES",

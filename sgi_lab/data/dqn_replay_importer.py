@@ -353,7 +353,7 @@ def _plan_checkpoint(ckpt: _Checkpoint, num_actions: int | None) -> dict[str, np
 
 def _resolve_game(game: str) -> tuple[str, int | None]:
     """Canonical game name and minimal action-set size (None when the ALE is unavailable)."""
-    try:
+    try:  # the ALE is optional for importing: without it the game's name is taken as given
         from sgi_lab.envs import canonical_game, num_actions
     except ImportError:
         return game, None

@@ -180,7 +180,7 @@ def run_in_scratch(
             the folders of the task's inputs), ``outputs`` (names pulled first, when present,
             then pushed back: the task's folder) and ``log`` (the log's name).
         run: runs the command: ``run(argv, log, threads, cwd)`` returning ``{returncode,
-            seconds, tail}`` (`sgi_lab.launch.experiment.run_command`).
+            seconds, tail}`` (`sgi_lab.experiments.run_command`).
 
     Returns:
         ``run``'s ``{returncode, seconds, tail}``; a failure to pull or push is a

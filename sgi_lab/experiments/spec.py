@@ -11,7 +11,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from sgi_lab.config import ConfigError, check_value, load_yaml_mapping
+from sgi_lab.config import (
+    ConfigError,
+    ExploreConfig,
+    FinetuneConfig,
+    PretrainConfig,
+    check_key_value,
+    check_value,
+    load_yaml_mapping,
+)
+from sgi_lab.envs.games import ATARI_100K_GAMES, UnknownGameError, canonical_game
 
 EXECUTORS = ("local", "ray")
 EXPERIMENT_FILE = "experiment.yaml"
@@ -183,7 +192,6 @@ def load_experiment(
             file does not declare, a duplicate name, or a reference to an unknown data source
             or pretraining config (the message names the key).
     """
-    from sgi_lab.envs.games import ATARI_100K_GAMES, UnknownGameError, canonical_game
 
     path = Path(path)
     if not path.is_file():
@@ -232,12 +240,6 @@ def _check_sets(experiment: Experiment, path: Path) -> None:
     """Each ``set:`` override on its own against its stage's config, so a bad key or value is
     blamed on the experiment file and its entry (``exp.yaml: pretrain[0].set.bogus: ...``),
     not on the params file it overrides."""
-    from sgi_lab.config import (
-        ExploreConfig,
-        FinetuneConfig,
-        PretrainConfig,
-        check_key_value,
-    )
 
     entries = [(f"pretrain[{i}]", PretrainConfig, s.set) for i, s in enumerate(experiment.pretrain)]
     entries += [

@@ -15,10 +15,14 @@ import os
 from pathlib import Path
 from typing import Any
 
+from sgi_lab.base.files import atomic_write_text, jsonable, read_mapping
 from sgi_lab.config import load_config, load_yaml_mapping, read_params
-from sgi_lab.files import atomic_write_text, jsonable, read_mapping
-from sgi_lab.run_status import read_status, run_folders, run_kind
-from sgi_lab.runs import run_name
+from sgi_lab.data import TransitionStore
+from sgi_lab.data.collect import collect_random
+from sgi_lab.envs.games import UnknownGameError, canonical_game
+from sgi_lab.runs.folder import run_name
+from sgi_lab.runs.status import read_status, run_folders, run_kind
+from sgi_lab.viz.tables import results_frame
 
 __all__ = [
     "DEFAULT_OUT_ROOT",
@@ -169,8 +173,6 @@ def stage_config(
 def open_store(data: str | os.PathLike, game: str = "Pong", collect_steps: int = 0, seed: int = 0):
     """Open the TransitionStore at ``data``; if it is missing and ``collect_steps`` > 0, first
     collect a Random dataset of that many steps there (so a notebook can start from nothing)."""
-    from sgi_lab.data import TransitionStore
-    from sgi_lab.data.collect import collect_random
 
     path = Path(data)
     if path.exists() or collect_steps <= 0:
@@ -202,7 +204,6 @@ def _recorded_game(folder: Path) -> str | None:
 
 
 def _same_game(a: str, b: str) -> bool:
-    from sgi_lab.envs.games import UnknownGameError, canonical_game
 
     try:
         return canonical_game(a) == canonical_game(b)
@@ -504,7 +505,6 @@ class RecordedResults(dict):
     the raw dict with every digit."""
 
     def _frame(self):
-        from sgi_lab.viz.tables import results_frame
 
         return results_frame(self)
 

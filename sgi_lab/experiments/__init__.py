@@ -9,11 +9,11 @@ unfinished runs resume from their checkpoints); a failed task is retried, then r
 log while independent branches go on. Every task but the report is a subprocess running the
 ``sgi-lab`` CLI (memory is isolated and the command in ``experiment.json`` reproduces it by
 hand). The local executor runs ``max_parallel`` of them, each with ``cpu_count // max_parallel``
-torch threads unless the user set ``OMP_NUM_THREADS`` (`sgi_lab.threads`); the Ray executor
+torch threads unless the user set ``OMP_NUM_THREADS`` (`sgi_lab.base.threads`); the Ray executor
 sends them to a Ray cluster as tasks with resource requests (``num_cpus``, fractional
 ``num_gpus``). Workers write the run folders in place (a shared
 filesystem), or, with ``storage=URI`` (``--storage``), in a scratch folder synced with an object
-store (`sgi_lab.launch.storage`).
+store (`sgi_lab.experiments.storage`).
 
 ``sgi-lab experiment FILE --out DIR --dry-run`` prints the graph and its cost at the speeds
 measured in ``benchmarks/README.md`` (`SPEEDS`).
@@ -30,20 +30,20 @@ The package, in the order a task flows through it:
 - `cli`: ``sgi-lab experiment``.
 """
 
-from sgi_lab.launch.experiment.cli import (
+from sgi_lab.experiments.cli import (
     add_experiment_parser,
     load_graph,
     main_experiment,
     run_experiment,
 )
-from sgi_lab.launch.experiment.cost import (
+from sgi_lab.experiments.cost import (
     MACHINES,
     SPEEDS,
     Speed,
     estimate_cost,
     format_plan,
 )
-from sgi_lab.launch.experiment.executors import (
+from sgi_lab.experiments.executors import (
     DRIVER_PID_ENV,
     LOCAL_RAY,
     RAY_AUTH_HINT,
@@ -55,14 +55,14 @@ from sgi_lab.launch.experiment.executors import (
     local_ray,
     run_command,
 )
-from sgi_lab.launch.experiment.graph import Graph, Task, expand
-from sgi_lab.launch.experiment.report import finished_agent_folders, write_report
-from sgi_lab.launch.experiment.scheduler import (
+from sgi_lab.experiments.graph import Graph, Task, expand
+from sgi_lab.experiments.report import finished_agent_folders, write_report
+from sgi_lab.experiments.scheduler import (
     STATES,
     _oversubscription,
     run_graph,
 )
-from sgi_lab.launch.experiment.spec import (
+from sgi_lab.experiments.spec import (
     EXECUTORS,
     EXPERIMENT_FILE,
     KINDS,
@@ -77,7 +77,7 @@ from sgi_lab.launch.experiment.spec import (
     ProbeSpec,
     load_experiment,
 )
-from sgi_lab.launch.experiment.state import (
+from sgi_lab.experiments.state import (
     check_experiment_folder,
     pull_results,
     storage_plan,

@@ -5,14 +5,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sgi_lab.files import atomic_write_text
-from sgi_lab.launch.experiment.graph import (
+from sgi_lab.analysis.probe_study import write_probe_report
+from sgi_lab.analysis.report import format_aggregates, report
+from sgi_lab.base.files import atomic_write_text
+from sgi_lab.experiments.graph import (
     Graph,
 )
-from sgi_lab.launch.experiment.spec import (
+from sgi_lab.experiments.spec import (
     STATE_FILE,
 )
-from sgi_lab.run_status import read_status
+from sgi_lab.runs.status import read_status
+from sgi_lab.viz import interval_plot, per_game_hns_figure
 
 # -- the report ---------------------------------------------------------------------------------
 
@@ -38,13 +41,8 @@ def write_report(graph: Graph, reps: int = 2000) -> Path:
 
     import pandas as pd
 
-    from sgi_lab.analysis.report import format_aggregates, report
-    from sgi_lab.viz import interval_plot, per_game_hns_figure
-
     out = graph.out
     if not any(t.kind == "finetune" for t in graph.tasks):  # a probe study
-        from sgi_lab.probes.study import write_probe_report
-
         return write_probe_report(graph)
     runs = finished_agent_folders(graph)
     per_game, aggregates = report(runs, csv=out / "results.csv", reps=reps)

@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from sgi_lab.files import atomic_write_text, cpu_model
-from sgi_lab.nets.runtime import cpu_has_native_bf16
+from sgi_lab.base.files import atomic_write_text, cpu_model
+from sgi_lab.runtime.device import cpu_has_native_bf16
 
 __all__ = [
     "AUTO",

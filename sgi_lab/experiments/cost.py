@@ -6,10 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sgi_lab.launch.experiment.graph import (
+from sgi_lab.config import FinetuneConfig, build_config
+from sgi_lab.experiments.graph import (
     Graph,
     Task,
 )
+from sgi_lab.train.capacity import agent_bytes
 
 # -- speeds and cost ---------------------------------------------------------------------------
 
@@ -116,8 +118,6 @@ def _fmt_count(n: float) -> str:
 def _population_gb(graph: Graph, task: Task) -> float | None:
     """Estimated memory of a finetuning task's agents trained as one population
     (`sgi_lab.train.capacity.agent_bytes` of its resolved config), or None."""
-    from sgi_lab.config import FinetuneConfig, build_config
-    from sgi_lab.train.capacity import agent_bytes
 
     argv = list(task.argv)
     if "--params" not in argv:
@@ -157,7 +157,7 @@ def format_plan(graph: Graph) -> str:
     for note in graph.dropped:
         lines.append(f"dropped: {note}")
     cost = estimate_cost(graph)
-    lines += ["", "estimated cost (speeds: benchmarks/README.md; sgi_lab.launch.experiment.SPEEDS)"]
+    lines += ["", "estimated cost (speeds: benchmarks/README.md; sgi_lab.experiments.SPEEDS)"]
     header = f"{'stage':<20}{'tasks':>6}{'runs':>7}{'agent-steps':>13}{'samples':>10}"
     header += "".join(f"{m + ' h':>12}" for m in MACHINES)
     lines.append(header)

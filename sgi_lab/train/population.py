@@ -5,7 +5,7 @@ parameters, batch-norm statistics, noise samples, target networks and Adam momen
 along a leading agent axis, and one update runs all of them at once (``torch.func.vmap`` over
 ``functional_call``; a population of one calls the same function without vmap). Agents stay
 independent: every agent has its own replay, random stream (a `torch.Generator` per agent,
-from which each update makes one draw at a layout fixed by the config, `sgi_lab.draws`, so that
+from which each update makes one draw at a layout fixed by the config, `sgi_lab.augment.draws`, so that
 augmentation, noise and goals cost one kernel per agent), epsilon draws and gradient-norm
 clipping; nothing in the update mixes agents, so the gradient of the summed losses is each
 agent's own gradient.
@@ -32,14 +32,14 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from sgi_lab import draws
-from sgi_lab.augment import PAD, jitter_factor
-from sgi_lab.config import FinetuneConfig
+from sgi_lab.augment import draws
+from sgi_lab.augment.ops import PAD, jitter_factor
+from sgi_lab.config import FinetuneConfig, to_dict
 from sgi_lab.nets import SGIModel
 from sgi_lab.nets.ema import lerp_
-from sgi_lab.nets.graphs import GraphedCall
 from sgi_lab.nets.noisy import NoisyLinear
-from sgi_lab.nets.runtime import clip_gradients, prepare_device, use_bf16
+from sgi_lab.runtime.device import clip_gradients, prepare_device, use_bf16
+from sgi_lab.runtime.graphs import GraphedCall
 from sgi_lab.train.stacking import own_shapes, pad_to, stack_agents, tree_map, tree_stack, unpad_to
 from sgi_lab.train.transfer import LR_GROUPS, lr_group, lr_scales
 
@@ -62,7 +62,7 @@ POPULATION_KEYS = ("game", "seed", "pretrained")
 
 
 def use_amp(config: FinetuneConfig, device: torch.device) -> bool:
-    """bf16 autocast: `sgi_lab.nets.runtime.use_bf16` with the config's ``amp`` (CUDA) and
+    """bf16 autocast: `sgi_lab.runtime.device.use_bf16` with the config's ``amp`` (CUDA) and
     ``cpu_amp`` (CPUs with native bf16)."""
     return use_bf16(device, config.amp, config.cpu_amp)
 
@@ -105,7 +105,7 @@ class Population:
         updates: gradient updates done (all agents move in lockstep).
         host_checks: read values on the host inside the update (the NaN check, whether any
             agent's gradient is clipped): free on a CPU (the default there), a synchronisation
-            elsewhere, and never inside a CUDA graph; `sgi_lab.nets.graphs` turns them off
+            elsewhere, and never inside a CUDA graph; `sgi_lab.runtime.graphs` turns them off
             to check the GPU's path on a CPU.
     """
 
@@ -296,7 +296,7 @@ class Population:
 
     # -- random draws --------------------------------------------------------------------------
     def _draw_layouts(self, batch: int, steps: int) -> tuple[draws.Layout, ...]:
-        """Where each random number of an update lies in an agent's draw (`sgi_lab.draws`):
+        """Where each random number of an update lies in an agent's draw (`sgi_lab.augment.draws`):
         uniforms (crop corners; goal alpha, swaps and swap offsets), normals (intensity jitter,
         goal noise) and noisy-net noise (signed square roots of normals), for B samples of T
         steps. The noise parts have the layer sizes of the full 18-action set whatever the
@@ -384,7 +384,7 @@ class Population:
     @torch.no_grad()
     def clip_gradients(self, max_norm: float) -> torch.Tensor:
         """Scale each agent's gradients so that its own total norm is at most ``max_norm``
-        (`sgi_lab.nets.runtime.clip_gradients`, per agent); returns the (N,) norms before
+        (`sgi_lab.runtime.device.clip_gradients`, per agent); returns the (N,) norms before
         clipping. ``max_norm <= 0`` only measures."""
         if not any(p.grad is not None for p in self.trainable()):
             return torch.zeros(self.size, device=self.device)
@@ -518,7 +518,6 @@ def check_compatible(configs: Sequence[FinetuneConfig]) -> None:
     Raises:
         ValueError: naming the keys that differ.
     """
-    from sgi_lab.config import to_dict
 
     first = to_dict(configs[0])
     for c in configs[1:]:

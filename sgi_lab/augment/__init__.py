@@ -1,0 +1,1 @@
+"""Augmentation, one home: the image operations, the random draws, the training path."""

@@ -1,0 +1,1 @@
+"""Run folders: their lifecycle, status, checkpoints (CRC-checked), stopping and locks."""
