@@ -20,7 +20,7 @@ from sgi_lab.data import TransitionStore, TransitionStoreWriter
 
 # "auto" CPU settings are settled by measuring the real step (sgi_lab.runtime.cpu_settings): tests
 # pin them to the former defaults instead (timings on a shared test machine mean nothing, and
-# measuring in every test would cost minutes); tests/test_cpu_settings.py measures for real.
+# measuring in every test would cost minutes); tests/runtime/test_cpu_settings.py measures for real.
 # Child processes (notebook kernels, CLI subprocesses) inherit both variables.
 os.environ.setdefault("SGI_LAB_CPU_SETTINGS", "cpu_amp=true,channels_last=true")
 os.environ.setdefault("SGI_LAB_CACHE", tempfile.mkdtemp(prefix="sgi-lab-test-cache-"))

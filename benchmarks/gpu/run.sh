@@ -5,7 +5,7 @@
 #
 #   first        checks, phases, pretrain, sampling, vector_env and memory, each time-capped
 #                (~9 min in all), so one command answers everything but the 26-game run
-#   checks       tests/test_cuda.py and tests/test_graphs.py on the GPU
+#   checks       tests/runtime/test_cuda.py and tests/runtime/test_graphs.py on the GPU
 #   phases       a population's step phase by phase (act, envs, append, sample, update,
 #                priorities) at 1, 4 and 26 agents, vmap against a loop inside the CUDA graph:
 #                time, kernel launches, GPU busy fraction, projected 100k-step wall-clock
@@ -56,7 +56,7 @@ fi
 sgi() { python3 -c 'import sys; from sgi_lab.launch.cli import main; sys.exit(main())' "$@"; }
 
 checks() {
-  timeout "${1:-600}" python3 -m pytest -q tests/test_cuda.py tests/test_graphs.py \
+  timeout "${1:-600}" python3 -m pytest -q tests/runtime/test_cuda.py tests/runtime/test_graphs.py \
     -p no:cacheprovider 2>&1 | tail -25 | tee "$out/checks.txt"
 }
 phases() {

@@ -3,7 +3,7 @@
 Runs the reference ``AtariEnv`` for a fixed seed and a fixed random action sequence, as rlpyt's
 sampler drives it (``reset()`` whenever ``traj_done``), and writes what it returned at every
 step to ``tests/fixtures/reference/env_<game>.npz`` plus ``env.json`` (commits, versions,
-settings). ``tests/test_reference_env.py`` replays the same actions through sgi-lab's env and
+settings). ``tests/envs/test_reference_env.py`` replays the same actions through sgi-lab's env and
 compares.
 
 Runs in the reference's own virtualenv, never the project's (see ``README.md``, "Environment")::

@@ -4,7 +4,7 @@
 stack (`NoopResetWrapper`, gymnasium's ``AtariPreprocessing``, ``TimeLimit`` and
 ``FrameStackObservation``), so that the same seed, no-op counts and actions give the frames,
 rewards and terminals of mila-iqia/SGI's ``src/rlpyt_atari_env.py`` (checked step by step
-against fixtures made by running it: ``tests/test_reference_env.py``). Where it differs from the
+against fixtures made by running it: ``tests/envs/test_reference_env.py``). Where it differs from the
 default, per ``docs/paper_vs_code.md``:
 
 - frames are resized to 84x84 bilinearly (``cv2.INTER_LINEAR``), not by area averaging;

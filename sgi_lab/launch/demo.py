@@ -255,7 +255,7 @@ STAGE_NOTES: dict[str, str] = {
         "Pong needs tens of thousands of steps before an agent returns the ball, so the score "
         "stays at the random level (-21, a human-normalized score near 0): this stage shows "
         "that the loop, the evaluation and the comparison work, not that the agent learns "
-        "(tests/test_learning.py shows that the learner learns)."
+        "(tests/train/test_learning.py shows that the learner learns)."
     ),
     "ablations": (
         "This one run beside the paper's rows: one game, one seed and a couple of evaluation "

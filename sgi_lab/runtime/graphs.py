@@ -13,7 +13,7 @@ capture forbids.
 arguments, its tensors' shapes and dtypes, and the storage of each tensor that existed before
 the call) so that two calls' traces can be compared; `check_replayable` runs a step twice and
 names the first difference. It runs on a CPU, so the CUDA path's graph safety is tested where no
-GPU is available (tests/test_graphs.py).
+GPU is available (tests/runtime/test_graphs.py).
 """
 
 from __future__ import annotations

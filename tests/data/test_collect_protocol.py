@@ -215,7 +215,7 @@ data:
 pretrain: [{name: a, params: params/pretrain/smoke.yaml, data: random}]
 finetune: [{name: f, params: params/finetune/smoke.yaml, pretrain: [a]}]
 """
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _experiment(tmp_path: Path, data_entry: str) -> ex.Experiment:

@@ -1,7 +1,7 @@
 """The CUDA path: the same numbers as on the CPU, and pretraining/finetuning end to end on a GPU.
 
 Skipped where no GPU is present (the development machine and CI); run on a GPU machine with
-``pytest tests/test_cuda.py``. Runs made on the GPU must load on a CPU-only machine.
+``pytest tests/runtime/test_cuda.py``. Runs made on the GPU must load on a CPU-only machine.
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ def test_all_ssl_update_on_the_gpu():
 def test_population_update_on_the_gpu_equals_separate_updates(amp):
     """vmap'd update of 3 agents (two action counts) against populations of one, on CUDA; with
     bf16 autocast too (which, unlike the CPU's, applies inside vmap)."""
-    from test_population import fake_batch, make_config
+    from population_helpers import fake_batch, make_config
 
     configs = [
         make_config(seed=s, encoder="resnet", device="cuda", amp=amp, cpu_amp=False)
@@ -179,7 +179,7 @@ def test_cuda_graph_acting_equals_eager_acting():
     """Acting's forward replayed from a graph captured at the first step, with updates in
     between (weights and noise change in place), gives the eager forward's Q values, and
     acting with graphs picks the actions acting without them picks."""
-    from test_population import fake_batch, make_config, population
+    from population_helpers import fake_batch, make_config, population
 
     def run(graphs: bool) -> np.ndarray:
         configs = [
@@ -207,7 +207,7 @@ def test_cuda_graph_learning_steps_equal_eager_steps():
     """Sample -> update -> priorities captured as one graph after three eager steps, with rows
     appended and beta moving between steps: the same parameters and priorities as eager steps
     all along (fp32), from the same replays and random streams."""
-    from test_population import append_random_row, make_config, population
+    from population_helpers import append_random_row, make_config, population
 
     from sgi_lab.data.population_replay import PopulationReplay
 
@@ -243,7 +243,7 @@ def test_cuda_graph_learning_steps_equal_eager_steps():
 def test_cuda_graph_appends_equal_eager_appends():
     """Rows appended through a graph (2 eager, then replays; the position is device state)
     leave the replay exactly as eager appends do."""
-    from test_population import append_random_row
+    from population_helpers import append_random_row
 
     from sgi_lab.data.population_replay import PopulationReplay
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from test_population import append_random_row, fake_batch, make_config, population
+from population_helpers import append_random_row, fake_batch, make_config, population
 
 from sgi_lab.runtime.graphs import check_replayable, trace
 from sgi_lab.train.acting import acting_actions

@@ -79,7 +79,7 @@ def test_split_population_hand_counted():
 
 @pytest.mark.smoke
 def test_max_agents_trains_a_larger_set_as_several_populations(tmp_path, capsys, monkeypatch):
-    from test_population import LOOP
+    from population_helpers import LOOP
 
     import sgi_lab.train.finetune as ft
     from sgi_lab.launch.cli import main

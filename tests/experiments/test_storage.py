@@ -18,7 +18,7 @@ from conftest import kill_once_a_pretraining_run_finishes, run_mtimes
 from sgi_lab import experiments as ex
 from sgi_lab.experiments.storage import RunStorage, run_in_scratch, scratch_root
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ROOT / "params" / "experiments" / "smoke.yaml"
 
 

@@ -22,7 +22,7 @@ from sgi_lab import experiments as ex
 from sgi_lab.config import ConfigError
 from sgi_lab.launch.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FILES = sorted((ROOT / "params" / "experiments").glob("*.yaml"))
 SMOKE = ROOT / "params" / "experiments" / "smoke.yaml"
 DQN = {"dqn_replay": "/data/dqn_replay"}

@@ -1,7 +1,7 @@
 """Kill -9 at random moments, re-run, and check: the work completes, nothing incomplete ever
 opens as complete, and the result is bit-exact with an uninterrupted run (collect, pretrain).
 
-Slow (about 2-4 minutes on 2 cores): ``pytest -m slow tests/test_kill9.py -s`` prints figures.
+Slow (about 2-4 minutes on 2 cores): ``pytest -m slow tests/runs/test_kill9.py -s`` prints figures.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from sgi_lab.envs import make_env
 from sgi_lab.envs.atari import FRAME_SKIP, NoopResetWrapper
 from sgi_lab.envs.rlpyt_frames import RlpytAtariPreprocessing
 
-FIXTURES = Path(__file__).parent / "fixtures" / "reference"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "reference"
 META = json.loads((FIXTURES / "env.json").read_text())
 SETTINGS = META["settings"]
 GAMES = {"pong": "Pong", "breakout": "Breakout", "ms_pacman": "MsPacman"}
