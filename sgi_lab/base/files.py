@@ -81,7 +81,7 @@ def provenance() -> dict[str, Any]:
     except metadata.PackageNotFoundError:
         version = None
     code: dict[str, Any] = {"sgi_lab": version, "commit": None, "dirty": None}
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]  # sgi_lab/base/files.py -> the repo
     if (root / ".git").exists() and (root / "pyproject.toml").exists():
         code["commit"] = _git(root, "rev-parse", "HEAD")
         changes = _git(root, "status", "--porcelain", "--untracked-files=no")

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -225,7 +226,7 @@ def test_every_default_config_passes_the_range_checks():
 def test_a_run_records_the_code_and_machine_that_made_it_and_each_change(tmp_path, monkeypatch):
     import sgi_lab.base.files as files_module
 
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(files_module.__file__)))
+    repo = str(Path(files_module.__file__).resolve().parents[2])
     head = subprocess.run(
         ["git", "-C", repo, "rev-parse", "HEAD"], capture_output=True, text=True
     ).stdout.strip()
