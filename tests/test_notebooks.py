@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import ast
 import json
+import os
+import time
 from pathlib import Path
 
 import nbformat
@@ -403,6 +405,34 @@ def test_a_finished_full_run_beats_a_newer_smoke_run(tmp_path, capsys):
     assert f"set pretrained in the parameters cell to pin another, e.g. {smoke}" in out
     header = notebook.run_header(smoke, "pretraining run", "pretrained", automatic=False)
     assert "finished (smoke run)" in header and "pinned by" in header
+
+
+def test_the_run_with_the_most_steps_run_is_picked_whatever_its_name(tmp_path, capsys):
+    """A README example with tiny overrides makes ``pretrain__sgi_m__Pong__s0`` (3 steps, newest,
+    a full parameter set's name): the 200-step demo run is still picked (issue 36, item 2)."""
+    from sgi_lab import notebook
+
+    def finished(folder, step, age):
+        _finished(folder, "pretrain", "Pong", "model.pt", age=age)
+        status = json.loads((folder / "status.json").read_text())
+        (folder / "status.json").write_text(json.dumps({**status, "step": step}))
+        stamp = time.time() - age
+        os.utime(folder / "status.json", (stamp, stamp))
+        return folder
+
+    demo = finished(tmp_path / "demo" / "pretrain", 200, age=100)
+    tiny = finished(tmp_path / "runs" / "pretrain__sgi_m__Pong__s0", 3, age=1)
+    smoke = finished(tmp_path / "runs" / "pretrain__smoke__Pong__s0", 200, age=2)
+    legacy = _finished(
+        tmp_path / "runs" / "pretrain__old__Pong__s0", "pretrain", "Pong", "model.pt", 0
+    )
+    roots = [tmp_path / "demo", tmp_path / "runs"]
+
+    assert notebook.steps_run(demo) == 200 and notebook.steps_run(legacy) == 0
+    # equal budgets: the full run before the smoke run although the smoke run is newer
+    assert notebook.find_runs_of_kind("pretrain", roots) == [demo, smoke, tiny, legacy]
+    assert notebook.discover_run("", "pretrain", "pretrained", roots, "Pong") == str(demo)
+    assert "the finished run with the most steps run" in capsys.readouterr().out
 
 
 @pytest.mark.smoke

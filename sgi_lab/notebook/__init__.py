@@ -48,6 +48,7 @@ __all__ = [
     "show_run_header",
     "stage_config",
     "static_export_problem",
+    "steps_run",
 ]
 
 DEFAULT_OUT_ROOT = "outputs/runs"
@@ -239,9 +240,19 @@ def find_runs_of_kind(
             if game and recorded and not _same_game(recorded, game):
                 continue
             found[folder] = (folder / "status.json").stat().st_mtime
-    # A smoke run (a test's few steps) is newest after every Lab session that ran a notebook
-    # with its defaults: the full runs come first, newest first, and smoke runs after them.
-    return sorted(found, key=lambda p: (is_smoke_run(p), -found[p], str(p)))
+    # A run with a few steps (a test's, or a README example with tiny overrides) is newest after
+    # every Lab session: the largest budget actually run comes first, whatever its parameter
+    # set is called; among equal budgets full runs before smoke runs, then the newest.
+    return sorted(found, key=lambda p: (-steps_run(p), is_smoke_run(p), -found[p], str(p)))
+
+
+def steps_run(folder: str | os.PathLike) -> int:
+    """The steps a run actually ran (its status.json's ``step``; 0 when not recorded)."""
+    step = (read_status(folder) or {}).get("step")
+    try:
+        return max(int(step), 0)
+    except (TypeError, ValueError):
+        return 0
 
 
 def is_smoke_run(folder: str | os.PathLike) -> bool:
@@ -305,7 +316,7 @@ def run_header(
         )
         if automatic:
             hint = (
-                "picked automatically (the newest finished run, full runs before smoke runs); "
+                "picked automatically (the finished run with the most steps run, then the newest); "
                 f"set <code>{html.escape(parameter)}</code> in the parameters cell to pin "
                 "another"
             )
