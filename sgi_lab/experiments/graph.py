@@ -11,7 +11,14 @@ from typing import Any
 
 import yaml
 
-from sgi_lab.config import FinetuneConfig, PretrainConfig, load_config, read_params, to_dict
+from sgi_lab.config import (
+    ConfigError,
+    FinetuneConfig,
+    PretrainConfig,
+    load_config,
+    read_params,
+    to_dict,
+)
 from sgi_lab.experiments.spec import (
     DEFAULT_RESOURCES,
     KINDS,
@@ -188,7 +195,33 @@ def expand(experiment: Experiment, out: str | os.PathLike) -> Graph:
             resources=_resources(experiment, "report"),
         )
     )
-    return Graph(experiment, out, tuple(tasks), params_files, tuple(dropped))
+    graph = Graph(experiment, out, tuple(tasks), params_files, tuple(dropped))
+    check_inside(graph)
+    return graph
+
+
+def check_inside(graph: Graph) -> None:
+    """Refuse a graph that would write outside its folder: every task's folder, agent folder,
+    log and params file, resolved (symlinks followed), must lie under ``graph.out``.
+
+    Raises:
+        ConfigError: naming the task (or params file) and the path that escapes.
+    """
+    out = graph.out.resolve()
+    written: list[tuple[str, Path]] = [("params file", Path(p)) for p in graph.params_files]
+    for task in graph.tasks:
+        written.append((f"task {task.id}", task.folder))
+        written += [(f"task {task.id}", f) for f in task.agent_folders]
+        written.append(
+            (f"task {task.id}'s log", out / "logs" / f"{task.id.replace('/', '__')}.log")
+        )
+    for what, path in written:
+        resolved = path.resolve()
+        if resolved != out and not resolved.is_relative_to(out):
+            raise ConfigError(
+                f"{what}: {path} resolves to {resolved}, outside the experiment folder {out}; "
+                "refusing to write there (a name or a symlink leads out of --out)"
+            )
 
 
 def _pretrain_tasks(
@@ -209,7 +242,7 @@ def _pretrain_tasks(
         config = load_config(PretrainConfig, spec.params, spec.set)
         meta = read_params(spec.params)
         pretrain_configs[spec.name] = config
-        params_path = out / "params" / f"pretrain__{spec.name}.yaml"
+        params_path = out / "params" / f"{run_name('pretrain', spec.name)}.yaml"
         params_files[str(params_path)] = {
             "name": spec.name,
             "description": meta.get("description", ""),

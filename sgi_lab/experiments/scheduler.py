@@ -24,6 +24,7 @@ from sgi_lab.experiments.executors import (
 from sgi_lab.experiments.graph import (
     Graph,
     Task,
+    check_inside,
 )
 from sgi_lab.experiments.report import write_report
 from sgi_lab.experiments.spec import (
@@ -138,6 +139,7 @@ def run_graph(
         raise ValueError("max_parallel must be >= 1 and retries >= 0")
 
     out = graph.out
+    check_inside(graph)  # a graph built by hand gets the check `expand` makes
     check_experiment_folder(out, graph.experiment.name)
     out.mkdir(parents=True, exist_ok=True)
     lock = FolderLock(out, f"the experiment {graph.experiment.name!r}", wait=0)

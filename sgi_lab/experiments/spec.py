@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,6 +29,41 @@ STATE_FILE = "experiment.json"
 NO_PRETRAINING = "none"
 PROBE_KEYS = ("store", "split_seed", "max_frames", "random_baseline_seed")
 KINDS = ("data", "pretrain", "finetune", "probe", "report")
+# A name that becomes part of a path (a run folder, a params file, the default --out): one path
+# part of letters, digits, '_', '-' and '.', not starting with '.' (no '..', no hidden file).
+SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+SHOWN_CHARS = 40
+
+
+def shorten(value: Any, limit: int = SHOWN_CHARS) -> str:
+    """``repr(value)`` cut to ``limit`` characters: a message never carries a whole value (an
+    alias bomb's expansion, a megabyte string)."""
+    text = repr(value) if not isinstance(value, str) else repr(value[: limit + 2])
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def check_name(where: str, name: Any) -> None:
+    """Refuse a name that is not one safe path part, naming the first character at fault.
+
+    Raises:
+        ConfigError: ``{where}: '../x' is not one safe path part ('.' at position 0) ...``.
+    """
+    if isinstance(name, str) and SAFE_NAME.fullmatch(name):
+        return
+    if not isinstance(name, str) or not name:
+        problem = "empty" if name == "" else f"a {type(name).__name__}, not a string"
+    else:
+        at = (
+            0
+            if name[0] == "."
+            else next(i for i, c in enumerate(name) if not SAFE_NAME.fullmatch("a" + c))
+        )
+        problem = f"{name[at]!r} at position {at}"
+    raise ConfigError(
+        f"{where}: {shorten(name)} is not one safe path part ({problem}); a name becomes a "
+        "folder or file name: use letters, digits, '_', '-' and '.' (not first)"
+    )
+
 
 # -- the experiment file ------------------------------------------------------------------------
 
@@ -269,6 +305,16 @@ def _check_references(experiment: Experiment, path: Path) -> None:
     def duplicates(items: Sequence[Any]) -> list[Any]:
         return sorted({x for x in items if list(items).count(x) > 1}, key=str)
 
+    check_name(f"{path}: name", experiment.name)
+    for name in experiment.data:
+        check_name(f"{path}: data.{shorten(name)}", name)
+    for what, specs in (
+        ("pretrain", experiment.pretrain),
+        ("finetune", experiment.finetune),
+        ("probe", experiment.probe),
+    ):
+        for i, spec in enumerate(specs):
+            check_name(f"{path}: {what}[{i}].name", spec.name)
     for what, items in (("games", experiment.games), ("seeds", experiment.seeds)):
         if not items or duplicates(items):
             raise ConfigError(f"{path}: {what}: empty, or repeated items {duplicates(items)}")
