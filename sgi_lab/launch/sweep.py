@@ -212,6 +212,37 @@ def sweep(
     root.mkdir(parents=True, exist_ok=True)
     points = grid_points(grid)
     file = None if params_file is None else str(params_file)
+    calls = _point_calls(nb_path, file, grid, points, parameters, root, overwrite)
+    ray = _ray_executor() if executor == "ray" else None
+    summary: dict[str, Any] = {
+        "name": name,
+        "notebook": str(nb_path),
+        "params_file": file,
+        "parameters": parameters or {},
+        "grid": grid,
+        "executor": executor,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "points": [],
+    }
+    outcomes = _run_calls(calls, ray, ray_options, max_parallel)
+    summary["points"] = _point_rows(points, calls, outcomes, root)
+    states = [p["state"] for p in summary["points"]]
+    summary["counts"] = {s: states.count(s) for s in sorted(set(states))}
+    summary["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    atomic_write_text(root / SWEEP_FILE, json.dumps(summary, indent=2, default=str))
+    return summary
+
+
+def _point_calls(
+    nb_path: Path,
+    file: str | None,
+    grid: dict[str, list[Any]],
+    points: list[dict[str, Any]],
+    parameters: dict[str, Any] | None,
+    root: Path,
+    overwrite: bool,
+) -> list[tuple]:
+    """`_run_point`'s arguments for every grid point, each point in a folder of its own."""
     calls = []
     for point in points:
         merged = {**(parameters or {}), **point}
@@ -220,30 +251,39 @@ def sweep(
     names = [call[-1] for call in calls]
     if len(set(names)) < len(names):
         raise ValueError(f"grid points share run folders: {names}")
-    ray = _ray_executor() if executor == "ray" else None
-    summary: dict[str, Any] = {
-        "name": name,
-        "notebook": str(nb_path),
-        "params_file": None if params_file is None else str(params_file),
-        "parameters": parameters or {},
-        "grid": grid,
-        "executor": executor,
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "points": [],
-    }
+    return calls
+
+
+def _run_calls(
+    calls: list[tuple],
+    ray: Any,
+    ray_options: dict[str, Any] | None,
+    max_parallel: int,
+) -> list[dict[str, Any]]:
+    """Every point's outcome, in the order of ``calls``: on Ray, on ``max_parallel`` local
+    kernels at a time, or one after another."""
     if ray is not None:
-        outcomes = ray.map(_run_point, calls, ray_options or {"num_cpus": 1})
-    elif max_parallel > 1:
+        return ray.map(_run_point, calls, ray_options or {"num_cpus": 1})
+    if max_parallel > 1:
         # Each kernel gets its share of the cores: two 2-thread processes on 2 cores made a
         # 3.2 s pretraining step take 17 s.
         with _environment(thread_budget(max_parallel)), ThreadPoolExecutor(max_parallel) as pool:
-            outcomes = list(pool.map(lambda call: _run_point(*call), calls))
-    else:
-        outcomes = [_run_point(*call) for call in calls]
+            return list(pool.map(lambda call: _run_point(*call), calls))
+    return [_run_point(*call) for call in calls]
+
+
+def _point_rows(
+    points: list[dict[str, Any]],
+    calls: list[tuple],
+    outcomes: list[dict[str, Any]],
+    root: Path,
+) -> list[dict[str, Any]]:
+    """sweep.json's row per point: its grid values, folder, outcome and recorded results."""
+    rows = []
     for point, call, outcome in zip(points, calls, outcomes):
         folder = root / call[-1]
         status = RunDir(folder).status() if folder.exists() else {}
-        summary["points"].append(
+        rows.append(
             {
                 "grid": point,
                 "folder": str(folder),
@@ -253,11 +293,7 @@ def sweep(
                 "results": status.get("results", {}),
             }
         )
-    states = [p["state"] for p in summary["points"]]
-    summary["counts"] = {s: states.count(s) for s in sorted(set(states))}
-    summary["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
-    atomic_write_text(root / SWEEP_FILE, json.dumps(summary, indent=2, default=str))
-    return summary
+    return rows
 
 
 # -- command line -------------------------------------------------------------------------------

@@ -131,26 +131,13 @@ def collect_exploratory(
         raise FileExistsError(f"{out} already exists (use overwrite to replace it)")
     record = {"steps": steps, "seed": seed, **data_params(config)}
     writer = TransitionStoreWriter.resume_matching(out, game, record) if resume else None
-    env_kwargs = {
-        "full_action_space": config.full_action_space,
-        "max_episode_frames": config.max_episode_frames,
-    }
-    n = config.num_envs
     run_config = {"game": game, "steps": steps, "seed": seed, **dataclasses.asdict(config)}
     agent_dir = out.with_name(out.name + ".partial") / AGENT_DIR
     run = agent = None
     if writer is not None:
         run, agent = _resume_agent_run(agent_dir, run_config, config, seed)
-    env_seed = seed + (len(writer.manifest.chunks) * n if writer else 0)
-    envs = make_vector_env(
-        game,
-        n,
-        seed=env_seed,
-        train=False,
-        asynchronous=config.asynchronous,
-        record_ram=True,  # the store's ram field (labels of sgi_lab.probes)
-        **env_kwargs,
-    )
+    env_seed = seed + (len(writer.manifest.chunks) * config.num_envs if writer else 0)
+    envs = _make_envs(game, config, env_seed)
     threads = torch.get_num_threads()
     try:
         if config.threads > 0:
@@ -158,7 +145,7 @@ def collect_exploratory(
         num_actions = int(envs.single_action_space.n)
         if agent is None:
             mean, std = observation_moments(
-                game, config.ob_norm_steps, seed + 100_000, **env_kwargs
+                game, config.ob_norm_steps, seed + 100_000, **_env_kwargs(config)
             )
             agent = ExploreAgent(num_actions, config, mean, std, seed)
         if writer is None:
@@ -172,6 +159,28 @@ def collect_exploratory(
         if run is not None:
             run.unlock()  # a failure before the run started leaves no lock held
     return TransitionStore(path)
+
+
+def _env_kwargs(config: ExploreConfig) -> dict[str, Any]:
+    """The config's environment settings, the same for the agent's envs and the observation
+    moments."""
+    return {
+        "full_action_space": config.full_action_space,
+        "max_episode_frames": config.max_episode_frames,
+    }
+
+
+def _make_envs(game: str, config: ExploreConfig, env_seed: int) -> Any:
+    """The agent's ``num_envs`` parallel envs (env i seeded ``env_seed + i``), recording RAM."""
+    return make_vector_env(
+        game,
+        config.num_envs,
+        seed=env_seed,
+        train=False,
+        asynchronous=config.asynchronous,
+        record_ram=True,  # the store's ram field (labels of sgi_lab.probes)
+        **_env_kwargs(config),
+    )
 
 
 def _resume_agent_run(
