@@ -26,7 +26,10 @@ from typing import Any, Literal, NamedTuple, Protocol
 
 import numpy as np
 
-HISTORY = 4
+from sgi_lab.envs.spec import ATARI_SPEC, ObservationSpec
+
+HISTORY = ATARI_SPEC.frames
+"""Frames per Atari observation; a source's own is its ``observation_spec.frames``."""
 
 
 class TransitionSource(Protocol):
@@ -37,6 +40,8 @@ class TransitionSource(Protocol):
     terminals: np.ndarray  # (N,) bool
     row_episode_start: np.ndarray  # (N,) int64
     row_episode_end: np.ndarray  # (N,) int64, inclusive
+    # What one observation is; a source without the attribute (an older replay) is Atari's.
+    observation_spec: ObservationSpec
 
     def gather_frames(self, rows: np.ndarray) -> np.ndarray: ...
 
@@ -47,15 +52,15 @@ class SequenceBatch(NamedTuple):
     """A batch of B sequences (numpy; the trainer moves it to the device).
 
     Attributes:
-        obs: (B, K+1, 4, 84, 84) uint8 frame stacks for steps t..t+K (zero where not valid).
+        obs: (B, K+1, *stacked_shape) uint8 observations ((4, 84, 84) for Atari) for steps t..t+K (zero where not valid).
         actions: (B, K+1) int64 actions a_t..a_{t+K} (0 where not valid).
         rewards: (B, K+1) float32 clipped rewards (0 where not valid).
         valid: (B, K+1) bool, see the module docstring; ``valid[:, 0]`` is always True.
         terminals: (B, K+1) bool, transition t+k ended the episode for learning.
         returns: (B,) float32 n-step returns of clipped rewards (zeros if n_step == 0).
-        bootstrap_obs: (B, 4, 84, 84) uint8 stack at t+m, or None when n_step == 0.
+        bootstrap_obs: (B, *stacked_shape) uint8 observation at t+m, or None when n_step == 0.
         bootstrap_discount: (B,) float32 gamma^m, or 0 after a terminal.
-        goal_obs: (B, 4, 84, 84) uint8 stack of a future state, or None when goal_window == 0.
+        goal_obs: (B, *stacked_shape) uint8 observation of a future state, or None when goal_window == 0.
         goal_offset: (B,) int64 how many steps ahead the goal lies (0 if disabled).
         indices: (B,) int64 start rows.
     """
@@ -192,6 +197,8 @@ class SequenceSampler:
         if batch_size < 1 or K < 0 or n_step < 0 or goal_window < 0:
             raise ValueError("batch_size must be >= 1 and K, n_step, goal_window >= 0")
         self.source = source
+        # Sources that predate the spec (an online replay of Atari frames) are Atari's.
+        self.observation_spec: ObservationSpec = getattr(source, "observation_spec", ATARI_SPEC)
         self.batch_size = batch_size
         self.K = K
         self.n_step = n_step
@@ -240,17 +247,20 @@ class SequenceSampler:
             step_rewards = np.sign(step_rewards)
         rewards = np.where(valid, step_rewards, 0.0).astype(np.float32)
 
-        # One contiguous window of K+4 frames per sample, then overlapping 4-frame views.
-        window_rows = t[:, None] + np.arange(-(HISTORY - 1), K + 1)  # (B, K+4)
+        # One contiguous window of K+H frames per sample (H frames per observation), then
+        # overlapping H-frame views.
+        spec = self.observation_spec
+        history = spec.frames
+        window_rows = t[:, None] + np.arange(-(history - 1), K + 1)  # (B, K+H)
         last_valid = t + valid.sum(axis=1) - 1
         frame_ok = (window_rows >= e0[:, None]) & (window_rows <= last_valid[:, None])
         frames = src.gather_frames(np.where(frame_ok, window_rows, t[:, None]))
         frames[~frame_ok] = 0
         s = frames.strides
         obs = np.lib.stride_tricks.as_strided(
-            frames, shape=(B, K + 1, HISTORY, *frames.shape[2:]), strides=(s[0], s[1], *s[1:])
+            frames, shape=(B, K + 1, history, *frames.shape[2:]), strides=(s[0], s[1], *s[1:])
         )
-        obs = np.ascontiguousarray(obs)
+        obs = np.ascontiguousarray(obs).reshape(B, K + 1, *spec.stacked_shape)
         obs[~valid] = 0
 
         if self.n_step > 0:
@@ -287,11 +297,12 @@ class SequenceSampler:
         )
 
     def _stacks(self, rows: np.ndarray, episode_start: np.ndarray) -> np.ndarray:
-        idx = rows[:, None] + np.arange(-(HISTORY - 1), 1)
+        spec = self.observation_spec
+        idx = rows[:, None] + np.arange(-(spec.frames - 1), 1)
         ok = idx >= episode_start[:, None]
         frames = self.source.gather_frames(np.where(ok, idx, rows[:, None]))
         frames[~ok] = 0
-        return frames
+        return frames.reshape(len(rows), *spec.stacked_shape)
 
     def sample(self) -> SequenceBatch:
         """One batch; from the prefetch queue when prefetching is on."""

@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 
 from sgi_lab.data.store_format import (
-    FRAME_SHAPE,
     MANIFEST,
     PARTIAL_SUFFIX,
     RAM_SIZE,
@@ -29,6 +28,7 @@ from sgi_lab.data.store_format import (
     chunk_path,
     file_checksum,
 )
+from sgi_lab.envs.spec import ObservationSpec
 
 
 class TransitionStore:
@@ -63,8 +63,12 @@ class TransitionStore:
                 f"{manifest_path}: chunk rows sum to {sum(m.chunks)} but "
                 f"num_transitions is {m.num_transitions}"
             )
+        self.observation_spec: ObservationSpec = m.observation_spec
+        """What one observation is (Atari's for stores older than the field)."""
+        self.frame_shape = self.observation_spec.frame_shape
         self._frames: list[np.memmap] = []
         self._ram: list[np.memmap] = []
+        self._labels: list[np.memmap] = []
         columns: dict[str, list[np.ndarray]] = {name: [] for name in SMALL_FIELDS}
         for index, rows in enumerate(m.chunks):
             for name, (dtype, shape) in m.field_specs().items():
@@ -73,6 +77,8 @@ class TransitionStore:
                     self._frames.append(array)
                 elif name == "ram":
                     self._ram.append(array)
+                elif name == "labels":
+                    self._labels.append(array)
                 else:
                     columns[name].append(np.asarray(array))
         self.actions = np.concatenate(columns["action"]).astype(np.int64)
@@ -222,11 +228,43 @@ class TransitionStore:
             out[sel] = self._ram[c][flat[sel] - self._chunk_starts[c]]
         return out.reshape(*rows.shape, RAM_SIZE)
 
-    def gather_frames(self, rows: np.ndarray) -> np.ndarray:
-        """Frames at arbitrary row indices: ``rows`` of any shape -> ``rows.shape + (84, 84)``."""
+    @property
+    def has_labels(self) -> bool:
+        """Whether the store holds a game's own state per row (the optional ``labels`` field)."""
+        return "labels" in self.manifest.fields
+
+    @property
+    def label_names(self) -> tuple[str, ...]:
+        """The names of the ``labels`` columns (empty without labels)."""
+        return tuple(self.manifest.label_names or ())
+
+    def gather_labels(self, rows: np.ndarray) -> np.ndarray:
+        """The game's state in ``s_t`` at ``rows`` (any shape) -> ``rows.shape + (L,)`` int16,
+        columns named by `label_names`.
+
+        Raises:
+            StoreError: the store was recorded without labels.
+        """
+        if not self.has_labels:
+            raise StoreError(
+                f"{self.path}: this store holds no game-state labels (source "
+                f"{self.manifest.source!r}); MinAtar collectors record them"
+            )
         rows = np.asarray(rows, dtype=np.int64)
         flat = rows.reshape(-1)
-        out = np.empty((flat.size, *FRAME_SHAPE), dtype=np.uint8)
+        chunk = np.searchsorted(self._chunk_starts, flat, side="right") - 1
+        out = np.empty((flat.size, len(self.label_names)), dtype=np.int16)
+        for c in np.unique(chunk):
+            sel = chunk == c
+            out[sel] = self._labels[c][flat[sel] - self._chunk_starts[c]]
+        return out.reshape(*rows.shape, len(self.label_names))
+
+    def gather_frames(self, rows: np.ndarray) -> np.ndarray:
+        """Frames at arbitrary row indices: ``rows`` of any shape -> ``rows.shape +
+        frame_shape`` ((84, 84) for Atari, (C, 10, 10) for MinAtar)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        flat = rows.reshape(-1)
+        out = np.empty((flat.size, *self.frame_shape), dtype=np.uint8)
         if self._uniform_chunks:
             chunk = flat // self.manifest.chunk_size
         else:
@@ -240,7 +278,7 @@ class TransitionStore:
         self._gathered += out.nbytes
         if self._gathered >= self._release_every:
             self.release_pages()
-        return out.reshape(*rows.shape, *FRAME_SHAPE)
+        return out.reshape(*rows.shape, *self.frame_shape)
 
     def release_pages(self) -> None:
         """Drop this process's mappings of frame pages (they stay in the OS page cache)."""
@@ -250,15 +288,19 @@ class TransitionStore:
             if mm is not None and hasattr(mm, "madvise"):
                 mm.madvise(mmap.MADV_DONTNEED)
 
-    def stack(self, rows: np.ndarray, history: int = 4) -> np.ndarray:
-        """Frame stacks for rows: ``rows.shape + (history, 84, 84)``, zero before episode starts."""
+    def stack(self, rows: np.ndarray, history: int | None = None) -> np.ndarray:
+        """Observations for rows: ``rows.shape + (history * channels, height, width)``, the
+        ``history`` newest frames (default: the spec's ``frames``), zero before episode starts;
+        ``rows.shape + stacked_shape`` by default ((4, 84, 84) for Atari)."""
+        spec = self.observation_spec
+        history = spec.frames if history is None else history
         rows = np.asarray(rows, dtype=np.int64)
         offsets = np.arange(-history + 1, 1)
         idx = rows[..., None] + offsets
         valid = idx >= self.row_episode_start[rows][..., None]
         frames = self.gather_frames(np.where(valid, idx, rows[..., None]))
         frames[~valid] = 0
-        return frames
+        return frames.reshape(*rows.shape, history * spec.channels, spec.height, spec.width)
 
     def episode(self, index: int) -> dict[str, np.ndarray]:
         """One whole episode's small fields (and its row range) as a dict of arrays."""
@@ -289,7 +331,9 @@ class TransitionStore:
             "sticky_action_prob": self.sticky_action_prob,
             "env_protocol": self.manifest.env_protocol,
             "ram": self.has_ram,
-            "frames_gb": len(self) * FRAME_SHAPE[0] * FRAME_SHAPE[1] / 1e9,
+            "labels": self.has_labels,
+            "observation": self.observation_spec.to_json(),
+            "frames_gb": len(self) * int(np.prod(self.frame_shape)) / 1e9,
         }
 
     def episode_returns(self) -> np.ndarray:

@@ -26,9 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from sgi_lab.base.files import atomic_write
+from sgi_lab.envs.spec import ATARI_SPEC, ObservationSpec, spec_from_json
 
 FORMAT_VERSION = 1
-FRAME_SHAPE = (84, 84)
+# An Atari store's frame row; a store's own is its manifest's `StoreManifest.observation_spec`.
+FRAME_SHAPE = ATARI_SPEC.frame_shape
 DEFAULT_CHUNK_SIZE = 100_000
 MANIFEST = "manifest.json"
 PARTIAL_SUFFIX = ".partial"
@@ -36,10 +38,11 @@ PARTIAL_SUFFIX = ".partial"
 # stores whose manifest predates the field: DQN Replay ran ALE with repeat probability 0.25
 # (Agarwal et al., 2020, Dopamine's default), unlike Atari 100k (0).
 SOURCE_STICKY_ACTION_PROB = {"dqn_replay": 0.25}
-# The Atari env protocols a store's frames can come from, `sgi_lab.envs.atari.PREPROCESSING`
-# (not imported: reading a store needs no emulator). Stores whose manifest predates the field
-# read as "dopamine", the only protocol sgi-lab's collectors and the DQN Replay data had.
-ENV_PROTOCOLS = ("dopamine", "rlpyt")
+# The env protocols a store's frames can come from, `sgi_lab.envs.ENV_PROTOCOLS`: Atari's
+# `sgi_lab.envs.atari.PREPROCESSING` and MinAtar's (not imported: reading a store needs no
+# emulator). Stores whose manifest predates the field read as "dopamine", the only protocol
+# sgi-lab's collectors and the DQN Replay data had.
+ENV_PROTOCOLS = ("dopamine", "rlpyt", "minatar")
 DEFAULT_ENV_PROTOCOL = "dopamine"
 
 # name -> (dtype, per-row shape)
@@ -55,7 +58,13 @@ RAM_SIZE = 128
 # Fields a store may hold beside FIELDS (its manifest's ``fields`` says which): ``ram``, the
 # console's 128-byte RAM in state ``s_t`` (what ALE's getRAM() returns there), the labels of
 # `sgi_lab.probes`. Stores without them open as before.
-OPTIONAL_FIELDS: dict[str, tuple[str, tuple[int, ...]]] = {"ram": ("uint8", (RAM_SIZE,))}
+# ``labels``: a game's own state in ``s_t`` as integers (MinAtar's, `sgi_lab.envs.minatar.
+# LABEL_NAMES`), one column per name of the manifest's ``label_names``; its width is the
+# manifest's, not this table's.
+OPTIONAL_FIELDS: dict[str, tuple[str, tuple[int, ...]]] = {
+    "ram": ("uint8", (RAM_SIZE,)),
+    "labels": ("int16", (0,)),
+}
 ALL_FIELDS = {**FIELDS, **OPTIONAL_FIELDS}
 
 
@@ -112,6 +121,11 @@ class StoreManifest:
     # (gymnasium's AtariPreprocessing, also DQN Replay's) or "rlpyt" (the authors' env,
     # docs/paper_vs_code.md rows 16-21). Not in the fingerprint: the frames already differ.
     env_protocol: str = DEFAULT_ENV_PROTOCOL
+    # What one observation is (`sgi_lab.envs.spec.ObservationSpec.to_json`); None: a store
+    # older than the field, all Atari (`ATARI_SPEC`). Its frame row is ``fields["frame"]``.
+    observation: dict[str, Any] | None = None
+    # The names of the ``labels`` field's columns, when the store has it.
+    label_names: list[str] | None = None
     format_version: int = FORMAT_VERSION
     created: str = ""
     complete: bool = False
@@ -125,9 +139,19 @@ class StoreManifest:
     def to_json(self) -> dict:
         return dict(self.__dict__)
 
+    @property
+    def observation_spec(self) -> ObservationSpec:
+        """What one observation of this store is (Atari's for stores older than the field)."""
+        return ATARI_SPEC if self.observation is None else spec_from_json(self.observation)
+
     def field_specs(self) -> dict[str, tuple[str, tuple[int, ...]]]:
-        """``{name: (dtype, row shape)}`` of the fields this store holds, FIELDS first."""
-        return {k: v for k, v in ALL_FIELDS.items() if k in self.fields}
+        """``{name: (dtype, row shape)}`` of the fields this store holds, FIELDS first; the
+        frame row is the observation spec's, the labels row as wide as ``label_names``."""
+        specs = {k: v for k, v in ALL_FIELDS.items() if k in self.fields}
+        specs["frame"] = (ALL_FIELDS["frame"][0], self.observation_spec.frame_shape)
+        if "labels" in specs:
+            specs["labels"] = (specs["labels"][0], (len(self.label_names or ()),))
+        return specs
 
     def content_fingerprint(self) -> str:
         """A hash of what the store holds; the same data gives the same value wherever it is."""
@@ -189,7 +213,33 @@ class StoreManifest:
                 f"{path}: 'env_protocol' must be one of {', '.join(ENV_PROTOCOLS)}, "
                 f"got {protocol!r}"
             )
+        _check_observation(payload, path)
         return cls(**payload)
+
+
+def _check_observation(payload: dict, path: Path) -> None:
+    """The observation spec, the frame row it implies and the label columns agree."""
+    observation = payload.get("observation")
+    spec = ATARI_SPEC
+    if observation is not None:
+        try:
+            spec = spec_from_json(observation, "'observation'")
+        except ValueError as exc:
+            raise StoreError(f"{path}: {exc}") from None
+    frame = (payload.get("fields") or {}).get("frame")
+    if isinstance(frame, dict) and frame.get("shape") not in (None, list(spec.frame_shape)):
+        raise StoreError(
+            f"{path}: fields['frame'] has shape {frame.get('shape')} but the observation spec "
+            f"{spec} stores frames of shape {list(spec.frame_shape)}"
+        )
+    names = payload.get("label_names")
+    has_labels = "labels" in (payload.get("fields") or {})
+    if names is not None and not (
+        isinstance(names, list) and all(isinstance(n, str) for n in names)
+    ):
+        raise StoreError(f"{path}: 'label_names' must be a list of strings, got {names!r}")
+    if has_labels and not names:
+        raise StoreError(f"{path}: a 'labels' field needs 'label_names'")
 
 
 def read_manifest(path: str | os.PathLike) -> StoreManifest | None:

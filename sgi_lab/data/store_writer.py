@@ -35,6 +35,7 @@ from sgi_lab.data.store_format import (
     read_manifest,
     write_manifest,
 )
+from sgi_lab.envs.spec import ATARI_SPEC, ObservationSpec
 
 
 class _HashingFile:
@@ -221,11 +222,16 @@ class TransitionStoreWriter:
         sticky_action_prob: float | None = None,
         ram: bool = False,
         env_protocol: str = DEFAULT_ENV_PROTOCOL,
+        observation_spec: ObservationSpec = ATARI_SPEC,
+        label_names: tuple[str, ...] | list[str] | None = None,
     ) -> TransitionStoreWriter:
         """Start a new store at ``path`` (built under ``path.partial``); ``sticky_action_prob``:
         the recording environment's repeat-action probability (None: unknown); ``ram``: the
         store holds the optional ``ram`` field (every append then passes it);
-        ``env_protocol``: the Atari env that made the frames (`ENV_PROTOCOLS`)."""
+        ``env_protocol``: the env that made the frames (`ENV_PROTOCOLS`);
+        ``observation_spec``: what one observation is (its frame is a row of ``frame``);
+        ``label_names``: the store holds the optional ``labels`` field, one int16 column per
+        name (a game's own state, every append then passes it)."""
         path = Path(path)
         if chunk_size < 1:
             raise ValueError(f"chunk_size: must be positive, got {chunk_size}")
@@ -262,8 +268,13 @@ class TransitionStoreWriter:
             rewards_clipped=rewards_clipped,
             sticky_action_prob=sticky_action_prob,
             env_protocol=env_protocol,
+            observation=observation_spec.to_json(),
             created=time.strftime("%Y-%m-%dT%H:%M:%S"),
         )
+        manifest.fields["frame"]["shape"] = list(observation_spec.frame_shape)
+        if label_names:
+            manifest.label_names = list(label_names)
+            manifest.fields["labels"] = {"dtype": "int16", "shape": [len(label_names)]}
         if ram:
             dtype, shape = OPTIONAL_FIELDS["ram"]
             manifest.fields["ram"] = {"dtype": dtype, "shape": list(shape)}
@@ -354,6 +365,11 @@ class TransitionStoreWriter:
         """Whether this store records the console RAM of every row (``ram`` is then required)."""
         return "ram" in self.manifest.fields
 
+    @property
+    def has_labels(self) -> bool:
+        """Whether this store records a game's state per row (``labels`` is then required)."""
+        return "labels" in self.manifest.fields
+
     def append(
         self,
         frame: np.ndarray,
@@ -362,15 +378,22 @@ class TransitionStoreWriter:
         terminal: bool,
         first: bool,
         ram: np.ndarray | None = None,
+        labels: np.ndarray | None = None,
     ) -> None:
         """Append one row: the newest frame of ``s_t``, ``a_t``, ``r_t``, ``terminal_t``,
-        ``first_t``, and in a store with RAM the 128 bytes of RAM in ``s_t``."""
+        ``first_t``, in a store with RAM the 128 bytes of RAM in ``s_t``, and in a store with
+        labels the game's state in ``s_t`` (one value per ``label_names``)."""
         if (ram is not None) != self.has_ram:
             why = "records RAM: pass ram" if self.has_ram else "has no RAM field (create(ram=True))"
+            raise ValueError(f"append: the store at {self.partial} {why}")
+        if (labels is not None) != self.has_labels:
+            why = "records labels: pass labels" if self.has_labels else "has no labels field"
             raise ValueError(f"append: the store at {self.partial} {why}")
         i = self._fill
         if ram is not None:
             self._buffers["ram"][i] = ram
+        if labels is not None:
+            self._buffers["labels"][i] = labels
         self._buffers["frame"][i] = frame
         self._buffers["action"][i] = action
         self._buffers["reward"][i] = reward
@@ -381,8 +404,9 @@ class TransitionStoreWriter:
             self._flush_chunk()
 
     def append_many(self, **columns: np.ndarray) -> None:
-        """Append aligned arrays ``frame (n,84,84), action, reward, terminal, first`` (each (n,)),
-        and ``ram (n,128)`` in a store with RAM."""
+        """Append aligned arrays ``frame (n, *frame_shape)`` (the spec's frame row: (n, 84, 84)
+        for Atari), ``action, reward, terminal, first`` (each (n,)), ``ram (n, 128)`` in a store
+        with RAM and ``labels (n, L)`` in a store with labels."""
         if set(columns) != set(self._buffers):
             raise ValueError(f"append_many needs exactly the fields {sorted(self._buffers)}")
         n = len(columns["frame"])

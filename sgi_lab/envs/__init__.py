@@ -1,6 +1,16 @@
-"""Atari 100k environments (gymnasium + ale-py) and the table of the 26 games."""
+"""Environments behind one factory: Atari 100k (gymnasium + ale-py, the table of the 26 games)
+and MinAtar (``minatar/<game>``, the optional ``minatar`` package), each with its observation
+spec."""
 
-from sgi_lab.envs.atari import action_names, make_env, num_actions
+from sgi_lab.envs.factory import (
+    ENV_PROTOCOLS,
+    action_names,
+    canonical_env_game,
+    env_protocol,
+    make_env,
+    num_actions,
+    observation_spec,
+)
 from sgi_lab.envs.games import (
     ATARI_100K_GAMES,
     GameInfo,
@@ -8,16 +18,27 @@ from sgi_lab.envs.games import (
     canonical_game,
     game_info,
 )
+from sgi_lab.envs.minatar import MINATAR_GAMES, MinAtarMissingError, is_minatar
+from sgi_lab.envs.spec import ATARI_SPEC, ObservationSpec
 from sgi_lab.envs.vector import make_vector_env
 
 __all__ = [
     "ATARI_100K_GAMES",
+    "ATARI_SPEC",
+    "ENV_PROTOCOLS",
+    "MINATAR_GAMES",
     "GameInfo",
+    "MinAtarMissingError",
+    "ObservationSpec",
     "UnknownGameError",
     "action_names",
+    "canonical_env_game",
     "canonical_game",
+    "env_protocol",
     "game_info",
+    "is_minatar",
     "make_env",
     "make_vector_env",
     "num_actions",
+    "observation_spec",
 ]

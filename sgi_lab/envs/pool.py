@@ -20,9 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from sgi_lab.envs.atari import make_env
+from sgi_lab.envs.factory import make_env
+from sgi_lab.envs.spec import ATARI_SPEC
 
-FRAME_STACK_SHAPE = (4, 84, 84)
+FRAME_STACK_SHAPE = ATARI_SPEC.stacked_shape
+"""An Atari observation's shape; a pool's own is its environments' ``observation_space``."""
 
 __all__ = ["EnvPool", "PoolStep", "spread"]
 
@@ -61,13 +63,19 @@ def _step_slice(
         raw.append(float(info["raw_reward"]))
         terminal.append(bool(info["terminal"]))
     return (
-        np.stack(obs) if obs else np.zeros((0, *FRAME_STACK_SHAPE), np.uint8),
+        np.stack(obs) if obs else np.zeros((0, *_obs_shape(envs)), np.uint8),
         np.asarray(rewards, np.float32),
         np.asarray(terminated),
         np.asarray(truncated),
         np.asarray(raw, np.float64),
         np.asarray(terminal),
     )
+
+
+def _obs_shape(envs: list) -> tuple[int, ...]:
+    """The observation shape of a slice's environments (Atari's when it has none)."""
+    space = getattr(envs[0], "observation_space", None) if envs else None
+    return tuple(space.shape) if space is not None else FRAME_STACK_SHAPE
 
 
 def _worker(

@@ -15,7 +15,9 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorWrapper
 
-from sgi_lab.envs.atari import make_env, resolve_ale_id
+from sgi_lab.envs.atari import resolve_ale_id
+from sgi_lab.envs.factory import canonical_env_game, make_env
+from sgi_lab.envs.minatar import is_minatar
 
 __all__ = ["AtariVectorInfo", "make_vector_env"]
 
@@ -100,7 +102,10 @@ def make_vector_env(
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
     # Fail in this process with a readable error rather than inside a worker.
-    resolve_ale_id(game, env_kwargs.get("allow_any_ale_game", False))
+    if is_minatar(game):
+        canonical_env_game(game)
+    else:
+        resolve_ale_id(game, env_kwargs.get("allow_any_ale_game", False))
     env_fns = [
         functools.partial(make_env, game, None if seed is None else seed + i, train, **env_kwargs)
         for i in range(num_envs)
