@@ -247,7 +247,8 @@ class FolderLock:
         import fcntl
 
         self.path = Path(folder) / LOCK_FILE
-        self._key = str(self.path.resolve())
+        # The folder resolved, not the lock file: a lock file that is a link is refused below.
+        self._key = str(Path(folder).resolve() / LOCK_FILE)
         self._fh: IO | None = None
         if self._key in _HELD:  # this process holds it already (a notebook re-running a cell)
             _HELD[self._key][1] += 1
@@ -259,7 +260,7 @@ class FolderLock:
             except ValueError:
                 wait = 0.0
         deadline = time.monotonic() + wait
-        fh = open(self.path, "a+")
+        fh = open_lock_file(self.path)
         while True:
             try:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -269,7 +270,7 @@ class FolderLock:
                     time.sleep(0.2)
                     continue
                 fh.seek(0)
-                holder = fh.read().strip() or "unknown"
+                holder = fh.read(64).strip() or "unknown"
                 fh.close()
                 raise FolderLockedError(
                     f"{Path(folder)}: in use by another sgi-lab process (PID {holder}) writing "
@@ -300,6 +301,64 @@ class FolderLock:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
             self.release()
+
+
+def open_lock_file(path: str | os.PathLike, create: bool = True) -> IO:
+    """Open a lock file for reading and writing without following a symbolic link, and only
+    when it is a regular file: a link (a ``cp -rs`` copy of a run, or planted) would have the
+    holder's PID written into the file it points at.
+
+    Raises:
+        RunFolderError: the lock file is a link, a folder, a FIFO or another non-regular file.
+        FileNotFoundError: it does not exist and ``create`` is false.
+    """
+    import stat
+
+    path = Path(path)
+    flags = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags | (os.O_CREAT if create else 0), 0o644)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.EMLINK):
+            raise RunFolderError(
+                f"{path}: the folder's lock file is not a regular file (a symbolic link, a "
+                "folder or a device); refusing to use it: remove it and run this again"
+            ) from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise RunFolderError(
+            f"{path}: the folder's lock file is not a regular file; refusing to use it: "
+            "remove it and run this again"
+        )
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "r+")
+
+
+def lock_holder(folder: str | os.PathLike) -> int | None:
+    """The PID of the live process holding ``folder``'s `FolderLock`, else None (no lock file,
+    a lock no one holds: its writer ended or was killed, or one this process holds itself is
+    reported as held by this PID). Reads only: the lock is tested, never kept."""
+    import fcntl
+
+    path = Path(folder) / LOCK_FILE
+    key = str(Path(folder).resolve() / LOCK_FILE)
+    if key in _HELD:
+        return os.getpid()
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = os.read(fd, 64).decode(errors="replace").strip()
+            return int(text) if text.isdigit() else -1
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
 
 
 # The folder locks this process holds: lock file -> [open file, holders]. A flock conflicts

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from sgi_lab.base.files import atomic_write_text
+from sgi_lab.base.files import FolderLock, atomic_write_text
 from sgi_lab.data.store import TransitionStore
 from sgi_lab.data.store_format import read_manifest
 from sgi_lab.probes.linear import ProbeSettings
@@ -57,21 +57,42 @@ def find_result(
     return None
 
 
+# Seconds a probe waits for its folder's lock before refusing: another probe's read-modify-write
+# takes milliseconds; a training run holding the folder (a live run probed with
+# --allow-unfinished) may hold it for hours, and is named in the refusal.
+PROBE_LOCK_WAIT_S = 60.0
+
+
 def write_probes(path: str | os.PathLike, result: dict[str, Any]) -> Path:
     """Add ``result`` to the probes file at ``path`` (atomically), replacing an entry made on
-    the same store with the same settings. Returns the path."""
+    the same store with the same settings. Returns the path.
+
+    The read-modify-write holds the folder's `FolderLock`, so two probes of one run (two
+    experiment tasks under ``--max-parallel 2``) both keep their entries.
+
+    Raises:
+        FolderLockedError: another process held the folder for over `PROBE_LOCK_WAIT_S`.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    same = (result["store"]["fingerprint"], json.dumps(result["settings"], sort_keys=True))
-    entries = [
-        e
-        for e in read_probes(path)
-        if (e.get("store", {}).get("fingerprint"), json.dumps(e.get("settings"), sort_keys=True))
-        != same
-    ]
-    payload = {"format": FORMAT, "entries": [*entries, result]}
-    atomic_write_text(path, json.dumps(payload, indent=2, allow_nan=False) + "\n")
+    lock = FolderLock(path.parent, f"the probe results {path.name}", wait=PROBE_LOCK_WAIT_S)
+    try:
+        same = (result["store"]["fingerprint"], json.dumps(result["settings"], sort_keys=True))
+        entries = [
+            e
+            for e in read_probes(path)
+            if (_fingerprint(e), json.dumps(e.get("settings"), sort_keys=True)) != same
+        ]
+        payload = {"format": FORMAT, "entries": [*entries, result]}
+        atomic_write_text(path, json.dumps(payload, indent=2, allow_nan=False) + "\n")
+    finally:
+        lock.release()
     return path
+
+
+def _fingerprint(entry: dict[str, Any]) -> Any:
+    store = entry.get("store")
+    return store.get("fingerprint") if isinstance(store, dict) else None
 
 
 def probe_run(
