@@ -66,6 +66,7 @@ def augmented_frames(
     channels_last: bool,
     dtype: torch.dtype | None = None,
     time_major: bool = False,
+    pad: int = PAD,
 ) -> torch.Tensor:
     """Frame stacks -> the encoders' prepared input, with the augmentation draws given: each
     stack cropped at its corner of the replicate-padded frame (`sgi_lab.augment.ops.shift`) and
@@ -76,13 +77,15 @@ def augmented_frames(
     the 1/255 and the cast are then one multiply (`sgi_lab.nets.encoders.prepare_pixels`).
 
     Args:
-        obs: (..., 4, 84, 84) uint8 (or float in [0, 255]) on the networks' device: (B[, T], ...)
+        obs: (..., C, H, W) uint8 (or float in [0, 255]) observations (the spec's
+            ``stacked_shape``: (4, 84, 84) for Atari) on the networks' device: (B[, T], ...)
             for one model, (N, B[, T], ...) for a population.
-        corners: (..., 2) int64 crop corners in 0..8 over obs's leading dimensions, or None.
+        corners: (..., 2) int64 crop corners in 0..2 pad over obs's leading dimensions, or None.
         jitter: intensity factors over obs's leading dimensions, or None.
         channels_last: the model's memory format.
         dtype: compute dtype (default: autocast's under autocast, else float32).
         time_major: return (N, T, B, ...) for (N, B, T, ...) input.
+        pad: the padding the corners were drawn for (`sgi_lab.augment.ops.shift_pad`).
     """
     lead = obs.shape[:-3]
     frames = obs.reshape(-1, *obs.shape[-3:])
@@ -95,7 +98,7 @@ def augmented_frames(
         corners = None if corners is None else corners.transpose(1, 2)
         jitter = None if jitter is None else jitter.transpose(1, 2)
     if corners is not None:
-        frames = shift(frames, corners.reshape(-1, 2), source=source)
+        frames = shift(frames, corners.reshape(-1, 2), pad, source=source)
     elif source is not None:
         frames = frames[source]
     factor = None if jitter is None else jitter.reshape(-1, 1, 1, 1)
@@ -108,8 +111,11 @@ def prepared_frames(
     generator: torch.Generator | None,
     augment: bool,
     channels_last: bool,
+    pad: int = PAD,
 ) -> torch.Tensor:
-    """One model's frame stacks (B[, T], 4, 84, 84) -> its prepared input: augmented with fresh
-    draws from ``generator`` (one per stack), or only scaled when ``augment`` is off."""
-    draws = draw_augmentation(obs.shape[:-3], generator, obs.device) if augment else None
-    return augmented_frames(obs, *(draws or AugmentationDraws()), channels_last=channels_last)
+    """One model's observations (B[, T], C, H, W) -> its prepared input: augmented with fresh
+    draws from ``generator`` (one per observation; shifts up to ``pad``, see
+    `sgi_lab.augment.ops.shift_pad`), or only scaled when ``augment`` is off."""
+    draws = draw_augmentation(obs.shape[:-3], generator, obs.device, pad) if augment else None
+    draws = draws or AugmentationDraws()
+    return augmented_frames(obs, *draws, channels_last=channels_last, pad=pad)

@@ -1,8 +1,9 @@
-"""Collectors: run a policy in an Atari 100k environment and write a TransitionStore.
+"""Collectors: run a policy in an Atari 100k or MinAtar environment and write a TransitionStore.
 
 ``collect`` is generic (any ``policy(obs) -> action``); ``collect_random`` is the paper's
 Random dataset: a uniformly random action held for Geometric(1/3) steps. Both record the console
-RAM of every state (the store's optional ``ram`` field, the labels of `sgi_lab.probes`), and
+RAM of every state (the store's optional ``ram`` field, the labels of `sgi_lab.probes`), or for
+a MinAtar game the game's own state (``labels``, `sgi_lab.envs.minatar.LABEL_NAMES`), and
 play either Atari env protocol (``env_protocol``: gymnasium's, ``dopamine``, or the authors',
 ``rlpyt``; docs/paper_vs_code.md rows 16-21), which the store's manifest records.
 """
@@ -25,7 +26,10 @@ from sgi_lab.data.store_format import (
     StoreError,
 )
 from sgi_lab.data.store_writer import TransitionStoreWriter, check_store_target
-from sgi_lab.envs import canonical_game, make_env, num_actions
+from sgi_lab.envs import canonical_env_game, is_minatar, make_env, num_actions
+from sgi_lab.envs.minatar import ENV_PROTOCOL as MINATAR_PROTOCOL
+from sgi_lab.envs.minatar import LABEL_NAMES
+from sgi_lab.envs.spec import ATARI_SPEC
 
 Policy = Callable[[np.ndarray], int]
 
@@ -85,7 +89,7 @@ def collect(
     resume: bool = True,
     overwrite: bool = False,
     progress: bool = True,
-    env_protocol: str = DEFAULT_ENV_PROTOCOL,
+    env_protocol: str | None = None,
     env_kwargs: dict[str, Any] | None = None,
 ) -> TransitionStore:
     """Run ``policy`` for ``steps`` agent steps and write the transitions as a store at ``out``.
@@ -100,41 +104,37 @@ def collect(
     holds the frames of one env protocol: resuming or re-running with another is refused.
 
     Args:
-        policy: ``policy(obs (4,84,84) uint8) -> action``, called with the stacked observation
-            of every state it acts in. A policy with a ``reset()`` method gets it called at
-            every episode start.
-        game: any accepted spelling of an Atari 100k game.
+        policy: ``policy(obs) -> action``, called with the observation (the environment's
+            ``observation_spec.stacked_shape``: (4, 84, 84) for Atari) of every state it acts
+            in. A policy with a ``reset()`` method gets it called at every episode start.
+        game: any accepted spelling of an Atari 100k game, or ``minatar/<game>``.
         steps: transitions to write.
         out: store folder.
         seed: environment seed (chunk ``k`` starts from a reset seeded ``seed + k``).
         source: name recorded in the manifest (``random``, ``agent``, ...).
         params: extra creation parameters recorded in the manifest.
         terminal_on_life_loss: record life losses as terminals (the game still continues).
-        full_action_space: use all 18 actions instead of the game's minimal set.
+        full_action_space: use all actions instead of the game's minimal set.
         chunk_size: rows per chunk file (the unit of crash safety).
         resume: continue an interrupted collection found at ``out.partial``.
         overwrite: replace an existing store at ``out`` (only ever a store of ours).
         progress: show a tqdm progress bar.
-        env_protocol: the Atari env played, `make_env`'s ``preprocessing``: ``"dopamine"``
-            (gymnasium's AtariPreprocessing) or ``"rlpyt"`` (the authors' env); recorded in the
-            manifest.
+        env_protocol: the env played, recorded in the manifest: Atari's ``"dopamine"``
+            (gymnasium's AtariPreprocessing, the default) or ``"rlpyt"`` (the authors' env);
+            ``"minatar"`` (the default) for a MinAtar game.
         env_kwargs: extra keyword arguments for :func:`sgi_lab.envs.make_env` (not
             ``preprocessing``: that is ``env_protocol``).
 
     Returns:
-        The finished store, opened for reading.
+        The finished store, opened for reading: with the console RAM of every row (Atari,
+        ``ram``) or the game's state (MinAtar, ``labels``).
     """
-
+    game = canonical_env_game(game)
+    env_protocol = _resolve_protocol(game, env_protocol)
     _check_collection_args(steps, chunk_size, seed, env_protocol, env_kwargs)
-    game = canonical_game(game)
     out = Path(out)
-    record = {
-        "steps": steps,
-        "seed": seed,
-        "terminal_on_life_loss": terminal_on_life_loss,
-        "full_action_space": full_action_space,
-        **(params or {}),
-    }
+    settings = {"terminal_on_life_loss": terminal_on_life_loss, **(params or {})}
+    record = _record(steps, seed, full_action_space, env_protocol, env_kwargs, settings)
     done = check_store_target(out, game, source, record, overwrite, env_protocol)
     if done is not None:
         return done  # complete already, same settings: nothing to do
@@ -142,37 +142,100 @@ def collect(
     if resume:
         writer = TransitionStoreWriter.resume_matching(out, game, record, env_protocol)
     env_seed = seed + (len(writer.manifest.chunks) if writer else 0)
-    env = make_env(
-        game,
-        seed=env_seed,
-        train=False,
-        full_action_space=full_action_space,
-        record_ram=True,
-        preprocessing=env_protocol,
-        **(env_kwargs or {}),
-    )
+    env = _open_env(game, env_seed, full_action_space, env_protocol, env_kwargs)
     if writer is None:
-        writer = TransitionStoreWriter.create(
-            out,
-            game=game,
-            source=source,
-            params=record,
-            num_actions=int(env.action_space.n),
-            chunk_size=chunk_size,
-            overwrite=overwrite,
-            sticky_action_prob=0.0,  # make_env: Atari 100k, no sticky actions
-            ram=True,
-            env_protocol=env_protocol,
-        )
+        writer = _create_writer(out, game, source, record, env, chunk_size, overwrite, env_protocol)
     try:
         _save_policy_state_with_chunks(policy, writer)
-        _record_episodes(
-            policy, env, writer, steps, seed, env_seed, terminal_on_life_loss, progress
-        )
+        args = (steps, seed, env_seed, terminal_on_life_loss, progress)
+        _record_episodes(policy, env, writer, *args)
         path = writer.close()
     finally:
         env.close()
     return TransitionStore(path)
+
+
+def _record(
+    steps: int,
+    seed: int,
+    full_action_space: bool,
+    protocol: str,
+    env_kwargs: dict[str, Any] | None,
+    settings: dict[str, Any],
+) -> dict[str, Any]:
+    """The creation parameters a manifest records (and a resumed or re-run collection must
+    match); a MinAtar store also records difficulty ramping (``sticky_action_prob`` has its
+    own manifest key)."""
+    record = {"steps": steps, "seed": seed, "full_action_space": full_action_space}
+    record = {**record, "terminal_on_life_loss": settings.pop("terminal_on_life_loss")}
+    if protocol == MINATAR_PROTOCOL:
+        record["difficulty_ramping"] = bool((env_kwargs or {}).get("difficulty_ramping", True))
+    return {**record, **settings}
+
+
+def _resolve_protocol(game: str, env_protocol: str | None) -> str:
+    """The env protocol of a collection: ``"minatar"`` for a MinAtar game (where the Atari
+    default ``"dopamine"``, which generic callers pass, means the same), else the Atari one."""
+    if not is_minatar(game):
+        return DEFAULT_ENV_PROTOCOL if env_protocol is None else env_protocol
+    if env_protocol not in (None, MINATAR_PROTOCOL, DEFAULT_ENV_PROTOCOL):
+        raise ValueError(
+            f"env_protocol: {env_protocol!r} is an Atari frame protocol; MinAtar game {game!r} "
+            f"plays {MINATAR_PROTOCOL!r}"
+        )
+    return MINATAR_PROTOCOL
+
+
+def _open_env(
+    game: str,
+    seed: int,
+    full_action_space: bool,
+    protocol: str,
+    env_kwargs: dict[str, Any] | None,
+) -> Any:
+    """The recording environment: evaluation mode, with RAM (Atari) or the game's own state
+    (MinAtar) in every step's info."""
+    record = {"record_labels": True} if protocol == MINATAR_PROTOCOL else {"record_ram": True}
+    return make_env(
+        game,
+        seed=seed,
+        train=False,
+        full_action_space=full_action_space,
+        preprocessing=protocol,
+        **record,
+        **(env_kwargs or {}),
+    )
+
+
+def _create_writer(
+    out: Path,
+    game: str,
+    source: str,
+    record: dict[str, Any],
+    env: Any,
+    chunk_size: int,
+    overwrite: bool,
+    protocol: str,
+) -> TransitionStoreWriter:
+    """A new store for ``env``'s frames; its manifest records the env's observation spec, its
+    sticky-action probability and protocol."""
+    minatar = protocol == MINATAR_PROTOCOL
+    base = env.unwrapped
+    return TransitionStoreWriter.create(
+        out,
+        game=game,
+        source=source,
+        params=record,
+        num_actions=int(env.action_space.n),
+        chunk_size=chunk_size,
+        overwrite=overwrite,
+        # Atari 100k plays without sticky actions (make_env); MinAtar with its own (0.1).
+        sticky_action_prob=float(base.sticky_action_prob) if minatar else 0.0,
+        ram=not minatar,
+        env_protocol=protocol,
+        observation_spec=base.observation_spec if minatar else ATARI_SPEC,
+        label_names=LABEL_NAMES[base.module] if minatar else None,
+    )
 
 
 def _check_collection_args(
@@ -225,6 +288,8 @@ def _record_episodes(
     one written here starts a fresh episode from a reset seeded ``seed + chunk index``."""
     # An interrupted collection begun by an sgi-lab without RAM goes on without it.
     with_ram = writer.has_ram
+    labels_of = _labels_reader(writer)
+    spec = writer.manifest.observation_spec
     done_rows = writer.num_rows
     bar = tqdm(
         total=steps,
@@ -249,9 +314,12 @@ def _record_episodes(
         for _ in range(steps - done_rows):
             action = int(policy(obs))
             ram = info["ram"] if with_ram else None  # the RAM behind obs
+            labels = labels_of(info)  # likewise the game's state
             next_obs, _, terminated, truncated, info = env.step(action)
             terminal = bool(terminated or (terminal_on_life_loss and info.get("life_loss", False)))
-            writer.append(obs[-1], action, float(info["raw_reward"]), terminal, first, ram)
+            newest = obs.reshape(spec.frames, *spec.frame_shape)[-1]
+            reward = float(info["raw_reward"])
+            writer.append(newest, action, reward, terminal, first, ram, labels)
             first = False
             if terminated or truncated:
                 obs, info = start_episode()
@@ -267,6 +335,14 @@ def _record_episodes(
                 first = True
     finally:
         bar.close()
+
+
+def _labels_reader(writer: TransitionStoreWriter) -> Callable[[dict], np.ndarray | None]:
+    """``info -> the labels row`` of a store with labels (in `label_names` order), else None."""
+    names = writer.manifest.label_names
+    if not writer.has_labels or not names:
+        return lambda info: None
+    return lambda info: np.array([info["labels"][n] for n in names], np.int16)
 
 
 def collect_random(

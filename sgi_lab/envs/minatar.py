@@ -216,6 +216,8 @@ class MinAtarEnv(gym.Env):
         self.module = self.game.removeprefix("minatar/")
         self.spec_ = minatar_spec(self.module, frames)
         self.train = train
+        self.sticky_action_prob = float(sticky_action_prob)
+        self.difficulty_ramping = bool(difficulty_ramping)
         self.max_episode_steps = max_episode_steps
         self.record_labels = record_labels
         environment = _environment_class()

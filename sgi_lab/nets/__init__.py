@@ -5,6 +5,7 @@ from sgi_lab.nets.ema import ema_update, make_target
 from sgi_lab.nets.encoders import (
     ENCODERS,
     InvertedResidual,
+    MinAtarCNN,
     NatureCNN,
     ResNetEncoder,
     make_encoder,
@@ -32,6 +33,7 @@ __all__ = [
     "GoalHeadOutputs",
     "InverseModel",
     "InvertedResidual",
+    "MinAtarCNN",
     "NatureCNN",
     "NoisyLinear",
     "ResNetEncoder",

@@ -1,4 +1,4 @@
-"""Convolutional encoders f: (B, 4, 84, 84) frame stacks -> (B, C, 7, 7) latents.
+"""Convolutional encoders f: observations (B, C_in, H, W) -> latents (B, C, H', W').
 
 Inputs are pixel-valued: uint8, or float in [0, 255] (e.g. after :mod:`sgi_lab.augment.ops`). Every
 encoder divides by 255 itself, so callers never rescale.
@@ -10,6 +10,12 @@ Three encoders, as in the paper (appendix C.3) and the reference code (``mila-iq
 * ``"resnet"``: three groups of three inverted-residual blocks (32/64/64 channels, expansion 2,
   batch norm after every conv of the residual branch), strides 3/2/2: 84 -> 28 -> 14 -> 7.
 * ``"resnet_l"``: five blocks per group, 48/96/96 channels, expansion 4 -> 96x7x7 (~5x params).
+
+Two for MinAtar's 10x10 grids (`MinAtarCNN`; input channels = the spec's ``channels x frames``):
+
+* ``"minatar"``: the MinAtar paper's network (Young & Tian 2019): one 16-channel 3x3 conv,
+  stride 1, no padding, ReLU -> 16x8x8 (its fully connected layer is the heads' job here).
+* ``"minatar_l"``: a 32-channel 3x3 conv (padding 1) then a 64-channel 3x3 conv -> 64x8x8.
 
 Latents are renormalized per sample to [0, 1] (:func:`renormalize`) before any head sees them;
 that happens in :class:`sgi_lab.nets.SGIModel`, not in the encoders.
@@ -415,17 +421,54 @@ class ResNetEncoder(nn.Module):
         return self.layers(x if prepared else scale_pixels(x, self.channels_last))
 
 
-ENCODERS = ("nature", "resnet", "resnet_l")
+class MinAtarCNN(nn.Module):
+    """MinAtar's encoder: 3x3 stride-1 convs with ReLU, each but the last padded by 1, so a
+    10x10 grid comes out 8x8 whatever the depth.
+
+    Args:
+        in_channels: the spec's ``channels x frames`` (4 to 10 for one MinAtar frame).
+        image_size: grid height = width (10).
+        channels: output channels of each conv ((16,): the MinAtar paper's network).
+    """
+
+    def __init__(
+        self, in_channels: int = 4, image_size: int = 10, channels: tuple[int, ...] = (16,)
+    ) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        c_in = in_channels
+        for i, c_out in enumerate(channels):
+            padding = 0 if i == len(channels) - 1 else 1
+            layers += [nn.Conv2d(c_in, c_out, 3, stride=1, padding=padding), nn.ReLU(inplace=True)]
+            c_in = c_out
+        self.layers = nn.Sequential(*layers)
+        side = _conv_out(image_size, 3, 1)
+        self.output_shape: tuple[int, int, int] = (c_in, side, side)
+        self.channels_last = False  # feed the first conv channels-last (set by SGIModel)
+
+    def forward(self, x: torch.Tensor, prepared: bool = False) -> torch.Tensor:
+        """(B, C_in, 10, 10) cells in [0, 255] (MinAtar's 0/255) -> (B, C, 8, 8).
+
+        ``prepared=True``: x is already :func:`prepare_pixels`'s output (scaled, in layout).
+        """
+        return self.layers(x if prepared else scale_pixels(x, self.channels_last))
+
+
+ENCODERS = ("nature", "resnet", "resnet_l", "minatar", "minatar_l")
 
 
 def make_encoder(
     name: str, in_channels: int = 4, image_size: int = 84, width_scale: float = 1.0
 ) -> nn.Module:
-    """Build an encoder by name; its ``output_shape`` attribute is (C, 7, 7).
+    """Build an encoder by name; its ``output_shape`` attribute is (C, H', W'), what the heads,
+    the transition model and the FiLM generator are sized from.
 
     Args:
-        name: ``"nature"`` (64x7x7), ``"resnet"`` (64x7x7) or ``"resnet_l"`` (96x7x7).
-        in_channels: stacked frames.
+        name: Atari's ``"nature"`` (64x7x7), ``"resnet"`` (64x7x7) or ``"resnet_l"``
+            (96x7x7) at 84x84; MinAtar's ``"minatar"`` (16x8x8) or ``"minatar_l"`` (64x8x8)
+            at 10x10.
+        in_channels: the observation's channels (`sgi_lab.envs.spec.ObservationSpec.
+            input_channels`: 4 stacked frames for Atari).
         image_size: input height = width.
         width_scale: channel multiplier (``int(c * width_scale)``, the reference's
             ``cnn_scale_factor``); 1 for the paper's networks. The reference fixtures use
@@ -441,4 +484,8 @@ def make_encoder(
         return ResNetEncoder(in_channels, widths(32, 64, 64), (3, 2, 2), 3, 2, image_size)
     if name == "resnet_l":
         return ResNetEncoder(in_channels, widths(48, 96, 96), (3, 2, 2), 5, 4, image_size)
+    if name == "minatar":
+        return MinAtarCNN(in_channels, image_size, widths(16))
+    if name == "minatar_l":
+        return MinAtarCNN(in_channels, image_size, widths(32, 64))
     raise ValueError(f"unknown encoder {name!r}; choose one of {', '.join(ENCODERS)}")
