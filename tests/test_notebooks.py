@@ -234,13 +234,21 @@ def test_every_notebook_with_its_smoke_set(name, tmp_path, pong_store):
 @pytest.mark.slow
 @pytest.mark.smoke
 def test_representations_of_a_pretrained_run(tmp_path, pong_store):
+    from sgi_lab.probes.results import write_probes
+
     execute("pretrain", tmp_path / "pretrain", data=str(pong_store))
     run = tmp_path / "pretrain" / "run"
+    # what `sgi-lab probe RUN` writes: shown although probe_runs is empty (issue 36, item 1)
+    entry = {"encoder": {"kind": "pretrain", "params": "smoke"}, "settings": {}, "overall": 0.7}
+    write_probes(run / "probes.json", {**entry, "store": {"game": "Pong", "fingerprint": "f"}})
     results = execute(
         "representations", tmp_path / "repr", data=str(pong_store), pretrained=str(run)
     )
     assert len(results["encoders"]) == 2
     assert results["final_logged_cosine_similarity"]
+    assert results["probe_overall_f1"] == {"smoke": 0.7}
+    executed = (tmp_path / "repr" / "representations.ipynb").read_text()
+    assert "no probe results" not in executed
 
 
 @pytest.mark.slow

@@ -26,7 +26,7 @@ from sgi_lab.analysis.probe_study import objective_summary, probe_folders, probe
 from sgi_lab.analysis.report import read_run
 from sgi_lab.envs.games import canonical_game
 from sgi_lab.probes.atariari import CATEGORIES
-from sgi_lab.viz.probes import probe_bars
+from sgi_lab.viz.probes import NO_PROBES, probe_bars
 from sgi_lab.viz.tables import aggregate_frame
 
 __all__ = [
@@ -148,10 +148,12 @@ def probe_table(summary: pd.DataFrame, methods: Sequence[str] | None = None) -> 
     return table.rename(columns=PROBE_LABELS)
 
 
-def probe_figure(summary: pd.DataFrame) -> go.Figure:
+def probe_figure(summary: pd.DataFrame, empty: str = NO_PROBES) -> go.Figure:
     """A `probe_summary` as grouped bars: one group per probe metric, one bar per method, 95% CI
-    whiskers (`sgi_lab.viz.probes.probe_bars`)."""
+    whiskers, and the same split's random-init and majority-class overall F1 as reference lines
+    (`sgi_lab.viz.probes.probe_bars`); ``empty`` is said without results."""
     return probe_bars(
         summary.rename(columns={"method": "objective"}),
         title="probe F1 of the encoders behind each method (95% CIs over seeds)",
+        empty=empty,
     )

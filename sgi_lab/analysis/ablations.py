@@ -47,7 +47,7 @@ from sgi_lab.metrics import (
     paper_per_game,
     protocol_of,
 )
-from sgi_lab.metrics.protocol import comparability_note
+from sgi_lab.metrics.protocol import FRAME_SKIP, PAPER_PROTOCOL, EvalProtocol, comparability_note
 from sgi_lab.runs.status import run_folders
 from sgi_lab.viz.ablations import ablation_figures
 from sgi_lab.viz.tables import LiveTable, aggregate_frame
@@ -66,6 +66,9 @@ __all__ = [
     "paper_aggregate_rows",
     "paper_method",
     "run_aggregates",
+    "capped_label",
+    "capped_steps",
+    "method_protocols",
     "scores_protocol_note",
 ]
 
@@ -205,6 +208,41 @@ def scores_protocol_note(scores: pd.DataFrame) -> str | None:
     return comparability_note(protocol_of(evaluations))
 
 
+CAPPED_MARK = "capped at"
+
+
+def capped_steps(protocol: EvalProtocol | None) -> int | None:
+    """The agent-step cap of an evaluation whose episodes were cut shorter than the paper's
+    (108,000 frames), else None: a cut game scores what it had when it was cut (Pong: -13
+    after 500 steps rather than -21), so such a score is no result beside uncut ones."""
+    if protocol is None or protocol.max_frames is None:
+        return None
+    if protocol.max_frames >= PAPER_PROTOCOL.max_frames:
+        return None
+    return protocol.max_frames // FRAME_SKIP
+
+
+def method_protocols(scores: pd.DataFrame) -> dict[str, EvalProtocol | None]:
+    """``{method: the evaluation protocol of its runs}`` (the weakest when they differ)."""
+    out: dict[str, EvalProtocol | None] = {}
+    for method, part in scores.groupby("method", sort=False):
+        out[str(method)] = protocol_of(
+            [
+                {"episodes": e, "max_frames": None if pd.isna(m) else int(m)}
+                for e, m in zip(part["episodes"], part["max_frames"])
+                if not pd.isna(e)
+            ]
+        )
+    return out
+
+
+def capped_label(method: str, protocol: EvalProtocol | None) -> str:
+    """``method``, marked ``"<method> (capped at 500 steps)"`` when its evaluation was capped
+    (`capped_steps`): the name every table and figure shows."""
+    steps = capped_steps(protocol)
+    return method if steps is None else f"{method} ({CAPPED_MARK} {steps:,} steps)"
+
+
 def _method_matrix(scores: pd.DataFrame, games: Sequence[str]) -> tuple[np.ndarray, list[str]]:
     """(runs, games) HNS matrix of one method over the selected games it has, runs trimmed to
     the smallest count per game (the stratified bootstrap needs a full matrix)."""
@@ -238,7 +276,8 @@ def run_aggregates(
 
     Returns:
         ``(tidy frame with method, metric, value, lower, upper, runs, games, source; notes)``:
-        a note says when a method lacks some of the selected games.
+        a method without runs on every selected game is left out (a 1-game score is no
+        26-game aggregate), and a note says which games it has.
     """
     columns = ["method", "metric", "value", "lower", "upper", "runs", "games", "source"]
     if scores.empty:
@@ -252,8 +291,13 @@ def run_aggregates(
             notes.append(f"{method}: no run on the selected games")
             continue
         if len(present) < len(games):
-            missing = sorted(set(games) - set(present))
-            notes.append(f"{method}: no runs on {', '.join(missing)} (aggregated without them)")
+            # An aggregate over fewer games is another number: never beside the others.
+            notes.append(
+                f"{method}: runs on {len(present)} of {len(games)} selected games "
+                f"({', '.join(present)}): left out of the aggregates; select only its games "
+                "to compare it"
+            )
+            continue
         if matrix.shape[0] > 1:
             df = aggregate_with_ci({method: matrix}, metrics, reps=reps, seed=seed)
         else:  # one run per game: a bootstrap over runs has nothing to resample
@@ -353,6 +397,11 @@ class AblationView:
         probes: probe F1 of the chosen methods' encoders over the chosen games
             (`sgi_lab.analysis.ablation_probes.probe_summary`: ``method, metric, value, lower,
             upper, seeds, games``; empty without probe results).
+        games: the selected games.
+        left_out: ``{method: games it has of the selected}`` for our methods left out of the
+            aggregates because they lack some of the selected games.
+        capped_from: the first row of the capped evaluations (`capped_label`), drawn below
+            every uncapped row and apart from them; None when no row is capped or all are.
     """
 
     aggregates: pd.DataFrame
@@ -362,6 +411,9 @@ class AblationView:
     notes: list[str] = field(default_factory=list)
     protocol_note: str | None = None
     probes: pd.DataFrame = field(default_factory=pd.DataFrame)
+    games: list[str] = field(default_factory=list)
+    left_out: dict[str, int] = field(default_factory=dict)
+    capped_from: str | None = None
 
 
 class AblationModel:
@@ -475,22 +527,46 @@ class AblationModel:
             self.seed,
         )
         theirs, paper_notes = paper_aggregate_rows(paper, games, metrics)
-        frames = [f for f in (ours, theirs) if not f.empty]
+        labels = self.labels(methods)
+        frames = [f for f in (ours.replace({"method": labels}), theirs) if not f.empty]
         aggregates = pd.concat(frames, ignore_index=True) if frames else ours.iloc[0:0].copy()
-        order = list(dict.fromkeys(aggregates["method"]))
+        # Capped evaluations are never ranked among uncapped rows: they come last, apart.
+        capped = {label for method, label in labels.items() if label != method}
+        rows = list(dict.fromkeys(aggregates["method"]))
+        order = [m for m in rows if m not in capped] + [m for m in rows if m in capped]
+        capped_from = next((m for m in order if m in capped), None)
         if self.scores.empty:
             where = f"under {self.source}" if self.source else "given"
             notes.insert(0, f"no finetuning runs {where}: only the paper's rows are shown")
         chosen = self.scores[self.scores["method"].isin(methods)]
+        left_out = self.coverage(methods, games)
         return AblationView(
             aggregates=aggregates,
-            per_game=self.per_game(games, methods, paper),
+            per_game=self.per_game(games, methods, paper).replace({"method": labels}),
             methods=order,
             metrics=metrics,
             notes=notes + paper_notes + self.column_notes(methods) + self.probe_notes(methods),
             protocol_note=scores_protocol_note(chosen),
             probes=probe_summary(self.probes, methods, games),
+            games=games,
+            left_out={labels.get(m, m): k for m, k in left_out.items()},
+            capped_from=capped_from if order and capped_from != order[0] else None,
         )
+
+    def labels(self, methods: Sequence[str]) -> dict[str, str]:
+        """``{method: the name figures and tables show}``: marked when its evaluation was
+        capped (`capped_label`)."""
+        protocols = method_protocols(self.scores)
+        return {m: capped_label(m, protocols.get(m)) for m in methods}
+
+    def coverage(self, methods: Sequence[str], games: Sequence[str]) -> dict[str, int]:
+        """``{method: how many of games it has}`` for the scored methods lacking some."""
+        out = {}
+        for method in methods:
+            have = set(self.scores.loc[self.scores["method"] == method, "game"])
+            if have and len(have & set(games)) < len(games):
+                out[method] = len(have & set(games))
+        return out
 
     def probe_notes(self, methods: Sequence[str]) -> list[str]:
         """Which chosen methods have no probe results (only when some method has them)."""
@@ -578,7 +654,10 @@ class AblationExplorer:
         )
         self.notes = widgets.HTML()
         self.interval = LiveFigure()
-        self.table = LiveTable(title="aggregate human-normalized scores (95% CI)")
+        self.table = LiveTable(
+            title="aggregate human-normalized scores (95% CI)",
+            empty="no aggregate to show: select at least one game and one metric",
+        )
         self.per_game = LiveFigure()
         self.probe_table = LiveTable(
             title=PROBE_TABLE_TITLE,
@@ -599,7 +678,16 @@ class AblationExplorer:
     def update(self) -> None:
         """Recompute the view from the controls and redraw the figures."""
         if not self.games.value or not self.metrics.value:
-            self.notes.value = "<b>select at least one game and one metric</b>"
+            message = "select at least one game and one metric"
+            self.notes.value = f"<b>{message}</b>"
+            # nothing stale under the message: every figure and table says it too
+            blank = AblationView(pd.DataFrame(), pd.DataFrame(), [], [], [message])
+            figures = ablation_figures(blank)
+            self.interval.replace(figures["interval"])
+            self.table.replace(pd.DataFrame())
+            self.per_game.replace(figures["per_game"])
+            self.probe_table.replace(pd.DataFrame())
+            self.probe_bars.replace(probe_figure(pd.DataFrame(), empty=message))
             return
         self.view = self.model.select(
             self.games.value, self.methods.value, self.paper.value, self.metrics.value

@@ -21,6 +21,9 @@ import numpy as np
 import pandas as pd
 import torch
 
+from sgi_lab.analysis.probe_study import METRICS as STUDY_METRICS
+from sgi_lab.analysis.probe_study import objective_summary, probe_folders, probe_frame
+from sgi_lab.analysis.probe_study import summary_table as probe_summary_table
 from sgi_lab.base.files import read_jsonl
 from sgi_lab.data import TransitionStore
 from sgi_lab.nets import SGIModel
@@ -28,16 +31,23 @@ from sgi_lab.probes.probe import random_init_model
 from sgi_lab.runtime.device import resolve_device
 from sgi_lab.train.pretrain import load_pretrained_model
 from sgi_lab.train.pretrain_step import representation_similarity
+from sgi_lab.viz.tables import LiveTable
 
 __all__ = [
+    "COLLAPSE_LEVEL",
     "DIVERSITY_KEY",
+    "PROBE_METRICS",
+    "collapse_note",
     "diversity_curves",
     "embed_2d",
     "embedding_frame",
     "encode_rows",
     "load_encoder",
     "load_encoders",
+    "load_probes",
     "mean_pairwise_cosine",
+    "probe_sources",
+    "probe_table",
     "random_model",
     "representation_diversity",
     "row_table",
@@ -246,6 +256,33 @@ def representation_diversity(model: SGIModel, store: TransitionStore, rows: np.n
     return mean_pairwise_cosine(encode_rows(model, store, rows, projected=True))
 
 
+COLLAPSE_LEVEL = 0.99
+"""Mean pairwise cosine similarity from which an encoder is called near collapse."""
+
+
+def collapse_note(diversity: dict[str, float], level: float = COLLAPSE_LEVEL) -> str:
+    """What the similarities of `representation_diversity` (``{label: value}``, random init's
+    label starting ``random``) say about collapse, in one sentence.
+
+    When random init is itself at ``level`` or above, an untrained encoder already maps these
+    states close together (small data, a small network), so a pretrained value near 1 says
+    nothing about collapse: the sentence says so rather than letting "near 1" read as collapse.
+    """
+    randoms = {k: v for k, v in diversity.items() if str(k).startswith("random")}
+    trained = {k: v for k, v in diversity.items() if k not in randoms}
+    shown = ", ".join(f"{k} {v:.4f}" for k, v in diversity.items())
+    if randoms and max(randoms.values()) >= level:
+        return (
+            f"{shown}: random init is itself at {max(randoms.values()):.4f} (>= {level}), so on "
+            "these states near 1 says nothing about collapse; compare runs' curves over "
+            "pretraining, or sample more varied states"
+        )
+    collapsed = [k for k, v in trained.items() if v >= level]
+    if collapsed:
+        return f"{shown}: {', '.join(collapsed)} near 1 while random init is not: collapse"
+    return f"{shown}: no collapse (1 = every state looks the same; lower is more diverse)"
+
+
 def diversity_curves(
     run_dirs: Sequence[str | os.PathLike] | dict[str, str | os.PathLike], key: str = DIVERSITY_KEY
 ) -> pd.DataFrame:
@@ -275,6 +312,50 @@ def diversity_curves(
     if not frames:
         return pd.DataFrame(columns=["run", "step", "cosine_similarity"])
     return pd.concat(frames, ignore_index=True)
+
+
+# -- probes of the encoders ---------------------------------------------------------------------
+
+
+PROBE_METRICS = (*STUDY_METRICS, "random_init")
+"""What the representations notebook summarises: the probe study's metrics and, beside the
+majority class, the same split's random-init encoder."""
+
+
+def probe_sources(
+    probe_runs: Sequence[str | os.PathLike], pretrained: str | os.PathLike = ""
+) -> list[str]:
+    """Where to read probe results: ``probe_runs`` when given, else the pretrained run itself
+    (``sgi-lab probe RUN`` writes ``RUN/probes.json``), else nothing."""
+    if probe_runs:
+        return [str(p) for p in probe_runs]
+    return [str(pretrained)] if pretrained else []
+
+
+def load_probes(
+    probe_runs: Sequence[str | os.PathLike], pretrained: str | os.PathLike = ""
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(one row per probed encoder and store, per-objective summary)`` of `probe_sources`;
+    an encoder without a parameter set counts under its folder's name. Empty frames when
+    nothing there has been probed."""
+    frame = probe_frame(probe_folders(probe_sources(probe_runs, pretrained)))
+    if not frame.empty:
+        named = frame["folder"].map(lambda f: Path(f).name if f else "encoder")
+        frame["objective"] = frame["objective"].fillna(named)
+    return frame, objective_summary(frame, PROBE_METRICS)
+
+
+def probe_table(summary: pd.DataFrame, where: str = "") -> LiveTable:
+    """The probe summary as a table (objective, then ``mean [lower, upper]`` per metric), or a
+    sentence saying there are no results for ``where`` and how to get them."""
+    frame = probe_summary_table(summary, PROBE_METRICS)
+    if not frame.empty:
+        frame = frame.reset_index()
+    empty = (
+        f"no probe results for {where or 'these encoders'} yet: "
+        "sgi-lab probe PRETRAINING_RUN --data STORE (a store with RAM), or set probe_runs"
+    )
+    return LiveTable(frame, title="probe test F1 (95% CIs over seeds)", empty=empty)
 
 
 # -- how far the data goes ----------------------------------------------------------------------

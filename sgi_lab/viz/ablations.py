@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 from sgi_lab.viz.aggregates import aggregate_table, interval_plot
 from sgi_lab.viz.common import finite_or_none, no_data_message
 
-__all__ = ["ablation_figures", "per_game_hns_figure"]
+__all__ = ["ablation_figures", "aggregate_title", "per_game_hns_figure"]
 
 
 class Selection(Protocol):
@@ -56,6 +56,25 @@ def per_game_hns_figure(per_game: pd.DataFrame, title: str | None = None) -> go.
     return fig
 
 
+def aggregate_title(view: Selection) -> str:
+    """The interval plot's title: over how many games, then (wrapped, so a subtitle wider than
+    the figure stays whole) our methods left out because they lack some of those games, "k of
+    n games", and our runs' evaluation protocol."""
+    df = view.aggregates
+    chosen = list(getattr(view, "games", []) or [])
+    games = len(chosen) or (int(df["games"].max()) if "games" in df and len(df) else 0)
+    title = f"aggregate HNS over {games} game{'s' * (games != 1)}" if games else "aggregate HNS"
+    lines = []
+    left_out = getattr(view, "left_out", {}) or {}
+    if left_out:
+        shown = ", ".join(f"{m} ({k} of {games} games)" for m, k in left_out.items())
+        lines += textwrap.wrap(f"not aggregated, too few games: {shown}", 80)
+    protocol_note = getattr(view, "protocol_note", None)
+    if protocol_note:
+        lines += textwrap.wrap(f"ours: {protocol_note}", 80)
+    return f"{title}<br><sup>{'<br>'.join(lines)}</sup>" if lines else title
+
+
 def ablation_figures(view: Selection) -> dict[str, go.Figure]:
     """The explorer's three figures for one selection: ``interval``, ``table``, ``per_game``.
 
@@ -78,15 +97,14 @@ def ablation_figures(view: Selection) -> dict[str, go.Figure]:
             )
         }
     metrics = [m for m in view.metrics if m in set(df["metric"])]
-    games = int(df["games"].max()) if "games" in df else None
-    title = f"aggregate HNS over {games} game{'s' * (games != 1)}" if games else None
-    protocol_note = getattr(view, "protocol_note", None)
-    if protocol_note:
-        # a subtitle wider than the figure is cut off: wrapped, it stays whole
-        lines = textwrap.wrap(f"ours: {protocol_note}", 80)
-        title = f"{title or 'aggregate HNS'}<br><sup>{'<br>'.join(lines)}</sup>"
     return {
-        "interval": interval_plot(df, metrics=metrics, methods=view.methods, title=title),
+        "interval": interval_plot(
+            df,
+            metrics=metrics,
+            methods=view.methods,
+            title=aggregate_title(view),
+            capped_from=getattr(view, "capped_from", None),
+        ),
         "table": aggregate_table(df, metrics=metrics, methods=view.methods),
         "per_game": per_game_hns_figure(view.per_game),
     }

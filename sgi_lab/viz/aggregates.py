@@ -53,6 +53,7 @@ def interval_plot(
     methods: Sequence[str] | None = None,
     paper: pd.DataFrame | None = None,
     title: str | None = None,
+    capped_from: str | None = None,
 ) -> go.Figure:
     """rliable-style interval plot: one panel per metric, one row per method.
 
@@ -67,6 +68,8 @@ def interval_plot(
             diamonds (with the paper's CI as error bars where it has one) on the row of the
             method of the same name, for the metrics shown.
         title: Figure title.
+        capped_from: the first of the rows (last in ``methods``) whose evaluations were capped:
+            a line above it sets them apart, labelled not comparable with the rows above.
 
     Returns:
         A figure whose panel ``i`` holds a ``Bar`` trace (``base`` = lower bounds, ``x`` =
@@ -94,10 +97,51 @@ def interval_plot(
         _add_intervals(fig, rows, metric, methods, colors, col)
         if paper is not None:
             _add_paper_values(fig, paper, metric, methods, col)
-        fig.update_xaxes(title_text=_axis_title(metric), row=1, col=col)
+        fig.update_xaxes(title_text=_axis_title(metric), row=1, col=col, **_ticks(rows, metric))
     _add_method_legend(fig, methods, colors)
     _lay_out_interval_plot(fig, metrics, methods, title)
+    if capped_from is not None and capped_from in methods[1:]:
+        _capped_divider(fig, methods.index(capped_from))
     return fig
+
+
+def _ticks(rows: pd.DataFrame, metric: str) -> dict:
+    """A few ticks per panel, so that neighbouring panels' labels do not run together; whole
+    games for counts (a count has no half-game)."""
+    if metric not in _COUNT_METRICS:
+        return {"nticks": 5}
+    values = rows[["value", "lower", "upper"]].to_numpy(float)
+    span = float(pd.Series(values.ravel()).max() - pd.Series(values.ravel()).min())
+    step = max(1, math.ceil((0 if math.isnan(span) else span) / 4))
+    return {"tick0": 0, "dtick": step, "tickformat": "d"}
+
+
+def _capped_divider(fig: go.Figure, row: int) -> None:
+    """A line across every panel above category ``row`` (rows run top to bottom), naming what
+    lies below it: capped evaluations, not ranked among the rows above."""
+    fig.add_shape(
+        type="line",
+        xref="paper",
+        yref="y",
+        x0=0,
+        x1=1,
+        y0=row - 0.5,
+        y1=row - 0.5,
+        line={"color": "#d62728", "dash": "dash", "width": 1.5},
+        name="capped evaluations below",
+    )
+    fig.add_annotation(
+        text="below: capped evaluations, not comparable with the rows above",
+        xref="paper",
+        yref="y",
+        x=1,
+        y=row - 0.5,
+        xanchor="right",
+        yanchor="bottom",
+        showarrow=False,
+        font={"size": 11, "color": "#d62728"},
+        name="capped",
+    )
 
 
 def _add_intervals(
@@ -136,8 +180,13 @@ def _add_intervals(
             y=methods,
             x=finite_or_none(value),
             mode="markers",
-            marker={"symbol": "line-ns-open", "size": 18, "line": {"width": 3}},
-            marker_color="black",
+            # each tick in its method's colour, as the legend's squares promise
+            marker={
+                "symbol": "line-ns-open",
+                "size": 18,
+                "line": {"width": 3, "color": [colors[m] for m in methods]},
+                "color": [colors[m] for m in methods],
+            },
             hoverinfo="skip",
             showlegend=False,
         ),
@@ -207,8 +256,10 @@ def _lay_out_interval_plot(
         autorange="reversed", type="category", tickmode="array", tickvals=list(methods)
     )
     fig.update_xaxes(zeroline=False, showgrid=True)
+    lines = (title or "").count("<br>")
     fig.update_layout(
-        title=title,
+        # the title from the top of the figure down, its subtitle lines above the panel titles
+        title={"text": title, "y": 0.99, "yref": "container", "yanchor": "top"},
         barmode="overlay",
         bargap=0.45,
         template="plotly_white",
@@ -217,7 +268,7 @@ def _lay_out_interval_plot(
         legend={"orientation": "h", "y": -0.3, "yanchor": "top"},
         margin={
             "b": 40 + 20 * math.ceil(len(methods) / 3),
-            "t": 70 + 16 * (title or "").count("<br>"),  # room for a wrapped subtitle
+            "t": 80 + 18 * lines,  # the title, each subtitle line, then the panel titles
         },
     )
 

@@ -29,6 +29,7 @@ def runs(tmp_path):
         _run(root, f"finetune__frozen__Pong__s{seed}", "Pong", seed, pong)
         _run(root, f"finetune__frozen__Breakout__s{seed}", "Breakout", seed, breakout)
     _run(root, "finetune__smoke__Pong__s0", "Pong", 0, -21.0, method="mine")
+    _run(root, "finetune__smoke__Breakout__s0", "Breakout", 0, 2.0, method="mine")
     (root / "unevaluated").mkdir()
     return root
 
@@ -43,9 +44,9 @@ def test_find_runs_walks_run_folders(runs):
     (run / "checkpoints" / "old" / "status.json").write_text(json.dumps({"state": "finished"}))
     (run / "checkpoints" / "old" / "eval.json").write_text(json.dumps({"mean": 0.0}))
     found = ablations.find_runs(runs)
-    assert len(found) == 7 and copy not in found
+    assert len(found) == 8 and copy not in found
     assert ablations.find_runs(run) == [run]  # a run folder given itself
-    assert [p.name for p in ablations.find_runs(runs, "*Breakout*")] == [
+    assert [p.name for p in ablations.find_runs(runs, "*frozen__Breakout*")] == [
         f"finetune__frozen__Breakout__s{s}" for s in range(3)
     ]
     assert ablations.find_runs(runs / "missing") == []
@@ -53,7 +54,7 @@ def test_find_runs_walks_run_folders(runs):
 
 def test_load_run_scores(runs):
     found = ablations.find_runs(runs)
-    assert len(found) == 7  # the folder without eval.json is not a run
+    assert len(found) == 8  # the folder without eval.json is not a run
     scores = ablations.load_run_scores(found)
     assert set(scores["method"]) == {"frozen", "mine"}
     pong = scores[(scores["method"] == "frozen") & (scores["game"] == "Pong")]
@@ -76,8 +77,29 @@ def test_run_aggregates_have_cis_and_notes(runs):
     assert frozen.loc["mean", "value"] == pytest.approx(hns.mean(axis=0).mean())
     assert frozen.loc["iqm", "lower"] <= frozen.loc["iqm", "value"] <= frozen.loc["iqm", "upper"]
     mine = df[df["method"] == "mine"]
-    assert mine["games"].unique().tolist() == [1] and mine["lower"].isna().all()  # one run
-    assert any("mine" in n and "Breakout" in n for n in notes)
+    assert mine["games"].unique().tolist() == [2] and mine["lower"].isna().all()  # one run
+
+
+def test_a_method_without_every_selected_game_is_never_aggregated_beside_the_others(runs):
+    """A 1-game score is no 26-game aggregate (issue 36, item 4): left out of the comparison,
+    and the figure itself says "k of n games"."""
+    from sgi_lab.viz.ablations import ablation_figures
+
+    scores = ablations.load_run_scores(ablations.find_runs(runs))
+    pong_only = scores[~((scores["method"] == "mine") & (scores["game"] == "Breakout"))]
+    df, notes = ablations.run_aggregates(pong_only, ["Pong", "Breakout"], reps=50)
+    assert set(df["method"]) == {"frozen"}
+    assert "mine: runs on 1 of 2 selected games (Pong): left out of the aggregates" in notes[0]
+
+    model = ablations.AblationModel(pong_only, reps=50)
+    view = model.select(model.games, paper=["SGI-M"], metrics=["iqm"])  # all 26 games
+    assert view.methods == ["SGI-M (paper)"] and view.left_out == {"frozen": 2, "mine": 1}
+    title = ablation_figures(view)["interval"].layout.title.text
+    assert title.startswith("aggregate HNS over 26 games<br>")
+    assert "frozen (2 of 26 games), mine (1 of 26 games)" in title
+    assert set(view.per_game["method"]) >= {"frozen", "mine"}  # per game, it is still shown
+    pong = model.select(["Pong"], paper=["SGI-M"], metrics=["iqm"])
+    assert pong.methods == ["frozen", "mine", "SGI-M (paper)"] and not pong.left_out
 
 
 def test_paper_rows_printed_for_all_games_recomputed_for_a_subset():
@@ -328,6 +350,10 @@ def test_explorer_shows_probe_f1_beside_the_scores(probed_runs):
     bars = {t.name: t for t in explorer.probe_bars.figure.data}
     assert set(bars) == {"frozen", "mine", "random_init"}
     assert bars["frozen"].y[0] == pytest.approx(0.7)
+    # the same split's random-init and majority F1 drawn over the bars (issue 36, item 1)
+    references = [s.name for s in explorer.probe_bars.figure.layout.shapes]
+    assert any(r.startswith("random init 0.") for r in references), references
+    assert any(r.startswith("majority class 0.") for r in references), references
     # the interval plot and the score table have no row for a method without scores
     assert "random_init" not in list(explorer.interval.figure.data[0].y)
     assert "random_init" not in list(explorer.table.frame["Method"])
@@ -350,3 +376,42 @@ def test_explorer_without_probe_results_says_how_to_get_them(runs):
     assert explorer.probe_table.frame.empty
     assert "sgi-lab probe" in explorer.probe_table.html
     assert not any("probe" in n for n in explorer.view.notes)
+
+
+def test_a_capped_evaluation_is_marked_and_never_ranked_among_uncapped_rows(tmp_path):
+    """The finetune smoke evaluation (2 episodes cut at 500 steps: Pong -13) is marked in the
+    interval plot, the table and the per-game chart, and drawn below the paper's rows and the
+    uncapped runs, apart from them (issue 36, item 5)."""
+    from sgi_lab.viz.ablations import ablation_figures
+
+    root = tmp_path / "runs"
+    for name, mean, cap in (("smoke", -13.0, 2000), ("full", -20.0, 108_000)):
+        folder = _run(root, f"finetune__{name}__Pong__s0", "Pong", 0, mean, method=name)
+        evaluation = {"game": "Pong", "mean": mean, "episodes": 2, "max_frames": cap}
+        (folder / "eval.json").write_text(json.dumps(evaluation))
+    scores = ablations.load_run_scores(ablations.find_runs(root))
+    assert ablations.capped_steps(ablations.method_protocols(scores)["smoke"]) == 500
+    assert ablations.capped_steps(ablations.method_protocols(scores)["full"]) is None
+    model = ablations.AblationModel(scores, reps=20)
+    view = model.select(["Pong"], ["smoke", "full"], ["SGI-M"], ["iqm"])
+    marked = "smoke (capped at 500 steps)"
+    assert view.methods == ["full", "SGI-M (paper)", marked]  # below, though it scores highest
+    assert view.capped_from == marked
+    assert marked in set(view.per_game["method"]) and "smoke" not in set(view.per_game["method"])
+    figures = ablation_figures(view)
+    assert list(figures["interval"].data[0].y)[-1] == marked
+    assert any(s.name == "capped evaluations below" for s in figures["interval"].layout.shapes)
+    assert marked in figures["table"].data[0].cells.values[0]
+    # only capped rows: nothing to set apart from
+    assert model.select(["Pong"], ["smoke"], [], ["iqm"]).capped_from is None
+
+
+def test_no_game_selected_leaves_no_stale_figure(runs):
+    model = ablations.AblationModel(ablations.load_run_scores(ablations.find_runs(runs)), reps=20)
+    explorer = ablations.AblationExplorer(model, paper=["SGI-M"], metrics=["iqm"])
+    assert explorer.interval.figure.data
+    explorer.games.value = ()
+    message = "select at least one game and one metric"
+    for figure in (explorer.interval.figure, explorer.per_game.figure, explorer.probe_bars.figure):
+        assert not figure.data and message in figure.layout.annotations[0].text
+    assert "<table" not in explorer.table.html and "select at least one game" in explorer.table.html

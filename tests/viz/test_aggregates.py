@@ -127,3 +127,30 @@ def test_per_game_bar_says_whether_the_protocol_is_the_papers():
     assert full["comparable"].all() and "not comparable" not in per_game_bar(full).layout.title.text
     unknown = compare_to_paper({"Pong": -20.0}, "SGI-M")
     assert not unknown.attrs["comparable"] and "unknown" in unknown.attrs["note"]
+
+
+def test_interval_plot_marks_carry_their_legend_colours_and_counts_whole_games():
+    """Every mark (CI bar and point) has its method's legend colour; a count axis ticks whole
+    games; HNS panels hold few ticks; the subtitle sits above the panel titles (issue 36, 9)."""
+    fig = interval_plot(DF, title="aggregate HNS<br><sup>ours: 2 episodes</sup>")
+    legend = {t.name: t.marker.color for t in fig.data if t.showlegend is not False}
+    assert legend["SGI-M"] != legend["SGI-None"]
+    for name in ("iqm", "median", "games_above_human"):
+        points, bars = _trace(fig, name), _trace(fig, f"{name} CI")
+        expected = [legend[m] for m in points.y]
+        assert list(points.marker.color) == expected and list(points.marker.line.color) == expected
+        assert list(bars.marker.color) == [legend[m] for m in bars.y]
+    assert fig.layout.xaxis3.dtick == 2 and fig.layout.xaxis3.tickformat == "d"  # 2..10 games
+    assert fig.layout.xaxis.nticks == 5 and fig.layout.xaxis2.nticks == 5
+    assert fig.layout.title.yanchor == "top" and fig.layout.margin.t == 80 + 18
+
+
+def test_capped_rows_are_set_apart_below_a_line():
+    capped = DF[DF["method"] == "SGI-M"].assign(method="demo (capped at 3,000 steps)")
+    df = pd.concat([DF, capped], ignore_index=True)
+    methods = ["SGI-M", "SGI-None", "demo (capped at 3,000 steps)"]
+    fig = interval_plot(df, methods=methods, capped_from=methods[2])
+    (line,) = [s for s in fig.layout.shapes if s.name == "capped evaluations below"]
+    assert (line.y0, line.y1, line.xref) == (1.5, 1.5, "paper")  # between rows 1 and 2
+    assert any("not comparable with the rows above" in a.text for a in fig.layout.annotations)
+    assert not interval_plot(df, methods=methods).layout.shapes
