@@ -107,3 +107,29 @@ def test_ale_vector_env_plays_our_frames_and_reports_its_speed(tmp_path, monkeyp
         "AtariVectorEnv, 1 thread(s)",
         "EnvPool, in this process",
     }
+
+
+@pytest.mark.slow
+def test_the_gpu_slot_runs_every_part_and_writes_as_it_goes(tmp_path):
+    """The 15-minute GPU slot's one command, rehearsed on the CPU at toy sizes: every part runs
+    and leaves its files in $OUT (checks, the population's phases, pretraining speed, the
+    probed pretraining curve of both objectives)."""
+    result = rehearse(["slot"], tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = tmp_path / "out"
+    names = {p.name for p in out.iterdir()}
+    expected = {
+        "checks.txt",
+        "population26_nature.json",
+        "population26_resnet.json",
+        "pretrain.json",
+        "curve_sgi_m_metrics.jsonl",
+        "curve_s_metrics.jsonl",
+    }
+    assert expected <= names, sorted(names)
+    for objective in ("sgi_m", "s"):
+        rows = (out / f"curve_{objective}_metrics.jsonl").read_text().splitlines()
+        probed = [row for row in rows if '"probe/f1"' in row]
+        assert len(probed) >= 5, f"{objective}: {len(probed)} probes"
+    for part in ("checks", "population26", "pretrain", "curve"):
+        assert f"slot: {part} done at" in result.stdout

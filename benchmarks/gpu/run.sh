@@ -3,13 +3,26 @@
 #   device run: bash benchmarks/gpu/run.sh JOB ; carry: [".gpu-wheels"]
 # Every job fits one 10-minute device command; results land in $OUT (they come back).
 #
-#   first        checks, phases, pretrain, sampling, vector_env and memory, each time-capped
-#                (~9 min in all), so one command answers everything but the 26-game run
+# THE PLAN (a GPU slot is 15 minutes of device time in all, start-up included, at most 10
+# minutes per command, and the machine keeps its files only ~30 s after a call):
+#   1. here: bash benchmarks/gpu/prepare.sh   (wheels for the image, < 64 MiB, carried)
+#   2. device run, ONCE: bash benchmarks/gpu/run.sh slot ; carry [".gpu-wheels"] ; timeout_s 540
+#   3. give the machine back; commit the figures to docs/results/gpu.md with what they show.
+# `slot` is at most ~6 minutes of work, every part capped and writing its JSON into $OUT as soon
+# as it has it, so a run cut off still returns what it measured. The next slots follow the
+# order in docs/results/gpu.md ("next stages").
+#
+#   slot         checks (<= 90 s), the 26-game population phase by phase (Nature <= 150 s,
+#                ResNet <= 45 s), pretraining samples/s (<= 45 s), and a pretraining budget
+#                curve on Random Pong with probes (the rest, <= 150 s)
+#   first        the older 9-minute job: checks, phases, pretrain, sampling, vector_env, memory
 #   checks       tests/runtime/test_cuda.py and tests/runtime/test_graphs.py on the GPU
 #   phases       a population's step phase by phase (act, envs, append, sample, update,
 #                priorities) at 1, 4 and 26 agents, vmap against a loop inside the CUDA graph:
 #                time, kernel launches, GPU busy fraction, projected 100k-step wall-clock
 #   pretrain     the pretraining step (CUDA graph, and eager for comparison): samples/s
+#   curve        the pretraining budget curve alone (a Random Pong store with RAM, SGI and
+#                SPR-only at batch 256, probed at least 5 times on other episodes)
 #   sampling     the pretraining sampler on this machine's CPUs: batches/s at batch 256
 #   vector_env   ale-py's C++ AtariVectorEnv against our EnvPool: same frames, env-steps/s
 #   memory       a population's GPU memory per agent; the largest that fits 80 GB
@@ -18,17 +31,14 @@
 #                the 26-game Atari 100k population, SGI-None, one seed. It stops cleanly
 #                (every agent checkpointed) before the command's limit, exit 75; call the same
 #                job again and it resumes, until the evaluation has run and `sgi-lab report`
-#                prints the per-game scores and IQM. The machine keeps its files only while warm
-#                (30 s after a call): call again at once.
-#
-# Plan for a 30-minute session: `first` (10 min), then `benchmark26 nature` (target <= 15 min:
-# two calls); the ResNet run (target <= 25 min: three calls) needs a session of its own.
+#                prints the per-game scores and IQM. Run it in one call only where the slot's
+#                projection says it fits 9 minutes (docs/results/gpu.md).
 #
 # Rehearsal without a GPU: SGI_REHEARSAL=1 bash benchmarks/gpu/run.sh JOB runs the same commands
 # on the CPU at toy sizes (two games, a few hundred steps); tests/test_benchmarks.py rehearses
-# `first` and `benchmark26`, so the scripts cannot rot between GPU sessions.
+# `slot`, `first` and `benchmark26` (slow tier), so the scripts cannot rot between GPU slots.
 set -uo pipefail
-what=${1:-first}
+what=${1:-slot}
 encoder=${2:-resnet}
 rehearsal=${SGI_REHEARSAL:-0}
 out=${OUT:-/tmp/out}; mkdir -p "$out"
@@ -109,12 +119,87 @@ benchmark26() {
   return "$rc"  # 75 or 124: call the job again
 }
 
+population26() {
+  # The 26-game population (SGI-None, Nature then ResNet), phase by phase with real envs: agent
+  # steps/s, updates/s, the phase split, GPU busy fraction, peak memory and the projected
+  # wall-clock of the whole 26 x 100k run with its evaluation (benchmarks/population_phases.py).
+  local n=26; [ "$rehearsal" = 1 ] && n=2
+  timeout "${1:-150}" python3 benchmarks/population_phases.py --device "$device" --agents "$n" \
+    --encoders nature --batching vmap --envs --env-workers "$workers" --steps "$steps" \
+    --rows "$rows" --params params/finetune/sgi_none.yaml --json "$out/population26_nature.json" \
+    2>&1 | tail -12
+  timeout "${2:-45}" python3 benchmarks/population_phases.py --device "$device" --agents "$n" \
+    --encoders resnet --batching vmap --envs --env-workers "$workers" --steps "$steps" \
+    --rows "$rows" --params params/finetune/sgi_none.yaml --json "$out/population26_resnet.json" \
+    2>&1 | tail -12
+}
+pretrain_graphs() {
+  local batch=256; [ "$rehearsal" = 1 ] && batch=8
+  timeout "${1:-45}" python3 benchmarks/pretrain_speed.py --device "$device" \
+    --encoders nature resnet --batch "$batch" --steps "$steps" --profile '' --conv-reps 2 \
+    --json "$out/pretrain.json" | tail -6
+}
+curve() {
+  # A pretraining budget curve at the paper's batch: Random Pong (with RAM) collected on the
+  # device's cores, probed on other episodes (another seed) at least 5 times per run.
+  local cap=${1:-150} start=$SECONDS data=/tmp/sgi-curve probe_every=250 batch=256
+  local collect_steps=20000 probe_steps=6000 steps_per=500 game=pong
+  if [ "$rehearsal" = 1 ]; then
+    # Breakout: random play ends episodes within ~200 steps, and the probes need 3 episodes
+    data=${SGI_REHEARSAL_ROOT:-/tmp/sgi-rehearsal}/curve; collect_steps=800; probe_steps=1200
+    probe_every=2; batch=4; steps_per=1; game=breakout
+    export SGI_LAB_CPU_SETTINGS=cpu_amp=false,channels_last=false  # no measuring on 2 cores
+  fi
+  mkdir -p "$data"
+  # the training store and the probe store are collected side by side (two cores)
+  sgi collect random --game "$game" --steps "$collect_steps" --seed 0 --out "$data/train" \
+    --no-progress > "$out/curve_collect_train.log" 2>&1 &
+  sgi collect random --game "$game" --steps "$probe_steps" --seed 100 --out "$data/probe" \
+    --no-progress > "$out/curve_collect_probe.log" 2>&1
+  wait
+  echo "curve: stores collected in $((SECONDS - start)) s"
+  local left=$((cap - (SECONDS - start)))
+  for objective in sgi_m s; do
+    local share=$((left / 2)); [ "$objective" = s ] && share=$((cap - (SECONDS - start) - 5))
+    [ "$share" -lt 10 ] && { echo "curve: no time left for $objective"; continue; }
+    # --stop-after ends the run cleanly (checkpointed, exit 75) when its share is spent; the
+    # steps are an upper bound, and the probes of probe_every are the curve.
+    timeout $((share + 20)) python3 -c 'import sys; from sgi_lab.launch.cli import main; sys.exit(main())' \
+      pretrain --params "params/pretrain/$objective.yaml" --data "$data/train" \
+      --out "$data/run_$objective" --overwrite --no-progress --stop-after "$share" \
+      --set encoder=nature --set batch_size="$batch" --set steps="$((steps_per * 20))" \
+      --set device="$device" --set probe_every="$probe_every" --set probe_data="$data/probe" \
+      > "$out/curve_$objective.log" 2>&1
+    echo "curve: $objective exit $? after $((SECONDS - start)) s"
+    cp "$data/run_$objective/metrics.jsonl" "$out/curve_${objective}_metrics.jsonl" 2>/dev/null
+    cp "$data/run_$objective/status.json" "$out/curve_${objective}_status.json" 2>/dev/null
+    python3 -c 'import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if "probe/f1" in l]
+print("  step  probe/f1  agent_loc  samples/s")
+for r in rows:
+    print(f"{r['step']:6d}  {r['probe/f1']:.3f}     {r.get('probe/f1_agent_localization', float('nan')):.3f}      {r.get('charts/samples_per_s', float('nan')):.0f}")
+' "$out/curve_${objective}_metrics.jsonl" 2>/dev/null
+  done
+}
+slot() {
+  # Caps for one 540 s device command (start-up and the wheel install come first); a
+  # rehearsal on 2 cores gets 3x as long. Each part writes its files as soon as it has them.
+  local k=1; [ "$rehearsal" = 1 ] && k=3
+  local t0=$SECONDS
+  checks $((90 * k)); echo "slot: checks done at $((SECONDS - t0)) s"
+  population26 $((150 * k)) $((45 * k)); echo "slot: population26 done at $((SECONDS - t0)) s"
+  pretrain_graphs $((45 * k)); echo "slot: pretrain done at $((SECONDS - t0)) s"
+  curve $((150 * k)); echo "slot: curve done at $((SECONDS - t0)) s"
+}
+
 case "$what" in
   first)
     # Caps for the GPU machine's 10-minute command; a rehearsal on 2 cores gets 3x as long.
     k=1; [ "$rehearsal" = 1 ] && k=3
     checks $((130 * k)); phases $((180 * k)); pretrain $((40 * k)); sampling $((35 * k))
     vector_env $((50 * k)); memory $((60 * k)) ;;
+  slot) slot ;;
+  curve) curve ;;
   checks|phases|pretrain|sampling|vector_env|memory) "$what" ;;
   population)
     for n in $agents; do
@@ -122,5 +207,5 @@ case "$what" in
         --repeats 10 --precision bf16 --json "$out/population_$n.json" | tail -30
     done ;;
   benchmark26) benchmark26 ;;
-  *) echo "unknown job $what (first, checks, phases, pretrain, sampling, vector_env, memory, population, benchmark26)"; exit 2 ;;
+  *) echo "unknown job $what (slot, curve, first, checks, phases, pretrain, sampling, vector_env, memory, population, benchmark26)"; exit 2 ;;
 esac
