@@ -1,4 +1,4 @@
-"""Human-normalized scores, aggregate metrics with bootstrap CIs, and the paper's own tables.
+"""Human-normalized scores (Atari) and the MinAtar score (`sgi_lab.metrics.minatar`), aggregate metrics with bootstrap CIs, and the paper's own tables.
 
 Typical use: build a ``(num_runs, num_games)`` HNS matrix from raw returns with `hns_matrix`,
 aggregate it with `aggregate_with_ci`, and set it beside the paper with `paper_aggregates` /
@@ -28,6 +28,13 @@ from sgi_lab.metrics.hns import (
     human_score,
     per_game_hns,
     random_score,
+)
+from sgi_lab.metrics.minatar import (
+    minatar_normalized_score,
+    minatar_random_score,
+    minatar_reference_score,
+    normalization_name,
+    normalized_score,
 )
 from sgi_lab.metrics.paper import (
     paper_aggregates,
@@ -66,6 +73,11 @@ __all__ = [
     "human_score",
     "iqm",
     "mean_hns",
+    "minatar_normalized_score",
+    "minatar_random_score",
+    "minatar_reference_score",
+    "normalization_name",
+    "normalized_score",
     "median_hns",
     "optimality_gap",
     "paper_aggregates",
