@@ -321,6 +321,8 @@ def test_demo_results_in_words_and_why_it_ran_over_budget():
         "evaluation: mean return -21 over 2 episode(s), human-normalized score 0.0078"
     )
     assert finetune[1].startswith("paper (SGI-M/S): mean -20.5, HNS 0.02 (not comparable)")
+    capped = stage_summary("finetune", {"eval_mean": -13.0, "eval_max_frames": 2000, "hns": 0.2})
+    assert capped[0].startswith("evaluation (capped at 500 steps: not a result): mean return -13")
 
     assert budget_note(14 * 60, [9.0], cores=2) is None
     busy = budget_note(27 * 60, [5.0, 7.0], cores=2)

@@ -32,7 +32,7 @@ from sgi_lab.metrics import (
     protocol_of,
 )
 from sgi_lab.metrics.paper import PER_GAME_TABLES
-from sgi_lab.metrics.protocol import EvalProtocol
+from sgi_lab.metrics.protocol import PAPER_PROTOCOL, EvalProtocol
 from sgi_lab.runs.status import require_finished
 
 __all__ = [
@@ -348,9 +348,12 @@ def _protocol_stamp(runs: pd.DataFrame) -> dict[str, Any]:
             if not pd.isna(e)
         ]
     )
+    capped = protocol is not None and protocol.max_frames is not None
     return {
         "protocol": protocol.label if protocol is not None else "unknown",
         "comparable": protocol is not None and protocol.comparable,
+        # episodes cut short score what they had when cut: never ranked with whole games
+        "capped": capped and protocol.max_frames < PAPER_PROTOCOL.max_frames,
     }
 
 
@@ -447,7 +450,14 @@ def format_aggregates(aggregates: pd.DataFrame, digits: int = 3) -> pd.DataFrame
         # Game counts are integers (their CI bounds too: percentiles of counts).
         return "-" if pd.isna(x) else (f"{x:.0f}" if metric.startswith("games_") else fmt(x))
 
+    # Capped evaluations last, marked: a cut game's score is not ranked among whole games.
     out = aggregates.copy()
+    if "capped" in out:
+        out = out.sort_values("capped", kind="stable").reset_index(drop=True)
+        out["method"] = [
+            f"{m} (capped: {p})" if c else m
+            for m, p, c in zip(out["method"], out["protocol"], out["capped"])
+        ]
     out["ours"] = [
         fmt_row(m, v) if pd.isna(lo) else f"{fmt_row(m, v)} ({fmt_row(m, lo)}, {fmt_row(m, hi)})"
         for m, v, lo, hi in zip(out.metric, out.value, out.lower, out.upper)

@@ -286,8 +286,15 @@ def stage_summary(notebook: str, results: dict[str, Any]) -> list[str]:
             lines.append(f"coverage of {label}: {_short(cells)} distinct cells per 1,000 steps")
     elif notebook == "finetune":
         if "eval_mean" in results:
+            cap = results.get("eval_max_frames")
+            # a capped game scores what it had when cut: said beside the score, every time
+            capped = (
+                f" (capped at {int(cap) // 4:,} steps: not a result)"
+                if cap is not None and int(cap) < 108_000
+                else ""
+            )
             lines.append(
-                f"evaluation: mean return {_short(results['eval_mean'])} over "
+                f"evaluation{capped}: mean return {_short(results['eval_mean'])} over "
                 f"{_short(results.get('eval_episodes'))} episode(s), human-normalized score "
                 f"{_short(results.get('hns'))}"
             )

@@ -150,6 +150,25 @@ def test_report_carries_the_evaluation_protocol(tmp_path):
     assert evaluation_protocol([read_run(full)]).comparable
 
 
+def test_a_capped_evaluation_is_marked_and_listed_after_whole_games(tmp_path):
+    """The smoke evaluation (cut at 500 steps: Pong -13) is marked in the report and listed
+    after a method evaluated on whole games, never above it (issue 36, item 5)."""
+    smoke = fake_run(tmp_path / "a" / "finetune__smoke__Pong__s0", "Pong", 0, [-13.0], "smoke")
+    demo = fake_run(tmp_path / "b" / "finetune__demo__Pong__s0", "Pong", 0, [-20.0], "demo")
+    for run, cap in ((smoke, 2000), (demo, None)):
+        evaluation = json.loads((run / "eval.json").read_text())
+        (run / "eval.json").write_text(json.dumps({**evaluation, "max_frames": cap}))
+    per_game, aggregates = report([smoke, demo], reps=10)
+    capped = per_game.set_index("method")["capped"].to_dict()
+    assert capped == {"smoke@sgi_m": True, "demo@sgi_m": False}
+    table = format_aggregates(aggregates)
+    methods = list(dict.fromkeys(table["method"]))
+    assert methods == [
+        "demo@sgi_m",
+        "smoke@sgi_m (capped: 1 episode, cap 2,000 frames (500 steps))",
+    ]
+
+
 def test_report_names_the_code_that_made_the_runs(tmp_path, capsys):
     def made_by(path, *entries):
         status = json.loads((path / "status.json").read_text())
