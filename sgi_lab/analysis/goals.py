@@ -208,7 +208,9 @@ def nearest_to_goal(
         latents: their (N, D) flat latents when already computed (`encode_rows`).
 
     Returns:
-        The `row_table` columns plus ``cosine``, best first.
+        The `row_table` columns plus ``cosine``, best first; ``attrs["searched_cosine"]``
+        holds ``searched, min, median, max`` of the cosine over every row searched, the
+        context that says whether "nearest" means anything (every row near 1: it does not).
     """
     rows = np.arange(len(store)) if rows is None else np.asarray(rows, dtype=np.int64)
     bank = encode_rows(model, store, rows) if latents is None else latents
@@ -218,7 +220,14 @@ def nearest_to_goal(
     order = np.argsort(-cos)[: int(k)]
     df = row_table(store, rows[order])
     df["cosine"] = cos[order]
-    return df.reset_index(drop=True)
+    df = df.reset_index(drop=True)
+    df.attrs["searched_cosine"] = {
+        "searched": int(len(cos)),
+        "min": float(cos.min()) if len(cos) else float("nan"),
+        "median": float(np.median(cos)) if len(cos) else float("nan"),
+        "max": float(cos.max()) if len(cos) else float("nan"),
+    }
+    return df
 
 
 class GoalExplorer:

@@ -14,7 +14,12 @@ from plotly.subplots import make_subplots
 from sgi_lab.data import TransitionStore
 from sgi_lab.viz.common import action_labels, no_data_message, square_pixels
 
-__all__ = ["frames_figure", "goal_trajectory_figure", "nearest_frames_figure"]
+__all__ = [
+    "frames_figure",
+    "goal_trajectory_figure",
+    "nearest_frames_figure",
+    "searched_cosine_note",
+]
 
 
 def goal_trajectory_figure(
@@ -65,43 +70,8 @@ def goal_trajectory_figure(
         1,
     )
     if q_columns:
-        names = (
-            list(action_names)
-            if action_names
-            else action_labels(df.attrs.get("game"), len(q_columns))
-        )
-        palette = qualitative.Plotly + qualitative.D3
-        for k, column in enumerate(q_columns):
-            fig.add_trace(
-                go.Scatter(
-                    x=step,
-                    y=df[column],
-                    mode="lines",
-                    name=f"Q({names[k]})",
-                    line={"color": palette[k % len(palette)], "width": 1.5},
-                ),
-                3,
-                1,
-            )
-        taken = df[q_columns].to_numpy()[np.arange(len(df)), df["action"].to_numpy()]
-        fig.add_trace(
-            go.Scatter(
-                x=step,
-                y=taken,
-                mode="markers",
-                name="action taken",
-                marker={"color": "black", "size": 4, "symbol": "x"},
-            ),
-            3,
-            1,
-        )
-    goal_row = df.attrs.get("goal_row")
-    # Only a goal on this trajectory has a step on its x axis (never another episode's state)
-    on_trajectory = df.attrs.get("goal_kind") == "future"
-    if on_trajectory and goal_row is not None and goal_row in set(df["row"]):
-        goal_step = int(df.loc[df["row"] == goal_row, "step"].iloc[0])
-        for r in range(1, panels + 1):
-            fig.add_vline(x=goal_step, line_dash="dot", line_color="gray", row=r, col=1)
+        _add_q_panel(fig, df, q_columns, action_names)
+    _mark_goal_step(fig, df, panels)
     fig.update_xaxes(title_text="step in episode (agent steps)", row=panels, col=1)
     fig.update_yaxes(title_text="similarity (0 to 1)", row=1, col=1)
     fig.update_yaxes(title_text="goal reward", row=2, col=1)
@@ -114,6 +84,52 @@ def goal_trajectory_figure(
         legend={"orientation": "h", "y": -0.08},
     )
     return fig
+
+
+def _add_q_panel(
+    fig: go.Figure, df: pd.DataFrame, q_columns: list[str], action_names: Sequence[str] | None
+) -> None:
+    """Panel 3: the goal-conditioned Q value of every action, and the action the data took."""
+    names = (
+        list(action_names) if action_names else action_labels(df.attrs.get("game"), len(q_columns))
+    )
+    palette = qualitative.Plotly + qualitative.D3
+    step = df["step"].to_numpy()
+    for k, column in enumerate(q_columns):
+        fig.add_trace(
+            go.Scatter(
+                x=step,
+                y=df[column],
+                mode="lines",
+                name=f"Q({names[k]})",
+                line={"color": palette[k % len(palette)], "width": 1.5},
+            ),
+            3,
+            1,
+        )
+    taken = df[q_columns].to_numpy()[np.arange(len(df)), df["action"].to_numpy()]
+    fig.add_trace(
+        go.Scatter(
+            x=step,
+            y=taken,
+            mode="markers",
+            name="action taken",
+            marker={"color": "black", "size": 4, "symbol": "x"},
+        ),
+        3,
+        1,
+    )
+
+
+def _mark_goal_step(fig: go.Figure, df: pd.DataFrame, panels: int) -> None:
+    """A dotted line at the goal's step in every panel, when the goal lies on the trajectory."""
+    goal_row = df.attrs.get("goal_row")
+    # Only a goal on this trajectory has a step on its x axis (never another episode's state)
+    on_trajectory = df.attrs.get("goal_kind") == "future"
+    if on_trajectory and goal_row is not None and goal_row in set(df["row"]):
+        goal_step = int(df.loc[df["row"] == goal_row, "step"].iloc[0])
+        for r in range(1, panels + 1):
+            fig.add_vline(x=goal_step, line_dash="dot", line_color="gray", row=r, col=1)
 
 
 def frames_figure(
@@ -139,7 +155,7 @@ def frames_figure(
     fig.update_layout(
         title={"text": title, "y": 0.98, "yanchor": "top"},
         height=height + 40,
-        margin={"l": 10, "r": 10, "t": 100, "b": 10},
+        margin={"l": 10, "r": 10, "t": 100 + 18 * (title or "").count("<br>"), "b": 10},
     )
     return fig
 
@@ -156,13 +172,40 @@ def nearest_frames_figure(store: TransitionStore, nearest: pd.DataFrame, goal=No
         A frame strip (one ``Heatmap`` per frame) titled with rows and cosine similarities.
     """
     rows = list(nearest["row"])
+    cosine = nearest["cosine"].to_numpy(float)
+    # cosines that agree to 3 decimals are shown to as many as tell them apart (up to 6)
+    spread = float(np.ptp(cosine)) if len(cosine) > 1 else 1.0
+    digits = int(min(6, max(3, np.ceil(-np.log10(spread)) + 1))) if spread > 0 else 6
     titles = [
-        f"ep {e}<br>t={s}<br>cos {c:.3f}"  # short lines: narrow panels put titles side by side
-        for e, s, c in zip(nearest["episode"], nearest["step"], nearest["cosine"])
+        f"ep {e}<br>t={s}<br>cos {c:.{digits}f}"  # short lines: narrow panels side by side
+        for e, s, c in zip(nearest["episode"], nearest["step"], cosine)
     ]
     if goal is not None and goal.row is not None:
         rows = [goal.row, *rows]
         titles = [f"<b>goal</b><br>row {goal.row}", *titles]
     frames = store.gather_frames(np.asarray(rows, dtype=np.int64))
     label = goal.label if goal is not None else "goal"
-    return frames_figure(frames, titles, title=f"stored frames nearest to the {label}")
+    title = f"stored frames nearest to the {label}"
+    context = searched_cosine_note(nearest.attrs.get("searched_cosine"))
+    if context:
+        title += f"<br><sup>{context}</sup>"
+    return frames_figure(frames, titles, title=title)
+
+
+NEAR_ONE = 0.99
+"""A cosine from which every searched frame counts as "as near as the nearest"."""
+
+
+def searched_cosine_note(stats: dict | None) -> str:
+    """What the nearest frames' cosines are worth, in one line: the cosine over every frame
+    searched, and when even the farthest is near 1, that nearness says little here (a random
+    or barely trained encoder maps every frame close to every other)."""
+    if not stats or not stats.get("searched"):
+        return ""
+    line = (
+        f"cosine to the goal over the {stats['searched']:,} frames searched: "
+        f"min {stats['min']:.4f}, median {stats['median']:.4f}, max {stats['max']:.4f}"
+    )
+    if stats["min"] >= NEAR_ONE:
+        line += ": every frame is near 1, so 'nearest' says little for this encoder"
+    return line

@@ -296,6 +296,25 @@ def test_goal_figures(small_store, model):
     nearest = goals.nearest_to_goal(model, small_store, goal, k=4)
     frames = viz.nearest_frames_figure(small_store, nearest, goal)
     assert len(frames.data) == 5 and "goal" in frames.layout.annotations[0].text
+    # the context of "nearest": the cosine over every frame searched (issue 36, item 6)
+    stats = nearest.attrs["searched_cosine"]
+    assert stats["searched"] == len(small_store) and stats["min"] <= stats["median"]
+    assert stats["max"] == pytest.approx(nearest["cosine"].iloc[0])
+    assert f"over the {len(small_store):,} frames searched" in frames.layout.title.text
+
+
+def test_nearest_cosines_near_one_are_said_to_say_little(small_store):
+    from sgi_lab.viz.goal_rewards import searched_cosine_note
+
+    near = {"searched": 2000, "min": 0.9991, "median": 0.9996, "max": 0.99991}
+    assert searched_cosine_note(near).endswith("so 'nearest' says little for this encoder")
+    spread = {"searched": 2000, "min": 0.2, "median": 0.6, "max": 0.95}
+    assert "says little" not in searched_cosine_note(spread) and searched_cosine_note(None) == ""
+    nearest = pd.DataFrame(
+        {"row": [1, 2], "episode": [0, 0], "step": [1, 2], "cosine": [0.999991, 0.999984]}
+    )
+    titles = [a.text for a in viz.nearest_frames_figure(small_store, nearest).layout.annotations]
+    assert titles[0].endswith("cos 0.999991") and titles[1].endswith("cos 0.999984")
 
 
 def test_live_figure_replace():
