@@ -27,6 +27,7 @@ from sgi_lab.data.store_format import (
 )
 from sgi_lab.data.store_writer import TransitionStoreWriter, check_store_target
 from sgi_lab.envs import canonical_env_game, is_minatar, make_env, num_actions
+from sgi_lab.envs.atari import PREPROCESSING
 from sgi_lab.envs.minatar import ENV_PROTOCOL as MINATAR_PROTOCOL
 from sgi_lab.envs.minatar import LABEL_NAMES
 from sgi_lab.envs.spec import ATARI_SPEC
@@ -177,7 +178,12 @@ def _resolve_protocol(game: str, env_protocol: str | None) -> str:
     """The env protocol of a collection: ``"minatar"`` for a MinAtar game (where the Atari
     default ``"dopamine"``, which generic callers pass, means the same), else the Atari one."""
     if not is_minatar(game):
-        return DEFAULT_ENV_PROTOCOL if env_protocol is None else env_protocol
+        protocol = DEFAULT_ENV_PROTOCOL if env_protocol is None else env_protocol
+        if protocol not in PREPROCESSING:  # an Atari game plays one of Atari's protocols
+            raise ValueError(
+                f"env_protocol: must be one of {', '.join(PREPROCESSING)}, got {protocol!r}"
+            )
+        return protocol
     if env_protocol not in (None, MINATAR_PROTOCOL, DEFAULT_ENV_PROTOCOL):
         raise ValueError(
             f"env_protocol: {env_protocol!r} is an Atari frame protocol; MinAtar game {game!r} "

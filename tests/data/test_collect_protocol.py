@@ -16,6 +16,7 @@ from sgi_lab.config import ConfigError
 from sgi_lab.data import StoreError, TransitionStore
 from sgi_lab.data.collect import collect_random
 from sgi_lab.data.store_format import ENV_PROTOCOLS, MANIFEST, StoreFolderError
+from sgi_lab.envs import ENV_PROTOCOLS as ENV_FACTORY_PROTOCOLS
 from sgi_lab.envs import make_env
 from sgi_lab.envs.atari import PREPROCESSING
 from sgi_lab.launch.cli import main
@@ -49,7 +50,9 @@ def _replay(store: TransitionStore, protocol: str) -> tuple[np.ndarray, np.ndarr
 
 
 def test_the_store_format_knows_the_env_protocols():
-    assert ENV_PROTOCOLS == PREPROCESSING
+    # Atari's frame protocols, then MinAtar's: the store format's copy (no emulator imported
+    # to read a store) equals the environments' own list.
+    assert ENV_PROTOCOLS == ENV_FACTORY_PROTOCOLS == (*PREPROCESSING, "minatar")
 
 
 @pytest.mark.parametrize("protocol", PREPROCESSING)
