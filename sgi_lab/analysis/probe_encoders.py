@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from sgi_lab.base.files import read_mapping
 from sgi_lab.config import ConfigError
 from sgi_lab.nets import SGIModel
 from sgi_lab.probes.probe import (
@@ -20,6 +21,7 @@ from sgi_lab.probes.probe import (
     random_init_model,
 )
 from sgi_lab.runs.checkpoints import CheckpointError, load_checkpoint
+from sgi_lab.runs.folder import config_changes
 from sgi_lab.runs.status import read_status, require_finished
 from sgi_lab.runs.status import run_kind as kind_of
 from sgi_lab.train.evaluate import load_run_model
@@ -59,7 +61,7 @@ def load_probe_encoder(source: str | os.PathLike, allow_unfinished: bool = False
                 f"{path}: not an encoder: no sgi-lab run here (no status.json of ours); probe a "
                 "pretraining or finetuning run folder, or a model/checkpoint file"
             )
-        require_finished(path, "probe", allow_unfinished)
+        unfinished = not require_finished(path, "probe", allow_unfinished)
         status = read_status(path) or {}
         if kind == "finetune":
             model, info = load_run_model(path)
@@ -67,14 +69,17 @@ def load_probe_encoder(source: str | os.PathLike, allow_unfinished: bool = False
             return ProbeEncoder(
                 model, str(path), "finetune", path / PROBES_FILE, status.get("params"),
                 info.get("step"), stamp=file_stamp(file) if file else {"step": info.get("step")},
+                unfinished=unfinished,
             )  # fmt: skip
         try:
             pretrained = load_pretrained(path, allow_unfinished=allow_unfinished)
         except (ConfigError, CheckpointError) as exc:
             raise ProbeInputError(f"{path}: not an encoder ({exc})") from exc
+        check_model_of_run(path, pretrained.path, pretrained.config)
         return ProbeEncoder(
             pretrained.build_model(), str(path), "pretrain", path / PROBES_FILE,
             pretrained.params, pretrained.step, stamp=file_stamp(pretrained.path),
+            unfinished=unfinished,
         )  # fmt: skip
     payload = load_checkpoint(path, "cpu")  # CheckpointError names a foreign file
     kind = payload.get("kind")
@@ -92,6 +97,25 @@ def load_probe_encoder(source: str | os.PathLike, allow_unfinished: bool = False
             stamp=file_stamp(path),
         )  # fmt: skip
     raise ProbeInputError(f"{path}: a {kind!r} file, not an encoder (no model weights to probe)")
+
+
+def check_model_of_run(run: Path, model_file: Path, model_config: dict | None) -> None:
+    """Refuse a model file whose recorded config is not its run folder's ``config.yaml`` (a
+    model copied in from another run would be labelled with this folder's params).
+
+    Raises:
+        ProbeInputError: naming the file and the keys that differ (runtime keys aside).
+    """
+    saved = read_mapping(run / "config.yaml")
+    if not model_config or not saved:
+        return  # nothing recorded to compare (an older file, a bare model)
+    changes = config_changes(saved, model_config)
+    if changes:
+        shown = ", ".join(f"{k}: {a!r} vs {b!r}" for k, (a, b) in list(changes.items())[:4])
+        raise ProbeInputError(
+            f"{model_file}: not this run's model: its config differs from {run / 'config.yaml'} "
+            f"in {sorted(changes)} ({shown}); probe the file itself, or the run it came from"
+        )
 
 
 def random_probe_encoder(

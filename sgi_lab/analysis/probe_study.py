@@ -85,6 +85,8 @@ def entry_row(entry: dict[str, Any], folder: str | os.PathLike | None = None) ->
         "seed": encoder.get("seed"),
         "overall": entry.get("overall"),
         "across_categories": entry.get("across_categories"),
+        # Probed from a run that had not finished (`read_probes` flags it): every view marks it.
+        "unfinished": bool(entry.get("unfinished") or encoder.get("unfinished")),
     }
     for category in CATEGORIES:
         row[category] = entry.get("categories", {}).get(category)

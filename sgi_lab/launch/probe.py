@@ -55,6 +55,7 @@ def main_probe(args: argparse.Namespace) -> int:
                 "run": encoder.source if encoder.kind != "random_init" else str(args.out),
                 "probes": str(encoder.out),
                 "computed": computed,
+                "unfinished": encoder.unfinished,
                 "game": result["store"]["game"],
                 "overall_f1": result.get("overall"),
                 "categories": result.get("categories"),
@@ -143,7 +144,10 @@ def print_probes(runs: list[Path]) -> int:
         "small_object_localization", "other_localization", "score_clock_lives_display",
         "miscellaneous", "majority", "random_init", "reward_f1", "action_accuracy",
     ]  # fmt: skip
-    shown = frame[columns].assign(folder=frame["folder"].map(lambda f: Path(f).name))
+    names = frame["folder"].map(lambda f: Path(f).name)
+    if "unfinished" in frame:  # a result of a run that had not finished says so
+        names = names.where(~frame["unfinished"].astype(bool), names + " (unfinished)")
+    shown = frame[columns].assign(folder=names)
     for column in columns[4:]:
         shown[column] = pd.to_numeric(shown[column])
     shown["seed"] = pd.to_numeric(shown["seed"]).astype("Int64")

@@ -87,6 +87,8 @@ class ProbeEncoder:
         stamp: size and modification time of the file the weights came from (None: a random
             encoder): a result is reused only for the same file, so a run trained again is
             probed again.
+        unfinished: the weights came from a run that had not finished (``--allow-unfinished``);
+            every view of the result marks it.
     """
 
     model: SGIModel
@@ -97,9 +99,11 @@ class ProbeEncoder:
     step: int | None = None
     seed: int | None = None
     stamp: dict[str, Any] | None = None
+    unfinished: bool = False
 
     def describe(self) -> dict[str, Any]:
         return {
+            "unfinished": self.unfinished,
             "source": self.source,
             "kind": self.kind,
             "encoder": self.model.encoder_name,

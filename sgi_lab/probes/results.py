@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -22,21 +23,142 @@ from sgi_lab.probes.probe import (
     probe_encoder,
     probe_settings_key,
 )
+from sgi_lab.runs.checkpoints import CHECKPOINT_RE
 
-__all__ = ["find_result", "probe_done", "probe_run", "read_probes", "write_probes"]
+__all__ = [
+    "entry_is_current",
+    "find_result",
+    "probe_done",
+    "probe_run",
+    "read_probes",
+    "write_probes",
+]
 
 
-def read_probes(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """The entries of a probes file (a run folder's ``probes.json``, or the file); [] if none."""
+# The parts of an entry every reader looks into, and what each must be.
+ENTRY_MAPPINGS = ("encoder", "store", "settings")
+OPTIONAL_MAPPINGS = (
+    "categories",
+    "majority",
+    "reward",
+    "action",
+    "split",
+    "seconds",
+    "random_init",
+)
+
+
+def read_probes(path: str | os.PathLike, current_only: bool = True) -> list[dict[str, Any]]:
+    """The entries of a probes file (a run folder's ``probes.json``, or the file); [] if none.
+
+    The one reader of probe results (``sgi-lab probe`` and ``report``, notebooks, the explorer,
+    studies), so that each of them:
+
+    - skips a malformed entry (not a mapping, or a part that is not one), with a warning
+      naming the file and the entry;
+    - with ``current_only``, keeps only the entries of the run's current model
+      (`entry_is_current`): a model trained again, or a run started over, leaves no stale
+      result behind;
+    - gets each entry's ``unfinished`` flag: probed from a run that had not finished
+      (``--allow-unfinished``, a checkpoint's weights in the run's own probes file).
+    """
     path = Path(path)
     if path.is_dir():
         path = path / PROBES_FILE
+    return [
+        {**entry, "unfinished": _unfinished(entry, path)}
+        for entry in _valid_entries(path)
+        if not current_only or entry_is_current(entry, path)
+    ]
+
+
+def _valid_entries(path: Path) -> list[dict[str, Any]]:
+    """A probes file's well-formed entries, as written (a malformed one warned of, skipped)."""
     try:
         payload = json.loads(path.read_text())
     except (OSError, ValueError):
         return []
     entries = payload.get("entries") if isinstance(payload, dict) else None
-    return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+    if not isinstance(entries, list):
+        return []
+    kept = []
+    for i, entry in enumerate(entries):
+        problem = _entry_problem(entry)
+        if problem:
+            warnings.warn(f"{path}: entry {i}: {problem}; skipped", stacklevel=3)
+            continue
+        kept.append(entry)
+    return kept
+
+
+def _entry_problem(entry: Any) -> str | None:
+    if not isinstance(entry, dict):
+        return f"a {type(entry).__name__}, not a mapping"
+    for key in ENTRY_MAPPINGS:
+        if not isinstance(entry.get(key), dict):
+            return f"{key!r} is {_what(entry.get(key))}, not a mapping"
+    for key in OPTIONAL_MAPPINGS:
+        if entry.get(key) is not None and not isinstance(entry[key], dict):
+            return f"{key!r} is {_what(entry[key])}, not a mapping"
+    stamp = entry["encoder"].get("stamp")
+    if stamp is not None and not isinstance(stamp, dict):
+        return f"'encoder.stamp' is {_what(stamp)}, not a mapping"
+    return None
+
+
+def _what(value: Any) -> str:
+    return "missing" if value is None else f"a {type(value).__name__}"
+
+
+def _stamped_file(stamp: dict[str, Any], probes_file: Path) -> Path | None:
+    """The model file an entry's stamp names, found beside the probes file or in its run's
+    ``checkpoints/``; None when it is in neither."""
+    name = stamp.get("name")
+    if not isinstance(name, str) or Path(name).name != name:
+        return None
+    for candidate in (probes_file.parent / name, probes_file.parent / "checkpoints" / name):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def entry_is_current(entry: dict[str, Any], probes_file: str | os.PathLike) -> bool:
+    """Whether an entry was made from the run's current model (by its encoder stamp).
+
+    - A random encoder's entry (no stamp), or one stamped only by a step, is current.
+    - In a run's ``probes.json``, once the run's ``model.pt`` exists only an entry of that very
+      file (name, size, modification time) is current: an entry of a checkpoint probed before
+      the run finished, or of a model trained over since, is stale.
+    - Otherwise the stamped file must be there unchanged; a checkpoint pruned since (its
+      ``probes_ckpt_N.json`` stays, a probe curve's point) is kept, a missing ``model.pt``
+      (the run started over) is not.
+    """
+    probes_file = Path(probes_file)
+    stamp = entry.get("encoder", {}).get("stamp")
+    if not isinstance(stamp, dict) or "name" not in stamp:
+        return True
+    model = probes_file.parent / "model.pt"
+    if probes_file.name == PROBES_FILE and model.is_file():
+        return stamp == file_stamp(model)
+    found = _stamped_file(stamp, probes_file)
+    if found is None:
+        return stamp.get("name") != "model.pt"
+    return stamp == file_stamp(found)
+
+
+def _unfinished(entry: dict[str, Any], probes_file: Path) -> bool:
+    """Recorded as unfinished, or (an entry written before the flag) a checkpoint's weights in
+    a run's own probes file."""
+    encoder = entry.get("encoder", {})
+    if encoder.get("unfinished"):
+        return True
+    stamp = encoder.get("stamp")
+    name = stamp.get("name") if isinstance(stamp, dict) else None
+    return (
+        probes_file.name == PROBES_FILE
+        and isinstance(name, str)
+        and CHECKPOINT_RE.search(name) is not None
+    )
 
 
 def find_result(
@@ -49,7 +171,7 @@ def find_result(
     encoder file ``stamp`` (None: a random encoder), or None."""
     for entry in read_probes(path):
         if (
-            entry.get("store", {}).get("fingerprint") == fingerprint
+            entry["store"].get("fingerprint") == fingerprint
             and entry.get("settings") == settings
             and entry.get("encoder", {}).get("stamp") == stamp
         ):
@@ -80,19 +202,14 @@ def write_probes(path: str | os.PathLike, result: dict[str, Any]) -> Path:
         same = (result["store"]["fingerprint"], json.dumps(result["settings"], sort_keys=True))
         entries = [
             e
-            for e in read_probes(path)
-            if (_fingerprint(e), json.dumps(e.get("settings"), sort_keys=True)) != same
+            for e in _valid_entries(path)
+            if (e["store"].get("fingerprint"), json.dumps(e["settings"], sort_keys=True)) != same
         ]
         payload = {"format": FORMAT, "entries": [*entries, result]}
         atomic_write_text(path, json.dumps(payload, indent=2, allow_nan=False) + "\n")
     finally:
         lock.release()
     return path
-
-
-def _fingerprint(entry: dict[str, Any]) -> Any:
-    store = entry.get("store")
-    return store.get("fingerprint") if isinstance(store, dict) else None
 
 
 def probe_run(

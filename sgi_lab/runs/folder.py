@@ -70,6 +70,9 @@ RUN_FILES = (
     "transfer.json",
 )
 RUN_FOLDERS = ("checkpoints", "figures")
+# The probe results of the run's model and checkpoints (``sgi-lab probe``): results of the model
+# a --overwrite discards, so they go with it (a report would show them as the new run's).
+PROBE_FILE_RE = re.compile(r"probes(_ckpt_\d+)?\.json")
 
 
 def slug(text: str) -> str:
@@ -200,8 +203,8 @@ class RunDir:
 
         1. A folder that is not empty and not a ``kind`` run of ours is refused
            (:class:`RunFolderError` naming it), with or without ``overwrite``.
-        2. ``overwrite``: the run's own files (:data:`RUN_FILES`, and the checkpoints in
-           ``checkpoints/``) are removed; anything else in the folder and its sub-folders
+        2. ``overwrite``: the run's own files (:data:`RUN_FILES`, its probe results
+           (:data:`PROBE_FILE_RE`) and the checkpoints in ``checkpoints/``) are removed; anything else in the folder and its sub-folders
            stays.
         3. Otherwise an existing run must have been started with the same config (every key
            but :data:`RUNTIME_KEYS`) and the same inputs (e.g. ``{"data": store fingerprint}``);
@@ -328,6 +331,9 @@ class RunDir:
             if name == "status.json" and keep_status:
                 continue
             (self.path / name).unlink(missing_ok=True)
+        for path in self.path.iterdir():
+            if PROBE_FILE_RE.fullmatch(path.name) and path.is_file() and not path.is_symlink():
+                path.unlink()
         # In its folders, only the files a run writes (checkpoints, by name); a user's files
         # there stay, and a folder left empty goes.
         for name in RUN_FOLDERS:
