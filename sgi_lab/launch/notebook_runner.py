@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +24,8 @@ from typing import Any
 
 import yaml
 
-from sgi_lab.base.files import atomic_write_text, jsonable, record_provenance
+from sgi_lab.base.files import atomic_write_text, jsonable, read_mapping, record_provenance
+from sgi_lab.base.paths import close_names, did_you_mean
 from sgi_lab.config import ConfigError, load_yaml_mapping, parse_value
 from sgi_lab.notebook import (
     DEFAULT_OUT_ROOT,
@@ -42,6 +44,7 @@ __all__ = [
     "KEEP_CHECKPOINTS",
     "NotebookRunError",
     "RunExistsError",
+    "TrainingProgress",
     "add_run_parser",
     "main_run",
     "notebook_defaults",
@@ -87,9 +90,11 @@ def resolve_notebook(notebook: str | os.PathLike) -> Path:
     for candidate in candidates:
         if candidate.is_file():
             return candidate.resolve()
-    raise FileNotFoundError(
-        f"no notebook {notebook!r} (tried {', '.join(str(c) for c in candidates)})"
-    )
+    known = sorted(p.stem for p in (root / "notebooks").glob("*.ipynb")) if root else []
+    close = close_names(path.stem, known)
+    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+    listed = f" (notebooks: {', '.join(known)})" if known else ""
+    raise FileNotFoundError(f"no notebook {str(notebook)!r}{hint}{listed}")
 
 
 # -- parameters ---------------------------------------------------------------------------------
@@ -104,7 +109,7 @@ def read_param_file(path: str | os.PathLike) -> dict[str, Any]:
             "params/notebooks/pretrain_smoke.yaml)"
         )
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: parameters file not found")
+        raise FileNotFoundError(did_you_mean(path, "parameters file"))
     return load_yaml_mapping(path, "a mapping of parameter names to values")
 
 
@@ -210,7 +215,7 @@ def run_notebook(
         out_root: where run folders go.
         overwrite: run again from scratch over a finished run (its folder is emptied).
         name: the run folder's name; default ``<notebook>__<config>__<game>__s<seed>``.
-        progress: papermill's per-cell progress bar.
+        progress: a bar of the training's step and rate (`TrainingProgress`), on stderr.
         kernel_name: Jupyter kernel; default the notebook's own (``python3``).
         keep_checkpoints: once the run finishes, the newest checkpoints kept in each of its
             ``checkpoints/`` folders (a population's agents included); None keeps all. A failed
@@ -272,9 +277,11 @@ def _open_run_folder(folder: Path, overwrite: bool) -> tuple[RunDir, bool]:
     state = run.status().get("state", "new")
     if state == "finished":
         if not overwrite:
+            made = run.status().get("source") or "a notebook run from JupyterLab"
             raise RunExistsError(
-                f"{folder} already holds a finished run; pass overwrite=True "
-                "(sgi-lab run --overwrite) to run it again from scratch, or choose another name"
+                f"{folder} already holds a finished run (from {made}); add --overwrite to run "
+                "it again from scratch, or --name NAME for a run folder of its own "
+                "(in Python: overwrite=True, name=...)"
             )
         shutil.rmtree(folder)
         return RunDir(folder), False
@@ -317,16 +324,94 @@ def _execute(
 
     # Static figures in the kernel: the executed notebook and its HTML page keep them.
 
-    with _environment({STATIC_FIGURES_ENV: "1"}):
+    # papermill's own bar counts cells (stuck on the training cell for minutes): the bar shown
+    # follows the training's metrics.jsonl instead, its step and rate.
+    follow = TrainingProgress(out_nb.parent, nb_path.stem) if progress else None
+    with _environment({STATIC_FIGURES_ENV: "1"}), follow or contextlib.nullcontext():
         papermill.execute_notebook(
             str(nb_path),
             str(out_nb),
             parameters=parameters,
             kernel_name=kernel_name,
-            progress_bar=progress,
+            progress_bar=False,
             cwd=str(find_project_root(nb_path.parent) or Path.cwd()),
             **_kernel_manager(),
         )
+
+
+class TrainingProgress:
+    """A text bar of the training inside a run folder while its notebook runs: the newest
+    ``metrics.jsonl`` below the folder (a population's agent 1 among them), its last ``step``
+    of the ``steps`` in the ``config.yaml`` beside it, and the rate; "running cells" before
+    any training has logged. A thread polls every ``every`` seconds; nothing is written."""
+
+    def __init__(self, folder: Path, label: str, every: float = 2.0, file: Any = None) -> None:
+        self.folder, self.label, self.every = Path(folder), label, every
+        self.file = file if file is not None else sys.stderr
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._training = False
+        self.bar: Any = None
+
+    def latest(self) -> tuple[int, int | None] | None:
+        """``(step, steps)`` of the newest metrics.jsonl below the folder, or None."""
+        files = sorted(self.folder.rglob("metrics.jsonl"), key=lambda p: p.stat().st_mtime)
+        if not files:
+            return None
+        step = _last_step(files[-1])
+        if step is None:
+            return None
+        steps = read_mapping(files[-1].parent / "config.yaml").get("steps")
+        return step, int(steps) if isinstance(steps, int) else None
+
+    def poll(self) -> None:
+        """Move the bar to the training's last step (the rate is tqdm's)."""
+        found = self.latest()
+        if found is None:
+            return
+        step, steps = found
+        if not self._training or self.bar.total != steps:
+            self._training = True
+            self.bar.reset(total=steps)
+            self.bar.set_description(f"{self.label}: training step", refresh=False)
+        self.bar.update(step - self.bar.n)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            with contextlib.suppress(OSError, ValueError):
+                self.poll()
+
+    def __enter__(self) -> TrainingProgress:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=None, desc=f"{self.label}: running cells", file=self.file)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        with contextlib.suppress(OSError, ValueError):
+            self.poll()
+        self.bar.close()
+
+
+def _last_step(path: Path) -> int | None:
+    """The ``step`` of a JSON-lines file's last complete row (a row being written is skipped)."""
+    with path.open("rb") as handle:
+        handle.seek(0, os.SEEK_END)
+        handle.seek(max(0, handle.tell() - 65536))
+        lines = handle.read().decode("utf-8", "replace").splitlines()
+    for line in reversed(lines):
+        try:
+            step = json.loads(line).get("step")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(step, int):
+            return step
+    return None
 
 
 def _mark_finished(run: RunDir, keep_checkpoints: int | None, started: float) -> None:
@@ -454,10 +539,10 @@ def main_run(args: argparse.Namespace) -> int:
                 keep_checkpoints=args.keep_checkpoints,
             )
     except NotebookRunError as exc:
-        print(f"sgi-lab run: {exc}", file=sys.stderr)
+        print(f"sgi-lab run: error: {exc}", file=sys.stderr)
         return 1
     except RunExistsError as exc:
-        print(f"sgi-lab run: {exc}", file=sys.stderr)
+        print(f"sgi-lab run: error: {exc}", file=sys.stderr)
         return 2
     print(folder)
     return 0
@@ -509,4 +594,6 @@ def _add_common(p: argparse.ArgumentParser, run_options: bool = True) -> None:
     p.add_argument("--overwrite", action="store_true", help="redo finished runs from scratch")
     if run_options:
         p.add_argument("--out-root", default=DEFAULT_OUT_ROOT, help="where run folders go")
-        p.add_argument("--no-progress", action="store_true", help="hide papermill's progress bar")
+        p.add_argument(
+            "--no-progress", action="store_true", help="hide the training's progress bar"
+        )

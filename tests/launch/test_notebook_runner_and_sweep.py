@@ -429,3 +429,45 @@ def test_sweep_kernels_start_with_the_users_thread_setting(tmp_path, monkeypatch
     with pytest.warns(UserWarning, match="oversubscribes"):
         summary = sweep.sweep(str(path), {"x": [1, 2]}, out_root=tmp_path / "sweep", max_parallel=2)
     assert [p["results"] for p in summary["points"]] == [dict.fromkeys(THREAD_VARIABLES, mine)] * 2
+
+
+def test_a_mistyped_notebook_or_params_file_gets_a_did_you_mean(tmp_path):
+    with pytest.raises(FileNotFoundError, match="did you mean pretrain\\?") as error:
+        notebook_runner.resolve_notebook("pretrian")
+    assert "(notebooks: ablations, datasets, finetune" in str(error.value)
+    (tmp_path / "pretrain_smoke.yaml").write_text("seed: 1\n")
+    with pytest.raises(FileNotFoundError, match="did you mean .*pretrain_smoke.yaml\\?"):
+        notebook_runner.read_param_file(tmp_path / "pretrain_smok.yaml")
+
+
+def test_cli_refusal_says_error_and_names_the_flags(tiny_notebook, tmp_path, capsys):
+    parser = argparse.ArgumentParser()
+    notebook_runner.add_run_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["run", str(tiny_notebook), "--out-root", str(tmp_path)])
+    args.no_progress = True
+    assert args.handler(args) == 0
+    capsys.readouterr()
+    assert args.handler(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sgi-lab run: error: ") and "already holds a finished run" in err
+    assert err.index("--overwrite") < err.index("overwrite=True") and "--name NAME" in err
+
+
+def test_training_progress_follows_the_newest_metrics_file(tmp_path):
+    """`sgi-lab run` shows the training's step of its steps, not papermill's cell counter."""
+    import io
+
+    agent = tmp_path / "run" / "Pong__s0"
+    agent.mkdir(parents=True)
+    (agent / "config.yaml").write_text("steps: 200\n")
+    rows = [{"step": 50, "loss": 1.0}, {"step": 120, "loss": 0.5}]
+    torn = '{"step": 130, "lo'  # a row being written
+    (agent / "metrics.jsonl").write_text("\n".join(map(json.dumps, rows)) + "\n" + torn)
+    out = io.StringIO()
+    with notebook_runner.TrainingProgress(tmp_path / "run", "pretrain", every=60, file=out) as p:
+        assert p.latest() == (120, 200)
+        p.poll()
+        assert (p.bar.n, p.bar.total) == (120, 200)
+    assert "pretrain: training step" in out.getvalue() and "120/200" in out.getvalue()
+    with notebook_runner.TrainingProgress(tmp_path / "none", "x", every=60, file=out) as idle:
+        assert idle.latest() is None  # no training yet: "running cells"
