@@ -12,13 +12,15 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from sgi_lab.base.files import read_mapping
+from sgi_lab.base.files import lock_holder, read_mapping
 from sgi_lab.base.paths import did_you_mean
-from sgi_lab.runs.status import read_status, run_folders
+from sgi_lab.runs.checkpoints import CHECKPOINT_RE, checkpoint_files
+from sgi_lab.runs.status import has_final_model, read_status, run_folders
 
 __all__ = [
     "add_status_parser",
@@ -46,7 +48,7 @@ def find_run_folders(root: str | os.PathLike) -> list[Path]:
     root = Path(root)
     if not root.exists():
         raise FileNotFoundError(did_you_mean(root))
-    return run_folders(root)
+    return run_folders(root, interrupted=True)
 
 
 def _timestamp(text: Any) -> float | None:
@@ -91,32 +93,62 @@ def _rate(rows: list[dict[str, Any]], config: dict[str, Any]) -> float | None:
     return None
 
 
+def _count(value: Any) -> int | None:
+    """A step or total as recorded, when it is a whole number (a bool, a dict, a string: None)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _true_state(folder: Path, status: dict[str, Any] | None) -> tuple[str, str | None]:
+    """The state a run is really in, and why it differs from its status.json (None: as said).
+
+    - status missing or torn (the folder was listed for its checkpoints): ``interrupted``;
+    - ``finished`` without the final ``model.pt`` of a training run: ``interrupted``;
+    - ``running`` while no process holds the folder's lock (killed, even by kill -9, since the
+      kernel frees the lock with its process): ``interrupted``.
+    """
+    if status is None:
+        return "interrupted", "status.json missing or torn; re-run its command to resume"
+    state = str(status.get("state", "unknown"))
+    if state == "finished" and not has_final_model(folder, status):
+        return "interrupted", "status says finished but model.pt is missing"
+    # Only the run lifecycle (a status with a kind) holds the lock while it runs.
+    if state == "running" and status.get("kind") and lock_holder(folder) is None:
+        return "interrupted", "its process is gone (the folder is not locked); re-run to resume"
+    return state, None
+
+
 def run_progress(folder: str | os.PathLike, now: float | None = None) -> dict[str, Any]:
     """What `sgi-lab status` says of one run folder.
 
     Returns:
-        ``run`` (the folder), ``stage`` (pretrain, finetune, a notebook's name, ...), ``state``,
-        ``step``, ``steps`` (the config's total, None when it has none), ``rate`` (steps/s, from
-        the run's logged throughput), ``eta_s`` (seconds left at that rate, running runs only),
-        ``age_s`` (seconds since the status was last written), ``stale`` (running but silent
-        for over `STALE_AFTER_S`: killed?), ``metrics`` (``{key: value}`` of the last logged
-        values of `SHOWN_METRICS`) and ``error`` (a failed run's message).
+        ``run`` (the folder), ``stage`` (pretrain, finetune, a notebook's name, ...), ``state``
+        (`_true_state`: ``interrupted`` for a run that says running but whose process is gone,
+        says finished without its model, or has a torn status), ``step``, ``steps`` (the
+        config's total, None when it has none), ``rate`` (steps/s, from the run's logged
+        throughput), ``eta_s`` (seconds left at that rate, running runs only), ``age_s``
+        (seconds since the status was last written), ``stale`` (running but silent for over
+        `STALE_AFTER_S`), ``metrics`` (``{key: value}`` of the last logged values of
+        `SHOWN_METRICS`) and ``error`` (a failed run's message, or why the state differs from
+        its status.json).
     """
     folder = Path(folder)
     now = time.time() if now is None else now
-    status = read_status(folder) or {}
+    recorded = read_status(folder)
+    status = recorded or {}
     config = read_mapping(folder / "config.yaml")
     rows = _last_rows(folder / "metrics.jsonl")
-    state = str(status.get("state", "unknown"))
-    step = status.get("step")
+    state, why = _true_state(folder, recorded)
+    step = _count(status.get("step"))
     if step is None and rows:
-        step = rows[-1].get("step")
-    steps = config.get("steps") if isinstance(config.get("steps"), int) else None
+        step = _count(rows[-1].get("step"))
+    if step is None and recorded is None:
+        newest = checkpoint_files(folder)
+        step = int(CHECKPOINT_RE.search(newest[-1].name).group(1)) if newest else None
+    steps = _count(config.get("steps"))
     rate = _rate(rows, config)
-    updated = _timestamp(status.get("updated")) or (folder / "status.json").stat().st_mtime
-    age = max(0.0, now - updated)
+    age = max(0.0, now - _updated(folder, status))
     eta = None
-    if state == "running" and rate and steps and isinstance(step, int) and rate > 0:
+    if state == "running" and rate and steps and step is not None and rate > 0:
         eta = max(0.0, (steps - step) / rate)
     metrics: dict[str, Any] = {}
     for row in reversed(rows):
@@ -124,6 +156,7 @@ def run_progress(folder: str | os.PathLike, now: float | None = None) -> dict[st
             if key not in metrics and isinstance(row.get(key), (int, float)):
                 metrics[key] = row[key]
     stage = status.get("kind") or status.get("notebook") or folder.name.split("__")[0]
+    message = status.get("message") if state == "failed" else None
     return {
         "run": str(folder),
         "stage": str(stage),
@@ -135,8 +168,22 @@ def run_progress(folder: str | os.PathLike, now: float | None = None) -> dict[st
         "age_s": age,
         "stale": state == "running" and age > STALE_AFTER_S,
         "metrics": {k: metrics[k] for k in SHOWN_METRICS if k in metrics},
-        "error": status.get("error"),
+        "error": status.get("error") or why or message,
     }
+
+
+def _updated(folder: Path, status: dict[str, Any]) -> float:
+    """When the status was last written: its ``updated`` field, else its file's (or the
+    folder's) modification time."""
+    stamp = _timestamp(status.get("updated"))
+    if stamp is not None:
+        return stamp
+    for path in (folder / "status.json", folder):
+        try:
+            return path.stat().st_mtime
+        except OSError:
+            continue
+    return time.time()
 
 
 def _duration(seconds: float | None) -> str:
@@ -170,7 +217,8 @@ def status_table(progress: list[dict[str, Any]], root: str | os.PathLike | None 
         short = {k.split("/", 1)[-1]: v for k, v in p["metrics"].items()}
         metrics = ", ".join(f"{k} {v:.4g}" for k, v in short.items())
         if p["error"]:
-            metrics = f"error: {str(p['error']).splitlines()[0][:80]}"
+            lines_of = str(p["error"]).splitlines() or [""]
+            metrics = f"{'error' if p['state'] == 'failed' else 'note'}: {lines_of[0][:80]}"
         rate = f"{p['rate']:.3g}/s" if p["rate"] else "-"
         lines.append(
             (
@@ -197,7 +245,13 @@ def main_status(args: argparse.Namespace) -> int:
     if not folders:
         print(f"no run folders (with a status.json) under {root}")
         return 0
-    progress = [run_progress(f) for f in folders]
+    progress = []
+    for folder in folders:
+        try:
+            progress.append(run_progress(folder))
+        except (OSError, ValueError, TypeError, AttributeError) as exc:
+            # One unreadable run must not hide the others: name it and go on.
+            print(f"sgi-lab status: skipped {folder}: {type(exc).__name__}: {exc}", file=sys.stderr)
     if args.state:
         progress = [p for p in progress if p["state"] == args.state]
     print(status_table(progress, root))

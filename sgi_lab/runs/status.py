@@ -38,22 +38,49 @@ def read_status(path: str | os.PathLike) -> dict[str, Any] | None:
     return payload
 
 
-def run_folders(root: str | os.PathLike) -> list[Path]:
+def run_folders(root: str | os.PathLike, interrupted: bool = False) -> list[Path]:
     """Run folders under ``root`` (``root`` itself when it is one), in path order: folders with a
     ``status.json`` of ours (`read_status`), not inside a run's ``checkpoints/``; none when
     ``root`` is not a folder. The one walk that finds runs (``sgi-lab status``, a notebook's
-    `sgi_lab.notebook.find_runs_of_kind`)."""
+    `sgi_lab.notebook.find_runs_of_kind`).
+
+    Symbolic links to folders are followed (runs kept on another disk), each folder visited
+    once however many links lead to it (a link to a parent ends there, no loop).
+
+    Args:
+        root: the folder searched.
+        interrupted: also the folders whose status is missing or torn but that hold a run of
+            ours (`interrupted_without_status`: a ``config.yaml`` beside checkpoints, or a
+            ``status.json`` that does not parse).
+    """
     root = Path(root)
     if not root.is_dir():
         return []
     found = []
-    for status in sorted(root.rglob("status.json")):
-        folder = status.parent
-        if "checkpoints" in folder.relative_to(root).parts:
+    for folder, files in _walk_folders(root):
+        if "status.json" not in files and not (interrupted and "config.yaml" in files):
             continue
-        if read_status(folder) is not None:
+        if read_status(folder) is not None or (interrupted and interrupted_without_status(folder)):
             found.append(folder)
-    return found
+    return sorted(found)
+
+
+def _walk_folders(root: Path):
+    """``(folder, file names)`` of every folder under ``root``, links followed, each real folder
+    once, ``checkpoints/`` folders left out (a run's checkpoints hold no runs)."""
+    seen: set[tuple[int, int]] = set()
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        try:
+            info = os.stat(dirpath)
+        except OSError:
+            dirnames[:] = []
+            continue
+        if (info.st_dev, info.st_ino) in seen:
+            dirnames[:] = []  # reached again through a link: already walked (or a loop)
+            continue
+        seen.add((info.st_dev, info.st_ino))
+        dirnames[:] = sorted(d for d in dirnames if d != "checkpoints")
+        yield Path(dirpath), set(filenames)
 
 
 def interrupted_without_status(path: str | os.PathLike) -> bool:

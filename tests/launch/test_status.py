@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from sgi_lab.base.files import FolderLock
 from sgi_lab.config import ConfigError, read_params
 from sgi_lab.envs.games import UnknownGameError, canonical_game
 from sgi_lab.launch import status
@@ -25,8 +26,10 @@ def _run(folder, state, step, steps, rows, kind="pretrain", age_s=5.0, **extra):
 
 @pytest.fixture
 def runs(tmp_path):
+    """Two running runs (their writers hold their folders' locks: this process stands in for
+    them) and a finished one."""
     root = tmp_path / "outputs"
-    _run(
+    pretrain = _run(
         root / "runs" / "pretrain__sgi_m__Pong__s0",
         "running",
         1000,
@@ -36,7 +39,7 @@ def runs(tmp_path):
             {"step": 1000, "losses/total": 2.0, "charts/samples_per_s": 6400.0},
         ],
     )
-    _run(
+    finetune = _run(
         root / "runs" / "finetune__x" / "Pong__s0",
         "running",
         40_000,
@@ -46,9 +49,13 @@ def runs(tmp_path):
         age_s=3 * 3600,
     )
     done = _run(root / "demo" / "pretrain", "finished", 200, 200, [{"step": 200}])
+    (done / "model.pt").write_bytes(b"final model")
     (done / "checkpoints").mkdir()
     (done / "checkpoints" / "status.json").write_text(json.dumps({"state": "running"}))
-    return root
+    locks = [FolderLock(pretrain, "a pretrain run"), FolderLock(finetune, "a finetune run")]
+    yield root
+    for lock in locks:
+        lock.release()
 
 
 def test_run_progress_rate_eta_and_metrics(runs):
@@ -143,3 +150,62 @@ def test_save_figure_writes_static_images_offline(tmp_path):
     svg = (tmp_path / "figures" / "curve.svg").read_text()
     assert svg.startswith("<svg") and "a figure" in svg
     assert (tmp_path / "figures" / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# -- what status says is true (issue 35 items 6, 7) ---------------------------------------------
+
+
+def test_status_tells_dead_torn_and_modelless_runs_as_interrupted(runs, tmp_path, capsys):
+    # Killed (kill -9) a minute ago: says running, but no process holds its lock.
+    dead = _run(runs / "runs" / "dead", "running", 10, 100, [{"step": 10, "charts/sps": 1.0}])
+    # Torn status.json beside checkpoints; an empty one; finished without model.pt.
+    torn = _run(runs / "runs" / "torn", "running", 20, 100, [])
+    (torn / "status.json").write_text('{"state": "runn')
+    (torn / "checkpoints").mkdir()
+    (torn / "checkpoints" / "ckpt_00000020.pt").write_bytes(b"x")
+    empty = _run(runs / "runs" / "empty", "running", 0, 100, [])
+    (empty / "status.json").write_text("")
+    (empty / "checkpoints").mkdir()
+    (empty / "checkpoints" / "ckpt_00000030.pt").write_bytes(b"x")
+    _run(runs / "runs" / "nomodel", "finished", 100, 100, [])
+    before = {p: p.stat().st_mtime_ns for p in runs.rglob("*")}
+    assert main(["status", str(runs), "--state", "interrupted"]) == 0
+    out = capsys.readouterr().out
+    shown = {line.split()[0]: line for line in out.splitlines()[1:] if line.startswith("runs/")}
+    assert set(shown) == {"runs/dead", "runs/torn", "runs/empty", "runs/nomodel"}, out
+    assert "process is gone" in shown["runs/dead"]
+    assert "20/100" in shown["runs/torn"] and "torn" in shown["runs/torn"]
+    assert "30/100" in shown["runs/empty"]
+    assert "model.pt is missing" in shown["runs/nomodel"]
+    p = status.run_progress(dead)
+    assert p["state"] == "interrupted" and p["eta_s"] is None
+    # The live runs are still running; the finished one with its model is finished.
+    assert status.run_progress(runs / "runs" / "pretrain__sgi_m__Pong__s0")["state"] == "running"
+    assert status.run_progress(runs / "demo" / "pretrain")["state"] == "finished"
+    assert {p: p.stat().st_mtime_ns for p in runs.rglob("*")} == before  # status only reads
+
+
+def test_status_follows_symlinked_folders_without_looping(runs, tmp_path, capsys):
+    view = tmp_path / "view"
+    view.mkdir()
+    (view / "linked").symlink_to(runs / "runs")
+    (runs / "runs" / "loop").symlink_to(runs)  # a link back up: no endless walk
+    assert main(["status", str(view)]) == 0
+    out = capsys.readouterr().out
+    assert "linked/pretrain__sgi_m__Pong__s0" in out and "linked/finetune__x" in out, out
+    assert out.count("demo/pretrain") == 1 and "3 run(s)" in out, out  # each run once
+
+
+def test_one_bad_status_is_named_and_the_others_listed(runs, capsys):
+    _run(runs / "runs" / "odd", "running", {"a": 1}, "many", [{"step": "x"}])
+    bad = _run(runs / "runs" / "bad", "failed", 5, 10, [])
+    (bad / "status.json").write_text(
+        json.dumps(
+            {"state": "failed", "kind": "pretrain", "step": 5, "updated": ["not", "a", "time"]}
+        )
+    )
+    assert main(["status", str(runs)]) == 0
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.out + captured.err
+    assert "runs/odd" in captured.out and "runs/bad" in captured.out
+    assert "pretrain__sgi_m" in captured.out
