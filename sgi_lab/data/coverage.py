@@ -8,6 +8,9 @@ detail finer than that: small sprite moves and flicker merge, a new room, a new 
 or a far-off player position do not. The coverage of the first ``t`` rows is the number of
 distinct cells among them; ``cells_per_1k`` is the coverage at ``budget`` rows per 1,000 rows,
 so stores of different sizes compare at the same data budget.
+
+A MinAtar frame (C, 10, 10) is already a coarse, symbolic screen: its cell is the grid itself
+(which channels are on where), without pooling.
 """
 
 from __future__ import annotations
@@ -15,17 +18,17 @@ from __future__ import annotations
 import numpy as np
 
 from sgi_lab.data.store import TransitionStore
-from sgi_lab.data.store_format import FRAME_SHAPE
 
 # Fixed odd 64-bit multipliers: a cell's hash is sum(level_j * w_j) mod 2^64 (no Python loop).
 _WEIGHTS = np.random.default_rng(20190101).integers(1, 2**63, size=4096, dtype=np.uint64) | 1
 
 
 def frame_cells(frames: np.ndarray, pool: int = 7, levels: int = 8) -> np.ndarray:
-    """Cell ids of frames: (n, 84, 84) uint8 -> (n,) uint64.
+    """Cell ids of frames: (n, 84, 84) uint8 (or MinAtar's (n, C, 10, 10)) -> (n,) uint64.
 
     Args:
-        frames: grayscale frames.
+        frames: grayscale frames, or multi-channel grids (their cell is the grid of on-cells;
+            ``pool`` and ``levels`` do not apply).
         pool: block size of the mean-pool (a divisor of 84).
         levels: gray levels after pooling (256 / levels values each).
 
@@ -33,12 +36,15 @@ def frame_cells(frames: np.ndarray, pool: int = 7, levels: int = 8) -> np.ndarra
         A 64-bit hash of each frame's quantised ``(84 / pool)^2`` block means; equal cells give
         equal ids (distinct cells collide with probability ~2^-64).
     """
-    h, w = FRAME_SHAPE
+    n = len(frames)
+    if frames.ndim == 4:
+        flat = (frames.reshape(n, -1) > 0).astype(np.uint64)
+        return (flat * _WEIGHTS[: flat.shape[1]]).sum(axis=1, dtype=np.uint64)
+    h, w = frames.shape[1:]
     if h % pool or w % pool:
         raise ValueError(f"pool must divide {h}, got {pool}")
     if not 1 <= levels <= 256:
         raise ValueError(f"levels must lie in 1..256, got {levels}")
-    n = len(frames)
     blocks = frames.reshape(n, h // pool, pool, w // pool, pool).mean(axis=(2, 4))
     quantised = np.minimum(blocks * (levels / 256.0), levels - 1).astype(np.uint64)
     flat = quantised.reshape(n, -1)

@@ -10,6 +10,7 @@ import pytest
 
 from sgi_lab.data import SequenceSampler, StoreError, TransitionStore, TransitionStoreWriter
 from sgi_lab.data.collect import RandomHoldPolicy, collect, collect_random
+from sgi_lab.data.coverage import frame_cells, state_coverage
 from sgi_lab.data.store_format import FRAME_SHAPE
 from sgi_lab.envs import make_env
 from sgi_lab.envs.minatar import LABEL_NAMES
@@ -149,3 +150,15 @@ def test_labels_are_required_by_a_store_that_has_them(tmp_path):
     atari.append(np.zeros(FRAME_SHAPE, np.uint8), 0, 0.0, True, True)
     with pytest.raises(StoreError, match="holds no game-state labels"):
         TransitionStore(atari.close()).gather_labels(np.array([0]))
+
+
+def test_state_coverage_counts_distinct_grids(tmp_path):
+    grids = np.zeros((4, 4, 10, 10), np.uint8)
+    grids[1, 0, 9, 4] = 255
+    grids[2, 0, 9, 4] = 255  # the same grid as row 1
+    grids[3, 1, 0, 0] = 255
+    ids = frame_cells(grids)
+    assert ids[1] == ids[2] and len(set(ids.tolist())) == 3
+    store = collect_random("minatar/breakout", 400, tmp_path / "s", seed=0, progress=False)
+    distinct = len(np.unique(store.gather_frames(np.arange(400)).reshape(400, -1), axis=0))
+    assert state_coverage(store)["cells"] == distinct
