@@ -26,6 +26,8 @@ from sgi_lab.experiments.spec import (
     DataSpec,
     Experiment,
 )
+from sgi_lab.probes.atariari import UnannotatedGameError
+from sgi_lab.probes.probe import ProbeInputError, check_probe_store
 from sgi_lab.runs.folder import run_name
 from sgi_lab.train.capacity import split_population
 from sgi_lab.train.finetune import population_configs, population_folders
@@ -352,6 +354,24 @@ def _finetune_tasks(
     return tasks
 
 
+def _check_folder_store(store: Path, where: str, game: str) -> None:
+    """An existing folder store a probe reads, checked up front (before collection and
+    pretraining run): a store of this game, with RAM, whose manifest's claims hold. Its
+    checksums are verified by the probe itself; a folder not made yet is the probe's to refuse.
+
+    Raises:
+        ConfigError: naming the data source, the store and what is wrong.
+    """
+    if not store.exists():
+        return
+    try:
+        opened = check_probe_store(store, option=where, verify=False)
+    except (ProbeInputError, UnannotatedGameError) as exc:
+        raise ConfigError(str(exc) if str(exc).startswith(where) else f"{where}: {exc}") from None
+    if opened.game != game:
+        raise ConfigError(f"{where}: {store} holds {opened.game} frames, not {game}'s")
+
+
 def _probe_tasks(
     experiment: Experiment,
     out: Path,
@@ -381,6 +401,8 @@ def _probe_tasks(
                 source = data_tasks[spec.data, game]
                 store = source.folder if isinstance(source, Task) else source
                 data_deps = (source.id,) if isinstance(source, Task) else ()
+                if not isinstance(source, Task):
+                    _check_folder_store(store, f"data.{spec.data}", game)
                 key = {
                     "store": str(store),
                     "split_seed": spec.split_seed,

@@ -364,7 +364,8 @@ def _run_report(graph, task, states, info, display, emit) -> None:
     finished = [d for d in task.deps if states[d] == "done"]
     if task.kind == "report" and not finished:
         states[task.id] = "blocked"
-        entry["error"] = "no finetuning task finished"
+        kinds = sorted({graph.task(d).kind for d in task.deps}) or ["finetuning"]
+        entry["error"] = f"no {' or '.join(kinds)} task finished (see their logs)"
         return
     if all(states[d] == "done" for d in task.deps) and not _report_stale(graph) and task_done(task):
         states[task.id] = "done"

@@ -22,6 +22,7 @@ from sgi_lab.config import (
     load_yaml_mapping,
 )
 from sgi_lab.envs.games import ATARI_100K_GAMES, UnknownGameError, canonical_game
+from sgi_lab.probes.atariari import UnannotatedGameError, annotations
 
 EXECUTORS = ("local", "ray")
 EXPERIMENT_FILE = "experiment.yaml"
@@ -301,6 +302,30 @@ def _check_sets(experiment: Experiment, path: Path) -> None:
                 raise ConfigError(f"{path}: {where}.set.{key}: {problem}") from None
 
 
+def _check_probes(experiment: Experiment, path: Path) -> None:
+    """A probe configuration's values, up front (not after collection and pretraining): at
+    least 3 frames, seeds that are distinct and not negative, games AtariARI annotates."""
+    for i, spec in enumerate(experiment.probe):
+        where = f"{path}: probe[{i}]"
+        if spec.max_frames is not None and spec.max_frames < 3:
+            raise ConfigError(
+                f"{where}.max_frames: at least 3 (a row per split), or null, got {spec.max_frames}"
+            )
+        repeated = sorted({s for s in spec.seeds if spec.seeds.count(s) > 1})
+        if not spec.seeds or repeated or min(spec.seeds) < 0:
+            raise ConfigError(
+                f"{where}.seeds: distinct seeds >= 0, got {shorten(spec.seeds)}"
+                + (f" ({repeated} repeated)" if repeated else "")
+            )
+        if spec.split_seed < 0:
+            raise ConfigError(f"{where}.split_seed: at least 0, got {spec.split_seed}")
+        for game in experiment.games:
+            try:
+                annotations(game)
+            except UnannotatedGameError as exc:
+                raise ConfigError(f"{where}: games: {exc}") from None
+
+
 def _check_references(experiment: Experiment, path: Path) -> None:
     def duplicates(items: Sequence[Any]) -> list[Any]:
         return sorted({x for x in items if list(items).count(x) > 1}, key=str)
@@ -344,6 +369,7 @@ def _check_references(experiment: Experiment, path: Path) -> None:
     probe_names = [p.name for p in experiment.probe]
     if duplicates(probe_names):
         raise ConfigError(f"{path}: probe: repeated names {duplicates(probe_names)}")
+    _check_probes(experiment, path)
     for i, spec in enumerate(experiment.probe):
         if spec.data not in experiment.data:
             raise ConfigError(

@@ -16,9 +16,41 @@ from sgi_lab.probes import PROBES_FILE, ProbeInputError, ProbeSettings, check_pr
 __all__ = ["add_probe_parser", "main_probe"]
 
 
+SEED_LIMIT = 2**63
+"""Seeds torch and NumPy both take: 0 <= seed < 2**63."""
+
+
+def check_probe_options(args: argparse.Namespace) -> None:
+    """Refuse, naming the option and what it takes, a value the probes cannot use."""
+    import torch
+
+    for option, value in (
+        ("--seed", args.seed),
+        ("--split-seed", args.split_seed),
+        ("--random-baseline-seed", args.random_baseline_seed),
+    ):
+        if not 0 <= value < SEED_LIMIT:
+            raise ProbeInputError(f"{option} {value}: a seed is a whole number in [0, 2**63)")
+    if args.threads < 0:
+        raise ProbeInputError(f"--threads {args.threads}: at least 0 (0: torch's default)")
+    if args.max_frames is not None and args.max_frames < 3:
+        raise ProbeInputError(
+            f"--max-frames {args.max_frames}: at least 3 (a row each for the train, validation "
+            "and test splits), or leave it out for every row"
+        )
+    device = str(args.device)
+    if device != "auto" and device != "cpu" and not device.startswith("cuda"):
+        raise ProbeInputError(f"--device {device}: one of auto, cpu, cuda (or cuda:N)")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ProbeInputError(
+            f"--device {device}: CUDA is not available on this machine; use --device cpu or auto"
+        )
+
+
 def main_probe(args: argparse.Namespace) -> int:
     import torch
 
+    check_probe_options(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     # Every input is checked before anything is computed or written.

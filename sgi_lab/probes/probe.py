@@ -533,13 +533,66 @@ def probe_settings_key(
     return key
 
 
-def check_probe_store(store_path: str | os.PathLike, state_probes: bool = True) -> TransitionStore:
-    """Open a store for probing, refusing (for the state probes) one without RAM or of an
-    unannotated game."""
+def check_probe_store(
+    store_path: str | os.PathLike,
+    state_probes: bool = True,
+    option: str = "--data",
+    verify: bool = True,
+) -> TransitionStore:
+    """Open a store for probing, refusing (naming ``option``, the setting that named it: ``--data``,
+    ``probe_data``, an experiment's ``data.NAME``) a store that is missing, damaged (its
+    checksums and counts, `TransitionStore.verify`), whose manifest's claims its data belie
+    (`store_claim_problem`), or (for the state probes) one without RAM or of an unannotated
+    game."""
     try:
         store = TransitionStore(store_path)
     except StoreError as exc:
-        raise ProbeInputError(f"--data: {exc}") from exc
+        raise ProbeInputError(f"{option}: {exc}") from exc
+    problems = store.verify() if verify else []
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise ProbeInputError(
+            f"{option}: {store.path}: damaged store, refusing to probe it: {problems[0]}{more}; "
+            f"sgi-lab info {store.path} --verify lists them"
+        )
+    claim = store_claim_problem(store)
+    if claim:
+        raise ProbeInputError(f"{option}: {store.path}: {claim}")
     if state_probes:
         check_store(store)
     return store
+
+
+def store_claim_problem(store: TransitionStore) -> str | None:
+    """What a store's manifest claims that its data or its game belie, or None: the recorded
+    actions must fit the manifest's action count, and that count must be the game's (its
+    minimal action set, or 18 when recorded with the full one). A game edited into the manifest
+    of another game's frames usually fails one of these. Games the ALE does not know (MinAtar
+    stores) get the first check only."""
+    manifest = store.manifest
+    claimed = store.num_actions
+    largest = int(store.actions.max()) if len(store) else -1
+    if largest >= claimed:
+        return (
+            f"the data hold action {largest}, but the manifest says {claimed} action(s): the "
+            "manifest does not describe these frames"
+        )
+    expected = _game_action_counts(manifest.game, bool(manifest.params.get("full_action_space")))
+    if expected is not None and manifest.num_actions is not None and claimed not in expected:
+        return (
+            f"the manifest says {claimed} actions, but {manifest.game} has "
+            f"{' or '.join(map(str, expected))}: the manifest's game or action count is wrong"
+        )
+    return None
+
+
+def _game_action_counts(game: str, full_action_space: bool) -> tuple[int, ...] | None:
+    """The action counts a store of ``game`` may hold; None when the ALE does not know it."""
+    # lazy: gymnasium and ale-py load only when a store is checked (an Atari game's count)
+    from sgi_lab.envs.atari import num_actions
+
+    try:
+        minimal = num_actions(game)
+    except Exception:  # an unknown or MinAtar game, or no ALE here: nothing to compare with
+        return None
+    return (18,) if full_action_space else (minimal,)

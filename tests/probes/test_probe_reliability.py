@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from sgi_lab.data import TransitionStore, TransitionStoreWriter
 from sgi_lab.launch.cli import main
@@ -84,7 +85,7 @@ def small_store(path, episodes: int = 8, length: int = 30, game: str = "Pong", s
     first[::length] = 1
     writer.append_many(
         frame=frames,
-        action=(values // 2).astype(np.int32),
+        action=rng.integers(0, 6, n).astype(np.int32),  # Pong's six actions, as played
         reward=(values == 7).astype(np.float32),
         terminal=np.roll(first, -1),
         first=first,
@@ -204,3 +205,136 @@ def test_a_model_from_another_run_is_refused_naming_the_keys(tmp_path, capsys):
     assert rc == 2 and len(err.splitlines()) == 1, err
     assert "model.pt: not this run's model" in err and "spr_weight" in err, err
     assert sorted(p.name for p in run.iterdir()) == before
+
+
+# -- item 4: a store is verified before it is probed --------------------------------------------
+
+
+def _edit_manifest(store_path: Path, **changes) -> None:
+    path = store_path / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest.update(changes)
+    path.write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        ("flipped byte", "damaged store, refusing to probe it"),
+        # Pong's six actions under a manifest saying Breakout (4): the store reader, the
+        # fingerprint or the probe's own claim check refuses it, whichever comes first.
+        ("game Breakout", "4 action"),
+        ("game Breakout, no fingerprint", "4 action"),
+        ("18 actions", "the manifest says 18 actions, but Pong has 6"),
+        ("fewer transitions", "num_transitions is 100"),
+    ],
+)
+def test_a_damaged_or_misdescribed_store_is_not_probed(tmp_path, capsys, damage, message):
+    store = small_store(tmp_path / "s")
+    if damage == "flipped byte":
+        chunk = sorted((store.path / "chunks").glob("frame_*.npy"))[0]
+        data = bytearray(chunk.read_bytes())
+        data[-10] ^= 0xFF
+        chunk.write_bytes(bytes(data))
+    elif damage == "game Breakout":
+        _edit_manifest(store.path, game="Breakout", num_actions=4)
+    elif damage == "game Breakout, no fingerprint":  # an older store records none
+        _edit_manifest(store.path, game="Breakout", num_actions=4, fingerprint=None)
+    elif damage == "18 actions":
+        _edit_manifest(store.path, num_actions=18)
+    else:
+        _edit_manifest(store.path, num_transitions=100)
+    out = tmp_path / "random"
+    argv = ["probe", "--random-init", "nature", "--out", out, "--data", store.path]
+    rc, _, err = run_cli(capsys, [*argv, "--no-progress"])
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert f"--data: {store.path}" in err and message in err, err
+    assert not out.exists()  # nothing probed, nothing written
+
+
+# -- items 7, 9: options named, bad values refused up front --------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--max-frames", "0", "--max-frames 0: at least 3"),
+        ("--max-frames", "-5", "--max-frames -5: at least 3"),
+        ("--split-seed", "-1", "--split-seed -1: a seed"),
+        ("--seed", str(2**70), f"--seed {2**70}: a seed"),
+        ("--threads", "-3", "--threads -3: at least 0"),
+        ("--device", "tpu", "--device tpu: one of auto, cpu, cuda"),
+    ],
+)
+def test_probe_options_are_refused_naming_them(tmp_path, capsys, option, value, message):
+    store = small_store(tmp_path / "s", episodes=4)
+    out = tmp_path / "random"
+    argv = ["probe", "--random-init", "nature", "--out", out, "--data", store.path, option, value]
+    rc, _, err = run_cli(capsys, [*argv, "--no-progress"])
+    assert rc == 2 and len(err.splitlines()) == 1 and message in err, err
+    assert not out.exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for a machine without CUDA")
+def test_probe_on_cuda_without_cuda_names_the_option(tmp_path, capsys):
+    store = small_store(tmp_path / "s", episodes=4)
+    argv = ["probe", "--random-init", "nature", "--out", tmp_path / "r", "--data", store.path]
+    rc, _, err = run_cli(capsys, [*argv, "--device", "cuda", "--no-progress"])
+    assert rc == 2 and "--device cuda: CUDA is not available" in err, err
+
+
+def _probe_experiment(tmp_path, probe: dict, games=("Pong",), data=None) -> Path:
+    spec = {
+        "name": "x",
+        "games": list(games),
+        "data": data or {"r": {"source": "random", "steps": 100}},
+        "probe": [{"name": "p", "data": "r", "pretrain": ["none"], **probe}],
+    }
+    file = tmp_path / "x.yaml"
+    file.write_text(yaml.safe_dump(spec))
+    return file
+
+
+@pytest.mark.parametrize(
+    ("probe", "games", "message"),
+    [
+        ({"max_frames": 0}, ["Pong"], "probe[0].max_frames: at least 3"),
+        ({"max_frames": -5}, ["Pong"], "probe[0].max_frames: at least 3"),
+        ({"seeds": [0, 0]}, ["Pong"], "probe[0].seeds: distinct seeds >= 0, got [0, 0] ([0] rep"),
+        ({"seeds": [-1]}, ["Pong"], "probe[0].seeds"),
+        ({"split_seed": -1}, ["Pong"], "probe[0].split_seed: at least 0"),
+        ({}, ["Alien"], "probe[0]: games: Alien"),
+    ],
+)
+def test_experiment_probe_values_are_refused_before_anything_runs(
+    tmp_path, capsys, probe, games, message
+):
+    file = _probe_experiment(tmp_path, probe, games)
+    out = tmp_path / "exp"
+    rc, _, err = run_cli(capsys, ["experiment", file, "--out", out, "--dry-run"])
+    assert rc == 2 and len(err.splitlines()) == 1 and message in err, err
+    assert not out.exists()
+
+
+def test_a_folder_store_a_probe_cannot_read_is_refused_at_dry_run(tmp_path, capsys):
+    no_ram = TransitionStoreWriter.create(
+        tmp_path / "noram", game="Pong", source="random", num_actions=6, chunk_size=50
+    )
+    no_ram.append_many(
+        frame=np.zeros((40, 84, 84), np.uint8),
+        action=np.zeros(40, np.int32),
+        reward=np.zeros(40, np.float32),
+        terminal=np.zeros(40, np.uint8),
+        first=(np.arange(40) % 10 == 0).astype(np.uint8),
+    )
+    no_ram.close()
+    breakout = small_store(tmp_path / "pong_frames")
+    for src, message in (
+        (tmp_path / "noram", "this store holds no RAM"),
+        (breakout.path, None),
+    ):
+        data = {"r": {"source": "folder", "src": str(src)}}
+        file = _probe_experiment(tmp_path, {}, ["Breakout"] if message is None else ["Pong"], data)
+        rc, _, err = run_cli(capsys, ["experiment", file, "--out", tmp_path / "e", "--dry-run"])
+        assert rc == 2 and len(err.splitlines()) == 1 and "data.r" in err, err
+        assert (message or "holds Pong frames, not Breakout's") in err, err

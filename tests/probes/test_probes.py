@@ -68,7 +68,12 @@ def synthetic_store(
     if shuffle:
         rams = rams[rng.permutation(n)]
     writer = TransitionStoreWriter.create(
-        path, game=game, source=source, num_actions=6, chunk_size=300, ram=ram
+        path,
+        game=game,
+        source=source,
+        num_actions=18 if game == "Alien" else 6,
+        chunk_size=300,
+        ram=ram,
     )
     first = np.zeros(n, np.uint8)
     first[::length] = 1
