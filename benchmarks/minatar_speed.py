@@ -74,10 +74,10 @@ def encoder_times(repeats: int, batches: tuple[int, ...] = (32, 256)) -> dict[st
         for batch in batches:
             x = torch.randint(0, 2, (batch, *spec.stacked_shape), dtype=torch.uint8) * 255
             times = []
-            for i in range(repeats + 5):
+            for i in range(repeats + 20):
                 start = time.perf_counter()
                 encoder(x).sum().backward()
-                if i >= 5:  # warm-up first
+                if i >= 20:  # warm-up first (thread pools, oneDNN kernels)
                     times.append(time.perf_counter() - start)
             row[f"batch_{batch}_ms"] = 1000 * statistics.median(times)
             row[f"batch_{batch}_min_ms"] = 1000 * min(times)

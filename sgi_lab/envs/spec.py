@@ -18,6 +18,7 @@ from typing import Any
 __all__ = [
     "ATARI_SPEC",
     "MINATAR_CHANNELS",
+    "MINATAR_MAX_CHANNELS",
     "ObservationSpec",
     "minatar_spec",
     "spec_from_json",
@@ -92,9 +93,21 @@ MINATAR_CHANNELS: dict[str, int] = {
 MINATAR_SIZE = 10
 
 
-def minatar_spec(game: str, frames: int = 1) -> ObservationSpec:
-    """The spec of a MinAtar game (its key in `MINATAR_CHANNELS`, e.g. ``"breakout"``)."""
-    return ObservationSpec(MINATAR_CHANNELS[game], MINATAR_SIZE, MINATAR_SIZE, "uint8", frames)
+MINATAR_MAX_CHANNELS = max(MINATAR_CHANNELS.values())
+"""The most channels of any MinAtar game (Seaquest's 10): games padded to it share one input."""
+
+
+def minatar_spec(game: str, frames: int = 1, channels: int | None = None) -> ObservationSpec:
+    """The spec of a MinAtar game (its key in `MINATAR_CHANNELS`, e.g. ``"breakout"``).
+
+    ``channels``: pad every frame with empty channels up to this many (at least the game's
+    own), e.g. `MINATAR_MAX_CHANNELS` so that the five games share one input shape, as one
+    batched population of all five needs; None: the game's own count.
+    """
+    own = MINATAR_CHANNELS[game]
+    if channels is not None and (not isinstance(channels, int) or channels < own):
+        raise ValueError(f"channels: at least {game}'s {own} channels, got {channels!r}")
+    return ObservationSpec(channels or own, MINATAR_SIZE, MINATAR_SIZE, "uint8", frames)
 
 
 def spec_from_json(payload: Any, where: str = "observation") -> ObservationSpec:

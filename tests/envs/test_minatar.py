@@ -28,7 +28,7 @@ from sgi_lab.envs.minatar import (
     is_minatar,
 )
 from sgi_lab.envs.pool import EnvPool
-from sgi_lab.envs.spec import ATARI_SPEC, MINATAR_CHANNELS
+from sgi_lab.envs.spec import ATARI_SPEC, MINATAR_CHANNELS, MINATAR_MAX_CHANNELS
 
 minatar = pytest.importorskip("minatar")
 
@@ -178,3 +178,20 @@ def test_without_the_package_one_line_says_how_to_install(monkeypatch):
     # What needs no emulator still works: names, specs, action counts.
     assert observation_spec("minatar/seaquest").channels == 10
     assert num_actions("minatar/seaquest") == 6
+
+
+def test_padded_channels_give_all_five_games_one_shape():
+    assert MINATAR_MAX_CHANNELS == 10
+    shapes = set()
+    for game in MINATAR_GAMES:
+        env = make_env(game, seed=0, channels=MINATAR_MAX_CHANNELS)
+        obs, _ = env.reset()
+        own = MINATAR_CHANNELS[game.removeprefix("minatar/")]
+        state = env.unwrapped._env.state()
+        np.testing.assert_array_equal(obs[:own], np.moveaxis(state, -1, 0) * np.uint8(255))
+        assert not obs[own:].any()  # the padding is empty
+        shapes.add(obs.shape)
+        assert observation_spec(game, channels=10).stacked_shape == obs.shape
+    assert shapes == {(10, 10, 10)}
+    with pytest.raises(ValueError, match="channels: at least seaquest's 10 channels, got 4"):
+        observation_spec("minatar/seaquest", channels=4)
