@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,7 @@ __all__ = [
     "PROBES_FILE",
     "ProbeEncoder",
     "ProbeInputError",
+    "check_probe_data",
     "check_probe_store",
     "check_store",
     "file_stamp",
@@ -561,6 +563,41 @@ def check_probe_store(
     if state_probes:
         check_store(store)
     return store
+
+
+def check_probe_data(
+    probe_data: str | os.PathLike, training: TransitionStore, option: str = "probe_data"
+) -> tuple[TransitionStore, dict[str, str]]:
+    """The probe store of a pretraining run (``probe_every``), checked before the run starts:
+    `check_probe_store` (named ``option``), of the game the run trains on, and a warning when
+    it is the training data itself (the probes would read states the encoder trained on).
+
+    Returns:
+        (the store, ``{"probe_data": its fingerprint}``): the identity to record with the run's
+        inputs (`sgi_lab.runs.folder.RunDir.open`), so that a resume on another store at the
+        same path (one curve from two stores) is refused naming it.
+
+    Raises:
+        ProbeInputError: naming ``option``: a store that cannot be probed, or of another game.
+    """
+    store = check_probe_store(probe_data, option=option)
+    if store.game != training.game:
+        raise ProbeInputError(
+            f"{option}: {store.path} holds {store.game} frames, but the run trains on "
+            f"{training.game} ({training.path}); probe a store of the same game"
+        )
+    if store.fingerprint == training.fingerprint:
+        warnings.warn(
+            f"{option}: {store.path} is the training data itself: the probes read states the "
+            "encoder trained on (a held-out store of the same game says more)",
+            stacklevel=2,
+        )
+    return store, {probe_data_key(option): store.fingerprint}
+
+
+def probe_data_key(option: str = "probe_data") -> str:
+    """The name a probe store's fingerprint goes under in a run's inputs."""
+    return option.lstrip("-").replace("-", "_")
 
 
 def store_claim_problem(store: TransitionStore) -> str | None:

@@ -242,8 +242,8 @@ class RunDir:
                 if recorded.get(name) not in (None, identity):
                     raise ConfigError(
                         f"{path} was started on {name} {recorded[name]}, not {identity} "
-                        f"(--{name} points at another one); use the same {name}, another "
-                        "folder, or --overwrite to start it over"
+                        f"({name} names another one, or its contents changed); use the same "
+                        f"{name}, another folder, or --overwrite to start it over"
                     )
         if exists and (overwrite or not run.finished):
             run.lock()  # before anything in it is written or removed

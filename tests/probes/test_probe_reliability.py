@@ -67,7 +67,9 @@ def test_two_processes_writing_one_probes_file_keep_every_entry(tmp_path):
 # -- a small store and run ----------------------------------------------------------------------
 
 
-def small_store(path, episodes: int = 8, length: int = 30, game: str = "Pong", seed: int = 0):
+def small_store(
+    path, episodes: int = 8, length: int = 30, game: str = "Pong", seed: int = 0, actions: int = 6
+):
     """A store whose frames draw Pong's ball_x (RAM byte 49) as a bright block."""
     rng = np.random.default_rng(seed)
     n = episodes * length
@@ -79,13 +81,13 @@ def small_store(path, episodes: int = 8, length: int = 30, game: str = "Pong", s
     rams = np.zeros((n, 128), np.uint8)
     rams[:, 49] = values
     writer = TransitionStoreWriter.create(
-        path, game=game, source="random", num_actions=6, chunk_size=100, ram=True
+        path, game=game, source="random", num_actions=actions, chunk_size=100, ram=True
     )
     first = np.zeros(n, np.uint8)
     first[::length] = 1
     writer.append_many(
         frame=frames,
-        action=rng.integers(0, 6, n).astype(np.int32),  # Pong's six actions, as played
+        action=rng.integers(0, actions, n).astype(np.int32),  # the game's actions, as played
         reward=(values == 7).astype(np.float32),
         terminal=np.roll(first, -1),
         first=first,
@@ -338,3 +340,36 @@ def test_a_folder_store_a_probe_cannot_read_is_refused_at_dry_run(tmp_path, caps
         rc, _, err = run_cli(capsys, ["experiment", file, "--out", tmp_path / "e", "--dry-run"])
         assert rc == 2 and len(err.splitlines()) == 1 and "data.r" in err, err
         assert (message or "holds Pong frames, not Breakout's") in err, err
+
+
+# -- item 5: the probe store's identity ----------------------------------------------------------
+
+
+def test_probe_data_of_another_game_is_refused_the_training_data_warned_and_recorded(tmp_path):
+    from sgi_lab.config import ConfigError
+    from sgi_lab.probes import ProbeInputError
+    from sgi_lab.probes.probe import check_probe_data
+    from sgi_lab.runs.folder import RunDir
+
+    training = small_store(tmp_path / "train")
+    probe_a = small_store(tmp_path / "probe", seed=1)
+    breakout = small_store(tmp_path / "breakout", game="Breakout", actions=4)
+    with pytest.raises(ProbeInputError, match=r"^probe_data: .*breakout holds Breakout frames"):
+        check_probe_data(breakout.path, training)
+    with pytest.warns(UserWarning, match="probe_data: .* is the training data itself"):
+        check_probe_data(training.path, training)
+    _, identity = check_probe_data(probe_a.path, training)
+    assert identity == {"probe_data": probe_a.fingerprint}
+    # Recorded with the run's inputs: a resume on another store at the same path is refused.
+    run = tmp_path / "run"
+    opened = RunDir.open(run, "pretrain", {"steps": 4}, inputs={"data": "d", **identity})
+    opened.start()
+    opened.fail("killed")
+    shutil.rmtree(probe_a.path)
+    probe_b = small_store(tmp_path / "probe", seed=2)  # replaced between a kill and the resume
+    _, other = check_probe_data(probe_b.path, training)
+    assert other != identity
+    before = (run / "status.json").read_bytes()
+    with pytest.raises(ConfigError, match=r"started on probe_data .*probe_data names another"):
+        RunDir.open(run, "pretrain", {"steps": 4}, inputs={"data": "d", **other})
+    assert (run / "status.json").read_bytes() == before
