@@ -24,9 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
-from sgi_lab.base.paths import did_you_mean
+from sgi_lab.base.paths import close_names, did_you_mean
+from sgi_lab.base.yaml_io import YAMLInputError, load_yaml, short_repr
 from sgi_lab.envs.games import UnknownGameError, canonical_game
 
 
@@ -34,34 +33,138 @@ class ConfigError(ValueError):
     """A params file or override is malformed: unknown key, wrong type or bad value."""
 
 
-def F(default: Any, doc: str) -> Any:  # noqa: N802 - reads like a declaration
-    """A dataclass field with a default and a one-line doc."""
-    return field(default=default, metadata={"doc": doc})
+RangeCheck = Callable[[Any], "str | None"]
+"""A field's own range rule: the problem with a value (``"must be positive"``), or None."""
+
+
+def F(  # noqa: N802 - reads like a declaration
+    default: Any = dataclasses.MISSING,
+    doc: str = "",
+    *,
+    positive: bool = False,
+    non_negative: bool = False,
+    check: RangeCheck | None = None,
+) -> Any:
+    """A dataclass field with a default, a one-line doc and its range rule: ``positive`` (a
+    count, interval or step size), ``non_negative`` (0 means none/off, negative is a typo) or
+    any ``check`` (a value -> the problem, or None). No default: each stage gives its own
+    (`stage_default`)."""
+    rules: list[RangeCheck] = []
+    if positive:
+        rules.append(lambda v: None if v > 0 else "must be positive")
+    if non_negative:
+        rules.append(lambda v: None if v >= 0 else "must be >= 0")
+    if check is not None:
+        rules.append(check)
+    return field(default=default, metadata={"doc": doc, "rules": tuple(rules)})
+
+
+def stage_default(base: type, name: str, default: Any, doc: str | None = None) -> Any:
+    """A stage's default for a field its base declares (type, doc and range rule stay the
+    base's; ``doc`` adds what the value means in this stage)."""
+    declared = base.__dataclass_fields__[name]
+    metadata = dict(declared.metadata)
+    if doc:
+        metadata["doc"] = f"{metadata['doc']}; {doc}" if metadata["doc"] else doc
+    return field(default=default, metadata=metadata)
 
 
 # -- stage configs -----------------------------------------------------------------------------
 
+Encoder = Literal["nature", "resnet", "resnet_l"]
 
-@dataclass(frozen=True)
-class PretrainConfig:
+
+@dataclass(frozen=True, kw_only=True)
+class StageConfig:
+    """The fields pretraining and finetuning share, declared once. Where the stages' defaults
+    differ, the field has none here and each stage gives its own (`stage_default`)."""
+
+    seed: int = F(0, "random seed", non_negative=True)
+    encoder: Encoder = F("resnet", "encoder architecture")
+    steps: int = F(doc="training length (per stage: gradient steps or agent steps)", positive=True)
+    batch_size: int = F(doc="sequences per batch", positive=True)
+    n_step: int = F(doc="n of the n-step returns", positive=True)
+    gamma: float = F(0.99, "discount")
+    spr_weight: float = F(
+        doc="weight of the SPR loss, read as the stage's convention says (0 disables)",
+        non_negative=True,
+    )
+    spr_steps: int = F(5, "K: SPR's latent prediction steps", non_negative=True)
+    goal_weight: float = F(
+        1.0,
+        "weight of the goal-conditioned RL loss (pretraining: 0 disables; finetuning: used "
+        "with ssl == 'all')",
+        non_negative=True,
+    )
+    inverse_weight: float = F(
+        1.0,
+        "lambda_IM: weight of the inverse-dynamics loss (pretraining: 0 disables; finetuning: "
+        "used with ssl == 'all')",
+        non_negative=True,
+    )
+    goal_window: int = F(
+        50, "goals are states 1..goal_window steps ahead in the episode", non_negative=True
+    )
+    goal_reward_scale: float = F(
+        10.0, "scale of the potential-based goal reward", non_negative=True
+    )
+    goal_distance_scale: float = F(
+        1.0,
+        "c in the goal reward's s = exp(2c(cos - 1)): 1 the text's, 5 the reference code's",
+        positive=True,
+    )
+    goal_returns: Literal["text", "reference"] = F(
+        "text",
+        "goal-RL return: 'text': sum_j gamma^j r_j; 'reference': the code's sum_j gamma^(j+1) r_j",
+    )
+    goal_double_q: bool = F(
+        doc="goal RL's bootstrap action picked by the online network (the code's double Q), "
+        "else by the network that evaluates it"
+    )
+    lr: float = F(1.0e-4, "Adam (base) learning rate", positive=True)
+    adam_eps: float = F(1.5e-4, "Adam epsilon", positive=True)
+    grad_clip: float = F(10.0, "max gradient norm (0 disables)", non_negative=True)
+    augment: bool = F(True, "random shift + intensity jitter on every input")
+    log_every: int = F(doc="steps between metrics.jsonl rows", positive=True)
+    checkpoint_every: int = F(doc="steps between checkpoints", positive=True)
+    device: str = F("auto", "'auto' (CUDA when present), 'cpu' or 'cuda[:i]'")
+    amp: bool = F(True, "bf16 autocast on CUDA (ignored on CPU)")
+    cpu_amp: bool | Literal["auto"] = F(
+        "auto",
+        "bf16 autocast on a CPU (only where it has native bf16); auto: the faster, measured",
+    )
+    channels_last: bool | Literal["auto"] = F(
+        "auto", "channels-last memory format for conv layers; auto: measured on a CPU, on a GPU"
+    )
+    cuda_graphs: bool = F(
+        True, "capture the training step once as a CUDA graph and replay it (CUDA only)"
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class PretrainConfig(StageConfig):
     """Offline pretraining (paper Sec. 2, App. C): SPR + goal RL + inverse dynamics, or a baseline."""
 
-    encoder: Literal["nature", "resnet", "resnet_l"] = F("resnet", "encoder architecture")
-    spr_weight: float = F(2.0, "SPR weight, read as spr_weight_convention says; 0 disables")
+    steps: int = stage_default(
+        StageConfig, "steps", 234_375, "gradient steps (paper: 10 epochs of 6M samples at 256)"
+    )
+    batch_size: int = stage_default(StageConfig, "batch_size", 256)
+    n_step: int = stage_default(
+        StageConfig, "n_step", 1, "of goal RL (1 as the reference; at most spr_steps)"
+    )
+    spr_weight: float = stage_default(StageConfig, "spr_weight", 2.0)
     spr_weight_convention: Literal["text", "reference"] = F(
         "text",
         "'text': lambda_SPR on -sum_k cos (paper: 2); 'reference': the authors' script's weight "
         "on mean_k(2 - 2 cos) (1), i.e. 2w/K on -sum_k cos (docs/paper_vs_code.md)",
     )
-    goal_weight: float = F(1.0, "weight of the goal-conditioned RL loss (0 disables)")
-    inverse_weight: float = F(1.0, "lambda_IM: weight of the inverse-dynamics loss (0 disables)")
-    atc_weight: float = F(0.0, "weight of the ATC baseline loss (exclusive with S/G/I)")
-    bc_weight: float = F(0.0, "weight of the behavioural-cloning baseline loss")
-    batch_size: int = F(256, "sequences per batch")
-    spr_steps: int = F(5, "K: latent prediction steps")
-    n_step: int = F(1, "n for the goal-RL n-step return (1 as the reference; at most spr_steps)")
-    gamma: float = F(0.99, "discount")
-    goal_window: int = F(50, "goals are states 1..goal_window steps ahead")
+    goal_double_q: bool = stage_default(StageConfig, "goal_double_q", True)
+    log_every: int = stage_default(StageConfig, "log_every", 100)
+    checkpoint_every: int = stage_default(StageConfig, "checkpoint_every", 2_000)
+    atc_weight: float = F(
+        0.0, "weight of the ATC baseline loss (exclusive with S/G/I)", non_negative=True
+    )
+    bc_weight: float = F(0.0, "weight of the behavioural-cloning baseline loss", non_negative=True)
     goal_offsets: Literal["text", "reference"] = F(
         "text",
         "near an episode's end, 'text': offset uniform over the states that exist; 'reference': "
@@ -74,28 +177,14 @@ class PretrainConfig:
         "'reference': unit-norm noise mixed into the [0, 1] latent as is (barely moves it)",
     )
     goal_swap_prob: float = F(0.2, "probability to swap in another batch element's goal")
-    goal_reward_scale: float = F(10.0, "scale of the potential-based goal reward")
-    goal_distance_scale: float = F(
-        1.0, "c in the goal reward's s = exp(2c(cos - 1)): 1 the text's, 5 the reference code's"
-    )
     goal_film: Literal["text", "reference"] = F(
         "text",
         "FiLM goal conditioning: 'text': a layer norm whose affine parameters FiLM sets; "
         "'reference': the authors' code (no layer norm, value stream from the advantage features)",
     )
-    goal_returns: Literal["text", "reference"] = F(
-        "text",
-        "goal-RL return: 'text': sum_j gamma^j r_j; 'reference': the code's sum_j gamma^(j+1) r_j",
-    )
-    goal_double_q: bool = F(
-        True, "goal RL's bootstrap action picked by the online network (double Q, the code's)"
-    )
-    atc_sequences: int = F(32, "ATC: sequences per batch")
-    atc_seq_len: int = F(8, "ATC: consecutive steps per sequence")
-    atc_delta: int = F(3, "ATC: steps between anchor and positive")
-    lr: float = F(1.0e-4, "Adam learning rate")
-    adam_eps: float = F(1.5e-4, "Adam epsilon")
-    grad_clip: float = F(10.0, "max gradient norm (0 disables)")
+    atc_sequences: int = F(32, "ATC: sequences per batch", positive=True)
+    atc_seq_len: int = F(8, "ATC: consecutive steps per sequence", positive=True)
+    atc_delta: int = F(3, "ATC: steps between anchor and positive", non_negative=True)
     grad_clip_groups: Literal["all", "reference"] = F(
         "all",
         "clip the norm of all gradients together, or as the reference: encoder + Q/goal heads "
@@ -107,69 +196,69 @@ class PretrainConfig:
         "target/goal encodings normalize with 'batch' statistics (the reference) or the EMA'd "
         "'running' ones (eval mode: norms fold into the convs, ~2x faster passes; not the paper)",
     )
-    augment: bool = F(True, "random shift + intensity jitter on every input")
-    steps: int = F(234_375, "gradient steps (paper: 10 epochs of 6M samples at batch 256)")
-    log_every: int = F(100, "steps between metrics.jsonl rows")
-    checkpoint_every: int = F(2_000, "steps between checkpoints")
     probe_every: int = F(
-        0, "steps between linear probes of the encoder on probe_data (0: none; sgi_lab.probes)"
+        0,
+        "steps between linear probes of the encoder on probe_data (0: none; sgi_lab.probes)",
+        non_negative=True,
     )
     probe_data: str = F(
         "", "store with RAM of the game, other episodes than the data, for probe_every"
     )
-    probe_frames: int = F(10_000, "frames each probe_every probe uses at most")
-    prefetch: int = F(2, "batches prepared ahead on a background thread")
-    cuda_graphs: bool = F(True, "capture the training step once as a CUDA graph and replay it")
-    seed: int = F(0, "random seed")
-    device: str = F("auto", "'auto' (CUDA when present), 'cpu' or 'cuda[:i]'")
-    amp: bool = F(True, "bf16 autocast on CUDA (ignored on CPU)")
-    cpu_amp: bool | Literal["auto"] = F(
-        "auto",
-        "bf16 autocast on a CPU (only where it has native bf16); auto: the faster, measured",
-    )
-    channels_last: bool | Literal["auto"] = F(
-        "auto", "channels-last memory format for conv layers; auto: measured on a CPU, on a GPU"
-    )
+    probe_frames: int = F(10_000, "frames each probe_every probe uses at most", positive=True)
+    prefetch: int = F(2, "batches prepared ahead on a background thread", non_negative=True)
+
+    @property
+    def uses_goal_rl(self) -> bool:
+        """Whether goal-conditioned RL is learned (its weight is positive): the one switch."""
+        return self.goal_weight > 0
 
     def __post_init__(self) -> None:
         validate(self)
 
 
-@dataclass(frozen=True)
-class FinetuneConfig:
+@dataclass(frozen=True, kw_only=True)
+class FinetuneConfig(StageConfig):
     """Online finetuning on Atari 100k with Rainbow + SPR (paper Sec. 4, App. C; SPR's settings)."""
 
     game: str = F("Pong", "Atari 100k game")
-    seed: int = F(0, "random seed")
-    encoder: Literal["nature", "resnet", "resnet_l"] = F("resnet", "encoder architecture")
-    steps: int = F(100_000, "agent steps in the environment (Atari 100k)")
-    batch_size: int = F(32, "replay batch size")
-    updates_per_step: int = F(2, "gradient updates per environment step (replay ratio 64)")
-    learning_starts: int = F(2_000, "environment steps before learning starts")
-    n_step: int = F(10, "n for n-step returns")
-    gamma: float = F(0.99, "discount")
-    num_atoms: int = F(51, "C51 atoms")
+    steps: int = stage_default(StageConfig, "steps", 100_000, "agent steps in the environment")
+    batch_size: int = stage_default(StageConfig, "batch_size", 32, "the replay batch")
+    n_step: int = stage_default(StageConfig, "n_step", 10)
+    spr_weight: float = stage_default(
+        StageConfig,
+        "spr_weight",
+        5.0,
+        "SPR's convention: the weight on mean_k(2 - 2 cos), i.e. 2w/K on -sum_k cos",
+    )
+    goal_double_q: bool = stage_default(StageConfig, "goal_double_q", False)
+    log_every: int = stage_default(StageConfig, "log_every", 1_000)
+    checkpoint_every: int = stage_default(
+        StageConfig, "checkpoint_every", 10_000, "replay included"
+    )
+    updates_per_step: int = F(
+        2, "gradient updates per environment step (replay ratio 64)", non_negative=True
+    )
+    learning_starts: int = F(2_000, "environment steps before learning starts", non_negative=True)
+    num_atoms: int = F(51, "C51 atoms", positive=True)
     v_min: float = F(-10.0, "C51 support minimum")
     v_max: float = F(10.0, "C51 support maximum")
-    noisy_std: float = F(0.5, "sigma_0 of the noisy linear layers (0 disables noise)")
+    noisy_std: float = F(
+        0.5, "sigma_0 of the noisy linear layers (0 disables noise)", non_negative=True
+    )
     dueling: bool = F(True, "dueling head")
     double_q: bool = F(True, "double-Q action selection")
     priority_alpha: float = F(0.5, "prioritized replay exponent alpha")
     priority_beta_start: float = F(0.4, "importance-sampling exponent, annealed to 1")
     eps_start: float = F(1.0, "epsilon-greedy start (on top of noisy nets)")
     eps_end: float = F(0.0, "epsilon-greedy end")
-    eps_steps: int = F(2_001, "steps to anneal epsilon over")
+    eps_steps: int = F(2_001, "steps to anneal epsilon over", non_negative=True)
     eps_from: Literal["step_0", "learning_starts"] = F(
         "step_0",
         "epsilon annealing starts at step 0, or at learning_starts (rlpyt's schedule, the "
         "reference's: random actions until learning starts)",
     )
-    target_update_period: int = F(1, "steps between target network updates")
+    target_update_period: int = F(1, "steps between target network updates", positive=True)
     target_tau: float = F(1.0, "target = online when 1 (SPR's setting)")
-    spr_weight: float = F(
-        5.0, "SPR's weight on mean_k(2 - 2 cos), i.e. 2w/K on -sum_k cos (SPR's convention)"
-    )
-    spr_steps: int = F(5, "K: SPR prediction steps")
     spr_ema_tau: float = F(0.99, "EMA coefficient of SPR's target encoder")
     spr_target_update: Literal["after_step", "before_step"] = F(
         "after_step",
@@ -184,12 +273,6 @@ class FinetuneConfig:
     ssl: Literal["spr", "none", "all"] = F(
         "spr", "finetuning SSL losses: S only, none, or all of SGI"
     )
-    goal_weight: float = F(1.0, "goal-RL weight when ssl == 'all'")
-    inverse_weight: float = F(1.0, "inverse-dynamics weight when ssl == 'all'")
-    lr: float = F(1.0e-4, "Adam base learning rate")
-    adam_eps: float = F(1.5e-4, "Adam epsilon")
-    grad_clip: float = F(10.0, "max gradient norm (0 disables)")
-    augment: bool = F(True, "random shift + intensity jitter")
     scheme: Literal["reduced_lr", "naive", "frozen"] = F(
         "reduced_lr", "how pretrained weights are finetuned"
     )
@@ -203,26 +286,14 @@ class FinetuneConfig:
         "predictor) at the base lr (sgim_finetune.sh)",
     )
     pretrained: str | None = F(None, "pretraining run folder to start from (None: SGI-None)")
-    eval_episodes: int = F(100, "evaluation episodes at the end")
+    eval_episodes: int = F(100, "evaluation episodes at the end", positive=True)
     eval_eps: float = F(0.001, "evaluation epsilon")
-    eval_envs: int = F(8, "environments stepped together in evaluation")
-    eval_max_frames: int = F(108_000, "raw-frame cap of an evaluation episode (a multiple of 4)")
-    goal_window: int = F(50, "goals lie 1..goal_window steps ahead (ssl == 'all')")
-    goal_reward_scale: float = F(10.0, "scale of the potential-based goal reward (ssl == 'all')")
-    goal_distance_scale: float = F(
-        1.0,
-        "c in the goal reward's s = exp(2c(cos - 1)) (ssl == 'all'): 1 the text's, 5 the "
-        "reference code's",
-    )
-    goal_returns: Literal["text", "reference"] = F(
-        "text",
-        "goal-RL return (ssl == 'all'): 'text': sum_j gamma^j r_j; 'reference': the code's "
-        "sum_j gamma^(j+1) r_j",
-    )
-    goal_double_q: bool = F(
-        False,
-        "goal RL's bootstrap action picked by the online network (ssl == 'all'; the code's "
-        "double Q), else by the network that evaluates it",
+    eval_envs: int = F(8, "environments stepped together in evaluation", positive=True)
+    eval_max_frames: int = F(
+        108_000,
+        "raw-frame cap of an evaluation episode (a multiple of 4)",
+        positive=True,
+        check=lambda v: "must be a multiple of 4" if v % 4 else None,
     )
     goal_target: Literal["spr_target", "rl_target"] = F(
         "spr_target",
@@ -230,19 +301,10 @@ class FinetuneConfig:
         "target (the online network when target_tau is 1) with the RL target's noise sample, "
         "as the reference's agent target model",
     )
-    log_every: int = F(1_000, "steps between metrics rows")
-    checkpoint_every: int = F(10_000, "steps between checkpoints (replay included)")
-    device: str = F("auto", "'auto', 'cpu' or 'cuda[:i]'")
-    amp: bool = F(True, "bf16 autocast on CUDA (ignored on CPU)")
-    cpu_amp: bool | Literal["auto"] = F(
-        "auto",
-        "bf16 autocast on a CPU (only where it has native bf16); auto: the faster, measured",
-    )
     threads: int = F(
-        0, "torch CPU threads during the run (0: torch's default; 1 when sharing CPUs)"
-    )
-    channels_last: bool | Literal["auto"] = F(
-        "auto", "channels-last memory format for conv layers; auto: measured on a CPU, on a GPU"
+        0,
+        "torch CPU threads during the run (0: torch's default; 1 when sharing CPUs)",
+        non_negative=True,
     )
     env_protocol: Literal["dopamine", "rlpyt"] = F(
         "dopamine",
@@ -251,12 +313,28 @@ class FinetuneConfig:
         "rows 16-21)",
     )
     env_workers: int = F(
-        0, "processes stepping the agents' environments (0: the learner's own process)"
+        0,
+        "processes stepping the agents' environments (0: the learner's own process)",
+        non_negative=True,
     )
-    cuda_graphs: bool = F(True, "capture the update once as a CUDA graph and replay it (CUDA only)")
     population_batching: Literal["auto", "vmap", "loop"] = F(
         "auto", "how a population's networks run together: vmap, a loop over agents, or auto"
     )
+
+    # Finetuning reads spr_weight in SPR's convention, always (`spr_coefficient`).
+    spr_weight_convention = "reference"
+
+    @property
+    def rollout_steps(self) -> int:
+        """K of the update's sequences: the transition model's steps (``spr_steps``), or 0
+        with ``ssl: none`` (no SSL term reads them)."""
+        return self.spr_steps if self.ssl != "none" else 0
+
+    @property
+    def uses_goal_rl(self) -> bool:
+        """Whether goal-conditioned RL (and inverse dynamics) is learned: ``ssl: all``, the one
+        switch; goal_weight only weighs the term."""
+        return self.ssl == "all"
 
     def __post_init__(self) -> None:
         # The one place a game name is canonicalised: "pong", "ALE/Pong-v5" and "Pong" are the
@@ -274,51 +352,6 @@ def _canonical_game(key: str, name: Any) -> str:
 
 STAGES: dict[str, type] = {"pretrain": PretrainConfig, "finetune": FinetuneConfig}
 
-# Value ranges, by key, wherever a stage config has the key: counts, intervals and step sizes
-# that only make sense above zero, and ones where zero means "none"/"off" but negative is a typo.
-POSITIVE_KEYS = frozenset(
-    {
-        "steps",
-        "batch_size",
-        "checkpoint_every",
-        "log_every",
-        "lr",
-        "adam_eps",
-        "eval_episodes",
-        "eval_envs",
-        "eval_max_frames",
-        "atc_sequences",
-        "atc_seq_len",
-        "num_atoms",
-        "target_update_period",
-        "n_step",
-        "goal_distance_scale",
-        "probe_frames",
-    }
-)
-NON_NEGATIVE_KEYS = frozenset(
-    {
-        "seed",
-        "threads",
-        "spr_weight",
-        "goal_weight",
-        "inverse_weight",
-        "atc_weight",
-        "bc_weight",
-        "env_workers",
-        "prefetch",
-        "learning_starts",
-        "updates_per_step",
-        "grad_clip",
-        "spr_steps",
-        "eps_steps",
-        "goal_window",
-        "atc_delta",
-        "noisy_std",
-        "goal_reward_scale",
-        "probe_every",
-    }
-)
 TOP_LEVEL_KEYS = {"name", "description", "config", "game", "seed", "data", "pretrained", "stage"}
 
 
@@ -343,7 +376,7 @@ def check_value(
     args = typing.get_args(annotation)
     if origin is Literal:
         if value not in args:
-            raise ConfigError(f"{key}: {value!r} is not one of {list(args)}")
+            raise ConfigError(f"{key}: {short_repr(value)} is not one of {list(args)}")
         return value
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
@@ -356,14 +389,14 @@ def check_value(
                 return check_value(key, value, arg, nested)
             except ConfigError as exc:
                 errors.append(str(exc))
-        raise ConfigError(errors[0] if errors else f"{key}: bad value {value!r}")
+        raise ConfigError(errors[0] if errors else f"{key}: bad value {short_repr(value)}")
     if origin is list:
         if not isinstance(value, list):
-            raise ConfigError(f"{key}: expected a list, got {value!r}")
+            raise ConfigError(f"{key}: expected a list, got {short_repr(value)}")
         return [check_value(f"{key}[{i}]", v, args[0], nested) for i, v in enumerate(value)]
     if origin is dict:
         if not isinstance(value, dict):
-            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+            raise ConfigError(f"{key}: expected a mapping, got {short_repr(value)}")
         return {str(k): check_value(f"{key}.{k}", v, args[1], nested) for k, v in value.items()}
     if nested is not None and dataclasses.is_dataclass(annotation):
         return nested(annotation, value, key)
@@ -371,20 +404,20 @@ def check_value(
         return value
     if annotation is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"{key}: expected true/false, got {value!r}")
+            raise ConfigError(f"{key}: expected true/false, got {short_repr(value)}")
         return value
     if annotation is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+            raise ConfigError(f"{key}: expected an integer, got {short_repr(value)}")
         return value
     if annotation is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             hint = " (write floats with a dot, e.g. 1.0e-4)" if isinstance(value, str) else ""
-            raise ConfigError(f"{key}: expected a number, got {value!r}{hint}")
+            raise ConfigError(f"{key}: expected a number, got {short_repr(value)}{hint}")
         return float(value)
     if annotation is str:
         if not isinstance(value, str):
-            raise ConfigError(f"{key}: expected a string, got {value!r}")
+            raise ConfigError(f"{key}: expected a string, got {short_repr(value)}")
         return value
     raise ConfigError(f"{key}: unsupported annotation {annotation!r}")
 
@@ -395,34 +428,44 @@ def build_config(cls: type, values: dict[str, Any] | None = None, **overrides: A
     if not isinstance(merged, dict):
         raise ConfigError(f"{cls.__name__}: expected a mapping of keys to values")
     hints = typing.get_type_hints(cls)
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(merged) - known)
-    if unknown:
-        raise ConfigError(
-            f"unknown key(s) {unknown} for {cls.__name__}; valid keys: {sorted(known)}"
-        )
+    check_known_keys(cls, merged)
     checked = {k: check_value(k, v, hints[k]) for k, v in merged.items()}
     return cls(**checked)  # which validates it (`validate`)
+
+
+def check_known_keys(cls: type, values: dict[str, Any]) -> None:
+    """Refuse keys ``cls`` does not have, naming them with the closest known key of each
+    (``unknown key(s) ['stepz'] for PretrainConfig; did you mean steps?``)."""
+    known = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(str(k) for k in set(values) - set(known))
+    if not unknown:
+        return
+    shown = [short_repr(k, 40) for k in unknown[:5]] + (["..."] if len(unknown) > 5 else [])
+    message = f"unknown key(s) [{', '.join(shown)}] for {cls.__name__}"
+    close = [c for k in unknown[:5] for c in close_names(k, known, n=1)]
+    if close:
+        message += f"; did you mean {' or '.join(dict.fromkeys(close))}?"
+    raise ConfigError(message)
 
 
 def check_key_value(cls: type, key: str, value: Any) -> Any:
     """One key of config class ``cls`` on its own: its type and range, not the checks across
     keys (which need the whole config); returns the converted value."""
     value = check_value(key, value, typing.get_type_hints(cls)[key])
-    _check_range(key, value)
+    _check_range(cls.__dataclass_fields__[key], value)
     return value
 
 
 def validate(config: Any) -> None:
     """Every check of a config beyond its keys' types, run once, as the config is constructed
-    (`build_config`, a direct call, ``dataclasses.replace``): each numeric field's range
-    (`POSITIVE_KEYS`, `NON_NEGATIVE_KEYS`), then the checks across fields of its stage.
+    (`build_config`, a direct call, ``dataclasses.replace``): each numeric field's range (the
+    rule beside the field, `F`), then the checks across fields of its stage.
 
     Raises:
         ConfigError: naming the key.
     """
     for f in dataclasses.fields(config):
-        _check_range(f.name, getattr(config, f.name))
+        _check_range(f, getattr(config, f.name))
     if isinstance(config, PretrainConfig):
         _check_pretrain(config)
     elif isinstance(config, FinetuneConfig):
@@ -441,7 +484,7 @@ def _check_pretrain(config: PretrainConfig) -> None:
             "atc_weight: ATC is a baseline on its own; set spr_weight, goal_weight and "
             "inverse_weight to 0"
         )
-    if config.goal_weight > 0 and not 1 <= config.n_step <= config.spr_steps:
+    if config.uses_goal_rl and not 1 <= config.n_step <= config.spr_steps:
         raise ConfigError(
             f"n_step: must lie in 1..spr_steps ({config.spr_steps}) while goal_weight > 0, "
             f"got {config.n_step}"
@@ -458,47 +501,42 @@ def _check_finetune(config: FinetuneConfig) -> None:
         raise ConfigError(
             "dueling: SGIModel's C51 head is always dueling (dueling=false unsupported)"
         )
-    if config.ssl != "none" and config.spr_steps < 1:
+    if config.ssl != "none" and config.rollout_steps < 1:
         raise ConfigError(f"spr_steps: ssl {config.ssl!r} needs K >= 1 (got {config.spr_steps})")
-    if config.eval_max_frames % 4:
-        raise ConfigError(
-            f"eval_max_frames: must be a multiple of 4 (got {config.eval_max_frames})"
-        )
 
 
-def _check_range(key: str, value: Any) -> None:
+def _check_range(f: dataclasses.Field, value: Any) -> None:
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return
-    if key in POSITIVE_KEYS and not value > 0:
-        raise ConfigError(f"{key}: must be positive, got {value!r}")
-    if key in NON_NEGATIVE_KEYS and not value >= 0:
-        raise ConfigError(f"{key}: must be >= 0, got {value!r}")
     if value != value or value in (float("inf"), float("-inf")):
-        raise ConfigError(f"{key}: must be a finite number, got {value!r}")
+        raise ConfigError(f"{f.name}: must be a finite number, got {short_repr(value)}")
+    for rule in f.metadata.get("rules", ()):
+        problem = rule(value)
+        if problem:
+            raise ConfigError(f"{f.name}: {problem}, got {short_repr(value)}")
 
 
 def load_yaml_mapping(path: Path, what: str = "a mapping at the top level") -> dict[str, Any]:
-    """``yaml.safe_load`` of an existing file that must hold a mapping (empty file: {})."""
+    """An existing YAML file that must hold a mapping (empty file: {}), read by
+    `sgi_lab.base.yaml_io.load_yaml`: safe, duplicate keys and alias bombs refused."""
     try:
-        payload = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({exc})") from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not a text file ({exc})") from exc
+        payload = load_yaml(Path(path)) or {}
+    except YAMLInputError as exc:
+        raise ConfigError(str(exc)) from None
     if not isinstance(payload, dict):
         raise ConfigError(f"{path}: expected {what}")
     return payload
 
 
 def read_params(path: str | os.PathLike) -> dict[str, Any]:
-    """Read a params YAML file (``yaml.safe_load``) and check its top-level keys."""
+    """Read a params YAML file (`load_yaml_mapping`) and check its top-level keys."""
     path = Path(path)
     if not path.exists():
         raise ConfigError(did_you_mean(path, "params file"))
     if not path.is_file():
         raise ConfigError(f"{path}: is a folder, not a params file (name a .yaml file)")
     payload = load_yaml_mapping(path)
-    unknown = sorted(set(payload) - TOP_LEVEL_KEYS)
+    unknown = sorted(str(k) for k in set(payload) - TOP_LEVEL_KEYS)
     if unknown:
         raise ConfigError(
             f"{path}: unknown top-level key(s) {unknown}; valid: {sorted(TOP_LEVEL_KEYS)}"
@@ -509,8 +547,15 @@ def read_params(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def parse_value(raw: str) -> Any:
-    """A command-line value as YAML: ``3`` -> 3, ``true`` -> True, ``1e-4`` -> 0.0001."""
-    value = yaml.safe_load(raw) if raw != "" else ""
+    """A command-line value as YAML: ``3`` -> 3, ``true`` -> True, ``1e-4`` -> 0.0001.
+
+    Raises:
+        ConfigError: not a YAML value (quoted, cut short).
+    """
+    try:
+        value = load_yaml(raw, "value") if raw != "" else ""
+    except YAMLInputError as exc:
+        raise ConfigError(f"{short_repr(raw)}: {str(exc).removeprefix('value: ')}") from None
     # '1e-4' is a string to PyYAML; accept it as a number where the user clearly meant one.
     if isinstance(value, str):
         try:
@@ -520,32 +565,67 @@ def parse_value(raw: str) -> Any:
     return value
 
 
-def parse_overrides(pairs: list[str] | None) -> dict[str, Any]:
-    """``["lr=3.0e-4", "augment=false"]`` -> ``{"lr": 0.0003, "augment": False}`` (YAML values)."""
+def parse_overrides(pairs: list[str] | None, source: str = "--set") -> dict[str, Any]:
+    """``["lr=3.0e-4", "augment=false"]`` -> ``{"lr": 0.0003, "augment": False}`` (YAML values);
+    a malformed pair is named with ``source``."""
     out: dict[str, Any] = {}
     for pair in pairs or []:
         if "=" not in pair:
-            raise ConfigError(f"override {pair!r} must look like key=value")
+            raise ConfigError(f"{source}: override {short_repr(pair)} must look like key=value")
         key, raw = pair.split("=", 1)
-        out[key.strip()] = parse_value(raw)
+        try:
+            out[key.strip()] = parse_value(raw)
+        except ConfigError as exc:
+            raise ConfigError(f"{source} {key.strip()}: {exc}") from None
     return out
 
 
 def load_config(
-    cls: type, params: str | os.PathLike | dict | None = None, overrides: dict | None = None, **kw
+    cls: type,
+    params: str | os.PathLike | dict | None = None,
+    overrides: dict | None = None,
+    overrides_source: str = "--set",
+    **kw: Any,
 ) -> Any:
-    """Build a config from a params file path (or its ``config`` dict) plus overrides."""
+    """Build a config from a params file path (or its ``config`` dict) plus overrides.
+
+    A key or value at fault is blamed on where it came from: the params file's own keys on the
+    file, ``overrides`` (and ``kw``) on ``overrides_source`` (``--set stepz: unknown key ...;
+    did you mean steps?``); a check across keys names the file and the overrides both.
+    """
     if params is None:
         values: dict = {}
     elif isinstance(params, dict):
         values = params
     else:
         values = read_params(params).get("config", {})
+    in_file = str(params) if isinstance(params, (str, os.PathLike)) else ""
+    extra = {**(overrides or {}), **kw}
+    _check_keys_and_values(cls, values, in_file, ": ")
+    _check_keys_and_values(cls, extra, overrides_source, " ")
     try:
-        return build_config(cls, values, **(overrides or {}), **kw)
+        return build_config(cls, values, **extra)
     except ConfigError as exc:
-        where = f"{params}: " if isinstance(params, (str, os.PathLike)) else ""
-        raise ConfigError(f"{where}{exc}") from None
+        both = " with ".join(w for w in (in_file, overrides_source if extra else "") if w)
+        raise ConfigError(f"{both}: {exc}" if both else str(exc)) from None
+
+
+def _check_keys_and_values(cls: type, values: dict[str, Any], source: str, sep: str) -> None:
+    """Each key known, each value's type and range, blamed on ``source``, ``sep`` before the
+    key (a params file: ``"p.yaml: steps: ..."``; overrides: ``"--set steps: ..."``)."""
+    if not isinstance(values, dict):
+        raise ConfigError(f"{source}: expected a mapping of {cls.__name__} keys to values")
+    try:
+        check_known_keys(cls, values)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}" if source else str(exc)) from None
+    for key, value in values.items():
+        try:
+            check_key_value(cls, key, value)
+        except ConfigError as exc:
+            if not source:
+                raise
+            raise ConfigError(f"{source}{sep}{exc}") from None
 
 
 def to_dict(config: Any) -> dict[str, Any]:
@@ -566,7 +646,7 @@ class ExploreConfig:
     rollout_steps: int = F(128, "steps per env between PPO updates (Burda: nsteps_per_seg 128)")
     epochs: int = F(3, "PPO epochs over each rollout (Burda: nepochs 3)")
     minibatches: int = F(8, "minibatches per epoch (Burda: nminibatches 8)")
-    lr: float = F(1.0e-4, "Adam learning rate of every network (Burda: lr 1e-4)")
+    lr: float = F(1.0e-4, "Adam learning rate of every network (Burda: lr 1e-4)", positive=True)
     gamma: float = F(0.99, "discount of the intrinsic return (Burda: gamma 0.99)")
     gae_lambda: float = F(0.95, "GAE lambda (Burda: lambda 0.95)")
     clip: float = F(0.1, "PPO ratio clip epsilon (Burda: cliprange 0.1)")
@@ -593,10 +673,10 @@ class ExploreConfig:
         "27,000 steps = the episode cap, so episodes are never split)",
     )
     chunk_size: int = F(100_000, "store rows per chunk file (the unit of crash safety)")
-    checkpoint_every: int = F(10, "PPO updates between agent checkpoints")
+    checkpoint_every: int = F(10, "PPO updates between agent checkpoints", positive=True)
     asynchronous: bool = F(True, "one subprocess per env (else all envs in this process)")
     device: str = F("auto", "'auto' (CUDA when present), 'cpu' or 'cuda[:i]'")
-    threads: int = F(0, "torch CPU threads (0: torch's default)")
+    threads: int = F(0, "torch CPU threads (0: torch's default)", non_negative=True)
 
     def __post_init__(self) -> None:
         validate(self)

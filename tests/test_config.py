@@ -243,3 +243,133 @@ def test_metrics_written_before_the_shared_namespace_are_renamed_on_read(tmp_pat
         },
         {"step": 2, "losses/total": 1.0, "charts/sps": 3.0},
     ]
+
+
+# -- the shared fields, declared once, each with its range rule ---------------------------------
+
+
+def test_the_stages_share_one_declaration_of_their_common_fields():
+    from sgi_lab.config import StageConfig
+
+    shared = {f.name for f in dataclasses.fields(StageConfig)}
+    pretrain = {f.name for f in dataclasses.fields(PretrainConfig)}
+    finetune = {f.name for f in dataclasses.fields(FinetuneConfig)}
+    assert shared == pretrain & finetune and len(shared) == 26
+    assert issubclass(PretrainConfig, StageConfig) and issubclass(FinetuneConfig, StageConfig)
+    # Only a stage default is restated; type, doc and range rule are the base's.
+    for name in ("batch_size", "steps", "n_step", "spr_weight", "log_every"):
+        base = StageConfig.__dataclass_fields__[name].metadata
+        for cls in (PretrainConfig, FinetuneConfig):
+            assert cls.__dataclass_fields__[name].metadata["rules"] == base["rules"], name
+            assert cls.__dataclass_fields__[name].metadata["doc"].startswith(base["doc"]), name
+    assert (PretrainConfig().batch_size, FinetuneConfig().batch_size) == (256, 32)
+    assert (PretrainConfig().n_step, FinetuneConfig().n_step) == (1, 10)
+    assert (PretrainConfig().goal_double_q, FinetuneConfig().goal_double_q) == (True, False)
+
+
+@pytest.mark.parametrize(
+    "cls,key,bad,good,message",
+    [
+        (PretrainConfig, "batch_size", 0, 1, "must be positive"),
+        (FinetuneConfig, "batch_size", -3, 1, "must be positive"),
+        (PretrainConfig, "goal_weight", -0.5, 0.0, "must be >= 0"),
+        (FinetuneConfig, "learning_starts", -1, 0, "must be >= 0"),
+        (FinetuneConfig, "eval_max_frames", 402, 400, "must be a multiple of 4"),
+        (FinetuneConfig, "lr", float("nan"), 1.0, "must be a finite number"),
+    ],
+)
+def test_each_range_rule_sits_beside_its_field(cls, key, bad, good, message):
+    from sgi_lab.config import check_key_value
+
+    assert check_key_value(cls, key, good) == good
+    with pytest.raises(ConfigError, match=f"^{key}: {message}, got"):
+        check_key_value(cls, key, bad)
+    with pytest.raises(ConfigError, match=f"^{key}: {message}"):
+        build_config(cls, {key: bad})
+
+
+def test_is_a_term_on_is_derived_once_on_the_config():
+    assert PretrainConfig().uses_goal_rl and not PretrainConfig(goal_weight=0.0).uses_goal_rl
+    assert not FinetuneConfig().uses_goal_rl and FinetuneConfig(ssl="all").uses_goal_rl
+    # finetuning: ssl is the switch; goal_weight only weighs the term
+    assert FinetuneConfig(ssl="all", goal_weight=0.0).uses_goal_rl
+    assert (FinetuneConfig().rollout_steps, FinetuneConfig(ssl="none").rollout_steps) == (5, 0)
+
+
+def test_spr_coefficient_has_one_definition_for_both_stages():
+    import sgi_lab.train.pretrain_step as pretrain_step
+    import sgi_lab.train.sgi_loss as sgi_loss
+
+    assert pretrain_step.spr_coefficient is sgi_loss.spr_coefficient
+    assert sgi_loss.spr_coefficient(PretrainConfig()) == 2.0  # text: lambda_SPR itself
+    ref = PretrainConfig(spr_weight=1.0, spr_weight_convention="reference")
+    assert sgi_loss.spr_coefficient(ref) == pytest.approx(0.4)  # 2 w / K
+    assert sgi_loss.spr_coefficient(FinetuneConfig()) == pytest.approx(2.0)  # 2 * 5 / 5
+
+
+# -- where a bad key or value came from ------------------------------------------------------
+
+
+SMOKE = "params/pretrain/smoke.yaml"
+
+
+@pytest.mark.parametrize(
+    "pair,message",
+    [
+        (
+            "stepz=10",
+            r"^--set: unknown key\(s\) \['stepz'\] for PretrainConfig; did you mean steps\?$",
+        ),
+        ("steps=ten", r"^--set steps: expected an integer, got 'ten'$"),
+        ("batch_size=0", r"^--set batch_size: must be positive, got 0$"),
+        ("lr=[1,", r"^--set lr: '\[1,': not valid YAML"),
+        ("steps", r"^--set: override 'steps' must look like key=value$"),
+    ],
+)
+def test_set_errors_name_set_not_the_params_file(pair, message):
+    root = __import__("pathlib").Path(__file__).resolve().parents[1]
+    with pytest.raises(ConfigError, match=message) as info:
+        load_config(PretrainConfig, root / SMOKE, parse_overrides([pair]))
+    assert "smoke.yaml" not in str(info.value) and "valid keys" not in str(info.value)
+
+
+def test_the_params_file_is_blamed_for_its_own_keys_and_a_label_for_notebook_overrides(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text("config:\n  stepz: 10\n")
+    with pytest.raises(
+        ConfigError, match=r"^.*p.yaml: unknown key\(s\) \['stepz'\].*did you mean steps\?$"
+    ):
+        load_config(PretrainConfig, path)
+    path.write_text("config:\n  batch_size: 0\n")
+    with pytest.raises(ConfigError, match=r"p.yaml: batch_size: must be positive, got 0$"):
+        load_config(PretrainConfig, path, {"steps": 3})
+    with pytest.raises(ConfigError, match=r"^overrides steps: expected an integer"):
+        load_config(PretrainConfig, None, {"steps": "x"}, overrides_source="overrides")
+    # a check across keys names both sources
+    path.write_text("config:\n  spr_steps: 2\n")
+    with pytest.raises(ConfigError, match=r"p.yaml with --set: n_step: must lie in 1..spr_steps"):
+        load_config(PretrainConfig, path, {"n_step": 3})
+
+
+def test_a_long_value_is_cut_in_the_message():
+    with pytest.raises(ConfigError) as info:
+        build_config(PretrainConfig, {"device": ["x" * 500] * 50})
+    assert len(str(info.value)) < 120
+
+
+def test_a_params_file_with_a_duplicate_key_or_an_alias_bomb_is_refused_fast(tmp_path):
+    import time
+
+    path = tmp_path / "p.yaml"
+    path.write_text("name: p\nconfig:\n  steps: 10\n  lr: 1.0e-3\n  steps: 20\n")
+    with pytest.raises(
+        ConfigError, match=r"p.yaml: line 5: duplicate key 'steps' \(first at line 3\)"
+    ):
+        read_params(path)
+    lines = ['  a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"  a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 9)]
+    path.write_text("name: p\nconfig:\n  augment:\n  " + "\n  ".join(lines) + "\n")
+    started = time.perf_counter()
+    with pytest.raises(ConfigError, match="p.yaml: aliases expand to more than"):
+        load_config(PretrainConfig, path)
+    assert time.perf_counter() - started < 1.0

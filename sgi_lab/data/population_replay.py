@@ -383,28 +383,30 @@ class PopulationReplay:
         """`sample` at the exponent last set (`set_beta`), with no host synchronisation and
         every input read from device state: the form a CUDA graph captures (the caller has
         checked `ready`)."""
-        B = batch_size
         uniforms = torch.stack(
             [
-                torch.rand(B, generator=g, device=self.device, dtype=torch.float64)
+                torch.rand(batch_size, generator=g, device=self.device, dtype=torch.float64)
                 for g in self.generators
             ]
         )
-        offsets = self._draw_goal_offsets(B)
+        offsets = self._draw_goal_offsets(batch_size)
         total = self.tree.total[:, None]
-        bounds = (torch.arange(B, device=self.device) + uniforms) * (total / B)
+        strata = torch.arange(batch_size, device=self.device) + uniforms
+        bounds = strata * (total / batch_size)
         starts = self.tree.find(bounds)
         probs = self.tree.get(starts) / total
         weights = (self.positive_leaves[:, None] * probs) ** (-self.beta)
         weights = (weights / weights.max(1, keepdim=True).values).float()
         return self.batch_at(starts, offsets)._replace(weights=weights)
 
-    def _draw_goal_offsets(self, B: int) -> torch.Tensor | None:
+    def _draw_goal_offsets(self, batch_size: int) -> torch.Tensor | None:
         if self.goal_window == 0:
             return None
         return torch.stack(
             [
-                torch.randint(1, self.goal_window + 1, (B,), generator=g, device=self.device)
+                torch.randint(
+                    1, self.goal_window + 1, (batch_size,), generator=g, device=self.device
+                )
                 for g in self.generators
             ]
         )

@@ -221,24 +221,7 @@ def play_episodes(
     bar = tqdm(total=episodes * n, desc=f"evaluate {label}", disable=not progress, leave=True)
     start = time.perf_counter()
     try:
-        # Every environment's newest stack, updated in place for the ones stepped; ``obs`` is
-        # the same memory seen per agent.
-        newest = pool.reset()
-        obs = newest.reshape(n, num_envs, *FRAME_STACK_SHAPE)
-        while (tally.done < quotas).any():
-            if stop is not None and stop.requested:
-                raise RunStopped(None, stop.requested)
-            active = tally.done < quotas
-            actions = _epsilon_greedy(policy, obs, active, rngs, num_actions, eps)
-            # Environments that played their quota are not stepped (nor copied) any more.
-            flat = active.reshape(-1)
-            stepped = pool.step_active(actions.reshape(-1), flat)
-            newest[flat] = stepped[0]
-            rewards, terminated, truncated = (
-                spread(part, flat).reshape(n, num_envs) for part in stepped[1:4]
-            )
-            bar.update(tally.add_step(rewards, terminated | truncated, active))
-            bar.set_postfix(mean=f"{np.mean([np.mean(s) for s in tally.scores if s] or [0]):.1f}")
+        _play_until_quotas(policy, pool, tally, quotas, rngs, num_actions, eps, bar, stop)
     finally:
         bar.close()
         pool.close()
@@ -261,6 +244,40 @@ def play_episodes(
         )
         for i, game in enumerate(games)
     ]
+
+
+def _play_until_quotas(
+    policy: Policy,
+    pool: EnvPool,
+    tally: _Episodes,
+    quotas: np.ndarray,
+    rngs: Sequence[np.random.Generator],
+    num_actions: Sequence[int],
+    eps: float,
+    bar: tqdm,
+    stop: Deadline | None,
+) -> None:
+    """Step every environment that has not played its quota until all have, counting the
+    episodes in ``tally``; a stop request raises `RunStopped`."""
+    n, num_envs = tally.done.shape
+    # Every environment's newest stack, updated in place for the ones stepped; ``obs`` is the
+    # same memory seen per agent.
+    newest = pool.reset()
+    obs = newest.reshape(n, num_envs, *FRAME_STACK_SHAPE)
+    while (tally.done < quotas).any():
+        if stop is not None and stop.requested:
+            raise RunStopped(None, stop.requested)
+        active = tally.done < quotas
+        actions = _epsilon_greedy(policy, obs, active, rngs, num_actions, eps)
+        # Environments that played their quota are not stepped (nor copied) any more.
+        flat = active.reshape(-1)
+        stepped = pool.step_active(actions.reshape(-1), flat)
+        newest[flat] = stepped[0]
+        rewards, terminated, truncated = (
+            spread(part, flat).reshape(n, num_envs) for part in stepped[1:4]
+        )
+        bar.update(tally.add_step(rewards, terminated | truncated, active))
+        bar.set_postfix(mean=f"{np.mean([np.mean(s) for s in tally.scores if s] or [0]):.1f}")
 
 
 def _evaluation_pool(

@@ -419,7 +419,7 @@ def _train(
             if step >= cfg.learning_starts and replay.ready():
                 beta = beta_at(step, cfg)
                 for _ in range(cfg.updates_per_step):
-                    window.add(learn(population, replay, cfg.batch_size, beta))
+                    window.add(learn(population, replay, beta))
             if step % cfg.log_every == 0 or step == cfg.steps:
                 window = _add_window_stats(rows, window, population, step, eps)
             for a, row in zip(agents, rows, strict=True):

@@ -150,26 +150,45 @@ def build_population(
 ) -> tuple[Population, PopulationReplay]:
     """The agents' batched learner and replays on ``device``, a resumed population's state
     restored (``prepare_agents`` first)."""
-    models = []
-    for a in agents:
-        torch.manual_seed(a.config.seed)
-        model = SGIModel(**a.model_args)
-        if a.checkpoint is not None:
-            model.load_state_dict(a.checkpoint["model"])
-        elif a.pretrained is not None:
-            a.transfer = transfer_pretrained(model, a.pretrained)
-        else:
-            a.transfer = Transfer(loaded=(), fresh=tuple(model.state_dict()))
-        if a.config.scheme == "frozen" and not a.transfer.loaded:
-            a.log("warning: scheme 'frozen' without a pretrained model freezes a random encoder")
-        models.append(model)
+    models = [agent_model(a) for a in agents]
     loaded = {a.transfer.loaded for a in agents}
     if len(loaded) > 1:
         raise ConfigError(
             "the agents' pretrained models provide different tensors; a population shares "
             "one set of learning-rate groups (pretrain every game with the same params)"
         )
-    # "auto" CPU precision and layout: the fastest measured on this machine for this workload.
+    settle_cpu_settings(agents, device)
+    population = Population.build(
+        [a.config for a in agents], models, loaded=loaded.pop(), device=device
+    )
+    replay = population_replay(population, agents)
+    for i, a in enumerate(agents):
+        if a.checkpoint is None:
+            start_spr_target(a, i, population)
+        else:
+            restore_agent(a, i, population, replay)
+    return population, replay
+
+
+def agent_model(a: AgentRun) -> SGIModel:
+    """Agent ``a``'s online network: from its checkpoint, its pretrained model (recording the
+    transfer) or fresh, seeded by its config."""
+    torch.manual_seed(a.config.seed)
+    model = SGIModel(**a.model_args)
+    if a.checkpoint is not None:
+        model.load_state_dict(a.checkpoint["model"])
+    elif a.pretrained is not None:
+        a.transfer = transfer_pretrained(model, a.pretrained)
+    else:
+        a.transfer = Transfer(loaded=(), fresh=tuple(model.state_dict()))
+    if a.config.scheme == "frozen" and not a.transfer.loaded:
+        a.log("warning: scheme 'frozen' without a pretrained model freezes a random encoder")
+    return model
+
+
+def settle_cpu_settings(agents: list[AgentRun], device: torch.device) -> None:
+    """ "auto" CPU precision and layout: the fastest measured on this machine for this
+    workload, written into every agent's config."""
     first = agents[0].config
     workload = (
         f"finetune-update/{first.encoder}/ssl={first.ssl}/agents={len(agents)}"
@@ -186,20 +205,21 @@ def build_population(
         a.cpu_choice = choice.to_json()
         if choice.source != "explicit" or device.type == "cpu":
             a.log("cpu settings (%s): %s", choice.source, choice.to_json())
-    population = Population.build(
-        [a.config for a in agents], models, loaded=loaded.pop(), device=device
-    )
+
+
+def population_replay(population: Population, agents: list[AgentRun]) -> PopulationReplay:
+    """All agents' replays as one on the learner's device (frames never cross a GPU's bus
+    again), sequences as long as the update reads (``rollout_steps``), goals with goal RL."""
     cfg = population.config
-    # All agents' replays as one on the learner's device (frames never cross a GPU's bus again).
-    replay = PopulationReplay(
+    return PopulationReplay(
         len(agents),
         cfg.steps,
         alpha=cfg.priority_alpha,
-        K=cfg.spr_steps if cfg.ssl != "none" else 0,
+        K=cfg.rollout_steps,
         n_step=cfg.n_step,
         gamma=cfg.gamma,
         seeds=[a.config.seed for a in agents],
-        goal_window=cfg.goal_window if cfg.ssl == "all" else 0,
+        goal_window=cfg.goal_window if cfg.uses_goal_rl else 0,
         device=population.device,
         reuse_buffers=population.device.type == "cpu",
         cuda_graphs=cfg.cuda_graphs,
@@ -207,30 +227,37 @@ def build_population(
         # 19): the replay's stacks start there too, so learning sees what acting saw.
         first_after_terminal=cfg.env_protocol == "rlpyt",
     )
-    for i, a in enumerate(agents):
-        if a.checkpoint is None:
-            if a.pretrained is not None and a.config.spr_target_start == "pretrained_target":
-                if a.pretrained.target_state is None:
-                    raise ConfigError(
-                        f"{a.pretrained.path} holds no EMA target network (written before "
-                        "sgi-lab saved one); set spr_target_start: online"
-                    )
-                population.start_spr_target(i, a.pretrained.target_state)
-            continue
-        ckpt = a.checkpoint
-        population.load_agent_state(i, "spr_target", ckpt["spr_target"])
-        if population.q_target is not None and ckpt.get("q_target") is not None:
-            population.load_agent_state(i, "q_target", ckpt["q_target"])
-        population.load_agent_optimizer_state(i, ckpt["optimizer"])
-        replay.load_state_dict(i, ckpt["replay"])
-        if i == 0:
-            torch.set_rng_state(ckpt["rng"]["torch"])
-        if not restore_generator(population.generators[i], ckpt["rng"]["generator"]):
-            a.log("resumed on another device type: the augmentation random stream is reseeded")
-        a.rng.bit_generator.state = ckpt["rng"]["numpy"]
-        population.updates = int(ckpt["updates"])
-        a.log("resuming at step %d (the env starts a fresh episode)", int(ckpt["step"]))
-    return population, replay
+
+
+def start_spr_target(a: AgentRun, i: int, population: Population) -> None:
+    """A new agent's SPR target: the pretraining run's EMA target where the config asks
+    (``spr_target_start``), else the copy of the online network the population made."""
+    if a.pretrained is None or a.config.spr_target_start != "pretrained_target":
+        return
+    if a.pretrained.target_state is None:
+        raise ConfigError(
+            f"{a.pretrained.path} holds no EMA target network (written before "
+            "sgi-lab saved one); set spr_target_start: online"
+        )
+    population.start_spr_target(i, a.pretrained.target_state)
+
+
+def restore_agent(a: AgentRun, i: int, population: Population, replay: PopulationReplay) -> None:
+    """A resumed agent's targets, Adam moments, replay and random streams, from its
+    checkpoint (the weights are in its model already, `agent_model`)."""
+    ckpt = a.checkpoint
+    population.load_agent_state(i, "spr_target", ckpt["spr_target"])
+    if population.q_target is not None and ckpt.get("q_target") is not None:
+        population.load_agent_state(i, "q_target", ckpt["q_target"])
+    population.load_agent_optimizer_state(i, ckpt["optimizer"])
+    replay.load_state_dict(i, ckpt["replay"])
+    if i == 0:
+        torch.set_rng_state(ckpt["rng"]["torch"])
+    if not restore_generator(population.generators[i], ckpt["rng"]["generator"]):
+        a.log("resumed on another device type: the augmentation random stream is reseeded")
+    a.rng.bit_generator.state = ckpt["rng"]["numpy"]
+    population.updates = int(ckpt["updates"])
+    a.log("resuming at step %d (the env starts a fresh episode)", int(ckpt["step"]))
 
 
 def write_transfer(a: AgentRun, population: Population) -> None:

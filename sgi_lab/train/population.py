@@ -155,30 +155,8 @@ class Population:
         widest = max(m.num_actions for m in models)
         args = [_model_args(m) for m in models]
         template = SGIModel(**{**args[0], "num_actions": widest}).to(device)
-        shapes = {k: v.shape for k, v in template.state_dict().items()}
-        online: dict[str, torch.Tensor] = {}
         loaded = tuple(loaded)
-        loaded_set = frozenset(loaded)
-        for name, ref in template.state_dict(keep_vars=True).items():
-            stacked = stack_agents(
-                [pad_to(m.state_dict()[name].detach().to(device), shapes[name]) for m in models],
-                channels_last=cfg.channels_last is True,
-            )
-            if isinstance(ref, nn.Parameter):
-                trained = lr_group(name, loaded_set, cfg.scheme, cfg.lr_groups) is not None
-                stacked.requires_grad_(trained)
-            online[name] = stacked
-        # Noise samples are non-persistent buffers: state_dict() leaves them out.
-        for name, layer in template.named_modules():
-            if isinstance(layer, NoisyLinear):
-                for part in ("eps_in", "eps_out"):
-                    full = getattr(layer, part).shape
-                    online[f"{name}.{part}"] = torch.stack(
-                        [
-                            pad_to(getattr(m.get_submodule(name), part).to(device), full)
-                            for m in models
-                        ]
-                    )
+        online = _stacked_agents(template, models, cfg, frozenset(loaded), device)
         if cfg.channels_last is True:
             template.channels_last = template.encoder.channels_last = True
         mask = torch.zeros(len(models), widest, dtype=torch.bool, device=device)
@@ -187,21 +165,7 @@ class Population:
         spr_target = {k: v.detach().clone() for k, v in online.items()}
         separate_q = not (cfg.target_tau == 1.0 and cfg.target_update_period == 1)
         q_target = {k: v.detach().clone() for k, v in online.items()} if separate_q else None
-        scales = lr_scales(cfg)
-        groups: dict[str, list[torch.Tensor]] = {g: [] for g in LR_GROUPS}
-        for name, _ in template.named_parameters():
-            group = lr_group(name, loaded_set, cfg.scheme, cfg.lr_groups)
-            if group is not None:
-                groups[group].append(online[name])
-        param_groups = [
-            {"name": g, "params": ps, "lr": cfg.lr * scales[g]} for g, ps in groups.items() if ps
-        ]
-        # fused: one pass over each tensor instead of ~8 (6x faster on CPU for 8M parameters).
-        # capturable: the step counter lives on the device, so a CUDA graph can replay it.
-        capturable = device.type == "cuda" and getattr(cfg, "cuda_graphs", False)
-        optimizer = torch.optim.Adam(
-            param_groups, lr=cfg.lr, eps=cfg.adam_eps, fused=True, capturable=capturable
-        )
+        optimizer = _optimizer(template, online, cfg, frozenset(loaded), device)
         generators = []
         for c in configs:
             g = torch.Generator(device=device)
@@ -295,44 +259,45 @@ class Population:
         return wrapper
 
     # -- random draws --------------------------------------------------------------------------
-    def _draw_layouts(self, batch: int, steps: int) -> tuple[draws.Layout, ...]:
+    def _draw_layouts(self, batch_size: int, steps: int) -> tuple[draws.Layout, ...]:
         """Where each random number of an update lies in an agent's draw (`sgi_lab.augment.draws`):
         uniforms (crop corners; goal alpha, swaps and swap offsets), normals (intensity jitter,
-        goal noise) and noisy-net noise (signed square roots of normals), for B samples of T
-        steps. The noise parts have the layer sizes of the full 18-action set whatever the
+        goal noise) and noisy-net noise (signed square roots of normals), for ``batch_size``
+        samples of ``steps`` steps. The noise parts have the layer sizes of the full 18-action set whatever the
         widest game of this population, so an agent's draws never depend on its companions;
         each agent uses the first entries of its part (the rest falls on padded actions)."""
         cached = self.__dict__.setdefault("_layouts", {})
-        if (batch, steps) in cached:
-            return cached[batch, steps]
-        B, cfg, goals = batch, self.config, self.config.ssl == "all"
-        views = [("obs", (B, steps)), ("boot", (B,))] + ([("goal", (B,))] if goals else [])
+        if (batch_size, steps) in cached:
+            return cached[batch_size, steps]
+        cfg, goals = self.config, self.config.uses_goal_rl
+        views = [("obs", (batch_size, steps)), ("boot", (batch_size,))]
+        views += [("goal", (batch_size,))] if goals else []
         uniform: list[tuple[str, tuple[int, ...]]] = []
         normal: list[tuple[str, tuple[int, ...]]] = []
         if cfg.augment:
             uniform += [(f"corners_{v}", (*shape, 2)) for v, shape in views]
             normal += [(f"jitter_{v}", shape) for v, shape in views]
         if goals:
-            normal.append(("goal_noise", (B, self.template.latent_size)))
-            uniform.append(("goal_alpha", (B, 1)))
-            if B > 1:
-                uniform += [("goal_swap", (B,)), ("goal_offset", (B,))]
+            normal.append(("goal_noise", (batch_size, self.template.latent_size)))
+            uniform.append(("goal_alpha", (batch_size, 1)))
+            if batch_size > 1:
+                uniform += [("goal_swap", (batch_size,)), ("goal_offset", (batch_size,))]
         noise = [
             (f"{draw}/{name}.{part}", (size,))
             for draw in ("target", "online", "goal")[: 3 if goals else 2]
             for name, sizes in self._canonical_noise.items()
             for part, size in zip(("eps_in", "eps_out"), sizes, strict=True)
         ]
-        layouts = cached[batch, steps] = tuple(map(draws.Layout, (uniform, normal, noise)))
+        layouts = cached[batch_size, steps] = tuple(map(draws.Layout, (uniform, normal, noise)))
         return layouts
 
-    def draw(self, batch: int, steps: int) -> dict[str, Any]:
+    def draw(self, batch_size: int, steps: int) -> dict[str, Any]:
         """Every random number of one update for every agent, from one uniform draw per agent
         (its own generator) turned into named (N, ...) draws by whole-population operations:
         ``corners_{obs,boot,goal}`` (int64 crop corners), ``jitter_{obs,boot,goal}`` (intensity
         factors), ``noise_{target,online,goal}`` (name -> noisy-layer noise at this population's
         widths) and ``goal_draws`` (`sgi_lab.objectives.goals_from_draws`'s input)."""
-        uniform, normal, noise = self._draw_layouts(batch, steps)
+        uniform, normal, noise = self._draw_layouts(batch_size, steps)
         u = draws.uniforms(self.generators, uniform.size + normal.size + noise.size, self.device)
         gauss = draws.normal(u[:, uniform.size :])
         uni = uniform.split(u[:, : uniform.size])
@@ -353,7 +318,7 @@ class Population:
             out["goal_draws"] = {"noise": nor["goal_noise"], "alpha": uni["goal_alpha"]}
             if "goal_swap" in uni:
                 out["goal_draws"]["swap"] = uni["goal_swap"]
-                out["goal_draws"]["offset"] = draws.integers(uni["goal_offset"], 1, batch)
+                out["goal_draws"]["offset"] = draws.integers(uni["goal_offset"], 1, batch_size)
         return out
 
     @property
@@ -427,7 +392,7 @@ class Population:
         names = self.__dict__.get("_ema")
         if names is None:
             prefixes = ["encoder."]
-            if self.config.ssl == "all":
+            if self.config.uses_goal_rl:
                 prefixes += ["head.advantage_hidden.", "head.value_hidden.", "film.", "goal_head."]
             else:  # project() never uses the sigmas
                 prefixes += [
@@ -510,6 +475,63 @@ class Population:
         with torch.no_grad():
             for k in self._persistent():
                 target[k][i].copy_(pad_to(state[k].to(self.device), target[k].shape[1:]))
+
+
+def _stacked_agents(
+    template: SGIModel,
+    models: Sequence[SGIModel],
+    cfg: FinetuneConfig,
+    loaded: frozenset[str],
+    device: torch.device,
+) -> dict[str, torch.Tensor]:
+    """Every agent's tensors stacked along a leading agent axis, padded to the template's
+    (widest) shapes: the state dict (parameters trained under ``scheme`` require a gradient)
+    and the noisy layers' noise samples (non-persistent buffers: state_dict() leaves them out)."""
+    shapes = {k: v.shape for k, v in template.state_dict().items()}
+    online: dict[str, torch.Tensor] = {}
+    for name, ref in template.state_dict(keep_vars=True).items():
+        stacked = stack_agents(
+            [pad_to(m.state_dict()[name].detach().to(device), shapes[name]) for m in models],
+            channels_last=cfg.channels_last is True,
+        )
+        if isinstance(ref, nn.Parameter):
+            trained = lr_group(name, loaded, cfg.scheme, cfg.lr_groups) is not None
+            stacked.requires_grad_(trained)
+        online[name] = stacked
+    for name, layer in template.named_modules():
+        if isinstance(layer, NoisyLinear):
+            for part in ("eps_in", "eps_out"):
+                full = getattr(layer, part).shape
+                online[f"{name}.{part}"] = torch.stack(
+                    [pad_to(getattr(m.get_submodule(name), part).to(device), full) for m in models]
+                )
+    return online
+
+
+def _optimizer(
+    template: SGIModel,
+    online: dict[str, torch.Tensor],
+    cfg: FinetuneConfig,
+    loaded: frozenset[str],
+    device: torch.device,
+) -> torch.optim.Adam:
+    """One Adam over the stacked parameters, a parameter group per learning-rate group
+    (`lr_group`, `lr_scales`: the finetuning scheme)."""
+    scales = lr_scales(cfg)
+    groups: dict[str, list[torch.Tensor]] = {g: [] for g in LR_GROUPS}
+    for name, _ in template.named_parameters():
+        group = lr_group(name, loaded, cfg.scheme, cfg.lr_groups)
+        if group is not None:
+            groups[group].append(online[name])
+    param_groups = [
+        {"name": g, "params": ps, "lr": cfg.lr * scales[g]} for g, ps in groups.items() if ps
+    ]
+    # fused: one pass over each tensor instead of ~8 (6x faster on CPU for 8M parameters).
+    # capturable: the step counter lives on the device, so a CUDA graph can replay it.
+    capturable = device.type == "cuda" and getattr(cfg, "cuda_graphs", False)
+    return torch.optim.Adam(
+        param_groups, lr=cfg.lr, eps=cfg.adam_eps, fused=True, capturable=capturable
+    )
 
 
 def check_compatible(configs: Sequence[FinetuneConfig]) -> None:

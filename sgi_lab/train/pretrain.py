@@ -119,7 +119,7 @@ def _pretrain(config, store, run, progress, callback, params_name, stop) -> Path
     objectives = "atc" if config.atc_weight > 0 else "sgi"
     workload = (
         f"pretrain-step/{config.encoder}/{objectives}/batch={config.batch_size}"
-        f"/K={config.spr_steps}/goal={config.goal_weight > 0}"
+        f"/K={config.spr_steps}/goal={config.uses_goal_rl}"
     )
     config, choice = settle(
         config, device, workload, lambda bf16, cl: measure_step(config, store, device, bf16, cl)

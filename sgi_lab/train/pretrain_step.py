@@ -32,8 +32,13 @@ from sgi_lab.objectives.goal_rl import goal_n_step_returns
 from sgi_lab.runtime.cpu_settings import time_step
 from sgi_lab.runtime.device import autocast, clip_gradients, prepare_device
 from sgi_lab.runtime.graphs import GraphedCall
-from sgi_lab.train.sgi_loss import SGITargets, pretraining_settings, sgi_loss_terms, weighted_sum
-from sgi_lab.train.sgi_loss import spr_coefficient as _spr_coefficient
+from sgi_lab.train.sgi_loss import (
+    SGITargets,
+    pretraining_settings,
+    sgi_loss_terms,
+    spr_coefficient,
+    weighted_sum,
+)
 
 __all__ = [
     "GraphedStep",
@@ -58,23 +63,19 @@ class PretrainState(NamedTuple):
 
 
 def model_args(config: PretrainConfig, num_actions: int) -> dict[str, Any]:
-    """SGIModel keyword arguments for a pretraining config (recorded in every checkpoint)."""
+    """SGIModel keyword arguments for a pretraining config (recorded in every checkpoint): a
+    head for each term the config learns."""
+    terms = pretraining_settings(config).terms
     return {
         "encoder": config.encoder,
         "num_actions": int(num_actions),
         "noisy": False,  # the paper pretrains without noisy-net noise
-        "rl_head": config.bc_weight > 0,
-        "goal_head": config.goal_weight > 0,
-        "inverse_model": config.inverse_weight > 0,
+        "rl_head": "bc" in terms,
+        "goal_head": "goal_rl" in terms,
+        "inverse_model": "inverse" in terms,
         "atc_head": config.atc_weight > 0,
         "goal_film": config.goal_film,
     }
-
-
-def spr_coefficient(config: PretrainConfig) -> float:
-    """Weight of `spr_loss` (-sum_k cos) for the config's ``spr_weight`` read by
-    ``spr_weight_convention`` (`sgi_lab.train.sgi_loss.spr_coefficient`)."""
-    return _spr_coefficient(config.spr_weight, config.spr_steps, config.spr_weight_convention)
 
 
 def build_state(
@@ -123,7 +124,7 @@ def make_sampler(config: PretrainConfig, store: TransitionStore) -> SequenceSamp
         batch_size=config.batch_size,
         K=config.spr_steps,
         n_step=0,  # reward-free: goal RL's returns come from synthetic rewards
-        goal_window=config.goal_window if config.goal_weight > 0 else 0,
+        goal_window=config.goal_window if config.uses_goal_rl else 0,
         goal_offsets="clip" if config.goal_offsets == "reference" else "uniform",
         seed=config.seed,
         prefetch=config.prefetch,
@@ -214,19 +215,20 @@ def sgi_losses(
     settings = pretraining_settings(config)
     obs = prepared_frames(batch.obs, gen, config.augment, model.channels_last)
     actions, valid = batch.actions, batch.valid
-    need_projections = settings.spr > 0 or settings.inverse > 0
+    need_projections = settings.uses_transition_model
+    goal_rl = "goal_rl" in settings.terms
 
     # Targets under no_grad: target latents of s_t..s_{t+K}, and p_m(z~_{t+1..t+K}) (SPR and
     # inverse dynamics never use p_m(z~_t); contiguous: a strided 3-D input would send the
     # linear layers to a batched matmul that copies their weights per batch element).
     with target_passes(config, target):
-        z_target = target.encode(obs, True) if need_projections or settings.goal > 0 else None
+        z_target = target.encode(obs, True) if need_projections or goal_rl else None
         y_target = target.project(z_target[:, 1:].contiguous()) if need_projections else None
     z0 = model.encode(obs[:, 0], prepared=True)
     y0 = model.project(z0)
     logs: dict[str, torch.Tensor] = {"charts/cosine_similarity": representation_similarity(y0)}
     targets = SGITargets(y=y_target)
-    if settings.goal > 0:
+    if goal_rl:
         targets, rewards = goal_targets(
             config, state, obs, batch.goal_obs, valid, z_target, y_target
         )
@@ -254,7 +256,6 @@ def goal_targets(
     target's goal-conditioned distribution at s_{t+n} and, with double Q, the online one that
     picks its action; and the synthetic rewards (B, n), for logging."""
     model, target, gen = state.model, state.target, state.generator
-    n = config.n_step
     goal_obs = prepared_frames(goal_obs, gen, config.augment, model.channels_last)
     with target_passes(config, target):
         goals = sample_goals(
@@ -267,13 +268,17 @@ def goal_targets(
         # The bootstrap state's latent, encoded on its own: with batch norm its statistics
         # are those of the B bootstrap states, as in the reference (whose target network
         # encodes them in a pass of their own), not those of the whole sequence batch.
-        z_next = target.encode(obs[:, n], True) if model.encoder_has_batch_norm else z_target[:, n]
+        z_next = (
+            target.encode(obs[:, config.n_step], True)
+            if model.encoder_has_batch_norm
+            else z_target[:, config.n_step]
+        )
         goal_next = F.softmax(target.goal_q_logits(z_next, goals), dim=-1)
-        latents = z_target[:, : n + 1].flatten(2)
+        latents = z_target[:, : config.n_step + 1].flatten(2)
         _, _, rewards = goal_n_step_returns(
             latents,
             goals,
-            valid[:, : n + 1],
+            valid[:, : config.n_step + 1],
             config.gamma,
             config.goal_reward_scale,
             config.goal_distance_scale,
@@ -281,7 +286,7 @@ def goal_targets(
     selection = None
     if config.goal_double_q:  # the online network picks the bootstrap action
         with torch.no_grad():
-            z_picker = model.encode(obs[:, n], prepared=True)
+            z_picker = model.encode(obs[:, config.n_step], prepared=True)
             selection = F.softmax(model.goal_q_logits(z_picker, goals), -1)
     targets = SGITargets(
         y=y_target, z=latents, goals=goals, goal_next=goal_next, goal_selection=selection

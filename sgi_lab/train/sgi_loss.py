@@ -31,6 +31,7 @@ from sgi_lab.objectives import (
 __all__ = [
     "SGILossSettings",
     "SGITargets",
+    "TERMS",
     "finetuning_settings",
     "pretraining_settings",
     "sgi_loss_terms",
@@ -39,78 +40,110 @@ __all__ = [
 ]
 
 
-def spr_coefficient(weight: float, steps: int, convention: str) -> float:
-    """Weight of `spr_loss` (-sum_k cos) for an SPR weight read in ``convention``.
+def spr_coefficient(config: PretrainConfig | FinetuneConfig) -> float:
+    """Weight of `spr_loss` (-sum_k cos) for the config's ``spr_weight`` read in its
+    ``spr_weight_convention`` (finetuning: always ``"reference"``, SPR's).
 
     ``"text"``: the weight is lambda_SPR on -sum_k cos (the paper's 2). ``"reference"``: it is
     the authors' weight on mean_k(2 - 2 cos) (their pretraining script's 1, finetuning's 5),
     whose gradient is 2 / K times that of -sum_k cos: 2 w / K. The constant 2 w the reference
     loss adds changes no gradient, so it is left out (``losses/total`` is lower by it).
     """
+    convention = config.spr_weight_convention
     if convention == "reference":
-        return 2.0 * weight / max(1, steps)
+        return 2.0 * config.spr_weight / max(1, config.spr_steps)
     if convention != "text":
         raise ValueError(f"SPR weight convention must be 'text' or 'reference', got {convention!r}")
-    return weight
+    return config.spr_weight
+
+
+TERMS = ("spr", "goal_rl", "inverse", "bc")
+"""The SGI loss terms, by the key `sgi_loss_terms` returns."""
 
 
 @dataclass(frozen=True)
 class SGILossSettings:
-    """The weights and goal-RL settings of one stage's SGI losses (0 leaves a loss out).
+    """One stage's SGI losses: which terms it learns, their weights, and goal RL's settings.
+
+    Whether a term is on is decided once, where a stage builds its settings (``terms``); the
+    weights are read only where the terms are summed (`weighted_sum`).
 
     Attributes:
-        spr: coefficient of `spr_loss` (`spr_coefficient`).
-        goal: weight of goal-conditioned RL.
-        inverse: weight of inverse dynamics.
-        bc: weight of behavioural cloning.
+        terms: the terms learned (a subset of `TERMS`).
+        spr_coefficient: weight of `spr_loss` (`spr_coefficient`).
+        goal_weight: weight of goal-conditioned RL.
+        inverse_weight: weight of inverse dynamics.
+        bc_weight: weight of behavioural cloning.
         gamma: discount.
         goal_reward_scale: scale of the goal reward.
         goal_distance_scale: c in the goal reward's exp(2c(cos - 1)).
         goal_returns: ``"text"`` or ``"reference"`` (`sgi_lab.objectives.goal_n_step_returns`).
-        goal_n_step: n of goal RL's return (1 in both stages of the reference).
+        n_step: n of goal RL's return (1 in both stages of the reference).
     """
 
-    spr: float = 0.0
-    goal: float = 0.0
-    inverse: float = 0.0
-    bc: float = 0.0
+    terms: frozenset[str] = frozenset()
+    spr_coefficient: float = 0.0
+    goal_weight: float = 0.0
+    inverse_weight: float = 0.0
+    bc_weight: float = 0.0
     gamma: float = 0.99
     goal_reward_scale: float = 10.0
     goal_distance_scale: float = 1.0
     goal_returns: str = "text"
-    goal_n_step: int = 1
+    n_step: int = 1
+
+    @property
+    def uses_transition_model(self) -> bool:
+        """SPR and inverse dynamics both read the K-step rollout and the target projections."""
+        return bool({"spr", "inverse"} & self.terms)
 
     def weight(self, term: str) -> float:
-        return {"spr": self.spr, "goal_rl": self.goal, "inverse": self.inverse, "bc": self.bc}[term]
+        """The weight `weighted_sum` multiplies ``term``'s per-sample loss by."""
+        return {
+            "spr": self.spr_coefficient,
+            "goal_rl": self.goal_weight,
+            "inverse": self.inverse_weight,
+            "bc": self.bc_weight,
+        }[term]
 
 
 def pretraining_settings(config: PretrainConfig) -> SGILossSettings:
-    """Offline pretraining: the config's weights and goal-RL options."""
+    """Offline pretraining: a term is learned when its weight is positive (the S/G/I
+    ablations set a weight to 0: the model then has no head for it)."""
+    weights = {
+        "spr": config.spr_weight,
+        "inverse": config.inverse_weight,
+        "bc": config.bc_weight,
+    }
+    terms = {term for term, weight in weights.items() if weight > 0}
     return SGILossSettings(
-        spr=spr_coefficient(config.spr_weight, config.spr_steps, config.spr_weight_convention),
-        goal=config.goal_weight,
-        inverse=config.inverse_weight,
-        bc=config.bc_weight,
+        terms=frozenset(terms | ({"goal_rl"} if config.uses_goal_rl else set())),
+        spr_coefficient=spr_coefficient(config),
+        goal_weight=config.goal_weight,
+        inverse_weight=config.inverse_weight,
+        bc_weight=config.bc_weight,
         gamma=config.gamma,
         goal_reward_scale=config.goal_reward_scale,
         goal_distance_scale=config.goal_distance_scale,
         goal_returns=config.goal_returns,
-        goal_n_step=config.n_step,
+        n_step=config.n_step,
     )
 
 
 def finetuning_settings(config: FinetuneConfig) -> SGILossSettings:
-    """Finetuning: SPR always in the reference's convention (SPR's ``spr_weight: 5``), goal RL
-    and inverse dynamics only with ``ssl: all``, whose goal reward and return are the config's
-    (``goal_distance_scale``, ``goal_returns``: the text's by default, the reference's in
-    ``params/finetune/all_ssl.yaml``); goal RL's n is 1, as in the reference."""
-    ssl = config.ssl
+    """Finetuning: SPR (in the reference's convention, SPR's ``spr_weight: 5``) unless
+    ``ssl: none``; goal RL and inverse dynamics with ``ssl: all`` (`FinetuneConfig.uses_goal_rl`),
+    whose goal reward and return are the config's (``goal_distance_scale``, ``goal_returns``:
+    the text's by default, the reference's in ``params/finetune/all_ssl.yaml``); goal RL's n
+    is 1, as in the reference (the config's ``n_step`` is the RL loss's)."""
+    terms = {"spr"} if config.rollout_steps else set()
+    if config.uses_goal_rl:
+        terms |= {"goal_rl", "inverse"}
     return SGILossSettings(
-        spr=spr_coefficient(config.spr_weight, config.spr_steps, "reference")
-        if ssl != "none"
-        else 0.0,
-        goal=config.goal_weight if ssl == "all" else 0.0,
-        inverse=config.inverse_weight if ssl == "all" else 0.0,
+        terms=frozenset(terms),
+        spr_coefficient=spr_coefficient(config),
+        goal_weight=config.goal_weight,
+        inverse_weight=config.inverse_weight,
         gamma=config.gamma,
         goal_reward_scale=config.goal_reward_scale,
         goal_distance_scale=config.goal_distance_scale,
@@ -163,16 +196,16 @@ def sgi_loss_terms(
         ``{"spr", "goal_rl", "inverse", "bc"}`` -> (B,) losses (those with a weight), and
         ``{"charts/inverse_accuracy", "charts/bc_accuracy", ...}`` -> (B,) detached values.
     """
-    s = settings
+    terms = settings.terms
     losses: dict[str, torch.Tensor] = {}
     charts: dict[str, torch.Tensor] = {}
-    if s.spr > 0 or s.inverse > 0:
+    if settings.uses_transition_model:
         K = targets.y.shape[1]
         y_pred = m.project(m.rollout(z0, actions[:, :K]))  # p(z_hat_{t+1..t+K}), (B, K, P)
         step_mask = valid[:, 1:]
-        if s.spr > 0:
+        if "spr" in terms:
             losses["spr"] = spr_loss(m.predict(y_pred), targets.y, step_mask)
-        if s.inverse > 0:
+        if "inverse" in terms:
             y0 = m.project(z0) if y0 is None else y0
             y_hat = torch.cat([y0[:, None], y_pred[:, :-1]], 1)  # p(z_hat_{t..t+K-1})
             logits = m.inverse_logits(y_hat, targets.y, action_mask)
@@ -180,23 +213,22 @@ def sgi_loss_terms(
             charts["charts/inverse_accuracy"] = inverse_dynamics_accuracy(
                 logits, actions[:, :K], step_mask
             )
-    if s.goal > 0:
-        n = s.goal_n_step
+    if "goal_rl" in terms:
         losses["goal_rl"] = goal_rl_loss(
             m.goal_q_logits(z0, targets.goals, action_mask),
             actions[:, 0],
             targets.z,
             targets.goals,
             targets.goal_next,
-            valid[:, : n + 1],
+            valid[:, : settings.n_step + 1],
             m.support,
-            s.gamma,
-            s.goal_reward_scale,
-            s.goal_distance_scale,
+            settings.gamma,
+            settings.goal_reward_scale,
+            settings.goal_distance_scale,
             selection_probs=targets.goal_selection,
-            discount_rewards_once_more=s.goal_returns == "reference",
+            discount_rewards_once_more=settings.goal_returns == "reference",
         )
-    if s.bc > 0:
+    if "bc" in terms:
         logits = m.bc_logits(z0)
         losses["bc"] = bc_loss(logits, actions[:, 0])
         charts["charts/bc_accuracy"] = bc_accuracy(logits, actions[:, 0])
@@ -204,5 +236,5 @@ def sgi_loss_terms(
 
 
 def weighted_sum(losses: dict[str, torch.Tensor], settings: SGILossSettings) -> torch.Tensor:
-    """(B,) sum over the objectives of weight x per-sample loss."""
+    """(B,) sum over the objectives of weight x per-sample loss: where the weights are read."""
     return sum(settings.weight(k) * v for k, v in losses.items())

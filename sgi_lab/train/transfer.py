@@ -208,8 +208,8 @@ def model_args_for(
         "noisy": config.noisy_std > 0,
         "noise_std": config.noisy_std,
         "rl_head": True,
-        "goal_head": config.ssl == "all",
-        "inverse_model": config.ssl == "all",
+        "goal_head": config.uses_goal_rl,
+        "inverse_model": config.uses_goal_rl,
     }
     if pretrained is not None:
         args.update(

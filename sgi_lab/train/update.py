@@ -172,8 +172,7 @@ def update_inputs(pop: Population, staged: StagedBatch) -> UpdateInputs:
     update's draws (`Population.draw`; `sgi_lab.augment.frames`), the noise samples and
     goal draws."""
     cfg = pop.config
-    B, T = staged.obs.shape[1:3]
-    drawn = pop.draw(B, T)
+    drawn = pop.draw(cfg.batch_size, staged.obs.shape[2])
     dtype = torch.bfloat16 if pop.update_amp else torch.float32
 
     def frames(frames: torch.Tensor, view: str, **kw: Any) -> torch.Tensor:
@@ -186,7 +185,7 @@ def update_inputs(pop: Population, staged: StagedBatch) -> UpdateInputs:
             **kw,
         )
 
-    goals = cfg.ssl == "all"
+    goals = cfg.uses_goal_rl
     return UpdateInputs(
         obs=frames(staged.obs, "obs", time_major=True),  # (N, K+1, B, 4, 84, 84)
         boot_obs=frames(staged.boot_obs, "boot"),
@@ -215,12 +214,9 @@ def compute_targets(
     noise sample unless there is a separate copy); with double Q the action is picked by the
     online network with the update's noise. SPR's targets are the EMA target's projections of
     s_{t+1..t+K}, encoded in one time-major pass (with s_t and the goal observations for
-    ``ssl: all``). Goal RL (``ssl: all``) bootstraps at s_{t+1} from ``goal_target`` (SPR's EMA
-    target, or the RL target as the reference), the action picked by the online network with
-    ``goal_double_q``.
+    ``ssl: all``, `goal_rl_targets`).
     """
-    cfg, call, mask, obs = pop.config, pop.call, x.mask, x.obs
-    K = cfg.spr_steps if cfg.ssl != "none" else 0
+    cfg, call, mask = pop.config, pop.call, x.mask
     support = pop.template.support
     z_boot = call(online, lambda m, o: m.encode(o, prepared=True), x.boot_obs)
     if q_target:
@@ -237,60 +233,75 @@ def compute_targets(
     selection = online_probs if cfg.double_q else None
     rl = c51_target(F.softmax(target_logits, -1), x.returns, x.discounts, support, selection)
     q_next = masked_mean((online_probs * support).sum(-1), mask)
-    # With batch norm, each target pass normalises with its own batch: as in the reference, the
-    # sequence s_t..s_{t+K} is one pass (s_t included) and the goal observations another.
-    separate = pop.template.encoder_has_batch_norm
-    ssl = SGITargets()
-    if cfg.ssl == "all":
-        goal_target = {**spr_target, **x.noise_goal}
-
-        def encode(o: torch.Tensor) -> torch.Tensor:
-            return call(goal_target, lambda m, o: m.encode(o, prepared=True), o)
-
-        if separate:
-            z, z_goal = encode(obs), encode(x.goal_obs)
-        else:
-            z = encode(torch.cat([obs, x.goal_obs[None]], 0))
-            z, z_goal = z[:-1], z[-1]
-        goals, _ = goals_from_draws(z_goal, x.goal_draws)
-
-        def goal_probs(params: Tensors, z1: torch.Tensor) -> torch.Tensor:
-            return F.softmax(
-                call(params, lambda m, z, g: m.goal_q_logits(z, g, mask), z1, goals), -1
-            )
-
-        # The goal bootstrap at s_{t+1}: SPR's EMA target, or (the reference's agent target
-        # model) the RL target with its noise sample, which is the online network when
-        # target_tau is 1; double Q: the online network, with the update's noise, picks.
-        rl_target = cfg.goal_target == "rl_target"
-        z1_online = (
-            call(online, lambda m, o: m.encode(o, prepared=True), obs[1])
-            if cfg.goal_double_q or (rl_target and not q_target)
-            else None
-        )
-        if rl_target and q_target:
-            z1_target = call(q_target, lambda m, o: m.encode(o, prepared=True), obs[1])
-            goal_next = goal_probs({**q_target, **x.noise_target}, z1_target)
-        elif rl_target:
-            goal_next = goal_probs({**online, **x.noise_target}, z1_online)
-        else:
-            goal_next = goal_probs(goal_target, z[1])
-        goal_selection = (
-            goal_probs({**online, **x.noise_online}, z1_online) if cfg.goal_double_q else None
-        )
-        y = call(spr_target, lambda m, z: m.project(z), z).transpose(0, 1)
-        ssl = SGITargets(
-            y=y[:, -K:],
-            z=z[:2].transpose(0, 1).flatten(2),
-            goals=goals,
-            goal_next=goal_next,
-            goal_selection=goal_selection,
-        )
-    elif K > 0:
-        z = call(spr_target, lambda m, o: m.encode(o, prepared=True), obs if separate else obs[1:])
-        z = z[1:] if separate else z
-        ssl = SGITargets(y=call(spr_target, lambda m, z: m.project(z), z).transpose(0, 1))
+    if cfg.uses_goal_rl:
+        ssl = goal_rl_targets(pop, online, spr_target, q_target, x)
+    elif cfg.rollout_steps > 0:
+        ssl = SGITargets(y=spr_projections(pop, spr_target, x.obs))
+    else:
+        ssl = SGITargets()
     return UpdateTargets(rl, q_next, ssl)
+
+
+def spr_projections(pop: Population, spr_target: Tensors, obs: torch.Tensor) -> torch.Tensor:
+    """(B, K, P) SPR's targets p_m(z~_{t+1..t+K}) from the time-major (K+1, B, ...) sequence.
+    With batch norm, each target pass normalises with its own batch: as in the reference, the
+    sequence s_t..s_{t+K} is one pass, s_t included."""
+    call, separate = pop.call, pop.template.encoder_has_batch_norm
+    z = call(spr_target, lambda m, o: m.encode(o, prepared=True), obs if separate else obs[1:])
+    z = z[1:] if separate else z
+    return call(spr_target, lambda m, z: m.project(z), z).transpose(0, 1)
+
+
+def goal_rl_targets(
+    pop: Population, online: Tensors, spr_target: Tensors, q_target: Tensors, x: UpdateInputs
+) -> SGITargets:
+    """``ssl: all``'s targets: SPR's projections, the goals (`goals_from_draws`) and goal RL's
+    bootstrap at s_{t+1} from ``goal_target`` (SPR's EMA target, or the RL target as the
+    reference), the action picked by the online network with ``goal_double_q``. The goal
+    observations are encoded with the sequence, or (batch norm) in a pass of their own."""
+    cfg, call, mask, obs = pop.config, pop.call, x.mask, x.obs
+    goal_target = {**spr_target, **x.noise_goal}
+
+    def encode(o: torch.Tensor) -> torch.Tensor:
+        return call(goal_target, lambda m, o: m.encode(o, prepared=True), o)
+
+    if pop.template.encoder_has_batch_norm:
+        z, z_goal = encode(obs), encode(x.goal_obs)
+    else:
+        z = encode(torch.cat([obs, x.goal_obs[None]], 0))
+        z, z_goal = z[:-1], z[-1]
+    goals, _ = goals_from_draws(z_goal, x.goal_draws)
+
+    def goal_probs(params: Tensors, z1: torch.Tensor) -> torch.Tensor:
+        return F.softmax(call(params, lambda m, z, g: m.goal_q_logits(z, g, mask), z1, goals), -1)
+
+    # The goal bootstrap at s_{t+1}: SPR's EMA target, or (the reference's agent target
+    # model) the RL target with its noise sample, which is the online network when
+    # target_tau is 1; double Q: the online network, with the update's noise, picks.
+    rl_target = cfg.goal_target == "rl_target"
+    z1_online = (
+        call(online, lambda m, o: m.encode(o, prepared=True), obs[1])
+        if cfg.goal_double_q or (rl_target and not q_target)
+        else None
+    )
+    if rl_target and q_target:
+        z1_target = call(q_target, lambda m, o: m.encode(o, prepared=True), obs[1])
+        goal_next = goal_probs({**q_target, **x.noise_target}, z1_target)
+    elif rl_target:
+        goal_next = goal_probs({**online, **x.noise_target}, z1_online)
+    else:
+        goal_next = goal_probs(goal_target, z[1])
+    goal_selection = (
+        goal_probs({**online, **x.noise_online}, z1_online) if cfg.goal_double_q else None
+    )
+    y = call(spr_target, lambda m, z: m.project(z), z).transpose(0, 1)
+    return SGITargets(
+        y=y[:, -cfg.rollout_steps :],
+        z=z[:2].transpose(0, 1).flatten(2),
+        goals=goals,
+        goal_next=goal_next,
+        goal_selection=goal_selection,
+    )
 
 
 def compute_losses(
@@ -331,7 +342,7 @@ def check_finite(pop: Population, total: torch.Tensor) -> None:
 # -- the training loop's entry point -----------------------------------------------------------
 
 
-def learn(pop: Population, replay: PopulationReplay, batch_size: int, beta: float) -> Tensors:
+def learn(pop: Population, replay: PopulationReplay, beta: float) -> Tensors:
     """One learning step of every agent from its replay: a prioritized batch, `update`, the new
     priorities written back. On CUDA with ``cuda_graphs`` the three are captured as ONE graph
     after three eager steps and replayed from then on (the replay's draws, beta and priorities
@@ -341,7 +352,6 @@ def learn(pop: Population, replay: PopulationReplay, batch_size: int, beta: floa
     Args:
         pop: the agents.
         replay: every agent's replay (`PopulationReplay.ready` already true).
-        batch_size: B sequences per agent.
         beta: importance-sampling exponent.
 
     Returns:
@@ -349,13 +359,13 @@ def learn(pop: Population, replay: PopulationReplay, batch_size: int, beta: floa
     """
     replay.set_beta(beta)
     if not pop.uses_cuda_graph:
-        stats = learn_step(pop, replay, batch_size)
+        stats = learn_step(pop, replay)
     else:
         graphs = pop.__dict__.setdefault("_graphs", {})
-        key = ("learn", id(replay), batch_size)
+        key = ("learn", id(replay))
         if key not in graphs:
             graphs[key] = GraphedCall(
-                lambda: learn_step(pop, replay, batch_size),
+                lambda: learn_step(pop, replay),
                 warmup=3,
                 generators=[*pop.generators, *replay.generators],
                 before_capture=lambda: pop.optimizer.zero_grad(set_to_none=True),
@@ -366,10 +376,11 @@ def learn(pop: Population, replay: PopulationReplay, batch_size: int, beta: floa
     return {k: v.clone() for k, v in stats.items()}
 
 
-def learn_step(pop: Population, replay: PopulationReplay, batch_size: int) -> Tensors:
-    """Sample (at the replay's beta), update, write the priorities: what a graph captures."""
-    batch = replay.sample_at_beta(batch_size)
-    stats, priorities = update(pop, staged_batch(batch, pop.config.ssl == "all"), count=False)
+def learn_step(pop: Population, replay: PopulationReplay) -> Tensors:
+    """Sample ``batch_size`` sequences per agent (at the replay's beta), update, write the
+    priorities: what a graph captures."""
+    batch = replay.sample_at_beta(pop.config.batch_size)
+    stats, priorities = update(pop, staged_batch(batch, pop.config.uses_goal_rl), count=False)
     replay.update_priorities(batch.indices, priorities)
     return stats
 
@@ -386,7 +397,7 @@ def stage(
     def stacked(arrays: Sequence[np.ndarray]) -> torch.Tensor:
         return torch.from_numpy(np.stack(arrays)).to(pop.device, non_blocking=True)
 
-    goals = pop.config.ssl == "all"
+    goals = pop.config.uses_goal_rl
     return StagedBatch(
         obs=stacked([b.obs for b in batches]),  # (N, B, K+1, 4, 84, 84)
         boot_obs=stacked([b.bootstrap_obs for b in batches]),
@@ -433,20 +444,20 @@ def measure_update(
         pop = Population.build(configs, models, loaded=(), device="cpu")
         cfg = pop.config
         rng = np.random.default_rng(0)
-        B, T = cfg.batch_size, (cfg.spr_steps if cfg.ssl != "none" else 0) + 1
-        n = pop.size
+        # (agents, batch_size, steps) of every staged tensor
+        shape = (pop.size, cfg.batch_size, cfg.rollout_steps + 1)
 
         def frames(*shape: int) -> torch.Tensor:
-            return torch.from_numpy(rng.integers(0, 255, (n, *shape, 4, 84, 84), dtype=np.uint8))
+            return torch.from_numpy(rng.integers(0, 255, (*shape, 4, 84, 84), dtype=np.uint8))
 
         staged = StagedBatch(
-            obs=frames(B, T),
-            boot_obs=frames(B),
-            actions=torch.zeros(n, B, T, dtype=torch.int64),
-            valid=torch.ones(n, B, T, dtype=torch.bool),
-            returns=torch.zeros(n, B),
-            discounts=torch.full((n, B), 0.9),
-            weights=torch.ones(n, B),
-            goal_obs=frames(B) if cfg.ssl == "all" else None,
+            obs=frames(*shape),
+            boot_obs=frames(*shape[:2]),
+            actions=torch.zeros(shape, dtype=torch.int64),
+            valid=torch.ones(shape, dtype=torch.bool),
+            returns=torch.zeros(shape[:2]),
+            discounts=torch.full(shape[:2], 0.9),
+            weights=torch.ones(shape[:2]),
+            goal_obs=frames(*shape[:2]) if cfg.uses_goal_rl else None,
         )
         return time_step(lambda: update(pop, staged), warmup=warmup, repeats=repeats, budget_s=1.0)

@@ -213,7 +213,9 @@ def test_schedules():
     assert ft.beta_at(6_000, config) == pytest.approx(0.7)
     assert ft.beta_at(10_000, config) == 1.0
     # reference weight 5, K 5
-    assert finetuning_settings(FinetuneConfig()).spr == pytest.approx(2.0)  # 5 on mean_k(2 - 2 cos)
+    assert finetuning_settings(FinetuneConfig()).spr_coefficient == pytest.approx(
+        2.0
+    )  # 5 on mean_k(2 - 2 cos)
 
 
 def test_update_targets_use_sampler_returns_and_discounts(monkeypatch):
