@@ -392,33 +392,8 @@ def probe_encoder(
         ),
         "split": _split_record(split, positions, duplicates, store),
     }
-    stages = {
-        "state": lambda: (
-            _state_probes(features, labels, positions, variables, settings)
-            if state_probes
-            else {"state_probes": "skipped (--no-state-probes)"}
-        ),
-        "reward": lambda: {
-            "reward": _reward_probe(features, store, rows, positions, settings, rng)
-        },
-        "action": lambda: {"action": _action_probe(features, store, rows, positions, settings)},
-    }
-    if random_baseline_seed is not None:
-        stages["random_init"] = lambda: {
-            "random_init": _random_init_baseline(
-                random_baseline_seed,
-                encoder.model.encoder_name,
-                store,
-                rows,
-                positions,
-                labels,
-                variables,
-                settings,
-                split_seed,
-                batch_size,
-                device,
-            )  # fmt: skip
-        }
+    inputs = _ProbeInputs(store, rows, positions, features, labels, variables, settings, rng)
+    stages = _stages(inputs, encoder, random_baseline_seed, split_seed, batch_size, device)
     with tqdm(total=len(stages), disable=not progress, desc="probes") as bar:
         for name, stage in stages.items():
             since = time.perf_counter()
@@ -430,6 +405,62 @@ def probe_encoder(
     result["created"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     result["provenance"] = provenance()
     return jsonable(result)
+
+
+@dataclass
+class _ProbeInputs:
+    """What every probe of one encoder reads: the rows, their split, features and labels."""
+
+    store: TransitionStore
+    rows: np.ndarray
+    positions: dict[str, np.ndarray]
+    features: np.ndarray
+    labels: np.ndarray | None  # None: no state probes
+    variables: tuple
+    settings: ProbeSettings
+    rng: np.random.Generator
+
+
+def _stages(
+    inputs: _ProbeInputs,
+    encoder: ProbeEncoder,
+    random_baseline_seed: int | None,
+    split_seed: int,
+    batch_size: int,
+    device: str,
+) -> dict[str, Any]:
+    """The probes to run, in order, each a call returning its part of the result."""
+    x = inputs
+    stages = {
+        "state": lambda: (
+            _state_probes(x.features, x.labels, x.positions, x.variables, x.settings)
+            if x.labels is not None
+            else {"state_probes": "skipped (--no-state-probes)"}
+        ),
+        "reward": lambda: {
+            "reward": _reward_probe(x.features, x.store, x.rows, x.positions, x.settings, x.rng)
+        },
+        "action": lambda: {
+            "action": _action_probe(x.features, x.store, x.rows, x.positions, x.settings)
+        },
+    }
+    if random_baseline_seed is not None:
+        stages["random_init"] = lambda: {
+            "random_init": _random_init_baseline(
+                random_baseline_seed,
+                encoder.model.encoder_name,
+                x.store,
+                x.rows,
+                x.positions,
+                x.labels,
+                x.variables,
+                x.settings,
+                split_seed,
+                batch_size,
+                device,
+            )  # fmt: skip
+        }
+    return stages
 
 
 def _subsample(
