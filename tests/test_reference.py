@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -49,10 +50,30 @@ LOSS_RTOL = 1e-5
 GRAD_RTOL = 1e-4
 UPDATE_RTOL = 1e-3
 STATISTICS = ("running_mean", "running_var", "num_batches_tracked")
+PRETRAIN_CASES = ["pretrain_nature", "pretrain_resnet", "pretrain_resnet_l"]
 
 
 def load(name: str, kind: str) -> dict[str, np.ndarray]:
-    return dict(np.load(FIXTURES / f"{name}.{kind}.npz", allow_pickle=False))
+    return unpacked(dict(np.load(FIXTURES / f"{name}.{kind}.npz", allow_pickle=False)))
+
+
+def unpacked(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The per-tensor arrays of a fixture written packed (benchmarks/reference/npz_pack.py: each
+    ``<prefix>/<name>`` array of one dtype concatenated into ``packed/<prefix>/<dtype>/data``,
+    with its names, ranks and shapes beside it), key for key; older fixtures pass through."""
+    out = {k: v for k, v in arrays.items() if not k.startswith("packed/")}
+    for key in [k for k in arrays if k.startswith("packed/") and k.endswith("/names")]:
+        group = key[: -len("/names")]
+        prefix = group.split("/")[1]
+        dims = iter(arrays[f"{group}/shape"].tolist())
+        data, offset = arrays[f"{group}/data"], 0
+        for name, ndim in zip(arrays[key].tolist(), arrays[f"{group}/ndim"].tolist(), strict=True):
+            shape = tuple(next(dims) for _ in range(ndim))
+            size = math.prod(shape)
+            out[f"{prefix}/{name}"] = data[offset : offset + size].reshape(shape).copy()
+            offset += size
+        assert offset == data.size, f"{group}: {data.size - offset} packed values left over"
+    return out
 
 
 def augmented(frames: np.ndarray, corners: np.ndarray, noise: np.ndarray) -> torch.Tensor:
@@ -129,7 +150,7 @@ def reference_pretrain_config(case: dict) -> PretrainConfig:
 
 def run_pretrain_step(name: str, monkeypatch: pytest.MonkeyPatch, **overrides):
     case = CASES[name]
-    x = load(name, "inputs")
+    x = with_shared_target(load(name, "inputs"))
     config = dataclasses.replace(reference_pretrain_config(case), **overrides)
     args = case["model_args"]
     sizes = {k: args[k] for k in ("image_size", "hidden_size", "width_scale")}
@@ -175,9 +196,9 @@ def run_pretrain_step(name: str, monkeypatch: pytest.MonkeyPatch, **overrides):
     return config, logs, grads, before, after, target_before, state.target.state_dict(), captured
 
 
-@pytest.mark.parametrize("name", ["pretrain_nature", "pretrain_resnet"])
+@pytest.mark.parametrize("name", PRETRAIN_CASES)
 def test_pretraining_losses_equal_the_reference(name, monkeypatch):
-    config, logs, _, _, _, _, _, captured = run_pretrain_step(name, monkeypatch)
+    config, logs, _, _, _, _, _, captured = one_update("pretrain", name, monkeypatch)
     ref = load(name, "reference")
     K, w = config.spr_steps, config.spr_weight
     # The reference's SPR term is mean_k(2 - 2 cos) = 2 + (2 / K) * (-sum_k cos).
@@ -203,16 +224,16 @@ def test_the_bc_baseline_equals_the_reference(monkeypatch):
     """BC (bc_pretrain.sh): cross-entropy of the dataset's action against the Q head's expected
     values (the reference's ``bc_from_values``), its gradients and Adam step."""
     name = "pretrain_bc"
-    config, logs, grads, before, after, *_ = run_pretrain_step(name, monkeypatch)
+    config, logs, grads, before, after, *_ = one_update("pretrain", name, monkeypatch)
     ref = load(name, "reference")
     got, expected = float(logs["losses/bc"].detach()), float(ref["loss/bc"])
     assert got == pytest.approx(expected, rel=LOSS_RTOL), f"{name} losses/bc: {got} vs {expected}"
     compare_gradients_and_updates(name, ref, grads, before, after, config.lr, config.adam_eps)
 
 
-@pytest.mark.parametrize("name", ["pretrain_nature", "pretrain_resnet"])
+@pytest.mark.parametrize("name", PRETRAIN_CASES)
 def test_pretraining_gradients_and_step_equal_the_reference(name, monkeypatch):
-    config, _, grads, before, after, _, _, _ = run_pretrain_step(name, monkeypatch)
+    config, _, grads, before, after, _, _, _ = one_update("pretrain", name, monkeypatch)
     ref = load(name, "reference")
     compare_gradients_and_updates(name, ref, grads, before, after, config.lr, config.adam_eps)
 
@@ -256,7 +277,7 @@ def test_pretraining_gradient_clipping_equals_the_reference(monkeypatch):
         compare_gradients_and_updates(name, ref, grads, before, after, config.lr, config.adam_eps)
 
 
-@pytest.mark.parametrize("name", ["pretrain_nature", "pretrain_resnet"])
+@pytest.mark.parametrize("name", PRETRAIN_CASES)
 def test_pretraining_target_updates_equal_the_reference(name, monkeypatch):
     """The reference has two EMA targets of the same online network (tau 0.01 each): the agent's
     target model (goal RL's bootstrap), moved after the Adam step, and the SPR target encoder
@@ -267,8 +288,8 @@ def test_pretraining_target_updates_equal_the_reference(name, monkeypatch):
     Batch-norm running statistics of the targets are left out: a target in training mode updates
     them in each of its own forward passes, which the two codes batch differently; they are used
     only with ``target_batch_norm: running`` (not the paper's setting)."""
-    config, _, _, before, after, target_before, target_after, _ = run_pretrain_step(
-        name, monkeypatch
+    config, _, _, before, after, target_before, target_after, _ = one_update(
+        "pretrain", name, monkeypatch
     )
     ref = load(name, "reference")
     tau = 1.0 - config.ema_tau
@@ -327,6 +348,15 @@ def with_loaded_online(x: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return x
 
 
+def with_shared_target(x: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A compact pretraining case's inputs store a target tensor equal to the online one once
+    (make_inputs.py): put it back as a ``target/`` entry. Finetuning cases have no ``target/``."""
+    if any(k.startswith("target/") for k in x):
+        for k in [k for k in x if k.startswith("online/")]:
+            x.setdefault("target/" + k[len("online/") :], x[k])
+    return x
+
+
 def reference_finetune_config(case: dict) -> FinetuneConfig:
     """The reference's finetuning (config.yaml, configs['ernbw'], sgim_finetune.sh), with all
     of SGI's losses for a case with ``ssl: all``."""
@@ -352,6 +382,19 @@ def reference_finetune_config(case: dict) -> FinetuneConfig:
     )
 
 
+# Row 40 of docs/paper_vs_code.md: the prefix of the RL head's own copy of the Q head's first
+# layers, once SGIModel can build one (``FinetuneConfig.rl_head_hidden: separate``); ``head.``'s
+# first layers are then the goal head's copy, SPR's projection.
+RL_COPY = "rl_hidden."
+HIDDEN = ("head.advantage_hidden.", "head.value_hidden.")
+
+
+def with_rl_copy(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``tensors`` plus an ``rl_hidden.`` entry equal to each ``head.*_hidden.`` entry."""
+    copies = {RL_COPY + k[len("head.") :]: v for k, v in tensors.items() if k.startswith(HIDDEN)}
+    return {**tensors, **copies}
+
+
 def run_finetune_update(name: str, monkeypatch: pytest.MonkeyPatch, before_update=None):
     case = CASES[name]
     x = with_loaded_online(load(name, "inputs"))
@@ -372,8 +415,13 @@ def run_finetune_update(name: str, monkeypatch: pytest.MonkeyPatch, before_updat
     A = case["model_args"]["num_actions"]
     model = SGIModel(**model_args_for(config, A, pretrained))
     transfer = transfer_pretrained(model, pretrained)
-    assert sorted(transfer.loaded) == list(x["loaded"])
+    # row 40's option (when it exists): the RL head's own copy of the first layers, loaded as
+    # the reference's copy_base_params loads it, from the pretrained first layers
+    copies = any(k.startswith(RL_COPY) for k in model.state_dict())
+    assert sorted(k for k in transfer.loaded if not k.startswith(RL_COPY)) == list(x["loaded"])
     online = entries("online/")  # the generator's transfer, fresh output layers included
+    if copies:
+        online = with_rl_copy(online)
     for k in transfer.loaded:
         torch.testing.assert_close(model.state_dict()[k], online[k], rtol=0, atol=0)
     model.load_state_dict(online)
@@ -388,7 +436,10 @@ def run_finetune_update(name: str, monkeypatch: pytest.MonkeyPatch, before_updat
             "jitter_boot": jitter_factor(torch.from_numpy(x["boot_jitter"]))[None],
         }
         for which in ("online", "target") + (("goal",) if ssl_all else ()):
-            out[f"noise_{which}"] = {k: v[None] for k, v in entries(f"noise_{which}/").items()}
+            noise = entries(f"noise_{which}/")
+            # the reference's two copies were fed the same noise (run_reference.py)
+            noise = with_rl_copy(noise) if copies else noise
+            out[f"noise_{which}"] = {k: v[None] for k, v in noise.items()}
         if ssl_all:
             out["corners_goal"] = torch.from_numpy(x["goal_corners"])[None]
             out["jitter_goal"] = jitter_factor(torch.from_numpy(x["goal_jitter"]))[None]
@@ -434,6 +485,23 @@ def run_finetune_update(name: str, monkeypatch: pytest.MonkeyPatch, before_updat
     )
 
 
+_ORIGINAL_CONFIGS = (reference_pretrain_config, reference_finetune_config)
+_UPDATES: dict[tuple[str, str], object] = {}
+
+
+def one_update(stage: str, name: str, monkeypatch: pytest.MonkeyPatch):
+    """A case's update with the reference's settings, run once and shared by the tests that only
+    read it (an update takes seconds; the losses, gradients, targets and acting tests of a case
+    read the same one). A test that patches the settings (the option tests) gets its own run."""
+    run = {"pretrain": run_pretrain_step, "finetune": run_finetune_update}[stage]
+    if (reference_pretrain_config, reference_finetune_config) != _ORIGINAL_CONFIGS:
+        return run(name, monkeypatch)
+    if (stage, name) not in _UPDATES:
+        with pytest.MonkeyPatch.context() as own:
+            _UPDATES[stage, name] = run(name, own)
+    return _UPDATES[stage, name]
+
+
 def test_finetuning_n_step_returns_equal_rlpyts():
     """sgi-lab's n-step return and bootstrap discount against rlpyt's discount_return_n_step
     (what the reference's replay stores as return_ and done_n), with an episode end inside."""
@@ -446,14 +514,20 @@ def test_finetuning_n_step_returns_equal_rlpyts():
     assert ref["done_n"].any() and not ref["done_n"].all()
 
 
-FINETUNE_CASES = ["finetune_nature", "finetune_resnet", "finetune_all"]
+FINETUNE_CASES = [
+    "finetune_nature",
+    "finetune_resnet",
+    "finetune_resnet_l",
+    "finetune_all",
+    "finetune_all_resnet",
+]
 
 
 @pytest.mark.parametrize("name", FINETUNE_CASES)
 def test_finetuning_losses_and_priorities_equal_the_reference(name, monkeypatch):
     """Each loss term (with ``ssl: all`` goal RL and inverse dynamics too), the PER-weighted
     total and the new priorities."""
-    run = run_finetune_update(name, monkeypatch)
+    run = one_update("finetune", name, monkeypatch)
     config, stats, priorities = run.config, run.stats, run.priorities
     ref = load(name, "reference")
     K, w = config.spr_steps, torch.from_numpy(load(name, "inputs")["is_weights"])
@@ -493,11 +567,16 @@ def test_finetuning_gradients_step_and_spr_target_equal_the_reference(name, monk
     ``ssl: all`` the Q head's first layers are compared by their gradient only: the reference
     keeps two copies of them (see `test_finetuning_all_keeps_one_copy_of_the_q_heads_first_layers`),
     whose gradients sum to sgi-lab's."""
-    run = run_finetune_update(name, monkeypatch)
+    run = one_update("finetune", name, monkeypatch)
     ref, config = load(name, "reference"), run.config
     compare_gradients_and_updates(
         name, ref, run.grads, run.before, run.after, config.lr, config.adam_eps
     )
+    compare_spr_target(name, ref, run)
+
+
+def compare_spr_target(name: str, ref: dict[str, np.ndarray], run: SimpleNamespace) -> None:
+    """The SPR target's update after a finetuning update, against the reference's."""
     spr_before, spr_after = run.spr_before, run.spr_after
     checked = 0
     for key in ref:
@@ -601,7 +680,7 @@ def test_goal_rl_bootstraps_from_the_separate_rl_target(monkeypatch):
         lr, eps = run.config.lr, run.config.adam_eps
         compare_gradients_and_updates(name, ref, run.grads, run.before, run.after, lr, eps)
 
-    run = run_finetune_update(name, monkeypatch)
+    run = one_update("finetune", name, monkeypatch)
     assert run.population.q_target is not None
     compare(run)
 
@@ -613,7 +692,11 @@ def test_goal_rl_bootstraps_from_the_separate_rl_target(monkeypatch):
         compare(run_finetune_update(name, monkeypatch, before_update=move_goal_head))
 
 
-def test_finetuning_all_keeps_one_copy_of_the_q_heads_first_layers(monkeypatch):
+SSL_ALL_CASES = ["finetune_all", "finetune_all_resnet"]
+
+
+@pytest.mark.parametrize("name", SSL_ALL_CASES)
+def test_finetuning_all_keeps_one_copy_of_the_q_heads_first_layers(name, monkeypatch):
     """A difference sgi-lab keeps (docs/paper_vs_code.md): finetuning with goal RL, the
     reference has two copies of the Q head's first layers, both loaded from the pretrained
     goal head: the RL head's (trained by the C51 loss alone) and the goal head's, which is
@@ -622,8 +705,7 @@ def test_finetuning_all_keeps_one_copy_of_the_q_heads_first_layers(monkeypatch):
     both copies get a gradient of their own, whose sum is sgi-lab's (compared in
     `test_finetuning_gradients_step_and_spr_target_equal_the_reference`), and sgi-lab's one
     Adam step is neither copy's."""
-    name = "finetune_all"
-    run = run_finetune_update(name, monkeypatch)
+    run = one_update("finetune", name, monkeypatch)
     ref = load(name, "reference")
     hidden = [k[len("grad_rl/") :] for k in ref if k.startswith("grad_rl/")]
     assert len(hidden) == 8, hidden  # {advantage,value}_hidden.{weight,bias}_{mu,sigma}
@@ -640,14 +722,18 @@ def test_finetuning_all_keeps_one_copy_of_the_q_heads_first_layers(monkeypatch):
     assert min(differs["rl"]) > 1.0 and max(differs["ssl"]) > 0.5, differs
 
 
-@pytest.mark.parametrize("name", ["finetune_nature", "finetune_resnet"])
+@pytest.mark.parametrize("name", ["finetune_nature", "finetune_resnet", "finetune_resnet_l"])
 def test_acting_equals_the_reference(name, monkeypatch):
     """After the update: the Q values the agent acts on while training (noisy nets with the
     update's noise, batch norm on running statistics: rlpyt's sampling mode), the noise-free
     ones it is evaluated on (evaluation mode) and the greedy actions, on the batch's first
     observations; and the epsilon schedule and evaluation epsilon of the reference's settings
     (config.yaml: eps 1 -> 0, eps_steps 2001, min_steps_learn 2000, eps_eval 0.001)."""
-    run = run_finetune_update(name, monkeypatch)
+    compare_acting(name, one_update("finetune", name, monkeypatch))
+
+
+def compare_acting(name: str, run: SimpleNamespace) -> None:
+    """The acting comparisons of `test_acting_equals_the_reference` on an update's result."""
     config, pop = run.config, run.population
     ref, x = load(name, "reference"), load(name, "inputs")
     frames = torch.from_numpy(x["frames"][:, 0])  # (B, 4, H, W) uint8
@@ -666,3 +752,55 @@ def test_acting_equals_the_reference(name, monkeypatch):
     np.testing.assert_allclose(ours, ref["act/eps"], rtol=0, atol=1e-12)
     # the default schedule anneals from step 0 instead (docs/paper_vs_code.md)
     assert epsilon_at(1000, config) < 1.0 and float(ref["act/eps"][2]) == 1.0
+
+
+# Row 40's option, as docs/paper_vs_code.md and benchmarks/reference/README.md describe it: with
+# goal RL in finetuning, the RL head keeps its own copy of the first layers (``rl_hidden.``,
+# trained by the C51 loss alone, acting and the C51 target read it), and ``head.``'s first
+# layers are the goal head's copy (SPR's projection: SPR, goal RL and inverse dynamics).
+ROW_40_OPTION = {"rl_head_hidden": "separate"}
+
+
+def split_copies(ref: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The ``finetune_all`` reference's outputs with each copy of the first layers under its
+    own name: ``grad_ssl``/``update_ssl`` (the goal head's copy) as ``head.``'s gradient and
+    step (in place of the two copies' summed gradient), ``grad_rl``/``update_rl`` as
+    ``rl_hidden.``'s."""
+    renamed = {"_rl": RL_COPY, "_ssl": "head."}
+    out = dict(ref)
+    for key, value in ref.items():
+        kind, _, param = key.partition("/")
+        for part, prefix in renamed.items():
+            for suffix in ("", "_index"):
+                base = kind.removesuffix(part + suffix)
+                if base != kind and base in ("grad", "update"):
+                    out[f"{base}{suffix}/{prefix}{param.removeprefix('head.')}"] = value
+    return out
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=TypeError,
+    reason="docs/paper_vs_code.md row 40: FinetuneConfig has no rl_head_hidden option yet "
+    "(the reference's second copy of the Q head's first layers, SGIModel's rl_hidden)",
+)
+@pytest.mark.parametrize("name", SSL_ALL_CASES)
+def test_a_second_copy_of_the_q_heads_first_layers_equals_the_reference(name, monkeypatch):
+    """With the option, each copy takes the reference's copy's gradient and Adam step (the RL
+    head's: ``grad_rl``/``update_rl``; the goal head's: ``grad_ssl``/``update_ssl``), every
+    other tensor as without it, and acting after the update equals the reference's."""
+    base = reference_finetune_config
+    monkeypatch.setattr(
+        sys.modules[__name__],
+        "reference_finetune_config",
+        lambda case: dataclasses.replace(base(case), **ROW_40_OPTION),
+        raising=False,
+    )
+    run = run_finetune_update(name, monkeypatch)
+    assert any(k.startswith(RL_COPY) for k in run.grads), "the option built no second copy"
+    ref = load(name, "reference")
+    per_copy = split_copies(ref)
+    lr, eps = run.config.lr, run.config.adam_eps
+    compare_gradients_and_updates(name, per_copy, run.grads, run.before, run.after, lr, eps)
+    compare_spr_target(name, ref, run)
+    compare_acting(name, run)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from npz_pack import packed
 
 from sgi_lab.augment.frames import augmented_frames
 from sgi_lab.augment.ops import jitter_factor, shift
@@ -49,6 +50,32 @@ CASES = {
         "ssl": "all",
         "compact": True,
     },
+    # ResNet-L (sgiml_*.sh: blocks_per_group 5, expand_ratio 4, cnn_scale_factor 1.5), narrowed
+    # as the others: 12/24/24 channels (the reference's cnn_scale_factor 1.5 x 1/4). What these
+    # cases add is the encoder: 16 hidden units per Q-head stream and compact inputs keep each
+    # case under 2 MB (its 24 latent channels widen the FiLM generator and the heads' inputs).
+    "pretrain_resnet_l": {
+        "encoder": "resnet_l",
+        "image_size": 36,
+        "stage": "pretrain",
+        "hidden_size": 16,
+        "compact": True,
+    },
+    "finetune_resnet_l": {
+        "encoder": "resnet_l",
+        "image_size": 36,
+        "stage": "finetune",
+        "hidden_size": 16,
+        "compact": True,
+    },
+    # ssl: all with batch-norm encoders: goals encoded in passes of their own (row 35)
+    "finetune_all_resnet": {
+        "encoder": "resnet",
+        "image_size": 36,
+        "stage": "finetune",
+        "ssl": "all",
+        "compact": True,
+    },
 }
 BATCH = 4
 K = 5  # SPR steps
@@ -71,6 +98,7 @@ def model_args(case: dict, stage: str | None = None) -> dict:
         "inverse_model": sgi or ssl_all,
         "goal_film": "reference",
         **COMMON,
+        "hidden_size": case.get("hidden_size", COMMON["hidden_size"]),
     }
 
 
@@ -100,12 +128,23 @@ def perturbed_state(model: SGIModel, gen: torch.Generator) -> dict[str, np.ndarr
     return out
 
 
-def target_state(online: dict[str, np.ndarray], gen: torch.Generator) -> dict[str, np.ndarray]:
+# A compact pretraining case's target moves only tensors of at most this many entries (batch
+# norms, biases, the first group's depthwise convs) and the Q outputs: its encoder still differs
+# in every block; it shares the larger tensors with the online network, stored once.
+COMPACT_TARGET_ENTRIES = 512
+
+
+def target_state(
+    online: dict[str, np.ndarray], gen: torch.Generator, compact: bool = False
+) -> dict[str, np.ndarray]:
     """A target network near the online one (as after some EMA steps), not equal to it."""
     out = {}
     for name, v in online.items():
         t = torch.from_numpy(v.copy())
-        if t.is_floating_point() and "running_var" not in name:
+        shared = compact and (
+            name.endswith("_sigma") or (t.numel() > COMPACT_TARGET_ENTRIES and "_out." not in name)
+        )
+        if t.is_floating_point() and "running_var" not in name and not shared:
             spread = t.std().item() if t.numel() > 1 and t.std().item() > 0 else 0.05
             # the Q outputs differ more, so that the target's greedy action is not the online's
             scale = 3.0 if "_out." in name else 0.05
@@ -138,8 +177,10 @@ def make_case(name: str, case: dict, seed: int) -> dict[str, np.ndarray]:
     args = model_args(case)
     model = SGIModel(**args)
     online = perturbed_state(model, gen)
-    target = target_state(online, gen)
-    size, B, A = case["image_size"], BATCH, COMMON["num_actions"]
+    # (finetuning's target is built below; its draws here stay as they were for finetune_all)
+    compact_target = bool(case.get("compact")) and case["stage"] == "pretrain"
+    target = target_state(online, gen, compact=compact_target)
+    B, A = BATCH, COMMON["num_actions"]
     steps = K + 1
     x: dict[str, np.ndarray] = {}
     frames = random_frames(case, (B, steps), gen)
@@ -153,7 +194,7 @@ def make_case(name: str, case: dict, seed: int) -> dict[str, np.ndarray]:
         pixels = [augmented(frames, corners, jitter)]
         # Goals: a future frame per row (offsets the reference can draw: 2..49, past the K+1
         # frames above), noise and swaps (rows 0 and 2 swap).
-        goal_frames = torch.randint(0, 256, (B, 4, size, size), generator=gen, dtype=torch.uint8)
+        goal_frames = random_frames(case, (B,), gen)  # the same draw as before
         goal_corners = torch.randint(0, 9, (B, 2), generator=gen)
         goal_jitter = torch.randn(B, generator=gen)
         x["goal_frames"], x["goal_corners"], x["goal_jitter"] = (
@@ -273,7 +314,10 @@ def make_case(name: str, case: dict, seed: int) -> dict[str, np.ndarray]:
         if not (case.get("compact") and same and k in x.get("loaded", ())):
             x[f"online/{k}"] = v
     for k, v in target.items():
-        x[f"target/{k}"] = v
+        # a compact case stores a target tensor equal to the online one once (readers take it
+        # from online/: run_reference.py's and the test's `with_shared_target`)
+        if not (case.get("compact") and np.array_equal(online[k], v)):
+            x[f"target/{k}"] = v
     return x
 
 
@@ -291,7 +335,7 @@ def main() -> None:
         scratch = {
             k: arrays.pop(k) for k in ("pixels", "pixels_extra", "pixels_goal") if k in arrays
         }
-        np.savez_compressed(OUT / f"{name}.inputs.npz", **arrays)
+        np.savez_compressed(OUT / f"{name}.inputs.npz", **packed(arrays))
         np.savez(OUT / f"{name}.pixels.scratch.npz", **scratch)
         settings[name] = {
             "stage": case["stage"],

@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+from npz_pack import packed, unpacked
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE.parents[1] / "tests" / "fixtures" / "reference"
@@ -259,7 +260,7 @@ def load_pretraining_weights(
 
     def bias_before_norm(k: str) -> bool:
         return (
-            encoder == "resnet"
+            encoder in ("resnet", "resnet_l")
             and ".conv." in k
             and k.endswith(".bias")
             and k.split(".")[-2] in ("0", "3", "6")
@@ -354,6 +355,15 @@ def with_loaded_online(x: dict) -> dict:
     return x
 
 
+def with_shared_target(x: dict) -> dict:
+    """A compact pretraining case's inputs store a target tensor equal to the online one once
+    (make_inputs.py): put it back as a ``target/`` entry. Finetuning cases have no ``target/``."""
+    if any(k.startswith("target/") for k in x):
+        for k in [k for k in x if k.startswith("online/")]:
+            x.setdefault("target/" + k[len("online/") :], x[k])
+    return x
+
+
 def reference_settings(case: dict) -> tuple[dict, dict]:
     """model_kwargs and algo kwargs as scripts/config.yaml, rlpyt's configs['ernbw'] and the
     shell scripts sgim_pretrain.sh / sgim_finetune.sh set them (later ones override earlier),
@@ -364,6 +374,9 @@ def reference_settings(case: dict) -> tuple[dict, dict]:
     # finetuning with all of SGI's losses: algo.goal_weight and algo.inverse_model_weight > 0,
     # which config.yaml also passes to the model (goal_rl, inverse_model)
     ssl_all = stage == "finetune" and case.get("ssl") == "all"
+    # ResNet-L: sgiml_pretrain.sh / sgiml_finetune.sh (blocks_per_group 5, expand_ratio 4,
+    # cnn_scale_factor 1.5: 48/96/96 channels), narrowed by the fixture's width_scale
+    resnet_l = args["encoder"] == "resnet_l"
     model = dict(
         n_atoms=51,
         dueling=1,
@@ -393,14 +406,14 @@ def reference_settings(case: dict) -> tuple[dict, dict]:
         noisy_nets_std=0.0 if pretrain else 0.5,
         residual_tm=0,
         inverse_model=1 if (pretrain and not bc) or ssl_all else 0,
-        encoder="resnet" if args["encoder"] == "resnet" else "nature",
+        encoder="resnet" if args["encoder"].startswith("resnet") else "nature",
         goal_conditioning_type=["goal_only", "film"],
         resblock="inverted",
-        expand_ratio=2,
+        expand_ratio=4 if resnet_l else 2,
         freeze_encoder=False,
         share_l1=False,
-        cnn_scale_factor=args["width_scale"],
-        blocks_per_group=3,
+        cnn_scale_factor=args["width_scale"] * (1.5 if resnet_l else 1.0),
+        blocks_per_group=5 if resnet_l else 3,
         ln_for_rl_head=False,
         conv_goal=True,
         goal_all_to_all=False,
@@ -509,7 +522,8 @@ def run_case(name: str, case: dict, overrides: dict | None = None) -> dict[str, 
     from src.models import SPRCatDqnModel
 
     torch.set_num_threads(1)
-    x = with_loaded_online(dict(np.load(FIXTURES / f"{name}.inputs.npz", allow_pickle=False)))
+    x = unpacked(dict(np.load(FIXTURES / f"{name}.inputs.npz", allow_pickle=False)))
+    x = with_shared_target(with_loaded_online(x))
     px = dict(np.load(FIXTURES / f"{name}.pixels.scratch.npz", allow_pickle=False))
     args, stage = case["model_args"], case["stage"]
     pretrain = stage == "pretrain"
@@ -871,7 +885,7 @@ def main() -> None:
         for variant, overrides in [("", {}), *VARIANTS.get(name, {}).items()]:
             out = run_case(name, case, overrides)
             label = f"{name}.{variant}" if variant else name
-            np.savez_compressed(FIXTURES / f"{label}.reference.npz", **out)
+            np.savez_compressed(FIXTURES / f"{label}.reference.npz", **packed(out))
             model_kw, algo_kw = reference_settings(case)
             meta["cases"][label] = {
                 "reference_model_kwargs": model_kw,
