@@ -1,7 +1,9 @@
 """The one augmentation path of training: draws, then `augmented_frames`.
 
 Pretraining and finetuning augment the same way (SPR/DrQ's random shift by up to 4 pixels with
-replicate padding, then SPR's intensity jitter; `sgi_lab.augment.ops`). They differ only in where
+replicate padding, then SPR's intensity jitter; `sgi_lab.augment.ops`). The shift's pad is the
+observation spec's (`sgi_lab.augment.ops.shift_pad`: 4 for Atari, none for MinAtar's grids);
+callers pass it as ``pad``. They differ only in where
 the random numbers come from:
 
 * pretraining draws them from its generator (`draw_augmentation`: the crop corners, then the
