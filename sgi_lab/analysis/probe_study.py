@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sgi_lab.base.files import atomic_write_text, read_jsonl
+from sgi_lab.base.files import atomic_write_text, read_jsonl, read_mapping
 from sgi_lab.data.store_format import read_manifest
 from sgi_lab.metrics.paper import paper_aggregates
 from sgi_lab.probes.atariari import CATEGORIES
@@ -116,12 +116,7 @@ def probe_frame(folders: Iterable[str | os.PathLike]) -> pd.DataFrame:
 
 
 def _config_seed(folder: Path) -> int | None:
-    import yaml
-
-    try:
-        seed = yaml.safe_load((folder / "config.yaml").read_text()).get("seed")
-    except (OSError, AttributeError, yaml.YAMLError):
-        return None
+    seed = read_mapping(folder / "config.yaml").get("seed")
     return int(seed) if isinstance(seed, int) else None
 
 

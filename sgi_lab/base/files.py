@@ -25,6 +25,8 @@ from typing import IO, Any
 import torch
 import yaml
 
+from sgi_lab.base.yaml_io import load_yaml
+
 # Temp files of our atomic writes: ``.{name}.{pid}.tmp`` (see atomic_write_text).
 TEMP_RE = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.tmp$")
 
@@ -206,7 +208,8 @@ def read_mapping(path: str | os.PathLike) -> dict[str, Any]:
     path = Path(path)
     try:
         text = path.read_text()
-        payload = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        # load_yaml: an alias bomb planted in a run's config.yaml is refused, not expanded.
+        payload = json.loads(text) if path.suffix == ".json" else load_yaml(text, str(path))
     except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError):
         return {}
     return payload if isinstance(payload, dict) else {}

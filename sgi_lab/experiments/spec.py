@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from sgi_lab.base.yaml_io import short_repr
 from sgi_lab.config import (
     ConfigError,
     ExploreConfig,
@@ -34,13 +35,14 @@ KINDS = ("data", "pretrain", "finetune", "probe", "report")
 # part of letters, digits, '_', '-' and '.', not starting with '.' (no '..', no hidden file).
 SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 SHOWN_CHARS = 40
+# A file name is at most 255 bytes; run folders join several names (``pretrain__NAME__GAME``).
+MAX_NAME_CHARS = 100
 
 
 def shorten(value: Any, limit: int = SHOWN_CHARS) -> str:
-    """``repr(value)`` cut to ``limit`` characters: a message never carries a whole value (an
-    alias bomb's expansion, a megabyte string)."""
-    text = repr(value) if not isinstance(value, str) else repr(value[: limit + 2])
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    """``repr(value)`` cut to ``limit`` characters (`short_repr`): a message never carries a
+    whole value (an alias bomb's expansion, a megabyte string)."""
+    return short_repr(value, limit)
 
 
 def check_name(where: str, name: Any) -> None:
@@ -49,9 +51,11 @@ def check_name(where: str, name: Any) -> None:
     Raises:
         ConfigError: ``{where}: '../x' is not one safe path part ('.' at position 0) ...``.
     """
-    if isinstance(name, str) and SAFE_NAME.fullmatch(name):
+    if isinstance(name, str) and SAFE_NAME.fullmatch(name) and len(name) <= MAX_NAME_CHARS:
         return
-    if not isinstance(name, str) or not name:
+    if isinstance(name, str) and SAFE_NAME.fullmatch(name):
+        problem = f"{len(name)} characters; at most {MAX_NAME_CHARS}"
+    elif not isinstance(name, str) or not name:
         problem = "empty" if name == "" else f"a {type(name).__name__}, not a string"
     else:
         at = (
@@ -188,13 +192,13 @@ def _build(cls: type, values: Any, where: str) -> Any:
     """Build frozen ``cls`` from a mapping: unknown keys, missing ones and wrong types are
     refused naming the key (``where`` prefixes it: ``pretrain[1].params``)."""
     if not isinstance(values, dict):
-        raise ConfigError(f"{where}: expected a mapping, got {values!r}")
+        raise ConfigError(f"{where}: expected a mapping, got {shorten(values)}")
     prefix = f"{where}." if where else ""
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - set(fields))
     if unknown:
         raise ConfigError(
-            f"unknown key(s) {[prefix + k for k in unknown]} in {cls.__name__}; "
+            f"unknown key(s) {shorten([prefix + str(k) for k in unknown], 120)} in {cls.__name__}; "
             f"valid keys: {sorted(fields)}"
         )
     hints = typing.get_type_hints(cls)

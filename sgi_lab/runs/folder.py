@@ -38,6 +38,7 @@ from sgi_lab.base.files import (
     read_jsonl,
     record_provenance,
 )
+from sgi_lab.base.yaml_io import load_yaml
 from sgi_lab.config import ConfigError
 from sgi_lab.runs.checkpoints import CHECKPOINT_RE, CheckpointError, load_checkpoint
 from sgi_lab.runs.status import FAILED, FINISHED, RUNNING, has_final_model, run_kind
@@ -265,8 +266,8 @@ class RunDir:
     def saved_config(self) -> dict[str, Any] | None:
         """The run's ``config.yaml`` as a dict (None when missing or unreadable)."""
         try:
-            saved = yaml.safe_load((self.path / "config.yaml").read_text())
-        except (OSError, yaml.YAMLError):
+            saved = load_yaml(self.path / "config.yaml")
+        except (OSError, ValueError, yaml.YAMLError):
             return None
         return saved if isinstance(saved, dict) else None
 
@@ -523,7 +524,7 @@ class FinetuneRun(RunDir):
     @property
     def config(self) -> dict[str, Any] | None:
         path = self.path / "config.yaml"
-        return yaml.safe_load(path.read_text()) if path.exists() else None
+        return load_yaml(path) if path.exists() else None
 
     def metrics(self):
         """metrics.jsonl as a pandas DataFrame (one row per logged step)."""

@@ -6,6 +6,9 @@ traceback, every file outside the run's own untouched."""
 from __future__ import annotations
 
 import hashlib
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -122,3 +125,63 @@ def test_params_files_are_named_from_the_cleaned_task_ids(tmp_path):
     assert sorted(Path(p).relative_to(out).as_posix() for p in graph.params_files) == [
         "params/pretrain__s.yaml"
     ]
+
+
+# -- item 8: hostile YAML in an experiment file ---------------------------------------------------
+
+BOMB = "\n".join(
+    ["a: &a [x, x, x, x, x, x, x, x, x]"]
+    + [f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]" for i in range(8)]
+)  # nine levels of nine: 9**9 strings once expanded
+
+
+@pytest.mark.parametrize("where", ["description", "set"])
+def test_an_alias_bomb_is_refused_in_bounded_time_and_memory(tmp_path, where):
+    text = yaml.safe_dump(
+        {
+            "name": "bomb",
+            "games": ["Pong"],
+            "data": {"r": {"source": "random", "steps": 10}},
+            "pretrain": [{"name": "s", "params": SMOKE, "data": "r"}],
+            "probe": [{"name": "p", "data": "r", "pretrain": ["s"]}],
+        }
+    )
+    # The anchors sit under a key the file may hold (parameters), the bomb where it hurts.
+    anchors = "parameters:\n" + "\n".join("  x_" + line for line in BOMB.splitlines())
+    if where == "description":
+        text = f"{anchors}\ndescription: *i\n{text}"
+    else:
+        text = f"{anchors}\n" + text.replace("  params: ", "  set: {augment: *i}\n  params: ", 1)
+    file = tmp_path / "bomb.yaml"
+    file.write_text(text)
+    code = (
+        "import resource, sys; "
+        "resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30)); "
+        "from sgi_lab.launch.cli import main; "
+        f"sys.exit(main(['experiment', {str(file)!r}, '--out', {str(tmp_path / 'o')!r}, "
+        "'--dry-run']))"
+    )
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert time.monotonic() - started < 30
+    err = done.stderr.strip()
+    assert done.returncode == 2 and "Traceback" not in err, err
+    assert len(err.splitlines()) == 1 and str(file) in err, err
+    assert "alias" in err and len(err) < 400, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_duplicate_key_and_a_long_value_are_named_shortly(tmp_path, capsys):
+    file = experiment_file(tmp_path)
+    file.write_text(file.read_text() + "name: again\n")
+    rc, err = run_cli(capsys, ["experiment", file, "--out", tmp_path / "o", "--dry-run"])
+    assert rc == 2 and "duplicate key 'name'" in err and "line" in err, err
+    file = experiment_file(tmp_path, name="n" * 100_000)
+    rc, err = run_cli(capsys, ["experiment", file, "--out", tmp_path / "o", "--dry-run"])
+    assert rc == 2 and ": name: 'nnnn" in err and len(err) < 400, err
+    file = experiment_file(tmp_path, pretrain=["p" * 100_000])
+    rc, err = run_cli(capsys, ["experiment", file, "--out", tmp_path / "o", "--dry-run"])
+    assert rc == 2 and "pretrain" in err and len(err) < 400, err
+    assert not (tmp_path / "o").exists()

@@ -207,7 +207,7 @@ def test_finetune_run_readers(tmp_path):
         (PretrainConfig, "batch_size", 0, "batch_size: must be positive"),
         (PretrainConfig, "checkpoint_every", 0, "checkpoint_every: must be positive"),
         (PretrainConfig, "lr", -1.0, "lr: must be positive"),
-        (PretrainConfig, "lr", float("nan"), "lr: must be positive"),
+        (PretrainConfig, "lr", float("nan"), "lr: must be a finite number"),
         (FinetuneConfig, "seed", -1, "seed: must be >= 0"),
         (FinetuneConfig, "lr", float("inf"), "lr: must be a finite number"),
         (FinetuneConfig, "log_every", 0, "log_every: must be positive"),
