@@ -117,6 +117,29 @@ def _one_thread():
     torch.set_num_threads(before)
 
 
+@pytest.mark.slow  # ~30 s on 2 cores: two processes each import torch and probe
+def test_two_sgi_lab_probe_processes_on_one_run_keep_both_results(tmp_path):
+    stores = [small_store(tmp_path / f"s{k}", seed=k) for k in range(2)]
+    run = tmp_path / "run"
+    pretrain(stores[0], run)
+    command = [sys.executable, "-m", "sgi_lab.launch.cli", "probe", str(run), "--no-progress"]
+    procs = [
+        subprocess.Popen(
+            [*command, "--data", str(s.path), "--max-frames", "120", "--threads", "1"],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for s in stores
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0 and "Traceback" not in err, err
+    fingerprints = {e["store"]["fingerprint"] for e in read_probes(run)}
+    assert fingerprints == {s.fingerprint for s in stores}
+
+
 # -- item 3: stale and unfinished results -------------------------------------------------------
 
 
