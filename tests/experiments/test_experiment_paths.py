@@ -185,3 +185,16 @@ def test_a_duplicate_key_and_a_long_value_are_named_shortly(tmp_path, capsys):
     rc, err = run_cli(capsys, ["experiment", file, "--out", tmp_path / "o", "--dry-run"])
     assert rc == 2 and "pretrain" in err and len(err) < 400, err
     assert not (tmp_path / "o").exists()
+
+
+def test_a_probe_only_experiment_whose_probes_failed_says_so(tmp_path):
+    from sgi_lab.experiments.scheduler import _run_report
+
+    graph = ex.expand(ex.load_experiment(experiment_file(tmp_path)), tmp_path / "exp")
+    report = graph.task("report")
+    states = {t.id: "failed" for t in graph.tasks}
+    states["report"] = "pending"
+    info = {"report": {"attempts": 0}}
+    _run_report(graph, report, states, info, None, lambda *a: None)
+    assert states["report"] == "blocked"
+    assert info["report"]["error"].startswith("no probe task finished"), info
