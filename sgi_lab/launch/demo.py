@@ -47,6 +47,7 @@ __all__ = [
     "notebook_html",
     "estimate",
     "run_pipeline",
+    "run_stage",
     "stage_summary",
     "write_report",
 ]
@@ -460,45 +461,9 @@ def run_pipeline(
     for i, stage in enumerate(stages, start=1):
         if (load := _load()) is not None:
             loads.append(load)
-        params_file = _params_file(root, stage.notebook, smoke)
         expected = measured.get(stage.notebook, stage.minutes * 60) / 60
         print(f"\n[{i}/{len(stages)}] {stage.notebook}: {stage.title} (~{expected:.1f} min)")
-        t0 = time.perf_counter()
-        steps = _training_steps(params_file) if stage.notebook in TRAINING else None
-        watch = (
-            StepProgress(out_root / stage.notebook, steps, stage.notebook)
-            if progress and steps and not (out_root / stage.notebook / "results.json").exists()
-            else contextlib.nullcontext()
-        )
-        try:
-            with watch:
-                folder = run_notebook(
-                    stage.notebook,
-                    params_file,
-                    _stage_parameters(stage.notebook, out_root, params_file),
-                    out_root=out_root,
-                    name=stage.notebook,
-                    progress=progress and steps is None,
-                    # a finished stage is skipped, never resumed: model.pt is all it needs
-                    keep_checkpoints=0,
-                )
-            stage.state = "finished"
-        except RunExistsError:
-            folder = out_root / stage.notebook
-            stage.state = "skipped"
-            print(f"    finished in an earlier run{_older_code(folder)} (use --fresh to redo it)")
-        except NotebookRunError as exc:
-            folder = exc.run_dir
-            stage.state, stage.error = "failed", str(exc)
-            print(f"    FAILED: {exc}", file=sys.stderr)
-        stage.seconds = time.perf_counter() - t0
-        status = RunDir(folder).status()
-        if stage.state == "skipped":  # the time it took when it ran, not 0
-            stage.seconds = float(status.get("duration_s", 0.0))
-        stage.results = status.get("results", {})
-        executed = folder / f"{stage.notebook}.ipynb"
-        if executed.exists() and stage.state != "skipped":
-            notebook_html(executed)
+        run_stage(stage, _params_file(root, stage.notebook, smoke), out_root, progress)
         if stage.state == "failed" and stage.notebook in ("pretrain", "finetune"):
             print("    later stages need this one: stopping", file=sys.stderr)
             break
@@ -512,6 +477,48 @@ def run_pipeline(
         print(f"\nNOTE: {note}")
     report = write_report(out_root, stages, seconds, note)
     return stages, report
+
+
+def run_stage(stage: Stage, params_file: Path, out_root: Path, progress: bool) -> None:
+    """Run one stage's notebook into ``out_root/<notebook>`` (a finished one is skipped) and
+    set its ``state``, ``seconds``, ``results`` and ``error``; its executed notebook gets an
+    HTML copy."""
+    t0 = time.perf_counter()
+    steps = _training_steps(params_file) if stage.notebook in TRAINING else None
+    watch = (
+        StepProgress(out_root / stage.notebook, steps, stage.notebook)
+        if progress and steps and not (out_root / stage.notebook / "results.json").exists()
+        else contextlib.nullcontext()
+    )
+    try:
+        with watch:
+            folder = run_notebook(
+                stage.notebook,
+                params_file,
+                _stage_parameters(stage.notebook, out_root, params_file),
+                out_root=out_root,
+                name=stage.notebook,
+                progress=progress and steps is None,
+                # a finished stage is skipped, never resumed: model.pt is all it needs
+                keep_checkpoints=0,
+            )
+        stage.state = "finished"
+    except RunExistsError:
+        folder = out_root / stage.notebook
+        stage.state = "skipped"
+        print(f"    finished in an earlier run{_older_code(folder)} (use --fresh to redo it)")
+    except NotebookRunError as exc:
+        folder = exc.run_dir
+        stage.state, stage.error = "failed", str(exc)
+        print(f"    FAILED: {exc}", file=sys.stderr)
+    stage.seconds = time.perf_counter() - t0
+    status = RunDir(folder).status()
+    if stage.state == "skipped":  # the time it took when it ran, not 0
+        stage.seconds = float(status.get("duration_s", 0.0))
+    stage.results = status.get("results", {})
+    executed = folder / f"{stage.notebook}.ipynb"
+    if executed.exists() and stage.state != "skipped":
+        notebook_html(executed)
 
 
 def _stage_parameters(notebook: str, out_root: Path, params_file: Path) -> dict[str, Any]:

@@ -37,23 +37,43 @@ def per_game_hns_figure(per_game: pd.DataFrame, title: str | None = None) -> go.
         when there is no score.
     """
     fig = go.Figure()
+    games = list(dict.fromkeys(per_game["game"]))
+    methods = per_game["method"].nunique()
+    # Many games: one row per game (bars across, names readable), as tall as they need.
+    across = len(games) > HORIZONTAL_FROM_GAMES
     for method, part in per_game.groupby("method", sort=False):
-        fig.add_trace(go.Bar(name=str(method), x=list(part["game"]), y=finite_or_none(part["hns"])))
+        hns = finite_or_none(part["hns"])
+        names = list(part["game"])
+        fig.add_trace(
+            go.Bar(name=str(method), y=names, x=hns, orientation="h")
+            if across
+            else go.Bar(name=str(method), x=names, y=hns)
+        )
+    score_axis = {"title": "human-normalized score"}
     fig.update_layout(
         title=title or "per-game human-normalized score",
         barmode="group",
         template="plotly_white",
-        xaxis_title="game",
-        yaxis_title="human-normalized score",
         legend_title_text="method",
-        xaxis_tickangle=-45,
-        height=420,
+        height=max(420, 18 * len(games) * max(1, methods) // 2 + 160) if across else 420,
+        **(
+            {"xaxis": score_axis, "yaxis": {"title": "game", "autorange": "reversed"}}
+            if across
+            else {"yaxis": score_axis, "xaxis": {"title": "game", "tickangle": -45}}
+        ),
     )
     if not fig.data:
         return no_data_message(fig, "no per-game score selected")
-    fig.add_hline(y=0.0, line_dash="dot", line_color="gray", annotation_text="random")
-    fig.add_hline(y=1.0, line_dash="dot", line_color="gray", annotation_text="human")
+    # the two labels at opposite ends, so they never overlap when 0 and 1 lie close together
+    line = fig.add_vline if across else fig.add_hline
+    for value, name, where in ((0.0, "random", "bottom left"), (1.0, "human", "top right")):
+        line(value, line_dash="dot", line_color="gray", annotation_text=name,
+             annotation_position=where)  # fmt: skip
     return fig
+
+
+HORIZONTAL_FROM_GAMES = 8
+"""More games than this: per-game bars are drawn across, one row per game."""
 
 
 def aggregate_title(view: Selection) -> str:

@@ -25,6 +25,8 @@ __all__ = [
 ]
 
 _CATEGORICAL = {"action", "episode"}
+REWARD_SCALE = [[0.0, "#b2182b"], [0.5, "#8c8c8c"], [1.0, "#2166ac"]]
+"""The reward colouring: negative red, zero gray, positive blue."""
 _PALETTE = qualitative.Plotly + qualitative.D3
 # Actions and episodes side by side must not look alike: each categorical colouring its palette.
 _CATEGORY_PALETTES = {"action": qualitative.Plotly, "episode": qualitative.Dark24}
@@ -69,11 +71,24 @@ def embedding_grid(
         horizontal_spacing=0.06,
         vertical_spacing=0.08 / max(1, len(colors) / 4),
     )
+    legends: dict[str, Any] = {}
     for i, color in enumerate(colors):
+        if color in _CATEGORICAL:
+            # each categorical colouring its own legend beside its own row (as a colour bar),
+            # so action and episode entries never mix
+            key = "legend" if not legends else f"legend{len(legends) + 1}"
+            legends[key] = {
+                "title": {"text": color},
+                "x": 1.02,
+                "xanchor": "left",
+                "y": 1 - i / len(colors),
+                "yanchor": "top",
+                "orientation": "v",
+            }
         for j, encoder in enumerate(encoders):
             part = df[df["encoder"] == encoder]
             if color in _CATEGORICAL:
-                _add_categorical_panel(fig, part, color, names, i + 1, j + 1)
+                _add_categorical_panel(fig, part, color, names, i + 1, j + 1, key)
             else:
                 colorbar = _colorbar(color, i, len(colors), show=j == len(encoders) - 1)
                 _add_continuous_panel(fig, part, color, encoder, names, colorbar, i + 1, j + 1)
@@ -84,7 +99,7 @@ def embedding_grid(
         template="plotly_white",
         height=320 * len(colors) + 60,
         width=max(700, 420 * len(encoders)),
-        legend={"orientation": "h", "y": -0.04, "yanchor": "top", "title": {"text": "colour: "}},
+        **legends,
     )
     return fig
 
@@ -103,10 +118,11 @@ def _add_categorical_panel(
     names: Sequence[str] | None,
     row: int,
     col: int,
+    legend: str = "legend",
 ) -> None:
     """One encoder's points coloured by ``color`` (``action`` or ``episode``): a trace per
-    value, named by it, in the legend from the first column only (one entry toggles the value
-    in every column), the group titled ``color`` at its smallest value."""
+    value, named by it, in ``legend`` (titled ``color``) from the first column only (one entry
+    toggles the value in every column)."""
     values = part[color].to_numpy()
     palette = _CATEGORY_PALETTES.get(color, _PALETTE)
     for value in sorted(set(values.tolist())):
@@ -119,7 +135,7 @@ def _add_categorical_panel(
                 mode="markers",
                 name=label,  # the encoder is the column's title; not repeated
                 legendgroup=f"{color}={label}",
-                legendgrouptitle_text=color if value == min(values.tolist()) else None,
+                legend=legend,
                 showlegend=col == 1,
                 marker={
                     "size": 4,
@@ -138,7 +154,9 @@ def _colorbar(color: str, index: int, count: int, show: bool) -> dict[str, Any]:
     """The continuous scale of colouring ``index`` of ``count`` (rows top to bottom): its colour
     bar beside its own row, drawn once (``show``: the last column)."""
     return {
-        "colorscale": "Viridis" if color != "reward" else "RdBu",
+        # rewards: red below zero, blue above, and zero (most states) a visible gray, not the
+        # white middle of RdBu that vanishes on a light background
+        "colorscale": "Viridis" if color != "reward" else REWARD_SCALE,
         "showscale": show,
         "colorbar": {
             "title": color,

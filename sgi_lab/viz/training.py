@@ -37,10 +37,14 @@ __all__ = [
     "PRETRAIN_CURVES",
     "LiveCurves",
     "LiveFigure",
+    "compare_learning_curves",
+    "compare_runs",
     "figure_widget_available",
     "learning_curve",
+    "runs_metrics",
     "summary_table",
     "training_curves",
+    "wrap_title",
 ]
 
 PRETRAIN_CURVES: tuple[str, ...] = (
@@ -93,6 +97,13 @@ X_TITLES: dict[str, str] = {
     "samples": "samples",
 }
 
+
+EMPTY_PANEL_TEXT = {
+    "probe/f1": "no probe yet (probing is off unless probe_every > 0)",
+    "episode/return": "no episode has finished yet",
+    "episode/length": "no episode has finished yet",
+}
+"""What an empty live panel says until its first value (default: "nothing logged yet")."""
 
 FIGURE_MAX_WIDTH = 960
 """Pixels: the widest a figure is drawn, so that a JupyterLab cell shows it whole."""
@@ -312,6 +323,10 @@ class LiveCurves:
         min_interval_s: without a FigureWidget, the figure is redrawn at most this often.
         x: the row key on the x axis.
         x_title: the x axis's title (default: from ``x``, e.g. ``"step"``).
+        total: the steps the trainer will run; with it a progress line above the figure says
+            the step reached, of how many, and the rate (`progress_line`), updated in place,
+            so a notebook saved by papermill shows where training ended, not a stale bar.
+        label: what trains, at the start of the progress line (``"pretraining"``).
     """
 
     def __init__(
@@ -322,6 +337,8 @@ class LiveCurves:
         min_interval_s: float = 2.0,
         x: str = "step",
         x_title: str | None = None,
+        total: int | None = None,
+        label: str = "training",
     ) -> None:
         self.keys = list(keys)
         self.columns = columns
@@ -336,6 +353,12 @@ class LiveCurves:
         self._widget_handle = None
         self._last_draw = 0.0
         self._followed = 0
+        self.total = total
+        self.label = label
+        self._started = time.monotonic()
+        self._first: tuple[float, float] | None = None  # (time, step) of the first row seen
+        self._progress_handle = None
+        self._earlier = False
 
     @property
     def figure(self) -> go.Figure:
@@ -350,14 +373,62 @@ class LiveCurves:
                 row=i // self.columns + 1,
                 col=i % self.columns + 1,
             )
+            # an empty panel says so in words (removed at its first value), not bare axes
+            axis = "" if i == 0 else str(i + 1)
+            fig.add_annotation(
+                text=EMPTY_PANEL_TEXT.get(key, "nothing logged yet"),
+                xref=f"x{axis} domain",
+                yref=f"y{axis} domain",
+                x=0.5,
+                y=0.5,
+                showarrow=False,
+                font={"color": "gray"},
+                name=f"empty:{key}",
+            )
         _title_axes(fig, self.keys, self.columns, self.x_title)
         fig.update_layout(title=self.title, showlegend=False, template="plotly_white")
         return fig
+
+    def progress_line(self, done: bool = False) -> str:
+        """``"pretraining: step 120 of 200 (60%), 15.2 steps/s, 8 s"``; with ``done``,
+        ``"pretraining: finished at step 200 of 200 in 13 s (15.3 steps/s)"``."""
+        step = self.rows[-1].get(self.x) if self.rows else None
+        of = f" of {self.total:,}" if self.total else ""
+        elapsed = f"{time.monotonic() - self._started:,.0f} s"
+        if step is None:
+            steps = f", {self.total:,} steps" if self.total else ""
+            return f"{self.label}: {'nothing logged' if done else 'starting'}{steps}"
+        rate = ""
+        if self._first is not None and step > self._first[1]:
+            seconds = time.monotonic() - self._first[0]
+            rate = f"{(step - self._first[1]) / max(seconds, 1e-9):,.1f} steps/s"
+        if self._earlier:  # its rows were read back at once: no rate to tell
+            return f"{self.label}: finished earlier at step {step:,}{of}; nothing trained now"
+        if done:
+            tail = f" ({rate})" if rate else ""
+            return f"{self.label}: finished at step {step:,}{of} in {elapsed}{tail}"
+        share = f" ({100 * step / self.total:.0f}%)" if self.total else ""
+        return ", ".join(
+            [f"{self.label}: step {step:,}{of}{share}", *([rate] if rate else []), elapsed]
+        )
+
+    def _show_progress(self, done: bool = False) -> None:
+        if self.total is None:
+            return
+        bundle = {"text/plain": self.progress_line(done)}
+        if self._progress_handle is None:
+            from IPython.display import display
+
+            self._progress_handle = display(bundle, raw=True, display_id=True)
+        else:
+            self._progress_handle.update(bundle, raw=True)
 
     def show(self) -> None:
         """Display the (empty) figure; later updates draw into it."""
         from IPython.display import display
 
+        self._started = time.monotonic()
+        self._show_progress()
         if self._widget is not None:
             self._widget_handle = display(self._widget, display_id=True)
         else:
@@ -377,6 +448,7 @@ class LiveCurves:
         status = read_status(path) or {}
         finished = status.get("state") == "finished"
         if finished:
+            self._earlier = True
             note = "finished earlier: showing its recorded curves (nothing is trained now)"
             self.title = f"{self.title}<br><sup>{note}</sup>" if self.title else note
             self.figure.layout.title = self.title
@@ -391,16 +463,26 @@ class LiveCurves:
         """Add one metrics row (the trainer's callback)."""
         self.rows.append(dict(row))
         x = row.get(self.x, len(self.rows))
+        if self._first is None and isinstance(x, (int, float)):
+            self._first = (time.monotonic(), float(x))
         fig = self.figure
         with fig.batch_update() if self._widget is not None else contextlib.nullcontext():
+            filled = []
             for trace, key in zip(fig.data, self.keys):
                 value = row.get(key)
                 if value is None or (isinstance(value, float) and not math.isfinite(value)):
                     continue
+                if not trace.x:
+                    filled.append(f"empty:{key}")
                 trace.x = (*(trace.x or ()), x)
                 trace.y = (*(trace.y or ()), value)
-        if self._handle is not None and time.monotonic() - self._last_draw >= self.min_interval_s:
-            self._draw()
+            if filled:
+                fig.layout.annotations = [a for a in fig.layout.annotations if a.name not in filled]
+        if time.monotonic() - self._last_draw >= self.min_interval_s:
+            self._show_progress()
+            if self._handle is not None:
+                self._draw()
+            self._last_draw = time.monotonic()
 
     def follow(self, metrics_path: str | os.PathLike, every: int = 100) -> Callable[..., None]:
         """A trainer callback (any signature) that feeds this figure the rows appended to
@@ -441,12 +523,16 @@ class LiveCurves:
         A FigureWidget's output is replaced by the static figure, so that the curves stay in
         the notebook file (papermill runs included) after the kernel is gone.
         """
-        self._draw()
-        if self._widget_handle is not None:
-            _show(go.Figure(self._widget), self._widget_handle)
-        return training_curves(
+        self._show_progress(done=True)
+        # What stays in the notebook: the panels that got data, and in words those that did
+        # not (probe F1 with probing off), never an empty panel.
+        final = training_curves(
             self.rows, self.keys, self.columns, self.title, x=self.x, x_title=self.x_title
         )
+        for handle in (self._handle, self._widget_handle):
+            if handle is not None:
+                _show(final, handle)
+        return final
 
     @property
     def frame(self) -> pd.DataFrame:
@@ -489,10 +575,14 @@ def training_curves(
         keys = [
             c for c in df.columns if c not in (x, runs) and pd.api.types.is_numeric_dtype(df[c])
         ]
+    asked = list(keys)
     keys = [k for k in keys if k in df.columns and df[k].notna().any()]
     if not keys:
         fig = go.Figure().update_layout(title=title, template="plotly_white", height=260)
         return no_data_message(fig, "no metrics logged yet")
+    missing = [metric_title(k) for k in asked if k not in keys]
+    if missing and title:  # said in words, where an empty panel would have been drawn
+        title = f"{title}<br><sup>not logged in this run: {', '.join(missing)}</sup>"
     fig = _subplots(keys, columns)
     groups = df.groupby(runs, sort=False) if runs else [(None, df)]
     palette = ["#636efa", "#ef553b", "#00cc96", "#ab63fa", "#ffa15a", "#19d3f3", "#ff6692"]
@@ -515,6 +605,110 @@ def training_curves(
     _title_axes(fig, keys, columns, x_title)
     fig.update_layout(title=title, template="plotly_white", showlegend=runs is not None)
     return fig
+
+
+def runs_metrics(
+    run_dirs: Sequence[str | os.PathLike] | Mapping[str, str | os.PathLike],
+) -> pd.DataFrame:
+    """The metrics.jsonl rows of several runs in one frame, with a ``run`` column naming each
+    row's run (its folder name, or the mapping's label); runs without metrics add nothing."""
+    named = (
+        dict(run_dirs)
+        if isinstance(run_dirs, Mapping)
+        else {_run_label(Path(p), run_dirs): p for p in run_dirs}
+    )
+    frames = [
+        pd.DataFrame(rows).assign(run=label)
+        for label, folder in named.items()
+        if (rows := read_jsonl(Path(folder) / "metrics.jsonl"))
+    ]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run"])
+
+
+def _run_label(path: Path, all_paths: Sequence[str | os.PathLike]) -> str:
+    # agents of a population share their folder's name pattern (Pong__s0): name the parent too
+    names = [Path(p).name for p in all_paths]
+    return path.name if names.count(path.name) == 1 else f"{path.parent.name}/{path.name}"
+
+
+def compare_runs(
+    run_dirs: Sequence[str | os.PathLike] | Mapping[str, str | os.PathLike],
+    keys: Sequence[str] | None = None,
+    columns: int = 4,
+    title: str | None = None,
+) -> go.Figure:
+    """Several runs' curves overlaid: one panel per metric, one colour per run (a legend entry
+    each), from their metrics.jsonl (`runs_metrics`, `training_curves` with ``runs="run"``).
+
+    Args:
+        run_dirs: run folders (pretraining or finetuning), or ``{label: folder}``.
+        keys: the metrics shown (default: every numeric one logged).
+        columns: panels per row.
+        title: figure title (default: how many runs).
+    """
+    df = runs_metrics(run_dirs)
+    count = df["run"].nunique() if len(df) else 0
+    title = title or f"{count} run{'s' * (count != 1)} side by side"
+    if not count:
+        fig = go.Figure().update_layout(title=title, template="plotly_white", height=260)
+        return no_data_message(fig, "none of these runs has logged metrics yet")
+    return training_curves(df, keys, columns, title, runs="run")
+
+
+def compare_learning_curves(
+    run_dirs: Sequence[str | os.PathLike] | Mapping[str, str | os.PathLike],
+    key: str = "episode/return",
+    window: int = 10,
+    title: str | None = None,
+    reference: Mapping[str, float] | None = None,
+) -> go.Figure:
+    """Finetuning runs' learning curves overlaid (every agent of a population, or runs to
+    compare): each run's episode returns as faint points and their rolling mean as a line in
+    the run's colour.
+
+    Args:
+        run_dirs: finetuning run folders, or ``{label: folder}``.
+        key: the return column.
+        window: episodes in each rolling mean.
+        title: figure title.
+        reference: horizontal lines (``{"random": ..., "human": ...}``) for runs of one game.
+    """
+    df = runs_metrics(run_dirs)
+    data = df[["run", "step", key]].dropna() if key in df.columns else pd.DataFrame()
+    fig = go.Figure()
+    palette = ["#636efa", "#ef553b", "#00cc96", "#ab63fa", "#ffa15a", "#19d3f3", "#ff6692"]
+    for j, (run, part) in enumerate(data.groupby("run", sort=False) if len(data) else []):
+        color = palette[j % len(palette)]
+        fig.add_scatter(
+            x=part["step"], y=part[key], mode="markers", name=f"{run} episodes",
+            marker={"size": 4, "color": color, "opacity": 0.35}, legendgroup=str(run),
+            showlegend=False,
+        )  # fmt: skip
+        fig.add_scatter(
+            x=part["step"], y=part[key].rolling(window, min_periods=1).mean(), mode="lines",
+            name=str(run), line={"color": color}, legendgroup=str(run),
+        )  # fmt: skip
+    fig.update_layout(
+        title=title or f"learning curves, mean of {window} episodes ({key})",
+        xaxis_title="agent step",
+        yaxis_title=metric_axis_title(key),
+        template="plotly_white",
+        legend_title_text="run",
+    )
+    if not fig.data:
+        return no_data_message(fig, "no episode has finished yet in these runs")
+    fig.update_xaxes(rangemode="tozero")
+    _reference_lines(fig, reference)
+    return fig
+
+
+def _reference_lines(fig: go.Figure, reference: Mapping[str, float] | None) -> None:
+    # labelled at the left end, so a label never sits on a curve's end or the legend
+    for name, value in (reference or {}).items():
+        fig.add_hline(
+            y=value, line_dash="dot", line_color="gray", annotation_text=name,
+            annotation_position="bottom left",
+        )  # fmt: skip
 
 
 def learning_curve(
@@ -568,15 +762,17 @@ def learning_curve(
         fig.data[0].marker.size = 10
         fig.add_annotation(
             text=f"{len(data)} episode{'s' * (len(data) != 1)} finished in this run",
+            # above the plot area: inside it, the human or random line could strike it out
             xref="paper",
             yref="paper",
-            x=0.02,
-            y=0.98,
+            x=1.0,
+            y=1.0,
+            xanchor="right",
+            yanchor="bottom",
             showarrow=False,
             name="few episodes",
         )
-    for name, value in (reference or {}).items():
-        fig.add_hline(y=value, line_dash="dot", line_color="gray", annotation_text=name)
+    _reference_lines(fig, reference)
     return fig
 
 
@@ -588,11 +784,27 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def wrap_title(title: str | None, width: int = 70) -> str | None:
+    """A title that fits a figure: past ``width`` characters, what follows its first ": " goes
+    to a smaller second line, wrapped (plotly never wraps a title: it runs off the edge)."""
+    import textwrap
+
+    if not title or len(title) <= width or "<br>" in title:
+        return title
+    head, sep, rest = title.partition(": ")
+    if not sep:  # no ": " to break at: the first line as wide as it may be
+        head, *more = textwrap.wrap(title, width)
+        rest = " ".join(more)
+    lines = textwrap.wrap(rest.strip(), int(width * 1.3))
+    return f"{head}<br><sup>{'<br>'.join(lines)}</sup>"
+
+
 def summary_table(values: Mapping[str, Any], title: str | None = None) -> go.Figure:
     """A two-column plotly Table of ``{name: value}`` (floats to 4 significant digits; metrics
     keys such as ``charts/cosine_similarity`` by their readable name, `metric_title`), as tall
     as its rows (plotly draws a cell 20 px high, the header 28 px)."""
     names = [metric_title(k) if "/" in str(k) else str(k) for k in values]
+    title = wrap_title(title)
     fig = go.Figure(
         go.Table(
             header={"values": ["", "value"], "align": "left", "height": 28},
@@ -600,7 +812,7 @@ def summary_table(values: Mapping[str, Any], title: str | None = None) -> go.Fig
             columnwidth=[2, 3],
         )
     )
-    top = 40 if title else 10
+    top = 40 + 16 * (title or "").count("<br>") if title else 10
     fig.update_layout(
         title=title,
         template="plotly_white",

@@ -154,3 +154,19 @@ def test_capped_rows_are_set_apart_below_a_line():
     assert (line.y0, line.y1, line.xref) == (1.5, 1.5, "paper")  # between rows 1 and 2
     assert any("not comparable with the rows above" in a.text for a in fig.layout.annotations)
     assert not interval_plot(df, methods=methods).layout.shapes
+
+
+def test_per_game_hns_of_26_games_is_drawn_across_with_labels_apart():
+    """26 games: one row per game, tall enough to read; the random and human labels at
+    opposite ends of their lines (issue 36, item 11). A few games stay as columns."""
+    from sgi_lab.envs.games import ATARI_100K_GAMES
+    from sgi_lab.viz.ablations import per_game_hns_figure
+
+    rows = [(g, m, 0.1 * i) for i, g in enumerate(ATARI_100K_GAMES) for m in ("a", "b")]
+    fig = per_game_hns_figure(pd.DataFrame(rows, columns=["game", "method", "hns"]))
+    assert fig.data[0].orientation == "h" and list(fig.data[0].y) == list(ATARI_100K_GAMES)
+    assert fig.layout.height >= 18 * 26 and fig.layout.yaxis.autorange == "reversed"
+    labels = {a.text: (a.xanchor, a.yanchor) for a in fig.layout.annotations}
+    assert labels["random"] != labels["human"]
+    few = per_game_hns_figure(pd.DataFrame([("Pong", "a", 0.2)], columns=["game", "method", "hns"]))
+    assert few.data[0].orientation != "h" and list(few.data[0].x) == ["Pong"]

@@ -368,7 +368,52 @@ def test_live_curves_leave_one_updated_output_in_an_executed_notebook(tmp_path):
     figures = [o for o in outputs if "application/vnd.plotly.v1+json" in o.get("data", {})]
     assert len(figures) == 1
     trace = figures[0]["data"]["application/vnd.plotly.v1+json"]["data"][0]
-    assert len(trace["y"]) == 5
+    assert len(_plotly_array(trace["y"])) == 5
+
+
+def _plotly_array(value):
+    """A JSON figure's array: a list, or plotly's base64 typed array (``dtype``, ``bdata``)."""
+    import base64
+
+    if isinstance(value, dict):
+        return np.frombuffer(base64.b64decode(value["bdata"]), dtype=value["dtype"])
+    return np.asarray(value)
+
+
+@pytest.mark.smoke
+def test_the_saved_notebook_shows_where_training_ended_not_a_stale_bar(tmp_path):
+    """The progress line is one output updated in place: papermill saves its last state,
+    "finished at step 5 of 5", where a tqdm widget saves "0% 0/5" (issue 36, item 7)."""
+    import nbformat
+    import papermill
+
+    write_notebook(
+        tmp_path / "live.ipynb",
+        "from sgi_lab import viz\n"
+        "curves = viz.LiveCurves(['loss'], min_interval_s=0.0, total=5, label='pretraining')\n"
+        "curves.show()\n"
+        "for step in range(1, 6):\n"
+        "    curves.update({'step': step, 'loss': 1.0 / step})\n"
+        "curves.finish();",
+    )
+    papermill.execute_notebook(
+        str(tmp_path / "live.ipynb"), str(tmp_path / "out.ipynb"), progress_bar=False
+    )
+    outputs = nbformat.read(tmp_path / "out.ipynb", as_version=4).cells[0].outputs
+    texts = [o["data"]["text/plain"] for o in outputs if list(o.get("data", {})) == ["text/plain"]]
+    assert len(texts) == 1 and texts[0].startswith("pretraining: finished at step 5 of 5 in ")
+
+
+def test_progress_line_says_step_of_total_and_rate(monkeypatch):
+    from sgi_lab.viz import training
+
+    clock = iter([0.0, 0.0, 10.0, 10.0, 10.0, 20.0, 20.0, 20.0, 20.0])
+    monkeypatch.setattr(training.time, "monotonic", lambda: next(clock))
+    curves = viz.LiveCurves(["loss"], total=200, label="pretraining")  # started at 0
+    assert curves.progress_line() == "pretraining: starting, 200 steps"
+    curves.update({"step": 20, "loss": 1.0})  # first row at t=10
+    curves.update({"step": 120, "loss": 0.5})  # t=20: 100 steps in 10 s
+    assert curves.progress_line() == "pretraining: step 120 of 200 (60%), 10.0 steps/s, 20 s"
 
 
 def test_static_figures_env_switches_off_figure_widgets(monkeypatch):
@@ -523,14 +568,20 @@ def test_embedding_legends_name_actions_and_episodes(small_store, model):
     fig = viz.embedding_grid(emb, colors=("action", "episode"))
     legend = [t.name for t in fig.data if t.showlegend is not False]
     assert legend == [*PONG_ACTIONS, "0", "1"]  # the run's name is the column title, once
-    titles = [t.legendgrouptitle.text for t in fig.data if t.legendgrouptitle.text]
-    assert titles == ["action", "episode"]
+    # two legends, one per colouring, each beside its row: action and episode never mix
+    assert {t.legend or "legend" for t in fig.data if t.name in PONG_ACTIONS} == {"legend"}
+    assert {t.legend for t in fig.data if t.name in ("0", "1")} == {"legend2"}
+    assert (fig.layout.legend.title.text, fig.layout.legend2.title.text) == ("action", "episode")
+    assert fig.layout.legend.y == 1.0 and fig.layout.legend2.y == 0.5
     action_colours = {t.marker.color for t in fig.data[: len(PONG_ACTIONS)]}
     episode_colours = {t.marker.color for t in fig.data if t.name in ("0", "1")}
     assert not action_colours & episode_colours, "actions and episodes share colours"
     assert "action NOOP" in fig.data[0].text[0]
     empty = viz.embedding_grid(emb.iloc[0:0])
     assert _annotations(empty) == ["no states were embedded"]
+    rewards = viz.embedding_grid(emb, colors=("reward",))
+    scale = rewards.data[0].marker.colorscale
+    assert scale[1][1] == "#8c8c8c"  # reward 0 is gray, not white on a light background
 
 
 def test_live_figure_replace_drops_stale_shapes(capsys):
@@ -547,3 +598,78 @@ def test_making_an_env_prints_no_ale_banner(capfd):
     make_env("Pong", seed=0).reset()
     err = capfd.readouterr().err
     assert "A.L.E" not in err and "Stella" not in err
+
+
+def _metrics_run(folder, rows):
+    folder.mkdir(parents=True)
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder
+
+
+def test_runs_side_by_side_one_colour_per_run(tmp_path):
+    """Several runs' curves overlaid, labelled by folder (agents of a population, whose
+    folders share a name pattern, by parent/name) (issue 36, item 13)."""
+    from sgi_lab.viz.training import runs_metrics
+
+    a = _metrics_run(
+        tmp_path / "a" / "Pong__s0", [{"step": 1, "loss": 2.0}, {"step": 2, "loss": 1.0}]
+    )
+    b = _metrics_run(tmp_path / "b" / "Pong__s0", [{"step": 1, "loss": 3.0}])
+    empty = tmp_path / "c"
+    empty.mkdir()
+    df = runs_metrics([a, b, empty])
+    assert list(df["run"]) == ["a/Pong__s0", "a/Pong__s0", "b/Pong__s0"]
+    fig = viz.compare_runs([a, b, empty], ["loss"])
+    assert [t.name for t in fig.data] == ["loss (a/Pong__s0)", "loss (b/Pong__s0)"]
+    assert fig.data[0].line.color != fig.data[1].line.color
+    assert list(fig.data[1].y) == [3.0] and fig.layout.title.text == "2 runs side by side"
+    assert list(runs_metrics({"mine": a})["run"]) == ["mine", "mine"]
+    nothing = viz.compare_runs([empty])
+    assert not nothing.data and "no" in nothing.layout.annotations[0].text
+
+
+def test_every_agents_learning_curve(tmp_path):
+    rows = [{"step": 10 * i, "episode/return": float(i)} for i in range(1, 5)]
+    pong = _metrics_run(tmp_path / "Pong__s0", rows)
+    breakout = _metrics_run(tmp_path / "Breakout__s0", [{"step": 5, "episode/return": 7.0}])
+    fig = viz.compare_learning_curves([pong, breakout], window=2, reference={"human": 3.0})
+    lines = [t for t in fig.data if t.mode == "lines"]
+    assert [t.name for t in lines] == ["Pong__s0", "Breakout__s0"]
+    np.testing.assert_allclose(lines[0].y, [1.0, 1.5, 2.5, 3.5])  # rolling mean of 2
+    assert fig.layout.shapes[0].y0 == 3.0 and fig.layout.annotations[0].text == "human"
+    assert not viz.compare_learning_curves([tmp_path / "none"]).data
+
+
+def test_long_titles_wrap_instead_of_running_off_the_edge():
+    from sgi_lab.viz.training import wrap_title
+
+    title = (
+        "evaluation of the final agent (raw scores): 2 episodes, cap 2,000 frames (500 steps): "
+        "not comparable with the paper (100 episodes, cap 108,000 frames (27,000 steps))"
+    )
+    wrapped = wrap_title(title)
+    assert wrapped.startswith("evaluation of the final agent (raw scores)<br><sup>2 episodes")
+    assert all(len(line) <= 91 + 5 for line in wrapped.split("<br>"))
+    assert wrap_title("short") == "short" and wrap_title(None) is None
+    table = viz.summary_table({"a": 1}, title=title)
+    assert table.layout.title.text == wrapped and table.layout.margin.t == 40 + 16 * 2
+
+
+def test_empty_live_panels_say_so_in_words_and_the_final_figure_drops_them():
+    """Probing off: the live probe F1 panel says why it is empty, never bare axes; a panel's
+    words go at its first value; the figure left in the notebook names what was not logged
+    (issue 36, item 10)."""
+    curves = viz.LiveCurves(["losses/total", "probe/f1", "episode/return"], columns=3)
+    words = {a.name: a.text for a in curves.figure.layout.annotations if a.name}
+    assert words["empty:probe/f1"].startswith("no probe yet (probing is off")
+    assert words["empty:episode/return"] == "no episode has finished yet"
+    assert curves.figure.layout.annotations[-1].xref == "x3 domain"
+    curves.update({"step": 1, "losses/total": 1.0})
+    names = {a.name for a in curves.figure.layout.annotations if a.name}
+    assert names == {"empty:probe/f1", "empty:episode/return"}
+    curves.title = "pretraining x"
+    final = curves.finish()
+    assert [t.name for t in final.data] == ["losses/total"]
+    assert final.layout.title.text.endswith(
+        "not logged in this run: probe F1 (AtariARI state, overall), episode return</sup>"
+    )
