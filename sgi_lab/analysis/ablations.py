@@ -500,9 +500,17 @@ class AblationModel:
         ]
 
     def default_games(self) -> list[str]:
-        """The games our runs cover, else those our probe results cover, else all 26."""
+        """The games every one of our methods has runs on (so each is aggregated, none left
+        out), else the games our runs cover, else those our probe results cover, else all 26."""
+        covered = [set(part) for _, part in self.scores.groupby("method")["game"]]
+        common = set.intersection(*covered) if covered else set()
         probed = set(self.probes["game"])
-        return self.our_games or [g for g in ATARI_100K_GAMES if g in probed] or self.games
+        return (
+            [g for g in ATARI_100K_GAMES if g in common]
+            or self.our_games
+            or [g for g in ATARI_100K_GAMES if g in probed]
+            or self.games
+        )
 
     def select(
         self,

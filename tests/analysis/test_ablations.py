@@ -98,6 +98,7 @@ def test_a_method_without_every_selected_game_is_never_aggregated_beside_the_oth
     assert title.startswith("aggregate HNS over 26 games<br>")
     assert "frozen (2 of 26 games), mine (1 of 26 games)" in title
     assert set(view.per_game["method"]) >= {"frozen", "mine"}  # per game, it is still shown
+    assert model.default_games() == ["Pong"]  # the games every method has: none left out
     pong = model.select(["Pong"], paper=["SGI-M"], metrics=["iqm"])
     assert pong.methods == ["frozen", "mine", "SGI-M (paper)"] and not pong.left_out
 
@@ -339,7 +340,10 @@ def test_explorer_shows_probe_f1_beside_the_scores(probed_runs):
         ablations.load_run_scores(runs), reps=20, probes=load_probe_scores(runs, [f"{study}/*"])
     )
     assert model.methods == ["frozen", "mine", "random_init"]  # the probe-only objective too
-    explorer = ablations.AblationExplorer(model, paper=["SGI-M"], metrics=["iqm"])
+    assert model.default_games() == ["Pong"]  # the game every method has
+    explorer = ablations.AblationExplorer(
+        model, games=["Breakout", "Pong"], paper=["SGI-M"], metrics=["iqm"]
+    )
     table = explorer.probe_table.frame.set_index("Method")
     assert list(table.index) == ["frozen", "mine", "random_init"]
     assert table.loc["frozen", "F1 overall"].startswith("0.700 (0.452, 0.948)")
