@@ -198,6 +198,13 @@ CASES = [
     ("finetune-pretrained-text-file", lambda w: ["finetune", "--params", "params/finetune/smoke.yaml", "--pretrained", str(w["afile"]), "--out", str(w["root"] / "f3"), "--no-progress"], 2, "afile.txt: not a PyTorch checkpoint"),
     ("run-params-is-a-folder", lambda w: ["run", "pretrain", "-f", str(w["params_dir"]), "--out-root", str(w["root"] / "nb")], 2, "params_dir: a folder, expected a YAML parameters file"),
     ("run-seed-not-a-number", lambda w: ["run", "pretrain", "-p", "seed", "abc", "--out-root", str(w["root"] / "nb")], 2, "seed: expected an integer"),
+    # probes (issue 35 items 4, 7, 9): the store verified, every option named
+    ("probe-flipped-store", lambda w: ["probe", str(w["pre_done"]), "--data", str(w["flipped"])], 2, "damaged store, refusing to probe it"),
+    ("probe-too-many-actions", lambda w: ["probe", str(w["pre_done"]), "--data", str(w["too_many_actions"])], 2, "too_many_actions"),
+    ("probe-max-frames-0", lambda w: ["probe", str(w["pre_done"]), "--data", str(w["store"]), "--max-frames", "0"], 2, "--max-frames 0"),
+    ("probe-split-seed-negative", lambda w: ["probe", str(w["pre_done"]), "--data", str(w["store"]), "--split-seed", "-1"], 2, "--split-seed -1"),
+    ("probe-threads-negative", lambda w: ["probe", str(w["pre_done"]), "--data", str(w["store"]), "--threads", "-3"], 2, "--threads -3"),
+    ("probe-seed-huge", lambda w: ["probe", "--random-init", "nature", "--seed", str(2**70), "--out", str(w["root"] / "r"), "--data", str(w["store"])], 2, "--seed"),
 ]  # fmt: skip
 
 
