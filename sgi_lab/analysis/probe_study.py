@@ -171,10 +171,13 @@ def objective_summary(
 ) -> pd.DataFrame:
     """Per objective (or other column ``by``, e.g. the ablation explorer's ``method``) and
     metric: the mean over seeds of each seed's mean over games, with a 95% t interval over
-    seeds (``<by>, metric, value, lower, upper, seeds, games``)."""
+    seeds (``<by>, metric, value, lower, upper, seeds, games, unfinished``: rows of runs that
+    had not finished)."""
     rows = []
     if frame.empty:
-        return pd.DataFrame(columns=[by, "metric", "value", "lower", "upper", "seeds", "games"])
+        return pd.DataFrame(
+            columns=[by, "metric", "value", "lower", "upper", "seeds", "games", "unfinished"]
+        )
     for name, group in frame.groupby(by, sort=False):
         for metric in metrics:
             if metric not in group or group[metric].isna().all():
@@ -190,6 +193,10 @@ def objective_summary(
                     "upper": upper,
                     "seeds": int(per_seed.notna().sum()),
                     "games": int(group["game"].nunique()),
+                    # Rows probed from runs that had not finished: a summary says how many.
+                    "unfinished": int(group["unfinished"].fillna(False).astype(bool).sum())
+                    if "unfinished" in group
+                    else 0,
                 }
             )
     return pd.DataFrame(rows)

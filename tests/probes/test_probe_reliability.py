@@ -17,6 +17,7 @@ import pytest
 import torch
 import yaml
 
+from sgi_lab.analysis.probe_study import objective_summary, probe_frame
 from sgi_lab.data import TransitionStore, TransitionStoreWriter
 from sgi_lab.launch.cli import main
 from sgi_lab.probes.results import read_probes
@@ -184,6 +185,9 @@ def test_a_probe_of_an_unfinished_run_is_marked_and_stale_once_it_finishes(tmp_p
     assert entry["unfinished"] and entry["encoder"]["unfinished"]
     rc, out, _ = run_cli(capsys, ["report", run, "--allow-unfinished"])
     assert rc == 0 and "run (unfinished)" in out, out
+    frame = probe_frame([run])  # notebooks, the explorer and studies read this
+    assert frame["unfinished"].tolist() == [True]
+    assert set(objective_summary(frame)["unfinished"]) == {1}
     # The run finishes: the checkpoint's result is not the run's result any more.
     kept.rename(model)
     (run / "status.json").write_text(json.dumps(status))
