@@ -143,7 +143,7 @@ class Phases:
     def learn(self) -> None:
         """Sample, update and priorities as the loop runs them (`sgi_lab.train.update.learn`: one CUDA
         graph on a GPU)."""
-        learn(self.population, self.replay, self.population.config.batch_size, 0.4)
+        learn(self.population, self.replay, 0.4)
 
     def step(self) -> None:
         """The loop's step without the environments: act, append, then ``updates_per_step``
