@@ -129,7 +129,13 @@ def _info(args: argparse.Namespace) -> int:
             " unlike Atari 100k (0)"
         )
     if args.verify:
+        # lazy: the claim check loads the ALE for the game's action count (--verify only)
+        from sgi_lab.probes.probe import store_claim_problem
+
         problems = store.verify()
+        claim = store_claim_problem(store)
+        if claim:  # what the manifest says of the game against the data (issue 35)
+            problems.append(f"{store.path / 'manifest.json'}: {claim}")
         for problem in problems:
             print(f"sgi-lab info: {problem}", file=sys.stderr)
         if not store.manifest.checksums:

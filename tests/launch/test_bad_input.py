@@ -88,6 +88,13 @@ def world(tmp_path_factory):
 
     w["too_many_actions"] = broken_store("too_many_actions", fewer_actions)
 
+    def eighteen_actions(p):
+        manifest = json.loads((p / "manifest.json").read_text())
+        manifest["num_actions"] = 18  # Pong has 6: a claim the data do not belie, the game does
+        (p / "manifest.json").write_text(json.dumps(manifest))
+
+    w["eighteen_actions"] = broken_store("eighteen_actions", eighteen_actions)
+
     def flip(p):
         data = bytearray((p / "chunks/frame_00001.npy").read_bytes())
         data[-1] ^= 0xFF
@@ -198,6 +205,7 @@ CASES = [
     ("finetune-pretrained-text-file", lambda w: ["finetune", "--params", "params/finetune/smoke.yaml", "--pretrained", str(w["afile"]), "--out", str(w["root"] / "f3"), "--no-progress"], 2, "afile.txt: not a PyTorch checkpoint"),
     ("run-params-is-a-folder", lambda w: ["run", "pretrain", "-f", str(w["params_dir"]), "--out-root", str(w["root"] / "nb")], 2, "params_dir: a folder, expected a YAML parameters file"),
     ("run-seed-not-a-number", lambda w: ["run", "pretrain", "-p", "seed", "abc", "--out-root", str(w["root"] / "nb")], 2, "seed: expected an integer"),
+    ("verify-manifest-claims-18-actions", lambda w: ["info", str(w["eighteen_actions"]), "--verify"], 1, "the manifest says 18 actions, but Pong has 6"),
     # probes (issue 35 items 4, 7, 9): the store verified, every option named
     ("probe-flipped-store", lambda w: ["probe", str(w["pre_done"]), "--data", str(w["flipped"])], 2, "damaged store, refusing to probe it"),
     ("probe-too-many-actions", lambda w: ["probe", str(w["pre_done"]), "--data", str(w["too_many_actions"])], 2, "too_many_actions"),
