@@ -66,6 +66,9 @@ def load_probe_encoder(source: str | os.PathLike, allow_unfinished: bool = False
         if kind == "finetune":
             model, info = load_run_model(path)
             file = path / "model.pt" if (path / "model.pt").is_file() else None
+            if file is not None:
+                config = info.get("config")
+                check_model_of_run(path, file, config if isinstance(config, dict) else None)
             return ProbeEncoder(
                 model, str(path), "finetune", path / PROBES_FILE, status.get("params"),
                 info.get("step"), stamp=file_stamp(file) if file else {"step": info.get("step")},

@@ -400,3 +400,23 @@ def test_probe_data_of_another_game_is_refused_the_training_data_warned_and_reco
     with pytest.raises(ConfigError, match=r"started on probe_data .*probe_data names another"):
         RunDir.open(run, "pretrain", {"steps": 4}, inputs={"data": "d", **other})
     assert (run / "status.json").read_bytes() == before
+
+
+@pytest.mark.slow  # a finetuning run of 40 steps: ~30 s on 2 cores
+def test_a_finetuning_folder_holding_another_configs_model_is_refused(tmp_path, capsys):
+    run = tmp_path / "ft"
+    argv = ["finetune", "--params", "params/finetune/smoke.yaml", "--game", "pong"]
+    argv += ["--set", "steps=40", "--set", "learning_starts=20", "--out", str(run)]
+    assert main([*argv, "--no-progress"]) == 0
+    from sgi_lab.analysis.probe_encoders import load_probe_encoder
+
+    assert load_probe_encoder(run).kind == "finetune"  # its own model: accepted
+    other = tmp_path / "other"
+    shutil.copytree(run, other)
+    config = yaml.safe_load((other / "config.yaml").read_text())
+    (other / "config.yaml").write_text(yaml.safe_dump({**config, "spr_weight": 99.0}))
+    store = small_store(tmp_path / "s", episodes=4)
+    capsys.readouterr()
+    rc, _, err = run_cli(capsys, ["probe", other, "--data", store.path, "--no-progress"])
+    assert rc == 2 and "not this run's model" in err and "spr_weight" in err, err
+    assert not (other / "probes.json").exists()
