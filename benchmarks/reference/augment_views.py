@@ -1,0 +1,199 @@
+"""How much the reference's per-view augmentation moves one pretraining step (paper_vs_code row 34).
+
+The reference augments each view of a frame on its own: the online encoder's s_t, the target's
+sequence s_t..s_{t+K}, and the bootstrap state s_{t+n} twice (the target network's pass and the
+online network's, which picks the action under double Q); the goal has a draw of its own in both
+codes. sgi-lab draws once per frame stack and shares it between these views. Each view's
+distribution is the same either way; only the views' correlation differs.
+
+This runs sgi-lab's own pretraining step (``pretrain_nature``'s weights, batch and goal draws,
+the reference's settings as ``tests/test_reference.py`` sets them) N times, each with fresh
+augmentation draws, twice per draw: shared (every view of a frame gets that draw) and per view
+(the online s_t keeps it; the target's sequence, the bootstrap's target pass and the online
+pass that picks its action each get one of their own). It prints, per loss term and for the
+gradient and the Adam step, the paired relative change between the two, against the change that
+redrawing the shared augmentation alone makes, and the change of the mean over the N draws with
+its standard error.
+
+Run from the repository root (project venv, about 1 s per draw on 2 cores):
+``.venv/bin/python benchmarks/reference/augment_views.py --draws 32``
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))  # the fixture test's setup: one definition of the case
+
+import test_reference as fixture  # noqa: E402
+
+from sgi_lab.augment.frames import prepared_frames  # noqa: E402
+from sgi_lab.nets import SGIModel  # noqa: E402
+from sgi_lab.nets.model import parameter_group  # noqa: E402
+from sgi_lab.objectives import goals_from_draws  # noqa: E402
+from sgi_lab.train import pretrain_step as step_module  # noqa: E402
+
+CASE = "pretrain_nature"
+TERMS = ("losses/spr", "losses/goal", "losses/inverse", "losses/total")
+
+
+def prepared(pixels: torch.Tensor) -> torch.Tensor:
+    """Augmented float pixels as the step's encoders take them (scaled, float32)."""
+    return prepared_frames(pixels, None, False, False)
+
+
+class Views:
+    """Replaces the inputs of the step's encoder calls, in the order the step makes them:
+    target: the sequence, the goal, the bootstrap state; online: s_t, the bootstrap picker.
+    ``None`` keeps the step's own input (the shared draw)."""
+
+    def __init__(self, model: SGIModel, target: SGIModel, subs: dict[str, list]) -> None:
+        for net, key in ((model, "online"), (target, "target")):
+            net.encode = self.wrap(net.encode, list(subs[key]), key)
+
+    @staticmethod
+    def wrap(encode, queue: list, key: str):
+        def substituted(obs: torch.Tensor, prepared: bool = False) -> torch.Tensor:
+            if not queue:
+                raise AssertionError(f"{key} encoded more views than expected")
+            sub = queue.pop(0)
+            if sub is not None:
+                assert sub.shape == obs.shape, (key, sub.shape, obs.shape)
+                obs = sub
+            return encode(obs, prepared)
+
+        return substituted
+
+
+def one_step(x: dict, draws: dict, per_view: bool) -> tuple[dict, torch.Tensor, torch.Tensor]:
+    """sgi-lab's step with these augmentation draws: losses, flat gradient, flat Adam step."""
+    case = fixture.CASES[CASE]
+    config = fixture.reference_pretrain_config(case)
+    args = case["model_args"]
+    sizes = {k: args[k] for k in ("image_size", "hidden_size", "width_scale")}
+    state = step_module.build_state(config, args["num_actions"], torch.device("cpu"), **sizes)
+    state.model.load_state_dict(
+        {k[7:]: torch.from_numpy(v) for k, v in x.items() if k[:7] == "online/"}
+    )
+    state.target.load_state_dict(
+        {k[7:]: torch.from_numpy(v) for k, v in x.items() if k[:7] == "target/"}
+    )
+    before = torch.cat([p.detach().flatten().clone() for p in state.model.parameters()])
+    frames = x["frames"]
+    n = config.n_step
+    obs = fixture.augmented(frames, draws["corners"][0], draws["jitter"][0])
+    subs = {"online": [None, None], "target": [None, None, None]}
+    if per_view:
+        seq = fixture.augmented(frames, draws["corners"][1], draws["jitter"][1])
+        boot = fixture.augmented(frames[:, n], draws["corners"][2][:, n], draws["jitter"][2][:, n])
+        pick = fixture.augmented(frames[:, n], draws["corners"][3][:, n], draws["jitter"][3][:, n])
+        subs = {"online": [None, prepared(pick)], "target": [prepared(seq), None, prepared(boot)]}
+    Views(state.model, state.target, subs)
+    goal_draws = {
+        "noise": torch.from_numpy(x["goal_noise"]),
+        "alpha": torch.from_numpy(x["goal_alpha"]),
+        "swap": torch.from_numpy(x["goal_swap"]),
+        "offset": torch.from_numpy(x["goal_swap_offset"]).long(),
+    }
+
+    def fed_goals(latents, generator, alpha_max, swap_prob, noise_scale):
+        # the fixture's goal draws (noise, mixing weights, swaps), as the test feeds them
+        return goals_from_draws(latents, goal_draws, alpha_max, swap_prob, noise_scale)[0]
+
+    step_module.sample_goals = fed_goals
+    batch = step_module.PretrainBatch(
+        obs=obs,
+        actions=torch.from_numpy(x["actions"]).long(),
+        valid=torch.ones(x["actions"].shape, dtype=torch.bool),
+        goal_obs=fixture.augmented(x["goal_frames"], draws["goal_corners"], draws["goal_jitter"]),
+    )
+    logs = step_module.train_step(config, state, batch)
+    grad = torch.cat(
+        [
+            (p.grad if p.grad is not None else torch.zeros_like(p)).flatten()
+            for p in state.model.parameters()
+        ]
+    )
+    after = torch.cat([p.detach().flatten() for p in state.model.parameters()])
+    return {k: float(logs[k].detach()) for k in TERMS}, grad, after - before
+
+
+def draw(x: dict, gen: torch.Generator) -> dict:
+    """Four independent (corners, jitter) draws of the sequence, one for the goal."""
+    B, T = x["actions"].shape
+    return {
+        "corners": [torch.randint(0, 9, (B, T, 2), generator=gen).numpy() for _ in range(4)],
+        "jitter": [torch.randn(B, T, generator=gen).numpy() for _ in range(4)],
+        "goal_corners": torch.randint(0, 9, (B, 2), generator=gen).numpy(),
+        "goal_jitter": torch.randn(B, generator=gen).numpy(),
+    }
+
+
+def relative(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).norm() / b.norm())
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--draws", type=int, default=32)
+    p.add_argument("--seed", type=int, default=0)
+    opts = p.parse_args()
+    torch.set_num_threads(1)
+    x = fixture.with_shared_target(fixture.load(CASE, "inputs"))
+    # Nature has no batch norm: the step reuses the sequence's latent of s_{t+n} for the
+    # bootstrap; encoded in a pass of its own (as for batch-norm encoders, the same numbers)
+    # it can take a view of its own.
+    SGIModel.encoder_has_batch_norm = property(lambda self: True)
+    gen = torch.Generator().manual_seed(opts.seed)
+    rows = {"shared": [], "per_view": [], "redrawn": []}
+    for _ in range(opts.draws):
+        d, other = draw(x, gen), draw(x, gen)
+        rows["shared"].append(one_step(x, d, per_view=False))
+        rows["per_view"].append(one_step(x, d, per_view=True))
+        rows["redrawn"].append(one_step(x, other, per_view=False))
+    report(rows)
+
+
+def report(rows: dict) -> None:
+    print(f"{CASE}, {len(rows['shared'])} draws; paired relative change (mean over draws)")
+    print(
+        f"{'':24s} {'per view vs shared':>20s} {'redrawn shared':>16s} {'mean change +- se':>22s}"
+    )
+    for term in TERMS:
+        sh = np.array([r[0][term] for r in rows["shared"]])
+        pv = np.array([r[0][term] for r in rows["per_view"]])
+        rd = np.array([r[0][term] for r in rows["redrawn"]])
+        diff = pv - sh
+        print(
+            f"{term:24s} {np.mean(np.abs(diff) / np.abs(sh)):20.2e} "
+            f"{np.mean(np.abs(rd - sh) / np.abs(sh)):16.2e} "
+            f"{diff.mean() / abs(sh.mean()):+11.2e} +- {diff.std(ddof=1) / np.sqrt(len(diff)) / abs(sh.mean()):.1e}"
+        )
+    names = [n for n, _ in SGIModel(**fixture.CASES[CASE]["model_args"]).named_parameters()]
+    sizes = [p.numel() for p in SGIModel(**fixture.CASES[CASE]["model_args"]).parameters()]
+    part = np.repeat([parameter_group(n) for n in names], sizes)
+    for label, j in (("gradient", 1), ("Adam step", 2)):
+        for group in ["all", *dict.fromkeys(part)]:
+            keep = torch.from_numpy(part == group) if group != "all" else slice(None)
+            sh = torch.stack([r[j][keep] for r in rows["shared"]])
+            pv = torch.stack([r[j][keep] for r in rows["per_view"]])
+            rd = torch.stack([r[j][keep] for r in rows["redrawn"]])
+            if float(sh.norm()) == 0:
+                continue
+            paired = np.mean([relative(a, b) for a, b in zip(pv, sh, strict=True)])
+            redraw = np.mean([relative(a, b) for a, b in zip(rd, sh, strict=True)])
+            diff = pv - sh
+            mean_change = float(diff.mean(0).norm() / sh.mean(0).norm())
+            se = float((diff.var(0, unbiased=True).sum() / len(diff)).sqrt() / sh.mean(0).norm())
+            name = f"{label} ({group})"
+            print(f"{name:24s} {paired:20.2e} {redraw:16.2e} {mean_change:11.2e} (noise {se:.1e})")
+
+
+if __name__ == "__main__":
+    main()
