@@ -2,9 +2,12 @@
 
 One line per run folder (any folder with a ``status.json``: pretraining, finetuning, notebook
 runs, an experiment's tasks): its stage, state, step of its total, rate, time left, when it last
-reported, and its last metrics. A ``running`` run that has not reported for a long time is marked
-as possibly dead (a killed process cannot update its status). Misspelled folders get a "did you
-mean".
+reported, and its last metrics. What it says is checked, not copied: a run whose status says
+``running`` while no process holds its folder's lock (killed, even by kill -9), says ``finished``
+without its final model, or whose status.json is torn or empty beside checkpoints is listed as
+``interrupted``; a live run silent for a long time is marked as possibly stuck. Symlinked folders
+are followed (each real folder once). One unreadable run is named and skipped. Misspelled
+folders get a "did you mean".
 """
 
 from __future__ import annotations
