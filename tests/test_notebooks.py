@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -189,6 +190,22 @@ def test_pretrain_then_finetune_notebooks(tmp_path, pong_store):
     assert again["steps"] == 10
     executed = (tmp_path / "pretrain" / "pretrain.ipynb").read_text()
     assert "finished earlier: showing its recorded curves" in executed
+    # no stale tqdm bar: the saved progress line says where training ended (issue 36, item 7)
+    assert "finished earlier at step 10 of 10; nothing trained now" in executed
+    side = execute(  # runs side by side (issue 36, item 13)
+        "pretrain",
+        tmp_path / "other",
+        data=str(pong_store),
+        overrides={"steps": 5},
+        compare_with=[str(run)],
+    )
+    assert side["steps"] == 5
+    executed = (tmp_path / "other" / "pretrain.ipynb").read_text()
+    assert "pretraining smoke: finished at step 5 of 5 in " in executed
+    assert not re.search(r"[^0-9]0/5\b", executed)  # no bar saved at 0%
+    page = (tmp_path / "other" / "run" / "figures" / "runs_side_by_side.html").read_text()
+    page = page.replace("\\u002f", "/")  # plotly's JSON escapes "/" inside <script>
+    assert "losses/total (other/run)" in page and "losses/total (pretrain/run)" in page
     short = {"steps": 100, "learning_starts": 50, "eval_max_frames": 400, "eval_episodes": 1}
     finetune = execute(
         "finetune",
@@ -220,6 +237,15 @@ def test_finetune_notebook_trains_a_population(tmp_path):
         evaluation = json.loads((tmp_path / "run" / f"{game}__s0" / "eval.json").read_text())
         assert evaluation["game"] == game and evaluation["step"] == 60
     assert (tmp_path / "run" / "figures" / "vs_paper.html").exists()
+    # every agent is shown, not agent 1 only (issue 36, item 13)
+    executed = (tmp_path / "finetune.ipynb").read_text()
+    assert "losses and charts of 2 agents" in executed
+    for figure in ("training_curves", "runs_side_by_side"):
+        page = (tmp_path / "run" / "figures" / f"{figure}.html").read_text()
+        assert "Pong__s0" in page and "Breakout__s0" in page, figure
+    # 60 steps end no episode: the agents' learning curves say so rather than show agent 1
+    page = (tmp_path / "run" / "figures" / "learning_curve.html").read_text()
+    assert "no episode has finished yet in these runs" in page and "2 agents" in page
 
 
 @pytest.mark.slow
@@ -454,3 +480,18 @@ def test_ablations_notebook_discovers_runs(tmp_path):
     assert results["methods"] == ["frozen"]
     executed = (tmp_path / "ablations.ipynb").read_text()
     assert "sgi-lab-run-header" in executed and f"finetuning runs under {runs}" in executed
+
+
+def test_open_store_collects_what_is_missing_and_says_so_in_lines(tmp_path, capsys):
+    """A notebook starting from nothing collects its data with lines, not a tqdm widget (which
+    a notebook saved by papermill keeps at 0%), and opens an existing store as it is."""
+    from sgi_lab import notebook
+
+    path = tmp_path / "data" / "pong_random"
+    store = notebook.open_store(path, "Pong", collect_steps=40, seed=0)
+    assert len(store) == 40
+    out = capsys.readouterr()
+    assert f"collecting 40 Random steps of Pong into {path} ..." in out.out
+    assert "collected 40 steps in " in out.out and "%" not in out.err
+    assert len(notebook.open_store(path, "Pong", collect_steps=99)) == 40  # kept as it is
+    assert "collecting" not in capsys.readouterr().out

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -179,7 +180,12 @@ def open_store(data: str | os.PathLike, game: str = "Pong", collect_steps: int =
     if path.exists() or collect_steps <= 0:
         return TransitionStore(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    return collect_random(game, int(collect_steps), path, seed=seed)
+    # Lines, not a tqdm widget: a notebook saved by papermill would keep the widget at 0%.
+    print(f"collecting {int(collect_steps):,} Random steps of {game} into {path} ...")
+    started = time.perf_counter()
+    store = collect_random(game, int(collect_steps), path, seed=seed, progress=False)
+    print(f"collected {len(store):,} steps in {time.perf_counter() - started:.0f} s")
+    return store
 
 
 # -- the runs a notebook reads -----------------------------------------------------------------

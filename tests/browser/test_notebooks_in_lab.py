@@ -50,8 +50,10 @@ pytestmark = pytest.mark.browser
 # plotly figures each notebook shows (live FigureWidgets included) with its smoke set
 EXPECTED_FIGURES = {
     "datasets": 6,  # stores table, frame strip, summary, distance from start, coverage, side by side
-    "pretrain": 6,  # config table, store table, live curves, curves, diversity, summary
-    "finetune": 6,  # config table, live curves, learning curve, losses, evaluation, vs paper
+    "pretrain": 7,  # config table, store table, live curves, curves, diversity, summary, runs
+    # side by side
+    "finetune": 7,  # config table, live curves, learning curve, losses, evaluation, vs paper,
+    # runs side by side
     "goal_rewards": 5,  # strip, trajectory, nearest frames, the explorer's two figures
     "representations": 3,  # embeddings, diversity table, diversity curves
     "ablations": 6,  # the explorer's two figures (its table is HTML), interval, table, per game,
