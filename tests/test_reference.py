@@ -22,6 +22,7 @@ apart any learning-rate group (they differ by 3x or more), any clipping and any 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import math
 import sys
@@ -74,6 +75,34 @@ def unpacked(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             offset += size
         assert offset == data.size, f"{group}: {data.size - offset} packed values left over"
     return out
+
+
+def test_packed_fixtures_unpack_key_for_key():
+    """The generators' writer (benchmarks/reference/npz_pack.py) and this file's reader agree:
+    every array comes back under its key, with its dtype, shape and bits; newer files are
+    packed, and each of their per-tensor arrays is found."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "reference" / "npz_pack.py"
+    spec = importlib.util.spec_from_file_location("npz_pack", path)
+    npz_pack = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(npz_pack)
+    arrays = {
+        "grad/a.weight": np.arange(6, dtype=np.float32).reshape(2, 3) - 2.5,
+        "grad/b.bias": np.array(np.float32(0.1)),  # 0-d
+        "grad/c": np.zeros((0, 3), np.float32),
+        "update_index/a.weight": np.array([0, 5]),
+        "update/n.num_batches_tracked": np.array([1], np.int64),
+        "done_n": np.array([True, False]),
+        "loaded": np.array(["encoder.x", "head.y"]),
+    }
+    back = unpacked(npz_pack.packed(arrays))
+    assert sorted(back) == sorted(arrays)
+    for key, value in arrays.items():
+        assert back[key].dtype == value.dtype and back[key].shape == value.shape, key
+        np.testing.assert_array_equal(back[key], value)
+    files = np.load(FIXTURES / "pretrain_resnet_l.reference.npz", allow_pickle=False).files
+    assert any(k.startswith("packed/grad/") for k in files)
+    ref = load("pretrain_resnet_l", "reference")
+    assert all(f"update_index/{k[len('update/') :]}" in ref for k in ref if k.startswith("update/"))
 
 
 def augmented(frames: np.ndarray, corners: np.ndarray, noise: np.ndarray) -> torch.Tensor:
