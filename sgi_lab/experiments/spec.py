@@ -37,6 +37,7 @@ SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 SHOWN_CHARS = 40
 # A file name is at most 255 bytes; run folders join several names (``pretrain__NAME__GAME``).
 MAX_NAME_CHARS = 100
+SEED_LIMIT = 2**63  # what torch and NumPy both take
 
 
 def shorten(value: Any, limit: int = SHOWN_CHARS) -> str:
@@ -316,13 +317,15 @@ def _check_probes(experiment: Experiment, path: Path) -> None:
                 f"{where}.max_frames: at least 3 (a row per split), or null, got {spec.max_frames}"
             )
         repeated = sorted({s for s in spec.seeds if spec.seeds.count(s) > 1})
-        if not spec.seeds or repeated or min(spec.seeds) < 0:
+        if not spec.seeds or repeated or not all(0 <= s < SEED_LIMIT for s in spec.seeds):
             raise ConfigError(
-                f"{where}.seeds: distinct seeds >= 0, got {shorten(spec.seeds)}"
-                + (f" ({repeated} repeated)" if repeated else "")
+                f"{where}.seeds: distinct seeds in [0, 2**63), got {shorten(spec.seeds)}"
+                + (f" ({shorten(repeated)} repeated)" if repeated else "")
             )
-        if spec.split_seed < 0:
-            raise ConfigError(f"{where}.split_seed: at least 0, got {spec.split_seed}")
+        if not 0 <= spec.split_seed < SEED_LIMIT:
+            raise ConfigError(
+                f"{where}.split_seed: a seed in [0, 2**63), got {shorten(spec.split_seed)}"
+            )
         for game in experiment.games:
             try:
                 annotations(game)

@@ -329,9 +329,10 @@ def _probe_experiment(tmp_path, probe: dict, games=("Pong",), data=None) -> Path
     [
         ({"max_frames": 0}, ["Pong"], "probe[0].max_frames: at least 3"),
         ({"max_frames": -5}, ["Pong"], "probe[0].max_frames: at least 3"),
-        ({"seeds": [0, 0]}, ["Pong"], "probe[0].seeds: distinct seeds >= 0, got [0, 0] ([0] rep"),
+        ({"seeds": [0, 0]}, ["Pong"], "probe[0].seeds: distinct seeds in [0, 2**63), got [0, 0]"),
         ({"seeds": [-1]}, ["Pong"], "probe[0].seeds"),
-        ({"split_seed": -1}, ["Pong"], "probe[0].split_seed: at least 0"),
+        ({"seeds": [2**70]}, ["Pong"], "probe[0].seeds"),
+        ({"split_seed": -1}, ["Pong"], "probe[0].split_seed: a seed in [0, 2**63)"),
         ({}, ["Alien"], "probe[0]: games: Alien"),
     ],
 )
