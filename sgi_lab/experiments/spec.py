@@ -57,11 +57,12 @@ def check_name(where: str, name: Any) -> None:
     if isinstance(name, str) and SAFE_NAME.fullmatch(name):
         problem = f"{len(name)} characters; at most {MAX_NAME_CHARS}"
     elif not isinstance(name, str) or not name:
-        problem = "empty" if name == "" else f"a {type(name).__name__}, not a string"
+        problem = "empty" if name == "" else f"not a string: {type(name).__name__}"
     else:
+        # The first character has the narrower rule (no '.', '-'); the rest the wider one.
         at = (
             0
-            if name[0] == "."
+            if not SAFE_NAME.fullmatch(name[0])
             else next(i for i, c in enumerate(name) if not SAFE_NAME.fullmatch("a" + c))
         )
         problem = f"{name[at]!r} at position {at}"

@@ -60,6 +60,7 @@ def experiment_file(tmp_path: Path, **changes) -> Path:
         ("probe", "p\\x", "'\\\\' at position 1"),
         ("name", "..", "'.' at position 0"),
         ("data", "ra ndom", "' ' at position 2"),
+        ("probe", "-p", "'-' at position 0"),
     ],
 )
 def test_a_name_that_is_not_one_path_part_is_refused(tmp_path, capsys, where, name, culprit):
