@@ -130,7 +130,7 @@ def run_progress(folder: str | os.PathLike, now: float | None = None) -> dict[st
         config's total, None when it has none), ``rate`` (steps/s, from the run's logged
         throughput), ``eta_s`` (seconds left at that rate, running runs only), ``age_s``
         (seconds since the status was last written), ``stale`` (running but silent for over
-        `STALE_AFTER_S`), ``metrics`` (``{key: value}`` of the last logged values of
+        `STALE_AFTER_S`), ``alive`` (running, and its process holds the folder's lock), ``metrics`` (``{key: value}`` of the last logged values of
         `SHOWN_METRICS`) and ``error`` (a failed run's message, or why the state differs from
         its status.json).
     """
@@ -170,6 +170,8 @@ def run_progress(folder: str | os.PathLike, now: float | None = None) -> dict[st
         "eta_s": eta,
         "age_s": age,
         "stale": state == "running" and age > STALE_AFTER_S,
+        # A lifecycle run that says running and got here holds its lock: alive, however silent.
+        "alive": state == "running" and bool(status.get("kind")),
         "metrics": {k: metrics[k] for k in SHOWN_METRICS if k in metrics},
         "error": status.get("error") or why or message,
     }
@@ -216,7 +218,8 @@ def status_table(progress: list[dict[str, Any]], root: str | os.PathLike | None 
         if p["steps"]:
             done = 100 * (p["step"] or 0) / p["steps"]
             step += f"/{p['steps']:,} ({done:.0f}%)"
-        state = p["state"] + (" (silent: killed?)" if p["stale"] else "")
+        silent = " (silent: stuck?)" if p.get("alive") else " (silent: killed?)"
+        state = p["state"] + (silent if p["stale"] else "")
         short = {k.split("/", 1)[-1]: v for k, v in p["metrics"].items()}
         metrics = ", ".join(f"{k} {v:.4g}" for k, v in short.items())
         if p["error"]:
@@ -262,7 +265,8 @@ def main_status(args: argparse.Namespace) -> int:
     stale = [p for p in progress if p["stale"]]
     print(f"\n{len(progress)} run(s); {len(running)} running", end="")
     print(
-        f"; {len(stale)} silent for over {STALE_AFTER_S // 60} min (killed? re-run its command to resume)"
+        f"; {len(stale)} silent for over {STALE_AFTER_S // 60} min (see its log; a killed one "
+        "resumes when its command is re-run)"
         if stale
         else ""
     )

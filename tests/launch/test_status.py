@@ -78,7 +78,8 @@ def test_status_command_lists_every_run(runs, capsys):
     assert "1,000/5,000 (20%)" in pretrain and "200/s" in pretrain and "20s" in pretrain
     assert "total 2" in pretrain
     finetune = next(line for line in lines if "finetune__x" in line)
-    assert "silent: killed?" in finetune and "50m00s" in finetune and "return -19" in finetune
+    # Silent for 3 hours, but its process holds the folder's lock: alive, perhaps stuck.
+    assert "silent: stuck?" in finetune and "50m00s" in finetune and "return -19" in finetune
     assert "demo/pretrain " in out and "checkpoints" not in out
     assert "3 run(s); 1 running; 1 silent" in out
 
