@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from sgi_lab.base.files import read_mapping
 from sgi_lab.config import ConfigError
 from sgi_lab.nets import SGIModel
 from sgi_lab.probes.probe import (
@@ -21,7 +20,7 @@ from sgi_lab.probes.probe import (
     random_init_model,
 )
 from sgi_lab.runs.checkpoints import CheckpointError, load_checkpoint
-from sgi_lab.runs.folder import config_changes
+from sgi_lab.runs.folder import foreign_model_problem
 from sgi_lab.runs.status import read_status, require_finished
 from sgi_lab.runs.status import run_kind as kind_of
 from sgi_lab.train.evaluate import load_run_model
@@ -109,16 +108,9 @@ def check_model_of_run(run: Path, model_file: Path, model_config: dict | None) -
     Raises:
         ProbeInputError: naming the file and the keys that differ (runtime keys aside).
     """
-    saved = read_mapping(run / "config.yaml")
-    if not model_config or not saved:
-        return  # nothing recorded to compare (an older file, a bare model)
-    changes = config_changes(saved, model_config)
-    if changes:
-        shown = ", ".join(f"{k}: {a!r} vs {b!r}" for k, (a, b) in list(changes.items())[:4])
-        raise ProbeInputError(
-            f"{model_file}: not this run's model: its config differs from {run / 'config.yaml'} "
-            f"in {sorted(changes)} ({shown}); probe the file itself, or the run it came from"
-        )
+    problem = foreign_model_problem(run, model_file, model_config)
+    if problem:
+        raise ProbeInputError(f"{problem}; probe the file itself, or the run it came from")
 
 
 def random_probe_encoder(

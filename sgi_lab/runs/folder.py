@@ -36,6 +36,7 @@ from sgi_lab.base.files import (
     jsonable,
     raise_if_disk_full,
     read_jsonl,
+    read_mapping,
     record_provenance,
 )
 from sgi_lab.base.yaml_io import load_yaml
@@ -152,6 +153,28 @@ def check_same_config(
             f"{path} holds a run with a different config ({list(changes)}: {details}); "
             "re-run with its config, use another folder, or --overwrite to start it over"
         )
+
+
+def foreign_model_problem(
+    run: str | os.PathLike, model_file: str | os.PathLike, model_config: Mapping[str, Any] | None
+) -> str | None:
+    """Why a model file is not ``run``'s own model, or None: the config recorded inside it
+    differs from the run folder's ``config.yaml`` (runtime keys aside), as when a model is
+    copied in from another run. Nothing recorded on either side: None (an older file).
+
+    Probing (`sgi_lab.analysis.probe_encoders`) refuses such a model; finetuning from a run
+    folder should too (its objective is the folder's label)."""
+    saved = read_mapping(Path(run) / "config.yaml")
+    if not model_config or not saved:
+        return None
+    changes = config_changes(saved, model_config)
+    if not changes:
+        return None
+    shown = ", ".join(f"{k}: {a!r} vs {b!r}" for k, (a, b) in list(changes.items())[:4])
+    return (
+        f"{model_file}: not this run's model: its config differs from "
+        f"{Path(run) / 'config.yaml'} in {sorted(changes)} ({shown})"
+    )
 
 
 class RunDir:
