@@ -8,8 +8,12 @@ published reference agent, beside HNS for Atari; `normalized_score` picks by the
   uniform policy over the game's minimal action set, whole episodes of `sgi_lab.envs.minatar`'s
   default protocol (sticky actions 0.1, difficulty ramping, evaluation mode), with the episode
   count and standard error beside each mean.
-* ``reference``: a published agent's final return per game, with its source. A game whose
-  reference is not recorded (``null``) cannot be normalised; the error names the file.
+* ``reference``: Young & Tian's (2019) DQN at the end of training (5M frames), read off the
+  learning curves the authors publish (the paper has no table;
+  `benchmarks/minatar_reference_curves.py`): Asterix 16.8, Breakout 10.0, Freeway 50.2,
+  Seaquest 20.0, Space Invaders 43.5. Training returns under exploration, DQN on all 6 actions;
+  the Seaquest curve predates MinAtar 1.0.11's oxygen-bar fix (the file's ``caveat``). A game
+  whose reference were missing (``null``) could not be normalised; the error names the file.
 """
 
 from __future__ import annotations

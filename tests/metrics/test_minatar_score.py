@@ -24,7 +24,7 @@ REFERENCE = {g: 10.0 * (i + 2) for i, g in enumerate(MINATAR_GAMES)}  # 20, 30, 
 
 @pytest.fixture
 def with_reference(monkeypatch):
-    """The table with hand-set references (the shipped one has none recorded yet)."""
+    """The table with hand-set references, round numbers to compute by hand."""
     table = json.loads(minatar_score.MINATAR_SCORES_FILE.read_text())
     table["reference"]["values"] = dict(REFERENCE)
     monkeypatch.setattr(minatar_score, "_table", lambda: table)
@@ -72,8 +72,27 @@ def test_normalized_score_picks_hns_or_the_minatar_score(with_reference):
     np.testing.assert_allclose(mixed, [[1.0, 1.0]])
 
 
-def test_refusals_name_the_culprit():
+def test_the_shipped_references_are_dqns_published_final_returns():
+    published = {  # Young & Tian (2019), DQN at 5M frames, read off their learning curves
+        "minatar/asterix": 16.8,
+        "minatar/breakout": 10.0,
+        "minatar/freeway": 50.2,
+        "minatar/seaquest": 20.0,
+        "minatar/space_invaders": 43.5,
+    }
+    for game, value in published.items():
+        assert minatar_reference_score(game) == value
+        assert minatar_normalized_score(game, value) == pytest.approx(1.0)
+        assert minatar_normalized_score(game, minatar_random_score(game)) == 0.0
+    # Hand-computed: Space Invaders at 23.8 is (23.8 - 4.095) / (43.5 - 4.095) = 0.5.
+    assert minatar_normalized_score("minatar/space_invaders", 23.7975) == pytest.approx(0.5)
+
+
+def test_refusals_name_the_culprit(monkeypatch):
     with pytest.raises(ValueError, match="'Pong' is not a MinAtar game"):
         minatar_normalized_score("Pong", 1.0)
+    table = json.loads(minatar_score.MINATAR_SCORES_FILE.read_text())
+    table["reference"]["values"]["minatar/breakout"] = None
+    monkeypatch.setattr(minatar_score, "_table", lambda: table)
     with pytest.raises(ValueError, match=r"minatar/breakout: no published reference return .*json"):
         minatar_reference_score("minatar/breakout")
