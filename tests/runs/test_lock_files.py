@@ -71,3 +71,22 @@ def test_lock_holder_tells_a_live_holder_from_a_killed_one(tmp_path):
     lock = FolderLock(folder, "a test", wait=0)
     assert lock_holder(folder) == os.getpid()
     lock.release()
+
+
+def test_foreign_model_problem_names_the_keys_and_ignores_runtime_ones(tmp_path):
+    from sgi_lab.runs.folder import foreign_model_problem
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("steps: 10\nspr_weight: 2.0\ndevice: cpu\n")
+    model = run / "model.pt"
+    assert (
+        foreign_model_problem(run, model, {"steps": 10, "spr_weight": 2.0, "device": "cuda"})
+        is None
+    )
+    assert foreign_model_problem(run, model, None) is None  # an older file records none
+    problem = foreign_model_problem(run, model, {"steps": 10, "spr_weight": 0.0})
+    assert problem == (
+        f"{model}: not this run's model: its config differs from {run / 'config.yaml'} in "
+        "['spr_weight'] (spr_weight: 2.0 vs 0.0)"
+    )
