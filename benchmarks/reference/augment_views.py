@@ -7,15 +7,16 @@ codes. sgi-lab draws once per frame stack and shares it between these views. Eac
 distribution is the same either way; only the views' correlation differs.
 
 This runs sgi-lab's own pretraining step (``pretrain_nature``'s weights, batch and goal draws,
-the reference's settings as ``tests/test_reference.py`` sets them) N times, each with fresh
-augmentation draws, twice per draw: shared (every view of a frame gets that draw) and per view
-(the online s_t keeps it; the target's sequence, the bootstrap's target pass and the online
-pass that picks its action each get one of their own). It prints, per loss term and for the
-gradient and the Adam step, the paired relative change between the two, against the change that
-redrawing the shared augmentation alone makes, and the change of the mean over the N draws with
-its standard error.
+or ``--case``'s; the reference's settings as ``tests/test_reference.py`` sets them) N times, each
+with fresh augmentation draws, twice per draw: shared (every view of a frame gets that draw) and
+per view (the online s_t keeps it; the target's sequence, the bootstrap's target pass and the
+online pass that picks its action each get one of their own). It prints, per loss term and for
+the gradient and the Adam step (whole and per parameter group), the paired relative change
+between the two, against the change that redrawing the shared augmentation alone makes, and the
+change of the mean over the N draws with its standard error (for the gradient and the step: the
+norm of the mean change, beside the norm that the draws' noise alone would give it).
 
-Run from the repository root (project venv, about 1 s per draw on 2 cores):
+Run from the repository root (project venv; 300 draws of ``pretrain_nature``: ~2 min on 2 cores):
 ``.venv/bin/python benchmarks/reference/augment_views.py --draws 32``
 """
 
@@ -39,7 +40,7 @@ from sgi_lab.nets.model import parameter_group  # noqa: E402
 from sgi_lab.objectives import goals_from_draws  # noqa: E402
 from sgi_lab.train import pretrain_step as step_module  # noqa: E402
 
-CASE = "pretrain_nature"
+CASES = ("pretrain_nature", "pretrain_resnet", "pretrain_resnet_l")
 TERMS = ("losses/spr", "losses/goal", "losses/inverse", "losses/total")
 
 
@@ -71,9 +72,11 @@ class Views:
         return substituted
 
 
-def one_step(x: dict, draws: dict, per_view: bool) -> tuple[dict, torch.Tensor, torch.Tensor]:
+def one_step(
+    name: str, x: dict, draws: dict, per_view: bool
+) -> tuple[dict, torch.Tensor, torch.Tensor]:
     """sgi-lab's step with these augmentation draws: losses, flat gradient, flat Adam step."""
-    case = fixture.CASES[CASE]
+    case = fixture.CASES[name]
     config = fixture.reference_pretrain_config(case)
     args = case["model_args"]
     sizes = {k: args[k] for k in ("image_size", "hidden_size", "width_scale")}
@@ -143,9 +146,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--draws", type=int, default=32)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--case", choices=CASES, default=CASES[0])
     opts = p.parse_args()
     torch.set_num_threads(1)
-    x = fixture.with_shared_target(fixture.load(CASE, "inputs"))
+    x = fixture.with_shared_target(fixture.load(opts.case, "inputs"))
     # Nature has no batch norm: the step reuses the sequence's latent of s_{t+n} for the
     # bootstrap; encoded in a pass of its own (as for batch-norm encoders, the same numbers)
     # it can take a view of its own.
@@ -154,14 +158,14 @@ def main() -> None:
     rows = {"shared": [], "per_view": [], "redrawn": []}
     for _ in range(opts.draws):
         d, other = draw(x, gen), draw(x, gen)
-        rows["shared"].append(one_step(x, d, per_view=False))
-        rows["per_view"].append(one_step(x, d, per_view=True))
-        rows["redrawn"].append(one_step(x, other, per_view=False))
-    report(rows)
+        rows["shared"].append(one_step(opts.case, x, d, per_view=False))
+        rows["per_view"].append(one_step(opts.case, x, d, per_view=True))
+        rows["redrawn"].append(one_step(opts.case, x, other, per_view=False))
+    report(opts.case, rows)
 
 
-def report(rows: dict) -> None:
-    print(f"{CASE}, {len(rows['shared'])} draws; paired relative change (mean over draws)")
+def report(name: str, rows: dict) -> None:
+    print(f"{name}, {len(rows['shared'])} draws; paired relative change (mean over draws)")
     print(
         f"{'':24s} {'per view vs shared':>20s} {'redrawn shared':>16s} {'mean change +- se':>22s}"
     )
@@ -175,8 +179,9 @@ def report(rows: dict) -> None:
             f"{np.mean(np.abs(rd - sh) / np.abs(sh)):16.2e} "
             f"{diff.mean() / abs(sh.mean()):+11.2e} +- {diff.std(ddof=1) / np.sqrt(len(diff)) / abs(sh.mean()):.1e}"
         )
-    names = [n for n, _ in SGIModel(**fixture.CASES[CASE]["model_args"]).named_parameters()]
-    sizes = [p.numel() for p in SGIModel(**fixture.CASES[CASE]["model_args"]).parameters()]
+    model = SGIModel(**fixture.CASES[name]["model_args"])
+    names = [n for n, _ in model.named_parameters()]
+    sizes = [p.numel() for p in model.parameters()]
     part = np.repeat([parameter_group(n) for n in names], sizes)
     for label, j in (("gradient", 1), ("Adam step", 2)):
         for group in ["all", *dict.fromkeys(part)]:
