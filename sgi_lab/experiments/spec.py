@@ -334,10 +334,8 @@ def _check_probes(experiment: Experiment, path: Path) -> None:
                 raise ConfigError(f"{where}: games: {exc}") from None
 
 
-def _check_references(experiment: Experiment, path: Path) -> None:
-    def duplicates(items: Sequence[Any]) -> list[Any]:
-        return sorted({x for x in items if list(items).count(x) > 1}, key=str)
-
+def _check_names(experiment: Experiment, path: Path) -> None:
+    """Every name that becomes part of a path (`check_name`)."""
     check_name(f"{path}: name", experiment.name)
     for name in experiment.data:
         check_name(f"{path}: data.{shorten(name)}", name)
@@ -348,6 +346,13 @@ def _check_references(experiment: Experiment, path: Path) -> None:
     ):
         for i, spec in enumerate(specs):
             check_name(f"{path}: {what}[{i}].name", spec.name)
+
+
+def _check_references(experiment: Experiment, path: Path) -> None:
+    def duplicates(items: Sequence[Any]) -> list[Any]:
+        return sorted({x for x in items if list(items).count(x) > 1}, key=str)
+
+    _check_names(experiment, path)
     for what, items in (("games", experiment.games), ("seeds", experiment.seeds)):
         if not items or duplicates(items):
             raise ConfigError(f"{path}: {what}: empty, or repeated items {duplicates(items)}")
