@@ -272,6 +272,8 @@ def compare_gradients_and_updates(name, ref, grads, before, after, lr, eps):
     for key in ref:
         if key.startswith("grad/"):
             param = key[5:]
+            if param not in grads and not np.any(ref[key]):
+                continue  # no gradient on either side (the reference's is written as zeros)
             assert param in grads, f"{name}: sgi-lab has no gradient for {param}"
             rel = assert_close_scaled(
                 f"{name} gradient of {param}", grads[param], ref[key], GRAD_RTOL
