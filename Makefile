@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup git-filters demo test test-all test-browser lint format lab clean-demo
+.PHONY: setup git-filters demo test test-all test-browser lint format lab
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -1,7 +1,7 @@
 """The on-disk format of a transition store: its fields, chunk files, manifest and checksums.
 
 A store is one folder: ``manifest.json`` and ``chunks/<field>_<index>.npy`` for every field of
-`FIELDS` (its files: README.md, "Datasets on disk"). Row ``t`` holds the newest frame of state
+`FIELDS` (its files: docs/datasets.md). Row ``t`` holds the newest frame of state
 ``s_t``, the action ``a_t`` taken there, the reward ``r_t`` it earned and ``terminal_t`` = the
 transition ended the episode for learning (game over, or a life loss when the data was recorded
 that way). As in Dopamine, the observation after a terminal transition is not stored.

@@ -3,7 +3,7 @@
 An experiment file (``params/experiments/*.yaml``, validated by `load_experiment`) declares the
 games, the seeds, a data source per name, the pretraining and the finetuning configurations.
 `expand` turns it into a graph of tasks, each an ordinary run folder under the experiment
-folder (its layout: README.md, "Experiments"). A task runs when its inputs are complete; a
+folder (its layout: docs/experiments.md). A task runs when its inputs are complete; a
 finished task is skipped when the experiment runs again (an interrupted experiment resumes:
 unfinished runs resume from their checkpoints); a failed task is retried, then reported with its
 log while independent branches go on. Every task but the report is a subprocess running the
