@@ -22,7 +22,7 @@ from sgi_lab.runs.checkpoints import CheckpointError
 from sgi_lab.runs.folder import RunDir
 from sgi_lab.runs.stopping import Deadline, RunStopped, parse_duration, stop_on_signals
 from sgi_lab.train.population import Population
-from sgi_lab.train.sgi_loss import finetuning_settings
+from sgi_lab.train.sgi_loss import finetuning_settings, pretraining_settings, weighted_sum
 
 TINY = {
     "encoder": "nature",
@@ -663,3 +663,22 @@ def test_sigterm_to_the_process_group_stops_a_population_with_env_workers_cleanl
     }
     (names,) = steps  # both agents, the same step
     assert len(names) == 1 and int(names[0][5:13]) >= 30
+
+
+def test_a_term_is_switched_on_once_and_its_weight_read_only_in_the_sum():
+    from sgi_lab.config import PretrainConfig
+
+    # Finetuning: ssl is the switch; a goal_weight of 0 keeps the term, weighted by 0.
+    settings = finetuning_settings(FinetuneConfig(ssl="all", goal_weight=0.0))
+    assert settings.terms == {"spr", "goal_rl", "inverse"} and settings.n_step == 1
+    assert finetuning_settings(FinetuneConfig(ssl="none")).terms == frozenset()
+    losses = {
+        "spr": torch.tensor([1.0, 2.0]),
+        "goal_rl": torch.tensor([3.0, 4.0]),
+        "inverse": torch.tensor([5.0, 6.0]),
+    }
+    # 2 * 5 / K (SPR's convention) x spr + 0 x goal_rl + 1 x inverse
+    torch.testing.assert_close(weighted_sum(losses, settings), torch.tensor([7.0, 10.0]))
+    # Pretraining: a weight of 0 leaves the term (and its head) out: the S/G/I ablations.
+    assert pretraining_settings(PretrainConfig(goal_weight=0.0)).terms == {"spr", "inverse"}
+    assert pretraining_settings(PretrainConfig(n_step=3)).n_step == 3
