@@ -28,7 +28,12 @@ git-filters:  ## nbstripout as the git filter of notebooks (part of setup)
 	git config filter.nbstripout.required true
 	git config diff.ipynb.textconv '$(NBSTRIP) -t'
 
-demo: $(STAMP)  ## the whole pipeline on the embedded default (Pong, small data, CPU)
+# nbstripout is the notebooks' git filter on the make demo / make test path too, not only after
+# make setup: a notebook run or saved in JupyterLab is then no change, and runs started from Lab
+# are recorded clean (provenance's dirty flag). Skipped outside a git clone.
+FILTERS := $(shell git rev-parse --git-dir >/dev/null 2>&1 && echo git-filters)
+
+demo: $(STAMP) $(FILTERS)  ## the whole pipeline on the embedded default (Pong, small data, CPU)
 	$(PY) -m sgi_lab.launch.demo
 
 # Both suites run on one worker per core (pytest-xdist), each worker and its children on one
@@ -36,7 +41,7 @@ demo: $(STAMP)  ## the whole pipeline on the embedded default (Pong, small data,
 # slow tier 15 min. The browser tier stays serial (make test-browser).
 TEST_WORKERS ?= auto
 XDIST := -n $(TEST_WORKERS) --dist worksteal
-test: $(STAMP)  ## the default (fast) test suite
+test: $(STAMP) $(FILTERS)  ## the default (fast) test suite
 	$(PY) -m pytest $(XDIST)
 
 # The slow tier starts real local Ray clusters: the `sweep` extra (Ray, fsspec) comes with it.

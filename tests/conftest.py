@@ -23,6 +23,11 @@ from sgi_lab.data import TransitionStore, TransitionStoreWriter
 # measuring in every test would cost minutes); tests/runtime/test_cpu_settings.py measures for real.
 # Child processes (notebook kernels, CLI subprocesses) inherit both variables.
 os.environ.setdefault("SGI_LAB_CPU_SETTINGS", "cpu_amp=true,channels_last=true")
+# UMAP compiles with numba: keep its cache between sessions so the compile (~50 s cold on 2
+# cores) is paid once per machine, not per test run.
+os.environ.setdefault(
+    "NUMBA_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "sgi-lab-numba")
+)
 os.environ.setdefault("SGI_LAB_CACHE", tempfile.mkdtemp(prefix="sgi-lab-test-cache-"))
 
 

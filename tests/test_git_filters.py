@@ -88,3 +88,26 @@ def test_a_notebook_run_in_lab_is_not_a_change_and_edits_commit_without_outputs(
             assert cell.outputs == [] and cell.execution_count is None
             assert "execution" not in cell.metadata
     assert "widgets" not in staged.metadata and "version" not in staged.metadata.language_info
+
+
+@pytest.mark.parametrize("target", ["test", "demo"])
+def test_the_newcomers_make_targets_set_the_filter_in_a_clone(tmp_path, target):
+    """`make test` and `make demo` (a newcomer's path, not only `make setup`) set nbstripout as
+    the clone's filter, so runs started from JupyterLab are recorded clean; outside a git clone
+    the step is skipped rather than failing."""
+    in_clone = subprocess.run(
+        ["make", "-n", target], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout
+    assert "git config filter.nbstripout.clean" in in_clone
+    plain = tmp_path / "tarball"
+    plain.mkdir()
+    shutil.copy(ROOT / "Makefile", plain / "Makefile")
+    (plain / "pyproject.toml").write_text("")
+    outside = subprocess.run(
+        ["make", "-n", target],
+        cwd=plain,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "GIT_CEILING_DIRECTORIES": str(tmp_path)},
+    )
+    assert "filter.nbstripout" not in outside.stdout
