@@ -315,6 +315,21 @@ def _evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _write_curves(runs: list[Path], out: Path) -> None:
+    """The runs' training curves overlaid (one colour per run) as one HTML page at ``out``."""
+    # lazy: the CLI starts without torch; a command loads what it runs
+    from sgi_lab.base.files import atomic_write_text
+    from sgi_lab.viz.training import compare_runs
+
+    if out.suffix.lower() not in (".html", ".htm"):
+        raise ValueError(f"--curves: {out} must be an .html file")
+    if out.exists():
+        raise FileExistsError(f"--curves: {out} exists; name a new file (nothing is overwritten)")
+    labels = {str(run): run for run in runs}
+    atomic_write_text(out, compare_runs(labels).to_html(include_plotlyjs=True))
+    print(f"curves of {len(runs)} run(s) side by side: {out}")
+
+
 @command("report")
 def _report(args: argparse.Namespace) -> int:
     import pandas as pd
@@ -332,6 +347,8 @@ def _report(args: argparse.Namespace) -> int:
     missing = [did_you_mean(run, "run folder") for run in args.runs if not Path(run).exists()]
     if missing:
         raise FileNotFoundError("; ".join(missing))
+    if args.curves is not None:
+        _write_curves(args.runs, args.curves)
     # Runs with probe results only (pretraining runs, random encoders) go to the probe table.
     args.runs, probed = split_probed(args.runs)
     if not args.runs:
@@ -485,6 +502,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("runs", type=Path, nargs="+", help="finetuning run folders")
     p.add_argument("--csv", type=Path, default=None, help="write the tables as CSV")
     p.add_argument("--reps", type=int, default=5000, help="bootstrap resamples")
+    p.add_argument(
+        "--curves",
+        type=Path,
+        default=None,
+        metavar="OUT.html",
+        help="also write the runs' training curves overlaid, one colour per run, to OUT.html",
+    )
     p.add_argument(
         "--allow-unfinished",
         action="store_true",
