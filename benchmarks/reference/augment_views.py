@@ -1,4 +1,4 @@
-"""How much the reference's per-view augmentation moves one pretraining step (paper_vs_code row 34).
+"""How much the reference's per-view augmentation moves one step (docs/paper_vs_code.md row 34).
 
 The reference augments each view of a frame on its own: the online encoder's s_t, the target's
 sequence s_t..s_{t+K}, and the bootstrap state s_{t+n} twice (the target network's pass and the
@@ -16,6 +16,10 @@ between the two, against the change that redrawing the shared augmentation alone
 change of the mean over the N draws with its standard error (for the gradient and the step: the
 norm of the mean change, beside the norm that the draws' noise alone would give it).
 
+``--case finetune_nature``: the same for a finetuning update (`finetune_step`), where the views
+that per-view draws decorrelate are the bootstrap state's two passes: the target's value and the
+online network's double-Q choice, which sgi-lab computes from one encoding.
+
 Run from the repository root (project venv; 300 draws of ``pretrain_nature``: ~2 min on 2 cores):
 ``.venv/bin/python benchmarks/reference/augment_views.py --draws 32``
 """
@@ -27,6 +31,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,14 +39,16 @@ sys.path.insert(0, str(ROOT / "tests"))  # the fixture test's setup: one definit
 
 import test_reference as fixture  # noqa: E402
 
-from sgi_lab.augment.frames import prepared_frames  # noqa: E402
+from sgi_lab.augment.frames import augmented_frames, prepared_frames  # noqa: E402
+from sgi_lab.augment.ops import jitter_factor  # noqa: E402
 from sgi_lab.nets import SGIModel  # noqa: E402
 from sgi_lab.nets.model import parameter_group  # noqa: E402
 from sgi_lab.objectives import goals_from_draws  # noqa: E402
 from sgi_lab.train import pretrain_step as step_module  # noqa: E402
 
-CASES = ("pretrain_nature", "pretrain_resnet", "pretrain_resnet_l")
-TERMS = ("losses/spr", "losses/goal", "losses/inverse", "losses/total")
+CASES = ("pretrain_nature", "pretrain_resnet", "pretrain_resnet_l", "finetune_nature")
+PRETRAIN_TERMS = ("losses/spr", "losses/goal", "losses/inverse", "losses/total")
+FINETUNE_TERMS = ("losses/rl", "losses/spr", "losses/total")
 
 
 def prepared(pixels: torch.Tensor) -> torch.Tensor:
@@ -74,8 +81,9 @@ class Views:
 
 def one_step(
     name: str, x: dict, draws: dict, per_view: bool
-) -> tuple[dict, torch.Tensor, torch.Tensor]:
-    """sgi-lab's step with these augmentation draws: losses, flat gradient, flat Adam step."""
+) -> tuple[dict, torch.Tensor, torch.Tensor, list]:
+    """sgi-lab's step with these augmentation draws: losses, flat gradient, flat Adam step,
+    the parameters' names and sizes."""
     case = fixture.CASES[name]
     config = fixture.reference_pretrain_config(case)
     args = case["model_args"]
@@ -124,7 +132,56 @@ def one_step(
         ]
     )
     after = torch.cat([p.detach().flatten() for p in state.model.parameters()])
-    return {k: float(logs[k].detach()) for k in TERMS}, grad, after - before
+    names = [(k, p.numel()) for k, p in state.model.named_parameters()]
+    return {k: float(logs[k].detach()) for k in PRETRAIN_TERMS}, grad, after - before, names
+
+
+def finetune_step(
+    name: str, x: dict, draws: dict, per_view: bool
+) -> tuple[dict, torch.Tensor, torch.Tensor, list]:
+    """sgi-lab's finetuning update (the fixture's weights, batch and noise) with these draws of
+    s_t..s_{t+K} and of the bootstrap state s_{t+n}. Per view, the online network's pass that
+    picks the bootstrap action (double Q) encodes a view of s_{t+n} of its own, where sgi-lab
+    encodes s_{t+n} once for it and the target's value pass. (Nature: SPR's target uses
+    s_{t+1..t+K}, which no other view sees, and n = 10 > K: the bootstrap is the one view that
+    per-view draws can decorrelate.)"""
+    x = {
+        **x,
+        "corners": draws["corners"][0],
+        "jitter": draws["jitter"][0],
+        "boot_corners": draws["boot_corners"][0],
+        "boot_jitter": draws["boot_jitter"][0],
+    }
+    original_q_logits = SGIModel.q_logits
+    calls = []
+
+    def q_logits(self, z, action_mask=None):
+        # the update's order: the target's value pass at s_{t+n}, the online pass that picks
+        # its action, then the loss's pass at s_t
+        calls.append(len(calls))
+        if per_view and len(calls) == 2:
+            boot = torch.from_numpy(x["boot_frames"])[None]
+            corners = torch.from_numpy(draws["boot_corners"][1])[None]
+            factor = jitter_factor(torch.from_numpy(draws["boot_jitter"][1]))[None]
+            view = augmented_frames(
+                boot, corners, factor, channels_last=False, dtype=torch.float32
+            )[0]
+            z = self.encode(view, prepared=True)
+        return original_q_logits(self, z, action_mask)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fixture, "load", lambda case, kind: x if kind == "inputs" else None)
+        mp.setattr(SGIModel, "q_logits", q_logits)
+        run = fixture.run_finetune_update(name, mp)
+    assert len(calls) == 3, calls
+    names = list(run.before)
+    # parameters only: the noise buffers (eps_in, eps_out) are set to the update's noise
+    params = [k for k in names if k in run.after and not k.endswith(("eps_in", "eps_out"))]
+    params = [k for k in params if torch.is_floating_point(run.before[k])]
+    grad = torch.cat([run.grads.get(k, torch.zeros_like(run.before[k])).flatten() for k in params])
+    step = torch.cat([(run.after[k] - run.before[k]).flatten() for k in params])
+    losses = {k: float(run.stats[k][0]) for k in FINETUNE_TERMS}
+    return losses, grad, step, [(k, run.before[k].numel()) for k in params]
 
 
 def draw(x: dict, gen: torch.Generator) -> dict:
@@ -135,6 +192,8 @@ def draw(x: dict, gen: torch.Generator) -> dict:
         "jitter": [torch.randn(B, T, generator=gen).numpy() for _ in range(4)],
         "goal_corners": torch.randint(0, 9, (B, 2), generator=gen).numpy(),
         "goal_jitter": torch.randn(B, generator=gen).numpy(),
+        "boot_corners": [torch.randint(0, 9, (B, 2), generator=gen).numpy() for _ in range(2)],
+        "boot_jitter": [torch.randn(B, generator=gen).numpy() for _ in range(2)],
     }
 
 
@@ -150,17 +209,19 @@ def main() -> None:
     opts = p.parse_args()
     torch.set_num_threads(1)
     x = fixture.with_shared_target(fixture.load(opts.case, "inputs"))
-    # Nature has no batch norm: the step reuses the sequence's latent of s_{t+n} for the
-    # bootstrap; encoded in a pass of its own (as for batch-norm encoders, the same numbers)
-    # it can take a view of its own.
-    SGIModel.encoder_has_batch_norm = property(lambda self: True)
+    step = finetune_step if opts.case.startswith("finetune") else one_step
+    if step is one_step:
+        # Nature has no batch norm: the step reuses the sequence's latent of s_{t+n} for the
+        # bootstrap; encoded in a pass of its own (as for batch-norm encoders, the same
+        # numbers) it can take a view of its own.
+        SGIModel.encoder_has_batch_norm = property(lambda self: True)
     gen = torch.Generator().manual_seed(opts.seed)
     rows = {"shared": [], "per_view": [], "redrawn": []}
     for _ in range(opts.draws):
         d, other = draw(x, gen), draw(x, gen)
-        rows["shared"].append(one_step(opts.case, x, d, per_view=False))
-        rows["per_view"].append(one_step(opts.case, x, d, per_view=True))
-        rows["redrawn"].append(one_step(opts.case, x, other, per_view=False))
+        rows["shared"].append(step(opts.case, x, d, per_view=False))
+        rows["per_view"].append(step(opts.case, x, d, per_view=True))
+        rows["redrawn"].append(step(opts.case, x, other, per_view=False))
     report(opts.case, rows)
 
 
@@ -169,7 +230,7 @@ def report(name: str, rows: dict) -> None:
     print(
         f"{'':24s} {'per view vs shared':>20s} {'redrawn shared':>16s} {'mean change +- se':>22s}"
     )
-    for term in TERMS:
+    for term in rows["shared"][0][0]:
         sh = np.array([r[0][term] for r in rows["shared"]])
         pv = np.array([r[0][term] for r in rows["per_view"]])
         rd = np.array([r[0][term] for r in rows["redrawn"]])
@@ -179,10 +240,8 @@ def report(name: str, rows: dict) -> None:
             f"{np.mean(np.abs(rd - sh) / np.abs(sh)):16.2e} "
             f"{diff.mean() / abs(sh.mean()):+11.2e} +- {diff.std(ddof=1) / np.sqrt(len(diff)) / abs(sh.mean()):.1e}"
         )
-    model = SGIModel(**fixture.CASES[name]["model_args"])
-    names = [n for n, _ in model.named_parameters()]
-    sizes = [p.numel() for p in model.parameters()]
-    part = np.repeat([parameter_group(n) for n in names], sizes)
+    names = rows["shared"][0][3]
+    part = np.repeat([parameter_group(n) for n, _ in names], [size for _, size in names])
     for label, j in (("gradient", 1), ("Adam step", 2)):
         for group in ["all", *dict.fromkeys(part)]:
             keep = torch.from_numpy(part == group) if group != "all" else slice(None)
