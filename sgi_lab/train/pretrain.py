@@ -28,7 +28,7 @@ from sgi_lab.base.files import atomic_torch_save
 from sgi_lab.config import ConfigError, PretrainConfig, build_config, to_dict
 from sgi_lab.data import StoreError, TransitionStore
 from sgi_lab.nets import SGIModel
-from sgi_lab.probes.probe import ProbeEncoder, check_probe_store, probe_encoder
+from sgi_lab.probes.probe import ProbeEncoder, check_probe_data, probe_encoder
 from sgi_lab.runs.checkpoints import restore_generator
 from sgi_lab.runs.folder import RunDir
 from sgi_lab.runs.stopping import Deadline, RunStopped, stop_on_signals
@@ -86,14 +86,17 @@ def pretrain(
         RunStopped: ``stop`` passed; checkpointed, resumable.
     """
     store = data if isinstance(data, TransitionStore) else TransitionStore(data)
-    run = RunDir.open(
-        out, "pretrain", to_dict(config), overwrite=overwrite, inputs={"data": store.fingerprint}
-    )
+    # The probe store is checked, and its identity recorded with the run's inputs, before the
+    # folder is touched: a resume on another store at the same path is refused naming it.
+    probe = PeriodicProbe.of(config, store)
+    probe_identity = {} if probe is None else probe.identity
+    inputs = {"data": store.fingerprint, **probe_identity}
+    run = RunDir.open(out, "pretrain", to_dict(config), overwrite=overwrite, inputs=inputs)
     if run.finished and (run.path / "model.pt").exists():
         return run.path / "model.pt"
     check_store(store)
     with run:
-        return _pretrain(config, store, run, progress, callback, params_name, stop)
+        return _pretrain(config, store, run, progress, callback, params_name, stop, probe)
 
 
 def check_store(store: TransitionStore) -> None:
@@ -113,7 +116,7 @@ def check_store(store: TransitionStore) -> None:
         )
 
 
-def _pretrain(config, store, run, progress, callback, params_name, stop) -> Path:
+def _pretrain(config, store, run, progress, callback, params_name, stop, probe) -> Path:
     device = resolve_device(config.device)
     # "auto" CPU precision and layout: the fastest measured on this machine for this workload.
     objectives = "atc" if config.atc_weight > 0 else "sgi"
@@ -125,7 +128,7 @@ def _pretrain(config, store, run, progress, callback, params_name, stop) -> Path
         config, device, workload, lambda bf16, cl: measure_step(config, store, device, bf16, cl)
     )
     run.cpu_choice = choice.to_json()
-    loop = _Loop(config, store, run, device, params_name)
+    loop = _Loop(config, store, run, device, params_name, probe)
     # A first Ctrl-C (or a notebook's interrupt) stops at the next step, checkpointed.
     stop = stop if stop is not None else Deadline()
     try:
@@ -139,12 +142,12 @@ class _Loop:
     """The pretraining loop of one run: its state, sampler and periodic probe, resumed from the
     run's newest checkpoint; `run` trains to ``config.steps`` and saves ``model.pt``."""
 
-    def __init__(self, config, store, run, device, params_name) -> None:
+    def __init__(self, config, store, run, device, params_name, probe) -> None:
         self.config, self.store, self.run_dir, self.device = config, store, run, device
         self.args = model_args(config, store.num_actions)
         self.state = build_state(config, store.num_actions, device)
         self.sampler = make_sampler(config, store)
-        self.probe = PeriodicProbe.of(config, device)
+        self.probe = probe
         self.step = self.resume()
         run.start(
             self.step,
@@ -318,36 +321,45 @@ class PeriodicProbe:
     frames. Probing reads the model in eval mode under ``no_grad`` and its own random streams,
     so the training (and its bit-exact resume) is the same with or without it."""
 
-    def __init__(self, store: TransitionStore, every: int, frames: int, device: torch.device):
-        self.store, self.every, self.frames, self.device = store, every, frames, device
+    def __init__(
+        self,
+        store: TransitionStore,
+        every: int,
+        frames: int,
+        identity: dict[str, str],
+    ):
+        self.store, self.every, self.frames = store, every, frames
+        self.identity = identity  # {"probe_data": fingerprint}, for the run's inputs
 
     @classmethod
-    def of(cls, config: PretrainConfig, device: torch.device) -> PeriodicProbe | None:
-        """The config's probe, or None when ``probe_every`` is 0.
+    def of(cls, config: PretrainConfig, training: TransitionStore) -> PeriodicProbe | None:
+        """The config's probe, or None when ``probe_every`` is 0: its store checked against
+        the ``training`` data (`sgi_lab.probes.probe.check_probe_data`: probe-able, the same
+        game, a warning when it is the training data itself).
 
         Raises:
-            ProbeInputError, UnannotatedGameError, StoreError: the probe store cannot be probed.
+            ProbeInputError, UnannotatedGameError, StoreError: the probe store cannot be probed,
+                or holds another game.
         """
         if config.probe_every <= 0:
             return None
-
-        store = check_probe_store(config.probe_data)
-        return cls(store, config.probe_every, config.probe_frames, device)
+        store, identity = check_probe_data(config.probe_data, training)
+        return cls(store, config.probe_every, config.probe_frames, identity)
 
     def due(self, step: int, steps: int) -> bool:
         return step % self.every == 0 or step == steps
 
     def __call__(self, model: SGIModel, step: int) -> dict[str, float]:
-
+        device = next(model.parameters()).device  # the probe reads features where they are
         # ``out`` is where `probe_run` would write; this probe only returns its result.
         encoder = ProbeEncoder(model, "training", "pretrain", Path(), step=step)
-        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             result = probe_encoder(
                 encoder,
                 self.store,
                 max_frames=self.frames,
                 random_baseline_seed=None,
-                device=str(self.device),
+                device=str(device),
                 progress=False,
             )
         model.train()

@@ -66,6 +66,9 @@ def test_probe_curve_points_are_the_encoders_probes_and_training_is_unchanged(st
     probed = pretrain(config(probe_store), data, tmp_path / "probed", progress=False)
     plain = pretrain(config(), data, tmp_path / "plain", progress=False)
 
+    # the probe store's identity is one of the run's inputs (a resume on another is refused)
+    inputs = RunDir(tmp_path / "probed").status()["inputs"]
+    assert inputs == {"data": data.fingerprint, "probe_data": probe_store.fingerprint}
     rows = RunDir(tmp_path / "probed").read_metrics()
     assert [r["step"] for r in rows] == [4, 6, 8, 12]  # log_every 4, and the probes at 6 and 12
     with_probe = [r["step"] for r in rows if "probe/f1" in r]
@@ -120,7 +123,7 @@ def test_bad_probe_inputs_are_refused_before_training(stores, tmp_path):
     no_ram = ram_store(tmp_path / "no_ram", seed=2, ram=False)
     with pytest.raises(ProbeInputError, match="no_ram"):
         pretrain(config(no_ram), data, tmp_path / "run", progress=False)
-    assert not (tmp_path / "run" / "metrics.jsonl").exists()  # nothing trained
+    assert not (tmp_path / "run").exists()  # refused before the run folder is touched
 
 
 def test_pretraining_curves_draw_the_probe_curve_beside_the_similarity():
