@@ -212,6 +212,12 @@ class PretrainConfig(StageConfig):
         """Whether goal-conditioned RL is learned (its weight is positive): the one switch."""
         return self.goal_weight > 0
 
+    @property
+    def uses_atc(self) -> bool:
+        """Whether this run learns the ATC baseline (its weight is positive) instead of SGI's
+        losses: the one switch; atc_weight itself is read where the loss is weighted."""
+        return self.atc_weight > 0
+
     def __post_init__(self) -> None:
         validate(self)
 
@@ -479,7 +485,7 @@ OBJECTIVE_WEIGHTS = ("spr_weight", "goal_weight", "inverse_weight", "atc_weight"
 def _check_pretrain(config: PretrainConfig) -> None:
     if not any(getattr(config, key) for key in OBJECTIVE_WEIGHTS):
         raise ConfigError(f"{', '.join(OBJECTIVE_WEIGHTS)}: every weight is 0, nothing to learn")
-    if config.atc_weight > 0 and (config.spr_weight or config.goal_weight or config.inverse_weight):
+    if config.uses_atc and (config.spr_weight or config.goal_weight or config.inverse_weight):
         raise ConfigError(
             "atc_weight: ATC is a baseline on its own; set spr_weight, goal_weight and "
             "inverse_weight to 0"

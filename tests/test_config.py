@@ -294,6 +294,8 @@ def test_is_a_term_on_is_derived_once_on_the_config():
     # finetuning: ssl is the switch; goal_weight only weighs the term
     assert FinetuneConfig(ssl="all", goal_weight=0.0).uses_goal_rl
     assert (FinetuneConfig().rollout_steps, FinetuneConfig(ssl="none").rollout_steps) == (5, 0)
+    atc = {"spr_weight": 0.0, "goal_weight": 0.0, "inverse_weight": 0.0, "atc_weight": 0.5}
+    assert PretrainConfig(**atc).uses_atc and not PretrainConfig().uses_atc
 
 
 def test_spr_coefficient_has_one_definition_for_both_stages():

@@ -119,7 +119,7 @@ def check_store(store: TransitionStore) -> None:
 def _pretrain(config, store, run, progress, callback, params_name, stop, probe) -> Path:
     device = resolve_device(config.device)
     # "auto" CPU precision and layout: the fastest measured on this machine for this workload.
-    objectives = "atc" if config.atc_weight > 0 else "sgi"
+    objectives = "atc" if config.uses_atc else "sgi"
     workload = (
         f"pretrain-step/{config.encoder}/{objectives}/batch={config.batch_size}"
         f"/K={config.spr_steps}/goal={config.uses_goal_rl}"

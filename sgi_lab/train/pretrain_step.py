@@ -73,7 +73,7 @@ def model_args(config: PretrainConfig, num_actions: int) -> dict[str, Any]:
         "rl_head": "bc" in terms,
         "goal_head": "goal_rl" in terms,
         "inverse_model": "inverse" in terms,
-        "atc_head": config.atc_weight > 0,
+        "atc_head": config.uses_atc,
         "goal_film": config.goal_film,
     }
 
@@ -109,7 +109,7 @@ def build_state(
 
 def make_sampler(config: PretrainConfig, store: TransitionStore) -> SequenceSampler:
     """Batches for the configured objectives (ATC keeps its own 32 x (8 + delta) layout)."""
-    if config.atc_weight > 0:
+    if config.uses_atc:
         return SequenceSampler(
             store,
             batch_size=config.atc_sequences,
@@ -349,7 +349,7 @@ def train_step(
     if host_checks is None:
         host_checks = batch.obs.device.type == "cpu"
     with autocast(batch.obs.device, cuda=config.amp, cpu=config.cpu_amp):
-        losses = atc_losses if config.atc_weight > 0 else sgi_losses
+        losses = atc_losses if config.uses_atc else sgi_losses
         total, logs = losses(config, state, batch)
     if host_checks and not torch.isfinite(total):
         bad = {k: float(v.detach()) for k, v in logs.items() if not torch.isfinite(v)}
