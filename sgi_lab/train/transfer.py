@@ -17,9 +17,10 @@ from typing import Any
 
 import torch
 
-from sgi_lab.config import FinetuneConfig
+from sgi_lab.config import ConfigError, FinetuneConfig
 from sgi_lab.nets import SGIModel, parameter_group
 from sgi_lab.runs.checkpoints import CheckpointError, load_checkpoint
+from sgi_lab.runs.folder import foreign_model_problem
 from sgi_lab.runs.status import pretrained_source
 
 __all__ = [
@@ -91,8 +92,10 @@ def load_pretrained(source: str | Path, allow_unfinished: bool = False) -> Pretr
             an unfinished run folder gives its newest checkpoint.
 
     Raises:
-        ConfigError: no such run or file, or a run that never finished
-            (`sgi_lab.runs.status.pretrained_source`).
+        ConfigError: no such run or file, a run that never finished
+            (`sgi_lab.runs.status.pretrained_source`), or a model whose recorded config is not
+            its run folder's (copied in from another run: its objective is not the folder's
+            label; `sgi_lab.runs.folder.foreign_model_problem`).
         CheckpointError: a truncated or foreign file.
     """
     path = Path(source)
@@ -110,6 +113,10 @@ def load_pretrained(source: str | Path, allow_unfinished: bool = False) -> Pretr
         if not isinstance(payload.get(key), dict):
             raise CheckpointError(f"{path}: no {key!r} entry; not a pretrained model")
     run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
+    config = payload.get("config") if isinstance(payload.get("config"), dict) else None
+    problem = foreign_model_problem(run_dir, path, config)
+    if problem:
+        raise ConfigError(f"pretrained: {problem}")
     try:
         status = json.loads((run_dir / "status.json").read_text())
     except (OSError, json.JSONDecodeError):
@@ -121,7 +128,7 @@ def load_pretrained(source: str | Path, allow_unfinished: bool = False) -> Pretr
         step=int(payload.get("step", 0)),
         game=payload.get("game"),
         params=status.get("params") if isinstance(status, dict) else None,
-        config=payload.get("config") if isinstance(payload.get("config"), dict) else None,
+        config=config,
         target_state=payload.get("target") if isinstance(payload.get("target"), dict) else None,
     )
 

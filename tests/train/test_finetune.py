@@ -682,3 +682,25 @@ def test_a_term_is_switched_on_once_and_its_weight_read_only_in_the_sum():
     # Pretraining: a weight of 0 leaves the term (and its head) out: the S/G/I ablations.
     assert pretraining_settings(PretrainConfig(goal_weight=0.0)).terms == {"spr", "inverse"}
     assert pretraining_settings(PretrainConfig(n_step=3)).n_step == 3
+
+
+def test_a_model_copied_in_from_another_run_is_refused_naming_the_difference(tmp_path):
+    import yaml
+
+    from sgi_lab.config import PretrainConfig, to_dict
+
+    save_pretrained_run(tmp_path / "pre")
+    own = to_dict(PretrainConfig(encoder="nature"))
+    (tmp_path / "pre" / "config.yaml").write_text(yaml.safe_dump(own))
+
+    def record(config: dict) -> None:
+        payload = torch.load(tmp_path / "pre" / "model.pt", weights_only=True)
+        torch.save({**payload, "config": config}, tmp_path / "pre" / "model.pt")
+
+    record({**own, "cpu_amp": False, "channels_last": False})  # settled at run time: its own
+    assert tr.load_pretrained(tmp_path / "pre").config["goal_weight"] == 1.0
+    record({**own, "goal_weight": 0.0})  # another objective's model under this folder's label
+    with pytest.raises(
+        ConfigError, match=r"^pretrained: .*model.pt: not this run's model: .*\['goal_weight'\]"
+    ):
+        tr.load_pretrained(tmp_path / "pre")

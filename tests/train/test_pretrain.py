@@ -177,6 +177,8 @@ def test_nan_loss_stops_with_a_clear_message_and_keeps_the_last_checkpoint(
 def test_load_pretrained_falls_back_to_checkpoint_and_rejects_foreign(dot_store, tmp_path):
     config = build_config(PretrainConfig, {**TINY, "steps": 10, "goal_weight": 0.0})
     pretrain(config, dot_store, tmp_path / "run", progress=False)
+    # its own model: the config inside agrees with config.yaml (runtime keys settled apart)
+    assert load_pretrained(tmp_path / "run").config["goal_weight"] == 0.0
     (tmp_path / "run" / "model.pt").unlink()
     pretrained = load_pretrained(tmp_path / "run", allow_unfinished=True)
     assert pretrained.path.name == "ckpt_00000010.pt" and pretrained.step == 10
