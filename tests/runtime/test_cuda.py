@@ -224,7 +224,7 @@ def test_cuda_graph_learning_steps_equal_eager_steps():
         for t in range(60):
             append_random_row(replay, rng, first=t == 0)
         for step in range(8):  # 3 eager warm-ups, the capture, 4 replays
-            learn(pop, replay, cfg.batch_size, beta=0.4 + 0.05 * step)
+            learn(pop, replay, beta=0.4 + 0.05 * step)
             append_random_row(replay, rng)
         torch.cuda.synchronize()
         return pop, replay

@@ -134,12 +134,12 @@ def test_a_learning_step_is_replayable_across_appends(ssl):
         append_random_row(replay, rng, first=t == 0)
     assert replay.ready()
     replay.set_beta(0.4)
-    learn_step(pop, replay, cfg.batch_size)
-    captured = trace(lambda: learn_step(pop, replay, cfg.batch_size))
+    learn_step(pop, replay)
+    captured = trace(lambda: learn_step(pop, replay))
     for beta in (0.5, 0.6):
         append_random_row(replay, rng)
         replay.set_beta(beta)
-        assert_replays(captured, trace(lambda: learn_step(pop, replay, cfg.batch_size)))
+        assert_replays(captured, trace(lambda: learn_step(pop, replay)))
     # The weights follow the device beta: a replay of the captured step would too.
     replay.set_beta(1.0)
     batch = replay.sample_at_beta(cfg.batch_size)
