@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from sgi_lab.base.paths import did_you_mean
 from sgi_lab.data.store_format import (
     MANIFEST,
     PARTIAL_SUFFIX,
@@ -47,7 +48,11 @@ class TransitionStore:
         if not self.path.is_dir():
             partial = self.path.with_name(self.path.name + PARTIAL_SUFFIX)
             hint = f" (an unfinished store is at {partial}: resume it)" if partial.exists() else ""
-            raise StoreError(f"{self.path}: no such store{hint}")
+            raise StoreError(
+                (did_you_mean(self.path, "store") + hint)
+                if not hint
+                else f"{self.path}: no such store{hint}"
+            )
         if not manifest_path.exists():
             raise StoreError(f"{manifest_path}: manifest is missing")
         try:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from sgi_lab.base.paths import did_you_mean
 from sgi_lab.base.yaml_io import short_repr
 from sgi_lab.config import (
     ConfigError,
@@ -238,7 +239,7 @@ def load_experiment(
 
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"{path}: experiment file not found")
+        raise ConfigError(did_you_mean(path, "experiment file"))
     raw = load_yaml_mapping(path)
     try:
         experiment = _build(Experiment, raw, "")

@@ -1,4 +1,4 @@
-"""``sgi-lab`` command line: collect, import, info, pretrain, finetune, evaluate, report, status,
+r"""``sgi-lab`` command line: collect, import, info, pretrain, finetune, evaluate, report, status,
 probe, run, sweep, experiment.
 
 Examples::

@@ -233,3 +233,31 @@ def test_the_world_is_what_the_rows_say(world):
     assert main(["info", str(world["store"]), "--verify"]) == 0
     for name in ("store", "store2"):
         assert yaml.safe_load((world[name] / "manifest.json").read_text())["checksums"]
+
+
+def test_a_mistyped_store_or_experiment_file_gets_did_you_mean(tmp_path, capsys, monkeypatch):
+    """`--data` stores and experiment files are matched against what exists, like games, params
+    files and run folders, and nothing is created."""
+    store = build_store(tmp_path / "data" / "pong_random", EPISODES, chunk_size=16).path
+    smoke = Path(SMOKE).resolve()
+    experiments = tmp_path / "experiments"
+    experiments.mkdir()
+    (experiments / "smoke.yaml").write_text("name: smoke\n")
+    monkeypatch.chdir(tmp_path)
+    before = snapshot(tmp_path)
+    argv = ["pretrain", "--params", str(smoke), "--data", "data/pong_randm"]
+    assert main([*argv, "--out", "runs/x"]) == 2
+    assert "did you mean data/pong_random?" in capsys.readouterr().err
+    assert main(["experiment", "experiments/smok.yaml", "--dry-run"]) == 2
+    assert "did you mean experiments/smoke.yaml" in capsys.readouterr().err
+    assert snapshot(tmp_path) == before and store.exists()
+
+
+def test_help_keeps_the_examples_line_breaks(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert (
+        "--data outputs/data/pong_random \\\n        --out outputs/runs/pretrain__sgi_m__Pong"
+        in out
+    )
