@@ -168,7 +168,7 @@ def stage_config(
     else:
         values = {}
     values.update({k: v for k, v in fields.items() if v is not None})
-    built = load_config(cls, values, overrides or {})
+    built = load_config(cls, values, overrides or {}, overrides_source="overrides")
     return built, name or "custom"
 
 
