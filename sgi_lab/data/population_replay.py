@@ -25,12 +25,10 @@ import numpy as np
 import torch
 
 from sgi_lab.data.replay import PrioritizedReplay
-from sgi_lab.data.sampler import HISTORY
+from sgi_lab.envs.spec import ATARI_SPEC, ObservationSpec
 from sgi_lab.runtime.graphs import GraphedCall
 
 __all__ = ["BatchedSumTree", "PopulationBatch", "PopulationReplay"]
-
-FRAME_SHAPE = (84, 84)
 
 
 class PopulationBatch(NamedTuple):
@@ -40,15 +38,15 @@ class PopulationBatch(NamedTuple):
     plus the importance-sampling weights.
 
     Attributes:
-        obs: (N, B, K+1, 4, 84, 84) uint8 frame stacks for steps t..t+K (zero where not valid).
+        obs: (N, B, K+1, *stacked_shape) uint8 frame stacks ((4, 84, 84) for Atari) for steps t..t+K (zero where not valid).
         actions: (N, B, K+1) int64 (0 where not valid).
         rewards: (N, B, K+1) float32 sign-clipped rewards (0 where not valid).
         valid: (N, B, K+1) bool; ``valid[..., 0]`` is always True.
         terminals: (N, B, K+1) bool.
         returns: (N, B) float32 n-step returns of clipped rewards (zeros if n_step == 0).
-        bootstrap_obs: (N, B, 4, 84, 84) uint8 stack at t+m, or None when n_step == 0.
+        bootstrap_obs: (N, B, *stacked_shape) uint8 stack at t+m, or None when n_step == 0.
         bootstrap_discount: (N, B) float32 gamma^m, or 0 after a terminal.
-        goal_obs: (N, B, 4, 84, 84) uint8 stack of a future state, or None when goal_window == 0.
+        goal_obs: (N, B, *stacked_shape) uint8 stack of a future state, or None when goal_window == 0.
         goal_offset: (N, B) int64 steps from t to the goal (0 if disabled).
         indices: (N, B) int64 start rows.
         weights: (N, B) float32 importance-sampling weights, each agent's max normalised to 1
@@ -194,7 +192,12 @@ class PopulationReplay:
             as rlpyt's replay, which starts stacks after every ``done``). Off: only episode
             starts do, matching the default env, whose stack runs on across life losses.
 
-    Memory per agent: ``capacity * (84*84 + 38)`` bytes of rows and episode bookkeeping plus
+        spec: what one observation is (`sgi_lab.envs.spec`): a row holds one frame
+            (``spec.frame_shape``), batches stack ``spec.frames`` of them into
+            ``spec.stacked_shape``; Atari's by default.
+
+    Memory per agent: ``capacity * (frame bytes + 38)`` bytes (Atari's frame: 84*84) of rows
+    and episode bookkeeping plus
     16 bytes per sum-tree leaf (``capacity`` rounded up to a power of two, times 2): about
     0.71 GB at 100k rows.
     """
@@ -213,6 +216,7 @@ class PopulationReplay:
         reuse_buffers: bool = False,
         cuda_graphs: bool = False,
         first_after_terminal: bool = False,
+        spec: ObservationSpec = ATARI_SPEC,
     ) -> None:
         if K < 0 or n_step < 0 or goal_window < 0:
             raise ValueError("K, n_step and goal_window must be >= 0")
@@ -226,9 +230,10 @@ class PopulationReplay:
         self.device = dev = torch.device(device)
         # Frames as flat rows with one all-zero row at the end: padding frames are gathered
         # from it, so no masking pass follows the gather (and 2-D row gathers are the fast ones).
-        pixels = FRAME_SHAPE[0] * FRAME_SHAPE[1]
+        self.observation_spec = spec
+        pixels = int(np.prod(spec.frame_shape))
         self._frame_rows = torch.zeros(N * C + 1, pixels, dtype=torch.uint8, device=dev)
-        self.frames = self._frame_rows[: N * C].view(N, C, *FRAME_SHAPE)
+        self.frames = self._frame_rows[: N * C].view(N, C, *spec.frame_shape)
         self.actions = torch.zeros(N, C, dtype=torch.int64, device=dev)
         self.rewards = torch.zeros(N, C, dtype=torch.float32, device=dev)
         self.terminals = torch.zeros(N, C, dtype=torch.bool, device=dev)
@@ -284,7 +289,7 @@ class PopulationReplay:
         """Add row t for every agent (the newest frame of ``s_t``, ``a_t``, raw ``r_t``, flags).
 
         Args:
-            frames: (N, 84, 84) uint8.
+            frames: (N, *spec.frame_shape) uint8 ((N, 84, 84) for Atari).
             actions: (N,) int.
             rewards: (N,) raw rewards (clipped when sampled).
             terminals: (N,) bool, transition t ended the episode for learning.
@@ -439,7 +444,7 @@ class PopulationReplay:
         # Frame j of stack k is row t+k+j-3: real from the episode's start up to the last valid
         # step, zero elsewhere (before the start, and for invalid steps entirely). Rows out of
         # range are masked before they are used.
-        history = torch.arange(-(HISTORY - 1), 1, device=self.device)
+        history = torch.arange(-(self.observation_spec.frames - 1), 1, device=self.device)
         frame_rows = steps[..., None] + history  # (N, B, K+1, 4)
         last_valid = t + valid.sum(-1) - 1
         frame_ok = (frame_rows >= e0[..., None, None]) & (frame_rows <= last_valid[..., None, None])
@@ -488,20 +493,24 @@ class PopulationReplay:
         return table.gather(1, rows.reshape(rows.shape[0], -1)).reshape(rows.shape)
 
     def _gather_frames(self, rows: torch.Tensor, keep: torch.Tensor, name: str) -> torch.Tensor:
-        """(N, ..., 84, 84) frames at ``rows`` (N, ...), zero where ``keep`` is False."""
+        """(N, ..., *stacked_shape) stacks of the frames at ``rows`` (N, ..., frames), zero
+        where ``keep`` is False."""
         flat = rows + self._agents.view(-1, *([1] * (rows.dim() - 1))) * self.capacity
         flat = torch.where(keep, flat, self.num_agents * self.capacity).reshape(-1)  # zero row
         out = None
         if self.reuse_buffers:
             out = self._buffers.get(name)
             if out is None or out.shape[0] != len(flat):
-                out = self._buffers[name] = self._frame_rows.new_empty(len(flat), 84 * 84)
+                out = self._buffers[name] = self._frame_rows.new_empty(
+                    len(flat), self._frame_rows.shape[1]
+                )
         frames = torch.index_select(self._frame_rows, 0, flat, out=out)
-        return frames.view(*rows.shape, *FRAME_SHAPE)
+        return frames.view(*rows.shape[:-1], *self.observation_spec.stacked_shape)
 
     def _stacks(self, rows: torch.Tensor, episode_start: torch.Tensor, name: str) -> torch.Tensor:
-        """(N, B, 4, 84, 84) stacks ending at ``rows``, zero before each episode's start."""
-        idx = rows[..., None] + torch.arange(-(HISTORY - 1), 1, device=self.device)
+        """(N, B, *stacked_shape) stacks ending at ``rows``, zero before each episode's start."""
+        history = self.observation_spec.frames
+        idx = rows[..., None] + torch.arange(-(history - 1), 1, device=self.device)
         return self._gather_frames(idx, idx >= episode_start[..., None], name)
 
     def _n_step_targets(
@@ -578,6 +587,12 @@ class PopulationReplay:
             raise ValueError(f"checkpoint replay holds {n} rows, capacity is {self.capacity}")
         if self.size not in (0, n):
             raise ValueError(f"checkpoint replay holds {n} rows, the population {self.size}")
+        frame_shape = tuple(state["frames"].shape[1:])
+        if n > 0 and frame_shape != self.observation_spec.frame_shape:
+            raise ValueError(
+                f"checkpoint replay frames are {frame_shape}, this replay's "
+                f"{self.observation_spec.frame_shape} (another observation spec)"
+            )
         dev = self.device
         firsts = state["firsts"].to(dev, torch.bool)
         if n > 0 and not bool(firsts[0]):
@@ -626,6 +641,7 @@ class PopulationReplay:
             gamma=s.gamma,
             goal_window=s.goal_window,
             device=device,
+            spec=r.observation_spec,
         )
         for i, replay in enumerate(replays):
             population.load_state_dict(i, replay.state_dict())
@@ -640,6 +656,7 @@ class PopulationReplay:
             n_step=self.n_step,
             gamma=self.gamma,
             goal_window=self.goal_window,
+            spec=self.observation_spec,
         )
         replay.load_state_dict(self.state_dict(i))
         return replay

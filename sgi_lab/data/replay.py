@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from sgi_lab.data.sampler import SequenceBatch, SequenceSampler
+from sgi_lab.envs.spec import ATARI_SPEC, ObservationSpec
 
 
 class SumTree:
@@ -75,6 +76,8 @@ class PrioritizedReplay:
         goal_window: batches carry a goal observation 1..goal_window steps ahead in the same
             episode (``SequenceBatch.goal_obs``), for goal-conditioned RL while finetuning with
             all of SGI's losses; 0 (the default) leaves goals out.
+        spec: what one observation is (`sgi_lab.envs.spec`): rows are its frames
+            (``spec.frame_shape``), the sampler's stacks its ``stacked_shape``; Atari's default.
     """
 
     def __init__(
@@ -86,10 +89,13 @@ class PrioritizedReplay:
         gamma: float = 0.99,
         seed: int = 0,
         goal_window: int = 0,
+        spec: ObservationSpec = ATARI_SPEC,
     ) -> None:
         self.capacity = int(capacity)
         self.alpha = alpha
-        self.frames = np.zeros((self.capacity, 84, 84), np.uint8)
+        # Read by the sampler below (its stacks' shape), so set before it is made.
+        self.observation_spec = spec
+        self.frames = np.zeros((self.capacity, *spec.frame_shape), np.uint8)
         self.actions = np.zeros(self.capacity, np.int64)
         self.rewards = np.zeros(self.capacity, np.float32)
         self.terminals = np.zeros(self.capacity, bool)
@@ -195,8 +201,22 @@ class PrioritizedReplay:
         n = int(state["size"])
         if n > self.capacity:
             raise ValueError(f"checkpoint replay holds {n} rows, capacity is {self.capacity}")
+        frame_shape = tuple(state["frames"].shape[1:])
+        if n > 0 and frame_shape != self.observation_spec.frame_shape:
+            raise ValueError(
+                f"checkpoint replay frames are {frame_shape}, this replay's "
+                f"{self.observation_spec.frame_shape} (another observation spec)"
+            )
         s = self.sampler
-        self.__init__(self.capacity, self.alpha, s.K, s.n_step, s.gamma, goal_window=s.goal_window)
+        self.__init__(
+            self.capacity,
+            self.alpha,
+            s.K,
+            s.n_step,
+            s.gamma,
+            goal_window=s.goal_window,
+            spec=self.observation_spec,
+        )
         frames, actions = state["frames"].numpy(), state["actions"].numpy()
         rewards, terminals, firsts = (state[k].numpy() for k in ("rewards", "terminals", "firsts"))
         for t in range(n):

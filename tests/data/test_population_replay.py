@@ -37,10 +37,12 @@ def random_rows(num_agents: int, steps: int, seed: int) -> list[tuple[np.ndarray
     return rows
 
 
-def build(rows, num_agents=None, seeds=None, capacity=200, **settings):
+def build(rows, num_agents=None, seeds=None, capacity=200, spec=None, **settings):
     """The same rows in a PopulationReplay and in one PrioritizedReplay per agent."""
     settings = {**SETTINGS, **settings}
     n = num_agents or rows[0][0].shape[0]
+    if spec is not None:  # another observation spec than Atari's default
+        settings["spec"] = spec
     population = PopulationReplay(n, capacity, seeds=seeds, **settings)
     replays = [PrioritizedReplay(capacity, **settings) for _ in range(n)]
     for frames, actions, rewards, terminals, firsts in rows:
@@ -395,3 +397,42 @@ def test_replay_stacks_equal_the_env_observations_across_life_losses(protocol):
         wrong = _replayed_stacks(rows, first_after_terminal=False)[0][:, 0]
         differ = [t for t in range(T) if not np.array_equal(wrong[t], shown[t])]
         assert differ == sorted({a + j for a in after for j in range(3)})  # 3 zero-padded
+
+
+# -- (6) other observation specs: MinAtar's (C, 10, 10) frames --------------------------------
+@pytest.mark.parametrize("frames", [1, 2])
+def test_a_minatar_spec_stores_frames_and_stacks_as_the_numpy_replay(frames):
+    from sgi_lab.envs.spec import minatar_spec
+
+    spec = minatar_spec("freeway", frames=frames)  # 7 channels of 10x10
+    rng = np.random.default_rng(11)
+    rows = [
+        (rng.integers(0, 2, (2, 7, 10, 10), dtype=np.uint8) * 255, *row[1:])
+        for row in random_rows(2, 60, seed=12)
+    ]
+    population, replays = build(rows, spec=spec)
+    assert population.frames.shape == (2, 200, 7, 10, 10)
+    assert replays[0].frames.shape == (200, 7, 10, 10)
+    starts = np.stack([rng.permutation(len(population)) for _ in replays])
+    offsets = rng.integers(1, 6, starts.shape)
+    batch = population.batch_at(torch.from_numpy(starts), offsets)
+    assert batch.obs.shape == (2, 60, 4, 7 * frames, 10, 10)
+    assert batch.goal_obs.shape == batch.bootstrap_obs.shape == (2, 60, 7 * frames, 10, 10)
+    for i, replay in enumerate(replays):
+        assert_same_batch(
+            batch, i, replay.sampler.batch_at(starts[i], rng=GivenOffsets(offsets[i]))
+        )
+    # The newest frame of a valid stack is the row's own frame, channels in order.
+    i, b = 1, int(np.flatnonzero(batch.valid[1, :, 0].numpy())[0])
+    row = int(starts[i, b])
+    np.testing.assert_array_equal(batch.obs[i, b, 0, -7:].numpy(), rows[row][0][i])
+    # Checkpoints round-trip, and a replay of another spec refuses one.
+    copy = PopulationReplay(2, 200, spec=spec, **SETTINGS)
+    for k in range(2):
+        copy.load_state_dict(k, population.state_dict(k))
+    assert torch.equal(copy.frames, population.frames)
+    assert population.to_replay(0).frames.shape == (200, 7, 10, 10)
+    with pytest.raises(ValueError, match=r"frames are \(7, 10, 10\), this replay's \(84, 84\)"):
+        PopulationReplay(2, 200, **SETTINGS).load_state_dict(0, population.state_dict(0))
+    with pytest.raises(ValueError, match=r"frames are \(7, 10, 10\), this replay's \(84, 84\)"):
+        PrioritizedReplay(200).load_state_dict(replays[0].state_dict())
