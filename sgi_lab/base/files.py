@@ -25,13 +25,14 @@ from typing import IO, Any
 import torch
 import yaml
 
+from sgi_lab.base.errors import SgiLabError
 from sgi_lab.base.yaml_io import load_yaml
 
 # Temp files of our atomic writes: ``.{name}.{pid}.tmp`` (see atomic_write_text).
 TEMP_RE = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.tmp$")
 
 
-class RunFolderError(FileExistsError):
+class RunFolderError(SgiLabError, FileExistsError):
     """A folder is not (this kind of) run of ours: nothing in it is written or removed."""
 
 
@@ -171,7 +172,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-class DiskFullError(OSError):
+class DiskFullError(SgiLabError, OSError):
     """No space left on the device while writing a file (the message names the file)."""
 
 

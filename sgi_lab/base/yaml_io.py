@@ -22,6 +22,8 @@ from typing import Any
 
 import yaml
 
+from sgi_lab.base.errors import SgiLabError
+
 __all__ = ["MAX_NODES", "YAMLInputError", "load_yaml", "short_repr"]
 
 MAX_NODES = 100_000
@@ -31,7 +33,7 @@ SHOWN_CHARS = 60
 """Longest value quoted in a message."""
 
 
-class YAMLInputError(ValueError):
+class YAMLInputError(SgiLabError, ValueError):
     """A YAML text is malformed, has a duplicate key, or expands past `MAX_NODES` nodes."""
 
 

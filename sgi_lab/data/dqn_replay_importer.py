@@ -50,6 +50,7 @@ from typing import NamedTuple
 import numpy as np
 from tqdm.auto import tqdm
 
+from sgi_lab.base.errors import SgiLabError
 from sgi_lab.data.store import TransitionStore
 from sgi_lab.data.store_format import FRAME_SHAPE, SOURCE_STICKY_ACTION_PROB
 from sgi_lab.data.store_writer import TransitionStoreWriter, check_store_target
@@ -63,7 +64,7 @@ READ_BLOCK_ROWS = 4_096  # observation rows decompressed at a time (29 MB)
 _CORRUPT = (OSError, EOFError, zlib.error)  # gzip.BadGzipFile is an OSError
 
 
-class DQNReplayError(ValueError):
+class DQNReplayError(SgiLabError, ValueError):
     """A DQN Replay checkpoint is missing, malformed or inconsistent; the message names the file."""
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sgi_lab.base.errors import SgiLabError
 from sgi_lab.base.files import atomic_write
 from sgi_lab.envs.spec import ATARI_SPEC, ObservationSpec, spec_from_json
 
@@ -68,11 +69,11 @@ OPTIONAL_FIELDS: dict[str, tuple[str, tuple[int, ...]]] = {
 ALL_FIELDS = {**FIELDS, **OPTIONAL_FIELDS}
 
 
-class StoreError(RuntimeError):
+class StoreError(SgiLabError, RuntimeError):
     """A store on disk is missing, incomplete or inconsistent with its manifest."""
 
 
-class StoreFolderError(FileExistsError):
+class StoreFolderError(SgiLabError, FileExistsError):
     """A folder a store would be written to holds something else: nothing in it is touched."""
 
 

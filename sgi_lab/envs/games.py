@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from sgi_lab.base.errors import SgiLabError
 from sgi_lab.base.paths import close_names
 
 __all__ = [
@@ -63,7 +64,7 @@ def _load_table() -> dict[str, GameInfo]:
 ATARI_100K_GAMES: dict[str, GameInfo] = _load_table()
 
 
-class UnknownGameError(ValueError):
+class UnknownGameError(SgiLabError, ValueError):
     """Raised for a game name that is not one of the accepted games."""
 
 

@@ -38,6 +38,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from sgi_lab.base.errors import SgiLabError
 from sgi_lab.base.paths import close_names
 from sgi_lab.envs.games import UnknownGameError
 from sgi_lab.envs.spec import MINATAR_CHANNELS, ObservationSpec, minatar_spec
@@ -77,7 +78,7 @@ _PREFIX = re.compile(r"^\s*minatar[\s/_\-.:]*", re.IGNORECASE)
 _SEPARATORS = re.compile(r"[\s_\-.]+")
 
 
-class MinAtarMissingError(ImportError):
+class MinAtarMissingError(SgiLabError, ImportError):
     """A MinAtar game was asked for without the optional ``minatar`` package installed."""
 
 

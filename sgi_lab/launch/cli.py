@@ -26,6 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sgi_lab.base.errors import SgiLabError
+
 # The CLI imports torch (through sgi_lab.runs.stopping) only when a command needs it.
 if TYPE_CHECKING:
     from sgi_lab.runs.stopping import Deadline
@@ -546,6 +548,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         handler = getattr(args, "handler", None) or COMMANDS[args.command]
         return handler(args) or 0
+    except SgiLabError as exc:  # what sgi-lab refuses: one line, the class's exit status
+        print(f"sgi-lab {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
     except (ValueError, RuntimeError, OSError) as exc:  # FileExistsError etc. are OSErrors
         print(f"sgi-lab {args.command}: error: {exc}", file=sys.stderr)
         return 2

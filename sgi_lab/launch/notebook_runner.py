@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from sgi_lab.base.errors import SgiLabError
 from sgi_lab.base.files import atomic_write_text, jsonable, read_mapping, record_provenance
 from sgi_lab.base.paths import close_names, did_you_mean
 from sgi_lab.config import ConfigError, load_yaml_mapping, parse_value
@@ -63,11 +64,11 @@ running its trainer keeps two, so that a kill mid-write still leaves one to resu
 PARAMS_FILE = "params.yaml"
 
 
-class RunExistsError(FileExistsError):
+class RunExistsError(SgiLabError, FileExistsError):
     """The run folder already holds a finished run (pass ``overwrite=True`` to redo it)."""
 
 
-class NotebookRunError(RuntimeError):
+class NotebookRunError(SgiLabError, RuntimeError):
     """A notebook failed; ``run_dir`` holds the executed notebook showing the failing cell."""
 
     def __init__(self, message: str, run_dir: Path) -> None:

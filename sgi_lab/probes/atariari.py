@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from sgi_lab.base.errors import SgiLabError
 from sgi_lab.envs.games import UnknownGameError, canonical_game
 
 __all__ = [
@@ -36,7 +37,7 @@ CATEGORIES = (
 """AtariARI's categories (its summary_key_dict; ``misc_keys`` is ``miscellaneous`` here)."""
 
 
-class UnannotatedGameError(ValueError):
+class UnannotatedGameError(SgiLabError, ValueError):
     """A game AtariARI does not annotate: no RAM labels to probe."""
 
 

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from sgi_lab.base.errors import SgiLabError
 from sgi_lab.base.files import jsonable, provenance
 from sgi_lab.data.store import TransitionStore
 from sgi_lab.data.store_format import StoreError
@@ -70,7 +71,7 @@ runs on these only (the Random collector's actions are noise, unrelated to the f
 # -- encoders -----------------------------------------------------------------------------------
 
 
-class ProbeInputError(ValueError):
+class ProbeInputError(SgiLabError, ValueError):
     """A run, file or store that cannot be probed; the message names it."""
 
 

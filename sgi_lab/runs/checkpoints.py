@@ -16,10 +16,12 @@ from typing import Any
 
 import torch
 
+from sgi_lab.base.errors import SgiLabError
+
 CHECKPOINT_RE = re.compile(r"ckpt_(\d{8})\.pt$")
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(SgiLabError, RuntimeError):
     """A checkpoint is missing, truncated, or not one of ours."""
 
 

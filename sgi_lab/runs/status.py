@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from sgi_lab.base.errors import SgiLabError
 from sgi_lab.config import ConfigError
 from sgi_lab.runs.checkpoints import checkpoint_files, checkpoint_kind
 
@@ -20,7 +21,7 @@ RUNNING, FINISHED, FAILED = "running", "finished", "failed"
 STATES = (RUNNING, FINISHED, FAILED)
 
 
-class UnfinishedRunError(RuntimeError):
+class UnfinishedRunError(SgiLabError, RuntimeError):
     """A run that never finished was asked for as a result (evaluate, report, finetune from)."""
 
 
