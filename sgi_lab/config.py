@@ -26,7 +26,8 @@ from typing import Any, Literal
 
 from sgi_lab.base.paths import close_names, did_you_mean
 from sgi_lab.base.yaml_io import YAMLInputError, load_yaml, short_repr
-from sgi_lab.envs.games import UnknownGameError, canonical_game
+from sgi_lab.envs import ENV_PROTOCOLS, canonical_env_game, is_minatar
+from sgi_lab.envs.games import UnknownGameError
 
 
 class ConfigError(ValueError):
@@ -71,7 +72,10 @@ def stage_default(base: type, name: str, default: Any, doc: str | None = None) -
 
 # -- stage configs -----------------------------------------------------------------------------
 
-Encoder = Literal["nature", "resnet", "resnet_l"]
+Encoder = Literal["nature", "resnet", "resnet_l", "minatar", "minatar_l"]
+
+SEED_LIMIT = 2**63
+"""Seeds lie in [0, 2**63): every generator they seed (numpy, torch) takes a signed 64-bit int."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,8 +83,18 @@ class StageConfig:
     """The fields pretraining and finetuning share, declared once. Where the stages' defaults
     differ, the field has none here and each stage gives its own (`stage_default`)."""
 
-    seed: int = F(0, "random seed", non_negative=True)
-    encoder: Encoder = F("resnet", "encoder architecture")
+    seed: int = F(
+        0,
+        "random seed, in [0, 2**63)",
+        non_negative=True,
+        check=lambda v: None if v < SEED_LIMIT else "must be below 2**63",
+    )
+    encoder: Encoder = F(
+        "resnet", "encoder architecture (minatar / minatar_l: MinAtar's 10x10 grids)"
+    )
+    hidden_size: int = F(
+        512, "width of the heads' hidden layers (MinAtar: 128 is enough)", positive=True
+    )
     steps: int = F(doc="training length (per stage: gradient steps or agent steps)", positive=True)
     batch_size: int = F(doc="sequences per batch", positive=True)
     n_step: int = F(doc="n of the n-step returns", positive=True)
@@ -226,7 +240,7 @@ class PretrainConfig(StageConfig):
 class FinetuneConfig(StageConfig):
     """Online finetuning on Atari 100k with Rainbow + SPR (paper Sec. 4, App. C; SPR's settings)."""
 
-    game: str = F("Pong", "Atari 100k game")
+    game: str = F("Pong", "Atari 100k game, or a MinAtar one (minatar/breakout)")
     steps: int = stage_default(StageConfig, "steps", 100_000, "agent steps in the environment")
     batch_size: int = stage_default(StageConfig, "batch_size", 32, "the replay batch")
     n_step: int = stage_default(StageConfig, "n_step", 10)
@@ -312,11 +326,11 @@ class FinetuneConfig(StageConfig):
         "torch CPU threads during the run (0: torch's default; 1 when sharing CPUs)",
         non_negative=True,
     )
-    env_protocol: Literal["dopamine", "rlpyt"] = F(
+    env_protocol: Literal["dopamine", "rlpyt", "minatar"] = F(
         "dopamine",
         "Atari env of training and evaluation (make_env's preprocessing): 'dopamine' "
         "(gymnasium's AtariPreprocessing) or 'rlpyt' (the authors' env, docs/paper_vs_code.md "
-        "rows 16-21)",
+        "rows 16-21); a MinAtar game plays 'minatar' (set for it)",
     )
     env_workers: int = F(
         0,
@@ -346,12 +360,16 @@ class FinetuneConfig(StageConfig):
         # The one place a game name is canonicalised: "pong", "ALE/Pong-v5" and "Pong" are the
         # same config, so they name the same run folder and resume each other.
         object.__setattr__(self, "game", _canonical_game("game", self.game))
+        # A MinAtar game has one protocol: the Atari default reads as it, so a config names
+        # its env the same however it was written (and a run folder resumes either way).
+        if is_minatar(self.game) and self.env_protocol == "dopamine":
+            object.__setattr__(self, "env_protocol", "minatar")
         validate(self)
 
 
 def _canonical_game(key: str, name: Any) -> str:
     try:
-        return canonical_game(name)
+        return canonical_env_game(name)
     except UnknownGameError as exc:
         raise UnknownGameError(f"{key}: {exc}") from None
 
@@ -509,6 +527,34 @@ def _check_finetune(config: FinetuneConfig) -> None:
         )
     if config.ssl != "none" and config.rollout_steps < 1:
         raise ConfigError(f"spr_steps: ssl {config.ssl!r} needs K >= 1 (got {config.spr_steps})")
+    if config.env_protocol not in ENV_PROTOCOLS:
+        raise ConfigError(
+            f"env_protocol: must be one of {list(ENV_PROTOCOLS)}, got {config.env_protocol!r}"
+        )
+    minatar = is_minatar(config.game)
+    if minatar != (config.env_protocol == "minatar"):
+        plays = "'minatar'" if minatar else "an Atari protocol ('dopamine' or 'rlpyt')"
+        raise ConfigError(f"env_protocol: {config.game} plays {plays}, got {config.env_protocol!r}")
+    problem = encoder_problem(config.encoder, minatar)
+    if problem:
+        raise ConfigError(f"encoder: {problem} (game {config.game})")
+
+
+MINATAR_ENCODERS = ("minatar", "minatar_l")
+"""The encoders of MinAtar's 10x10 grids; the others are Atari's (84x84 frames)."""
+
+
+def encoder_problem(encoder: str, minatar: bool) -> str | None:
+    """Why ``encoder`` cannot read a MinAtar (``minatar``) or an Atari observation, or None:
+    Atari's encoders downsample 84x84 frames below one cell of a 10x10 grid, MinAtar's keep
+    every cell of a 10x10 grid and would flatten 84x84 frames into a huge linear layer."""
+    if minatar and encoder not in MINATAR_ENCODERS:
+        return f"{encoder!r} is an Atari encoder; MinAtar observations need one of {list(MINATAR_ENCODERS)}"
+    if not minatar and encoder in MINATAR_ENCODERS:
+        return (
+            f"{encoder!r} is a MinAtar encoder; Atari observations need nature, resnet or resnet_l"
+        )
+    return None
 
 
 def _check_range(f: dataclasses.Field, value: Any) -> None:

@@ -129,11 +129,11 @@ def test_env_protocol_round_trips_and_the_paper_finetune_params_use_the_authors_
     import yaml
 
     from sgi_lab.config import to_dict
-    from sgi_lab.envs.atari import PREPROCESSING
+    from sgi_lab.envs import ENV_PROTOCOLS
 
-    # The config's words are make_env's.
+    # The config's words are make_env's (Atari's two, MinAtar's one).
     hints = typing.get_type_hints(FinetuneConfig)
-    assert typing.get_args(hints["env_protocol"]) == PREPROCESSING
+    assert typing.get_args(hints["env_protocol"]) == ENV_PROTOCOLS
     assert FinetuneConfig().env_protocol == "dopamine"
     root = Path(__file__).resolve().parents[1]
     for name in PAPER_FINETUNE:
@@ -254,7 +254,7 @@ def test_the_stages_share_one_declaration_of_their_common_fields():
     shared = {f.name for f in dataclasses.fields(StageConfig)}
     pretrain = {f.name for f in dataclasses.fields(PretrainConfig)}
     finetune = {f.name for f in dataclasses.fields(FinetuneConfig)}
-    assert shared == pretrain & finetune and len(shared) == 26
+    assert shared == pretrain & finetune and len(shared) == 27  # hidden_size too
     assert issubclass(PretrainConfig, StageConfig) and issubclass(FinetuneConfig, StageConfig)
     # Only a stage default is restated; type, doc and range rule are the base's.
     for name in ("batch_size", "steps", "n_step", "spr_weight", "log_every"):

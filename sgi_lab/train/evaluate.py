@@ -33,10 +33,11 @@ import torch
 from tqdm.auto import tqdm
 
 from sgi_lab.base.files import atomic_write_text
-from sgi_lab.envs import canonical_game
+from sgi_lab.envs import canonical_env_game, is_minatar
+from sgi_lab.envs import env_protocol as family_protocol
 from sgi_lab.envs.atari import MAX_EPISODE_FRAMES
-from sgi_lab.envs.pool import FRAME_STACK_SHAPE, EnvPool, spread
-from sgi_lab.metrics import human_normalized_score
+from sgi_lab.envs.pool import EnvPool, spread
+from sgi_lab.metrics import normalization_name, normalized_score
 from sgi_lab.nets import SGIModel
 from sgi_lab.runs.checkpoints import CheckpointError, load_checkpoint
 from sgi_lab.runs.folder import RunDir
@@ -66,7 +67,7 @@ def episode_quotas(episodes: int, num_envs: int) -> np.ndarray:
 
 
 Policy = Callable[[np.ndarray], np.ndarray]
-"""Greedy actions of N agents: (N, E, 4, 84, 84) uint8 observations -> (N, E) int64."""
+"""Greedy actions of N agents: (N, E, *stacked_shape) uint8 observations ((4, 84, 84) for Atari) -> (N, E) int64."""
 
 
 def evaluate(
@@ -90,23 +91,29 @@ def evaluate(
 
     Args:
         model: the agent (any device).
-        game: Atari 100k game, any spelling (`sgi_lab.envs.canonical_game`).
+        game: Atari 100k game, any spelling, or a MinAtar one (``minatar/breakout``;
+            `sgi_lab.envs.canonical_env_game`).
         episodes: completed episodes to return.
         eps: evaluation epsilon (0.001).
         num_envs: environments stepped together (at most ``episodes`` are used).
         seed: env i is seeded ``seed + i``; the epsilon draws use ``seed`` too.
         device: where observations go; defaults to the model's device.
-        max_frames: raw-frame cap per episode (108,000; a multiple of 4), None for none.
+        max_frames: raw-frame cap per episode (108,000; a multiple of 4), None for none;
+            Atari's only (a MinAtar game ends its episodes itself).
         progress: tqdm bar over finished episodes.
         asynchronous: step the environments in worker processes (`eval_workers`); default:
             with at least 4 CPUs.
         amp: bf16 autocast; default on CUDA.
         env_protocol: the Atari env, `make_env`'s ``preprocessing``: ``"dopamine"`` or
-            ``"rlpyt"`` (the authors' env; its cap ends an episode one step later).
+            ``"rlpyt"`` (the authors' env; its cap ends an episode one step later); a MinAtar
+            game plays (and records) ``"minatar"``.
 
     Returns:
         ``{"game", "episodes", "scores" (raw return of each episode), "lengths" (agent steps),
-        "mean", "std", "median", "min", "max", "hns" (of the mean), "eps", "num_envs",
+        "mean", "std", "median", "min", "max", "hns" (the normalised score of the mean, by the
+        game's family: human-normalised for Atari, the MinAtar score for MinAtar; kept under
+        its old key so every reader of it reads either), "normalized_score" (the same),
+        "normalization" (its name: ``"HNS"`` or ``"MinAtar score"``), "eps", "num_envs",
         "max_frames", "env_protocol", "seconds", "episodes_per_s", "steps_per_s"}``.
 
     Raises:
@@ -210,7 +217,9 @@ def play_episodes(
     Returns:
         One result dict per agent (see `evaluate`).
     """
-    games = [canonical_game(g) for g in games]
+    games = [canonical_env_game(g) for g in games]
+    if len({is_minatar(g) for g in games}) > 1:
+        raise ValueError(f"games: Atari and MinAtar games evaluated together: {games}")
     n = len(games)
     num_envs = min(num_envs, episodes)
     quotas = episode_quotas(episodes, num_envs)
@@ -263,7 +272,7 @@ def _play_until_quotas(
     # Every environment's newest stack, updated in place for the ones stepped; ``obs`` is the
     # same memory seen per agent.
     newest = pool.reset()
-    obs = newest.reshape(n, num_envs, *FRAME_STACK_SHAPE)
+    obs = newest.reshape(n, num_envs, *newest.shape[1:])
     while (tally.done < quotas).any():
         if stop is not None and stop.requested:
             raise RunStopped(None, stop.requested)
@@ -291,13 +300,15 @@ def _evaluation_pool(
     """``num_envs`` evaluation environments per agent (whole games, ``train=False``), in
     `eval_workers` processes: environment j of agent i is row ``i * num_envs + j``, seeded
     ``seeds[i] + j`` (as a vector env of that agent would be)."""
+    # The raw-frame cap is Atari's option; a MinAtar game ends its episodes itself.
+    capped = {} if is_minatar(games[0]) else {"max_episode_frames": max_frames}
     return EnvPool(
         [game for game in games for _ in range(num_envs)],
         [seed + j for seed in seeds for j in range(num_envs)],
         train=False,
         workers=eval_workers(len(games) * num_envs, asynchronous),
-        max_episode_frames=max_frames,
-        preprocessing=env_protocol,
+        preprocessing=family_protocol(games[0], env_protocol),
+        **capped,
     )
 
 
@@ -387,6 +398,10 @@ def _agent_result(
     mean, the ``settings`` (eps, num_envs, max_frames, env_protocol) and the throughput of its
     ``total_steps`` agent steps in ``seconds``."""
     mean = float(np.mean(scores))
+    normalized = normalized_score(game, mean)
+    settings = {**settings, "env_protocol": family_protocol(game, settings["env_protocol"])}
+    if is_minatar(game):
+        settings["max_frames"] = None  # not applied (`_evaluation_pool`)
     return {
         "game": game,
         "episodes": len(scores),
@@ -397,7 +412,9 @@ def _agent_result(
         "median": float(np.median(scores)),
         "min": float(np.min(scores)),
         "max": float(np.max(scores)),
-        "hns": human_normalized_score(game, mean),
+        "hns": normalized,
+        "normalized_score": normalized,
+        "normalization": normalization_name(game),
         **settings,
         "seed": seed,
         "seconds": seconds,

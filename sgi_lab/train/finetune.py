@@ -36,7 +36,7 @@ from sgi_lab.base.files import atomic_torch_save, atomic_write_text
 from sgi_lab.base.threads import oversubscribed
 from sgi_lab.config import ConfigError, FinetuneConfig, to_dict
 from sgi_lab.data.population_replay import PopulationReplay
-from sgi_lab.envs import canonical_game
+from sgi_lab.envs import canonical_env_game, observation_spec
 from sgi_lab.envs.pool import EnvPool
 from sgi_lab.runs.folder import FinetuneRun
 from sgi_lab.runs.stopping import Deadline, RunStopped, failure_reason, stop_on_signals
@@ -98,7 +98,7 @@ def population_configs(
         UnknownGameError: an unknown game. ConfigError: a repeated game or seed, or another
             ``{...}`` field in ``pretrained``.
     """
-    games = [canonical_game(g) for g in (games or [base.game])]
+    games = [canonical_env_game(g) for g in (games or [base.game])]
     seeds = [int(s) for s in (seeds or [base.seed])]
     for what, items in (("games", games), ("seeds", seeds)):
         if len(set(items)) != len(items):
@@ -394,6 +394,12 @@ def _train(
     for a in agents:
         a.metrics = a.run.metrics_logger(resume_step=step if a.checkpoint is not None else None)
     # A resumed run cannot restore the emulator: new seed, fresh episode.
+    spec = observation_spec(cfg.game)  # one for all agents (Population.build checks)
+
+    def newest(obs: np.ndarray) -> np.ndarray:
+        """The newest frame of each agent's observation: (N, *spec.frame_shape)."""
+        return obs.reshape(len(obs), spec.frames, *spec.frame_shape)[:, -1]
+
     pool = EnvPool(
         [a.game for a in agents],
         [a.config.seed + step for a in agents],
@@ -410,7 +416,7 @@ def _train(
             actions = act(population, obs, [eps] * len(agents), [a.rng for a in agents])
             # Environments whose episode ended come back already reset (EnvPool).
             next_obs, rewards, terminated, truncated, raw, terminal = pool.step(actions)
-            replay.append(obs[:, -1], actions, raw, terminal, [a.first for a in agents])
+            replay.append(newest(obs), actions, raw, terminal, [a.first for a in agents])
             rows = [a.record(float(raw[i]), float(rewards[i]), terminated[i] or truncated[i])
                     for i, a in enumerate(agents)]  # fmt: skip
             obs = next_obs
@@ -538,9 +544,10 @@ def _evaluate(
         result["step"] = step
         atomic_write_text(a.run.path / "eval.json", json.dumps(result, indent=2))
         a.log(
-            "evaluation: %d episodes, mean %.2f (HNS %.3f)",
+            "evaluation: %d episodes, mean %.2f (%s %.3f)",
             result["episodes"],
             result["mean"],
-            result["hns"],
+            result["normalization"],
+            result["normalized_score"],
         )
         a.run.finish(step, eval_mean=result["mean"], eval_hns=result["hns"])

@@ -33,8 +33,9 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from sgi_lab.augment import draws
-from sgi_lab.augment.ops import PAD, jitter_factor
+from sgi_lab.augment.ops import jitter_factor, shift_pad
 from sgi_lab.config import FinetuneConfig, to_dict
+from sgi_lab.envs import observation_spec
 from sgi_lab.nets import SGIModel
 from sgi_lab.nets.ema import lerp_
 from sgi_lab.nets.noisy import NoisyLinear
@@ -150,6 +151,7 @@ class Population:
         if not configs or len(configs) != len(models):
             raise ValueError("a population needs one model per config, at least one")
         check_compatible(configs)
+        _check_same_observations(configs, models)
         cfg, device = configs[0], torch.device(device)
         prepare_device(device)
         widest = max(m.num_actions for m in models)
@@ -194,6 +196,12 @@ class Population:
     @property
     def size(self) -> int:
         return len(self.configs)
+
+    @property
+    def pad(self) -> int:
+        """The random shift's pad for the agents' observations (`sgi_lab.augment.ops.shift_pad`:
+        4 for Atari's frames, 0 for MinAtar's grids, which are not shifted)."""
+        return shift_pad(observation_spec(self.config.game))
 
     @property
     def config(self) -> FinetuneConfig:
@@ -275,7 +283,9 @@ class Population:
         uniform: list[tuple[str, tuple[int, ...]]] = []
         normal: list[tuple[str, tuple[int, ...]]] = []
         if cfg.augment:
-            uniform += [(f"corners_{v}", (*shape, 2)) for v, shape in views]
+            # No shift of a grid (pad 0): no corners drawn; Atari's layout is as it was.
+            if self.pad > 0:
+                uniform += [(f"corners_{v}", (*shape, 2)) for v, shape in views]
             normal += [(f"jitter_{v}", shape) for v, shape in views]
         if goals:
             normal.append(("goal_noise", (batch_size, self.template.latent_size)))
@@ -306,7 +316,7 @@ class Population:
         out: dict[str, Any] = {}
         for k, v in uni.items():
             if k.startswith("corners_"):
-                out[k] = draws.integers(v, 0, 2 * PAD + 1)
+                out[k] = draws.integers(v, 0, 2 * self.pad + 1)
         for k, v in nor.items():
             if k.startswith("jitter_"):
                 out[k] = jitter_factor(v)
@@ -550,6 +560,21 @@ def check_compatible(configs: Sequence[FinetuneConfig]) -> None:
                 "agents of one population must share their config except "
                 f"{', '.join(POPULATION_KEYS)}; these differ: {', '.join(diff)}"
             )
+
+
+def _check_same_observations(configs: Sequence[FinetuneConfig], models: Sequence[SGIModel]) -> None:
+    """One population stacks its agents' tensors: every agent reads observations of one shape
+    (input channels and size; MinAtar's games differ in channels)."""
+    shapes = {
+        c.game: (m.init_args["in_channels"], m.init_args["image_size"])
+        for c, m in zip(configs, models, strict=True)
+    }
+    if len(set(shapes.values())) > 1:
+        listed = ", ".join(f"{g}: {ch} channels of {s}x{s}" for g, (ch, s) in shapes.items())
+        raise ValueError(
+            f"a population's agents read one observation shape, these differ ({listed}); "
+            "train them as separate populations"
+        )
 
 
 def _model_args(model: SGIModel) -> dict[str, Any]:

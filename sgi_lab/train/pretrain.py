@@ -25,8 +25,10 @@ import yaml
 from tqdm.auto import tqdm
 
 from sgi_lab.base.files import atomic_torch_save
-from sgi_lab.config import ConfigError, PretrainConfig, build_config, to_dict
+from sgi_lab.config import ConfigError, PretrainConfig, build_config, encoder_problem, to_dict
 from sgi_lab.data import StoreError, TransitionStore
+from sgi_lab.data.sampler import valid_start_mask
+from sgi_lab.envs import is_minatar
 from sgi_lab.nets import SGIModel
 from sgi_lab.probes.probe import ProbeEncoder, check_probe_data, probe_encoder
 from sgi_lab.runs.checkpoints import restore_generator
@@ -86,6 +88,7 @@ def pretrain(
         RunStopped: ``stop`` passed; checkpointed, resumable.
     """
     store = data if isinstance(data, TransitionStore) else TransitionStore(data)
+    check_fits_store(config, store)
     # The probe store is checked, and its identity recorded with the run's inputs, before the
     # folder is touched: a resume on another store at the same path is refused naming it.
     probe = PeriodicProbe.of(config, store)
@@ -97,6 +100,30 @@ def pretrain(
     check_store(store)
     with run:
         return _pretrain(config, store, run, progress, callback, params_name, stop, probe)
+
+
+def check_fits_store(config: PretrainConfig, store: TransitionStore) -> None:
+    """The config can train on ``store``, checked before anything is created: its encoder
+    reads the store's observations (Atari's 84x84 frames or MinAtar's 10x10 grids), and a batch
+    is no larger than the store's valid sequence starts (a typo such as 99999999999 would ask
+    numpy for terabytes instead).
+
+    Raises:
+        ConfigError: naming ``encoder`` or ``batch_size`` (``atc_sequences`` for ATC).
+    """
+    spec = store.observation_spec
+    problem = encoder_problem(config.encoder, minatar=is_minatar(store.game))
+    if problem:
+        raise ConfigError(
+            f"encoder: {problem} (store {store.path}: {spec.stacked_shape} observations)"
+        )
+    key = "atc_sequences" if config.uses_atc else "batch_size"
+    starts = int(valid_start_mask(store).sum())
+    if getattr(config, key) > starts:
+        raise ConfigError(
+            f"{key}: {getattr(config, key)} sequences per batch, but {store.path} holds only "
+            f"{starts} valid sequence starts; lower {key} or collect more data"
+        )
 
 
 def check_store(store: TransitionStore) -> None:
@@ -144,8 +171,9 @@ class _Loop:
 
     def __init__(self, config, store, run, device, params_name, probe) -> None:
         self.config, self.store, self.run_dir, self.device = config, store, run, device
-        self.args = model_args(config, store.num_actions)
-        self.state = build_state(config, store.num_actions, device)
+        spec = store.observation_spec
+        self.args = model_args(config, store.num_actions, spec)
+        self.state = build_state(config, store.num_actions, device, spec)
         self.sampler = make_sampler(config, store)
         self.probe = probe
         self.step = self.resume()

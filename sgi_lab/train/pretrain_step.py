@@ -23,8 +23,10 @@ import torch
 import torch.nn.functional as F
 
 from sgi_lab.augment.frames import prepared_frames
+from sgi_lab.augment.ops import PAD, shift_pad
 from sgi_lab.config import PretrainConfig
 from sgi_lab.data import SequenceBatch, SequenceSampler, TransitionStore
+from sgi_lab.envs.spec import ATARI_SPEC, ObservationSpec
 from sgi_lab.nets import SGIModel, ema_update, make_target
 from sgi_lab.nets.model import parameter_group
 from sgi_lab.objectives import atc_accuracy, atc_loss, sample_goals
@@ -39,6 +41,7 @@ from sgi_lab.train.sgi_loss import (
     spr_coefficient,
     weighted_sum,
 )
+from sgi_lab.train.transfer import observation_args
 
 __all__ = [
     "GraphedStep",
@@ -60,11 +63,15 @@ class PretrainState(NamedTuple):
     target: SGIModel
     optimizer: torch.optim.Optimizer
     generator: torch.Generator
+    # The random shift's pad for the run's observations (`sgi_lab.augment.ops.shift_pad`).
+    pad: int = PAD
 
 
-def model_args(config: PretrainConfig, num_actions: int) -> dict[str, Any]:
+def model_args(
+    config: PretrainConfig, num_actions: int, spec: ObservationSpec = ATARI_SPEC
+) -> dict[str, Any]:
     """SGIModel keyword arguments for a pretraining config (recorded in every checkpoint): a
-    head for each term the config learns."""
+    head for each term the config learns, sized for observations of ``spec`` (the store's)."""
     terms = pretraining_settings(config).terms
     return {
         "encoder": config.encoder,
@@ -75,19 +82,24 @@ def model_args(config: PretrainConfig, num_actions: int) -> dict[str, Any]:
         "inverse_model": "inverse" in terms,
         "atc_head": config.uses_atc,
         "goal_film": config.goal_film,
+        **observation_args(spec, config.hidden_size),
     }
 
 
 def build_state(
-    config: PretrainConfig, num_actions: int, device: torch.device, **sizes: Any
+    config: PretrainConfig,
+    num_actions: int,
+    device: torch.device,
+    spec: ObservationSpec = ATARI_SPEC,
+    **sizes: Any,
 ) -> PretrainState:
-    """Model, EMA target, Adam and generator of a new run; ``sizes`` override SGIModel's
-    size arguments (``image_size``, ``hidden_size``, ``width_scale``: the narrow networks of
-    the reference fixtures)."""
+    """Model, EMA target, Adam and generator of a new run on observations of ``spec`` (the
+    store's); ``sizes`` override SGIModel's size arguments (``image_size``, ``hidden_size``,
+    ``width_scale``: the narrow networks of the reference fixtures)."""
     prepare_device(device)  # CPU: freed heap is reused instead of page-faulted back
     torch.manual_seed(config.seed)
     channels_last = config.channels_last
-    args = {**model_args(config, num_actions), **sizes}
+    args = {**model_args(config, num_actions, spec), **sizes}
     model = SGIModel(**args, channels_last=channels_last).to(device)
     target = make_target(model)
     # One fused kernel over all parameters instead of a loop of ~10 ops per tensor: 2.5x faster
@@ -104,7 +116,7 @@ def build_state(
     )
     generator = torch.Generator(device=device)
     generator.manual_seed(config.seed)
-    return PretrainState(model, target, optimizer, generator)
+    return PretrainState(model, target, optimizer, generator, shift_pad(spec))
 
 
 def make_sampler(config: PretrainConfig, store: TransitionStore) -> SequenceSampler:
@@ -213,7 +225,7 @@ def sgi_losses(
     """
     model, target, gen = state.model, state.target, state.generator
     settings = pretraining_settings(config)
-    obs = prepared_frames(batch.obs, gen, config.augment, model.channels_last)
+    obs = prepared_frames(batch.obs, gen, config.augment, model.channels_last, pad=state.pad)
     actions, valid = batch.actions, batch.valid
     need_projections = settings.uses_transition_model
     goal_rl = "goal_rl" in settings.terms
@@ -256,7 +268,7 @@ def goal_targets(
     target's goal-conditioned distribution at s_{t+n} and, with double Q, the online one that
     picks its action; and the synthetic rewards (B, n), for logging."""
     model, target, gen = state.model, state.target, state.generator
-    goal_obs = prepared_frames(goal_obs, gen, config.augment, model.channels_last)
+    goal_obs = prepared_frames(goal_obs, gen, config.augment, model.channels_last, pad=state.pad)
     with target_passes(config, target):
         goals = sample_goals(
             target.encode(goal_obs, prepared=True),
@@ -300,7 +312,7 @@ def atc_losses(
     """ATC on ``atc_sequences`` x ``atc_seq_len`` anchors, positives ``atc_delta`` steps later."""
     model, target, gen = state.model, state.target, state.generator
     L, d = config.atc_seq_len, config.atc_delta
-    obs = prepared_frames(batch.obs, gen, config.augment, model.channels_last)
+    obs = prepared_frames(batch.obs, gen, config.augment, model.channels_last, pad=state.pad)
     anchors = obs[:, :L].flatten(0, 1)
     with target_passes(config, target):
         positives = target.project(target.encode(obs[:, d : d + L].flatten(0, 1), True))
@@ -402,7 +414,7 @@ def measure_step(
     real batch (the run's own random streams are left as they were)."""
     config = dataclasses.replace(config, cpu_amp=bf16, channels_last=channels_last, prefetch=0)
     with torch.random.fork_rng():
-        state = build_state(config, store.num_actions, device)
+        state = build_state(config, store.num_actions, device, store.observation_spec)
         state.model.train()
         state.target.train()
         sampler = make_sampler(config, store)

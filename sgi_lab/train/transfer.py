@@ -17,7 +17,10 @@ from typing import Any
 
 import torch
 
+from sgi_lab.augment.ops import GRID_SIDE
 from sgi_lab.config import ConfigError, FinetuneConfig
+from sgi_lab.envs import observation_spec
+from sgi_lab.envs.spec import ObservationSpec
 from sgi_lab.nets import SGIModel, parameter_group
 from sgi_lab.runs.checkpoints import CheckpointError, load_checkpoint
 from sgi_lab.runs.folder import foreign_model_problem
@@ -33,11 +36,15 @@ __all__ = [
     "lr_group",
     "lr_scales",
     "model_args_for",
+    "observation_args",
     "transfer_pretrained",
 ]
 
 # SGIModel arguments that shape the tensors shared with a pretrained model; taken from it.
 ARCHITECTURE_ARGS = ("in_channels", "image_size", "hidden_size", "width_scale", "goal_film")
+
+# SGIModel's defaults for the sizes `observation_args` sets: Atari's observation, 512 units.
+_SIZE_DEFAULTS = {"in_channels": 4, "image_size": 84, "hidden_size": 512}
 
 LR_GROUPS = ("encoder_transition", "pretrained", "fresh")
 """Optimizer parameter groups, in this order (empty ones are left out)."""
@@ -202,10 +209,40 @@ def transfer_pretrained(model: SGIModel, pretrained: Pretrained) -> Transfer:
     )
 
 
+def observation_args(spec: ObservationSpec, hidden_size: int = 512) -> dict[str, Any]:
+    """SGIModel's size arguments for observations of ``spec`` (``in_channels``, ``image_size``)
+    and ``hidden_size``, each only where it is not SGIModel's default: an Atari model's
+    recorded arguments stay as they always were, so its checkpoints resume and compare."""
+    if spec.height != spec.width:
+        raise ValueError(f"observation {spec.height}x{spec.width}: SGIModel reads square frames")
+    sizes = {
+        "in_channels": spec.input_channels,
+        "image_size": spec.height,
+        "hidden_size": int(hidden_size),
+    }
+    return {k: v for k, v in sizes.items() if v != _SIZE_DEFAULTS[k]}
+
+
+def _observation_of(args: dict[str, Any]) -> tuple[int, int]:
+    """(input channels, image size) of SGIModel arguments."""
+    return (
+        int(args.get("in_channels", _SIZE_DEFAULTS["in_channels"])),
+        int(args.get("image_size", _SIZE_DEFAULTS["image_size"])),
+    )
+
+
 def model_args_for(
     config: FinetuneConfig, num_actions: int, pretrained: Pretrained | None = None
 ) -> dict[str, Any]:
-    """SGIModel keyword arguments of the finetuning model (saved with it in ``model.pt``)."""
+    """SGIModel keyword arguments of the finetuning model (saved with it in ``model.pt``):
+    sized for the game's observations (`sgi_lab.envs.observation_spec`), or as the pretrained
+    model, which must read the same observations.
+
+    Raises:
+        PretrainedMismatchError: the pretrained model reads other observations than the game's
+            (a MinAtar store's model finetuned on an Atari game, or the reverse), naming both.
+    """
+    spec = observation_spec(config.game)
     args: dict[str, Any] = {
         "encoder": config.encoder,
         "num_actions": num_actions,
@@ -217,8 +254,20 @@ def model_args_for(
         "rl_head": True,
         "goal_head": config.uses_goal_rl,
         "inverse_model": config.uses_goal_rl,
+        **observation_args(spec, config.hidden_size),
     }
     if pretrained is not None:
+        theirs, ours = _observation_of(pretrained.model_args), _observation_of(args)
+        # Another family (a 10x10 grid against 84x84 frames) or other channels; a narrower
+        # image of the same family (the reference fixtures' 52x52) is the model's own choice.
+        grids = (theirs[1] <= GRID_SIDE, ours[1] <= GRID_SIDE)
+        if theirs[0] != ours[0] or grids[0] != grids[1]:
+            raise PretrainedMismatchError(
+                f"pretrained: {pretrained.path} reads {theirs[0]} channels of "
+                f"{theirs[1]}x{theirs[1]} (pretrained on {pretrained.game or 'an unrecorded game'}"
+                f"), {config.game} gives {ours[0]} channels of {ours[1]}x{ours[1]}; finetune it "
+                "on a game of the same family and observation"
+            )
         args.update(
             {k: pretrained.model_args[k] for k in ARCHITECTURE_ARGS if k in pretrained.model_args}
         )

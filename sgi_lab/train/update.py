@@ -29,6 +29,7 @@ from sgi_lab.augment.frames import augmented_frames
 from sgi_lab.config import FinetuneConfig
 from sgi_lab.data.population_replay import PopulationBatch, PopulationReplay
 from sgi_lab.data.sampler import SequenceBatch
+from sgi_lab.envs import observation_spec
 from sgi_lab.nets import SGIModel
 from sgi_lab.objectives import c51_kl, c51_loss, c51_target, goals_from_draws
 from sgi_lab.runtime.cpu_settings import time_step
@@ -56,14 +57,14 @@ class StagedBatch(NamedTuple):
     samplers gave them (uint8 frames: augmentation happens in the update).
 
     Attributes:
-        obs: (N, B, K+1, 4, 84, 84) frame stacks of s_t..s_{t+K}.
-        boot_obs: (N, B, 4, 84, 84) the n-step bootstrap states.
+        obs: (N, B, K+1, *stacked_shape) frame stacks ((4, 84, 84) for Atari) of s_t..s_{t+K}.
+        boot_obs: (N, B, *stacked_shape) the n-step bootstrap states.
         actions: (N, B, K+1) int64 actions a_t..a_{t+K}.
         valid: (N, B, K+1) bool, False past an episode's end.
         returns: (N, B) n-step returns of clipped rewards.
         discounts: (N, B) gamma^n, or 0 after a terminal.
         weights: (N, B) importance-sampling weights.
-        goal_obs: (N, B, 4, 84, 84) future states for goal RL (``ssl: all``), else None.
+        goal_obs: (N, B, *stacked_shape) future states for goal RL (``ssl: all``), else None.
     """
 
     obs: torch.Tensor
@@ -182,6 +183,7 @@ def update_inputs(pop: Population, staged: StagedBatch) -> UpdateInputs:
             drawn.get(f"jitter_{view}"),
             channels_last=pop.template.channels_last,
             dtype=dtype,
+            pad=pop.pad,
             **kw,
         )
 
@@ -448,7 +450,8 @@ def measure_update(
         shape = (pop.size, cfg.batch_size, cfg.rollout_steps + 1)
 
         def frames(*shape: int) -> torch.Tensor:
-            return torch.from_numpy(rng.integers(0, 255, (*shape, 4, 84, 84), dtype=np.uint8))
+            stacked = observation_spec(cfg.game).stacked_shape
+            return torch.from_numpy(rng.integers(0, 255, (*shape, *stacked), dtype=np.uint8))
 
         staged = StagedBatch(
             obs=frames(*shape),

@@ -1,0 +1,144 @@
+"""The MinAtar track end to end: collect -> pretrain -> finetune a 2-game population -> evaluate,
+each stage on MinAtar's (C, 10, 10) observations (issue 33), and the refusals that keep the two
+families apart."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from sgi_lab.config import ConfigError, FinetuneConfig, PretrainConfig
+from sgi_lab.data.collect import collect_random
+from sgi_lab.metrics import minatar_normalized_score
+from sgi_lab.train import finetune as ft
+from sgi_lab.train.pretrain import pretrain
+from sgi_lab.train.transfer import PretrainedMismatchError, load_pretrained, model_args_for
+
+pytest.importorskip("minatar")
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+PRETRAIN = {
+    "encoder": "minatar",
+    "hidden_size": 32,
+    "steps": 4,
+    "batch_size": 8,
+    "spr_steps": 3,
+    "n_step": 3,
+    "goal_window": 10,
+    "log_every": 2,
+    "checkpoint_every": 2,
+    "prefetch": 0,
+}
+FINETUNE = {
+    "game": "minatar/breakout",
+    "encoder": "minatar",
+    "hidden_size": 32,
+    "steps": 120,
+    "batch_size": 8,
+    "updates_per_step": 1,
+    "spr_steps": 2,
+    "n_step": 3,
+    "learning_starts": 60,
+    "eps_steps": 61,
+    "eval_episodes": 2,
+    "eval_envs": 2,
+    "log_every": 40,
+    "checkpoint_every": 60,
+}
+
+
+GAMES = ("minatar/breakout", "minatar/asterix")  # both 4 channels: one population
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    """Tiny random stores of Breakout and Asterix (4 channels of 10x10 each)."""
+    root = tmp_path_factory.mktemp("minatar")
+    return {
+        game: collect_random(game, 300, root / game, seed=3, chunk_size=100, progress=False)
+        for game in GAMES
+    }
+
+
+@pytest.fixture
+def store(stores):
+    return stores["minatar/breakout"]
+
+
+def test_collect_pretrain_finetune_evaluate_on_minatar(stores, tmp_path):
+    for store in stores.values():
+        assert store.observation_spec.stacked_shape == (4, 10, 10)
+        assert store.frame_shape == (4, 10, 10)
+        # Each game pretrains its own model (the transition model reads its actions).
+        pretrain(PretrainConfig(**PRETRAIN), store, tmp_path / store.game, progress=False)
+
+    run = tmp_path / "minatar/breakout"
+    model_path = run / "model.pt"
+    pretrained = load_pretrained(run)
+    assert model_path.is_file() and pretrained.step == 4
+    # Sizes that are not SGIModel's defaults are recorded (Atari's records stay as they were).
+    assert pretrained.model_args["image_size"] == 10
+    assert pretrained.model_args["hidden_size"] == 32
+    assert pretrained.build_model().init_args["in_channels"] == 4
+    status = json.loads((run / "status.json").read_text())
+    assert status["data_env_protocol"] == "minatar"
+    encoder = pretrained.build_model().encoder
+    z = encoder(torch.zeros(2, 4, 10, 10, dtype=torch.uint8))
+    assert z.shape == (2, 16, 8, 8)  # MinAtarCNN: one 3x3 conv, 16 channels
+
+    configs = ft.population_configs(
+        FinetuneConfig(**FINETUNE, pretrained=str(tmp_path / "{game}")),
+        games=GAMES,
+    )
+    assert [c.env_protocol for c in configs] == ["minatar", "minatar"]
+    outs = ft.population_folders(tmp_path / "finetune", configs)
+    runs = ft.finetune_population(configs, outs, progress=False)
+    for config, finetuned in zip(configs, runs, strict=True):
+        result = finetuned.evaluation
+        assert result["game"] == config.game and result["episodes"] == 2
+        assert result["normalization"] == "MinAtar score"
+        assert result["env_protocol"] == "minatar" and result["max_frames"] is None
+        want = minatar_normalized_score(config.game, result["mean"])
+        assert result["normalized_score"] == pytest.approx(want) == result["hns"]
+        saved = json.loads((finetuned.path / "eval.json").read_text())
+        assert saved["normalization"] == "MinAtar score"
+        transfer = json.loads((finetuned.path / "transfer.json").read_text())
+        assert any(name.startswith("encoder.") for name in transfer["loaded"])
+        model = torch.load(finetuned.path / "model.pt", weights_only=True)
+        assert model["model_args"]["image_size"] == 10
+        assert model["model"]["encoder.layers.0.weight"].shape[1] == 4  # input channels
+        losses = finetuned.metrics()["losses/total"].dropna()  # logged once learning started
+        assert len(losses) >= 1 and np.isfinite(losses).all()
+
+
+def test_the_families_stay_apart(store, tmp_path):
+    # An Atari encoder on a MinAtar store, before any folder is made.
+    with pytest.raises(ConfigError, match="^encoder: 'resnet' is an Atari encoder"):
+        pretrain(PretrainConfig(**{**PRETRAIN, "encoder": "resnet"}), store, tmp_path / "a")
+    assert not (tmp_path / "a").exists()
+    # A batch larger than the store's valid starts: one line naming batch_size.
+    with pytest.raises(ConfigError, match=r"^batch_size: 99999999999 sequences per batch"):
+        pretrain(PretrainConfig(**{**PRETRAIN, "batch_size": 99999999999}), store, tmp_path / "b")
+    assert not (tmp_path / "b").exists()
+    # A MinAtar store's model finetuned on an Atari game (and an encoder/game mismatch).
+    run = tmp_path / "pretrain"
+    pretrain(PretrainConfig(**{**PRETRAIN, "steps": 1}), store, run, progress=False)
+    atari = FinetuneConfig(encoder="nature", game="Pong", pretrained=str(run))
+    with pytest.raises(PretrainedMismatchError, match="reads 4 channels of 10x10.*Pong gives 4 "):
+        model_args_for(atari, 6, load_pretrained(run))
+    with pytest.raises(ConfigError, match="^encoder: 'nature' is an Atari encoder"):
+        FinetuneConfig(encoder="nature", game="minatar/breakout")
+    with pytest.raises(ConfigError, match="^env_protocol: minatar/breakout plays 'minatar'"):
+        FinetuneConfig(encoder="minatar", game="minatar/breakout", env_protocol="rlpyt")
+    with pytest.raises(ConfigError, match="^env_protocol: Pong plays an Atari protocol"):
+        FinetuneConfig(env_protocol="minatar")
+    # Games of other channel counts cannot share a population's stacked tensors.
+    configs = ft.population_configs(
+        FinetuneConfig(**FINETUNE),
+        games=["minatar/breakout", "minatar/freeway"],
+    )
+    with pytest.raises(ValueError, match="minatar/freeway: 7 channels of 10x10"):
+        ft.finetune_population(configs, ft.population_folders(tmp_path / "ft", configs))
