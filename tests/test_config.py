@@ -375,3 +375,34 @@ def test_a_params_file_with_a_duplicate_key_or_an_alias_bomb_is_refused_fast(tmp
     with pytest.raises(ConfigError, match="p.yaml: aliases expand to more than"):
         load_config(PretrainConfig, path)
     assert time.perf_counter() - started < 1.0
+
+
+def test_seed_is_bounded_to_what_the_generators_take():
+    """A seed every generator accepts, [0, 2**63): one line naming seed, not numpy's overflow."""
+    assert FinetuneConfig(seed=2**63 - 1).seed == 2**63 - 1
+    for stage in (PretrainConfig, FinetuneConfig):
+        with pytest.raises(ConfigError, match=r"^--set seed: must be below 2\*\*63, got 9999"):
+            load_config(stage, None, parse_overrides(["seed=99999999999999999999999"]))
+        with pytest.raises(ConfigError, match="^--set seed: must be >= 0"):
+            load_config(stage, None, parse_overrides(["seed=-1"]))
+
+
+def test_a_minatar_game_is_a_finetuning_game_with_its_own_protocol():
+    from pathlib import Path
+
+    cfg = FinetuneConfig(game="MinAtar/Breakout", encoder="minatar")
+    assert (cfg.game, cfg.env_protocol) == ("minatar/breakout", "minatar")
+    assert FinetuneConfig(game="minatar/asterix", encoder="minatar_l").encoder == "minatar_l"
+    assert FinetuneConfig().env_protocol == "dopamine"  # Atari's default unchanged
+    with pytest.raises(ConfigError, match="^hidden_size: must be positive"):
+        FinetuneConfig(game="minatar/breakout", encoder="minatar", hidden_size=0)
+    root = Path(__file__).resolve().parents[1]
+    for path in sorted(root.glob("params/finetune/minatar_*.yaml")):
+        ft = load_config(FinetuneConfig, path)
+        assert (ft.encoder, ft.env_protocol, ft.hidden_size) == ("minatar", "minatar", 128)
+    names = {p.stem for p in root.glob("params/pretrain/minatar_*.yaml")}
+    assert {"minatar_sgi", "minatar_s"} <= names
+    for name in names:
+        assert load_config(PretrainConfig, root / f"params/pretrain/{name}.yaml").encoder == (
+            "minatar"
+        )
