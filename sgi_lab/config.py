@@ -26,8 +26,10 @@ from typing import Any, Literal
 
 from sgi_lab.base.paths import close_names, did_you_mean
 from sgi_lab.base.yaml_io import YAMLInputError, load_yaml, short_repr
-from sgi_lab.envs import ENV_PROTOCOLS, canonical_env_game, is_minatar
+from sgi_lab.envs import ENV_PROTOCOLS, canonical_env_game, is_minatar, observation_spec
 from sgi_lab.envs.games import UnknownGameError
+from sgi_lab.envs.minatar import DIFFICULTY_RAMPING, STICKY_ACTION_PROB
+from sgi_lab.envs.spec import ObservationSpec
 
 
 class ConfigError(ValueError):
@@ -340,6 +342,22 @@ class FinetuneConfig(StageConfig):
     population_batching: Literal["auto", "vmap", "loop"] = F(
         "auto", "how a population's networks run together: vmap, a loop over agents, or auto"
     )
+    sticky_action_prob: float = F(
+        STICKY_ACTION_PROB,
+        "MinAtar only: probability the previous action is repeated (MinAtar's 0.1)",
+        check=lambda v: None if 0 <= v <= 1 else "must be in [0, 1]",
+    )
+    difficulty_ramping: bool = F(
+        DIFFICULTY_RAMPING, "MinAtar only: the game speeds up over an episode (MinAtar's on)"
+    )
+    frames: int = F(
+        1, "MinAtar only: grids stacked into one observation (MinAtar's 1)", positive=True
+    )
+    channels: int | None = F(
+        None,
+        "MinAtar only: pad each grid with empty channels up to this many (10: every game one "
+        "input shape, so games of other channel counts share a population); None: the game's",
+    )
 
     # Finetuning reads spr_weight in SPR's convention, always (`spr_coefficient`).
     spr_weight_convention = "reference"
@@ -355,6 +373,19 @@ class FinetuneConfig(StageConfig):
         """Whether goal-conditioned RL (and inverse dynamics) is learned: ``ssl: all``, the one
         switch; goal_weight only weighs the term."""
         return self.ssl == "all"
+
+    @property
+    def env_options(self) -> dict[str, Any]:
+        """`sgi_lab.envs.make_env`'s options of the game's family beyond the protocol: the
+        MinAtar ones for a MinAtar game, none for Atari (`_check_finetune` refuses them set)."""
+        if not is_minatar(self.game):
+            return {}
+        return {key: getattr(self, key) for key in MINATAR_OPTIONS}
+
+    @property
+    def observation_spec(self) -> ObservationSpec:
+        """What one observation of the game's env is (`sgi_lab.envs.observation_spec`)."""
+        return observation_spec(self.game, self.frames, self.channels)
 
     def __post_init__(self) -> None:
         # The one place a game name is canonicalised: "pong", "ALE/Pong-v5" and "Pong" are the
@@ -538,6 +569,20 @@ def _check_finetune(config: FinetuneConfig) -> None:
     problem = encoder_problem(config.encoder, minatar)
     if problem:
         raise ConfigError(f"encoder: {problem} (game {config.game})")
+    defaults = FinetuneConfig.__dataclass_fields__
+    for key in MINATAR_OPTIONS:
+        if not minatar and getattr(config, key) != defaults[key].default:
+            raise ConfigError(f"{key}: a MinAtar option, not one of Atari game {config.game}")
+    if minatar:
+        try:
+            config.observation_spec  # noqa: B018 - the check is the spec's own
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+
+
+MINATAR_OPTIONS = ("sticky_action_prob", "difficulty_ramping", "frames", "channels")
+"""FinetuneConfig's options of a MinAtar env (`sgi_lab.envs.minatar.MinAtarEnv`'s); an Atari
+game refuses them set to anything but their defaults."""
 
 
 MINATAR_ENCODERS = ("minatar", "minatar_l")

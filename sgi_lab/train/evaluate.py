@@ -33,6 +33,7 @@ import torch
 from tqdm.auto import tqdm
 
 from sgi_lab.base.files import atomic_write_text
+from sgi_lab.config import MINATAR_OPTIONS
 from sgi_lab.envs import canonical_env_game, is_minatar
 from sgi_lab.envs import env_protocol as family_protocol
 from sgi_lab.envs.atari import MAX_EPISODE_FRAMES
@@ -83,6 +84,7 @@ def evaluate(
     asynchronous: bool | None = None,
     amp: bool | None = None,
     env_protocol: str = "dopamine",
+    env_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Play ``episodes`` whole games with an epsilon-greedy, noise-free policy; raw scores.
 
@@ -107,6 +109,9 @@ def evaluate(
         env_protocol: the Atari env, `make_env`'s ``preprocessing``: ``"dopamine"`` or
             ``"rlpyt"`` (the authors' env; its cap ends an episode one step later); a MinAtar
             game plays (and records) ``"minatar"``.
+        env_options: more `sgi_lab.envs.make_env` options of the game's family (a MinAtar
+            game's ``sticky_action_prob``, ``difficulty_ramping``, ``frames``, ``channels``:
+            `sgi_lab.config.FinetuneConfig.env_options`), recorded in the result.
 
     Returns:
         ``{"game", "episodes", "scores" (raw return of each episode), "lengths" (agent steps),
@@ -146,6 +151,7 @@ def evaluate(
             progress=progress,
             asynchronous=asynchronous,
             env_protocol=env_protocol,
+            env_options=env_options,
         )[0]
     finally:
         model.train(was_training)
@@ -193,6 +199,7 @@ def play_episodes(
     asynchronous: bool | None = None,
     stop: Deadline | None = None,
     env_protocol: str = "dopamine",
+    env_options: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Evaluate N agents at once: each plays ``episodes`` whole games of its own game in its own
     ``num_envs`` environments, and one call of ``policy`` gives every agent's greedy actions for
@@ -207,8 +214,8 @@ def play_episodes(
         policy: greedy actions of all agents (`Policy`).
         games: per-agent game.
         num_actions: per-agent action count (random actions are drawn below it).
-        episodes, eps, num_envs, max_frames, progress, asynchronous, env_protocol: as in
-            `evaluate`.
+        episodes, eps, num_envs, max_frames, progress, asynchronous, env_protocol,
+            env_options: as in `evaluate`.
         seeds: per-agent seed: env i of an agent is seeded ``seed + i``.
         stop: a `sgi_lab.runs.stopping.Deadline`; only a stop request (not its time limit) ends the
             evaluation early, with `RunStopped`: a partial evaluation would favour short
@@ -223,7 +230,10 @@ def play_episodes(
     n = len(games)
     num_envs = min(num_envs, episodes)
     quotas = episode_quotas(episodes, num_envs)
-    pool = _evaluation_pool(games, seeds, num_envs, asynchronous, max_frames, env_protocol)
+    env_options = dict(env_options or {})
+    pool = _evaluation_pool(
+        games, seeds, num_envs, asynchronous, max_frames, env_protocol, env_options
+    )
     rngs = [np.random.default_rng(seed) for seed in seeds]
     tally = _Episodes.start(n, num_envs)
     label = games[0] if n == 1 else f"{n} agents"
@@ -240,6 +250,7 @@ def play_episodes(
         "num_envs": num_envs,
         "max_frames": max_frames,
         "env_protocol": env_protocol,
+        **({"env_options": env_options} if env_options else {}),
     }
     return [
         _agent_result(
@@ -296,6 +307,7 @@ def _evaluation_pool(
     asynchronous: bool | None,
     max_frames: int | None,
     env_protocol: str,
+    env_options: dict[str, Any],
 ) -> EnvPool:
     """``num_envs`` evaluation environments per agent (whole games, ``train=False``), in
     `eval_workers` processes: environment j of agent i is row ``i * num_envs + j``, seeded
@@ -309,6 +321,7 @@ def _evaluation_pool(
         workers=eval_workers(len(games) * num_envs, asynchronous),
         preprocessing=family_protocol(games[0], env_protocol),
         **capped,
+        **env_options,
     )
 
 
@@ -423,6 +436,14 @@ def _agent_result(
     }
 
 
+def _recorded_env_options(game: str, config: dict[str, Any]) -> dict[str, Any]:
+    """The env options a finetuning run trained with (its recorded config): a MinAtar game's
+    (`sgi_lab.config.MINATAR_OPTIONS`), none for Atari."""
+    if not is_minatar(game):
+        return {}
+    return {key: config[key] for key in MINATAR_OPTIONS if key in config}
+
+
 def _check_run_folder_path(run_dir: str | Path) -> None:
     """A finetuning run folder was named: say what the path is when it is not one."""
     path = Path(run_dir)
@@ -517,6 +538,7 @@ def evaluate_run(
             progress=progress,
             amp=_amp(config, dev),
             env_protocol=config.get("env_protocol", "dopamine"),
+            env_options=_recorded_env_options(info["game"] or config["game"], config),
         )
     finally:
         torch.set_num_threads(threads)

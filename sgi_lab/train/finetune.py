@@ -36,7 +36,7 @@ from sgi_lab.base.files import atomic_torch_save, atomic_write_text
 from sgi_lab.base.threads import oversubscribed
 from sgi_lab.config import ConfigError, FinetuneConfig, to_dict
 from sgi_lab.data.population_replay import PopulationReplay
-from sgi_lab.envs import canonical_env_game, observation_spec
+from sgi_lab.envs import canonical_env_game
 from sgi_lab.envs.pool import EnvPool
 from sgi_lab.runs.folder import FinetuneRun
 from sgi_lab.runs.stopping import Deadline, RunStopped, failure_reason, stop_on_signals
@@ -394,7 +394,7 @@ def _train(
     for a in agents:
         a.metrics = a.run.metrics_logger(resume_step=step if a.checkpoint is not None else None)
     # A resumed run cannot restore the emulator: new seed, fresh episode.
-    spec = observation_spec(cfg.game)  # one for all agents (Population.build checks)
+    spec = cfg.observation_spec  # one for all agents (Population.build checks)
 
     def newest(obs: np.ndarray) -> np.ndarray:
         """The newest frame of each agent's observation: (N, *spec.frame_shape)."""
@@ -406,6 +406,7 @@ def _train(
         train=True,
         workers=cfg.env_workers,
         preprocessing=cfg.env_protocol,
+        **cfg.env_options,  # a MinAtar game's sticky actions, ramping, frames and channels
     )
     obs = pool.reset()
     window = _Window()
@@ -539,6 +540,7 @@ def _evaluate(
         progress=progress,
         stop=stop,
         env_protocol=cfg.env_protocol,
+        env_options=cfg.env_options,
     )
     for a, result in zip(agents, results, strict=True):
         result["step"] = step

@@ -21,7 +21,7 @@ import torch
 from sgi_lab.base.files import atomic_write_text, raise_if_disk_full
 from sgi_lab.config import ConfigError, FinetuneConfig, to_dict
 from sgi_lab.data.population_replay import PopulationReplay
-from sgi_lab.envs import canonical_env_game, observation_spec
+from sgi_lab.envs import canonical_env_game
 from sgi_lab.envs import num_actions as game_actions
 from sgi_lab.nets import SGIModel
 from sgi_lab.runs.checkpoints import CheckpointError, load_checkpoint, restore_generator
@@ -226,7 +226,7 @@ def population_replay(population: Population, agents: list[AgentRun]) -> Populat
         # The authors' env empties its frame stack at a life loss (docs/paper_vs_code.md row
         # 19): the replay's stacks start there too, so learning sees what acting saw.
         first_after_terminal=cfg.env_protocol == "rlpyt",
-        spec=observation_spec(cfg.game),  # one for all agents (Population.build checks)
+        spec=cfg.observation_spec,  # one for all agents (Population.build checks)
     )
 
 

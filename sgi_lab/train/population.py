@@ -35,7 +35,6 @@ from torch.func import functional_call, vmap
 from sgi_lab.augment import draws
 from sgi_lab.augment.ops import jitter_factor, shift_pad
 from sgi_lab.config import FinetuneConfig, to_dict
-from sgi_lab.envs import observation_spec
 from sgi_lab.nets import SGIModel
 from sgi_lab.nets.ema import lerp_
 from sgi_lab.nets.noisy import NoisyLinear
@@ -201,7 +200,7 @@ class Population:
     def pad(self) -> int:
         """The random shift's pad for the agents' observations (`sgi_lab.augment.ops.shift_pad`:
         4 for Atari's frames, 0 for MinAtar's grids, which are not shifted)."""
-        return shift_pad(observation_spec(self.config.game))
+        return shift_pad(self.config.observation_spec)
 
     @property
     def config(self) -> FinetuneConfig:

@@ -19,7 +19,6 @@ import torch
 
 from sgi_lab.augment.ops import GRID_SIDE
 from sgi_lab.config import ConfigError, FinetuneConfig
-from sgi_lab.envs import observation_spec
 from sgi_lab.envs.spec import ObservationSpec
 from sgi_lab.nets import SGIModel, parameter_group
 from sgi_lab.runs.checkpoints import CheckpointError, load_checkpoint
@@ -242,7 +241,7 @@ def model_args_for(
         PretrainedMismatchError: the pretrained model reads other observations than the game's
             (a MinAtar store's model finetuned on an Atari game, or the reverse), naming both.
     """
-    spec = observation_spec(config.game)
+    spec = config.observation_spec
     args: dict[str, Any] = {
         "encoder": config.encoder,
         "num_actions": num_actions,

@@ -29,7 +29,6 @@ from sgi_lab.augment.frames import augmented_frames
 from sgi_lab.config import FinetuneConfig
 from sgi_lab.data.population_replay import PopulationBatch, PopulationReplay
 from sgi_lab.data.sampler import SequenceBatch
-from sgi_lab.envs import observation_spec
 from sgi_lab.nets import SGIModel
 from sgi_lab.objectives import c51_kl, c51_loss, c51_target, goals_from_draws
 from sgi_lab.runtime.cpu_settings import time_step
@@ -450,7 +449,7 @@ def measure_update(
         shape = (pop.size, cfg.batch_size, cfg.rollout_steps + 1)
 
         def frames(*shape: int) -> torch.Tensor:
-            stacked = observation_spec(cfg.game).stacked_shape
+            stacked = cfg.observation_spec.stacked_shape
             return torch.from_numpy(rng.integers(0, 255, (*shape, *stacked), dtype=np.uint8))
 
         staged = StagedBatch(

@@ -142,3 +142,32 @@ def test_the_families_stay_apart(store, tmp_path):
     )
     with pytest.raises(ValueError, match="minatar/freeway: 7 channels of 10x10"):
         ft.finetune_population(configs, ft.population_folders(tmp_path / "ft", configs))
+
+
+def test_minatar_options_reach_training_and_evaluation(tmp_path):
+    """channels=10 pads every game to one input shape (Breakout's 4 and Freeway's 7 channels
+    in one population), frames=2 stacks two grids; the options are recorded in eval.json."""
+    configs = ft.population_configs(
+        FinetuneConfig(
+            **{**FINETUNE, "steps": 70, "eval_episodes": 1, "eval_envs": 1},
+            channels=10,
+            frames=2,
+            sticky_action_prob=0.0,
+            difficulty_ramping=False,
+        ),
+        games=["minatar/breakout", "minatar/freeway"],
+    )
+    assert configs[1].observation_spec.stacked_shape == (20, 10, 10)
+    runs = ft.finetune_population(configs, ft.population_folders(tmp_path, configs), progress=False)
+    options = {"sticky_action_prob": 0.0, "difficulty_ramping": False, "frames": 2, "channels": 10}
+    for finetuned in runs:
+        assert finetuned.evaluation["env_options"] == options
+        model = torch.load(finetuned.path / "model.pt", weights_only=True)
+        assert model["model_args"]["in_channels"] == 20
+        assert model["model"]["encoder.layers.0.weight"].shape[1] == 20
+    replay = torch.load(runs[1].checkpoints()[-1], weights_only=True)["replay"]
+    frames = replay["frames"].numpy()
+    assert frames.shape == (70, 10, 10, 10)
+    assert frames[:, :7].any() and not frames[:, 7:].any()  # Freeway's 7, then padding
+    with pytest.raises(ConfigError, match="^channels: a MinAtar option, not one of Atari game"):
+        FinetuneConfig(channels=10)
