@@ -33,7 +33,7 @@ def act(
 
     Args:
         pop: the agents.
-        obs: (N, 4, 84, 84) uint8, one observation per agent.
+        obs: (N, *stacked_shape) uint8 ((N, 4, 84, 84) for Atari), one observation per agent.
         eps: per-agent epsilon.
         rngs: per-agent numpy generators.
 
@@ -54,12 +54,12 @@ def act(
 
 
 def acting_actions(pop: Population, x: torch.Tensor) -> torch.Tensor:
-    """(N,) greedy actions on the noisy Q values of (N, 4, 84, 84) uint8 device frames."""
+    """(N,) greedy actions on the noisy Q values of (N, *stacked_shape) uint8 device frames."""
     return acting_q(pop, x).argmax(-1)
 
 
 def acting_q(pop: Population, x: torch.Tensor) -> torch.Tensor:
-    """(N, A) noisy Q values of (N, 4, 84, 84) uint8 device frames, as acting sees them."""
+    """(N, A) noisy Q values of (N, *stacked_shape) uint8 device frames, as acting sees them."""
     return q_values(pop, x[:, None], noise=True)[:, 0]
 
 
@@ -70,7 +70,7 @@ def greedy(pop: Population, obs: np.ndarray) -> np.ndarray:
 
     Args:
         pop: the agents.
-        obs: (N, E, 4, 84, 84) uint8, E observations per agent.
+        obs: (N, E, *stacked_shape) uint8, E observations per agent.
 
     Returns:
         (N, E) int64 actions, each within its game's action set.
@@ -80,7 +80,7 @@ def greedy(pop: Population, obs: np.ndarray) -> np.ndarray:
 
 @torch.no_grad()
 def q_values(pop: Population, obs: np.ndarray | torch.Tensor, noise: bool) -> torch.Tensor:
-    """(N, E, A) Q values of (N, E, 4, 84, 84) uint8 frames in evaluation mode (batch norm on
+    """(N, E, A) Q values of (N, E, *stacked_shape) uint8 frames in evaluation mode (batch norm on
     running statistics), with the noisy layers' current noise or without noise."""
     x = torch.as_tensor(obs).to(pop.device, non_blocking=True)
     n, e = x.shape[:2]

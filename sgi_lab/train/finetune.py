@@ -335,7 +335,12 @@ def learner_threads(config: FinetuneConfig) -> Iterator[None]:
 def _start(agents: list[AgentRun], population: Population, step: int, params: str | None) -> None:
     """Mark every agent's run started (what it was launched with) and write its transfer.json."""
     for a in agents:
-        launch = {"params": params, "game": a.game, "seed": a.config.seed}
+        launch = {
+            "params": params,
+            "game": a.game,
+            "seed": a.config.seed,
+            "env_protocol": a.config.env_protocol,  # the family's env: dopamine, rlpyt, minatar
+        }
         if a.checkpoint is None:
             launch["pretrained"] = a.config.pretrained
             launch["pretrain_params"] = a.pretrained.params if a.pretrained else None

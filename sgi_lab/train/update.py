@@ -81,7 +81,7 @@ class UpdateInputs(NamedTuple):
     augmented by the update's draws (prepared for the encoders), the noisy-net noise samples,
     the action mask, and goal RL's draws for ``ssl: all``."""
 
-    obs: torch.Tensor  # (K+1, B, 4, 84, 84) per agent: time-major
+    obs: torch.Tensor  # (K+1, B, *stacked_shape) per agent: time-major
     boot_obs: torch.Tensor
     actions: torch.Tensor
     valid: torch.Tensor
@@ -188,7 +188,7 @@ def update_inputs(pop: Population, staged: StagedBatch) -> UpdateInputs:
 
     goals = cfg.uses_goal_rl
     return UpdateInputs(
-        obs=frames(staged.obs, "obs", time_major=True),  # (N, K+1, B, 4, 84, 84)
+        obs=frames(staged.obs, "obs", time_major=True),  # (N, K+1, B, *stacked_shape)
         boot_obs=frames(staged.boot_obs, "boot"),
         actions=staged.actions,
         valid=staged.valid,
@@ -400,7 +400,7 @@ def stage(
 
     goals = pop.config.uses_goal_rl
     return StagedBatch(
-        obs=stacked([b.obs for b in batches]),  # (N, B, K+1, 4, 84, 84)
+        obs=stacked([b.obs for b in batches]),  # (N, B, K+1, *stacked_shape)
         boot_obs=stacked([b.bootstrap_obs for b in batches]),
         actions=stacked([b.actions for b in batches]),
         valid=stacked([b.valid for b in batches]),

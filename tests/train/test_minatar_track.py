@@ -103,6 +103,9 @@ def test_collect_pretrain_finetune_evaluate_on_minatar(stores, tmp_path):
         assert result["env_protocol"] == "minatar" and result["max_frames"] is None
         want = minatar_normalized_score(config.game, result["mean"])
         assert result["normalized_score"] == pytest.approx(want) == result["hns"]
+        assert json.loads((finetuned.path / "status.json").read_text())["env_protocol"] == (
+            "minatar"
+        )
         saved = json.loads((finetuned.path / "eval.json").read_text())
         assert saved["normalization"] == "MinAtar score"
         transfer = json.loads((finetuned.path / "transfer.json").read_text())
