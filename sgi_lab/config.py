@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from sgi_lab.base.errors import SgiLabError
 from sgi_lab.base.paths import close_names, did_you_mean
 from sgi_lab.base.yaml_io import YAMLInputError, load_yaml, short_repr
 from sgi_lab.envs import ENV_PROTOCOLS, canonical_env_game, is_minatar, observation_spec
@@ -32,7 +33,7 @@ from sgi_lab.envs.minatar import DIFFICULTY_RAMPING, STICKY_ACTION_PROB
 from sgi_lab.envs.spec import ObservationSpec
 
 
-class ConfigError(ValueError):
+class ConfigError(SgiLabError, ValueError):
     """A params file or override is malformed: unknown key, wrong type or bad value."""
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from sgi_lab.augment.ops import GRID_SIDE
+from sgi_lab.base.errors import SgiLabError
 from sgi_lab.config import ConfigError, FinetuneConfig
 from sgi_lab.envs.spec import ObservationSpec
 from sgi_lab.nets import SGIModel, parameter_group
@@ -49,7 +50,7 @@ LR_GROUPS = ("encoder_transition", "pretrained", "fresh")
 """Optimizer parameter groups, in this order (empty ones are left out)."""
 
 
-class PretrainedMismatchError(ValueError):
+class PretrainedMismatchError(SgiLabError, ValueError):
     """The pretrained model does not fit the finetuning model (encoder or tensor shapes)."""
 
 
