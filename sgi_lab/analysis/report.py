@@ -18,13 +18,15 @@ import pandas as pd
 
 from sgi_lab.analysis.paper_column import PaperColumn, paper_column, run_label
 from sgi_lab.base.files import read_mapping
+from sgi_lab.envs import canonical_env_game
 from sgi_lab.metrics import (
     METRIC_LABELS,
     aggregate_scores,
     aggregate_with_ci,
-    canonical_game,
     compare_to_paper,
     human_normalized_score,
+    normalization_name,
+    normalized_score,
     paper_aggregates,
     paper_config_info,
     paper_configs,
@@ -137,7 +139,7 @@ def read_run(run_dir: str | Path) -> RunRecord:
         params=params,
         pretrain_params=pretrain_params,
         pretrained=pretrained,
-        game=canonical_game(game) if game else None,
+        game=canonical_env_game(game) if game else None,
         seed=None if seed is None else int(seed),
         evaluation=evaluation,
         status=status,
@@ -198,7 +200,9 @@ def run_results(run_dirs: Sequence[str | Path], allow_unfinished: bool = False) 
                 "game": run.game,
                 "seed": run.seed,
                 "score": score,
-                "hns": human_normalized_score(run.game, score),
+                # the game family's normalised score: HNS (Atari) or the MinAtar score
+                "hns": normalized_score(run.game, score),
+                "normalization": normalization_name(run.game),
                 "episodes": run.evaluation.get("episodes"),
                 "max_frames": run.evaluation.get("max_frames"),
                 "protocol": protocol.label if protocol is not None else None,
@@ -380,9 +384,10 @@ def _per_game_rows(
                 "unfinished": int((~of_game["finished"]).sum()),
                 "score": float(scores.mean()),
                 "score_std": float(scores.std(ddof=0)),
-                "hns": human_normalized_score(game, float(scores.mean())),
+                "hns": normalized_score(game, float(scores.mean())),
+                "normalization": normalization_name(game),
                 "paper_score": paper_score,
-                "paper_hns": human_normalized_score(game, paper_score),
+                "paper_hns": normalized_score(game, paper_score),
                 **stamp,
                 "code": _codes(of_game),
             }
@@ -402,6 +407,12 @@ def _aggregate_rows(
 ) -> list[dict[str, Any]]:
     """One row per aggregate metric of a method: its value with a stratified bootstrap CI over
     runs (none with one run per game), the paper's over the same games and as printed."""
+    families = sorted({normalization_name(game) for game in games})
+    if len(families) > 1:
+        raise ValueError(
+            f"{method}: its games mix normalisations ({', '.join(families)}); report Atari and "
+            "MinAtar runs separately"
+        )
     matrix = _hns_matrix(runs, games)
     if matrix.shape[0] > 1:
         with warnings.catch_warnings():

@@ -360,11 +360,15 @@ def _report(args: argparse.Namespace) -> int:
         args.runs, csv=args.csv, reps=args.reps, allow_unfinished=args.allow_unfinished
     )
     with pd.option_context("display.width", 160, "display.max_columns", 20):
-        print("Per game (mean raw score over runs, HNS; paper's column for the same config)")
+        normalizations = ", ".join(sorted(set(per_game.get("normalization", ["HNS"]))))
+        print(
+            f"Per game (mean raw score over runs, normalised: {normalizations} in the hns column; "
+            "paper's column for the same config)"
+        )
         shown = per_game.drop(columns=["code"])
         print(shown.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
         print()
-        print("Aggregates (HNS; 95% stratified bootstrap CIs over runs)")
+        print(f"Aggregates ({normalizations}; 95% stratified bootstrap CIs over runs)")
         print(format_aggregates(aggregates).to_string(index=False))
     for method, reason in columns_explained(args.runs).items():
         print(f"\npaper column of {method}: {reason}")

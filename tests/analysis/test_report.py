@@ -286,3 +286,27 @@ def test_notebook_explorer_and_report_agree_on_the_paper_column(tmp_path, capsys
     out = capsys.readouterr().out
     assert "paper column of demo: SGI-M/S (SGI pretraining (S+G+I) of a Nature CNN" in out
     assert " None " not in out.split("Aggregates")[0]
+
+
+def test_minatar_runs_are_reported_with_the_minatar_score_and_say_so(tmp_path, capsys):
+    """A MinAtar run's normalised score is (score - random) / (reference - random) (the MinAtar
+    score, `metrics.minatar`), named in a normalization column and the CLI's headings; Atari
+    and MinAtar games are never aggregated together."""
+    from sgi_lab.metrics import minatar_random_score, minatar_reference_score
+
+    runs = [
+        fake_run(tmp_path / f"b{s}", "minatar/breakout", s, [5.0 + s], params="minatar_reduced_lr")
+        for s in (0, 1)
+    ]
+    per_game, aggregates = report(runs, reps=50)
+    (row,) = per_game.to_dict("records")
+    game = "minatar/breakout"
+    random, reference = minatar_random_score(game), minatar_reference_score(game)
+    assert row["normalization"] == "MinAtar score"
+    assert row["hns"] == pytest.approx((5.5 - random) / (reference - random))
+    assert main(["report", *map(str, runs), "--reps", "50"]) == 0
+    out = capsys.readouterr().out
+    assert "MinAtar score in the hns column" in out and "Aggregates (MinAtar score;" in out
+    pong = fake_run(tmp_path / "p", "Pong", 0, [-15.0], params="minatar_reduced_lr")
+    with pytest.raises(ValueError, match="mix normalisations"):
+        report([*runs, pong], reps=50)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -482,8 +483,17 @@ def test_notebook_runs_and_renders_in_jupyterlab(name, lab, chromium, pong_store
         assert not undrawn, f"{name}: {undrawn} plotly outputs are not drawn"
         empty = [i for i, data in enumerate(figures) if data == '{"traces":[],"notes":[]}']
         assert not empty, f"{name}: figures {empty} show nothing and say nothing"
-        if name in INTERACTIVE or name in ("pretrain", "finetune"):  # explorers, live curves
+        if name in INTERACTIVE:  # explorers
             assert page.locator(".jp-Notebook .jupyter-widgets").count() > 0, "no widget drawn"
+        if name in ("pretrain", "finetune"):
+            # Live curves are a FigureWidget while training, replaced by the static figure when
+            # the cell ends (so the notebook file keeps them); the line above them says where
+            # training ended, never a progress bar stuck at 0%.
+            # textContent: cells scrolled out of view are not rendered, and have no innerText
+            outputs = page.locator(".jp-Notebook .jp-OutputArea-output").all_text_contents()
+            text = "\n".join(outputs)
+            assert re.search(r": finished (earlier )?at step [\d,]+", text), f"{name}: no end line"
+            assert "0%|" not in text, f"{name}: a stale progress bar"
         if name in RUN_HEADERS:
             _check_run_header(page, name)
         if name in INTERACTIONS:
