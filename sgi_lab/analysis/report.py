@@ -251,7 +251,10 @@ def columns_explained(run_dirs: Sequence[str | Path]) -> dict[str, str]:
     for run_dir in run_dirs:
         run = read_run(run_dir)
         if run.evaluation and run.label not in out:
-            out[run.label] = str(run.paper_column)
+            atari = run.game is None or normalization_name(run.game) == "HNS"
+            out[run.label] = (
+                str(run.paper_column) if atari else "none (the paper reports Atari only)"
+            )
     return out
 
 
@@ -319,7 +322,10 @@ def report(
     for method, group in runs.groupby("method", sort=False):
         config = group["paper_config"].iloc[0]
         games = list(dict.fromkeys(group.sort_values("game")["game"]))
-        paper = _paper_per_game(config)
+        # The paper reports Atari games only: MinAtar runs have no paper column to stand beside.
+        atari = all(normalization_name(game) == "HNS" for game in games)
+        paper = _paper_per_game(config) if atari else None
+        config = config if atari else None
         stamp = _protocol_stamp(group)
         per_game_rows += _per_game_rows(method, config, group, games, paper, stamp)
         aggregate_rows += _aggregate_rows(method, config, group, games, paper, stamp, reps, seed)

@@ -295,7 +295,7 @@ def test_minatar_runs_are_reported_with_the_minatar_score_and_say_so(tmp_path, c
     from sgi_lab.metrics import minatar_random_score, minatar_reference_score
 
     runs = [
-        fake_run(tmp_path / f"b{s}", "minatar/breakout", s, [5.0 + s], params="minatar_reduced_lr")
+        fake_run(tmp_path / f"b{s}", "minatar/breakout", s, [5.0 + s], params="reduced_lr")
         for s in (0, 1)
     ]
     per_game, aggregates = report(runs, reps=50)
@@ -307,6 +307,7 @@ def test_minatar_runs_are_reported_with_the_minatar_score_and_say_so(tmp_path, c
     assert main(["report", *map(str, runs), "--reps", "50"]) == 0
     out = capsys.readouterr().out
     assert "MinAtar score in the hns column" in out and "Aggregates (MinAtar score;" in out
-    pong = fake_run(tmp_path / "p", "Pong", 0, [-15.0], params="minatar_reduced_lr")
+    assert "the paper reports Atari only" in out and per_game["paper_score"].isna().all()
+    pong = fake_run(tmp_path / "p", "Pong", 0, [-15.0], params="reduced_lr")
     with pytest.raises(ValueError, match="mix normalisations"):
         report([*runs, pong], reps=50)
