@@ -162,9 +162,15 @@ def resolve_parameters(
     if resolved:
         unknown = sorted((set(from_file) | set(parameters or {})) - set(resolved))
         if unknown:
+            hints = [
+                f"{key} -> {close[0]}"
+                for key in unknown
+                if (close := close_names(key, list(resolved)))
+            ]
+            hint = f"; did you mean {', '.join(hints)}?" if hints else ""
             raise ConfigError(
-                f"unknown notebook parameter(s) {unknown} for {Path(notebook).name}; "
-                f"its parameters cell defines: {sorted(resolved)}"
+                f"unknown notebook parameter(s) {unknown} for {Path(notebook).name}{hint} "
+                f"(its parameters cell defines: {sorted(resolved)})"
             )
         for key, value in {**from_file, **(parameters or {})}.items():
             _check_parameter_type(key, value, resolved[key], Path(notebook).name)

@@ -209,10 +209,12 @@ def sweep(
     stem = Path(params_file).stem if params_file else "default"
     name = name or f"{nb_path.stem}__{stem}"
     root = Path(out_root) if out_root else Path("outputs/sweeps") / name
-    root.mkdir(parents=True, exist_ok=True)
     points = grid_points(grid)
     file = None if params_file is None else str(params_file)
     calls = _point_calls(nb_path, file, grid, points, parameters, root, overwrite)
+    for point in points:  # every point's parameters checked before anything is created
+        resolve_parameters(file, {**(parameters or {}), **point}, nb_path)
+    root.mkdir(parents=True, exist_ok=True)
     ray = _ray_executor() if executor == "ray" else None
     summary: dict[str, Any] = {
         "name": name,

@@ -261,3 +261,12 @@ def test_help_keeps_the_examples_line_breaks(capsys):
         "--data outputs/data/pong_random \\\n        --out outputs/runs/pretrain__sgi_m__Pong"
         in out
     )
+
+
+def test_a_sweep_with_a_bad_grid_key_creates_nothing(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    argv = ["sweep", "pretrain", "-f", "params/notebooks/pretrain_smoke.yaml"]
+    assert main([*argv, "--grid", "sede=1,2", "--sweep-dir", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown notebook parameter(s) ['sede']" in err and "did you mean sede -> seed" in err
+    assert not out.exists()
