@@ -13,6 +13,7 @@ folders get a "did you mean".
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -173,8 +174,35 @@ def run_progress(folder: str | os.PathLike, now: float | None = None) -> dict[st
         # A lifecycle run that says running and got here holds its lock: alive, however silent.
         "alive": state == "running" and bool(status.get("kind")),
         "metrics": {k: metrics[k] for k in SHOWN_METRICS if k in metrics},
+        "evaluation": _evaluation(folder) if state == "finished" else None,
         "error": status.get("error") or why or message,
     }
+
+
+def _evaluation(folder: Path) -> dict[str, Any] | None:
+    """A finished finetuning run's score from its eval.json: ``mean``, ``episodes``, the
+    normalised score and its name (HNS, or the MinAtar score); None without a readable one."""
+    try:
+        evaluation = json.loads((folder / "eval.json").read_text())
+        mean = float(evaluation["mean"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    normalized = evaluation.get("normalized_score", evaluation.get("hns"))
+    return {
+        "mean": mean,
+        "episodes": evaluation.get("episodes"),
+        "normalized": normalized if isinstance(normalized, (int, float)) else None,
+        "normalization": str(evaluation.get("normalization") or "HNS"),
+    }
+
+
+def _evaluation_text(evaluation: dict[str, Any]) -> str:
+    """``"eval 12.5 over 100 episodes, HNS 0.412"``."""
+    episodes = evaluation["episodes"]
+    text = f"eval {evaluation['mean']:.4g}" + (f" over {episodes} episodes" if episodes else "")
+    if evaluation["normalized"] is not None:
+        text += f", {evaluation['normalization']} {evaluation['normalized']:.3f}"
+    return text
 
 
 def _updated(folder: Path, status: dict[str, Any]) -> float:
@@ -222,6 +250,10 @@ def status_table(progress: list[dict[str, Any]], root: str | os.PathLike | None 
         state = p["state"] + (silent if p["stale"] else "")
         short = {k.split("/", 1)[-1]: v for k, v in p["metrics"].items()}
         metrics = ", ".join(f"{k} {v:.4g}" for k, v in short.items())
+        if p.get("evaluation"):
+            metrics = "; ".join(
+                [_evaluation_text(p["evaluation"]), *([metrics] if metrics else [])]
+            )
         if p["error"]:
             lines_of = str(p["error"]).splitlines() or [""]
             metrics = f"{'error' if p['state'] == 'failed' else 'note'}: {lines_of[0][:80]}"

@@ -210,3 +210,40 @@ def test_one_bad_status_is_named_and_the_others_listed(runs, capsys):
     assert "Traceback" not in captured.out + captured.err
     assert "runs/odd" in captured.out and "runs/bad" in captured.out
     assert "pretrain__sgi_m" in captured.out
+
+
+def test_a_finished_finetuning_run_shows_its_evaluation_score(tmp_path, capsys):
+    """`sgi-lab status` gives a finished run's score from its eval.json (mean, episodes, the
+    normalised score under its name); a run without a readable eval.json shows none."""
+    root = tmp_path / "outputs"
+    done = _run(root / "ft" / "Pong__s0", "finished", 100, 100, [{"step": 100}], kind="finetune")
+    (done / "model.pt").write_bytes(b"final model")
+    evaluation = {"mean": -12.5, "episodes": 100, "hns": 0.2166, "normalization": "HNS"}
+    (done / "eval.json").write_text(json.dumps(evaluation))
+    grid = _run(root / "ft" / "breakout", "finished", 100, 100, [{"step": 100}], kind="finetune")
+    (grid / "model.pt").write_bytes(b"final model")
+    minatar = {
+        "mean": 5.5,
+        "episodes": 10,
+        "normalized_score": 0.5305,
+        "normalization": "MinAtar score",
+    }
+    (grid / "eval.json").write_text(json.dumps(minatar))
+    torn = _run(
+        root / "ft" / "Seaquest__s0", "finished", 100, 100, [{"step": 100}], kind="finetune"
+    )
+    (torn / "model.pt").write_bytes(b"final model")
+    (torn / "eval.json").write_text('{"mean": ')
+    assert status.run_progress(done)["evaluation"] == {
+        "mean": -12.5,
+        "episodes": 100,
+        "normalized": 0.2166,
+        "normalization": "HNS",
+    }
+    assert status.run_progress(torn)["evaluation"] is None
+    assert main(["status", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "eval -12.5 over 100 episodes, HNS 0.217" in out
+    assert "eval 5.5 over 10 episodes, MinAtar score 0.530" in out
+    seaquest = next(line for line in out.splitlines() if "Seaquest" in line)
+    assert "eval" not in seaquest
