@@ -16,9 +16,10 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from test_probes import synthetic_store
 
 from sgi_lab.analysis.probe_study import objective_summary, probe_frame
-from sgi_lab.data import TransitionStore, TransitionStoreWriter
+from sgi_lab.data import TransitionStoreWriter
 from sgi_lab.launch.cli import main
 from sgi_lab.probes.results import read_probes
 
@@ -71,30 +72,16 @@ def test_two_processes_writing_one_probes_file_keep_every_entry(tmp_path):
 def small_store(
     path, episodes: int = 8, length: int = 30, game: str = "Pong", seed: int = 0, actions: int = 6
 ):
-    """A store whose frames draw Pong's ball_x (RAM byte 49) as a bright block."""
-    rng = np.random.default_rng(seed)
-    n = episodes * length
-    values = rng.integers(0, 8, n)
-    frames = np.zeros((n, 84, 84), np.uint8)
-    for t, v in enumerate(values):
-        frames[t, 30:40, 10 * v : 10 * v + 8] = 200
-    frames[:, 80:84, 0:20] = rng.integers(0, 255, (n, 4, 20))
-    rams = np.zeros((n, 128), np.uint8)
-    rams[:, 49] = values
-    writer = TransitionStoreWriter.create(
-        path, game=game, source="random", num_actions=actions, chunk_size=100, ram=True
+    """test_probes' synthetic store (frames drawing Pong's ball_x, RAM holding it), smaller."""
+    return synthetic_store(
+        path,
+        episodes=episodes,
+        length=length,
+        game=game,
+        seed=seed,
+        num_actions=actions,
+        random_actions=True,
     )
-    first = np.zeros(n, np.uint8)
-    first[::length] = 1
-    writer.append_many(
-        frame=frames,
-        action=rng.integers(0, actions, n).astype(np.int32),  # the game's actions, as played
-        reward=(values == 7).astype(np.float32),
-        terminal=np.roll(first, -1),
-        first=first,
-        ram=rams,
-    )
-    return TransitionStore(writer.close())
 
 
 def pretrain(store, out, *extra) -> None:

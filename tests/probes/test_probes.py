@@ -50,6 +50,8 @@ def synthetic_store(
     game: str = "Pong",
     ram: bool = True,
     seed: int = 0,
+    num_actions: int | None = None,
+    random_actions: bool = False,
 ):
     """A store whose frames draw Pong's ball_x: a bright block at column 10 * value (value in
     0..7), plus noise in a corner so no two states are alike. ``shuffle`` permutes the RAM over
@@ -71,7 +73,7 @@ def synthetic_store(
         path,
         game=game,
         source=source,
-        num_actions=18 if game == "Alien" else 6,
+        num_actions=num_actions or (18 if game == "Alien" else 6),
         chunk_size=300,
         ram=ram,
     )
@@ -80,7 +82,10 @@ def synthetic_store(
     terminal = np.roll(first, -1)
     writer.append_many(
         frame=frames,
-        action=(values // 2).astype(np.int32),
+        # the policy that reads the frame, or uniform over the game's actions (as played)
+        action=(
+            rng.integers(0, writer.manifest.num_actions, n) if random_actions else values // 2
+        ).astype(np.int32),
         reward=(values == 7).astype(np.float32),
         terminal=terminal,
         first=first,
