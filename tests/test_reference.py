@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
-import math
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -58,33 +57,24 @@ def load(name: str, kind: str) -> dict[str, np.ndarray]:
     return unpacked(dict(np.load(FIXTURES / f"{name}.{kind}.npz", allow_pickle=False)))
 
 
-def unpacked(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The per-tensor arrays of a fixture written packed (benchmarks/reference/npz_pack.py: each
-    ``<prefix>/<name>`` array of one dtype concatenated into ``packed/<prefix>/<dtype>/data``,
-    with its names, ranks and shapes beside it), key for key; older fixtures pass through."""
-    out = {k: v for k, v in arrays.items() if not k.startswith("packed/")}
-    for key in [k for k in arrays if k.startswith("packed/") and k.endswith("/names")]:
-        group = key[: -len("/names")]
-        prefix = group.split("/")[1]
-        dims = iter(arrays[f"{group}/shape"].tolist())
-        data, offset = arrays[f"{group}/data"], 0
-        for name, ndim in zip(arrays[key].tolist(), arrays[f"{group}/ndim"].tolist(), strict=True):
-            shape = tuple(next(dims) for _ in range(ndim))
-            size = math.prod(shape)
-            out[f"{prefix}/{name}"] = data[offset : offset + size].reshape(shape).copy()
-            offset += size
-        assert offset == data.size, f"{group}: {data.size - offset} packed values left over"
-    return out
+def _load_npz_pack():
+    """benchmarks/reference/npz_pack.py, the generators' writer and reader of packed fixtures
+    (a script beside the generators, which run in the reference's venv too: not a package)."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "reference" / "npz_pack.py"
+    spec = importlib.util.spec_from_file_location("npz_pack", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+npz_pack = _load_npz_pack()
+unpacked = npz_pack.unpacked  # fixtures are read through the writer's own inverse
 
 
 def test_packed_fixtures_unpack_key_for_key():
-    """The generators' writer (benchmarks/reference/npz_pack.py) and this file's reader agree:
-    every array comes back under its key, with its dtype, shape and bits; newer files are
-    packed, and each of their per-tensor arrays is found."""
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "reference" / "npz_pack.py"
-    spec = importlib.util.spec_from_file_location("npz_pack", path)
-    npz_pack = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(npz_pack)
+    """npz_pack's packed and unpacked are inverses: every array comes back under its key, with
+    its dtype, shape and bits; newer files are packed, and each of their per-tensor arrays is
+    found."""
     arrays = {
         "grad/a.weight": np.arange(6, dtype=np.float32).reshape(2, 3) - 2.5,
         "grad/b.bias": np.array(np.float32(0.1)),  # 0-d
