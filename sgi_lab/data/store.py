@@ -47,12 +47,11 @@ class TransitionStore:
         manifest_path = self.path / MANIFEST
         if not self.path.is_dir():
             partial = self.path.with_name(self.path.name + PARTIAL_SUFFIX)
-            hint = f" (an unfinished store is at {partial}: resume it)" if partial.exists() else ""
-            raise StoreError(
-                (did_you_mean(self.path, "store") + hint)
-                if not hint
-                else f"{self.path}: no such store{hint}"
-            )
+            if partial.exists():
+                raise StoreError(
+                    f"{self.path}: no such store (an unfinished store is at {partial}: resume it)"
+                )
+            raise StoreError(did_you_mean(self.path, "store"))
         if not manifest_path.exists():
             raise StoreError(f"{manifest_path}: manifest is missing")
         try:
