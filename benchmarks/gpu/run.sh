@@ -23,6 +23,10 @@
 #   pretrain     the pretraining step (CUDA graph, and eager for comparison): samples/s
 #   curve        the pretraining budget curve alone (a Random Pong store with RAM, SGI and
 #                SPR-only at batch 256, probed at least 5 times on other episodes)
+#   minatar      the MinAtar track's finetuning population on the GPU (issue 33 item 9): 16 agents
+#                (Breakout and Asterix, 8 seeds each, SGI-None) for ~100 s, then agent steps/s
+#                and the projection of the study's finetuning; call it right after `slot`,
+#                while the machine is warm (~140 s)
 #   sampling     the pretraining sampler on this machine's CPUs: batches/s at batch 256
 #   vector_env   ale-py's C++ AtariVectorEnv against our EnvPool: same frames, env-steps/s
 #   memory       a population's GPU memory per agent; the largest that fits 80 GB
@@ -45,6 +49,8 @@ out=${OUT:-/tmp/out}; mkdir -p "$out"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 python3 -V
 if [ "$rehearsal" = 1 ]; then
+  # the image's Python here: what it lacks (plotly, papermill, ...) cannot be imported
+  export PYTHONPATH=$PWD/benchmarks/gpu/image_site:$PYTHONPATH
   device=cpu; agents="1 2"; steps=2; rows=200; workers=1; stop=${SGI_REHEARSAL_STOP:-15}
   games=Pong,Breakout; bench=${SGI_REHEARSAL_ROOT:-/tmp/sgi-rehearsal}/benchmark26
   loop=(--set steps=300 --set learning_starts=100 --set batch_size=4 --set eval_episodes=2
@@ -55,6 +61,9 @@ else
   # is used from the tree (PYTHONPATH), so no build backend is needed there.
   python3 -m pip install --quiet --no-index --find-links .gpu-wheels gymnasium ale-py rliable \
     || echo "gymnasium/ale-py/rliable not installed: envs, benchmark26 and its report will fail"
+  # plotly alone, without its needs' versions checked (narwhals is in the image)
+  python3 -m pip install --quiet --no-index --no-deps --find-links .gpu-wheels plotly \
+    || echo "plotly not installed: every sgi-lab command will fail"
   device=cuda; agents="1 4 26"; steps=20; rows=2000; workers=15; stop=510
   games=$(python3 -c "from sgi_lab.envs.games import ATARI_100K_GAMES as g; print(','.join(g))")
   bench=/root/benchmark26
@@ -177,9 +186,45 @@ curve() {
 rows = [json.loads(l) for l in open(sys.argv[1]) if "probe/f1" in l]
 print("  step  probe/f1  agent_loc  samples/s")
 for r in rows:
-    print(f"{r['step']:6d}  {r['probe/f1']:.3f}     {r.get('probe/f1_agent_localization', float('nan')):.3f}      {r.get('charts/samples_per_s', float('nan')):.0f}")
+    step, f1 = r["step"], r["probe/f1"]
+    loc = r.get("probe/f1_agent_localization", float("nan"))
+    sps = r.get("charts/samples_per_s", float("nan"))
+    print(f"{step:6d}  {f1:.3f}     {loc:.3f}      {sps:.0f}")
 ' "$out/curve_${objective}_metrics.jsonl" 2>/dev/null
   done
+}
+minatar() {
+  # A MinAtar population (games of equal channel counts share one input shape) on the device:
+  # its agent steps/s and updates/s, read from each agent's metrics after a clean stop.
+  local cap=${1:-100} root=/tmp/sgi-minatar seeds=0,1,2,3,4,5,6,7 extra=()
+  if [ "$rehearsal" = 1 ]; then
+    root=${SGI_REHEARSAL_ROOT:-/tmp/sgi-rehearsal}/minatar; seeds=0
+    extra=(--set learning_starts=100 --set batch_size=4 --set log_every=50)
+  else
+    python3 -m pip install --quiet --no-index --no-deps --find-links .gpu-wheels minatar \
+      || echo "minatar not installed: the minatar job will fail"
+  fi
+  timeout -k 20 $((cap + 60)) python3 -c 'import sys; from sgi_lab.launch.cli import main; sys.exit(main())' \
+    finetune --params params/finetune/minatar_none.yaml --game minatar/breakout,minatar/asterix \
+    --seed "$seeds" --set device="$device" --set checkpoint_every=1000000 "${extra[@]}" \
+    --out "$root" --overwrite --no-progress --stop-after "$cap" > "$out/minatar.log" 2>&1
+  echo "minatar: finetune exit $? (75: stopped cleanly at --stop-after)"
+  tail -15 "$out/minatar.log"
+  python3 - "$root" "$out/minatar.json" <<'PY'
+import json, sys
+from pathlib import Path
+rows = {}
+for metrics in sorted(Path(sys.argv[1]).rglob("metrics.jsonl")):
+    last = [json.loads(l) for l in metrics.open() if "charts/sps" in l]
+    if last:
+        rows[str(metrics.parent.relative_to(sys.argv[1]))] = {k: last[-1][k] for k in ("step", "charts/sps", "charts/ups")}
+json.dump(rows, open(sys.argv[2], "w"), indent=1)
+sps = sorted(r["charts/sps"] for r in rows.values())
+if sps:
+    per_agent = sps[len(sps) // 2]
+    print(f"minatar: {len(rows)} agents, median agent steps/s {per_agent:.1f}; a 100k-step agent "
+          f"{100_000 / per_agent / 60:.1f} min in a population of {len(rows)}")
+PY
 }
 slot() {
   # Caps for one 540 s device command (start-up and the wheel install come first); a
@@ -193,6 +238,7 @@ slot() {
 }
 
 case "$what" in
+  minatar) minatar "${2:-100}" ;;
   first)
     # Caps for the GPU machine's 10-minute command; a rehearsal on 2 cores gets 3x as long.
     k=1; [ "$rehearsal" = 1 ] && k=3

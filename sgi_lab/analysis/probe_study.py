@@ -25,7 +25,6 @@ from sgi_lab.probes.atariari import CATEGORIES
 from sgi_lab.probes.probe import PROBES_FILE
 from sgi_lab.probes.results import read_probes
 from sgi_lab.runs.status import read_status, run_folders
-from sgi_lab.viz.probes import probe_bars
 
 __all__ = [
     "PAPER_CONFIGS",
@@ -252,6 +251,10 @@ def write_probe_report(graph: Any) -> Path:
     atomic_write_text(out / "results.csv", frame.to_csv(index=False))
     atomic_write_text(out / "results.aggregates.csv", summary.to_csv(index=False))
     atomic_write_text(out / "results.md", results_markdown(frame, summary))
+    # lazy: plotly draws only here; `sgi-lab`'s parser imports this module through
+    # `sgi_lab.experiments` on machines that may lack plotly (the GPU image trains without it)
+    from sgi_lab.viz.probes import probe_bars
+
     correlation = paper_rank_correlation(summary)
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",

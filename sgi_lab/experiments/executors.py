@@ -15,6 +15,7 @@ from concurrent.futures import wait as wait_futures
 from pathlib import Path
 from typing import Any
 
+from sgi_lab.base.driver import DRIVER_PID_ENV, die_with_driver  # noqa: F401  (re-exported)
 from sgi_lab.base.files import LOCK_WAIT_ENV
 from sgi_lab.base.threads import thread_environment
 from sgi_lab.experiments.graph import (
@@ -43,29 +44,6 @@ def _task_env(threads: int, memory_share: float = 1.0) -> dict[str, str]:
     # tasks sharing a machine must not each size their populations to all of it.
     env[MEMORY_SHARE_ENV] = f"{min(max(memory_share, 0.01), 1.0):.4g}"
     return env
-
-
-DRIVER_PID_ENV = "SGI_LAB_DRIVER_PID"
-
-
-def die_with_driver() -> None:
-    """In a task process the experiment driver started (``SGI_LAB_DRIVER_PID`` set): receive
-    SIGTERM when the driver dies, however it dies (Linux ``PR_SET_PDEATHSIG``; a finetuning or
-    pretraining task then checkpoints and stops), and end at once if it is already gone.
-    Elsewhere nothing happens."""
-    driver = os.environ.pop(DRIVER_PID_ENV, None)  # not for this process's own children
-    if not driver or not sys.platform.startswith("linux"):
-        return
-    import ctypes
-    import signal
-
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    if str(os.getppid()) != driver:
-        os.kill(os.getpid(), signal.SIGTERM)  # the driver died before the signal was armed
 
 
 _LIVE: set[subprocess.Popen] = set()

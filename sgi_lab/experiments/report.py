@@ -15,7 +15,6 @@ from sgi_lab.experiments.spec import (
     STATE_FILE,
 )
 from sgi_lab.runs.status import read_status
-from sgi_lab.viz import interval_plot, per_game_hns_figure
 
 # -- the report ---------------------------------------------------------------------------------
 
@@ -40,6 +39,10 @@ def write_report(graph: Graph, reps: int = 2000) -> Path:
     import html
 
     import pandas as pd
+
+    # lazy: plotly draws only here; `sgi-lab`'s parser imports this package on a machine that
+    # may lack plotly (the GPU image trains without it)
+    from sgi_lab.viz import interval_plot, per_game_hns_figure
 
     out = graph.out
     if not any(t.kind == "finetune" for t in graph.tasks):  # a probe study

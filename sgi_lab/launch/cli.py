@@ -545,7 +545,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     # lazy: the CLI starts without torch; a command loads what it runs
-    from sgi_lab.experiments import die_with_driver
+    from sgi_lab.base.driver import die_with_driver
 
     die_with_driver()  # a task of an experiment ends with its driver
     args = build_parser().parse_args(argv)
