@@ -27,6 +27,9 @@
 #                (Breakout and Asterix, 8 seeds each, SGI-None) for ~100 s, then agent steps/s
 #                and the projection of the study's finetuning; call it right after `slot`,
 #                while the machine is warm (~140 s)
+#   recheck      after a slot's failures are fixed on the CPU: whether autocast reaches inside vmap,
+#                the CUDA tests with their tracebacks, the Nature population phases (<= 90 s)
+#                and the MinAtar population (<= 90 s); ~5 minutes with the start
 #   sampling     the pretraining sampler on this machine's CPUs: batches/s at batch 256
 #   vector_env   ale-py's C++ AtariVectorEnv against our EnvPool: same frames, env-steps/s
 #   memory       a population's GPU memory per agent; the largest that fits 80 GB
@@ -226,6 +229,39 @@ if sps:
           f"{100_000 / per_agent / 60:.1f} min in a population of {len(rows)}")
 PY
 }
+recheck() {
+  python3 - <<'PY' 2>&1 | tee "$out/autocast.txt"
+import torch
+import torch.nn.functional as F
+from torch.func import vmap
+from sgi_lab.runtime.device import autocast_reaches_vmap
+dev = "cuda"
+print("torch", torch.__version__, "autocast_reaches_vmap(cuda):", autocast_reaches_vmap(dev))
+x, w, b = (torch.ones(2, 1, 1, 2, 2, device=dev), torch.ones(2, 1, 1, 1, 1, device=dev),
+           torch.zeros(2, 1, device=dev))
+def inside(x, w, b):
+    with torch.autocast(dev, dtype=torch.bfloat16):
+        return F.conv2d(x, w, b)
+for name, fn, args in (("conv, autocast inside vmap", vmap(inside), (x, w, b)),
+                       ("conv, autocast outside", vmap(F.conv2d), (x, w, b)),
+                       ("linear, autocast outside", vmap(F.linear),
+                        (torch.ones(2, 3, 4, device=dev), torch.ones(2, 5, 4, device=dev),
+                         torch.zeros(2, 5, device=dev)))):
+    try:
+        with torch.autocast(dev, dtype=torch.bfloat16):
+            print(name, "->", fn(*args).dtype)
+    except Exception as error:
+        print(name, "-> error:", error)
+PY
+  timeout 150 python3 -m pytest -q tests/runtime/test_cuda.py tests/runtime/test_graphs.py \
+    -p no:cacheprovider --tb=short > "$out/checks_full.txt" 2>&1
+  grep -E '^(FAILED|E  )|passed|failed' "$out/checks_full.txt" | head -40
+  timeout 90 python3 benchmarks/population_phases.py --device "$device" --agents 26 \
+    --encoders nature --batching vmap --envs --env-workers "$workers" --steps "$steps" \
+    --rows "$rows" --params params/finetune/sgi_none.yaml --json "$out/population26_nature.json" \
+    2>&1 | tail -12
+  minatar 90
+}
 slot() {
   # Caps for one 540 s device command (start-up and the wheel install come first); a
   # rehearsal on 2 cores gets 3x as long. Each part writes its files as soon as it has them.
@@ -239,6 +275,7 @@ slot() {
 
 case "$what" in
   minatar) minatar "${2:-100}" ;;
+  recheck) recheck ;;
   first)
     # Caps for the GPU machine's 10-minute command; a rehearsal on 2 cores gets 3x as long.
     k=1; [ "$rehearsal" = 1 ] && k=3

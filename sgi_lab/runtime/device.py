@@ -67,6 +67,28 @@ def autocast(
 
 
 @functools.cache
+def autocast_reaches_vmap(device_type: str) -> bool:
+    """Whether bf16 autocast casts a convolution inside ``torch.func.vmap`` on this device type.
+
+    It does not on a CPU (autocast stops at vmap), and on CUDA it did not either with torch
+    2.11 on an H100 (2026-11-26: a population's vmap'd acting and update failed with "Input type
+    (BFloat16) and bias type (float) should be the same"), although torch's own tests of 2021
+    found matmuls cast there. So it is asked, once per process and device type, of a 1x1
+    convolution of two agents: a vmap'd computation runs bf16 only where the answer is yes, and
+    fp32 otherwise (never bf16 inputs against fp32 weights).
+    """
+    x = torch.ones(2, 1, 1, 2, 2, device=device_type)
+    w = torch.ones(2, 1, 1, 1, 1, device=device_type)
+    b = torch.zeros(2, 1, device=device_type)
+    try:
+        with torch.autocast(device_type, dtype=torch.bfloat16):
+            out = torch.func.vmap(torch.nn.functional.conv2d)(x, w, b)
+    except RuntimeError:
+        return False
+    return out.dtype == torch.bfloat16
+
+
+@functools.cache
 def keep_freed_memory() -> bool:
     """Let glibc malloc reuse freed memory for large blocks (process-wide; idempotent).
 
@@ -154,6 +176,7 @@ def prepare_device(device: torch.device) -> None:
 
 __all__ = [
     "autocast",
+    "autocast_reaches_vmap",
     "clip_gradients",
     "cpu_has_native_bf16",
     "keep_freed_memory",

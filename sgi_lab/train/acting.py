@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from sgi_lab.nets.encoders import prepare_pixels
+from sgi_lab.runtime.device import autocast_reaches_vmap
 from sgi_lab.runtime.graphs import GraphedCall
 from sgi_lab.train.population import Population
 
@@ -84,8 +85,10 @@ def q_values(pop: Population, obs: np.ndarray | torch.Tensor, noise: bool) -> to
     running statistics), with the noisy layers' current noise or without noise."""
     x = torch.as_tensor(obs).to(pop.device, non_blocking=True)
     n, e = x.shape[:2]
-    # bf16 only on a GPU: for one observation on a CPU the weight casts cost more than they save.
+    # bf16 only on a GPU: for one observation on a CPU the weight casts cost more than they save;
+    # and like the update, fp32 under a vmap that autocast does not reach.
     amp = pop.amp and pop.device.type == "cuda"
+    amp = amp and not (pop.vmapped and not autocast_reaches_vmap(pop.device.type))
     pop.template.eval()
     if not noise:
         pop.template.set_noise(False)

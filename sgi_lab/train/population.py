@@ -38,7 +38,12 @@ from sgi_lab.config import FinetuneConfig, to_dict
 from sgi_lab.nets import SGIModel
 from sgi_lab.nets.ema import lerp_
 from sgi_lab.nets.noisy import NoisyLinear
-from sgi_lab.runtime.device import clip_gradients, prepare_device, use_bf16
+from sgi_lab.runtime.device import (
+    autocast_reaches_vmap,
+    clip_gradients,
+    prepare_device,
+    use_bf16,
+)
 from sgi_lab.runtime.graphs import GraphedCall
 from sgi_lab.train.stacking import own_shapes, pad_to, stack_agents, tree_map, tree_stack, unpad_to
 from sgi_lab.train.transfer import LR_GROUPS, lr_group, lr_scales
@@ -232,12 +237,16 @@ class Population:
         return "vmap" if self.device.type != "cpu" and self.size > 1 else "loop"
 
     @property
+    def vmapped(self) -> bool:
+        """The agents' networks run under vmap (`batched`)."""
+        return self.size > 1 and self.batching == "vmap"
+
+    @property
     def update_amp(self) -> bool:
-        """bf16 autocast in the update: ``amp``, except when a CPU population runs under vmap,
-        where autocast is not applied (a bf16 input then meets fp32 weights), so it runs fp32."""
-        return self.amp and not (
-            self.device.type == "cpu" and self.size > 1 and self.batching == "vmap"
-        )
+        """bf16 autocast in the update: ``amp``, except under vmap where autocast does not reach
+        (`sgi_lab.runtime.device.autocast_reaches_vmap`: a CPU, and CUDA with torch 2.11): a bf16
+        input would meet fp32 weights there, so it runs fp32."""
+        return self.amp and not (self.vmapped and not autocast_reaches_vmap(self.device.type))
 
     def batched(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn`` over the agent axis: vmap, or a loop over the agents' slices (`batching`);

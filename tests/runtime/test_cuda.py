@@ -6,6 +6,7 @@ Skipped where no GPU is present (the development machine and CI); run on a GPU m
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -21,6 +22,7 @@ from sgi_lab.data.replay import PrioritizedReplay
 from sgi_lab.nets import SGIModel
 from sgi_lab.runs.checkpoints import load_checkpoint
 from sgi_lab.runs.folder import RunDir
+from sgi_lab.runtime.device import autocast_reaches_vmap
 from sgi_lab.train.acting import act, acting_q, forward_graph
 from sgi_lab.train.population import Population
 from sgi_lab.train.pretrain import load_pretrained_model, pretrain
@@ -145,10 +147,12 @@ def test_all_ssl_update_on_the_gpu():
         assert torch.isfinite(logs[key]).all().item(), key
 
 
+@pytest.mark.usefixtures("no_tf32")
 @pytest.mark.parametrize("amp", [False, True], ids=["fp32", "bf16"])
 def test_population_update_on_the_gpu_equals_separate_updates(amp):
-    """vmap'd update of 3 agents (two action counts) against populations of one, on CUDA; with
-    bf16 autocast too (which, unlike the CPU's, applies inside vmap)."""
+    """vmap'd update of 3 agents (two action counts) against populations of one, on CUDA, in
+    the precision the population runs: bf16 only where autocast reaches inside vmap
+    (`autocast_reaches_vmap`; with torch 2.11 on an H100 it did not, so fp32)."""
     from population_helpers import fake_batch, make_config
 
     configs = [
@@ -164,9 +168,11 @@ def test_population_update_on_the_gpu_equals_separate_updates(amp):
     weights = [np.ones(c.batch_size, np.float32) for c in configs]
     together = Population.build(configs, models, loaded=(), device="cuda")
     update(together, stage(together, batches, weights))
-    tol = {"rtol": 2e-2, "atol": 2e-3} if amp else {"rtol": 1e-3, "atol": 1e-4}
+    tol = {"rtol": 2e-2, "atol": 2e-3} if together.update_amp else {"rtol": 1e-3, "atol": 1e-4}
+    assert together.update_amp == (amp and autocast_reaches_vmap("cuda"))
     for i, (c, a) in enumerate(zip(configs, actions)):
         torch.manual_seed(c.seed)
+        c = dataclasses.replace(c, amp=together.update_amp)
         alone = Population.build([c], [SGIModel(**model_args_for(c, a))], (), "cuda")
         update(alone, stage(alone, [batches[i]], [weights[i]]))
         mine, theirs = together.agent_state(i), alone.agent_state(0)
