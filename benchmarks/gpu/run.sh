@@ -262,6 +262,44 @@ PY
     2>&1 | tail -12
   minatar 90
 }
+minatar_vmap_traceback() {
+  # The MinAtar population under vmap failed on CUDA (torch 2.11) with "NYI: querying
+  # is_contiguous inside of vmap ..."; the CLI prints one line, so call its handler directly for
+  # the traceback, then time the same population batched by a loop instead (<= 60 s).
+  python3 -m pip install --quiet --no-index --no-deps --find-links .gpu-wheels minatar || true
+  timeout 90 python3 - "$device" <<'PY' 2>&1 | tail -40 | tee "$out/minatar_vmap_traceback.txt"
+import sys, traceback
+from sgi_lab.launch.cli import COMMANDS, build_parser
+args = build_parser().parse_args([
+    "finetune", "--params", "params/finetune/minatar_none.yaml",
+    "--game", "minatar/breakout,minatar/asterix", "--seed", "0", "--set", f"device={sys.argv[1]}",
+    "--set", "learning_starts=100", "--set", "steps=300", "--set", "eval_episodes=2",
+    "--out", "/tmp/sgi-minatar-tb", "--overwrite", "--no-progress"])
+try:
+    COMMANDS[args.command](args)
+    print("minatar under vmap: finished")
+except Exception:
+    traceback.print_exc()
+PY
+  local root=/tmp/sgi-minatar-loop
+  timeout -k 20 120 python3 -c 'import sys; from sgi_lab.launch.cli import main; sys.exit(main())' \
+    finetune --params params/finetune/minatar_none.yaml --game minatar/breakout,minatar/asterix \
+    --seed 0,1,2,3,4,5,6,7 --set device="$device" --set population_batching=loop \
+    --set checkpoint_every=1000000 --out "$root" --overwrite --no-progress --stop-after 60 \
+    > "$out/minatar_loop.log" 2>&1
+  echo "minatar (loop): finetune exit $?"; grep -v '^INFO' "$out/minatar_loop.log" | tail -3
+  python3 - "$root" <<'PY'
+import json, sys
+from pathlib import Path
+for m in sorted(Path(sys.argv[1]).rglob("metrics.jsonl")):
+    rows = [json.loads(l) for l in m.open() if "charts/sps" in l]
+    if rows:
+        r = rows[-1]
+        print(m.parent.name, r["step"], round(r["charts/sps"], 1), round(r.get("charts/ups", 0), 1))
+PY
+  timeout 60 python3 -m pytest -q tests/runtime/test_cuda.py -k graphed_pretraining -p no:cacheprovider \
+    --tb=short 2>&1 | tail -3
+}
 slot() {
   # Caps for one 540 s device command (start-up and the wheel install come first); a
   # rehearsal on 2 cores gets 3x as long. Each part writes its files as soon as it has them.
@@ -276,6 +314,7 @@ slot() {
 case "$what" in
   minatar) minatar "${2:-100}" ;;
   recheck) recheck ;;
+  minatar_vmap_traceback) minatar_vmap_traceback ;;
   first)
     # Caps for the GPU machine's 10-minute command; a rehearsal on 2 cores gets 3x as long.
     k=1; [ "$rehearsal" = 1 ] && k=3

@@ -278,7 +278,7 @@ def test_graphed_pretraining_steps_equal_eager_steps(dot_store):
     from sgi_lab.train.pretrain_step import device_batch as _to_device
     from sgi_lab.train.pretrain_step import train_step as pretrain_step
 
-    store = TransitionStore(dot_store)
+    store = dot_store  # moving_dot_store returns the opened store
     states = []
     for graphs in (True, False):
         config = build_config(
