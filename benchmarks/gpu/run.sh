@@ -79,7 +79,8 @@ sgi() { python3 -c 'import sys; from sgi_lab.launch.cli import main; sys.exit(ma
 
 checks() {
   timeout "${1:-600}" python3 -m pytest -q tests/runtime/test_cuda.py tests/runtime/test_graphs.py \
-    -p no:cacheprovider 2>&1 | tail -25 | tee "$out/checks.txt"
+    -p no:cacheprovider --tb=short > "$out/checks.txt" 2>&1  # all of it: the tracebacks come back
+  grep -E '^(FAILED|E  )|passed|failed' "$out/checks.txt" | head -40
 }
 phases() {
   # vmap (grouped convolutions) against a loop over the agents inside the same CUDA graph;

@@ -200,7 +200,7 @@ class InvertedResidual(nn.Module):
         h = F.relu(_train_norm(self.expand_bn, self.expand(x)), inplace=True)
         h = F.relu(_train_norm(self.depthwise_bn, self._depthwise(h)), inplace=True)
         # In place: batch norm's backward needs its input, not its output.
-        return self.project_bn(self.project(h)).add_(self.shortcut(x))
+        return self.project_bn(norm_input(self.project(h))).add_(self.shortcut(x))
 
     def _folded_forward(self, x: torch.Tensor) -> torch.Tensor:
         """Eval-mode forward without gradient, each batch norm folded into the conv before it.
@@ -262,7 +262,7 @@ def _train_norm(bn: nn.BatchNorm2d, x: torch.Tensor) -> torch.Tensor:
         or (n * h * w) % k
         or not x.is_contiguous(memory_format=torch.channels_last)
     ):
-        return bn(x)
+        return bn(norm_input(x))
     wide = _wide(x, k)
     with torch.no_grad():
         # float32 scratch buffers make the kernel return float32 statistics (it would round
@@ -283,6 +283,19 @@ def _train_norm(bn: nn.BatchNorm2d, x: torch.Tensor) -> torch.Tensor:
     if torch.is_grad_enabled() and (x.requires_grad or bn.weight.requires_grad):
         return _WideNorm.apply(x, mean, var, bn.weight, bn.bias, bn.eps)
     return _wide_eval_norm(x, k, mean, var, bn.weight, bn.bias, bn.eps)
+
+
+def norm_input(x: torch.Tensor) -> torch.Tensor:
+    """``x`` for a batch norm: in the standard layout when it is a vmap wrapper on a GPU.
+
+    CUDA's batch norm asks ``is_contiguous(channels_last)`` of an input whose strides look
+    channels-last, and vmap does not implement that question: with torch 2.11 on an H100 the
+    MinAtar transition model's norm failed so inside a population's update ("NYI: querying
+    is_contiguous inside of vmap for memory_format other than torch.contiguous_format";
+    docs/results/gpu.md). A copy of a 10x10 map costs nothing beside that; elsewhere ``x``
+    itself.
+    """
+    return x.contiguous() if x.device.type != "cpu" and _under_vmap(x) else x
 
 
 def _under_vmap(x: torch.Tensor) -> bool:

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sgi_lab.nets.encoders import renormalize
+from sgi_lab.nets.encoders import norm_input, renormalize
 
 
 class TransitionModel(nn.Module):
@@ -60,7 +60,7 @@ class TransitionModel(nn.Module):
         h = F.conv2d(z, w[:, : self.channels], self.first.bias, padding=1)
         if action_map is None:
             action_map = self.action_maps(z.shape[-2], z.shape[-1])[action]
-        h = self.first_bn(F.relu(h + action_map))
+        h = self.first_bn(norm_input(F.relu(h + action_map)))
         h = F.relu(self.final(h))
         return renormalize(h)
 

@@ -364,3 +364,23 @@ def test_lerp_is_the_per_tensor_lerp(monkeypatch):
     lerp_(targets, sources, 0.25)
     torch.testing.assert_close(targets[0], torch.full((3,), 0.875))
     lerp_([], [], 0.5)
+
+
+def test_norm_input_gives_a_vmapped_gpu_tensor_the_standard_layout():
+    """CUDA's batch norm under vmap failed on channels-last-like strides (torch 2.11, H100):
+    `norm_input` copies such a per-agent tensor to the standard layout off the CPU (the meta
+    device stands in for CUDA here) and returns a CPU tensor as it is."""
+    from torch.func import vmap
+
+    from sgi_lab.nets.encoders import norm_input
+
+    def layout(x):
+        y = norm_input(x)
+        assert not x.is_contiguous() and y.is_contiguous()
+        return y
+
+    looks_channels_last = torch.empty(2, 8, 10, 10, 4, device="meta").permute(0, 1, 4, 2, 3)
+    assert vmap(layout)(looks_channels_last).shape == (2, 8, 4, 10, 10)
+    cpu = torch.randn(8, 10, 10, 4).permute(0, 3, 1, 2)
+    assert norm_input(cpu) is cpu
+    assert vmap(norm_input)(cpu[None].expand(2, -1, -1, -1, -1)).shape == (2, 8, 4, 10, 10)
