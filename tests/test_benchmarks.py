@@ -37,6 +37,33 @@ def test_gpu_scripts_parse():
         subprocess.run(["bash", "-n", str(ROOT / "benchmarks" / "gpu" / script)], check=True)
 
 
+def test_every_command_parses_and_trains_without_what_the_gpu_image_lacks():
+    """The GPU image has torch but no plotly, papermill, Jupyter or UMAP
+    (benchmarks/gpu/image_site): `sgi-lab`'s parser and the training modules import there.
+    Session 13's slot would have lost its curve to a plotly import through the parser."""
+    import os
+
+    code = (
+        "from sgi_lab.launch.cli import build_parser\n"
+        "build_parser()\n"
+        "import sgi_lab.train.pretrain, sgi_lab.train.finetune, sgi_lab.train.population\n"
+        "import sgi_lab.base.driver, sgi_lab.probes.probe\n"
+        "import sys\n"
+        "print(sorted(m for m in ('papermill', 'nbformat', 'ipywidgets', 'umap') if m in sys.modules))\n"
+    )
+    site = ROOT / "benchmarks" / "gpu" / "image_site"
+    env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{ROOT}"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
+    blocked = subprocess.run(
+        [sys.executable, "-c", "import papermill"], env=env, capture_output=True, text=True
+    )
+    assert "absent on the GPU image" in blocked.stderr  # the stand-in blocks what it should
+
+
 def rehearse(job: list[str], tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     """``SGI_REHEARSAL=1 bash benchmarks/gpu/run.sh JOB`` with this interpreter as python3."""
     import os

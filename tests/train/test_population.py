@@ -352,6 +352,29 @@ def test_auto_batching_is_a_loop_on_a_cpu_and_keeps_bf16():
     assert forced.batching == "vmap" and not forced.update_amp  # CPU autocast stops at vmap
 
 
+def test_bf16_under_vmap_only_where_autocast_reaches_it(monkeypatch):
+    """CUDA's autocast did not reach inside vmap either (torch 2.11, H100): the rule asks
+    `autocast_reaches_vmap`, whatever the device, and a loop or a single agent keeps bf16."""
+    import sgi_lab.train.population as population_module
+    from sgi_lab.runtime.device import autocast_reaches_vmap
+
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        vmapped = torch.func.vmap(torch.nn.functional.conv2d)(
+            torch.ones(2, 1, 1, 2, 2), torch.ones(2, 1, 1, 1, 1), torch.zeros(2, 1)
+        )
+    assert autocast_reaches_vmap("cpu") == (vmapped.dtype == torch.bfloat16)
+    vmap_pop = population(
+        [make_config(seed=s, population_batching="vmap") for s in range(2)], (6, 6)
+    )
+    loop_pop = population([make_config(seed=s) for s in range(2)], (6, 6))
+    for pop in (vmap_pop, loop_pop):
+        pop.amp = True  # as on CUDA
+    for reaches in (False, True):
+        monkeypatch.setattr(population_module, "autocast_reaches_vmap", lambda _t, r=reaches: r)
+        assert vmap_pop.update_amp is reaches
+        assert loop_pop.update_amp is True
+
+
 def test_channels_last_conv_weights_per_agent_slice():
     pop = population([make_config(seed=s, channels_last=True) for s in range(2)], (6, 6))
     weight = pop.online["encoder.layers.0.0.expand.weight"]
