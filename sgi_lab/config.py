@@ -222,6 +222,16 @@ class PretrainConfig(StageConfig):
         "", "store with RAM of the game, other episodes than the data, for probe_every"
     )
     probe_frames: int = F(10_000, "frames each probe_every probe uses at most", positive=True)
+    probe_readout: Literal["lstsq", "logistic"] = F(
+        "lstsq",
+        "probe_every's readout: least squares onto one-hot classes (early-stopped), or a "
+        "multinomial logistic (softmax) probe, AtariARI's (sgi_lab.probes)",
+    )
+    probe_features: Literal["renormalized", "conv", "projection"] = F(
+        "renormalized",
+        "probe_every reads the conv map after the per-sample renormalisation, before it, or "
+        "the projection y that S and I train",
+    )
     prefetch: int = F(2, "batches prepared ahead on a background thread", non_negative=True)
 
     @property
@@ -295,6 +305,11 @@ class FinetuneConfig(StageConfig):
     )
     ssl: Literal["spr", "none", "all"] = F(
         "spr", "finetuning SSL losses: S only, none, or all of SGI"
+    )
+    rl_head_hidden: Literal["shared", "separate"] = F(
+        "shared",
+        "with ssl: all, the Q head's first layers: one copy (the paper) or a second copy the RL "
+        "loss reads while goal RL trains the first (the reference; docs/paper_vs_code.md row 40)",
     )
     scheme: Literal["reduced_lr", "naive", "frozen"] = F(
         "reduced_lr", "how pretrained weights are finetuned"
