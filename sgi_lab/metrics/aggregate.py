@@ -306,22 +306,41 @@ def probability_of_improvement_with_ci(
     seed: int = 0,
     confidence: float = 0.95,
 ) -> pd.DataFrame:
-    """Probability of improvement of method X over Y, with bootstrap CIs.
+    """Probability of improvement of method X over Y, with stratified bootstrap CIs.
+
+    rliable's ``probability_of_improvement`` under its ``StratifiedIndependentBootstrap``: the
+    runs of X and those of Y are resampled independently, each within every game (games are
+    strata), ``reps`` times; the CI is the percentile interval. X always ahead of Y on every
+    game gives 1 with the CI [1, 1]; X and Y with the same scores give 0.5.
 
     Args:
-        scores: ``{method: (num_runs, num_games) array}``.
+        scores: ``{method: (num_runs, num_games) array}``; the methods of a pair share their
+            games (columns, same order), not their number of runs.
         pairs: ``(x, y)`` method pairs; defaults to every ordered pair of distinct methods.
-        reps: Bootstrap resamples (each method's runs are resampled independently per game).
+        reps: Bootstrap resamples.
         seed: Seed of the bootstrap.
         confidence: Coverage of the intervals.
 
     Returns:
         A DataFrame with columns ``x, y, value, lower, upper``.
+
+    Raises:
+        KeyError: a pair names a method not in ``scores`` (the message lists them).
+        ValueError: a pair's methods have different numbers of games.
     """
     scores = {k: _check(v) for k, v in scores.items()}
     if pairs is None:
         pairs = [(x, y) for x in scores for y in scores if x != y]
     pairs = list(pairs)
+    unknown = sorted({m for pair in pairs for m in pair if m not in scores})
+    if unknown:
+        raise KeyError(f"no scores for {unknown}; methods: {', '.join(scores)}")
+    for x, y in pairs:
+        if scores[x].shape[1] != scores[y].shape[1]:
+            raise ValueError(
+                f"{x} has {scores[x].shape[1]} games, {y} {scores[y].shape[1]}: a probability "
+                "of improvement compares the same games"
+            )
     pair_dict = {f"{x}\0{y}": (scores[x], scores[y]) for x, y in pairs}
 
     def poi(x: np.ndarray, y: np.ndarray) -> np.ndarray:

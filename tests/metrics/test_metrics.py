@@ -201,6 +201,30 @@ def test_probability_of_improvement_ci():
     assert ab + ba == pytest.approx(1.0)
 
 
+def test_probability_of_improvement_ci_of_disjoint_and_identical_methods():
+    # 3 runs x 2 games; "ahead" beats every run of "behind" on every game, in every resample.
+    behind = np.array([[0.0, 1.0], [0.2, 1.5], [0.1, 1.2]])
+    scores = {"ahead": behind + 10.0, "behind": behind, "same": behind.copy()}
+    df = probability_of_improvement_with_ci(
+        scores, pairs=[("ahead", "behind"), ("behind", "ahead"), ("same", "behind")], reps=200
+    ).set_index(["x", "y"])
+    assert df.loc[("ahead", "behind")].tolist() == [1.0, 1.0, 1.0]
+    assert df.loc[("behind", "ahead")].tolist() == [0.0, 0.0, 0.0]
+    same = df.loc[("same", "behind")]
+    # Identical scores: per game 3 wins, 3 losses and 3 ties of 9 pairs -> (3 + 1.5) / 9.
+    assert same["value"] == pytest.approx(0.5)
+    assert same["lower"] < 0.5 < same["upper"]
+
+
+def test_probability_of_improvement_ci_refuses_unknown_methods_and_other_games():
+    with pytest.raises(KeyError, match=r"no scores for \['c'\]; methods: a, b"):
+        probability_of_improvement_with_ci(SCORES, pairs=[("a", "c")], reps=10)
+    with pytest.raises(ValueError, match="a has 26 games, b 3"):
+        probability_of_improvement_with_ci(
+            {"a": SCORES["a"], "b": SCORES["b"][:, :3]}, pairs=[("a", "b")], reps=10
+        )
+
+
 # ---------------------------------------------------------------------------- the paper's tables
 
 
