@@ -15,29 +15,53 @@ category means ("across categories").
 AtariARI itself trains a softmax layer with Adam (lr 3e-4, batch 64, up to 100 epochs, early
 stopping with patience 15); on a 20k-frame Pong store of random play the two reach the same F1
 within a few points per variable, the closed form 7x faster (benchmarks/README.md, "Probe speed").
+
+Least squares onto one-hot targets can hide the middle classes of an ordered variable (a
+coordinate's score for its middle values is never the largest: "masking"), so two other readouts
+stand beside it: the ``logistic`` readout (`fit_logistic_probes`: one multinomial logistic layer
+per variable, Adam on the cross-entropy until the validation accuracy stops rising, AtariARI's
+readout) and, for coordinates, a ridge regression onto the value itself (`fit_ridge_regressions`:
+R^2 and the fraction of predictions within +-2 units).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
 __all__ = [
+    "FEATURES",
+    "READOUTS",
     "LinearProbes",
     "ProbeSettings",
+    "RidgeRegressions",
+    "TrainDesign",
     "accuracy",
     "category_averages",
     "f1_weighted",
     "fit_linear_probes",
+    "fit_logistic_probes",
+    "fit_probes",
+    "fit_ridge_regressions",
+    "train_design",
+    "within_accuracy",
+    "r_squared",
     "gram_eigenbasis",
     "symmetric_eigh",
     "gradient_descent_filter",
     "label_entropy",
     "majority_predictions",
 ]
+
+
+READOUTS = ("lstsq", "logistic")
+"""The classification readouts (`ProbeSettings.readout`)."""
+FEATURES = ("renormalized", "conv", "projection")
+"""The features a probe can read (`ProbeSettings.features`)."""
 
 
 @dataclass(frozen=True)
@@ -52,9 +76,36 @@ class ProbeSettings:
     """Validation rows that choose the stopping step at most (an even subsample)."""
     entropy_threshold: float = 0.6
     """Variables whose training labels have less entropy (nats) are left out (AtariARI)."""
+    readout: str = "lstsq"
+    """``lstsq``: least squares onto one-hot classes, early-stopped (`fit_linear_probes`);
+    ``logistic``: a multinomial logistic layer per variable (`fit_logistic_probes`)."""
+    features: str = "renormalized"
+    """What the probes read: ``renormalized`` (the conv map after the per-sample min-max
+    renormalisation, what heads and transition model see), ``conv`` (the conv map before it) or
+    ``projection`` (the projection y = p(z) that SPR and inverse dynamics train)."""
+    logistic_lr: float = 1.0e-3
+    """``logistic``: Adam's learning rate on the standardized features."""
+    logistic_batch_size: int = 256
+    """``logistic``: rows per Adam step."""
+    logistic_max_epochs: int = 100
+    """``logistic``: passes over the training rows at most."""
+    logistic_patience: int = 5
+    """``logistic``: epochs without a better validation accuracy before a variable stops."""
+    ridge_alphas: tuple[float, ...] = (1.0e-3, 1.0e-2, 1.0e-1, 1.0, 10.0, 100.0)
+    """Ridge penalties tried for the coordinate regressions (on the per-row Gram matrix of
+    standardized features, whose eigenvalues average 1); the best validation R^2 wins."""
+    within: float = 2.0
+    """The coordinate regressions' tolerance: a prediction within this many units is right."""
+
+    def __post_init__(self) -> None:
+        if self.readout not in READOUTS:
+            raise ValueError(f"readout {self.readout!r}: one of {', '.join(READOUTS)}")
+        if self.features not in FEATURES:
+            raise ValueError(f"features {self.features!r}: one of {', '.join(FEATURES)}")
 
     def to_json(self) -> dict:
-        return asdict(self)
+        # Lists, not tuples: a key read back from probes.json must compare equal.
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
     def steps(self) -> np.ndarray:
         """The stopping steps tried (float; the last is inf: the least-squares solution)."""
@@ -227,12 +278,60 @@ def gram_eigenbasis(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return eigenvalues, (x.T @ u) / torch.sqrt(n * eigenvalues)
 
 
+class TrainDesign(NamedTuple):
+    """The training features as every readout fits them: standardized, with a constant column,
+    and (for the closed forms) the eigenbasis of their Gram matrix, computed once per encoder."""
+
+    mean: torch.Tensor
+    std: torch.Tensor
+    x: torch.Tensor  # (N, D + 1)
+    eigenvalues: torch.Tensor  # (r,), of x^T x / N
+    basis: torch.Tensor  # (D + 1, r)
+
+
+def train_design(x_train: np.ndarray) -> TrainDesign:
+    """Standardize ``x_train`` (N, D) and take its Gram matrix's eigenbasis (`gram_eigenbasis`)."""
+    if len(x_train) == 0:
+        raise ValueError("train_design: the training split needs rows")
+    xt = torch.as_tensor(np.asarray(x_train, np.float32))
+    mean, std = xt.mean(0), xt.std(0).clamp_min(1e-6) if len(xt) > 1 else torch.ones(xt.shape[1])
+    x = _design(x_train, mean, std)
+    eigenvalues, basis = gram_eigenbasis(x)
+    return TrainDesign(mean, std, x, eigenvalues, basis)
+
+
+def _validation_rows(
+    x_val: np.ndarray, y_val: np.ndarray, settings: ProbeSettings
+) -> tuple[np.ndarray, np.ndarray]:
+    """At most ``settings.val_rows`` validation rows, an even subsample (they choose the stop)."""
+    x_val, y_val = np.asarray(x_val), np.asarray(y_val)
+    if len(x_val) > settings.val_rows:
+        keep = np.linspace(0, len(x_val) - 1, settings.val_rows).round().astype(int)
+        x_val, y_val = x_val[keep], y_val[keep]
+    return x_val, y_val
+
+
+def fit_probes(
+    x_train: np.ndarray,
+    y_train: np.ndarray,
+    x_val: np.ndarray,
+    y_val: np.ndarray,
+    settings: ProbeSettings = ProbeSettings(),
+    design: TrainDesign | None = None,
+) -> LinearProbes:
+    """The classifiers of ``settings.readout``: `fit_linear_probes` or `fit_logistic_probes`."""
+    if settings.readout == "logistic":
+        return fit_logistic_probes(x_train, y_train, x_val, y_val, settings, design)
+    return fit_linear_probes(x_train, y_train, x_val, y_val, settings, design)
+
+
 def fit_linear_probes(
     x_train: np.ndarray,
     y_train: np.ndarray,
     x_val: np.ndarray,
     y_val: np.ndarray,
     settings: ProbeSettings = ProbeSettings(),
+    design: TrainDesign | None = None,
 ) -> LinearProbes:
     """Train one linear classifier per label column, each stopped early on validation accuracy.
 
@@ -241,21 +340,18 @@ def fit_linear_probes(
         x_val: (M, D) features; ``y_val`` (M, V) labels (values training never saw count as
             errors).
         settings: the stopping steps tried.
+        design: `train_design` of ``x_train`` when the caller has it (else computed here).
 
     Returns:
         The probes, each variable with the weights of its best validation step.
     """
     if len(x_train) == 0 or len(x_val) == 0:
         raise ValueError("fit_linear_probes: the training and validation splits need rows")
-    xt = torch.as_tensor(np.asarray(x_train, np.float32))
-    mean, std = xt.mean(0), xt.std(0).clamp_min(1e-6) if len(xt) > 1 else torch.ones(xt.shape[1])
-    xt = _design(x_train, mean, std)
-    if len(x_val) > settings.val_rows:  # an even subsample chooses the step
-        keep = np.linspace(0, len(x_val) - 1, settings.val_rows).round().astype(int)
-        x_val, y_val = np.asarray(x_val)[keep], np.asarray(y_val)[keep]
+    design = design or train_design(x_train)
+    mean, std, xt, eigenvalues, basis = design
+    x_val, y_val = _validation_rows(x_val, y_val, settings)
     xv = _design(x_val, mean, std)
-    y_train, y_val = np.asarray(y_train), np.asarray(y_val)
-    eigenvalues, basis = gram_eigenbasis(xt)
+    y_train = np.asarray(y_train)
     xv_basis = xv @ basis
     classes, blocks, stopped = [], [], []
     filters = [(t, gradient_descent_filter(eigenvalues, t)) for t in settings.steps()]
@@ -275,3 +371,162 @@ def fit_linear_probes(
         stopped.append(best[1])
         blocks.append(basis @ (best[2][:, None] * target))
     return LinearProbes(mean, std, torch.cat(blocks, 1), classes, stopped)
+
+
+def fit_logistic_probes(
+    x_train: np.ndarray,
+    y_train: np.ndarray,
+    x_val: np.ndarray,
+    y_val: np.ndarray,
+    settings: ProbeSettings = ProbeSettings(),
+    design: TrainDesign | None = None,
+    seed: int = 0,
+) -> LinearProbes:
+    """One multinomial logistic (softmax) classifier per label column, AtariARI's readout:
+    from zero weights, Adam on the cross-entropy over minibatches of the standardized features,
+    each variable keeping the weights of the epoch with its best validation accuracy and
+    stopping after ``settings.logistic_patience`` epochs without a better one.
+
+    The variables train side by side as one layer (their columns share no weight and the loss
+    is a sum, so each trains exactly as it would alone); training ends when every variable has
+    stopped or after ``settings.logistic_max_epochs``.
+
+    Args:
+        x_train, y_train, x_val, y_val: as `fit_linear_probes`.
+        settings: the optimizer and stopping settings.
+        design: the standardized training features (`train_design`), when the caller has them.
+        seed: the minibatch order.
+
+    Returns:
+        The probes; ``steps`` holds each variable's best epoch (1-based).
+    """
+    if len(x_train) == 0 or len(x_val) == 0:
+        raise ValueError("fit_logistic_probes: the training and validation splits need rows")
+    if design is not None:
+        mean, std, xt = design.mean, design.std, design.x
+    else:
+        x0 = torch.as_tensor(np.asarray(x_train, np.float32))
+        mean = x0.mean(0)
+        std = x0.std(0).clamp_min(1e-6) if len(x0) > 1 else torch.ones(x0.shape[1])
+        xt = _design(x_train, mean, std)
+    x_val, y_val = _validation_rows(x_val, y_val, settings)
+    xv = _design(x_val, mean, std)
+    y_train = np.asarray(y_train)
+    classes = [np.unique(y_train[:, v]) for v in range(y_train.shape[1])]
+    bounds = np.cumsum([0, *(len(c) for c in classes)])
+    slices = [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    train_idx = torch.as_tensor(
+        np.stack([_class_index(y_train[:, v], c) for v, c in enumerate(classes)], 1)
+    )
+    val_idx = torch.as_tensor(
+        np.stack([_class_index(y_val[:, v], c) for v, c in enumerate(classes)], 1)
+    )
+    weight = torch.zeros(xt.shape[1], int(bounds[-1]), requires_grad=True)
+    optimizer = torch.optim.Adam([weight], lr=settings.logistic_lr)
+    generator = torch.Generator().manual_seed(seed)
+    best_acc = [-1.0] * len(classes)
+    best_epoch = [0] * len(classes)
+    best_block = [weight.detach()[:, sl].clone() for sl in slices]
+    for epoch in range(1, settings.logistic_max_epochs + 1):
+        order = torch.randperm(len(xt), generator=generator)
+        for i in range(0, len(xt), settings.logistic_batch_size):
+            rows = order[i : i + settings.logistic_batch_size]
+            logits = xt[rows] @ weight
+            loss = sum(
+                torch.nn.functional.cross_entropy(
+                    logits[:, sl], train_idx[rows, v], reduction="sum"
+                )
+                for v, sl in enumerate(slices)
+            ) / len(rows)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+        with torch.no_grad():
+            scores = xv @ weight
+            for v, sl in enumerate(slices):
+                acc = float((scores[:, sl].argmax(1) == val_idx[:, v]).float().mean())
+                if acc > best_acc[v]:
+                    best_acc[v], best_epoch[v] = acc, epoch
+                    best_block[v] = weight.detach()[:, sl].clone()
+        if all(epoch - e >= settings.logistic_patience for e in best_epoch):
+            break
+    return LinearProbes(mean, std, torch.cat(best_block, 1), classes, best_epoch)
+
+
+def r_squared(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+    """Coefficient of determination 1 - SSE/SST (NaN without rows; 0 SST: 1 if exact else 0)."""
+    y_true, y_pred = np.asarray(y_true, float), np.asarray(y_pred, float)
+    if len(y_true) == 0:
+        return float("nan")
+    sse = float(((y_true - y_pred) ** 2).sum())
+    sst = float(((y_true - y_true.mean()) ** 2).sum())
+    if sst == 0:
+        return 1.0 if sse == 0 else 0.0
+    return 1.0 - sse / sst
+
+
+def within_accuracy(y_true: np.ndarray, y_pred: np.ndarray, tolerance: float = 2.0) -> float:
+    """The fraction of predictions within ``tolerance`` units of the truth."""
+    y_true, y_pred = np.asarray(y_true, float), np.asarray(y_pred, float)
+    return float(np.mean(np.abs(y_pred - y_true) <= tolerance)) if len(y_true) else float("nan")
+
+
+class RidgeRegressions:
+    """Ridge regressions of label columns on standardized features (`fit_ridge_regressions`).
+
+    Attributes:
+        weight: (D + 1, V) on the standardized features and a constant 1.
+        offset: (V,) the training mean of each column (the regressions fit the centred values).
+        alphas: per column, the penalty that won on validation.
+    """
+
+    def __init__(self, mean, std, weight, offset, alphas) -> None:
+        self.mean, self.std, self.weight, self.offset = mean, std, weight, offset
+        self.alphas = list(alphas)
+
+    @torch.no_grad()
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """Features (N, D) -> predicted values (N, V), float."""
+        return (_design(x, self.mean, self.std) @ self.weight + self.offset).double().numpy()
+
+
+def fit_ridge_regressions(
+    x_train: np.ndarray,
+    y_train: np.ndarray,
+    x_val: np.ndarray,
+    y_val: np.ndarray,
+    settings: ProbeSettings = ProbeSettings(),
+    design: TrainDesign | None = None,
+) -> RidgeRegressions:
+    """A ridge regression of each label column on the features, its penalty chosen among
+    ``settings.ridge_alphas`` by validation R^2: ``w = (X^T X / N + alpha I)^-1 X^T (y -
+    mean y) / N`` on the standardized features, in closed form from the eigenbasis (one matrix
+    product per penalty).
+
+    Args:
+        x_train: (N, D) features; ``y_train`` (N, V) numeric labels (coordinates).
+        x_val: (M, D); ``y_val`` (M, V).
+        settings: the penalties tried.
+        design: `train_design` of ``x_train`` when the caller has it.
+    """
+    if len(x_train) == 0 or len(x_val) == 0:
+        raise ValueError("fit_ridge_regressions: the training and validation splits need rows")
+    design = design or train_design(x_train)
+    mean, std, xt, eigenvalues, basis = design
+    x_val, y_val = _validation_rows(x_val, y_val, settings)
+    yt = torch.as_tensor(np.asarray(y_train, np.float32))
+    offset = yt.mean(0)
+    target = basis.T @ (xt.T @ (yt - offset)) / len(xt)  # (r, V)
+    xv_basis = _design(x_val, mean, std) @ basis
+    y_val = np.asarray(y_val, float)
+    weights, chosen = [], []
+    for v in range(yt.shape[1]):
+        best = (-np.inf, settings.ridge_alphas[0], None)
+        for alpha in settings.ridge_alphas:
+            coef = target[:, v] / (eigenvalues + alpha)
+            score = r_squared(y_val[:, v], (xv_basis @ coef + offset[v]).double().numpy())
+            if score > best[0] or best[2] is None:
+                best = (score, alpha, coef)
+        weights.append(basis @ best[2])
+        chosen.append(best[1])
+    return RidgeRegressions(mean, std, torch.stack(weights, 1), offset, chosen)

@@ -11,7 +11,12 @@ The store's episodes are split into train/validation/test (no episode in two spl
 split loses the rows whose frame stack also appears in train or validation (AtariARI's
 ``remove_duplicates``), and variables whose training labels have under 0.6 nats of entropy are
 left out (its ``remove_low_entropy_labels``). Scores are weighted F1 on the test split
-(`sgi_lab.probes.linear`).
+(`sgi_lab.probes.linear`), with the readout (``lstsq`` or ``logistic``) and the features
+(``renormalized``, ``conv`` or ``projection``) of `ProbeSettings`, both recorded in the result.
+Coordinates (AtariARI's localization variables) also get a ridge regression onto their value:
+R^2 and the accuracy within +-2 units, beside their F1. Two summaries are recorded: ``overall``,
+the mean F1 over every variable, and ``across_categories``, the mean of the category means, which
+is the headline AtariARI reports.
 """
 
 from __future__ import annotations
@@ -39,13 +44,18 @@ from sgi_lab.probes.linear import (
     accuracy,
     category_averages,
     f1_weighted,
-    fit_linear_probes,
+    fit_probes,
+    fit_ridge_regressions,
     label_entropy,
     majority_predictions,
+    r_squared,
+    train_design,
+    within_accuracy,
 )
 from sgi_lab.runtime.device import resolve_device
 
 __all__ = [
+    "COORDINATE_CATEGORIES",
     "NON_RANDOM_SOURCES",
     "PROBES_FILE",
     "ProbeEncoder",
@@ -53,6 +63,7 @@ __all__ = [
     "check_probe_data",
     "check_probe_store",
     "check_store",
+    "encoder_features",
     "file_stamp",
     "probe_encoder",
     "probe_settings_key",
@@ -65,7 +76,16 @@ FORMAT = 1
 SPLIT_FRACTIONS = (0.7, 0.1, 0.2)
 NON_RANDOM_SOURCES = ("exploratory", "dqn_replay")
 """Store sources (``manifest.source``) recorded from a policy worth imitating: the action probe
-runs on these only (the Random collector's actions are noise, unrelated to the frames)."""
+runs on these only. The Random collector's actions are not independent of the frames: each is
+held for Geometric(1/3) steps, so the previous action, visible as motion in the frame stack,
+repeats with probability 2/3 + 1/3 * 1/A (about 0.72 for Pong's 6 actions). A probe of them
+would measure how well the encoder shows that motion, not a policy's choice, which is the
+question the action probe asks. (For the same reason uniform random actions are inverse
+dynamics' best case, every action equally often and visible in its effect, not a case with
+nothing to learn.)"""
+COORDINATE_CATEGORIES = ("agent_localization", "small_object_localization", "other_localization")
+"""The categories whose variables are coordinates: they get a ridge regression beside their
+classifier."""
 
 
 # -- encoders -----------------------------------------------------------------------------------
@@ -203,21 +223,43 @@ def _features(
     device: str,
     progress: bool,
     desc: str,
+    features: str = "renormalized",
 ) -> tuple[np.ndarray, list[bytes]]:
-    """Flattened renormalized latents (N, C*7*7) of the states at ``rows``, and a hash of each
-    row's frame stack (to find test states that training saw)."""
+    """The features (`encoder_features`) of the states at ``rows``, and a hash of each row's
+    frame stack (to find test states that training saw)."""
     dev = resolve_device(device)
     model = model.to(dev).eval()
-    out = np.zeros((len(rows), model.latent_size), np.float32)
+    out: np.ndarray | None = None
     keys: list[bytes] = []
     with tqdm(total=len(rows), disable=not progress, desc=desc, unit="frame") as bar:
         for i in range(0, len(rows), batch_size):
             stacks = store.stack(rows[i : i + batch_size])
             keys += [hashlib.blake2b(s.tobytes(), digest_size=12).digest() for s in stacks]
-            z = model.encode(torch.from_numpy(stacks).to(dev))
-            out[i : i + len(stacks)] = z.flatten(1).float().cpu().numpy()
+            x = encoder_features(model, torch.from_numpy(stacks).to(dev), features)
+            if out is None:
+                out = np.zeros((len(rows), x.shape[1]), np.float32)
+            out[i : i + len(stacks)] = x.float().cpu().numpy()
             bar.update(len(stacks))
-    return out, keys
+    return (out if out is not None else np.zeros((0, model.latent_size), np.float32)), keys
+
+
+def encoder_features(model: SGIModel, obs: torch.Tensor, features: str) -> torch.Tensor:
+    """Pixels (B, C, H, W) -> the (B, F) features a probe reads (`ProbeSettings.features`):
+
+    - ``renormalized``: the conv map after the per-sample min-max renormalisation
+      (`SGIModel.encode`, what the heads and the transition model see), C*H'*W' values;
+    - ``conv``: the conv map before it (the encoder's own output);
+    - ``projection``: SPR's projection y = p(z) of the renormalized map (`SGIModel.project`,
+      the first Q-head layers without noise), which SPR and inverse dynamics train.
+    """
+    if features == "conv":
+        return model.encoder(obs).flatten(1)
+    z = model.encode(obs)
+    if features == "projection":
+        return model.project(z)
+    if features != "renormalized":
+        raise ValueError(f"features {features!r}: one of renormalized, conv, projection")
+    return z.flatten(1)
 
 
 # -- probing ------------------------------------------------------------------------------------
@@ -252,7 +294,8 @@ def _binary_f1(y_true: np.ndarray, y_pred: np.ndarray) -> float:
 
 
 def _state_probes(features, labels, split, variables, settings) -> dict[str, Any]:
-    """Fit and score the state-variable probes (and the majority baseline)."""
+    """Fit and score the state-variable probes (and the majority baseline); coordinates also
+    get a ridge regression (`_coordinate_regressions`)."""
     train, val, test = (split[k] for k in ("train", "val", "test"))
     entropy = {v.name: label_entropy(labels[train, i]) for i, v in enumerate(variables)}
     keep = [i for i, v in enumerate(variables) if entropy[v.name] >= settings.entropy_threshold]
@@ -260,9 +303,13 @@ def _state_probes(features, labels, split, variables, settings) -> dict[str, Any
     if not keep:
         return {"variables": {}, "dropped_low_entropy": dropped, **category_averages({}, {})}
     y = labels[:, keep].astype(np.int64)
-    probes = fit_linear_probes(features[train], y[train], features[val], y[val], settings)
+    coordinates = [j for j, i in enumerate(keep) if variables[i].category in COORDINATE_CATEGORIES]
+    # One standardization and eigenbasis serves least squares and the ridge regressions.
+    design = train_design(features[train]) if settings.readout == "lstsq" or coordinates else None
+    probes = fit_probes(features[train], y[train], features[val], y[val], settings, design)
     pred = probes.predict(features[test])
     majority = majority_predictions(y[train], len(test))
+    regressions = _coordinate_regressions(features, y, split, coordinates, settings, design)
     per_var, f1s, majority_f1s = {}, {}, {}
     for j, i in enumerate(keep):
         v = variables[i]
@@ -277,6 +324,7 @@ def _state_probes(features, labels, split, variables, settings) -> dict[str, Any
             "classes": len(probes.classes[j]),
             "entropy": entropy[v.name],
             "steps": probes.steps[j],
+            **regressions.get(j, {}),
         }
     categories = {v.name: v.category for v in variables}
     return {
@@ -284,6 +332,41 @@ def _state_probes(features, labels, split, variables, settings) -> dict[str, Any
         "dropped_low_entropy": dropped,
         **category_averages(f1s, categories),
         "majority": category_averages(majority_f1s, categories),
+        "regression": _regression_summary(per_var),
+    }
+
+
+def _coordinate_regressions(features, y, split, coordinates, settings, design) -> dict:
+    """``{column: {"r2", "within_accuracy", "ridge_alpha"}}``: each coordinate column's ridge
+    regression onto its value, scored on the test split."""
+    if not coordinates:
+        return {}
+    train, val, test = (split[k] for k in ("train", "val", "test"))
+    yc = y[:, coordinates].astype(np.float64)
+    ridge = fit_ridge_regressions(
+        features[train], yc[train], features[val], yc[val], settings, design
+    )
+    pred = ridge.predict(features[test])
+    return {
+        j: {
+            "r2": r_squared(yc[test, c], pred[:, c]),
+            "within_accuracy": within_accuracy(yc[test, c], pred[:, c], settings.within),
+            "ridge_alpha": ridge.alphas[c],
+        }
+        for c, j in enumerate(coordinates)
+    }
+
+
+def _regression_summary(per_var: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The coordinates' mean R^2 and within-tolerance accuracy, beside their mean F1."""
+    rows = [v for v in per_var.values() if "r2" in v]
+    if not rows:
+        return {"variables": 0}
+    return {
+        "variables": len(rows),
+        "r2": float(np.mean([v["r2"] for v in rows])),
+        "within_accuracy": float(np.mean([v["within_accuracy"] for v in rows])),
+        "f1": float(np.mean([v["f1"] for v in rows])),
     }
 
 
@@ -300,7 +383,7 @@ def _reward_probe(features, store, rows, split, settings, rng) -> dict[str, Any]
             }
         parts[name] = idx[_balanced(idx, labels, rng)]
     y = reward[:, None].astype(np.int64)
-    probe = fit_linear_probes(
+    probe = fit_probes(
         features[parts["train"]], y[parts["train"]], features[parts["val"]], y[parts["val"]],
         settings,
     )  # fmt: skip
@@ -324,7 +407,7 @@ def _action_probe(features, store, rows, split, settings) -> dict[str, Any]:
         }
     y = store.actions[rows][:, None]
     train, val, test = (split[k] for k in ("train", "val", "test"))
-    probe = fit_linear_probes(features[train], y[train], features[val], y[val], settings)
+    probe = fit_probes(features[train], y[train], features[val], y[val], settings)
     pred = probe.predict(features[test])[:, 0]
     majority = majority_predictions(y[train], len(test))[:, 0]
     return {
@@ -364,8 +447,11 @@ def probe_encoder(
         progress: tqdm bars.
 
     Returns:
-        The result: per-variable scores, category averages, overall F1, the majority and
-        random-init baselines, the reward and action probes, the split, timings.
+        The result: the readout and features used (``settings``), per-variable scores (and the
+        coordinates' ridge R^2 and accuracy within +-2 units), category averages, ``overall``
+        (mean F1 over variables) and ``across_categories`` (mean of the category means,
+        AtariARI's headline), the majority and random-init baselines, the reward and action
+        probes, the split, timings.
 
     Raises:
         UnannotatedGameError: AtariARI does not annotate the store's game (state probes).
@@ -379,14 +465,17 @@ def probe_encoder(
     split = _subsample(split_episodes(store, split_seed), max_frames, rng)
     rows = np.concatenate([split["train"], split["val"], split["test"]])
     features, keys = _features(
-        encoder.model, store, rows, batch_size, device, progress, f"features {store.game}"
-    )
+        encoder.model, store, rows, batch_size, device, progress, f"features {store.game}",
+        settings.features,
+    )  # fmt: skip
     positions, duplicates = _positions_without_seen_states(split, keys, store)
     seconds = {"features": round(time.perf_counter() - started, 2)}
     variables = annotations(store.game) if state_probes else ()
     labels = labels_from_ram(store.gather_ram(rows), variables) if state_probes else None
     result: dict[str, Any] = {
         "encoder": encoder.describe(),
+        "readout": settings.readout,
+        "features": settings.features,
         "store": _store_record(store),
         "settings": probe_settings_key(
             settings, split_seed, max_frames, random_baseline_seed, state_probes
@@ -528,7 +617,9 @@ def _random_init_baseline(
     """The state and reward probes of a random encoder of the same architecture on the same
     rows and split: what the probes read out of the frames with no training at all."""
     model = random_init_model(store.num_actions, encoder_name, seed)
-    features, _ = _features(model, store, rows, batch_size, device, False, "random-init features")
+    features, _ = _features(
+        model, store, rows, batch_size, device, False, "random-init features", settings.features
+    )
     base = (
         _state_probes(features, labels, positions, variables, settings)
         if labels is not None
@@ -543,6 +634,7 @@ def _random_init_baseline(
         "across_categories": base["across_categories"],
         "categories": base["categories"],
         "variables": {k: v["f1"] for k, v in base["variables"].items()},
+        "regression": base.get("regression"),
         "reward_f1": reward.get("f1"),
     }
 

@@ -45,6 +45,7 @@ OPTIONAL_MAPPINGS = (
     "split",
     "seconds",
     "random_init",
+    "regression",
 )
 
 
