@@ -799,12 +799,6 @@ def split_copies(ref: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason="docs/paper_vs_code.md row 40: FinetuneConfig has no rl_head_hidden option yet "
-    "(the reference's second copy of the Q head's first layers, SGIModel's rl_hidden)",
-)
 @pytest.mark.parametrize("name", SSL_ALL_CASES)
 def test_a_second_copy_of_the_q_heads_first_layers_equals_the_reference(name, monkeypatch):
     """With the option, each copy takes the reference's copy's gradient and Adam step (the RL

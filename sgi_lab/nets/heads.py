@@ -85,6 +85,42 @@ def film_layer_norm(
     return torch.addcmul(beta, gamma, F.layer_norm(h, h.shape[-1:], eps=eps))
 
 
+def dueling_hidden(
+    advantage_hidden: NoisyLinear, value_hidden: NoisyLinear, x: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A dueling head's first layers on (B, D) latents: ReLU'd (B, hidden) features of each
+    stream; the gradient into x is scaled by 1/sqrt(2), as the two streams share it (SPR)."""
+    x = scale_gradient(x, DUELING_GRAD_SCALE)
+    return F.relu(advantage_hidden(x)), F.relu(value_hidden(x))
+
+
+class DuelingHiddenLayers(nn.Module):
+    """A second copy of a dueling head's first layers (advantage and value streams, D -> hidden
+    each, noisy), with the same names below its prefix.
+
+    The authors' finetuning with goal RL keeps one copy for the RL head and one for the goal
+    head, which is also SPR's projection (docs/paper_vs_code.md row 40); `SGIModel` builds this
+    as ``rl_hidden`` for that and passes it to `DistributionalDuelingHead.forward`.
+
+    Args:
+        in_features: D = C * 7 * 7.
+        hidden_size: units per stream.
+        std_init: noisy-net sigma_0.
+        noise_enabled: initial noise switch of both layers.
+    """
+
+    def __init__(
+        self, in_features: int, hidden_size: int, std_init: float = 0.5, noise_enabled: bool = True
+    ) -> None:
+        super().__init__()
+        self.advantage_hidden = NoisyLinear(in_features, hidden_size, std_init, noise_enabled)
+        self.value_hidden = NoisyLinear(in_features, hidden_size, std_init, noise_enabled)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, D) -> ReLU'd (B, hidden) features of each stream (`dueling_hidden`)."""
+        return dueling_hidden(self.advantage_hidden, self.value_hidden, x)
+
+
 class DistributionalDuelingHead(nn.Module):
     """C51 dueling head with noisy layers; its first layers are SPR's projection p.
 
@@ -139,14 +175,22 @@ class DistributionalDuelingHead(nn.Module):
 
     def hidden(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """ReLU'd hidden features of both streams, (B, hidden) each; input gradient x 1/sqrt(2)."""
-        x = scale_gradient(x, DUELING_GRAD_SCALE)
-        return F.relu(self.advantage_hidden(x)), F.relu(self.value_hidden(x))
+        return dueling_hidden(self.advantage_hidden, self.value_hidden, x)
 
-    def forward(self, x: torch.Tensor, action_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """(B, D) flat latents -> (B, A, Z) atom logits (``action_mask``: `dueling_combine`)."""
+    def forward(
+        self,
+        x: torch.Tensor,
+        action_mask: torch.Tensor | None = None,
+        hidden: DuelingHiddenLayers | None = None,
+    ) -> torch.Tensor:
+        """(B, D) flat latents -> (B, A, Z) atom logits (``action_mask``: `dueling_combine`).
+
+        ``hidden``: first layers to read in place of this head's own (a second copy,
+        `DuelingHiddenLayers`); the output layers are this head's either way.
+        """
         if not self.has_outputs:
             raise RuntimeError("this head was built without output layers (outputs=False)")
-        adv_h, val_h = self.hidden(x)
+        adv_h, val_h = self.hidden(x) if hidden is None else hidden(x)
         advantage = self.advantage_out(adv_h).view(-1, self.num_actions, self.num_atoms)
         value = self.value_out(val_h).view(-1, 1, self.num_atoms)
         return dueling_combine(value, advantage, action_mask)

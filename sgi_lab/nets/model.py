@@ -18,6 +18,8 @@ prefix                         what it is
 ``goal_head.``                 output layers of the goal-conditioned Q head; ``goal_head=True``
 ``inverse.``                   inverse-dynamics MLP; ``inverse_model=True``
 ``atc.``                       ATC's anchor MLP and contrast matrix W; ``atc_head=True``
+``rl_hidden.``                 the RL head's own copy of ``head.*_hidden.`` (same names
+                               below it), which ``q_logits`` then reads; ``rl_hidden=True``
 =============================  ===========================================================
 
 Noisy layers keep their means in ``*.weight_mu``/``*.bias_mu`` and their scales in
@@ -37,6 +39,7 @@ from sgi_lab.nets.heads import (
     INVALID_ACTION_LOGIT,
     ATCContrast,
     DistributionalDuelingHead,
+    DuelingHiddenLayers,
     FiLMGenerator,
     FiLMStyle,
     GoalHeadOutputs,
@@ -48,7 +51,9 @@ from sgi_lab.nets.transition import TransitionModel
 PARAMETER_GROUPS: dict[str, tuple[str, ...]] = {
     "encoder": ("encoder.",),
     "transition": ("transition.",),
-    "projection": ("head.advantage_hidden.", "head.value_hidden."),
+    # rl_hidden: the RL head's copy of the projection's layers (docs/paper_vs_code.md row 40),
+    # trained as the reference's q_l1_lr group trains both copies
+    "projection": ("head.advantage_hidden.", "head.value_hidden.", "rl_hidden."),
     "q_output": ("head.advantage_out.", "head.value_out."),
     "predictor": ("predictor.",),
     "goal": ("film.", "goal_head."),
@@ -88,6 +93,10 @@ class SGIModel(nn.Module):
         goal_head: build the FiLM generator and goal-conditioned Q outputs (goal RL).
         inverse_model: build the inverse-dynamics model.
         atc_head: build ATC's contrast head.
+        rl_hidden: give the unconditioned Q head a second copy of the first layers
+            (``rl_hidden.``) that :meth:`q_logits` reads, while ``head.``'s stay SPR's
+            projection and the goal head's layers: the authors' finetuning with goal RL
+            (docs/paper_vs_code.md row 40; `FinetuneConfig.rl_head_hidden`). Needs ``rl_head``.
         goal_film: how goals condition the Q head, ``"text"`` or ``"reference"``
             (`sgi_lab.nets.heads.FiLMStyle`).
         width_scale: encoder channel multiplier (1 for the paper's networks; see
@@ -113,6 +122,7 @@ class SGIModel(nn.Module):
         goal_head: bool = False,
         inverse_model: bool = False,
         atc_head: bool = False,
+        rl_hidden: bool = False,
         goal_film: FiLMStyle = "text",
         width_scale: float = 1.0,
         channels_last: bool = False,
@@ -138,6 +148,8 @@ class SGIModel(nn.Module):
         }
         """The constructor's arguments (channels_last aside): ``SGIModel(**m.init_args)`` builds
         the same architecture."""
+        if rl_hidden:  # only when set: every other model's recorded arguments stay as they were
+            self.init_args["rl_hidden"] = True
         self.encoder_name = encoder
         self.num_actions = num_actions
         self.num_atoms = num_atoms
@@ -170,6 +182,13 @@ class SGIModel(nn.Module):
             self.inverse = InverseModel(self.projection_size, num_actions)
         if atc_head:
             self.atc = ATCContrast(self.projection_size)
+        if rl_hidden and not rl_head:
+            raise ValueError("rl_hidden=True needs rl_head=True: the copy feeds the Q outputs")
+        self.has_rl_hidden = rl_hidden
+        if rl_hidden:  # built last, so that every other layer draws the initial weights it would
+            self.rl_hidden = DuelingHiddenLayers(
+                self.latent_size, hidden_size, std_init=noise_std, noise_enabled=noisy
+            )
         self.register_buffer("support", torch.linspace(v_min, v_max, num_atoms), persistent=False)
         self.channels_last = channels_last
         self.encoder.channels_last = channels_last
@@ -216,10 +235,12 @@ class SGIModel(nn.Module):
     def q_logits(self, z: torch.Tensor, action_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Unconditioned C51 head: (B, C, 7, 7) -> (B, A, Z) atom logits (float32).
 
+        Reads ``rl_hidden``'s first layers where the model has them, else ``head.``'s.
         ``action_mask``: (A,) bool, the actions the game has when the network is wider
         (`sgi_lab.nets.heads.dueling_combine`); None: all of them.
         """
-        return self.head(z.flatten(1), action_mask).float()
+        hidden = self.rl_hidden if self.has_rl_hidden else None
+        return self.head(z.flatten(1), action_mask, hidden).float()
 
     def q_log_probs(self, z: torch.Tensor) -> torch.Tensor:
         """(B, C, 7, 7) -> (B, A, Z) log-probabilities over atoms."""

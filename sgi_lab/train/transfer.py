@@ -4,8 +4,9 @@ two models share, and say which learning rate each parameter trains with.
 Every tensor whose name exists in both models with the same shape is copied; the rest of the
 finetuning model starts fresh and tensors only the pretrained model has (goal head, inverse model,
 ATC head) are ignored; a shared name with another shape is an error. The noisy layers' sigmas are
-then reset (pretraining runs noise-free). The learning-rate groups of each scheme are in
-`lr_group` and README.md.
+then reset (pretraining runs noise-free). A model with the RL head's own copy of the Q head's first
+layers (``rl_hidden.``, `FinetuneConfig.rl_head_hidden`) gets it from the pretrained first layers
+too. The learning-rate groups of each scheme are in `lr_group` and README.md.
 """
 
 from __future__ import annotations
@@ -167,7 +168,10 @@ class Transfer:
 
 def transfer_pretrained(model: SGIModel, pretrained: Pretrained) -> Transfer:
     """Copy every tensor the two models share by name (shapes must agree), then reset the noisy
-    layers' sigmas (pretraining runs without noise).
+    layers' sigmas (pretraining runs without noise). A model with ``rl_hidden.`` (the RL head's
+    copy of the first layers, docs/paper_vs_code.md row 40) then gets ``head.*_hidden.`` copied
+    into it, sigmas reset, as the reference's ``copy_base_params`` starts both copies from the
+    pretrained first layers; it counts as loaded (its learning rate is the projection's).
 
     Raises:
         PretrainedMismatchError: different encoders, or shared names with different shapes
@@ -201,12 +205,31 @@ def transfer_pretrained(model: SGIModel, pretrained: Pretrained) -> Transfer:
     loaded = tuple(k for k in own if k in theirs)
     model.load_state_dict({**own, **{k: theirs[k] for k in loaded}})
     model.reset_noise_parameters()
+    loaded += _copy_rl_hidden(model, frozenset(loaded))
+    got = frozenset(loaded)
     return Transfer(
         loaded=loaded,
-        fresh=tuple(k for k in own if k not in theirs),
+        fresh=tuple(k for k in own if k not in got),
         ignored=tuple(k for k in theirs if k not in own),
         source=str(pretrained.path),
     )
+
+
+RL_HIDDEN = "rl_hidden."
+"""Prefix of the RL head's copy of ``head.``'s first layers (names below it as below ``head.``)."""
+
+
+def _copy_rl_hidden(model: SGIModel, loaded: frozenset[str]) -> tuple[str, ...]:
+    """Copy ``head.*_hidden.*`` into ``rl_hidden.*`` where the model has the copy and the first
+    layers were loaded; returns the names copied (none otherwise)."""
+    state = model.state_dict()
+    copies = {
+        k: state["head." + k[len(RL_HIDDEN) :]]
+        for k in state
+        if k.startswith(RL_HIDDEN) and "head." + k[len(RL_HIDDEN) :] in loaded
+    }
+    model.load_state_dict({**state, **copies})
+    return tuple(copies)
 
 
 def observation_args(spec: ObservationSpec, hidden_size: int = 512) -> dict[str, Any]:
@@ -256,6 +279,10 @@ def model_args_for(
         "inverse_model": config.uses_goal_rl,
         **observation_args(spec, config.hidden_size),
     }
+    # The second copy exists only beside goal RL: without it the reference's projection is the
+    # RL head's own layer (one copy), so ``separate`` changes nothing there.
+    if config.uses_goal_rl and config.rl_head_hidden == "separate":
+        args["rl_hidden"] = True
     if pretrained is not None:
         theirs, ours = _observation_of(pretrained.model_args), _observation_of(args)
         # Another family (a 10x10 grid against 84x84 frames) or other channels; a narrower
