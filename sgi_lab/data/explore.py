@@ -2,10 +2,11 @@
 
 The IDF curiosity agent that acts (`sgi_lab.train.explore`, a training run) steps N environments
 at once. Each env keeps its current episode in memory, and `EpisodeBuffers` writes it as one
-contiguous block through the store's writer when the episode ends, so a 4-frame stack rebuilt
+contiguous block through the store's writer when the episode ends, so a frame stack rebuilt
 from the store never crosses envs or episodes (an episode longer than ``max_buffered_steps`` is
 written in parts; each part restarts the stack). Writing is chunked and crash-safe like
-``collect``.
+``collect``. Each row carries what the store records beside the frame: Atari's console RAM
+(``ram``) or a MinAtar game's own state (``labels``).
 """
 
 from __future__ import annotations
@@ -43,9 +44,13 @@ class EpisodeBuffers:
         action: int,
         reward: float,
         terminal: bool,
-        ram: np.ndarray,
+        ram: np.ndarray | None = None,
+        labels: np.ndarray | None = None,
     ) -> None:
-        self.rows[env].append((frame, action, reward, terminal, ram))
+        """Buffer one row of env ``env``: the newest frame of ``s_t`` (the store's frame row),
+        ``a_t``, the raw ``r_t``, ``terminal_t``, and the RAM or game state behind ``s_t``
+        (None when the store has no such field)."""
+        self.rows[env].append((frame, action, reward, terminal, ram, labels))
         if len(self.rows[env]) >= self.limit:
             self.write(env)
 
@@ -54,16 +59,18 @@ class EpisodeBuffers:
         self.rows[env] = []
         if not rows:
             return
-        frames, actions, rewards, terminals, rams = zip(*rows, strict=True)
+        frames, actions, rewards, terminals, rams, labels = zip(*rows, strict=True)
         first = np.zeros(len(rows), np.uint8)
         first[0] = 1
         # An interrupted collection begun by an sgi-lab without RAM goes on without it.
-        ram = {"ram": np.stack(rams)} if self.writer.has_ram else {}
+        extra = {"ram": np.stack(rams)} if self.writer.has_ram else {}
+        if self.writer.has_labels:
+            extra["labels"] = np.stack(labels)
         self.writer.append_many(
             frame=np.stack(frames),
             action=np.asarray(actions, np.int32),
             reward=np.asarray(rewards, np.float32),
             terminal=np.asarray(terminals, np.uint8),
             first=first,
-            **ram,
+            **extra,
         )

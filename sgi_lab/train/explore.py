@@ -10,9 +10,15 @@ env, as the ``steps`` collected). An interrupted collection resumes after the st
 finished chunk with the agent's last checkpoint and freshly reset envs; the finished store keeps
 ``agent/``.
 
+Both families: an Atari 100k game (its store records the console RAM of every row) or a
+MinAtar game, ``minatar/<game>`` (its store has the game's (C, 10, 10) observation spec, the
+``minatar`` env protocol with MinAtar's sticky actions and difficulty ramping, and the game's
+own state as ``labels``); the agent's networks size themselves from the observation
+(`sgi_lab.nets.curiosity.small_convnet`).
+
 Differences from Burda et al., all deliberate: the environment is the house Atari 100k
-protocol (no sticky actions either way; 108k-frame cap instead of 18k), and the networks use
-PyTorch's default initialisation.
+protocol (no sticky actions either way; 108k-frame cap instead of 18k) or MinAtar's own, and
+the networks use PyTorch's default initialisation.
 """
 
 from __future__ import annotations
@@ -33,7 +39,15 @@ from sgi_lab.config import ExploreConfig
 from sgi_lab.data.explore import EpisodeBuffers
 from sgi_lab.data.store import TransitionStore
 from sgi_lab.data.store_writer import TransitionStoreWriter
-from sgi_lab.envs import canonical_game, make_env, make_vector_env
+from sgi_lab.envs import (
+    canonical_env_game,
+    env_protocol,
+    is_minatar,
+    make_env,
+    make_vector_env,
+    observation_spec,
+)
+from sgi_lab.envs.minatar import DIFFICULTY_RAMPING, LABEL_NAMES, STICKY_ACTION_PROB
 from sgi_lab.runs.folder import MetricsLogger, RunDir
 from sgi_lab.train.idf_agent import KIND, ExploreAgent, Rollout, ppo_update
 
@@ -53,7 +67,7 @@ RUNTIME_KEYS = frozenset({"asynchronous", "device", "threads", "checkpoint_every
 def observation_moments(
     game: str, steps: int, seed: int, **env_kwargs: Any
 ) -> tuple[np.ndarray, float]:
-    """Per-pixel mean (4, 84, 84) and scalar std of a uniformly random agent's observations.
+    """Per-pixel mean (C, H, W) and scalar std of a uniformly random agent's observations.
 
     As Burda et al.'s ``random_agent_ob_mean_std`` (the std is the mean of per-pixel stds),
     accumulated in float64 sums instead of a list of every observation.
@@ -102,7 +116,7 @@ def collect_exploratory(
     """The Exploratory dataset: ``steps`` transitions of an IDF curiosity agent, as a store.
 
     Args:
-        game: any accepted spelling of an Atari 100k game.
+        game: any accepted spelling of an Atari 100k game, or ``minatar/<game>``.
         steps: transitions to write (the agent's first ``steps`` env steps, over all envs).
         out: store folder; built under ``out.partial`` and renamed into place when complete.
         seed: seeds the envs (env i: ``seed + i``; a resumed run offsets them), the networks and
@@ -114,23 +128,32 @@ def collect_exploratory(
         progress: show a tqdm bar (steps/s, intrinsic reward, extrinsic episode return).
         on_update: called with each PPO update's metrics row (``step``: the agent's env steps
             so far, ``update``: the update's number; tests raise KeyboardInterrupt here).
-        on_step: called before each env step with the observations (N, 4, 84, 84) and the
+        on_step: called before each env step with the observations (N, C, H, W) and the
             actions (N,) about to be taken (a read-only hook, e.g. for tests).
 
     Returns:
         The finished store, opened for reading. Its ``agent/`` folder is the agent's finished
         run: final checkpoint and ``metrics.jsonl`` (one row per PPO update).
+
+    Raises:
+        UnknownGameError: an unknown game ("did you mean").
+        MinAtarMissingError: a MinAtar game without the optional package.
+        ValueError: an Atari-only setting for a MinAtar game (before anything is created).
     """
 
     config = config or ExploreConfig()
     if steps < 1:
         raise ValueError(f"steps must be positive, got {steps}")
-    game = canonical_game(game)
+    game = canonical_env_game(game)
+    _check_game_settings(game, config)
     out = Path(out)
     if out.exists() and not overwrite:
         raise FileExistsError(f"{out} already exists (use overwrite to replace it)")
     record = {"steps": steps, "seed": seed, **data_params(config)}
-    writer = TransitionStoreWriter.resume_matching(out, game, record) if resume else None
+    if is_minatar(game):  # as the Random collector's MinAtar stores record it
+        record["difficulty_ramping"] = DIFFICULTY_RAMPING
+    protocol = env_protocol(game)
+    writer = TransitionStoreWriter.resume_matching(out, game, record, protocol) if resume else None
     run_config = {"game": game, "steps": steps, "seed": seed, **dataclasses.asdict(config)}
     agent_dir = out.with_name(out.name + ".partial") / AGENT_DIR
     run = agent = None
@@ -145,7 +168,7 @@ def collect_exploratory(
         num_actions = int(envs.single_action_space.n)
         if agent is None:
             mean, std = observation_moments(
-                game, config.ob_norm_steps, seed + 100_000, **_env_kwargs(config)
+                game, config.ob_norm_steps, seed + 100_000, **_env_kwargs(config, game)
             )
             agent = ExploreAgent(num_actions, config, mean, std, seed)
         if writer is None:
@@ -161,9 +184,25 @@ def collect_exploratory(
     return TransitionStore(path)
 
 
-def _env_kwargs(config: ExploreConfig) -> dict[str, Any]:
+def _check_game_settings(game: str, config: ExploreConfig) -> None:
+    """Refuse, in one line and before anything is created, an Atari-only setting for a MinAtar
+    game; a MinAtar game without its package fails here too, not inside an env's subprocess."""
+    if not is_minatar(game):
+        return
+    default = ExploreConfig().max_episode_frames
+    if config.max_episode_frames != default:
+        raise ValueError(
+            f"max_episode_frames: {config.max_episode_frames} is an Atari setting (raw frames); "
+            f"MinAtar game {game!r} caps its episodes itself: leave it at {default}"
+        )
+    make_env(game).close()  # MinAtarMissingError names the install command
+
+
+def _env_kwargs(config: ExploreConfig, game: str) -> dict[str, Any]:
     """The config's environment settings, the same for the agent's envs and the observation
-    moments."""
+    moments (MinAtar: its own episode cap and defaults)."""
+    if is_minatar(game):
+        return {"full_action_space": config.full_action_space}
     return {
         "full_action_space": config.full_action_space,
         "max_episode_frames": config.max_episode_frames,
@@ -171,15 +210,18 @@ def _env_kwargs(config: ExploreConfig) -> dict[str, Any]:
 
 
 def _make_envs(game: str, config: ExploreConfig, env_seed: int) -> Any:
-    """The agent's ``num_envs`` parallel envs (env i seeded ``env_seed + i``), recording RAM."""
+    """The agent's ``num_envs`` parallel envs (env i seeded ``env_seed + i``), recording what
+    the store keeps beside the frames: RAM (Atari) or the game's state (MinAtar), the labels of
+    `sgi_lab.probes`."""
+    record = {"record_labels": True} if is_minatar(game) else {"record_ram": True}
     return make_vector_env(
         game,
         config.num_envs,
         seed=env_seed,
         train=False,
         asynchronous=config.asynchronous,
-        record_ram=True,  # the store's ram field (labels of sgi_lab.probes)
-        **_env_kwargs(config),
+        **record,
+        **_env_kwargs(config, game),
     )
 
 
@@ -201,6 +243,7 @@ def _create_store(
     config: ExploreConfig,
     overwrite: bool,
 ) -> TransitionStoreWriter:
+    minatar = is_minatar(game)
     return TransitionStoreWriter.create(
         out,
         game=game,
@@ -209,8 +252,12 @@ def _create_store(
         num_actions=num_actions,
         chunk_size=config.chunk_size,
         overwrite=overwrite,
-        sticky_action_prob=0.0,  # make_env: Atari 100k, no sticky actions
-        ram=True,
+        # make_env: Atari 100k plays without sticky actions, MinAtar with its own (0.1)
+        sticky_action_prob=STICKY_ACTION_PROB if minatar else 0.0,
+        ram=not minatar,
+        env_protocol=env_protocol(game),
+        observation_spec=observation_spec(game),
+        label_names=LABEL_NAMES[game.removeprefix("minatar/")] if minatar else None,
     )
 
 
@@ -336,13 +383,16 @@ def _play_rollout(
     """
     cfg = agent.config
     n = cfg.num_envs
+    spec = buffers.writer.manifest.observation_spec
     for t in range(cfg.rollout_steps):
         rollout.obs[t] = obs
         action, logp, value = agent.act(obs)
         if on_step is not None:
             on_step(obs, action)
-        # The RAM behind obs (a finished env's reset info is the top level).
-        ram = np.asarray(info["ram"], np.uint8)
+        # The RAM or game state behind obs (a finished env's reset info is the top level).
+        ram, labels = _state_rows(info, buffers.writer)
+        # A store row is the newest frame of each observation's stack.
+        newest = obs.reshape(n, spec.frames, *spec.frame_shape)[:, -1]
         next_obs, _, terminated, truncated, info = envs.step(action)
         raw = np.asarray(info["raw_reward"], np.float32)
         ended = np.logical_or(terminated, truncated)
@@ -352,11 +402,12 @@ def _play_rollout(
         for i in range(n):
             buffers.add(
                 i,
-                obs[i, -1].copy(),
+                newest[i].copy(),
                 int(action[i]),
                 float(raw[i]),
                 bool(terminal[i]),
-                ram[i].copy(),
+                None if ram is None else ram[i].copy(),
+                None if labels is None else labels[i],
             )
             if ended[i]:
                 buffers.write(i)
@@ -370,6 +421,19 @@ def _play_rollout(
             return obs, info, False
     rollout.obs[cfg.rollout_steps] = obs
     return obs, info, True
+
+
+def _state_rows(
+    info: dict[str, Any], writer: TransitionStoreWriter
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Each env's RAM (N, 128) uint8 and game state (N, L) int16 (in the store's
+    ``label_names`` order) from a vector step's info; None for a field the store lacks."""
+    ram = np.asarray(info["ram"], np.uint8) if writer.has_ram else None
+    names = writer.manifest.label_names
+    labels = None
+    if writer.has_labels and names:
+        labels = np.stack([np.asarray(info["labels"][k], np.int16) for k in names], axis=1)
+    return ram, labels
 
 
 def _record_update(

@@ -130,7 +130,7 @@ class Rollout(NamedTuple):
     (after a game over, the next game's first: returns are non-episodic).
     """
 
-    obs: np.ndarray  # (T + 1, N, 4, 84, 84) uint8
+    obs: np.ndarray  # (T + 1, N, C, H, W) uint8
     actions: np.ndarray  # (T, N) int64
     log_probs: np.ndarray  # (T, N) float32, of the acting policy
     values: np.ndarray  # (T, N) float32
@@ -147,7 +147,9 @@ class ExploreAgent:
     Args:
         num_actions: size of the action set.
         config: the agent's settings.
-        ob_mean: (4, 84, 84) per-pixel mean of random-agent observations.
+        ob_mean: (C, H, W) per-pixel mean of random-agent observations; its shape is the
+            observation's, which sizes the networks ((4, 84, 84) for Atari, (C, 10, 10) for
+            MinAtar).
         ob_std: scalar std of those observations (the mean of per-pixel stds, as Burda et al.).
         seed: seeds network initialisation, action sampling and minibatch shuffling.
     """
@@ -168,8 +170,9 @@ class ExploreAgent:
         self.num_actions = num_actions
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            self.policy = PolicyNet(num_actions, config).to(self.device)
-            self.idf = IDFModel(num_actions, config).to(self.device)
+            shape = tuple(np.shape(ob_mean))
+            self.policy = PolicyNet(num_actions, config, shape).to(self.device)
+            self.idf = IDFModel(num_actions, config, shape).to(self.device)
         params = list(self.policy.parameters()) + list(self.idf.parameters())
         self.optimizer = torch.optim.Adam(params, lr=config.lr)
         self.ob_mean = torch.as_tensor(ob_mean, dtype=torch.float32, device=self.device)
@@ -181,13 +184,13 @@ class ExploreAgent:
         self.agent_steps = 0
 
     def normalize(self, obs: np.ndarray | torch.Tensor) -> torch.Tensor:
-        """uint8 observations (B, 4, 84, 84) -> ``(obs - ob_mean) / ob_std`` float32."""
+        """uint8 observations (B, C, H, W) -> ``(obs - ob_mean) / ob_std`` float32."""
         x = torch.as_tensor(obs, device=self.device).float()
         return (x - self.ob_mean) / self.ob_std
 
     @torch.no_grad()
     def act(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Sample actions for (N, 4, 84, 84) observations: actions, their log-probs, values."""
+        """Sample actions for (N, C, H, W) observations: actions, their log-probs, values."""
         logits, values = self.policy(self.normalize(obs))
         log_probs = torch.log_softmax(logits.float(), -1).cpu()
         actions = torch.multinomial(log_probs.exp(), 1, generator=self.generator).squeeze(-1)
@@ -196,14 +199,14 @@ class ExploreAgent:
 
     @torch.no_grad()
     def value(self, obs: np.ndarray) -> np.ndarray:
-        """V(s) of (N, 4, 84, 84) observations, (N,)."""
+        """V(s) of (N, C, H, W) observations, (N,)."""
         return self.policy(self.normalize(obs))[1].float().cpu().numpy()
 
     @torch.no_grad()
     def intrinsic_reward(
         self, obs: np.ndarray, actions: np.ndarray, next_obs: np.ndarray, batch: int = 1024
     ) -> np.ndarray:
-        """Forward-model error of transitions (B, 4, 84, 84), (B,), (B, 4, 84, 84) -> (B,)."""
+        """Forward-model error of transitions (B, C, H, W), (B,), (B, C, H, W) -> (B,)."""
         out = []
         for start in range(0, len(actions), batch):
             sl = slice(start, start + batch)
@@ -216,7 +219,7 @@ class ExploreAgent:
     def rollout_intrinsic_reward(
         self, obs: np.ndarray, actions: np.ndarray, batch: int = 2048
     ) -> np.ndarray:
-        """Forward-model error of a rollout: obs (T + 1, N, 4, 84, 84), actions (T, N) -> (T, N)."""
+        """Forward-model error of a rollout: obs (T + 1, N, C, H, W), actions (T, N) -> (T, N)."""
         steps, num_envs = actions.shape
         group = max(1, batch // (steps + 1))  # envs per pass
         out = np.empty((steps, num_envs), np.float32)
@@ -324,7 +327,7 @@ def ppo_update(agent: ExploreAgent, rollout: Rollout) -> dict[str, float]:
         order = agent.rng.permutation(num_envs)
         for envs in np.array_split(order, min(cfg.minibatches, num_envs)):
             index = torch.as_tensor(envs, device=agent.device)
-            x = agent.normalize(rollout.obs[:, envs])  # (T + 1, n, 4, 84, 84)
+            x = agent.normalize(rollout.obs[:, envs])  # (T + 1, n, C, H, W)
             a = actions[:, index]
             logits, values = agent.policy(x[:-1].flatten(0, 1))
             log_probs = torch.log_softmax(logits.float(), -1)
