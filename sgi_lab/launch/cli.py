@@ -341,6 +341,8 @@ def _report(args: argparse.Namespace) -> int:
         aggregates_csv_path,
         columns_explained,
         format_aggregates,
+        format_improvement,
+        improvement_over,
         report,
     )
     from sgi_lab.base.paths import did_you_mean
@@ -356,6 +358,11 @@ def _report(args: argparse.Namespace) -> int:
     if not args.runs:
         return print_probes(probed)
 
+    improvement = None
+    if args.baseline is not None:  # first: a mistyped baseline prints nothing else
+        improvement = improvement_over(
+            args.runs, args.baseline, reps=args.reps, allow_unfinished=args.allow_unfinished
+        )
     per_game, aggregates = report(
         args.runs, csv=args.csv, reps=args.reps, allow_unfinished=args.allow_unfinished
     )
@@ -370,6 +377,13 @@ def _report(args: argparse.Namespace) -> int:
         print()
         print(f"Aggregates ({normalizations}; 95% stratified bootstrap CIs over runs)")
         print(format_aggregates(aggregates).to_string(index=False))
+        if improvement is not None:
+            print(
+                f"\nProbability of improvement over {args.baseline}: P(a run of the method "
+                "beats a run of the baseline on a random game both have), 95% stratified "
+                "bootstrap CIs"
+            )
+            print(format_improvement(improvement).to_string(index=False))
     for method, reason in columns_explained(args.runs).items():
         print(f"\npaper column of {method}: {reason}")
     unfinished = int(per_game["unfinished"].sum()) if "unfinished" in per_game else 0
@@ -514,6 +528,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="OUT.html",
         help="also write the runs' training curves overlaid, one colour per run, to OUT.html",
+    )
+    p.add_argument(
+        "--baseline",
+        default=None,
+        metavar="METHOD",
+        help="also print each method's probability of improvement over METHOD (a method as the "
+        "report names it, e.g. sgi_none): the chance that a run of the method beats a run of "
+        "METHOD on a game drawn at random from those both have (rliable; ties count half; 0.5: "
+        "neither is better), on their normalised scores, with a 95%% stratified bootstrap CI",
     )
     p.add_argument(
         "--allow-unfinished",

@@ -311,3 +311,37 @@ def test_minatar_runs_are_reported_with_the_minatar_score_and_say_so(tmp_path, c
     pong = fake_run(tmp_path / "p", "Pong", 0, [-15.0], params="reduced_lr")
     with pytest.raises(ValueError, match="mix normalisations"):
         report([*runs, pong], reps=50)
+
+
+def test_probability_of_improvement_over_a_baseline(tmp_path, capsys):
+    """Each method against ``--baseline``: SGI's runs all above the baseline's on both games
+    -> 1 (CI [1, 1]); a copy of the baseline -> 0.5; a MinAtar method shares no game."""
+    from sgi_lab.analysis.report import improvement_over
+
+    runs = []
+    for game, low in (("Pong", -21.0), ("Breakout", 1.0)):
+        for seed in (0, 1):
+            base = [low + seed]
+            runs.append(fake_run(tmp_path / f"none_{game}{seed}", game, seed, base,
+                                 params="sgi_none", pretrained=None))  # fmt: skip
+            runs.append(fake_run(tmp_path / f"sgi_{game}{seed}", game, seed, [low + 10 + seed]))
+            runs.append(fake_run(tmp_path / f"copy_{game}{seed}", game, seed, base,
+                                 params="copy", pretrained=None))  # fmt: skip
+    runs.append(fake_run(tmp_path / "mb", "minatar/breakout", 0, [3.0], params="tiny"))
+    table = improvement_over(runs, "sgi_none", reps=100).set_index("method")
+    sgi = table.loc["reduced_lr@sgi_m"]
+    assert (sgi.value, sgi.lower, sgi.upper) == (1.0, 1.0, 1.0)
+    assert (sgi.games, sgi.runs, sgi.baseline_runs, sgi.normalization) == (2, 2, 2, "HNS")
+    # per game: 2 x 2 pairs, one tie each seed, one win, one loss -> (1 + 0.5 * 2) / 4
+    assert table.loc["copy", "value"] == pytest.approx(0.5)
+    tiny = table.loc["tiny@sgi_m"]
+    assert np.isnan(tiny.value) and tiny.note == "no game in common with sgi_none"
+    with pytest.raises(ValueError, match="'sgi_nope' is none of the runs' methods: did you "):
+        improvement_over(runs, "sgi_nope", reps=10)
+
+    assert main(["report", *map(str, runs[:12]), "--reps", "50", "--baseline", "sgi_none"]) == 0
+    out = capsys.readouterr().out
+    assert "Probability of improvement over sgi_none" in out
+    assert "1.000 (1.000, 1.000)" in out and "0.500 (" in out
+    assert main(["report", *map(str, runs[:3]), "--reps", "10", "--baseline", "nope"]) == 2
+    assert "error: --baseline 'nope' is none of the runs' methods" in capsys.readouterr().err
