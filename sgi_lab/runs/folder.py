@@ -44,6 +44,7 @@ from sgi_lab.config import ConfigError
 from sgi_lab.runs.checkpoints import CHECKPOINT_RE, CheckpointError, load_checkpoint
 from sgi_lab.runs.status import FAILED, FINISHED, RUNNING, has_final_model, run_kind
 from sgi_lab.runs.stopping import failure_reason
+from sgi_lab.runs.tracking import Trackers
 
 # Config keys that may change when a run resumes: where and how fast it runs, not what it
 # learns. Every other key must match the run's config.yaml (one list, for every stage).
@@ -476,6 +477,11 @@ class MetricsLogger:
             after that checkpoint, before the crash) are removed so no step appears twice, and
             so are damaged lines; every other row is kept, and a warning says what was dropped.
             ``None`` starts a fresh file.
+
+    Every row also goes, with the same keys and step, to TensorBoard event files beside the
+    file (unless ``SGI_LAB_TENSORBOARD=0``) and, with ``SGI_LAB_WANDB=offline``, to a W&B run
+    in the same folder (`sgi_lab.runs.tracking`; docs/tracking.md); what ``metrics.jsonl``
+    drops on resume is purged from TensorBoard too.
     """
 
     def __init__(self, path: str | os.PathLike, resume_step: int | None = None) -> None:
@@ -495,6 +501,11 @@ class MetricsLogger:
                 )
             atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in kept))
         self._fh = open(self.path, "a")
+        try:
+            self.trackers = Trackers(self.path.parent, resume_step)
+        except BaseException:
+            self._fh.close()
+            raise
 
     def log(self, step: int, **values: Any) -> dict[str, Any]:
         row = {"step": int(step), **{k: jsonable(v) for k, v in values.items()}}
@@ -504,10 +515,12 @@ class MetricsLogger:
         except OSError as exc:
             raise_if_disk_full(exc, self.path)
             raise
+        self.trackers.log(row)
         return row
 
     def close(self) -> None:
         self._fh.close()
+        self.trackers.close()
 
     def __enter__(self) -> MetricsLogger:
         return self

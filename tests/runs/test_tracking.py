@@ -1,0 +1,192 @@
+"""The tools researchers already use (issue 36 item 14): TensorBoard event files beside
+metrics.jsonl with its keys and steps, purged on resume as metrics.jsonl is; W&B offline as an
+option; both off or missing without stopping a run."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+import warnings
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from sgi_lab.base.files import read_jsonl
+from sgi_lab.runs import tracking
+from sgi_lab.runs.folder import RunDir
+from sgi_lab.runs.tracking import (
+    TENSORBOARD_ENV,
+    WANDB_ENV,
+    Trackers,
+    TrackingSettingError,
+    scalars,
+)
+
+
+@pytest.fixture(autouse=True)
+def default_tracking(monkeypatch):
+    """The defaults whatever the shell running the tests sets: TensorBoard on, W&B off."""
+    monkeypatch.delenv(TENSORBOARD_ENV, raising=False)
+    monkeypatch.delenv(WANDB_ENV, raising=False)
+
+
+def event_files(folder):
+    return sorted(p for p in folder.glob("events.out.tfevents.*") if p.is_file())
+
+
+def tensorboard_scalars(folder) -> dict[str, list[tuple[int, float]]]:
+    """What TensorBoard shows of a folder: every scalar tag's (step, value) pairs."""
+    acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {
+        tag: [(e.step, pytest.approx(e.value)) for e in acc.Scalars(tag)]
+        for tag in acc.Tags()["scalars"]
+    }
+
+
+def jsonl_scalars(path) -> dict[str, list[tuple[int, float]]]:
+    """The same view of metrics.jsonl: every plottable key's (step, value) pairs."""
+    out: dict[str, list[tuple[int, float]]] = {}
+    for row in read_jsonl(path):
+        for key, value in scalars(row).items():
+            out.setdefault(key, []).append((row["step"], value))
+    return out
+
+
+def test_event_files_hold_the_rows_keys_and_steps(tmp_path):
+    run = RunDir(tmp_path / "run")
+    with run.metrics_logger() as log:
+        log.log(10, **{"losses/total": 1.5, "losses/spr": -0.25, "charts/SPS": 7})
+        log.log(20, **{"losses/total": 1.0, "probe": float("nan"), "done": True, "game": "Pong"})
+    (event,) = event_files(run.path)
+    assert event.parent == run.metrics_path.parent  # beside metrics.jsonl
+    shown = tensorboard_scalars(run.path)
+    assert shown == {
+        "losses/total": [(10, 1.5), (20, 1.0)],
+        "losses/spr": [(10, -0.25)],
+        "charts/SPS": [(10, 7.0)],
+        "done": [(20, 1.0)],
+    }
+    assert shown == jsonl_scalars(run.metrics_path)  # same keys, steps and values
+
+
+def test_resume_purges_what_metrics_jsonl_drops(tmp_path):
+    run = RunDir(tmp_path / "run")
+    with run.metrics_logger() as log:
+        for step in (100, 200, 300, 400):
+            log.log(step, loss=step / 100)
+    # A crash after the checkpoint at step 200: rows 300 and 400 are logged again on resume.
+    with pytest.warns(UserWarning, match="2 row"), run.metrics_logger(resume_step=200) as log:
+        log.log(300, loss=30.0)
+        log.log(500, loss=50.0)
+    assert len(event_files(run.path)) == 2  # the first session's file is kept, not rewritten
+    assert tensorboard_scalars(run.path) == {
+        "loss": [(100, 1.0), (200, 2.0), (300, 30.0), (500, 50.0)]
+    }
+    assert tensorboard_scalars(run.path) == jsonl_scalars(run.metrics_path)
+
+
+def test_a_fresh_start_removes_the_earlier_event_files(tmp_path):
+    """--overwrite (or a restart before the first checkpoint) empties metrics.jsonl: the earlier
+    session's curves go with it."""
+    run = RunDir(tmp_path / "run")
+    with run.metrics_logger() as log:
+        log.log(5, loss=9.0)
+    first = event_files(run.path)
+    with run.metrics_logger() as log:
+        log.log(1, loss=1.0)
+    assert not set(first) & set(event_files(run.path))
+    assert tensorboard_scalars(run.path) == {"loss": [(1, 1.0)]}
+
+
+@pytest.mark.parametrize("value", ["0", "false", "OFF", " no "])
+def test_switched_off(tmp_path, monkeypatch, value):
+    monkeypatch.setenv(TENSORBOARD_ENV, value)
+    run = RunDir(tmp_path / "run")
+    with run.metrics_logger() as log:
+        log.log(1, loss=1.0)
+    assert event_files(run.path) == [] and read_jsonl(run.metrics_path) == [
+        {"step": 1, "loss": 1.0}
+    ]
+
+
+@pytest.mark.parametrize(("env", "value"), [(TENSORBOARD_ENV, "maybe"), (WANDB_ENV, "ofline")])
+def test_a_setting_that_means_nothing_is_named(tmp_path, monkeypatch, env, value):
+    monkeypatch.setenv(env, value)
+    with pytest.raises(TrackingSettingError, match=rf"^{env}='{value}': use ") as info:
+        Trackers(tmp_path)
+    assert "\n" not in str(info.value)
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_a_missing_tensorboard_is_one_line_and_the_run_goes_on(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # import fails
+    run = RunDir(tmp_path / "run")
+    with pytest.warns(UserWarning) as caught, run.metrics_logger() as log:
+        log.log(1, loss=1.0)
+    (line,) = [str(w.message) for w in caught]
+    assert line == (
+        "TensorBoard: not installed (pip install tensorboard); metrics.jsonl is written as always"
+    )
+    assert event_files(run.path) == [] and len(read_jsonl(run.metrics_path)) == 1
+
+
+def test_a_missing_wandb_is_one_line_with_the_install_command(tmp_path, monkeypatch):
+    monkeypatch.setenv(WANDB_ENV, "offline")
+    monkeypatch.setitem(sys.modules, "wandb", None)
+    run = RunDir(tmp_path / "run")
+    with pytest.warns(UserWarning) as caught, run.metrics_logger() as log:
+        log.log(1, loss=1.0)
+    (line,) = [str(w.message) for w in caught]
+    assert line == (
+        "W&B (SGI_LAB_WANDB=offline): not installed (pip install 'sgi-lab[wandb]'); "
+        "metrics.jsonl is written as always"
+    )
+    assert len(event_files(run.path)) == 1  # TensorBoard is unaffected
+    assert not (run.path / "wandb").exists()
+
+
+def test_a_tracker_that_breaks_mid_run_stops_with_one_line(tmp_path, monkeypatch):
+    run = RunDir(tmp_path / "run")
+    log = run.metrics_logger()
+
+    def broken(step, values):
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(log.trackers.mirrors[0], "log", broken)
+    with pytest.warns(UserWarning, match=r"^TensorBoardMirror: stopped \(OSError: No space"):
+        log.log(1, loss=1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once, not per row
+        log.log(2, loss=2.0)
+        log.close()
+    assert [r["step"] for r in read_jsonl(run.metrics_path)] == [1, 2]
+
+
+def test_wandb_offline_writes_inside_the_run_folder(tmp_path, monkeypatch):
+    if importlib.util.find_spec("wandb") is None:
+        pytest.skip("wandb is not installed (pip install 'sgi-lab[wandb]')")
+    monkeypatch.setenv(WANDB_ENV, "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv(TENSORBOARD_ENV, "0")
+    run = RunDir.open(tmp_path / "run", "pretrain", {"lr": 1e-4, "steps": 3})
+    run.start(0)
+    with run.metrics_logger() as log:
+        assert [type(m).__name__ for m in log.trackers.mirrors] == ["WandbMirror"]
+        wandb_run = log.trackers.mirrors[0].run
+        for step in (1, 2, 3):
+            log.log(step, **{"losses/total": 1.0 / step})
+    assert wandb_run.config["lr"] == 1e-4 and wandb_run.name == "run"
+    (offline,) = (run.path / "wandb").glob("offline-run-*")
+    assert list(offline.glob("*.wandb"))  # the run's records, for `wandb sync`
+    assert tracking.wandb_mode() == "offline"
+
+
+def test_a_resumed_event_file_sorts_after_the_earlier_ones(tmp_path):
+    """TensorBoard reads a folder's files in name order, and names start with the second."""
+    now = int(time.time())
+    earlier = tmp_path / f"events.out.tfevents.{now:010d}.host.99999.7"
+    earlier.write_bytes(b"")
+    tracking._after_event_files([earlier])
+    assert int(time.time()) > now
