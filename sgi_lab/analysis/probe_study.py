@@ -47,7 +47,22 @@ __all__ = [
     "write_probe_report",
 ]
 
-METRICS = ("overall", "across_categories", *CATEGORIES, "reward_f1", "majority")
+METRICS = (
+    "overall",
+    "across_categories",
+    *CATEGORIES,
+    "coordinate_r2",
+    "coordinate_within",
+    "reward_f1",
+    "majority",
+)
+"""The summarised metrics: ``overall`` is the mean F1 over every variable, ``across_categories``
+the mean of the category means (AtariARI's headline); ``coordinate_r2`` and
+``coordinate_within`` the ridge regressions' mean R^2 and accuracy within +-2 units over the
+coordinates."""
+DEFAULT_READOUT = ("lstsq", "renormalized")
+"""The readout and features of an entry that records neither (written before they were chosen),
+and of the default `ProbeSettings`."""
 PAPER_CONFIGS = {
     "none": "SGI-None",
     "random_init": "SGI-None",
@@ -82,6 +97,11 @@ def entry_row(entry: dict[str, Any], folder: str | os.PathLike | None = None) ->
         if encoder.get("kind") == "random_init"
         else objective_of(encoder.get("params")),
         "seed": encoder.get("seed"),
+        # Entries written before the readouts were chosen used least squares on renormalized maps.
+        "readout": entry.get("readout")
+        or entry.get("settings", {}).get("readout", DEFAULT_READOUT[0]),
+        "features": entry.get("features")
+        or entry.get("settings", {}).get("features", DEFAULT_READOUT[1]),
         "overall": entry.get("overall"),
         "across_categories": entry.get("across_categories"),
         # Probed from a run that had not finished (`read_probes` flags it): every view marks it.
@@ -90,6 +110,10 @@ def entry_row(entry: dict[str, Any], folder: str | os.PathLike | None = None) ->
     for category in CATEGORIES:
         row[category] = entry.get("categories", {}).get(category)
     row["majority"] = entry.get("majority", {}).get("overall")
+    regression = entry.get("regression") or {}
+    row["coordinate_r2"] = regression.get("r2")
+    row["coordinate_within"] = regression.get("within_accuracy")
+    row["coordinate_f1"] = regression.get("f1")
     row["random_init"] = (entry.get("random_init") or {}).get("overall")
     row["reward_f1"] = entry.get("reward", {}).get("f1")
     row["action_accuracy"] = entry.get("action", {}).get("accuracy")
@@ -100,14 +124,21 @@ def entry_row(entry: dict[str, Any], folder: str | os.PathLike | None = None) ->
     return row
 
 
-def probe_frame(folders: Iterable[str | os.PathLike]) -> pd.DataFrame:
+def probe_frame(
+    folders: Iterable[str | os.PathLike], readout: str | None = None, features: str | None = None
+) -> pd.DataFrame:
     """Every probes.json entry of ``folders`` (run folders or probes files), one row each; an
-    entry without a seed (a pretraining run's) gets its run's (``config.yaml``)."""
+    entry without a seed (a pretraining run's) gets its run's (``config.yaml``). ``readout``
+    and ``features``: only the entries made with them (None: every one)."""
     rows = []
     for folder in folders:
         path = Path(folder)
         for entry in read_probes(path):
             row = entry_row(entry, path)
+            if readout is not None and row["readout"] != readout:
+                continue
+            if features is not None and row["features"] != features:
+                continue
             if row["seed"] is None:  # a pretraining run's seed (a probes file sits in its run)
                 row["seed"] = _config_seed(path if path.is_dir() else path.parent)
             rows.append(row)
@@ -137,6 +168,11 @@ def experiment_probe_frame(graph: Any) -> pd.DataFrame:
             if e.get("store", {}).get("fingerprint") == fingerprint
             and e.get("settings", {}).get("split_seed") == task.probe["split_seed"]
             and e.get("settings", {}).get("max_frames") == task.probe["max_frames"]
+            # the readout the task asked for (an experiment's probe tasks use the default)
+            and e.get("settings", {}).get("readout", DEFAULT_READOUT[0])
+            == task.probe.get("readout", DEFAULT_READOUT[0])
+            and e.get("settings", {}).get("features", DEFAULT_READOUT[1])
+            == task.probe.get("features", DEFAULT_READOUT[1])
         ]
         if not entries:
             continue
@@ -177,6 +213,7 @@ def objective_summary(
         return pd.DataFrame(
             columns=[by, "metric", "value", "lower", "upper", "seeds", "games", "unfinished"]
         )
+    _check_one_readout(frame)
     for name, group in frame.groupby(by, sort=False):
         for metric in metrics:
             if metric not in group or group[metric].isna().all():
@@ -199,6 +236,20 @@ def objective_summary(
                 }
             )
     return pd.DataFrame(rows)
+
+
+def _check_one_readout(frame: pd.DataFrame) -> None:
+    """Refuse a frame whose rows come from several readouts or feature choices: their F1s are
+    not one measurement, and a mean over them would mix them."""
+    if "readout" not in frame or "features" not in frame:
+        return
+    combos = sorted(set(zip(frame["readout"].fillna("-"), frame["features"].fillna("-"))))
+    if len(combos) > 1:
+        named = ", ".join(f"{r}/{f}" for r, f in combos)
+        raise ValueError(
+            f"probe results of several readouts/features ({named}): summarise one at a time "
+            "(probe_frame(..., readout=..., features=...))"
+        )
 
 
 def paper_rank_correlation(
@@ -300,10 +351,15 @@ def probe_folders(paths: Iterable[str | os.PathLike]) -> list[Path]:
     return [f for f in dict.fromkeys(folders) if read_probes(f)]
 
 
-def load_probe_results(paths: Iterable[str | os.PathLike]) -> tuple[pd.DataFrame, pd.DataFrame]:
+def load_probe_results(
+    paths: Iterable[str | os.PathLike],
+    readout: str = DEFAULT_READOUT[0],
+    features: str = DEFAULT_READOUT[1],
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(one row per probed encoder and store, objective summary with 95% CIs over seeds)`` of
-    the probe results under ``paths`` (see `probe_folders`); empty frames when there are none."""
-    frame = probe_frame(probe_folders(paths))
+    the probe results under ``paths`` (see `probe_folders`) made with ``readout`` on
+    ``features``; empty frames when there are none."""
+    frame = probe_frame(probe_folders(paths), readout, features)
     return frame, objective_summary(frame)
 
 
@@ -332,13 +388,16 @@ def probe_curves(runs: Iterable[str | os.PathLike]) -> pd.DataFrame:
 def training_probe_curves(runs: Iterable[str | os.PathLike]) -> pd.DataFrame:
     """The probes a pretraining run made of its own encoder as it trained (``probe_every``:
     the ``probe/`` keys of its metrics.jsonl), one row per (run, step): ``run, objective, seed,
-    game, step, overall, reward_f1`` and the categories AtariARI's variables fall in."""
+    game, step, readout, features, overall, across_categories, coordinate_r2,
+    coordinate_within, reward_f1`` and the categories AtariARI's variables fall in (a row
+    written before the readout was recorded takes the run's config, else the default)."""
 
     rows = []
     for run in runs:
         run = Path(run)
         status = read_status(run) or {}
         params = status.get("params") or run.name.split("__")[0]
+        config = read_mapping(run / "config.yaml")
         for metrics in read_jsonl(run / "metrics.jsonl"):
             if "probe/f1" not in metrics:
                 continue
@@ -348,7 +407,14 @@ def training_probe_curves(runs: Iterable[str | os.PathLike]) -> pd.DataFrame:
                 "seed": _config_seed(run),
                 "game": status.get("game"),
                 "step": int(metrics["step"]),
+                "readout": metrics.get("probe/readout")
+                or config.get("probe_readout", DEFAULT_READOUT[0]),
+                "features": metrics.get("probe/features")
+                or config.get("probe_features", DEFAULT_READOUT[1]),
                 "overall": metrics["probe/f1"],
+                "across_categories": metrics.get("probe/f1_across_categories"),
+                "coordinate_r2": metrics.get("probe/coordinate_r2"),
+                "coordinate_within": metrics.get("probe/coordinate_within"),
                 "reward_f1": metrics.get("probe/reward_f1"),
             }
             for category in CATEGORIES:
@@ -396,21 +462,31 @@ def results_markdown(frame: pd.DataFrame, summary: pd.DataFrame) -> str:
     paper's tab:controls_hns (median and mean HNS)."""
     games = ", ".join(sorted(frame["game"].unique())) if not frame.empty else "-"
     seeds = summary.groupby("objective")["seeds"].max().to_dict() if not summary.empty else {}
+    readouts = (
+        ", ".join(sorted({f"{r} on {f}" for r, f in zip(frame["readout"], frame["features"])}))
+        if {"readout", "features"} <= set(frame.columns)
+        else "-"
+    )
     parts = [
-        f"Encoders probed: {len(frame)} (games: {games}; seeds per objective: {seeds}).",
+        f"Encoders probed: {len(frame)} (games: {games}; seeds per objective: {seeds}; "
+        f"readout: {readouts}).",
         "",
-        "Test F1, mean over seeds of each seed's mean over games [95% t interval over seeds]:",
+        "Test F1, mean over seeds of each seed's mean over games [95% t interval over seeds]. "
+        "across_categories is the mean of the category means (AtariARI's headline), overall "
+        "the mean over every variable; coordinate_r2 and coordinate_within are the coordinates' "
+        "ridge regressions (R^2, accuracy within +-2 units):",
         "",
         markdown_table(summary_table(summary)),
         "",
     ]
-    for paper_metric in ("median", "mean"):
-        corr = paper_rank_correlation(summary, "overall", paper_metric)
-        pairs = ", ".join(f"{name} {ours:.3f}/{paper:.3f}" for name, ours, paper in corr["pairs"])
-        rho = "n/a" if corr["rho"] is None else f"{corr['rho']:.3f} (p = {corr['p']:.3f})"
-        parts.append(
-            f"Spearman rho of overall F1 with the paper's {paper_metric} HNS (tab:controls_hns, "
-            f"n = {corr['n']}): {rho}; ours/paper: {pairs}"
-        )
-        parts.append("")
+    for metric in ("across_categories", "overall", "reward_f1"):
+        for paper_metric in ("median", "mean"):
+            corr = paper_rank_correlation(summary, metric, paper_metric)
+            pairs = ", ".join(f"{n} {ours:.3f}/{paper:.3f}" for n, ours, paper in corr["pairs"])
+            rho = "n/a" if corr["rho"] is None else f"{corr['rho']:.3f} (p = {corr['p']:.3f})"
+            parts.append(
+                f"Spearman rho of {metric} F1 with the paper's {paper_metric} HNS "
+                f"(tab:controls_hns, n = {corr['n']}): {rho}; ours/paper: {pairs}"
+            )
+            parts.append("")
     return "\n".join(parts)

@@ -12,6 +12,7 @@ from typing import Any
 from sgi_lab.analysis.probe_encoders import load_probe_encoder, random_probe_encoder
 from sgi_lab.analysis.probe_study import probe_frame
 from sgi_lab.probes import PROBES_FILE, ProbeInputError, ProbeSettings, check_probe_store, probe_run
+from sgi_lab.probes.linear import FEATURES, READOUTS
 
 __all__ = ["add_probe_parser", "main_probe"]
 
@@ -67,7 +68,7 @@ def main_probe(args: argparse.Namespace) -> int:
         if args.out is not None:
             raise ProbeInputError("--out goes with --random-init; a run's probes go in its folder")
         encoders = [load_probe_encoder(run, args.allow_unfinished) for run in args.runs]
-    settings = ProbeSettings()
+    settings = ProbeSettings(readout=args.readout, features=args.features)
     summaries: list[dict[str, Any]] = []
     for encoder in encoders:
         result, computed = probe_run(
@@ -89,8 +90,14 @@ def main_probe(args: argparse.Namespace) -> int:
                 "computed": computed,
                 "unfinished": encoder.unfinished,
                 "game": result["store"]["game"],
+                "readout": result.get("readout"),
+                "features": result.get("features"),
+                # AtariARI's headline is the mean of the category means; "overall" is the mean
+                # over every variable.
+                "category_mean_f1": result.get("across_categories"),
                 "overall_f1": result.get("overall"),
                 "categories": result.get("categories"),
+                "coordinates": result.get("regression"),
                 "majority_f1": result.get("majority", {}).get("overall"),
                 "random_init_f1": (result.get("random_init") or {}).get("overall"),
                 "reward_f1": result.get("reward", {}).get("f1"),
@@ -132,6 +139,20 @@ def add_probe_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--split-seed", type=int, default=0, help="seeds the episode split")
     p.add_argument(
+        "--readout",
+        choices=READOUTS,
+        default="lstsq",
+        help="lstsq: least squares onto one-hot classes, early-stopped (the default, closed "
+        "form); logistic: a multinomial logistic probe trained with early stopping (AtariARI's)",
+    )
+    p.add_argument(
+        "--features",
+        choices=FEATURES,
+        default="renormalized",
+        help="what the probes read: the conv map after the per-sample min-max renormalisation "
+        "(default), before it (conv), or the projection y that SPR and inverse dynamics train",
+    )
+    p.add_argument(
         "--random-baseline-seed",
         type=int,
         default=0,
@@ -172,22 +193,29 @@ def print_probes(runs: list[Path]) -> int:
     if frame.empty:
         return 0
     columns = [
-        "folder", "game", "objective", "seed", "overall", "agent_localization",
+        "folder", "game", "objective", "seed", "readout", "features", "across_categories",
+        "overall", "agent_localization",
         "small_object_localization", "other_localization", "score_clock_lives_display",
-        "miscellaneous", "majority", "random_init", "reward_f1", "action_accuracy",
+        "miscellaneous", "majority", "random_init", "coordinate_r2", "coordinate_within",
+        "reward_f1", "action_accuracy",
     ]  # fmt: skip
     names = frame["folder"].map(lambda f: Path(f).name)
     if "unfinished" in frame:  # a result of a run that had not finished says so
         names = names.where(~frame["unfinished"].astype(bool), names + " (unfinished)")
     shown = frame[columns].assign(folder=names)
-    for column in columns[4:]:
+    for column in columns[6:]:
         shown[column] = pd.to_numeric(shown[column])
     shown["seed"] = pd.to_numeric(shown["seed"]).astype("Int64")
     shown.columns = [
-        c.replace("_localization", "_loc").replace("score_clock_lives_display", "score_etc")
+        c.replace("_localization", "_loc")
+        .replace("score_clock_lives_display", "score_etc")
+        .replace("across_categories", "category_mean")
         for c in columns
     ]
     with pd.option_context("display.width", 200, "display.max_columns", 20):
-        print("\nProbes (test F1 of linear probes on frozen encoders; sgi-lab probe)")
+        print(
+            "\nProbes (test F1 of linear probes on frozen encoders; sgi-lab probe; category_mean "
+            "= mean of category means, AtariARI's headline; overall = mean over variables)"
+        )
         print(shown.to_string(index=False, float_format=lambda x: f"{x:.3f}", na_rep="-"))
     return 0

@@ -30,6 +30,7 @@ from sgi_lab.data import StoreError, TransitionStore
 from sgi_lab.data.sampler import valid_start_mask
 from sgi_lab.envs import is_minatar
 from sgi_lab.nets import SGIModel
+from sgi_lab.probes.linear import ProbeSettings
 from sgi_lab.probes.probe import ProbeEncoder, check_probe_data, probe_encoder
 from sgi_lab.runs.checkpoints import restore_generator
 from sgi_lab.runs.folder import RunDir
@@ -341,8 +342,11 @@ class _Window:
 
 class PeriodicProbe:
     """Linear probes of the encoder every ``probe_every`` steps (`sgi_lab.probes`): a probe
-    curve beside the diversity curve (paper Fig. 4), as metrics ``probe/f1`` (AtariARI's overall
-    F1), ``probe/f1_<category>`` and ``probe/reward_f1``.
+    curve beside the diversity curve (paper Fig. 4), as metrics ``probe/f1`` (the mean F1 over
+    every variable), ``probe/f1_across_categories`` (the mean of the category means, AtariARI's
+    headline), ``probe/f1_<category>``, ``probe/coordinate_r2`` and ``probe/coordinate_within``
+    (the coordinates' ridge regressions), ``probe/reward_f1``, and the readout and features used
+    (``probe/readout``, ``probe/features``: the config's ``probe_readout``, ``probe_features``).
 
     The probe store is a second store of the run's game, with RAM (other episodes than the
     training data); every probe uses the same episode split and at most ``probe_frames`` of its
@@ -355,9 +359,11 @@ class PeriodicProbe:
         every: int,
         frames: int,
         identity: dict[str, str],
+        settings: ProbeSettings | None = None,
     ):
         self.store, self.every, self.frames = store, every, frames
         self.identity = identity  # {"probe_data": fingerprint}, for the run's inputs
+        self.settings = settings or ProbeSettings()
 
     @classmethod
     def of(cls, config: PretrainConfig, training: TransitionStore) -> PeriodicProbe | None:
@@ -372,7 +378,8 @@ class PeriodicProbe:
         if config.probe_every <= 0:
             return None
         store, identity = check_probe_data(config.probe_data, training)
-        return cls(store, config.probe_every, config.probe_frames, identity)
+        settings = ProbeSettings(readout=config.probe_readout, features=config.probe_features)
+        return cls(store, config.probe_every, config.probe_frames, identity, settings)
 
     def due(self, step: int, steps: int) -> bool:
         return step % self.every == 0 or step == steps
@@ -385,6 +392,7 @@ class PeriodicProbe:
             result = probe_encoder(
                 encoder,
                 self.store,
+                self.settings,
                 max_frames=self.frames,
                 random_baseline_seed=None,
                 device=str(device),
@@ -394,13 +402,20 @@ class PeriodicProbe:
         return probe_metrics(result)
 
 
-def probe_metrics(result: dict[str, Any]) -> dict[str, float]:
-    """A probes result's overall, per-category and reward F1 as metrics.jsonl keys."""
+def probe_metrics(result: dict[str, Any]) -> dict[str, float | str]:
+    """A probes result's F1s (overall, across categories, per category), the coordinates'
+    regressions, the reward F1, and the readout and features it used, as metrics.jsonl keys."""
     row = {"probe/f1": result.get("overall")}
+    row["probe/f1_across_categories"] = result.get("across_categories")
     for category, value in (result.get("categories") or {}).items():
         row[f"probe/f1_{category}"] = value.get("f1") if isinstance(value, dict) else value
+    regression = result.get("regression") or {}
+    row["probe/coordinate_r2"] = regression.get("r2")
+    row["probe/coordinate_within"] = regression.get("within_accuracy")
     row["probe/reward_f1"] = (result.get("reward") or {}).get("f1")
-    return {k: float(v) for k, v in row.items() if v is not None}
+    row = {k: float(v) for k, v in row.items() if v is not None}
+    names = {"probe/readout": result.get("readout"), "probe/features": result.get("features")}
+    return {**row, **{k: str(v) for k, v in names.items() if v is not None}}
 
 
 def load_pretrained_model(run_dir: str | Path) -> SGIModel:
