@@ -1,0 +1,120 @@
+"""Finetuning with the RL head's own copy of the Q head's first layers (``rl_head_hidden:
+separate``, docs/paper_vs_code.md row 40): the model's arguments, the transfer, the learning-rate
+group, and a population update (the copy's noise, gradient, step and the SPR target's EMA)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from population_helpers import fake_batch, make_config
+
+import sgi_lab.train.transfer as tr
+from sgi_lab.nets import SGIModel
+from sgi_lab.train.population import Population
+from sgi_lab.train.update import stage, update
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+SEPARATE = {"ssl": "all", "rl_head_hidden": "separate", "hidden_size": 16, "encoder": "nature"}
+
+
+def hidden_names() -> list[str]:
+    return [
+        f"{s}_hidden.{p}_{q}"
+        for s in ("advantage", "value")
+        for p in ("weight", "bias")
+        for q in ("mu", "sigma")
+    ]
+
+
+def pretrained_model(num_actions: int = 6) -> tr.Pretrained:
+    """A pretraining run's model (noise-free, goal head, no Q outputs) with first layers whose
+    sigmas differ from their initial value, as a file would hold them."""
+    args = {"encoder": "nature", "num_actions": num_actions, "hidden_size": 16, "noisy": False}
+    args.update(rl_head=False, goal_head=True, inverse_model=True)
+    torch.manual_seed(7)
+    model = SGIModel(**args)
+    with torch.no_grad():
+        model.head.advantage_hidden.weight_sigma.fill_(0.25)
+    return tr.Pretrained(
+        path=Path("pre/model.pt"), state=model.state_dict(), model_args=args, step=3
+    )
+
+
+def test_model_args_build_the_copy_only_with_goal_rl_and_separate():
+    assert tr.model_args_for(make_config(**SEPARATE), 6)["rl_hidden"] is True
+    for other in ({"ssl": "all"}, {"ssl": "spr", "rl_head_hidden": "separate"}, {}):
+        assert "rl_hidden" not in tr.model_args_for(make_config(**other), 6)
+
+
+def test_transfer_copies_the_pretrained_first_layers_into_the_copy_after_the_sigma_reset():
+    pretrained = pretrained_model()
+    config = make_config(**SEPARATE, lr_groups="reference")
+    model = SGIModel(**tr.model_args_for(config, 6, pretrained))
+    transfer = tr.transfer_pretrained(model, pretrained)
+    state = model.state_dict()
+    copies = [f"rl_hidden.{n}" for n in hidden_names()]
+    for name in hidden_names():
+        torch.testing.assert_close(
+            state[f"rl_hidden.{name}"], state[f"head.{name}"], rtol=0, atol=0
+        )
+        if name.endswith("_mu"):  # the pretrained means
+            assert torch.equal(state[f"rl_hidden.{name}"], pretrained.state[f"head.{name}"])
+    sigma = state["rl_hidden.advantage_hidden.weight_sigma"]  # reset: 0.5 / sqrt(3136), not 0.25
+    assert torch.all(sigma == 0.5 / 3136**0.5)
+    assert set(copies) <= set(transfer.loaded)
+    assert not set(copies) & set(transfer.fresh) and not set(copies) & set(transfer.ignored)
+    for groups in ("reference", "text"):  # the reference's q_l1_lr group, as head.'s layers
+        for name in copies:
+            assert tr.lr_group(name, set(transfer.loaded), "reduced_lr", groups) == "pretrained"
+    # without pretraining the copy starts fresh, like every other layer
+    fresh = SGIModel(**tr.model_args_for(config, 6))
+    assert tr.lr_group(copies[0], set(), "reduced_lr", "reference") == "fresh"
+    assert not torch.equal(
+        fresh.rl_hidden.value_hidden.weight_mu, fresh.head.value_hidden.weight_mu
+    )
+
+
+def test_an_update_trains_the_copy_with_its_own_noise_and_leaves_it_out_of_sprs_target():
+    config = make_config(**SEPARATE, lr_groups="reference")
+    pretrained = pretrained_model()
+    model = SGIModel(**tr.model_args_for(config, 6, pretrained))
+    transfer = tr.transfer_pretrained(model, pretrained)
+    pop = Population.build([config], [model], transfer.loaded)
+    by_id = {id(v): k for k, v in pop.online.items()}
+    groups = {g["name"]: {by_id[id(p)] for p in g["params"]} for g in pop.optimizer.param_groups}
+    assert "rl_hidden.advantage_hidden.weight_mu" in groups["pretrained"]
+    assert not any(k.startswith("rl_hidden.") for k in pop._ema_names())
+    drawn = pop.draw(config.batch_size, config.spr_steps + 1)["noise_online"]
+    assert not torch.equal(
+        drawn["rl_hidden.value_hidden.eps_in"], drawn["head.value_hidden.eps_in"]
+    )
+
+    before = {k: v.detach().clone() for k, v in pop.online.items()}
+    target_before = {k: v.clone() for k, v in pop.spr_target.items()}
+    batch = fake_batch(config, 6, seed=0)
+    update(pop, stage(pop, [batch], [np.ones(config.batch_size, np.float32)]))
+    for name in ("rl_hidden.advantage_hidden.weight_mu", "head.advantage_hidden.weight_mu"):
+        assert not torch.equal(pop.online[name], before[name]), f"{name} did not move"
+    # SPR's EMA follows head.'s copy (the projection), never the RL head's
+    moved = (
+        pop.spr_target["head.advantage_hidden.weight_mu"]
+        - target_before["head.advantage_hidden.weight_mu"]
+    )
+    assert moved.abs().max() > 0
+    for k in (k for k in pop.spr_target if k.startswith("rl_hidden.")):
+        assert torch.equal(pop.spr_target[k], target_before[k]), k
+    # the copy's Adam step differs from head.'s: each copy has its own gradient
+    step_rl = (
+        pop.online["rl_hidden.value_hidden.weight_mu"] - before["rl_hidden.value_hidden.weight_mu"]
+    )
+    step_head = pop.online["head.value_hidden.weight_mu"] - before["head.value_hidden.weight_mu"]
+    assert not torch.allclose(step_rl, step_head)
+    # agent_model gives back the copy, read by q_logits
+    agent = pop.agent_model(0)
+    assert torch.equal(
+        agent.rl_hidden.value_hidden.weight_mu, pop.online["rl_hidden.value_hidden.weight_mu"][0]
+    )
