@@ -47,6 +47,11 @@ SPEEDS: tuple[Speed, ...] = (
     Speed("finetune", "nature", "cpu", 5.24, "Finetuning: whole loop, 2 threads, session 4"),
     Speed("finetune", "resnet", "cpu", 1.91, "Finetuning: whole loop, 2 threads, session 4"),
     Speed("probe", "nature", "cpu", 400.0, "Probe speed: frames/s, busy 2-core machine"),
+    # MinAtar (session 13, 2-core Intel Xeon, one thread per task: two tasks at a time). The
+    # finetuning rate is the whole loop at one update a step (the MinAtar study's budget);
+    # at the paper's two it is about half.
+    Speed("pretrain", "minatar", "cpu", 1500.0, "MinAtar: SGI pretraining, one thread, samples/s"),
+    Speed("finetune", "minatar", "cpu", 39.0, "MinAtar: whole loop, one thread, 1 update/step"),
 )
 """Measured speeds (benchmarks/README.md). Finetuning rates are one agent's; a population on a
 GPU batches its agents, so its figure is an upper bound on the time. No figure: DQN Replay
@@ -144,7 +149,11 @@ def format_plan(graph: Graph) -> str:
         if task.agents:
             memory = _population_gb(graph, task)
             extra = f"  [{len(task.agents)} agents" + (
-                f", ~{memory:.0f} GB as one population]" if memory is not None else "]"
+                f", ~{memory:.0f} GB as one population]"
+                if memory is not None and memory >= 10
+                else f", ~{memory:.2g} GB as one population]"
+                if memory is not None
+                else "]"
             )
         lines.append(f"{task.id}{extra}")
         if task.deps:

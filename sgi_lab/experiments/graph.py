@@ -19,6 +19,7 @@ from sgi_lab.config import (
     read_params,
     to_dict,
 )
+from sgi_lab.envs.factory import observation_spec
 from sgi_lab.experiments.spec import (
     DEFAULT_RESOURCES,
     KINDS,
@@ -317,11 +318,15 @@ def _finetune_tasks(
                     strict=True,
                 )
             )
-            parts = (
-                [(list(experiment.games), list(experiment.seeds))]
-                if experiment.max_agents is None
-                else split_population(experiment.games, experiment.seeds, experiment.max_agents)
-            )
+            parts = [
+                part
+                for games in _same_observation(experiment.games, config)
+                for part in (
+                    [(games, list(experiment.seeds))]
+                    if experiment.max_agents is None
+                    else split_population(games, experiment.seeds, experiment.max_agents)
+                )
+            ]
             for k, (games, seeds) in enumerate(parts):
                 part = [c for c in configs if c.game in games and c.seed in seeds]
                 folders = tuple(folder_of[c.game, c.seed] for c in part)
@@ -352,6 +357,16 @@ def _finetune_tasks(
                     )
                 )
     return tasks
+
+
+def _same_observation(games: list[str], config: FinetuneConfig) -> list[list[str]]:
+    """``games`` grouped by observation spec, in their order: one population shares one input
+    shape, so MinAtar games of different channel counts (Breakout and Asterix 4, Space Invaders
+    6, Freeway 7, Seaquest 10) train as separate populations; Atari games are one group."""
+    groups: dict[Any, list[str]] = {}
+    for game in games:  # (an Atari game's spec ignores MinAtar's frames and channels)
+        groups.setdefault(observation_spec(game, config.frames, config.channels), []).append(game)
+    return list(groups.values())
 
 
 def _check_folder_store(store: Path, where: str, game: str) -> None:

@@ -23,7 +23,8 @@ from sgi_lab.config import (
     check_value,
     load_yaml_mapping,
 )
-from sgi_lab.envs.games import ATARI_100K_GAMES, UnknownGameError, canonical_game
+from sgi_lab.envs.factory import canonical_env_game
+from sgi_lab.envs.games import ATARI_100K_GAMES, UnknownGameError
 from sgi_lab.probes.atariari import UnannotatedGameError, annotations
 
 EXECUTORS = ("local", "ray")
@@ -169,7 +170,9 @@ class Experiment:
     name: str = F(REQUIRED, "experiment name")
     description: str = F("", "one line: what the experiment reproduces")
     table: str | None = F(None, "the paper table it reproduces (tab:HNS, tab:controls_hns...)")
-    games: list[str] = F(["all"], "Atari 100k games; ['all']: the 26")
+    games: list[str] = F(
+        ["all"], "Atari 100k games (['all']: the 26) or MinAtar ones (minatar/breakout, ...)"
+    )
     seeds: list[int] = F([0], "finetuning seeds (each game x seed is one agent)")
     parameters: dict[str, Any] = F({}, "values given with --param KEY=VALUE (null: not given)")
     data: dict[str, DataSpec] = F({}, "data sources by name")
@@ -253,7 +256,7 @@ def load_experiment(
         )
     try:
         games = list(ATARI_100K_GAMES) if experiment.games == ["all"] else experiment.games
-        games = [canonical_game(g) for g in games]
+        games = [canonical_env_game(g) for g in games]
     except UnknownGameError as exc:
         raise ConfigError(f"{path}: games: {exc}") from None
     experiment = dataclasses.replace(

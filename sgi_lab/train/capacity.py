@@ -26,10 +26,19 @@ from sgi_lab.nets import SGIModel
 from sgi_lab.train.transfer import model_args_for
 
 # One update's working memory per agent at batch 32 (measured, population_memory.py, CPU fp32).
-UPDATE_BYTES_AT_BATCH_32 = {"nature": 264e6, "resnet": 810e6, "resnet_l": 1620e6}
+# MinAtar's: 37 MB of peak RSS for updates of the `minatar` encoder, hidden 128, batch 32, K 5
+# (2-core Intel Xeon, session 13); `minatar_l` counted at twice that, not measured.
+UPDATE_BYTES_AT_BATCH_32 = {
+    "nature": 264e6,
+    "resnet": 810e6,
+    "resnet_l": 1620e6,
+    "minatar": 40e6,
+    "minatar_l": 80e6,
+}
 # Replay bytes per stored step: an 84x84 uint8 frame plus per-row arrays and the sum tree
-# (711 MB for 100k steps, measured).
+# (711 MB for 100k steps, measured); a frame of another observation spec costs its own bytes.
 REPLAY_BYTES_PER_STEP = 7_110
+REPLAY_ROW_BYTES = REPLAY_BYTES_PER_STEP - 84 * 84
 HEADROOM = 0.85  # of the free memory a population may plan to use
 MEMORY_SHARE_ENV = "SGI_LAB_MEMORY_SHARE"
 """Environment variable: the part (0, 1] of the free memory this process may plan for, set by
@@ -47,7 +56,8 @@ def agent_bytes(config: FinetuneConfig, num_actions: int = 18) -> dict[str, floa
     separate_q = not (config.target_tau == 1.0 and config.target_update_period == 1)
     networks = (params + buffers) * (3 if separate_q else 2)
     adam = 2 * params
-    replay = REPLAY_BYTES_PER_STEP * config.steps
+    spec = config.observation_spec  # one frame per stored step (stacks are rebuilt when sampled)
+    replay = (spec.channels * spec.height * spec.width + REPLAY_ROW_BYTES) * config.steps
     update = UPDATE_BYTES_AT_BATCH_32.get(config.encoder, 1620e6) * config.batch_size / 32
     total = networks + adam + replay + update
     return {"networks": networks, "adam": adam, "replay": replay, "update": update, "total": total}

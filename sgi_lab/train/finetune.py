@@ -38,7 +38,7 @@ from sgi_lab.config import ConfigError, FinetuneConfig, to_dict
 from sgi_lab.data.population_replay import PopulationReplay
 from sgi_lab.envs import canonical_env_game
 from sgi_lab.envs.pool import EnvPool
-from sgi_lab.runs.folder import FinetuneRun
+from sgi_lab.runs.folder import FinetuneRun, run_name, slug
 from sgi_lab.runs.stopping import Deadline, RunStopped, failure_reason, stop_on_signals
 from sgi_lab.runtime.device import resolve_device
 from sgi_lab.train.acting import act, greedy
@@ -92,7 +92,8 @@ def population_configs(
 ) -> list[FinetuneConfig]:
     """One config per (game, seed) pair of ``games`` x ``seeds`` (each defaults to the base
     config's own), games outermost; ``{game}`` in ``pretrained`` is filled in per agent, so one
-    pattern names each game's pretraining run (``outputs/runs/pretrain__sgi_m__{game}``).
+    pattern names each game's pretraining run (``outputs/runs/pretrain__sgi_m__{game}``; the game
+    as run folders spell it, `slug`: ``minatar-breakout``).
 
     Raises:
         UnknownGameError: an unknown game. ConfigError: a repeated game or seed, or another
@@ -111,7 +112,8 @@ def population_configs(
             base,
             game=game,
             seed=seed,
-            pretrained=None if pattern is None else pattern.replace("{game}", game),
+            # the game as run folders name it (run_name): minatar/breakout -> minatar-breakout
+            pretrained=None if pattern is None else pattern.replace("{game}", slug(game)),
         )
         for game in games
         for seed in seeds
@@ -123,7 +125,8 @@ def population_folders(root: str | Path, configs: Sequence[FinetuneConfig]) -> l
     ``ROOT`` itself (a single run's folder, as before populations)."""
     if len(configs) == 1:
         return [Path(root)]
-    return [Path(root) / f"{c.game}__s{c.seed}" for c in configs]
+    # slug: a MinAtar game's folder is minatar-breakout__s0, not a minatar/ sub-folder
+    return [Path(root) / run_name(c.game, f"s{c.seed}") for c in configs]
 
 
 def finetune(

@@ -58,7 +58,10 @@ def test_every_experiment_expands(file, tmp_path):
     counts = graph.counts()
     assert counts["data"] == len(collected) * len(games)
     assert counts["pretrain"] == len(experiment.pretrain) * len(games)
-    assert counts["finetune"] == sum(len(f.pretrain) for f in experiment.finetune)
+    # one finetuning task per (finetuning, pretraining) config and observation spec (MinAtar
+    # games of different channel counts train apart)
+    groups = {ex.graph.observation_spec(g) for g in games}
+    assert counts["finetune"] == sum(len(f.pretrain) for f in experiment.finetune) * len(groups)
     random = [len(p.seeds) for p in experiment.probe if "none" in p.pretrain]
     runs = sum(len(p.pretrain) - ("none" in p.pretrain) for p in experiment.probe)
     assert counts["probe"] == (runs + sum(random)) * len(games)
@@ -68,12 +71,19 @@ def test_every_experiment_expands(file, tmp_path):
     for task in graph.tasks:  # dependency order: every input comes earlier
         assert all(ids.index(d) < ids.index(task.id) for d in task.deps)
         assert task.folder == graph.out or graph.out in task.folder.parents
+    agents: dict[str, set] = {}
     for task in (t for t in graph.tasks if t.kind == "finetune"):
-        # ONE task per (finetuning, pretraining) config: all games x seeds as a population
-        assert set(task.agents) == {(g, s) for g in games for s in seeds}
-        assert len(task.agent_folders) == len(games) * len(seeds)
+        # all games of one observation spec x seeds as a population; every pair once
+        group = {g for g, _ in task.agents}
+        assert set(task.agents) == {(g, s) for g in group for s in seeds}
+        assert len({ex.graph.observation_spec(g) for g in group}) == 1
+        assert len(task.agent_folders) == len(group) * len(seeds)
         assert all(d.startswith("pretrain/") for d in task.deps)
-        assert len(task.deps) in (0, len(games))
+        assert len(task.deps) in (0, len(group))
+        config = agents.setdefault(task.folder.name, set())
+        assert not config & set(task.agents)
+        config |= set(task.agents)
+    assert all(pairs == {(g, s) for g in games for s in seeds} for pairs in agents.values())
     report = graph.task("report")
     assert set(report.deps) == {t.id for t in graph.tasks if t.kind in ("finetune", "probe")}
 
@@ -498,3 +508,54 @@ def test_a_refused_ray_connection_says_how_to_authenticate(monkeypatch):
     ) as info:
         ex.RayExecutor("10.0.0.9:6379")
     assert "RAY_AUTH_MODE=token" in str(info.value)
+
+
+def test_the_minatar_study_splits_populations_by_observation_and_names_folders_by_slug(tmp_path):
+    """minatar_objectives: MinAtar games are accepted; each finetuning config becomes one task
+    per observation spec (Breakout + Asterix 4 channels, Freeway 7, Seaquest 10, Space Invaders
+    6), each agent's pretraining found at the slug of its game (minatar-breakout), and the
+    dry run costs every stage (MinAtar speeds measured) with populations' memory in MB."""
+    graph = graph_of("minatar_objectives", tmp_path)
+    experiment = graph.experiment
+    assert experiment.games[:2] == ["minatar/asterix", "minatar/breakout"]
+    parts = [t for t in graph.tasks if t.id.startswith("finetune/reduced_lr__sgi/")]
+    assert [sorted({g for g, _ in t.agents}) for t in parts] == [
+        ["minatar/asterix", "minatar/breakout"],
+        ["minatar/freeway"],
+        ["minatar/seaquest"],
+        ["minatar/space_invaders"],
+    ]
+    assert all({s for _, s in t.agents} == {0, 1, 2} for t in parts)
+    first = parts[0]
+    argv = list(first.argv)
+    pattern = argv[argv.index("--pretrained") + 1]
+    assert set(first.deps) == {"pretrain/sgi__minatar-asterix", "pretrain/sgi__minatar-breakout"}
+    for dep in first.deps:
+        assert (graph.out / dep).name in {
+            Path(pattern.replace("{game}", "minatar-asterix")).name,
+            Path(pattern.replace("{game}", "minatar-breakout")).name,
+        }
+    assert first.agent_folders[0].name == "minatar-asterix__s0"  # no minatar/ sub-folder
+    cost = ex.estimate_cost(graph)
+    assert "cpu" not in cost["total"]["unmeasured"]  # (no MinAtar figure on a GPU yet)
+    assert 12 < cost["total"]["hours"]["cpu"] < 24  # ~17 process-hours: ~9 h two at a time
+    plan = ex.format_plan(graph)
+    assert "[6 agents, ~0.35 GB as one population]" in plan  # 6 x 58 MB (capacity)
+
+
+def test_a_minatar_agents_pretrained_run_is_found_at_its_slug(tmp_path):
+    from sgi_lab.config import FinetuneConfig
+    from sgi_lab.train.finetune import population_configs, population_folders
+
+    base = FinetuneConfig(
+        game="minatar/breakout", encoder="minatar", pretrained=str(tmp_path / "p__{game}")
+    )
+    configs = population_configs(base, ["minatar/breakout", "minatar/asterix"], [0])
+    assert [c.pretrained for c in configs] == [
+        str(tmp_path / "p__minatar-breakout"),
+        str(tmp_path / "p__minatar-asterix"),
+    ]
+    assert [f.name for f in population_folders(tmp_path, configs)] == [
+        "minatar-breakout__s0",
+        "minatar-asterix__s0",
+    ]

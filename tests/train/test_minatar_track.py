@@ -13,6 +13,7 @@ import torch
 from sgi_lab.config import ConfigError, FinetuneConfig, PretrainConfig
 from sgi_lab.data.collect import collect_random
 from sgi_lab.metrics import minatar_normalized_score
+from sgi_lab.runs.folder import slug
 from sgi_lab.train import finetune as ft
 from sgi_lab.train.pretrain import pretrain
 from sgi_lab.train.transfer import PretrainedMismatchError, load_pretrained, model_args_for
@@ -73,9 +74,9 @@ def test_collect_pretrain_finetune_evaluate_on_minatar(stores, tmp_path):
         assert store.observation_spec.stacked_shape == (4, 10, 10)
         assert store.frame_shape == (4, 10, 10)
         # Each game pretrains its own model (the transition model reads its actions).
-        pretrain(PretrainConfig(**PRETRAIN), store, tmp_path / store.game, progress=False)
+        pretrain(PretrainConfig(**PRETRAIN), store, tmp_path / slug(store.game), progress=False)
 
-    run = tmp_path / "minatar/breakout"
+    run = tmp_path / "minatar-breakout"
     model_path = run / "model.pt"
     pretrained = load_pretrained(run)
     assert model_path.is_file() and pretrained.step == 4
