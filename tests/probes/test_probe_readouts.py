@@ -1,0 +1,245 @@
+"""The probes' readouts and features (issue 34): the logistic readout, the ridge regressions of
+coordinates (R^2, accuracy within +-2 units) against their closed forms, the three feature
+choices, and readout and features recorded in probes.json, the CLI's summary, the listings and
+pretraining's probe metrics."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from test_probes import synthetic_store
+
+from sgi_lab.analysis.probe_encoders import random_probe_encoder
+from sgi_lab.analysis.probe_study import objective_summary, probe_frame, results_markdown
+from sgi_lab.launch.cli import main
+from sgi_lab.nets.encoders import renormalize
+from sgi_lab.probes import probe_encoder
+from sgi_lab.probes.linear import (
+    ProbeSettings,
+    fit_logistic_probes,
+    fit_probes,
+    fit_ridge_regressions,
+    r_squared,
+    train_design,
+    within_accuracy,
+)
+from sgi_lab.probes.probe import encoder_features, random_init_model
+from sgi_lab.probes.results import write_probes
+from sgi_lab.train.pretrain import probe_metrics
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _clusters(seed: int = 1, rows: int = 400):
+    rng = np.random.default_rng(seed)
+    classes = rng.integers(0, 4, rows)
+    centers = rng.normal(size=(4, 20)) * 3
+    x = centers[classes] + rng.normal(size=(rows, 20))
+    y = np.stack([classes * 10, rng.integers(0, 4, rows)], 1)  # readable, and pure noise
+    return x, y
+
+
+def test_r_squared_and_within_accuracy_match_hand_computed_values():
+    truth, pred = np.array([0.0, 2.0, 4.0, 6.0]), np.array([1.0, 2.0, 1.0, 6.0])
+    # SSE = 1 + 0 + 9 + 0 = 10, SST = 9 + 1 + 1 + 9 = 20
+    assert r_squared(truth, pred) == pytest.approx(0.5)
+    assert within_accuracy(truth, pred, 2.0) == pytest.approx(0.75)  # |4 - 1| = 3 misses
+    assert within_accuracy(truth, pred, 3.0) == pytest.approx(1.0)
+    assert r_squared(np.ones(3), np.ones(3)) == 1.0 and np.isnan(r_squared([], []))
+
+
+def test_logistic_probes_read_what_is_there_and_stop_per_variable():
+    x, y = _clusters()
+    settings = ProbeSettings(readout="logistic", logistic_patience=3, logistic_max_epochs=40)
+    probes = fit_probes(x[:300], y[:300], x[300:], y[300:], settings)
+    pred = probes.predict(x[300:])
+    assert (pred[:, 0] == y[300:, 0]).mean() > 0.95
+    assert set(np.unique(pred[:, 0])) <= {0, 10, 20, 30}  # predictions are observed values
+    assert (pred[:, 1] == y[300:, 1]).mean() < 0.45  # noise stays noise
+    assert all(1 <= s <= 40 for s in probes.steps)
+    # The variables train side by side but independently: alone, variable 0 gets its weights.
+    alone = fit_logistic_probes(x[:300], y[:300, :1], x[300:], y[300:, :1], settings)
+    assert alone.steps[0] == probes.steps[0]
+    torch.testing.assert_close(alone.weight, probes.weight[:, probes.slices[0]])
+
+
+def test_logistic_probes_beat_least_squares_on_a_masked_middle_class():
+    """Masking: a 1-D ordered variable with three classes along one feature. Least squares onto
+    one-hot targets gives the middle class a flat score, never the largest; softmax reads it."""
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 3, 900)
+    x = (labels[:, None] + rng.normal(scale=0.15, size=(900, 1))).astype(np.float32)
+    y = labels[:, None]
+    lstsq = fit_probes(x[:600], y[:600], x[600:750], y[600:750], ProbeSettings())
+    logistic = fit_probes(
+        x[:600],
+        y[:600],
+        x[600:750],
+        y[600:750],
+        ProbeSettings(readout="logistic", logistic_lr=0.05),
+    )
+    middle = y[750:, 0] == 1
+    assert (lstsq.predict(x[750:])[middle, 0] == 1).mean() < 0.2
+    assert (logistic.predict(x[750:])[middle, 0] == 1).mean() > 0.9
+
+
+def test_ridge_regressions_equal_the_closed_form_and_pick_the_penalty_on_validation():
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(200, 8))
+    coef = rng.normal(size=8)
+    y = np.stack([x @ coef + 5 + rng.normal(scale=0.1, size=200), rng.normal(size=200)], 1)
+    settings = ProbeSettings(ridge_alphas=(0.5,))
+    ridge = fit_ridge_regressions(x[:150], y[:150], x[150:], y[150:], settings)
+    # by hand: standardize, centre the target, solve (X^T X / N + alpha I) w = X^T y_c / N
+    mean, std = x[:150].mean(0), x[:150].std(0, ddof=1)
+    xs = (x[:150] - mean) / std
+    w = np.linalg.solve(xs.T @ xs / 150 + 0.5 * np.eye(8), xs.T @ (y[:150] - y[:150].mean(0)) / 150)
+    expected = (x[150:] - mean) / std @ w + y[:150].mean(0)
+    np.testing.assert_allclose(ridge.predict(x[150:]), expected, rtol=1e-3, atol=1e-3)
+    # With a grid, the readable column takes a small penalty and is nearly exact.
+    ridge = fit_ridge_regressions(x[:150], y[:150], x[150:], y[150:], ProbeSettings())
+    pred = ridge.predict(x[150:])
+    assert ridge.alphas[0] <= 1e-2 and r_squared(y[150:, 0], pred[:, 0]) > 0.99
+    assert within_accuracy(y[150:, 0], pred[:, 0]) == 1.0
+    assert r_squared(y[150:, 1], pred[:, 1]) < 0.2
+    # One shared design gives the same answer as computing it inside.
+    shared = fit_ridge_regressions(
+        x[:150], y[:150], x[150:], y[150:], ProbeSettings(), train_design(x[:150])
+    )
+    np.testing.assert_allclose(shared.predict(x[150:]), pred, rtol=1e-5, atol=1e-5)
+
+
+def test_features_are_the_conv_map_its_renormalisation_and_the_projection():
+    model = random_init_model(6, "nature", seed=0)
+    obs = torch.randint(0, 255, (3, 4, 84, 84), dtype=torch.uint8)
+    with torch.no_grad():
+        conv = encoder_features(model, obs, "conv")
+        renormalized = encoder_features(model, obs, "renormalized")
+        projection = encoder_features(model, obs, "projection")
+        assert conv.shape == renormalized.shape == (3, 3136)
+        torch.testing.assert_close(renormalized, renormalize(conv.reshape(3, 64, 7, 7)).flatten(1))
+        assert not torch.allclose(conv, renormalized)  # the renormalisation changes the map
+        assert projection.shape == (3, model.projection_size)
+        torch.testing.assert_close(projection, model.project(model.encode(obs)))
+    with pytest.raises(ValueError, match="features 'pixels': one of renormalized"):
+        encoder_features(model, obs, "pixels")
+
+
+def test_bad_readout_or_features_are_refused_naming_them(capsys, tmp_path):
+    with pytest.raises(ValueError, match="readout 'svm': one of lstsq, logistic"):
+        ProbeSettings(readout="svm")
+    with pytest.raises(ValueError, match="features 'y': one of renormalized, conv, projection"):
+        ProbeSettings(features="y")
+    with pytest.raises(SystemExit):
+        main(["probe", "--data", str(tmp_path), "--readout", "svm"])
+    assert "invalid choice: 'svm'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("features", ["projection", "conv"])
+def test_probe_encoder_records_its_readout_and_features_and_regresses_coordinates(
+    tmp_path, features
+):
+    store = synthetic_store(tmp_path / "s", episodes=12)
+    encoder = random_probe_encoder(tmp_path / "r", store.num_actions, "nature", seed=0)
+    settings = ProbeSettings(readout="logistic", features=features)
+    result = probe_encoder(encoder, store, settings, random_baseline_seed=0, progress=False)
+    assert result["readout"] == "logistic" and result["features"] == features
+    assert result["settings"]["readout"] == "logistic"
+    assert result["settings"]["features"] == features
+    ball, hidden = result["variables"]["ball_x"], result["variables"]["player_y"]
+    assert ball["f1"] > 0.9  # the block's column is readable from either feature
+    # coordinates get a ridge regression beside their F1; the hidden one explains nothing
+    assert ball["r2"] > 0.8 and ball["within_accuracy"] > 0.9
+    assert hidden["r2"] < 0.3
+    summary = result["regression"]
+    assert summary["variables"] == 2
+    assert summary["r2"] == pytest.approx((ball["r2"] + hidden["r2"]) / 2)
+    # the random-init baseline reads the same features with the same readout: here, the same
+    assert result["random_init"]["overall"] == pytest.approx(result["overall"])
+    assert result["random_init"]["regression"]["r2"] == pytest.approx(summary["r2"])
+
+
+def test_cli_readouts_are_separate_entries_listed_side_by_side(tmp_path, capsys):
+    store = synthetic_store(tmp_path / "s", episodes=10, length=30)
+    out = tmp_path / "random"
+    base = ["probe", "--random-init", "nature", "--out", str(out), "--data", str(store.path)]
+    base += ["--no-progress", "--no-random-baseline"]
+    assert main(base) == 0
+    default = json.loads(capsys.readouterr().out)
+    assert (default["readout"], default["features"]) == ("lstsq", "renormalized")
+    assert default["category_mean_f1"] == pytest.approx(
+        np.mean(list(default["categories"].values()))
+    )
+    assert default["coordinates"]["variables"] == 2
+    assert main([*base, "--readout", "logistic", "--features", "conv"]) == 0
+    logistic = json.loads(capsys.readouterr().out)
+    assert logistic["computed"] and (logistic["readout"], logistic["features"]) == (
+        "logistic",
+        "conv",
+    )
+    entries = json.loads((out / "probes.json").read_text())["entries"]
+    assert [(e["readout"], e["features"]) for e in entries] == [
+        ("lstsq", "renormalized"),
+        ("logistic", "conv"),
+    ]
+    assert main([*base, "--readout", "logistic", "--features", "conv"]) == 0  # done: skipped
+    assert json.loads(capsys.readouterr().out)["computed"] is False
+    frame = probe_frame([out])
+    assert sorted(frame["readout"]) == ["logistic", "lstsq"]
+    assert frame["coordinate_r2"].notna().all()
+    # A summary over both readouts would mix two measurements: refused, one at a time works.
+    with pytest.raises(ValueError, match="several readouts/features .*logistic/conv"):
+        objective_summary(frame)
+    one = probe_frame([out], readout="logistic", features="conv")
+    assert len(one) == 1 and not objective_summary(one).empty
+    assert "readout: logistic on conv" in results_markdown(one, objective_summary(one))
+    assert main(["report", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert "category_mean" in shown and "mean of category means" in shown
+    assert "logistic" in shown and "lstsq" in shown
+
+
+def test_entries_written_before_readouts_read_as_least_squares_on_renormalized_maps(tmp_path):
+    entry = {
+        "encoder": {"kind": "random_init", "seed": 0, "encoder": "nature"},
+        "store": {"game": "Pong", "fingerprint": "fp", "path": "/data/pong"},
+        "settings": {"split_seed": 0, "max_frames": None},
+        "overall": 0.8,
+        "across_categories": 0.7,
+    }
+    write_probes(tmp_path / "probes.json", entry)
+    frame = probe_frame([tmp_path])
+    assert frame.loc[0, "readout"] == "lstsq" and frame.loc[0, "features"] == "renormalized"
+    assert pd.isna(frame.loc[0, "coordinate_r2"])
+
+
+def test_probe_metrics_record_the_headline_regressions_readout_and_features():
+    result = {
+        "readout": "logistic",
+        "features": "projection",
+        "overall": 0.5,
+        "across_categories": 0.4,
+        "categories": {"agent_localization": 0.25},
+        "regression": {"variables": 2, "r2": 0.3, "within_accuracy": 0.6, "f1": 0.2},
+        "reward": {"f1": 0.6},
+    }
+    assert probe_metrics(result) == {
+        "probe/f1": 0.5,
+        "probe/f1_across_categories": 0.4,
+        "probe/f1_agent_localization": 0.25,
+        "probe/coordinate_r2": 0.3,
+        "probe/coordinate_within": 0.6,
+        "probe/reward_f1": 0.6,
+        "probe/readout": "logistic",
+        "probe/features": "projection",
+    }
