@@ -47,7 +47,7 @@ from sgi_lab.train.pretrain_step import (
     model_args,
     train_step,
 )
-from sgi_lab.train.transfer import load_pretrained
+from sgi_lab.train.transfer import load_pretrained, pretrained_target_part
 
 
 def _window_mean(values: list[Any]) -> float:
@@ -291,7 +291,17 @@ class _Loop:
         self.run_dir.set_status("running", step=self.step)
 
     def save_model(self) -> Path:
-        """``model.pt`` (the online model and its EMA target) and the run marked finished."""
+        """``model.pt`` and the run marked finished.
+
+        ``model.pt`` holds the online model whole (finetuning, probes, representations and
+        `load_pretrained_model` read it) and, of the EMA target, only SPR's target network,
+        the encoder and the projection (`sgi_lab.train.transfer.pretrained_target_part`): all
+        that ``spr_target_start: pretrained_target`` reads, as the reference's pretrained state
+        holds a target encoder and projection only. The target's transition model, predictor,
+        FiLM generator, goal and inverse heads are left out: nothing reads them after
+        pretraining, and they were 60 of the Nature CNN's 173 MB (the FiLM generator 52 MB).
+        Resuming reads the checkpoints, which keep the whole target.
+        """
         model_path = self.run_dir.path / "model.pt"
         atomic_torch_save(
             {
@@ -299,8 +309,8 @@ class _Loop:
                 "kind": "pretrained_model",
                 "step": self.step,
                 "model": self.state.model.state_dict(),
-                # the EMA target too: finetuning can start SPR's target from it, as the reference
-                "target": self.state.target.state_dict(),
+                # SPR's part of the EMA target: finetuning can start SPR's target from it
+                "target": pretrained_target_part(self.state.target.state_dict()),
                 "model_args": self.args,
                 "config": to_dict(self.config),
                 "game": self.store.game,

@@ -30,6 +30,7 @@ from sgi_lab.runs.status import pretrained_source
 __all__ = [
     "ARCHITECTURE_ARGS",
     "LR_GROUPS",
+    "PRETRAINED_TARGET_PREFIXES",
     "Pretrained",
     "PretrainedMismatchError",
     "Transfer",
@@ -38,6 +39,7 @@ __all__ = [
     "lr_scales",
     "model_args_for",
     "observation_args",
+    "pretrained_target_part",
     "transfer_pretrained",
 ]
 
@@ -49,6 +51,21 @@ _SIZE_DEFAULTS = {"in_channels": 4, "image_size": 84, "hidden_size": 512}
 
 LR_GROUPS = ("encoder_transition", "pretrained", "fresh")
 """Optimizer parameter groups, in this order (empty ones are left out)."""
+
+PRETRAINED_TARGET_PREFIXES = ("encoder.", "head.advantage_hidden.", "head.value_hidden.")
+"""What finetuning reads of a pretraining run's EMA target: SPR's target network, the encoder and
+the projection (the Q head's first layers), as the reference's pretrained state holds its
+``target_encoder`` and ``target_projection`` (docs/paper_vs_code.md row 32)."""
+
+
+def pretrained_target_part(target_state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The entries of a pretraining run's EMA target that finetuning can start SPR's target from
+    (`PRETRAINED_TARGET_PREFIXES`). The rest (transition model, predictor, FiLM generator, goal
+    and inverse heads: 70% of it for the Nature CNN, the FiLM generator alone 52 MB) no
+    finetuning reads: SPR's target is an encoder and a projection; goal RL's targets start from
+    the loaded online weights (`sgi_lab.train.population.Population.start_spr_target` keeps
+    what the state lacks as built)."""
+    return {k: v for k, v in target_state.items() if k.startswith(PRETRAINED_TARGET_PREFIXES)}
 
 
 class PretrainedMismatchError(SgiLabError, ValueError):
@@ -67,8 +84,10 @@ class Pretrained:
         game: game it was pretrained on (None if unrecorded).
         params: the pretraining params name from the run's status.json (None if unrecorded).
         config: the pretraining config recorded in the file (empty if unrecorded).
-        target_state: the pretraining run's EMA target network (None in files made before it
-            was saved); `FinetuneConfig.spr_target_start` can start SPR's target from it.
+        target_state: the part of the pretraining run's EMA target that finetuning reads
+            (`pretrained_target_part`: encoder and projection, also from older files that hold
+            the whole target; None in files made before it was saved);
+            `FinetuneConfig.spr_target_start` can start SPR's target from it.
     """
 
     path: Path
@@ -129,6 +148,7 @@ def load_pretrained(source: str | Path, allow_unfinished: bool = False) -> Pretr
         status = json.loads((run_dir / "status.json").read_text())
     except (OSError, json.JSONDecodeError):
         status = {}
+    target = payload.get("target")
     return Pretrained(
         path=path,
         state=payload["model"],
@@ -137,7 +157,9 @@ def load_pretrained(source: str | Path, allow_unfinished: bool = False) -> Pretr
         game=payload.get("game"),
         params=status.get("params") if isinstance(status, dict) else None,
         config=config,
-        target_state=payload.get("target") if isinstance(payload.get("target"), dict) else None,
+        # older files hold the whole target: cut it as model.pt now does, so that a file's age
+        # never changes where finetuning starts
+        target_state=pretrained_target_part(target) if isinstance(target, dict) else None,
     )
 
 
