@@ -13,6 +13,8 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from sgi_lab.base.files import read_jsonl
+from sgi_lab.config import FinetuneConfig, PretrainConfig
+from sgi_lab.data.collect import collect_random
 from sgi_lab.runs import tracking
 from sgi_lab.runs.folder import RunDir
 from sgi_lab.runs.tracking import (
@@ -22,6 +24,8 @@ from sgi_lab.runs.tracking import (
     TrackingSettingError,
     scalars,
 )
+from sgi_lab.train import finetune as ft
+from sgi_lab.train.pretrain import pretrain
 
 
 @pytest.fixture(autouse=True)
@@ -190,3 +194,53 @@ def test_a_resumed_event_file_sorts_after_the_earlier_ones(tmp_path):
     earlier.write_bytes(b"")
     tracking._after_event_files([earlier])
     assert int(time.time()) > now
+
+
+def test_every_training_run_has_its_tensorboard_curves(tmp_path):
+    """`tensorboard --logdir outputs/runs` shows a pretraining run and each agent of a
+    finetuning population, each with its metrics.jsonl's keys and steps."""
+    pytest.importorskip("minatar")
+    store = collect_random("minatar/breakout", 200, tmp_path / "data", seed=3, progress=False)
+    pretrain(PretrainConfig(**PRETRAIN), store, tmp_path / "pretrain", progress=False)
+    configs = ft.population_configs(
+        FinetuneConfig(**FINETUNE, pretrained=str(tmp_path / "pretrain")), seeds=(0, 1)
+    )
+    outs = ft.population_folders(tmp_path / "finetune", configs)
+    ft.finetune_population(configs, outs, progress=False)
+    folders = [tmp_path / "pretrain", *outs]
+    assert len(folders) == 3
+    for folder in folders:
+        assert len(event_files(folder)) == 1, folder
+        shown, logged = tensorboard_scalars(folder), jsonl_scalars(folder / "metrics.jsonl")
+        assert shown == logged and len(logged) >= 3, folder
+    assert "losses/total" in tensorboard_scalars(outs[1])
+
+
+PRETRAIN = {
+    "encoder": "minatar",
+    "hidden_size": 32,
+    "steps": 2,
+    "batch_size": 4,
+    "spr_steps": 3,
+    "n_step": 3,
+    "goal_window": 10,
+    "log_every": 1,
+    "checkpoint_every": 2,
+    "prefetch": 0,
+}
+FINETUNE = {
+    "game": "minatar/breakout",
+    "encoder": "minatar",
+    "hidden_size": 32,
+    "steps": 24,
+    "batch_size": 4,
+    "updates_per_step": 1,
+    "spr_steps": 2,
+    "n_step": 3,
+    "learning_starts": 12,
+    "eps_steps": 13,
+    "eval_episodes": 1,
+    "eval_envs": 1,
+    "log_every": 8,
+    "checkpoint_every": 24,
+}
