@@ -35,16 +35,20 @@ from sgi_lab.analysis.ablation_probes import (
 )
 from sgi_lab.analysis.paper_column import PaperColumn
 from sgi_lab.analysis.report import read_run
+from sgi_lab.envs import canonical_env_game
 from sgi_lab.envs.games import ATARI_100K_GAMES, canonical_game
+from sgi_lab.envs.minatar import MINATAR_GAMES
 from sgi_lab.metrics import (
     METRICS,
     aggregate_scores,
     aggregate_with_ci,
-    hns_matrix,
     human_normalized_score,
+    normalization_name,
+    normalized_score,
     paper_aggregates,
     paper_configs,
     paper_per_game,
+    probability_of_improvement_with_ci,
     protocol_of,
 )
 from sgi_lab.metrics.protocol import FRAME_SKIP, PAPER_PROTOCOL, EvalProtocol, comparability_note
@@ -68,8 +72,11 @@ __all__ = [
     "run_aggregates",
     "capped_label",
     "capped_steps",
+    "improvement_frame",
+    "improvement_over",
     "method_protocols",
     "scores_protocol_note",
+    "selection_normalization",
 ]
 
 PAPER_SUFFIX = " (paper)"
@@ -78,6 +85,14 @@ PROBE_TABLE_TITLE = (
     "mean over seeds (95% CI); none yet: sgi-lab probe PRETRAINING_RUN --data STORE"
 )
 DEFAULT_EXPLORER_METRICS = ("iqm", "median", "mean")
+AGGREGATE_TABLE_TITLE = {
+    "HNS": "aggregate human-normalized scores (95% CI)",
+    "MinAtar score": "aggregate MinAtar scores (0 random, 1 DQN; 95% CI)",
+}
+IMPROVEMENT_TITLE = (
+    "probability of improvement over the baseline: a run of the method beats a run of the "
+    "baseline on a random selected game (ties half; 95% stratified bootstrap CI)"
+)
 PAPER_OBJECTIVE_ABLATIONS = ("SGI-M", "S+I", "G+I", "S+G", "I", "G", "S", "SGI-None")
 """The paper's pretraining-objective ablation (tab:IQMs): SGI-M, each objective pair and single
 objective, and no pretraining."""
@@ -153,14 +168,16 @@ def experiment_finetune_folders(root: str | os.PathLike) -> list[Path] | None:
 def load_run_scores(
     run_dirs: Sequence[str | os.PathLike] | dict[str, Sequence[str | os.PathLike]],
 ) -> pd.DataFrame:
-    """One row per evaluated run: ``method, run, game, seed, score, hns``.
+    """One row per evaluated run: ``method, run, game, seed, score, hns, normalization``.
 
     Args:
         run_dirs: finetuning run folders (labelled by `sgi_lab.analysis.report.read_run`), or
             ``{method: folders}``.
 
     Returns:
-        ``score`` is the mean raw evaluation return (eval.json's ``mean``), measured over
+        ``score`` is the mean raw evaluation return (eval.json's ``mean``); ``hns`` its
+        normalised score, named by ``normalization``: HNS for Atari, the MinAtar score
+        (`sgi_lab.metrics.minatar`) for a MinAtar game; measured over
         ``episodes`` episodes capped at ``max_frames`` raw frames (None: no cap or not recorded);
         ``paper_config`` and ``paper_reason`` are the run's paper column and why
         (`sgi_lab.analysis.paper_column.paper_column`); folders without an eval.json are skipped.
@@ -183,15 +200,16 @@ def load_run_scores(
                 "game": run.game,
                 "seed": run.seed or 0,
                 "score": score,
-                "hns": float(human_normalized_score(run.game, score)),
+                "hns": float(normalized_score(run.game, score)),
+                "normalization": normalization_name(run.game),
                 "episodes": evaluation.get("episodes", len(evaluation.get("scores") or []) or None),
                 "max_frames": evaluation.get("max_frames"),
                 "paper_config": column.config,
                 "paper_reason": column.reason,
             }
         )
-    columns = ["method", "run", "game", "seed", "score", "hns", "episodes", "max_frames"]
-    columns += ["paper_config", "paper_reason"]
+    columns = ["method", "run", "game", "seed", "score", "hns", "normalization", "episodes"]
+    columns += ["max_frames", "paper_config", "paper_reason"]
     return pd.DataFrame(records, columns=columns)
 
 
@@ -243,9 +261,27 @@ def capped_label(method: str, protocol: EvalProtocol | None) -> str:
     return method if steps is None else f"{method} ({CAPPED_MARK} {steps:,} steps)"
 
 
+def selection_normalization(games: Sequence[str]) -> str | None:
+    """The normalised score an aggregate over ``games`` is in: ``"HNS"`` (Atari games) or
+    ``"MinAtar score"`` (`sgi_lab.metrics.minatar`); None when they mix the two (no aggregate
+    then) or there is no game."""
+    families = {normalization_name(g) for g in games}
+    return families.pop() if len(families) == 1 else None
+
+
+def mixed_families_note(games: Sequence[str]) -> str:
+    """Why nothing is aggregated over ``games`` that mix Atari and MinAtar games."""
+    minatar = [g for g in games if normalization_name(g) != "HNS"]
+    return (
+        f"the selected games mix Atari (HNS) and MinAtar ({', '.join(minatar)}: the MinAtar "
+        "score) games: one aggregate never mixes the two; select games of one family"
+    )
+
+
 def _method_matrix(scores: pd.DataFrame, games: Sequence[str]) -> tuple[np.ndarray, list[str]]:
-    """(runs, games) HNS matrix of one method over the selected games it has, runs trimmed to
-    the smallest count per game (the stratified bootstrap needs a full matrix)."""
+    """(runs, games) normalised-score matrix (HNS, or the MinAtar score) of one method over the
+    selected games it has, runs trimmed to the smallest count per game (the stratified
+    bootstrap needs a full matrix)."""
     present = [g for g in games if g in set(scores["game"])]
     if not present:
         return np.zeros((0, 0)), []
@@ -253,7 +289,8 @@ def _method_matrix(scores: pd.DataFrame, games: Sequence[str]) -> tuple[np.ndarr
         g: scores[scores["game"] == g].sort_values("seed")["score"].to_numpy() for g in present
     }
     runs = min(len(v) for v in per_game.values())
-    return hns_matrix({g: v[:runs] for g, v in per_game.items()}, games=present), present
+    raw = np.stack([per_game[g][:runs] for g in present], axis=1)
+    return np.asarray(normalized_score(present, raw), dtype=float), present
 
 
 def run_aggregates(
@@ -264,7 +301,9 @@ def run_aggregates(
     reps: int = 2_000,
     seed: int = 0,
 ) -> tuple[pd.DataFrame, list[str]]:
-    """Aggregate HNS of our methods with stratified bootstrap CIs over their runs.
+    """Aggregate normalised scores (HNS, or the MinAtar score: `selection_normalization`) of
+    our methods with stratified bootstrap CIs over their runs; games mixing the two give no
+    aggregate, and a note says why.
 
     Args:
         scores: `load_run_scores` output.
@@ -282,9 +321,12 @@ def run_aggregates(
     columns = ["method", "metric", "value", "lower", "upper", "runs", "games", "source"]
     if scores.empty:
         return pd.DataFrame(columns=columns), []
-    games = [canonical_game(g) for g in (games or list(dict.fromkeys(scores["game"])))]
+    games = [canonical_env_game(g) for g in (games or list(dict.fromkeys(scores["game"])))]
     methods = list(methods) if methods is not None else list(dict.fromkeys(scores["method"]))
     frames, notes = [], []
+    families = sorted({normalization_name(g) for g in games})
+    if len(families) > 1:  # one aggregate never mixes HNS with the MinAtar score
+        return pd.DataFrame(columns=columns), [mixed_families_note(games)]
     for method in methods:
         matrix, present = _method_matrix(scores[scores["method"] == method], games)
         if not present:
@@ -306,6 +348,81 @@ def run_aggregates(
     if not frames:
         return pd.DataFrame(columns=columns), notes
     return pd.concat(frames, ignore_index=True)[columns], notes
+
+
+IMPROVEMENT_COLUMNS = ["method", "baseline", "value", "lower", "upper", "runs", "games", "note"]
+
+
+def improvement_over(
+    scores: pd.DataFrame,
+    baseline: str,
+    games: Sequence[str],
+    methods: Sequence[str],
+    reps: int = 2_000,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Each method's probability of improvement over ``baseline`` on the selected games
+    (`sgi_lab.metrics.probability_of_improvement_with_ci`: a run of the method against a run
+    of the baseline on a random game, ties half, with a stratified bootstrap CI).
+
+    Args:
+        scores: `load_run_scores` output.
+        baseline: one of our methods.
+        games: the games compared (one family: `selection_normalization`).
+        methods: the methods set against the baseline (the baseline itself is skipped).
+        reps: bootstrap resamples.
+        seed: bootstrap seed.
+
+    Returns:
+        ``method, baseline, value, lower, upper, runs, games, note``: NaN with a note for a
+        method (or a baseline) without runs on every selected game, or capped while the
+        baseline is not (or the reverse).
+    """
+    rows = []
+    protocols = method_protocols(scores)
+    base, present = _method_matrix(scores[scores["method"] == baseline], games)
+    base_missing = len(present) < len(games)
+    for method in methods:
+        if method == baseline:
+            continue
+        matrix, have = _method_matrix(scores[scores["method"] == method], games)
+        row = {"method": method, "baseline": baseline, "runs": matrix.shape[0], "games": len(have)}
+        capped = capped_steps(protocols.get(method)) is not None
+        if base_missing:
+            note = f"{baseline} has runs on {len(present)} of {len(games)} selected games"
+        elif len(have) < len(games):
+            note = f"runs on {len(have)} of {len(games)} selected games"
+        elif capped != (capped_steps(protocols.get(baseline)) is not None):
+            note = "one side's evaluation was capped: not compared with whole games"
+        else:
+            note = ""
+        if note:
+            rows.append({**row, "value": np.nan, "lower": np.nan, "upper": np.nan, "note": note})
+            continue
+        (poi,) = probability_of_improvement_with_ci(
+            {method: matrix, baseline: base}, pairs=[(method, baseline)], reps=reps, seed=seed
+        ).to_dict("records")
+        rows.append({**row, "note": "", **{k: poi[k] for k in ("value", "lower", "upper")}})
+    return pd.DataFrame(rows, columns=IMPROVEMENT_COLUMNS)
+
+
+def improvement_frame(improvement: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
+    """`improvement_over` as the explorer's table: ``Method``, ``P(> baseline)`` as ``value
+    (lower, upper)``, runs and games, and the note."""
+    baseline = improvement["baseline"].iloc[0] if len(improvement) else "baseline"
+    cells = [
+        "" if pd.isna(v) else f"{v:.{digits}f} ({lo:.{digits}f}, {hi:.{digits}f})"
+        for v, lo, hi in zip(improvement["value"], improvement["lower"], improvement["upper"])
+    ]
+    return pd.DataFrame(
+        {
+            "Method": improvement["method"],
+            f"P(> {baseline})": cells,
+            "runs per game": improvement["runs"],
+            "games": improvement["games"],
+            "note": improvement["note"],
+        }
+    )
 
 
 # -- the paper ----------------------------------------------------------------------------------
@@ -402,6 +519,10 @@ class AblationView:
             aggregates because they lack some of the selected games.
         capped_from: the first row of the capped evaluations (`capped_label`), drawn below
             every uncapped row and apart from them; None when no row is capped or all are.
+        normalization: the score every number is in: ``"HNS"`` (Atari games) or
+            ``"MinAtar score"`` (`selection_normalization`; HNS when the games mix the two,
+            which then have no aggregate).
+        improvement: `improvement_over` the chosen baseline (empty without one).
     """
 
     aggregates: pd.DataFrame
@@ -414,6 +535,8 @@ class AblationView:
     games: list[str] = field(default_factory=list)
     left_out: dict[str, int] = field(default_factory=dict)
     capped_from: str | None = None
+    normalization: str = "HNS"
+    improvement: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 class AblationModel:
@@ -448,14 +571,17 @@ class AblationModel:
 
     @property
     def games(self) -> list[str]:
-        """Every Atari 100k game, paper order."""
-        return list(ATARI_100K_GAMES)
+        """Every Atari 100k game (paper order), then the MinAtar games when some run or probe
+        result is on one (so "all games" means the paper's 26 when there is none)."""
+        present = {*self.scores["game"], *self.probes["game"]}
+        minatar = [g for g in MINATAR_GAMES if g in present]
+        return [*ATARI_100K_GAMES, *(MINATAR_GAMES if minatar else ())]
 
     @property
     def our_games(self) -> list[str]:
-        """The games our runs cover, paper order."""
+        """The games our runs cover, in `games` order."""
         present = set(self.scores["game"])
-        return [g for g in ATARI_100K_GAMES if g in present]
+        return [g for g in self.games if g in present]
 
     @property
     def methods(self) -> list[str]:
@@ -501,16 +627,19 @@ class AblationModel:
 
     def default_games(self) -> list[str]:
         """The games every one of our methods has runs on (so each is aggregated, none left
-        out), else the games our runs cover, else those our probe results cover, else all 26."""
+        out), else the games our runs cover, else those our probe results cover, else the 26
+        Atari games; of one family only (Atari or MinAtar, that of the first such game), as one
+        aggregate never mixes HNS with the MinAtar score."""
         covered = [set(part) for _, part in self.scores.groupby("method")["game"]]
         common = set.intersection(*covered) if covered else set()
         probed = set(self.probes["game"])
-        return (
-            [g for g in ATARI_100K_GAMES if g in common]
+        games = (
+            [g for g in self.games if g in common]
             or self.our_games
-            or [g for g in ATARI_100K_GAMES if g in probed]
-            or self.games
+            or [g for g in self.games if g in probed]
+            or list(ATARI_100K_GAMES)
         )
+        return [g for g in games if normalization_name(g) == normalization_name(games[0])]
 
     def select(
         self,
@@ -518,9 +647,13 @@ class AblationModel:
         methods: Sequence[str] | None = None,
         paper: Sequence[str] | None = None,
         metrics: Sequence[str] = DEFAULT_EXPLORER_METRICS,
+        baseline: str | None = None,
     ) -> AblationView:
-        """The data for one selection (None: the defaults)."""
-        games = [canonical_game(g) for g in (games or self.default_games())]
+        """The data for one selection (None: the defaults); with a ``baseline`` (one of our
+        methods), each chosen method's probability of improvement over it (`improvement_over`).
+        The paper's rows are Atari's: none beside MinAtar games."""
+        games = [canonical_env_game(g) for g in (games or self.default_games())]
+        normalization = selection_normalization(games)
         methods = self.methods if methods is None else list(methods)
         paper = self.default_paper() if paper is None else list(paper)
         metrics = list(metrics)
@@ -534,7 +667,12 @@ class AblationModel:
             self.reps,
             self.seed,
         )
-        theirs, paper_notes = paper_aggregate_rows(paper, games, metrics)
+        if normalization == "HNS":
+            theirs, paper_notes = paper_aggregate_rows(paper, games, metrics)
+        else:  # the paper reports Atari only
+            theirs, paper_notes = ours.iloc[0:0].copy(), []
+            if paper and normalization == "MinAtar score":
+                paper_notes = ["no paper row: the paper reports Atari games only"]
         labels = self.labels(methods)
         frames = [f for f in (ours.replace({"method": labels}), theirs) if not f.empty]
         aggregates = pd.concat(frames, ignore_index=True) if frames else ours.iloc[0:0].copy()
@@ -548,17 +686,30 @@ class AblationModel:
             notes.insert(0, f"no finetuning runs {where}: only the paper's rows are shown")
         chosen = self.scores[self.scores["method"].isin(methods)]
         left_out = self.coverage(methods, games)
+        improvement = pd.DataFrame()
+        if baseline is not None and normalization is not None:
+            scored_methods = [m for m in methods if m in scored]
+            improvement = improvement_over(
+                self.scores, baseline, games, scored_methods, self.reps, self.seed
+            ).replace({"method": labels})
+        per_game = self.per_game(games, methods, paper if normalization == "HNS" else [])
+        if normalization is None:  # mixed families: no bar set beside another scale's
+            per_game = per_game.iloc[0:0]
+        # MinAtar runs have no paper column (the paper note above says why)
+        columns = self.column_notes(methods) if normalization == "HNS" else []
         return AblationView(
             aggregates=aggregates,
-            per_game=self.per_game(games, methods, paper).replace({"method": labels}),
+            per_game=per_game.replace({"method": labels}),
             methods=order,
             metrics=metrics,
-            notes=notes + paper_notes + self.column_notes(methods) + self.probe_notes(methods),
+            notes=notes + paper_notes + columns + self.probe_notes(methods),
             protocol_note=scores_protocol_note(chosen),
             probes=probe_summary(self.probes, methods, games),
             games=games,
             left_out={labels.get(m, m): k for m, k in left_out.items()},
             capped_from=capped_from if order and capped_from != order[0] else None,
+            normalization=normalization or "HNS",
+            improvement=improvement,
         )
 
     def labels(self, methods: Sequence[str]) -> dict[str, str]:
@@ -590,17 +741,18 @@ class AblationModel:
     def per_game(
         self, games: Sequence[str], methods: Sequence[str], paper: Sequence[str]
     ) -> pd.DataFrame:
-        """``game, method, hns`` for our methods (mean over runs) and paper configs with
-        per-game scores."""
+        """``game, method, hns`` for our methods (mean over runs; ``hns`` is the normalised
+        score, HNS or the MinAtar score) and paper configs with per-game scores (Atari games)."""
         records = []
         chosen = self.scores[self.scores["method"].isin(methods) & self.scores["game"].isin(games)]
         for (method, game), part in chosen.groupby(["method", "game"], sort=False):
             records.append({"game": game, "method": method, "hns": float(part["hns"].mean())})
         with_scores = set(paper_configs(per_game=True))
+        atari = [g for g in games if g in ATARI_100K_GAMES]  # the paper reports Atari only
         for config in paper:
             if config in with_scores:
                 means = paper_per_game(config)
-                for game in games:
+                for game in atari:
                     records.append(
                         {
                             "game": game,
@@ -612,19 +764,25 @@ class AblationModel:
 
 
 class AblationExplorer:
-    """ipywidgets over an `AblationModel`: pick games, our methods, paper rows and metrics; see
-    an interval plot, a table and per-game HNS, updated on every change.
+    """ipywidgets over an `AblationModel`: pick games, our methods, paper rows, metrics and a
+    baseline; see an interval plot, a table and per-game normalised scores (HNS, or the MinAtar
+    score for MinAtar games, named in every title), and each method's probability of
+    improvement over the baseline, updated on every change.
 
     The current data is ``explorer.view``, the figures are ``explorer.interval.figure`` and
     ``explorer.per_game.figure``, and the table (HTML: one column per chosen metric, one row
     per method) is ``explorer.table.frame``; the probe F1 of the chosen methods' encoders over
     the chosen games is ``explorer.probe_table.frame`` and ``explorer.probe_bars.figure``
-    (`sgi_lab.analysis.ablation_probes`); setting any control's ``value``
+    (`sgi_lab.analysis.ablation_probes`); the probability of improvement of each chosen
+    method over ``explorer.baseline.value`` (one of our methods, or None) is
+    ``explorer.improvement.frame`` (`improvement_over`); setting any control's ``value``
     (``explorer.paper.value = ("SGI-M", "Frozen")``) runs the same callback as a click.
 
     Args:
         model: the data.
         games, methods, paper, metrics: initial selections (None: the model's defaults).
+        baseline: the method the others' probability of improvement is measured against (None:
+            none until one is picked).
     """
 
     def __init__(
@@ -634,6 +792,7 @@ class AblationExplorer:
         methods: Sequence[str] | None = None,
         paper: Sequence[str] | None = None,
         metrics: Sequence[str] = DEFAULT_EXPLORER_METRICS,
+        baseline: str | None = None,
     ) -> None:
         import ipywidgets as widgets
 
@@ -660,11 +819,21 @@ class AblationExplorer:
         self.metrics = widgets.SelectMultiple(
             options=list(METRICS), value=tuple(metrics), description="metrics", layout=layout
         )
+        scored = list(dict.fromkeys(model.scores["method"]))
+        self.baseline = widgets.Dropdown(
+            options=[("none", None), *[(m, m) for m in scored]],
+            value=baseline,
+            description="baseline",
+        )
         self.notes = widgets.HTML()
         self.interval = LiveFigure()
         self.table = LiveTable(
-            title="aggregate human-normalized scores (95% CI)",
+            title=AGGREGATE_TABLE_TITLE["HNS"],
             empty="no aggregate to show: select at least one game and one metric",
+        )
+        self.improvement = LiveTable(
+            title=IMPROVEMENT_TITLE,
+            empty="pick a baseline to see each method's probability of improvement over it",
         )
         self.per_game = LiveFigure()
         self.probe_table = LiveTable(
@@ -673,10 +842,14 @@ class AblationExplorer:
             "--data STORE, or probe_runs: a probe study's folder)",
         )
         self.probe_bars = LiveFigure()
-        for control in (self.games, self.methods, self.paper, self.metrics):
+        for control in (self.games, self.methods, self.paper, self.metrics, self.baseline):
             control.observe(self._on_change, names="value")
         self.widget = widgets.VBox(
-            [widgets.HBox([self.games, self.methods, self.paper, self.metrics]), self.notes]
+            [
+                widgets.HBox([self.games, self.methods, self.paper, self.metrics]),
+                self.baseline,
+                self.notes,
+            ]
         )
         self.update()
 
@@ -696,14 +869,26 @@ class AblationExplorer:
             self.per_game.replace(figures["per_game"])
             self.probe_table.replace(pd.DataFrame())
             self.probe_bars.replace(probe_figure(pd.DataFrame(), empty=message))
+            self.improvement.replace(pd.DataFrame())
             return
         self.view = self.model.select(
-            self.games.value, self.methods.value, self.paper.value, self.metrics.value
+            self.games.value,
+            self.methods.value,
+            self.paper.value,
+            self.metrics.value,
+            baseline=self.baseline.value,
         )
         figures = ablation_figures(self.view)
         self.interval.replace(figures["interval"])
+        score = self.view.normalization
         self.table.replace(
-            aggregate_frame(self.view.aggregates, self.view.metrics, self.view.methods)
+            aggregate_frame(self.view.aggregates, self.view.metrics, self.view.methods, 3, score),
+            title=AGGREGATE_TABLE_TITLE[score],
+        )
+        improvement = self.view.improvement
+        self.improvement.replace(
+            improvement_frame(improvement) if len(improvement) else pd.DataFrame(),
+            title=f"{IMPROVEMENT_TITLE}, on the {score}",
         )
         self.per_game.replace(figures["per_game"])
         probed = list(dict.fromkeys(self.view.probes["method"]))
@@ -726,6 +911,7 @@ class AblationExplorer:
         display(self.widget)
         self.interval.show()
         self.table.show()
+        self.improvement.show()
         self.per_game.show()
         self.probe_table.show()
         self.probe_bars.show()

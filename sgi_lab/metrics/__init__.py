@@ -16,6 +16,7 @@ from sgi_lab.metrics.aggregate import (
     iqm,
     mean_hns,
     median_hns,
+    metric_label,
     optimality_gap,
     probability_of_improvement,
     probability_of_improvement_with_ci,
@@ -30,6 +31,8 @@ from sgi_lab.metrics.hns import (
     random_score,
 )
 from sgi_lab.metrics.minatar import (
+    SCORE_TITLES,
+    SCORE_TOP,
     minatar_normalized_score,
     minatar_random_score,
     minatar_reference_score,
@@ -79,6 +82,9 @@ __all__ = [
     "normalization_name",
     "normalized_score",
     "median_hns",
+    "metric_label",
+    "SCORE_TITLES",
+    "SCORE_TOP",
     "optimality_gap",
     "paper_aggregates",
     "paper_clique_scores",

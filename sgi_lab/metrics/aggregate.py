@@ -29,6 +29,7 @@ __all__ = [
     "iqm",
     "mean_hns",
     "median_hns",
+    "metric_label",
     "optimality_gap",
     "probability_of_improvement",
     "probability_of_improvement_with_ci",
@@ -127,6 +128,16 @@ METRIC_LABELS: dict[str, str] = {
     "games_above_spr": "#Games > SPR",
 }
 """How each metric is titled in tables and figures (the paper's wording)."""
+
+
+def metric_label(metric: str, normalization: str = "HNS") -> str:
+    """A metric's title (`METRIC_LABELS`) for scores of ``normalization`` (``"HNS"`` or
+    ``"MinAtar score"``): a MinAtar score of 1 is the reference DQN, not a human, so
+    ``games_above_human`` reads "#Games > DQN" there."""
+    label = METRIC_LABELS.get(metric, metric)
+    if normalization == "MinAtar score" and metric == "games_above_human":
+        return "#Games > DQN"
+    return label
 
 
 def _resolve_metrics(metrics: Sequence[str] | Mapping[str, Metric]) -> dict[str, Metric]:

@@ -32,6 +32,8 @@ from sgi_lab.metrics.hns import human_normalized_score
 
 __all__ = [
     "MINATAR_SCORES_FILE",
+    "SCORE_TITLES",
+    "SCORE_TOP",
     "minatar_normalized_score",
     "minatar_random_score",
     "minatar_reference_score",
@@ -93,6 +95,16 @@ def minatar_normalized_score(game: str | Sequence[str], score):
         low, high = low[0], high[0]
     normalized = (np.asarray(score, dtype=float) - low) / (high - low)
     return float(normalized) if np.ndim(normalized) == 0 else normalized
+
+
+SCORE_TITLES: dict[str, str] = {
+    "HNS": "human-normalized score",
+    "MinAtar score": "MinAtar score (0 random, 1 DQN)",
+}
+"""How a figure's score axis is titled for each normalisation (`normalization_name`)."""
+
+SCORE_TOP: dict[str, str] = {"HNS": "human", "MinAtar score": "DQN reference"}
+"""What each normalisation's 1 is: the line drawn at 1, and "#Games > ..." in metric titles."""
 
 
 def normalization_name(game: str) -> str:

@@ -1,5 +1,6 @@
 """Figures of the ablation explorer: interval plot and table of aggregates (our runs beside the
-paper's rows), and per-game human-normalized scores."""
+paper's rows), and per-game normalised scores, named by their normalisation: HNS for Atari
+games, the MinAtar score for MinAtar games (a selection never mixes the two)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Protocol
 import pandas as pd
 import plotly.graph_objects as go
 
+from sgi_lab.metrics.minatar import SCORE_TITLES, SCORE_TOP
 from sgi_lab.viz.aggregates import aggregate_table, interval_plot
 from sgi_lab.viz.common import finite_or_none, no_data_message
 
@@ -25,12 +27,16 @@ class Selection(Protocol):
     methods: Sequence[str]
 
 
-def per_game_hns_figure(per_game: pd.DataFrame, title: str | None = None) -> go.Figure:
-    """Grouped bars of per-game HNS, one trace per method.
+def per_game_hns_figure(
+    per_game: pd.DataFrame, title: str | None = None, normalization: str = "HNS"
+) -> go.Figure:
+    """Grouped bars of per-game normalised scores, one trace per method.
 
     Args:
         per_game: ``game, method, hns`` rows (`sgi_lab.analysis.ablations.AblationModel.per_game`).
-        title: figure title.
+        title: figure title (default: "per-game <score>").
+        normalization: what ``hns`` holds: ``"HNS"`` or ``"MinAtar score"`` (titles, axis, and
+            the line at 1: "human" or "DQN reference").
 
     Returns:
         A figure with one ``Bar`` per method (x = games), dotted lines at 0 and 1; a message
@@ -49,9 +55,9 @@ def per_game_hns_figure(per_game: pd.DataFrame, title: str | None = None) -> go.
             if across
             else go.Bar(name=str(method), x=names, y=hns)
         )
-    score_axis = {"title": "human-normalized score"}
+    score_axis = {"title": SCORE_TITLES[normalization]}
     fig.update_layout(
-        title=title or "per-game human-normalized score",
+        title=title or f"per-game {SCORE_TITLES[normalization]}",
         barmode="group",
         template="plotly_white",
         legend_title_text="method",
@@ -66,7 +72,8 @@ def per_game_hns_figure(per_game: pd.DataFrame, title: str | None = None) -> go.
         return no_data_message(fig, "no per-game score selected")
     # the two labels at opposite ends, so they never overlap when 0 and 1 lie close together
     line = fig.add_vline if across else fig.add_hline
-    for value, name, where in ((0.0, "random", "bottom left"), (1.0, "human", "top right")):
+    top = SCORE_TOP[normalization]
+    for value, name, where in ((0.0, "random", "bottom left"), (1.0, top, "top right")):
         line(value, line_dash="dot", line_color="gray", annotation_text=name,
              annotation_position=where)  # fmt: skip
     return fig
@@ -83,7 +90,12 @@ def aggregate_title(view: Selection) -> str:
     df = view.aggregates
     chosen = list(getattr(view, "games", []) or [])
     games = len(chosen) or (int(df["games"].max()) if "games" in df and len(df) else 0)
-    title = f"aggregate HNS over {games} game{'s' * (games != 1)}" if games else "aggregate HNS"
+    score = getattr(view, "normalization", "HNS")
+    title = (
+        f"aggregate {score} over {games} game{'s' * (games != 1)}"
+        if games
+        else f"aggregate {score}"
+    )
     lines = []
     left_out = getattr(view, "left_out", {}) or {}
     if left_out:
@@ -104,6 +116,7 @@ def ablation_figures(view: Selection) -> dict[str, go.Figure]:
     """
     df = view.aggregates
     notes = list(getattr(view, "notes", []) or [])
+    score = getattr(view, "normalization", "HNS")
     if df.empty:
         message = notes[0] if notes else "nothing selected"
         return {
@@ -111,9 +124,9 @@ def ablation_figures(view: Selection) -> dict[str, go.Figure]:
                 go.Figure().update_layout(title=title, template="plotly_white"), message
             )
             for key, title in (
-                ("interval", "aggregate HNS"),
+                ("interval", f"aggregate {score}"),
                 ("table", "aggregates"),
-                ("per_game", "per-game human-normalized score"),
+                ("per_game", f"per-game {SCORE_TITLES[score]}"),
             )
         }
     metrics = [m for m in view.metrics if m in set(df["metric"])]
@@ -124,7 +137,8 @@ def ablation_figures(view: Selection) -> dict[str, go.Figure]:
             methods=view.methods,
             title=aggregate_title(view),
             capped_from=getattr(view, "capped_from", None),
+            normalization=score,
         ),
-        "table": aggregate_table(df, metrics=metrics, methods=view.methods),
-        "per_game": per_game_hns_figure(view.per_game),
+        "table": aggregate_table(df, metrics=metrics, methods=view.methods, normalization=score),
+        "per_game": per_game_hns_figure(view.per_game, normalization=score),
     }

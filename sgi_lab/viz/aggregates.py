@@ -15,7 +15,8 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
-from sgi_lab.metrics.aggregate import METRIC_LABELS
+from sgi_lab.metrics.aggregate import metric_label
+from sgi_lab.metrics.minatar import SCORE_TITLES
 from sgi_lab.viz.common import finite_or_none, no_data_message
 from sgi_lab.viz.tables import aggregate_frame
 
@@ -34,12 +35,12 @@ def _ordered(values: pd.Series, keep: Sequence[str] | None) -> list[str]:
     return list(keep)
 
 
-def _label(metric: str) -> str:
-    return METRIC_LABELS.get(metric, metric)
+def _label(metric: str, normalization: str = "HNS") -> str:
+    return metric_label(metric, normalization)
 
 
-def _axis_title(metric: str) -> str:
-    return "games" if metric in _COUNT_METRICS else "human-normalized score"
+def _axis_title(metric: str, normalization: str = "HNS") -> str:
+    return "games" if metric in _COUNT_METRICS else SCORE_TITLES[normalization]
 
 
 def _colors(methods: Sequence[str]) -> dict[str, str]:
@@ -54,6 +55,7 @@ def interval_plot(
     paper: pd.DataFrame | None = None,
     title: str | None = None,
     capped_from: str | None = None,
+    normalization: str = "HNS",
 ) -> go.Figure:
     """rliable-style interval plot: one panel per metric, one row per method.
 
@@ -70,13 +72,16 @@ def interval_plot(
         title: Figure title.
         capped_from: the first of the rows (last in ``methods``) whose evaluations were capped:
             a line above it sets them apart, labelled not comparable with the rows above.
+        normalization: the scores' normalisation, ``"HNS"`` or ``"MinAtar score"``: it names
+            the x axes and the panel titles (`sgi_lab.metrics.metric_label`).
 
     Returns:
         A figure whose panel ``i`` holds a ``Bar`` trace (``base`` = lower bounds, ``x`` =
         interval widths) and a ``Scatter`` trace of point estimates, named ``"<metric> CI"`` and
         ``"<metric>"``, plus ``"<metric> (paper)"`` when ``paper`` is given; then one legend
         entry per method (a ``Scatter`` with no points, named after the method). x axes are
-        titled "human-normalized score" ("games" for counts); every method's name is a tick.
+        titled "human-normalized score" or "MinAtar score (0 random, 1 DQN)" ("games" for
+        counts); every method's name is a tick.
         NaN (a point without a CI) becomes a gap, never a number in the JSON. No rows: a message.
     """
     if df.empty:
@@ -89,15 +94,17 @@ def interval_plot(
         rows=1,
         cols=len(metrics),
         shared_yaxes=True,
-        subplot_titles=[_label(m) for m in metrics],
+        subplot_titles=[_label(m, normalization) for m in metrics],
         horizontal_spacing=min(0.08, 0.5 / max(len(metrics), 1)),
     )
     for col, metric in enumerate(metrics, start=1):
         rows = df[df["metric"] == metric].set_index("method").reindex(methods)
-        _add_intervals(fig, rows, metric, methods, colors, col)
+        _add_intervals(fig, rows, metric, methods, colors, col, normalization)
         if paper is not None:
             _add_paper_values(fig, paper, metric, methods, col)
-        fig.update_xaxes(title_text=_axis_title(metric), row=1, col=col, **_ticks(rows, metric))
+        fig.update_xaxes(
+            title_text=_axis_title(metric, normalization), row=1, col=col, **_ticks(rows, metric)
+        )
     _add_method_legend(fig, methods, colors)
     _lay_out_interval_plot(fig, metrics, methods, title)
     if capped_from is not None and capped_from in methods[1:]:
@@ -151,6 +158,7 @@ def _add_intervals(
     methods: Sequence[str],
     colors: dict[str, str],
     col: int,
+    normalization: str = "HNS",
 ) -> None:
     """Panel ``col``: each method's CI as a bar from ``lower`` to ``upper`` (trace
     ``"<metric> CI"``) and its point estimate as a tick (trace ``"<metric>"``); ``rows`` holds
@@ -168,7 +176,7 @@ def _add_intervals(
             marker={"color": [colors[m] for m in methods], "opacity": 0.75},
             customdata=[finite_or_none(row) for row in zip(value, lower, upper)],
             hovertemplate="%{y}: %{customdata[0]:.3f} (%{customdata[1]:.3f}, "
-            "%{customdata[2]:.3f})<extra>" + _label(metric) + "</extra>",
+            "%{customdata[2]:.3f})<extra>" + _label(metric, normalization) + "</extra>",
             showlegend=False,
         ),
         row=1,
@@ -327,6 +335,7 @@ def aggregate_table(
     metrics: Sequence[str] | None = None,
     methods: Sequence[str] | None = None,
     digits: int = 3,
+    normalization: str = "HNS",
 ) -> go.Figure:
     """The aggregates as a plotly Table: one row per method, one column per metric.
 
@@ -336,6 +345,8 @@ def aggregate_table(
         metrics: Columns to show, in order; default: all in ``df``.
         methods: Rows to show, in order; default: all in ``df``.
         digits: Decimals for non-count metrics.
+        normalization: the scores' normalisation (names the count columns: "#Games > DQN"
+            for the MinAtar score).
 
     Returns:
         A figure with one ``Table`` trace; ``cells.values[0]`` are the methods and
@@ -347,9 +358,9 @@ def aggregate_table(
         raise ValueError("several rows share a (method, metric); rename methods, e.g. 'X (paper)'")
     has_ci = {"lower", "upper"} <= set(df.columns)
     # the cells as the explorer's HTML table formats them (one formatter for both)
-    frame = aggregate_frame(df, metrics, methods, digits)
+    frame = aggregate_frame(df, metrics, methods, digits, normalization)
     columns = [frame[c].tolist() for c in frame.columns]
-    header = ["Method", *[_label(m) + (" (CI)" if has_ci else "") for m in metrics]]
+    header = ["Method", *[_label(m, normalization) + (" (CI)" if has_ci else "") for m in metrics]]
     fig = go.Figure(
         go.Table(
             header={"values": header, "align": "left", "font": {"size": 12}},

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sgi_lab.metrics.aggregate import METRIC_LABELS
+from sgi_lab.metrics.aggregate import metric_label
 from sgi_lab.viz.training import metric_title
 
 __all__ = ["LiveTable", "aggregate_frame", "format_number", "results_frame"]
@@ -49,6 +49,7 @@ def aggregate_frame(
     metrics: Sequence[str] | None = None,
     methods: Sequence[str] | None = None,
     digits: int = 3,
+    normalization: str = "HNS",
 ) -> pd.DataFrame:
     """Tidy aggregates as a table: one row per method, one column per metric (its label).
 
@@ -58,11 +59,12 @@ def aggregate_frame(
         metrics: columns, in order (default: every metric in ``df``).
         methods: rows, in order (default: every method in ``df``).
         digits: decimals of non-count metrics.
+        normalization: ``"HNS"`` or ``"MinAtar score"``: names the columns.
 
     Returns:
         A frame of strings with a ``Method`` column, then one column per metric, named by
-        `sgi_lab.metrics.aggregate.METRIC_LABELS` (``"IQM"``, ``"Optimality gap"``); a metric or
-        method without a value gets an empty cell.
+        `sgi_lab.metrics.aggregate.metric_label` (``"IQM"``, ``"Optimality gap"``, ``"#Games >
+        DQN"`` for the MinAtar score); a metric or method without a value gets an empty cell.
     """
     metrics = list(metrics) if metrics is not None else list(dict.fromkeys(df["metric"]))
     methods = list(methods) if methods is not None else list(dict.fromkeys(df["method"]))
@@ -88,7 +90,7 @@ def aggregate_frame(
             if has_ci and not (pd.isna(row["lower"]) or pd.isna(row["upper"])):
                 text += f" ({fmt(metric, float(row['lower']))}, {fmt(metric, float(row['upper']))})"
             cells.append(text)
-        columns[METRIC_LABELS.get(metric, metric)] = cells
+        columns[metric_label(metric, normalization)] = cells
     return pd.DataFrame(columns)
 
 

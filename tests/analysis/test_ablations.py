@@ -419,3 +419,103 @@ def test_no_game_selected_leaves_no_stale_figure(runs):
     for figure in (explorer.interval.figure, explorer.per_game.figure, explorer.probe_bars.figure):
         assert not figure.data and message in figure.layout.annotations[0].text
     assert "<table" not in explorer.table.html and "select at least one game" in explorer.table.html
+
+
+# -- MinAtar runs: the MinAtar score, named as such, never aggregated with HNS (issue 33) ------
+
+
+@pytest.fixture
+def minatar_runs(tmp_path):
+    """3 seeds of two methods on two MinAtar games: "sgi" always above "none"; one Pong run."""
+    root = tmp_path / "runs"
+    for seed in range(3):
+        for game, low in (("minatar/breakout", 1.0), ("minatar/asterix", 2.0)):
+            short = game.split("/")[1]
+            _run(root, f"ft__none__{short}__s{seed}", game, seed, low + seed, method="none")
+            _run(root, f"ft__sgi__{short}__s{seed}", game, seed, low + 5 + seed, method="sgi")
+    _run(root, "ft__sgi__Pong__s0", "Pong", 0, 0.0, method="sgi")
+    return root
+
+
+def test_minatar_runs_carry_the_minatar_score_and_its_name(minatar_runs):
+    from sgi_lab.metrics import minatar_random_score, minatar_reference_score
+
+    scores = ablations.load_run_scores(ablations.find_runs(minatar_runs))
+    row = scores[(scores["run"] == "ft__sgi__breakout__s1")].iloc[0]
+    low, high = (f("minatar/breakout") for f in (minatar_random_score, minatar_reference_score))
+    assert row["normalization"] == "MinAtar score"
+    assert row["hns"] == pytest.approx((7.0 - low) / (high - low))
+    pong = scores[scores["game"] == "Pong"].iloc[0]
+    assert pong["normalization"] == "HNS" and pong["hns"] == pytest.approx(
+        human_normalized_score("Pong", 0.0)
+    )
+
+    model = ablations.AblationModel(scores, reps=100)
+    assert model.games[-5:] == ["minatar/asterix", "minatar/breakout", "minatar/freeway",
+                                "minatar/seaquest", "minatar/space_invaders"]  # fmt: skip
+    # the games every method has: MinAtar's two; Pong only when chosen
+    assert model.default_games() == ["minatar/asterix", "minatar/breakout"]
+    view = model.select(metrics=["iqm", "games_above_human"], baseline="none")
+    assert view.normalization == "MinAtar score"
+    assert set(view.aggregates["method"]) == {"sgi", "none"}  # no paper row beside MinAtar
+    assert "no paper row: the paper reports Atari games only" in view.notes
+    mean = view.aggregates.set_index(["method", "metric"]).loc[("none", "iqm"), "value"]
+    matrix = np.array(
+        [[(2.0 + s - minatar_random_score("minatar/asterix")) / (
+            minatar_reference_score("minatar/asterix") - minatar_random_score("minatar/asterix")),
+          (1.0 + s - low) / (high - low)] for s in range(3)]
+    )  # fmt: skip
+    from sgi_lab.metrics import iqm
+
+    assert mean == pytest.approx(iqm(matrix))
+    (poi,) = view.improvement.to_dict("records")
+    assert (poi["method"], poi["baseline"]) == ("sgi", "none")
+    assert (poi["value"], poi["lower"], poi["upper"]) == (1.0, 1.0, 1.0)  # disjoint runs
+
+
+def test_minatar_figures_and_tables_say_minatar_score_never_hns(minatar_runs):
+    from sgi_lab.viz.ablations import ablation_figures
+
+    model = ablations.AblationModel(
+        ablations.load_run_scores(ablations.find_runs(minatar_runs)), reps=50
+    )
+    view = model.select(metrics=["iqm", "games_above_human"])
+    figures = ablation_figures(view)
+    interval = figures["interval"]
+    assert interval.layout.title.text.startswith("aggregate MinAtar score over 2 games")
+    assert interval.layout.xaxis.title.text == "MinAtar score (0 random, 1 DQN)"
+    assert [a.text for a in interval.layout.annotations][:2] == ["IQM", "#Games > DQN"]
+    per_game = figures["per_game"]
+    assert per_game.layout.title.text == "per-game MinAtar score (0 random, 1 DQN)"
+    assert "DQN reference" in [a.text for a in per_game.layout.annotations]
+    for fig in figures.values():  # what is read on screen: titles, labels, hover texts
+        shown = [
+            fig.layout.to_plotly_json(),
+            [t.to_plotly_json().get("hovertemplate") for t in fig.data],
+        ]
+        shown.append([t.to_plotly_json().get("header") for t in fig.data])
+        text = json.dumps(shown, default=str)
+        assert "human" not in text.lower() and "HNS" not in text
+
+    explorer = ablations.AblationExplorer(model, metrics=["iqm", "games_above_human"])
+    assert explorer.table.title.startswith("aggregate MinAtar scores")
+    assert list(explorer.table.frame.columns) == ["Method", "IQM", "#Games > DQN"]
+    assert explorer.improvement.frame.empty and "pick a baseline" in explorer.improvement.html
+    explorer.baseline.value = "none"  # as a pick would
+    frame = explorer.improvement.frame
+    assert frame.columns[1] == "P(> none)" and frame.iloc[0].tolist()[:2] == [
+        "sgi",
+        "1.000 (1.000, 1.000)",
+    ]
+    assert "on the MinAtar score" in explorer.improvement.title
+
+
+def test_atari_and_minatar_games_are_never_aggregated_together(minatar_runs):
+    model = ablations.AblationModel(
+        ablations.load_run_scores(ablations.find_runs(minatar_runs)), reps=50
+    )
+    view = model.select(["Pong", "minatar/breakout"], methods=["sgi"], paper=["SGI-M"])
+    assert view.aggregates.empty and view.per_game.empty
+    assert any("mix Atari (HNS) and MinAtar (minatar/breakout" in n for n in view.notes)
+    df, notes = ablations.run_aggregates(model.scores, ["Pong", "minatar/breakout"])
+    assert df.empty and "one aggregate never mixes the two" in notes[0]

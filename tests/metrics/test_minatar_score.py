@@ -96,3 +96,13 @@ def test_refusals_name_the_culprit(monkeypatch):
     monkeypatch.setattr(minatar_score, "_table", lambda: table)
     with pytest.raises(ValueError, match=r"minatar/breakout: no published reference return .*json"):
         minatar_reference_score("minatar/breakout")
+
+
+def test_metric_titles_name_what_a_score_of_one_is():
+    from sgi_lab.metrics import SCORE_TITLES, SCORE_TOP, metric_label
+
+    assert metric_label("games_above_human") == "#Games > Human"
+    assert metric_label("games_above_human", "MinAtar score") == "#Games > DQN"
+    assert metric_label("iqm", "MinAtar score") == "IQM"
+    assert SCORE_TITLES["MinAtar score"].startswith("MinAtar score")
+    assert SCORE_TOP == {"HNS": "human", "MinAtar score": "DQN reference"}
