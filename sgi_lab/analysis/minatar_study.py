@@ -1,0 +1,281 @@
+"""The MinAtar objective study's results (issue 33; `params/experiments/minatar_objectives.yaml`,
+docs/results/minatar.md): each finished agent's normalised score, the objectives' aggregates
+with stratified bootstrap CIs, each one's probability of improvement over no pretraining, the
+per-game table, the Spearman correlation of the objectives' ranking with the paper's
+``tab:controls_hns``, and learning curves.
+
+An experiment folder holds ``finetune/<label>/<game>__s<seed>/`` per agent (`sgi_lab.experiments`),
+where ``<label>`` is ``<scheme>__<objective>`` for a pretrained start (``reduced_lr__s_g``,
+``naive__sgi``) or the config alone from scratch (``sgi_none``). Only agents whose run finished
+with an evaluation count; the tables say how many did of how many planned, so an interim
+reading is never mistaken for the study's.
+
+    from sgi_lab.analysis.minatar_study import study_markdown
+    print(study_markdown("outputs/experiments/minatar_objectives"))
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from sgi_lab.analysis.probe_study import PAPER_CONFIGS
+from sgi_lab.analysis.report import read_run
+from sgi_lab.base.files import read_jsonl
+from sgi_lab.metrics.aggregate import aggregate_with_ci, probability_of_improvement_with_ci
+from sgi_lab.metrics.paper import paper_aggregates
+from sgi_lab.runs.status import read_status
+
+SCRATCH = {"sgi_none": "none", "sgi_none_2x": "none"}
+"""Finetuning labels that start from scratch -> the objective name ``none``."""
+METRICS = ("iqm", "mean", "median")
+
+
+def split_label(label: str) -> tuple[str, str]:
+    """``(objective, scheme)`` of a finetuning folder's label: ``reduced_lr__s_g`` ->
+    ``("s_g", "reduced_lr")``; ``sgi_none`` -> ``("none", "none")``."""
+    if label in SCRATCH:
+        return SCRATCH[label], "none"
+    scheme, _, objective = label.partition("__")
+    return (objective, scheme) if objective else (label, "none")
+
+
+def study_runs(folder: str | Path) -> pd.DataFrame:
+    """One row per agent folder under ``folder/finetune``: ``label, objective, scheme, game,
+    seed, finished, score`` (the evaluation's mean return), ``normalized`` (its normalised
+    score) and ``normalization`` (``MinAtar score`` or ``HNS``); unfinished agents have NaNs."""
+    rows = []
+    for label_dir in sorted((Path(folder) / "finetune").glob("*")):
+        if not label_dir.is_dir():
+            continue
+        objective, scheme = split_label(label_dir.name)
+        for agent in sorted(p for p in label_dir.iterdir() if (p / "status.json").exists()):
+            run = read_run(agent)
+            evaluation = run.evaluation
+            finished = (read_status(agent) or {}).get("state") == "finished" and bool(evaluation)
+            rows.append(
+                {
+                    "label": label_dir.name,
+                    "objective": objective,
+                    "scheme": scheme,
+                    "game": run.game,
+                    "seed": run.seed,
+                    "finished": finished,
+                    "score": evaluation.get("mean", np.nan) if finished else np.nan,
+                    "normalized": _normalized(evaluation) if finished else np.nan,
+                    "normalization": evaluation.get("normalization", "HNS"),
+                    "folder": str(agent),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def _normalized(evaluation: dict[str, Any]) -> float:
+    value = evaluation.get("normalized_score", evaluation.get("hns"))
+    return np.nan if value is None else float(value)
+
+
+def score_matrices(runs: pd.DataFrame, scheme: str | None = "reduced_lr") -> dict[str, np.ndarray]:
+    """``{objective: (seeds, games) normalised scores}`` over the finished agents of one scheme
+    (plus ``none``), only games every included objective has finished on every seed of, so that
+    every matrix has the same columns (rliable's stratified bootstrap needs that)."""
+    done = runs[runs["finished"]]
+    if scheme is not None:
+        done = done[(done["scheme"] == scheme) | (done["objective"] == "none")]
+    if done.empty:
+        return {}
+    seeds = sorted(done["seed"].unique())
+    full = done.groupby(["objective", "game"])["seed"].nunique() == len(seeds)
+    games_of = full[full].reset_index().groupby("objective")["game"].apply(set)
+    common = sorted(set.intersection(*games_of)) if len(games_of) else []
+    if not common:
+        return {}
+    out = {}
+    for objective, part in done[done["game"].isin(common)].groupby("objective"):
+        if set(part["game"]) != set(common):
+            continue
+        table = part.pivot_table(index="seed", columns="game", values="normalized")
+        out[objective] = table[common].to_numpy()
+    return out
+
+
+def objective_table(
+    runs: pd.DataFrame, scheme: str | None = "reduced_lr", reps: int = 2000, seed: int = 0
+) -> pd.DataFrame:
+    """Per objective: IQM, mean and median normalised score with 95% stratified bootstrap CIs,
+    and the probability of improvement over no pretraining with its CI, over the games every
+    objective finished (``games``) and the seeds (``runs``)."""
+    matrices = score_matrices(runs, scheme)
+    if not matrices:
+        return pd.DataFrame()
+    aggregates = aggregate_with_ci(matrices, metrics=METRICS, reps=reps, seed=seed)
+    table = aggregates.pivot_table(index="method", columns="metric", values="value")
+    for bound in ("lower", "upper"):
+        wide = aggregates.pivot_table(index="method", columns="metric", values=bound)
+        table = table.join(wide.add_suffix(f"_{bound}"))
+    if "none" in matrices:
+        pairs = [(k, "none") for k in matrices if k != "none"]
+        poi = probability_of_improvement_with_ci(matrices, pairs, reps=reps, seed=seed)
+        poi = poi.set_index("x")[["value", "lower", "upper"]].add_prefix("p_improve_")
+        table = table.join(poi)
+    first = next(iter(matrices.values()))
+    table["runs"] = first.shape[0]
+    table["games"] = first.shape[1]
+    return table.sort_values("iqm", ascending=False)
+
+
+def per_game_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Mean normalised score over finished seeds, objective/scheme x game (``n`` seeds each)."""
+    done = runs[runs["finished"]].assign(
+        method=lambda d: np.where(
+            d["scheme"].isin(["reduced_lr", "none"]),
+            d["objective"],
+            d["objective"] + " (" + d["scheme"] + ")",
+        )
+    )
+    if done.empty:
+        return pd.DataFrame()
+    return done.pivot_table(index="method", columns="game", values="normalized", aggfunc="mean")
+
+
+def paper_rank_correlation(table: pd.DataFrame, metric: str = "iqm") -> dict[str, Any]:
+    """Spearman's rank correlation of the objectives' ``metric`` with the paper's
+    ``tab:controls_hns`` median HNS (pretraining on Mixed Atari data, the ResNet): the objectives
+    both have (``none`` is SGI-None)."""
+    from scipy import stats  # noqa: PLC0415  (scipy only for this one statistic)
+
+    paper = paper_aggregates("tab:controls_hns").set_index("config")["median"]
+    pairs = [
+        (name, float(table.loc[name, metric]), float(paper[PAPER_CONFIGS[name]]))
+        for name in table.index
+        if name in PAPER_CONFIGS and PAPER_CONFIGS[name] in paper.index
+    ]
+    if len(pairs) < 3:
+        return {"rho": None, "p": None, "n": len(pairs), "pairs": pairs}
+    rho, p = stats.spearmanr([a for _, a, _ in pairs], [b for _, _, b in pairs])
+    return {"rho": float(rho), "p": float(p), "n": len(pairs), "pairs": pairs}
+
+
+def learning_curves(runs: pd.DataFrame, bin_steps: int = 1000) -> pd.DataFrame:
+    """Training episodes' returns, binned by agent step: ``objective, scheme, game, seed,
+    step`` (the bin's end) and ``return`` (mean of the episodes ending in it), from each agent's
+    ``metrics.jsonl`` (rows with ``episode/return``)."""
+    rows = []
+    for run in runs.itertuples():
+        path = Path(run.folder) / "metrics.jsonl"
+        if not path.exists():
+            continue
+        for row in read_jsonl(path):
+            value = row.get("episode/return", row.get("charts/episodic_return"))
+            if value is None:
+                continue
+            rows.append(
+                {
+                    "objective": run.objective,
+                    "scheme": run.scheme,
+                    "game": run.game,
+                    "seed": run.seed,
+                    "step": (int(row["step"]) // bin_steps + 1) * bin_steps,
+                    "return": float(value),
+                }
+            )
+    if not rows:
+        return pd.DataFrame()
+    keys = ["objective", "scheme", "game", "seed", "step"]
+    return pd.DataFrame(rows).groupby(keys, as_index=False)["return"].mean()
+
+
+def _interval(value: Any, lower: Any, upper: Any, digits: int = 3) -> str:
+    if value is None or pd.isna(value):
+        return "-"
+    return f"{value:.{digits}f} [{lower:.{digits}f}, {upper:.{digits}f}]"
+
+
+def _markdown(frame: pd.DataFrame) -> str:
+    """A DataFrame as a Markdown table (index first), without the tabulate package."""
+    header = [frame.index.name or "", *map(str, frame.columns)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for name, row in frame.iterrows():
+        cells = [f"{v:.3f}" if isinstance(v, float) else str(v) for v in row]
+        lines.append("| " + " | ".join([str(name), *cells]) + " |")
+    return "\n".join(lines)
+
+
+def aggregates_markdown(table: pd.DataFrame) -> str:
+    """`objective_table`'s rows as Markdown: IQM, mean, median and P(improvement over none)."""
+    lines = [
+        "| method | IQM | mean | median | P(improvement over none) |",
+        "|---|---|---|---|---|",
+    ]
+    for name, row in table.iterrows():
+        cells = [_interval(row[m], row[f"{m}_lower"], row[f"{m}_upper"]) for m in METRICS]
+        poi = [row.get(f"p_improve_{k}") for k in ("value", "lower", "upper")]
+        lines.append(f"| {name} | " + " | ".join([*cells, _interval(*poi, digits=2)]) + " |")
+    return "\n".join(lines)
+
+
+def _schemes(runs: pd.DataFrame) -> pd.DataFrame:
+    """SGI's agents under each scheme as their own methods (``sgi (naive)``), with ``none``."""
+    sgi = runs[runs["objective"].isin(["sgi", "none"])]
+    suffix = sgi["scheme"].map(lambda s: "" if s in ("none", "reduced_lr") else f" ({s})")
+    return sgi.assign(objective=sgi["objective"] + suffix)
+
+
+def study_markdown(folder: str | Path, planned: int | None = None, reps: int = 2000) -> str:
+    """The study's tables as Markdown: how many agents finished (of ``planned``), the objectives'
+    aggregates and probabilities of improvement over no pretraining, SGI's schemes, the
+    per-game table and the correlation with the paper's ranking."""
+    runs = study_runs(folder)
+    if runs.empty:
+        return f"No finetuning agent under {folder}/finetune yet.\n"
+    lines = [
+        f"Finished agents: {int(runs['finished'].sum())} of {planned or len(runs)} "
+        f"({runs['normalization'].iloc[0]}: 0 = uniform random, 1 = the reference score).",
+        "",
+    ]
+    sections = (
+        ("Objectives (reduced-lr finetuning)", runs, "reduced_lr"),
+        ("SGI's finetuning schemes", _schemes(runs), None),
+    )
+    for title, part, scheme in sections:
+        table = objective_table(part, scheme, reps=reps) if not part.empty else pd.DataFrame()
+        lines += [f"### {title}", ""]
+        if table.empty:
+            lines += ["No game has finished on every seed for every method yet.", ""]
+            continue
+        lines += [
+            f"Over {int(table['games'].iloc[0])} games x {int(table['runs'].iloc[0])} seeds; "
+            "95% stratified bootstrap CIs (rliable's method).",
+            "",
+            aggregates_markdown(table),
+            "",
+        ]
+        correlation = paper_rank_correlation(table) if scheme else {"rho": None}
+        if correlation["rho"] is not None:
+            lines += [
+                "Spearman correlation of the IQM ranking with the paper's tab:controls_hns "
+                f"median HNS: rho = {correlation['rho']:.2f} (p = {correlation['p']:.2f}, "
+                f"{correlation['n']} objectives).",
+                "",
+            ]
+    per_game = per_game_table(runs)
+    if not per_game.empty:
+        lines += ["### Per game (mean normalised score over finished seeds)", ""]
+        lines += [_markdown(per_game), ""]
+    return "\n".join(lines)
+
+
+__all__ = [
+    "aggregates_markdown",
+    "learning_curves",
+    "objective_table",
+    "paper_rank_correlation",
+    "per_game_table",
+    "score_matrices",
+    "split_label",
+    "study_markdown",
+    "study_runs",
+]

@@ -1,0 +1,96 @@
+"""The MinAtar study's results (sgi_lab.analysis.minatar_study) on a hand-made experiment
+folder whose scores make every statistic checkable by hand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from sgi_lab.analysis import minatar_study as ms
+
+GAMES = ["minatar/asterix", "minatar/breakout"]
+
+
+def agent(root: Path, label: str, game: str, seed: int, score: float | None, returns=()) -> None:
+    folder = root / "finetune" / label / f"{game.replace('/', '-')}__s{seed}"
+    folder.mkdir(parents=True)
+    state = "finished" if score is not None else "running"
+    (folder / "status.json").write_text(json.dumps({"state": state, "params": label}))
+    (folder / "config.yaml").write_text(yaml.safe_dump({"game": game, "seed": seed}))
+    if score is not None:
+        evaluation = {
+            "game": game,
+            "mean": 10 * score,
+            "normalized_score": score,
+            "normalization": "MinAtar score",
+            "hns": score,
+            "episodes": 30,
+        }
+        (folder / "eval.json").write_text(json.dumps(evaluation))
+    rows = [{"step": step, "episode/return": r} for step, r in returns]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+@pytest.fixture
+def study(tmp_path):
+    """none scores 0.1 + 0.01 seed, s 0.5 + 0.01 seed (above none everywhere), sgi like none;
+    sgi naive 0.2; one s agent on Breakout still running (so Breakout is not common to s)."""
+    for g in GAMES:
+        for seed in range(3):
+            agent(tmp_path, "sgi_none", g, seed, 0.1 + 0.01 * seed, [(500, 1.0), (1500, 3.0)])
+            agent(tmp_path, "reduced_lr__sgi", g, seed, 0.1 + 0.01 * seed)
+            agent(tmp_path, "naive__sgi", g, seed, 0.2)
+            running = g == "minatar/breakout" and seed == 2
+            agent(tmp_path, "reduced_lr__s", g, seed, None if running else 0.5 + 0.01 * seed)
+    return tmp_path
+
+
+def test_labels_split_into_objective_and_scheme():
+    assert ms.split_label("reduced_lr__s_g") == ("s_g", "reduced_lr")
+    assert ms.split_label("naive__sgi") == ("sgi", "naive")
+    assert ms.split_label("sgi_none") == ("none", "none")
+
+
+def test_runs_and_matrices_use_only_games_every_method_finished(study):
+    runs = ms.study_runs(study)
+    assert len(runs) == 24 and runs["finished"].sum() == 23
+    matrices = ms.score_matrices(runs)
+    assert set(matrices) == {"none", "sgi", "s"}  # naive is another scheme
+    # Breakout lacks s's third seed: only Asterix is common; rows are seeds 0, 1, 2
+    np.testing.assert_allclose(matrices["s"], [[0.5], [0.51], [0.52]])
+    np.testing.assert_allclose(matrices["none"], [[0.1], [0.11], [0.12]])
+
+
+def test_objective_table_has_cis_and_probability_of_improvement_over_none(study):
+    table = ms.objective_table(ms.study_runs(study), reps=200)
+    assert list(table.index) == ["s", "none", "sgi"] or list(table.index) == ["s", "sgi", "none"]
+    # IQM of three values is their middle quarter-trimmed mean: 0.51 for s
+    assert table.loc["s", "iqm"] == pytest.approx(0.51)
+    # s beats none on every run pair: probability 1 with the interval [1, 1]
+    assert table.loc["s", ["p_improve_value", "p_improve_lower", "p_improve_upper"]].tolist() == [
+        1.0,
+        1.0,
+        1.0,
+    ]
+    assert table.loc["sgi", "p_improve_value"] == pytest.approx(0.5)  # same scores as none
+    assert (table["iqm_lower"] <= table["iqm"]).all() and (table["iqm"] <= table["iqm_upper"]).all()
+    assert set(table["games"]) == {1} and set(table["runs"]) == {3}
+
+
+def test_markdown_says_how_much_finished_and_shows_schemes(study):
+    text = ms.study_markdown(study, planned=30, reps=200)
+    assert "Finished agents: 23 of 30 (MinAtar score" in text
+    assert "| s | 0.510 [" in text and "| 1.00 [1.00, 1.00] |" in text
+    assert "### SGI's finetuning schemes" in text and "| sgi (naive) |" in text
+    assert "### Per game" in text
+
+
+def test_learning_curves_bin_training_returns(study):
+    curves = ms.learning_curves(ms.study_runs(study), bin_steps=1000)
+    none = curves[(curves["objective"] == "none") & (curves["seed"] == 0)]
+    assert sorted(none["step"].unique()) == [1000, 2000]
+    assert none[none["step"] == 2000]["return"].tolist() == [3.0, 3.0]  # one per game
