@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from sgi_lab.config import ConfigError
+from sgi_lab.envs.spec import ObservationSpec
 from sgi_lab.nets import SGIModel
 from sgi_lab.probes.probe import (
     PROBES_FILE,
@@ -24,7 +25,7 @@ from sgi_lab.runs.folder import foreign_model_problem
 from sgi_lab.runs.status import read_status, require_finished
 from sgi_lab.runs.status import run_kind as kind_of
 from sgi_lab.train.evaluate import load_run_model
-from sgi_lab.train.transfer import load_pretrained
+from sgi_lab.train.transfer import load_pretrained, observation_args
 
 __all__ = ["load_probe_encoder", "probes_path", "random_probe_encoder"]
 
@@ -114,9 +115,15 @@ def check_model_of_run(run: Path, model_file: Path, model_config: dict | None) -
 
 
 def random_probe_encoder(
-    out: str | os.PathLike, num_actions: int, encoder: str = "nature", seed: int = 0
+    out: str | os.PathLike,
+    num_actions: int,
+    encoder: str = "nature",
+    seed: int = 0,
+    spec: ObservationSpec | None = None,
 ) -> ProbeEncoder:
-    """A randomly initialized encoder (the random-init baseline), its results in folder ``out``.
+    """A randomly initialized encoder (the random-init baseline), its results in folder ``out``;
+    ``spec``: the store's observation spec, for its input channels and size (a MinAtar store's;
+    None: Atari's 4 x 84 x 84).
 
     Raises:
         ProbeInputError: ``out`` exists and holds something other than probe results.
@@ -130,5 +137,6 @@ def random_probe_encoder(
             f"{out}: exists and holds more than {PROBES_FILE}; a random-init probe writes only "
             "there: choose another --out"
         )
-    model = random_init_model(num_actions, encoder, seed)
+    sizes = observation_args(spec) if spec is not None else {}
+    model = random_init_model(num_actions, encoder, seed, **sizes)
     return ProbeEncoder(model, "random_init", "random_init", out / PROBES_FILE, seed=seed)

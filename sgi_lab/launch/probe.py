@@ -11,6 +11,7 @@ from typing import Any
 
 from sgi_lab.analysis.probe_encoders import load_probe_encoder, random_probe_encoder
 from sgi_lab.analysis.probe_study import probe_frame
+from sgi_lab.nets.encoders import ENCODERS
 from sgi_lab.probes import PROBES_FILE, ProbeInputError, ProbeSettings, check_probe_store, probe_run
 from sgi_lab.probes.linear import FEATURES, READOUTS
 
@@ -61,7 +62,11 @@ def main_probe(args: argparse.Namespace) -> int:
             raise ProbeInputError(
                 "--random-init probes a fresh encoder into --out DIR; give --out and no RUN"
             )
-        encoders = [random_probe_encoder(args.out, store.num_actions, args.random_init, args.seed)]
+        encoders = [
+            random_probe_encoder(
+                args.out, store.num_actions, args.random_init, args.seed, store.observation_spec
+            )
+        ]
     else:
         if not args.runs:
             raise ProbeInputError("give RUN folders or model files to probe, or --random-init")
@@ -129,7 +134,7 @@ def add_probe_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--random-init",
         default=None,
-        choices=["nature", "resnet", "resnet_l"],
+        choices=ENCODERS,
         help="probe a randomly initialized encoder of this architecture instead (into --out)",
     )
     p.add_argument("--seed", type=int, default=0, help="--random-init: initialization seed")

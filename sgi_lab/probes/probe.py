@@ -38,7 +38,8 @@ from sgi_lab.base.files import jsonable, provenance
 from sgi_lab.data.store import TransitionStore
 from sgi_lab.data.store_format import StoreError
 from sgi_lab.nets import SGIModel
-from sgi_lab.probes.atariari import annotations, labels_from_ram
+from sgi_lab.probes.atariari import annotations
+from sgi_lab.probes.game_labels import state_labels, state_variables
 from sgi_lab.probes.linear import (
     ProbeSettings,
     accuracy,
@@ -146,22 +147,34 @@ def file_stamp(path: str | os.PathLike) -> dict[str, Any] | None:
     return {"name": Path(path).name, "size": info.st_size, "mtime_ns": info.st_mtime_ns}
 
 
+ARCHITECTURE_ARGS = ("in_channels", "image_size", "hidden_size", "width_scale")
+"""The `SGIModel` arguments besides the encoder that fix the features' shapes: a random-init
+baseline takes the probed model's."""
+
+
 def random_init_model(
-    num_actions: int, encoder: str = "nature", seed: int = 0, goal_head: bool = False
+    num_actions: int,
+    encoder: str = "nature",
+    seed: int = 0,
+    goal_head: bool = False,
+    **architecture: Any,
 ) -> SGIModel:
     """A randomly initialized SGIModel (eval mode), built like a pretraining one: the random-init
     baseline.
 
     Args:
         num_actions: the game's action count (``store.num_actions``).
-        encoder: ``"nature"``, ``"resnet"`` or ``"resnet_l"``.
+        encoder: ``"nature"``, ``"resnet"``, ``"resnet_l"``, or a MinAtar encoder.
         seed: torch seed of the initialization.
         goal_head: build the goal-conditioned Q head (for `sgi_lab.analysis.goals`).
+        architecture: `ARCHITECTURE_ARGS` (input channels and size, hidden size, width), when
+            not the Atari defaults (a MinAtar model's).
     """
     torch.manual_seed(seed)
     model = SGIModel(
-        encoder, num_actions, noisy=False, rl_head=False, goal_head=goal_head, inverse_model=True
-    )
+        encoder, num_actions, noisy=False, rl_head=False, goal_head=goal_head, inverse_model=True,
+        **architecture,
+    )  # fmt: skip
     return model.eval()
 
 
@@ -266,8 +279,11 @@ def encoder_features(model: SGIModel, obs: torch.Tensor, features: str) -> torch
 
 
 def check_store(store: TransitionStore) -> None:
-    """Refuse, naming it, a store the state probes cannot read: a game AtariARI does not
-    annotate (`UnannotatedGameError`) or a store without RAM (`ProbeInputError`)."""
+    """Refuse, naming it, a store the state probes cannot read: one without game-state labels
+    (MinAtar's) whose game AtariARI does not annotate (`UnannotatedGameError`) or that holds no
+    RAM (`ProbeInputError`)."""
+    if store.has_labels:  # the game's own state per step (MinAtar): the labels themselves
+        return
     annotations(store.game)  # UnannotatedGameError names the game
     if not store.has_ram:
         raise ProbeInputError(
@@ -470,8 +486,8 @@ def probe_encoder(
     )  # fmt: skip
     positions, duplicates = _positions_without_seen_states(split, keys, store)
     seconds = {"features": round(time.perf_counter() - started, 2)}
-    variables = annotations(store.game) if state_probes else ()
-    labels = labels_from_ram(store.gather_ram(rows), variables) if state_probes else None
+    variables = state_variables(store) if state_probes else ()
+    labels = state_labels(store, rows, variables) if state_probes else None
     result: dict[str, Any] = {
         "encoder": encoder.describe(),
         "readout": settings.readout,
@@ -538,7 +554,7 @@ def _stages(
         stages["random_init"] = lambda: {
             "random_init": _random_init_baseline(
                 random_baseline_seed,
-                encoder.model.encoder_name,
+                encoder.model.init_args,
                 x.store,
                 x.rows,
                 x.positions,
@@ -611,12 +627,14 @@ def _store_record(store: TransitionStore) -> dict[str, Any]:
 
 
 def _random_init_baseline(
-    seed, encoder_name, store, rows, positions, labels, variables, settings, split_seed,
+    seed, encoder_args, store, rows, positions, labels, variables, settings, split_seed,
     batch_size, device,
 ) -> dict[str, Any]:  # fmt: skip
     """The state and reward probes of a random encoder of the same architecture on the same
-    rows and split: what the probes read out of the frames with no training at all."""
-    model = random_init_model(store.num_actions, encoder_name, seed)
+    rows and split: what the probes read out of the frames with no training at all.
+    ``encoder_args``: the probed model's `SGIModel.init_args` (its architecture)."""
+    architecture = {k: v for k, v in encoder_args.items() if k in ARCHITECTURE_ARGS}
+    model = random_init_model(store.num_actions, encoder_args["encoder"], seed, **architecture)
     features, _ = _features(
         model, store, rows, batch_size, device, False, "random-init features", settings.features
     )

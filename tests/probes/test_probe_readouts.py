@@ -14,7 +14,12 @@ import torch
 from test_probes import synthetic_store
 
 from sgi_lab.analysis.probe_encoders import random_probe_encoder
-from sgi_lab.analysis.probe_study import objective_summary, probe_frame, results_markdown
+from sgi_lab.analysis.probe_study import (
+    objective_summary,
+    probe_frame,
+    results_markdown,
+    training_probe_curves,
+)
 from sgi_lab.launch.cli import main
 from sgi_lab.nets.encoders import renormalize
 from sgi_lab.probes import probe_encoder
@@ -243,3 +248,86 @@ def test_probe_metrics_record_the_headline_regressions_readout_and_features():
         "probe/readout": "logistic",
         "probe/features": "projection",
     }
+
+
+# -- MinAtar: the game's own state as the labels ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def minatar_stores(tmp_path_factory):
+    """Two tiny Random stores of MinAtar Breakout with game-state labels (``sgi-lab collect
+    random --game minatar/breakout`` makes such a store)."""
+    pytest.importorskip("minatar")
+    from sgi_lab.data.collect import collect_random
+
+    root = tmp_path_factory.mktemp("minatar_probe")
+    data = collect_random("minatar/breakout", 400, root / "data", seed=1, progress=False)
+    probe = collect_random("minatar/breakout", 600, root / "probe", seed=2, progress=False)
+    return data, probe
+
+
+def test_minatar_labels_have_atariaris_categories():
+    from sgi_lab.envs.minatar import LABEL_NAMES
+    from sgi_lab.probes import CATEGORIES
+    from sgi_lab.probes.game_labels import MINATAR_LABEL_CATEGORIES, label_variables
+
+    names = {name for game in LABEL_NAMES.values() for name in game}
+    assert names == set(MINATAR_LABEL_CATEGORIES)  # every label has a category, none extra
+    assert set(MINATAR_LABEL_CATEGORIES.values()) <= set(CATEGORIES)
+    variables = label_variables(LABEL_NAMES["breakout"])
+    assert [(v.name, v.address, v.category) for v in variables[:3]] == [
+        ("paddle_x", 0, "agent_localization"),
+        ("ball_x", 1, "small_object_localization"),
+        ("ball_y", 2, "small_object_localization"),
+    ]
+
+
+def test_minatar_store_is_probed_on_its_game_state_labels(minatar_stores, tmp_path, capsys):
+    _, store = minatar_stores
+    assert store.has_labels and not store.has_ram
+    out = tmp_path / "random"
+    argv = ["probe", "--random-init", "minatar", "--out", str(out), "--data", str(store.path)]
+    assert main([*argv, "--no-progress", "--readout", "logistic"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    (entry,) = json.loads((out / "probes.json").read_text())["entries"]
+    assert entry["store"]["game"] == "minatar/breakout" and entry["readout"] == "logistic"
+    variables = entry["variables"]
+    # the labels are the store's columns: paddle_x is column 0 and reads the player's cell
+    assert variables["paddle_x"]["address"] == 0
+    assert variables["paddle_x"]["category"] == "agent_localization"
+    assert {"paddle_x", "ball_x", "ball_y"} <= set(variables)
+    assert variables["ball_x"]["f1"] > 0.8 and variables["ball_x"]["r2"] > 0.8
+    assert entry["majority"]["overall"] < entry["overall"]
+    assert entry["random_init"]["overall"] == pytest.approx(entry["overall"])  # same seed 0
+    assert summary["category_mean_f1"] == pytest.approx(entry["across_categories"])
+    # the labels the probes read are the store's own, row for row
+    from sgi_lab.probes.game_labels import state_labels, state_variables
+
+    rows = np.arange(5)
+    columns = state_labels(store, rows, state_variables(store))
+    np.testing.assert_array_equal(columns, store.gather_labels(rows).astype(np.int64))
+
+
+def test_pretraining_probes_a_minatar_encoder_with_the_configs_readout(minatar_stores, tmp_path):
+    from sgi_lab.runs.folder import RunDir
+
+    data, probe = minatar_stores
+    run = tmp_path / "run"
+    overrides = {
+        "steps": 4, "batch_size": 8, "log_every": 2, "checkpoint_every": 4, "prefetch": 0,
+        "probe_every": 2, "probe_data": str(probe.path), "probe_frames": 300,
+        "probe_readout": "logistic", "probe_features": "projection",
+    }  # fmt: skip
+    argv = ["pretrain", "--params", "params/pretrain/minatar_sgi.yaml", "--data", str(data.path)]
+    for key, value in overrides.items():
+        argv += ["--set", f"{key}={value}"]
+    assert main([*argv, "--out", str(run), "--no-progress"]) == 0
+    probed = [r for r in RunDir(run).read_metrics() if "probe/f1" in r]
+    assert [r["step"] for r in probed] == [2, 4]
+    for row in probed:
+        assert (row["probe/readout"], row["probe/features"]) == ("logistic", "projection")
+        assert 0 <= row["probe/f1_across_categories"] <= 1
+        assert "probe/f1_agent_localization" in row and "probe/coordinate_r2" in row
+    curves = training_probe_curves([run])
+    assert list(curves["readout"]) == ["logistic", "logistic"]
+    assert list(curves["features"]) == ["projection", "projection"]
