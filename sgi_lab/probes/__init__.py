@@ -1,5 +1,7 @@
-"""Linear probes of frozen encoders: AtariARI's game-state variables read from the console RAM,
-a reward probe and an action probe (Anand et al., 2019; Zhang et al., 2022)."""
+"""Linear probes of frozen encoders: AtariARI's game-state variables read from the console RAM
+(or a MinAtar store's recorded game state), a reward probe and an action probe (Anand et al.,
+2019; Zhang et al., 2022), with a least-squares or logistic readout on the renormalized conv
+map, the conv map or the projection, and ridge regressions of the coordinates."""
 
 from sgi_lab.probes.atariari import (
     CATEGORIES,
@@ -9,7 +11,17 @@ from sgi_lab.probes.atariari import (
     annotations,
     labels_from_ram,
 )
-from sgi_lab.probes.linear import ProbeSettings, category_averages, fit_linear_probes
+from sgi_lab.probes.game_labels import state_labels, state_variables
+from sgi_lab.probes.linear import (
+    FEATURES,
+    READOUTS,
+    ProbeSettings,
+    category_averages,
+    fit_linear_probes,
+    fit_logistic_probes,
+    fit_probes,
+    fit_ridge_regressions,
+)
 from sgi_lab.probes.probe import (
     PROBES_FILE,
     ProbeEncoder,
@@ -22,7 +34,9 @@ from sgi_lab.probes.results import probe_run, read_probes, write_probes
 
 __all__ = [
     "CATEGORIES",
+    "FEATURES",
     "PROBES_FILE",
+    "READOUTS",
     "ProbeEncoder",
     "ProbeInputError",
     "ProbeSettings",
@@ -33,10 +47,15 @@ __all__ = [
     "category_averages",
     "check_probe_store",
     "fit_linear_probes",
+    "fit_logistic_probes",
+    "fit_probes",
+    "fit_ridge_regressions",
     "labels_from_ram",
     "probe_encoder",
     "probe_run",
     "read_probes",
     "split_episodes",
+    "state_labels",
+    "state_variables",
     "write_probes",
 ]
