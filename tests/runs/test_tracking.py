@@ -168,23 +168,35 @@ def test_a_tracker_that_breaks_mid_run_stops_with_one_line(tmp_path, monkeypatch
     assert [r["step"] for r in read_jsonl(run.metrics_path)] == [1, 2]
 
 
-def test_wandb_offline_writes_inside_the_run_folder(tmp_path, monkeypatch):
+def test_wandb_offline_writes_inside_each_run_folder(tmp_path, monkeypatch):
+    """Two agents of a population log at once, each to its own offline W&B run."""
     if importlib.util.find_spec("wandb") is None:
         pytest.skip("wandb is not installed (pip install 'sgi-lab[wandb]')")
     monkeypatch.setenv(WANDB_ENV, "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.setenv(TENSORBOARD_ENV, "0")
-    run = RunDir.open(tmp_path / "run", "pretrain", {"lr": 1e-4, "steps": 3})
-    run.start(0)
-    with run.metrics_logger() as log:
-        assert [type(m).__name__ for m in log.trackers.mirrors] == ["WandbMirror"]
-        wandb_run = log.trackers.mirrors[0].run
-        for step in (1, 2, 3):
-            log.log(step, **{"losses/total": 1.0 / step})
-    assert wandb_run.config["lr"] == 1e-4 and wandb_run.name == "run"
-    (offline,) = (run.path / "wandb").glob("offline-run-*")
-    assert list(offline.glob("*.wandb"))  # the run's records, for `wandb sync`
-    assert tracking.wandb_mode() == "offline"
+    runs = [RunDir.open(tmp_path / f"s{seed}", "finetune", {"seed": seed}) for seed in (0, 1)]
+    logs = []
+    for run in runs:
+        run.start(0)
+        logs.append(run.metrics_logger())
+    assert [type(m).__name__ for log in logs for m in log.trackers.mirrors] == ["WandbMirror"] * 2
+    wandb_runs = [log.trackers.mirrors[0].run for log in logs]
+    for step in (1, 2, 3):
+        for seed, log in enumerate(logs):
+            log.log(step, **{"losses/total": seed + 1.0 / step})
+    for seed, wandb_run in enumerate(wandb_runs):
+        # W&B commits a step's row when a later step comes (rows of one step merge), the
+        # last one at the end
+        assert wandb_run.summary["losses/total"] == pytest.approx(seed + 1 / 2)
+        assert wandb_run.config["seed"] == seed and wandb_run.name == f"s{seed}"
+        assert wandb_run.job_type == "finetune"
+    for log in logs:
+        log.close()
+    for run in runs:
+        (offline,) = (run.path / "wandb").glob("offline-run-*")
+        (records,) = offline.glob("*.wandb")  # what `wandb sync` uploads
+        assert records.stat().st_size > 0
 
 
 def test_a_resumed_event_file_sorts_after_the_earlier_ones(tmp_path):
