@@ -93,8 +93,7 @@ class TensorBoardMirror:
         folder: the run folder (``tensorboard --logdir`` on it, or on any folder above it).
         resume_step: the checkpoint step a run resumes from: events past it (the rows
             ``metrics.jsonl`` drops) are purged from TensorBoard's view by a session-start
-            marker at ``resume_step + 1``. None (a fresh start) deletes the folder's earlier
-            event files, as ``metrics.jsonl`` is emptied.
+            marker at ``resume_step + 1``; None for a fresh start.
     """
 
     def __init__(self, folder: Path, resume_step: int | None) -> None:
@@ -104,12 +103,7 @@ class TensorBoardMirror:
 
         self._summary = Summary
         self.folder = folder
-        older = [p for p in folder.glob("events.out.tfevents.*") if p.is_file()]
-        if resume_step is None:
-            for path in older:
-                path.unlink()
-        else:
-            _after_event_files(older)
+        _after_event_files(event_files(folder))
         self.writer = SummaryWriter(
             log_dir=str(folder),
             purge_step=None if resume_step is None else int(resume_step) + 1,
@@ -126,6 +120,11 @@ class TensorBoardMirror:
 
     def close(self) -> None:
         self.writer.close()
+
+
+def event_files(folder: Path) -> list[Path]:
+    """The TensorBoard event files of a run folder (its top level only)."""
+    return sorted(p for p in folder.glob("events.out.tfevents.*") if p.is_file())
 
 
 def _after_event_files(older: list[Path]) -> None:
@@ -188,6 +187,10 @@ def _read_json(path: Path) -> dict[str, Any]:
 class Trackers:
     """The mirrors a `sgi_lab.runs.folder.MetricsLogger` feeds (none, TensorBoard, W&B).
 
+    A fresh start (``resume_step`` None) deletes the folder's earlier event files, TensorBoard
+    on or off, as ``metrics.jsonl`` is emptied (``--overwrite``, or a restart before the first
+    checkpoint). W&B runs already written stay: W&B cannot take back what it logged.
+
     Raises:
         TrackingSettingError: an unreadable `TENSORBOARD_ENV` or `WANDB_ENV` value.
     """
@@ -195,10 +198,15 @@ class Trackers:
     def __init__(self, folder: str | os.PathLike, resume_step: int | None = None) -> None:
         folder = Path(folder)
         self.mirrors: list[Any] = []
+        tensorboard = tensorboard_enabled()
+        mode = wandb_mode()
+        if resume_step is None:  # metrics.jsonl starts empty: so do the curves, on or off
+            for path in event_files(folder):
+                path.unlink()
         wanted = []
-        if tensorboard_enabled():
+        if tensorboard:
             wanted.append(("TensorBoard", "pip install tensorboard", TensorBoardMirror, ()))
-        if mode := wandb_mode():
+        if mode:
             wanted.append(
                 (f"W&B ({WANDB_ENV}={mode})", "pip install 'sgi-lab[wandb]'", WandbMirror, (mode,))
             )

@@ -91,7 +91,7 @@ def test_resume_purges_what_metrics_jsonl_drops(tmp_path):
     assert tensorboard_scalars(run.path) == jsonl_scalars(run.metrics_path)
 
 
-def test_a_fresh_start_removes_the_earlier_event_files(tmp_path):
+def test_a_fresh_start_removes_the_earlier_event_files(tmp_path, monkeypatch):
     """--overwrite (or a restart before the first checkpoint) empties metrics.jsonl: the earlier
     session's curves go with it."""
     run = RunDir(tmp_path / "run")
@@ -102,6 +102,10 @@ def test_a_fresh_start_removes_the_earlier_event_files(tmp_path):
         log.log(1, loss=1.0)
     assert not set(first) & set(event_files(run.path))
     assert tensorboard_scalars(run.path) == {"loss": [(1, 1.0)]}
+    monkeypatch.setenv(TENSORBOARD_ENV, "0")  # switched off, the stale curves go all the same
+    with run.metrics_logger() as log:
+        log.log(1, loss=2.0)
+    assert event_files(run.path) == []
 
 
 @pytest.mark.parametrize("value", ["0", "false", "OFF", " no "])
