@@ -5,6 +5,8 @@ uniform-random returns (the 0 of the MinAtar score) and the shift-augmentation c
     python benchmarks/minatar_speed.py encoders --repeats 50   # forward+backward, batch 32 and 256
     python benchmarks/minatar_speed.py random --episodes 1000  # uniform-random returns per game
     python benchmarks/minatar_speed.py shift --rows 5000       # objects a +-1 cell shift breaks
+    python benchmarks/minatar_speed.py update --agents 1 4     # the finetuning update, ms/agent
+    python benchmarks/minatar_speed.py update --compile        # + torch.compile of the losses
     python benchmarks/minatar_speed.py all                     # everything, JSON at the end
 
 Steps are `sgi_lab.envs.make_env`'s (MinAtar's defaults: sticky actions 0.1, ramping on, the
@@ -13,7 +15,13 @@ minimal action set) with uniform random actions, observations as the stores keep
 (B, C, 10, 10) batch (C = 4, Breakout's channels; 10 for Seaquest changes only the first conv),
 fp32, after a warm-up; ``--threads`` sets torch's intra-op threads. Random returns: the uniform
 policy over the game's minimal action set, whole episodes, evaluation mode (raw rewards): the
-numbers `sgi_lab.metrics.minatar` records. Needs ``pip install 'sgi-lab[minatar]'``.
+numbers `sgi_lab.metrics.minatar` records. Update times: one finetuning update of a population
+(`sgi_lab.train.update.update`: batch 32, RL + SPR with K = 5, the `minatar` encoder, hidden 128,
+Breakout's 3 actions and 4 channels, fp32) on random 0/255 grids, the median over ``--repeats``
+after 5 warm-up updates, for each population size and batching (loop, vmap); with
+``--compile``, the same update with the per-agent losses under ``torch.compile`` (inductor),
+interleaved with eager updates so that load drifts hit both alike. Needs
+``pip install 'sgi-lab[minatar]'``.
 """
 
 from __future__ import annotations
@@ -130,9 +138,118 @@ def shift_damage(rows: int, seed: int = 0) -> dict[str, float]:
     return out
 
 
+def _minatar_batch(config, num_actions: int, seed: int):
+    """A batch of random 0/255 MinAtar grids shaped as the replay samples them."""
+    from sgi_lab.data.sampler import SequenceBatch
+
+    rng = np.random.default_rng(seed)
+    b, t = config.batch_size, config.spr_steps + 1
+    shape = observation_spec(config.game).stacked_shape
+    grid = lambda *lead: (rng.random((*lead, *shape)) < 0.1).astype(np.uint8) * 255  # noqa: E731
+    return SequenceBatch(
+        obs=grid(b, t),
+        actions=rng.integers(0, num_actions, (b, t)),
+        rewards=rng.random((b, t)).astype(np.float32),
+        valid=np.ones((b, t), bool),
+        terminals=np.zeros((b, t), bool),
+        returns=rng.normal(size=b).astype(np.float32),
+        bootstrap_obs=grid(b),
+        bootstrap_discount=np.full(b, 0.97, np.float32),
+        goal_obs=grid(b),
+        goal_offset=np.ones(b, np.int64),
+        indices=np.arange(b),
+    )
+
+
+def update_times(agents: list[int], repeats: int, compile_losses: bool) -> list[dict]:
+    """Milliseconds per update (and per agent) of MinAtar populations, loop and vmap."""
+    # The benchmark only: the learner's modules, as the finetuning loop builds them.
+    from sgi_lab.config import FinetuneConfig, build_config
+    from sgi_lab.nets import SGIModel
+    from sgi_lab.train.population import Population
+    from sgi_lab.train.transfer import model_args_for
+    from sgi_lab.train.update import stage, update
+
+    rows = []
+    for n in agents:
+        for batching in ("loop", "vmap") if n > 1 else ("loop",):
+            configs = [
+                build_config(
+                    FinetuneConfig,
+                    {"game": "minatar/breakout", "encoder": "minatar", "hidden_size": 128,
+                     "seed": s, "cpu_amp": False, "channels_last": False,
+                     "population_batching": batching},
+                )
+                for s in range(n)
+            ]  # fmt: skip
+            models = []
+            for c in configs:
+                torch.manual_seed(c.seed)
+                models.append(SGIModel(**model_args_for(c, 3)))
+            pop = Population.build(configs, models, loaded=(), device="cpu")
+            batches = [_minatar_batch(c, 3, i) for i, c in enumerate(configs)]
+            weights = [np.ones(c.batch_size, np.float32) for c in configs]
+
+            def step(pop=pop, batches=batches, weights=weights):
+                update(pop, stage(pop, batches, weights))
+
+            row = {"agents": n, "batching": batching, **_timed(step, repeats)}
+            if compile_losses:
+                row.update(_compiled(pop, step, repeats))
+            row["ms_per_agent"] = row["ms"] / n
+            rows.append(row)
+            print(json.dumps(row))
+    return rows
+
+
+def _timed(step, repeats: int) -> dict[str, float]:
+    for _ in range(5):
+        step()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return {"ms": 1000 * statistics.median(times), "min_ms": 1000 * min(times)}
+
+
+def _compiled(pop, step, repeats: int) -> dict[str, float]:
+    """The same update with the per-agent losses compiled (inductor), interleaved with eager
+    rounds; the first compiled updates' time is the compile's."""
+    from sgi_lab.train.population import Population
+
+    eager_batched, cache = Population.batched, {}
+
+    def compiled_batched(self, fn):
+        compiled = cache.setdefault(fn.__code__, torch.compile(fn, dynamic=False))
+        return eager_batched(self, compiled)
+
+    start = time.perf_counter()
+    Population.batched = compiled_batched
+    try:
+        for _ in range(3):
+            step()
+        warm = time.perf_counter() - start
+        eager, compiled = [], []
+        for _ in range(3):
+            Population.batched = eager_batched
+            eager.append(_timed(step, repeats)["ms"])
+            Population.batched = compiled_batched
+            compiled.append(_timed(step, repeats)["ms"])
+    finally:
+        Population.batched = eager_batched
+    return {
+        "compile_s": warm,
+        "interleaved_eager_ms": statistics.median(eager),
+        "compiled_ms": statistics.median(compiled),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("steps", "encoders", "random", "shift", "all"))
+    parser.add_argument("what", choices=("steps", "encoders", "random", "shift", "update", "all"))
+    parser.add_argument("--agents", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--compile", action="store_true", help="update: also torch.compile")
     parser.add_argument("--steps", type=int, default=20_000)
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--episodes", type=int, default=1000)
@@ -150,6 +267,8 @@ def main() -> None:
         result["random_returns"] = random_returns(args.episodes)
     if args.what in ("shift", "all"):
         result["shift_damage"] = shift_damage(args.rows)
+    if args.what in ("update", "all"):
+        result["update"] = update_times(args.agents, min(args.repeats, 30), args.compile)
     print(json.dumps(result, indent=2))
 
 

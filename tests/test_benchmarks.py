@@ -160,3 +160,20 @@ def test_the_gpu_slot_runs_every_part_and_writes_as_it_goes(tmp_path):
         assert len(probed) >= 5, f"{objective}: {len(probed)} probes"
     for part in ("checks", "population26", "pretrain", "curve"):
         assert f"slot: {part} done at" in result.stdout
+
+
+def test_minatar_update_benchmark_times_a_population_loop_and_vmap(tmp_path):
+    """benchmarks/minatar_speed.py update: a row per population size and batching, per-agent
+    time the population's divided by its size."""
+    pytest.importorskip("minatar")
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "minatar_speed.py"), "update", "--agents",
+         "1", "2", "--repeats", "1", "--threads", "1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout[done.stdout.index("{\n") :])
+    rows = {(r["agents"], r["batching"]): r for r in result["update"]}
+    assert set(rows) == {(1, "loop"), (2, "loop"), (2, "vmap")}
+    for (n, _), row in rows.items():
+        assert row["ms"] > 0 and row["ms_per_agent"] == pytest.approx(row["ms"] / n)
