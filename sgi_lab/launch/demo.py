@@ -2,9 +2,12 @@
 
 Pong, a small Random dataset, Nature-CNN SGI pretraining, a short Rainbow+SPR finetune from it, its
 evaluation, and every notebook executed into ``outputs/demo/<notebook>/`` (executed notebook,
-HTML copy, figures, results), then ``outputs/demo/index.html`` linking them all. Each stage's
-parameters are ``params/notebooks/demo_<notebook>.yaml`` (its timings: README.md, "What the demo
-does"). Re-running skips the stages already finished (``--fresh`` starts over).
+HTML copy, figures, results), then the MinAtar stage (`sgi_lab.launch.demo_minatar`: an
+SGI-pretrained and a from-scratch agent finetuning on MinAtar Breakout, into
+``outputs/demo/minatar/``), then ``outputs/demo/index.html`` linking them all. Each notebook
+stage's parameters are ``params/notebooks/demo_<notebook>.yaml`` (its timings: README.md, "What
+the demo does"). Re-running skips the stages already finished and resumes an interrupted MinAtar
+stage (``--fresh`` starts over; ``--skip minatar`` leaves a stage out).
 """
 
 from __future__ import annotations
@@ -24,18 +27,19 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from sgi_lab.base.files import atomic_write_text, provenance, read_jsonl
+from sgi_lab.base.files import atomic_write_text, provenance, read_jsonl, record_provenance
+from sgi_lab.launch import demo_minatar
 from sgi_lab.launch.notebook_runner import (
     NotebookRunError,
     RunExistsError,
     read_param_file,
     run_notebook,
 )
-from sgi_lab.notebook import find_project_root
+from sgi_lab.notebook import find_project_root, save_figure
 from sgi_lab.runs.folder import RunDir
 from sgi_lab.runtime.cpu_settings import cache_file
 from sgi_lab.viz.tables import format_number
-from sgi_lab.viz.training import metric_title
+from sgi_lab.viz.training import compare_learning_curves, metric_title
 
 __all__ = [
     "STAGES",
@@ -87,7 +91,13 @@ STAGES: tuple[tuple[str, str, float], ...] = (
     ("goal_rewards", "goal rewards and goal-conditioned Q values along a trajectory", 0.25),
     ("finetune", "Rainbow + SPR finetuning from the pretrained encoder, then evaluation", 2.0),
     ("ablations", "the run's aggregate HNS beside the paper's rows", 0.25),
+    (
+        "minatar",
+        "MinAtar Breakout: an SGI-pretrained and a from-scratch agent finetuning side by side",
+        4.0,
+    ),
 )
+MINATAR = "minatar"  # the stage that runs no notebook (sgi_lab.launch.demo_minatar)
 
 
 def _params_file(root: Path, notebook: str, smoke: bool) -> Path:
@@ -258,6 +268,16 @@ STAGE_NOTES: dict[str, str] = {
         "that the loop, the evaluation and the comparison work, not that the agent learns "
         "(tests/train/test_learning.py shows that the learner learns)."
     ),
+    MINATAR: (
+        "The comparison the paper is about, at laptop size: on MinAtar Breakout (10x10 grids, "
+        "the game that learns fastest here), an encoder pretrained with SGI for 300 steps at "
+        "batch 256 on 10,000 Random steps (the params file: 20,000 steps) and a fresh one each "
+        "finetune with Rainbow + SPR for 4,000 agent steps, one update a step from step 1,000 "
+        "(the paper: 100,000 steps, 2 updates a step), then play 30 evaluation episodes. The "
+        "curves are the mean of the last 20 training episodes' returns (with exploration); the "
+        "scores are the evaluation's, on the MinAtar score (0: uniform random, 1: the MinAtar "
+        "paper's DQN). One seed per agent: a difference here is not evidence."
+    ),
     "ablations": (
         "This one run beside the paper's rows: one game, one seed and a couple of evaluation "
         "episodes, against the paper's 26 games, 10 seeds and 100 episodes, so the paper's "
@@ -305,6 +325,8 @@ def stage_summary(notebook: str, results: dict[str, Any]) -> list[str]:
                 f"HNS {_short(results.get('paper_hns'))}"
                 + ("" if results.get("comparable_with_paper") else " (not comparable)")
             )
+    elif notebook == MINATAR:
+        lines += demo_minatar.summary_lines(results)
     elif notebook == "ablations":
         lines.append(
             f"{_short(results.get('runs'))} run(s) of {', '.join(results.get('methods') or [])}"
@@ -323,7 +345,7 @@ def stage_summary(notebook: str, results: dict[str, Any]) -> list[str]:
             if isinstance(value, (int, float, str)) and not isinstance(value, bool):
                 name = metric_title(key) if "/" in key else key.replace("_", " ")
                 lines.append(f"{name}: {_short(value)}")
-    return lines[:6]
+    return lines if notebook == MINATAR else lines[:6]
 
 
 def budget_note(seconds: float, loads: list[float], cores: int | None = None) -> str | None:
@@ -382,6 +404,10 @@ def write_report(
         links += [f'<a href="{stage.notebook}/figures/{f.name}">{f.stem}</a>' for f in figures]
         lines = stage_summary(stage.notebook, stage.results)
         results = "<br>".join(html.escape(line) for line in lines)
+        if stage.notebook == MINATAR and folder.exists():
+            curves = demo_minatar.learning_curves(folder)
+            random_score = stage.results.get("random")
+            results += "<br>" + demo_minatar.curves_svg(curves, random_score) if curves else ""
         if stage.notebook in STAGE_NOTES and stage.state in ("finished", "skipped"):
             results += f'<p class="note">{html.escape(STAGE_NOTES[stage.notebook])}</p>'
         error = f"<br><code>{html.escape(stage.error)}</code>" if stage.error else ""
@@ -405,9 +431,10 @@ td, th {{ border: 1px solid #ddd; padding: 0.5em; vertical-align: top; text-alig
 .finished, .skipped {{ color: #2a7a2a; }} .failed {{ color: #b00020; }}
 .note {{ color: #444; font-size: 0.9em; max-width: 40em; }}
 </style></head><body>
-<h1>sgi-lab demo: SGI on Pong, end to end</h1>
+<h1>sgi-lab demo: SGI on Pong, end to end, and on MinAtar Breakout</h1>
 <p>Collect a Random dataset &rarr; pretrain (SPR + goal RL + inverse dynamics) &rarr; finetune
-with Rainbow + SPR &rarr; evaluate &rarr; compare with the paper. Total time of the stages:
+with Rainbow + SPR &rarr; evaluate &rarr; compare with the paper; then, on MinAtar Breakout, a
+pretrained and a from-scratch agent finetuning side by side. Total time of the stages:
 {sum(s.seconds for s in stages) / 60:.1f} min{skipped_note} (this invocation {seconds / 60:.1f} min). Each notebook can be opened in JupyterLab (<code>make lab</code>) and run
 again with other parameters.</p>
 {f'<p class="failed">{html.escape(note)}</p>' if note else ""}
@@ -435,6 +462,7 @@ def run_pipeline(
     fresh: bool = False,
     smoke: bool = False,
     progress: bool = True,
+    skip: tuple[str, ...] | list[str] = (),
 ) -> tuple[list[Stage], Path]:
     """Run every stage (skipping finished ones) and write the report.
 
@@ -443,12 +471,18 @@ def run_pipeline(
         fresh: delete ``out_root``'s run folders first (the collected data is kept).
         smoke: use the notebooks' smoke sets instead of the demo sets (a quick check).
         progress: papermill's per-cell progress bar for each stage.
+        skip: stages to leave out this time (state "left out"; e.g. ``("minatar",)``).
 
     Returns:
         The stages, with their states, and the report's path.
     """
     root = find_project_root() or Path.cwd()
     out_root = Path(out_root)
+    unknown = sorted(set(skip) - {name for name, _, _ in STAGES})
+    if unknown:
+        raise ValueError(
+            f"skip: no stage {', '.join(unknown)}; stages: {', '.join(n for n, _, _ in STAGES)}"
+        )
     if fresh:
         for name, _, _ in STAGES:
             shutil.rmtree(out_root / name, ignore_errors=True)
@@ -458,15 +492,22 @@ def run_pipeline(
     measured = {} if smoke else _measured_seconds(out_root)
     started = time.perf_counter()
     loads: list[float] = []
+    blocked = False  # a failed pretrain or finetune: the later notebooks need it, MinAtar not
     for i, stage in enumerate(stages, start=1):
+        if stage.notebook in skip or (blocked and stage.notebook != MINATAR):
+            stage.state = "left out"
+            continue
         if (load := _load()) is not None:
             loads.append(load)
         expected = measured.get(stage.notebook, stage.minutes * 60) / 60
         print(f"\n[{i}/{len(stages)}] {stage.notebook}: {stage.title} (~{expected:.1f} min)")
-        run_stage(stage, _params_file(root, stage.notebook, smoke), out_root, progress)
+        if stage.notebook == MINATAR:
+            run_minatar_stage(stage, out_root, root, smoke, progress)
+        else:
+            run_stage(stage, _params_file(root, stage.notebook, smoke), out_root, progress)
         if stage.state == "failed" and stage.notebook in ("pretrain", "finetune"):
-            print("    later stages need this one: stopping", file=sys.stderr)
-            break
+            print("    later notebook stages need this one: leaving them out", file=sys.stderr)
+            blocked = True
     if not smoke:
         _record_seconds(stages)
     if (load := _load()) is not None:
@@ -521,6 +562,45 @@ def run_stage(stage: Stage, params_file: Path, out_root: Path, progress: bool) -
         notebook_html(executed)
 
 
+def run_minatar_stage(
+    stage: Stage, out_root: Path, root: Path, smoke: bool, progress: bool
+) -> None:
+    """The MinAtar stage (`sgi_lab.launch.demo_minatar`) into ``out_root/minatar``, a folder
+    whose ``status.json`` says finished (then skipped, as a finished notebook stage) or not
+    (then run again: every finished part is reused, an interrupted one resumed)."""
+    folder = out_root / MINATAR
+    run = RunDir(folder)
+    status = run.status()
+    if status.get("state") == "finished":
+        stage.state = "skipped"
+        stage.seconds = float(status.get("duration_s", 0.0))
+        stage.results = status.get("results", {})
+        print(f"    finished in an earlier run{_older_code(folder)} (use --fresh to redo it)")
+        return
+    t0 = time.perf_counter()
+    run.set_status("running", provenance=record_provenance(status))
+    budget = demo_minatar.SMOKE_BUDGET if smoke else demo_minatar.DEMO_BUDGET
+    try:
+        stage.results = demo_minatar.run_minatar(folder, budget, root, progress)
+        runs = {
+            label: folder / "finetune" / name for label, (name, _) in demo_minatar.AGENTS.items()
+        }
+        figure = compare_learning_curves(
+            runs, window=20, title="MinAtar Breakout: training returns"
+        )
+        save_figure(figure, folder, "learning_curves")
+    except Exception as exc:  # the report still shows the Pong stages and why this one failed
+        stage.state, stage.error = "failed", f"{type(exc).__name__}: {exc}"
+        stage.seconds = time.perf_counter() - t0
+        run.set_status("failed", error=stage.error, duration_s=stage.seconds)
+        print(f"    FAILED: {stage.error}", file=sys.stderr)
+        return
+    stage.state = "finished"
+    stage.seconds = time.perf_counter() - t0
+    run.set_status("finished", duration_s=round(stage.seconds, 1), results=stage.results)
+    print(f"    {stage.results['verdict']}")
+
+
 def _stage_parameters(notebook: str, out_root: Path, params_file: Path) -> dict[str, Any]:
     """Point the stages at each other inside ``out_root`` (the params files name the default
     layout, ``outputs/demo``, which a test's tmp folder replaces)."""
@@ -540,19 +620,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(DEMO_DIR), help="output folder (default outputs/demo)")
     parser.add_argument("--fresh", action="store_true", help="redo every stage")
     parser.add_argument("--smoke", action="store_true", help="the smoke sets: a 2-minute check")
+    parser.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        choices=[name for name, _, _ in STAGES],
+        help="leave this stage out (repeatable), e.g. --skip minatar",
+    )
     args = parser.parse_args(argv)
     print(
-        "sgi-lab demo: the whole SGI pipeline on Pong, on this machine's CPU.\n"
+        "sgi-lab demo: the whole SGI pipeline on Pong, then pretrained vs from-scratch on "
+        "MinAtar Breakout, on this machine's CPU.\n"
         "  collect a Random dataset -> pretrain -> finetune -> evaluate -> report, "
         f"{estimate(args.out, args.smoke)} (budget {BUDGET_MINUTES}).\n"
         f"  Everything goes to {args.out}/; finished stages are skipped when run again."
     )
-    stages, report = run_pipeline(args.out, fresh=args.fresh, smoke=args.smoke)
+    stages, report = run_pipeline(args.out, fresh=args.fresh, smoke=args.smoke, skip=args.skip)
     print(f"\nreport: {report}")
     for stage in stages:
         print(f"  {stage.notebook:<16} {stage.state:<9} {stage.seconds:6.0f} s")
     print(json.dumps({s.notebook: s.state for s in stages}))
-    return 0 if all(s.state in ("finished", "skipped") for s in stages) else 1
+    return 0 if all(s.state in ("finished", "skipped", "left out") for s in stages) else 1
 
 
 if __name__ == "__main__":

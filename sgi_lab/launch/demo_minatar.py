@@ -1,0 +1,288 @@
+"""The demo's MinAtar stage (issue 33 item 8): the comparison the paper is about, at laptop size.
+
+On MinAtar Breakout (the game that learns fastest here: SGI-None reached 2.47 against the
+random 0.42 in 4,000 steps, 82 s on one thread of a 2-core Intel Xeon), two agents finetune
+with Rainbow + SPR for the same few thousand steps: one from an encoder pretrained with SGI
+(``params/pretrain/minatar_sgi.yaml`` for a few hundred steps on a small Random store,
+finetuned with ``params/finetune/minatar_reduced_lr.yaml``) and one from scratch
+(``params/finetune/minatar_none.yaml``). Both learning curves and final scores (with the MinAtar
+score, `sgi_lab.metrics.minatar`) go to the demo's ``index.html``, with one sentence
+(`verdict`) saying whether learning is visible and whether the two differ.
+
+The two agents are two populations of one, not one population of two: a population shares one
+set of learning-rate groups, so a pretrained agent (reduced learning rates on its loaded
+layers) and a scratch one cannot share it (``finetune_agents.build_population`` refuses).
+
+Everything lives in the stage's folder, ``outputs/demo/minatar/`` (``data/``, ``pretrain/``,
+``finetune/sgi/``, ``finetune/scratch/``, ``figures/``); each part resumes or is returned as
+finished when the stage runs again, and the folder's ``status.json`` marks the stage finished.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sgi_lab.base.files import read_jsonl
+from sgi_lab.config import FinetuneConfig, PretrainConfig, load_config
+from sgi_lab.data.collect import collect_random
+from sgi_lab.metrics.minatar import minatar_random_score, minatar_reference_score
+from sgi_lab.train.finetune import finetune
+from sgi_lab.train.pretrain import pretrain
+
+__all__ = [
+    "AGENTS",
+    "DEMO_BUDGET",
+    "GAME",
+    "SMOKE_BUDGET",
+    "MinAtarBudget",
+    "curves_svg",
+    "learning_curves",
+    "run_minatar",
+    "summary_lines",
+    "verdict",
+]
+
+GAME = "minatar/breakout"
+PRETRAIN_PARAMS = "params/pretrain/minatar_sgi.yaml"
+# label -> (folder under finetune/, params file); the pretrained agent first
+AGENTS: dict[str, tuple[str, str]] = {
+    "SGI-pretrained": ("sgi", "params/finetune/minatar_reduced_lr.yaml"),
+    "from scratch": ("scratch", "params/finetune/minatar_none.yaml"),
+}
+
+
+@dataclass(frozen=True)
+class MinAtarBudget:
+    """The stage's sizes: Random rows collected, then overrides of the pretraining and of both
+    finetuning params files (the two agents share every finetuning setting but the encoder's
+    origin and the learning rates that follow from it)."""
+
+    collect_steps: int
+    pretrain: dict[str, Any] = field(default_factory=dict)
+    finetune: dict[str, Any] = field(default_factory=dict)
+
+
+DEMO_BUDGET = MinAtarBudget(
+    collect_steps=10_000,
+    # 300 steps at batch 256 (77k samples; the params file: 20,000 steps)
+    pretrain={"steps": 300, "log_every": 25, "checkpoint_every": 100},
+    # 4,000 agent steps, one update a step from step 1,000 (the params files: 100k, 2 a step),
+    # 30 evaluation episodes: enough to tell 2.5 from the random 0.4 on Breakout
+    finetune={
+        "steps": 4000,
+        "learning_starts": 1000,
+        "updates_per_step": 1,
+        "eval_episodes": 30,
+        "log_every": 100,
+        "checkpoint_every": 1000,
+    },
+)
+"""The demo's sizes (README's "What the demo does" gives their times)."""
+
+SMOKE_BUDGET = MinAtarBudget(
+    collect_steps=400,
+    # a 400-row store: short sequences and goal windows (as tests/train/test_minatar_track.py)
+    pretrain={
+        "steps": 2,
+        "batch_size": 8,
+        "hidden_size": 32,
+        "spr_steps": 3,
+        "n_step": 3,
+        "goal_window": 10,
+        "log_every": 1,
+        "checkpoint_every": 2,
+        "prefetch": 0,
+    },
+    finetune={
+        "steps": 120,
+        "learning_starts": 60,
+        "eps_steps": 61,
+        "updates_per_step": 1,
+        "batch_size": 8,
+        "hidden_size": 32,
+        "spr_steps": 2,
+        "n_step": 3,
+        "eval_episodes": 2,
+        "eval_envs": 2,
+        "log_every": 40,
+        "checkpoint_every": 60,
+    },
+)
+"""Seconds-sized budgets of the same stage (``make demo --smoke`` and the tests)."""
+
+
+def run_minatar(
+    folder: str | Path, budget: MinAtarBudget = DEMO_BUDGET, root: str | Path = ".", progress=True
+) -> dict[str, Any]:
+    """Collect, pretrain, finetune both agents and evaluate them, into ``folder``; every part
+    already finished there is reused, an interrupted one resumed.
+
+    Args:
+        folder: the stage's folder (module docstring).
+        budget: the sizes (`DEMO_BUDGET`, `SMOKE_BUDGET`).
+        root: the project root the params files are read from.
+        progress: tqdm bars of each part.
+
+    Returns:
+        The stage's results: ``{label: {"mean", "std", "episodes", "normalized_score",
+        "normalization", "step", "run"}}`` per agent, ``random`` and ``reference`` (the
+        game's score anchors), and ``verdict`` (`verdict`).
+    """
+    folder, root = Path(folder), Path(root)
+    store = collect_random(GAME, budget.collect_steps, folder / "data", seed=0, progress=progress)
+    config = load_config(PretrainConfig, root / PRETRAIN_PARAMS, budget.pretrain)
+    pretrain(config, store, folder / "pretrain", progress=progress, params_name="minatar_sgi")
+    results: dict[str, Any] = {}
+    for label, (name, params) in AGENTS.items():
+        overrides = {**budget.finetune, "game": GAME, "seed": 0}
+        if name == "sgi":
+            overrides["pretrained"] = str(folder / "pretrain")
+        config = load_config(FinetuneConfig, root / params, overrides)
+        run = finetune(config, folder / "finetune" / name, progress, params=Path(params).stem)
+        evaluation = run.evaluation or {}
+        results[label] = {
+            key: evaluation.get(key)
+            for key in ("mean", "std", "episodes", "normalized_score", "normalization", "step")
+        }
+        results[label]["run"] = str(run.path)
+    results["random"] = minatar_random_score(GAME)
+    results["reference"] = minatar_reference_score(GAME)
+    results["verdict"] = verdict(results)
+    return results
+
+
+def _agents(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {k: v for k, v in results.items() if k in AGENTS and isinstance(v, dict)}
+
+
+def _stderr(agent: dict[str, Any]) -> float:
+    """The standard error of an evaluation's mean return (0 without a spread or episodes)."""
+    std, episodes = agent.get("std") or 0.0, agent.get("episodes") or 0
+    return float(std) / math.sqrt(episodes) if episodes > 1 else 0.0
+
+
+def verdict(results: dict[str, Any]) -> str:
+    """One honest sentence about the stage's final scores: is learning visible (an agent's
+    evaluation mean more than two standard errors above the uniform random policy's), and
+    do the two agents differ (their means more than two standard errors of the difference
+    apart); one seed each, so never evidence either way."""
+    agents = _agents(results)
+    random = float(results.get("random", 0.0))
+    if len(agents) < len(AGENTS) or any(a.get("mean") is None for a in agents.values()):
+        return "The MinAtar stage has no final scores yet: nothing to compare."
+    above = [label for label, a in agents.items() if a["mean"] - 2 * _stderr(a) > random]
+    if len(above) == len(agents):
+        learning = "Learning is visible: both agents score above the random policy"
+    elif above:
+        learning = f"Learning is visible only for the {above[0]} agent"
+    else:
+        learning = "Learning is not visible at this size: neither agent beats the random policy"
+    (la, a), (lb, b) = agents.items()
+    gap = a["mean"] - b["mean"]
+    spread = math.hypot(_stderr(a), _stderr(b))
+    if abs(gap) > 2 * spread:
+        differ = f"the {la if gap > 0 else lb} agent scores higher ({abs(gap):.2f} apart)"
+    else:
+        differ = f"the two agents do not differ beyond their evaluation noise ({gap:+.2f})"
+    return (
+        f"{learning} ({random:.2f}), and {differ}; with one seed each this is an illustration, "
+        "not evidence for or against pretraining (the study in docs/minatar.md has the seeds)."
+    )
+
+
+def learning_curves(folder: str | Path, window: int = 20) -> dict[str, tuple[list, list]]:
+    """Each agent's training curve from its run's metrics: ``{label: (steps, rolling mean of
+    the last ``window`` episode returns)}``, one point per finished episode."""
+    curves: dict[str, tuple[list, list]] = {}
+    for label, (name, _) in AGENTS.items():
+        rows = read_jsonl(Path(folder) / "finetune" / name / "metrics.jsonl")
+        episodes = [(r["step"], r["episode/return"]) for r in rows if "episode/return" in r]
+        if not episodes:
+            continue
+        steps, returns = (np.asarray(v, float) for v in zip(*episodes, strict=True))
+        sums = np.cumsum(np.concatenate([[0.0], returns]))
+        start = np.maximum(np.arange(len(returns)) + 1 - window, 0)
+        means = (sums[1:] - sums[start]) / (np.arange(len(returns)) + 1 - start)
+        curves[label] = (steps.tolist(), means.tolist())
+    return curves
+
+
+_COLOURS = ("#ef553b", "#636efa")
+
+
+def curves_svg(
+    curves: dict[str, tuple[list, list]],
+    random: float | None = None,
+    width: int = 560,
+    height: int = 240,
+) -> str:
+    """The learning curves as an inline SVG (index.html works offline, no plotly.js): one
+    polyline per agent, a dashed line at the random policy's score, axes labelled."""
+    if not curves:
+        return "<p>No finished training episode to draw.</p>"
+    pad_l, pad_r, pad_t, pad_b = 44, 150, 10, 30
+    xs = [x for steps, _ in curves.values() for x in steps]
+    ys = [y for _, means in curves.values() for y in means] + ([random] if random else [])
+    x0, x1 = 0.0, max(xs) or 1.0
+    y0, y1 = min(0.0, min(ys)), max(ys) * 1.1 or 1.0
+
+    def point(x: float, y: float) -> str:
+        px = pad_l + (x - x0) / (x1 - x0) * (width - pad_l - pad_r)
+        py = height - pad_b - (y - y0) / (y1 - y0) * (height - pad_t - pad_b)
+        return f"{px:.1f},{py:.1f}"
+
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        'font-size="11" font-family="sans-serif">',
+        f'<polyline points="{point(x0, y1)} {point(x0, y0)} {point(x1, y0)}" fill="none" '
+        'stroke="#888"/>',
+        f'<text x="{pad_l}" y="{height - 8}">0</text>',
+        f'<text x="{width - pad_r}" y="{height - 8}" text-anchor="end">{x1:,.0f} agent steps'
+        "</text>",
+        f'<text x="{pad_l - 4}" y="{pad_t + 9}" text-anchor="end">{y1:.1f}</text>',
+        f'<text x="{pad_l - 4}" y="{height - pad_b}" text-anchor="end">{y0:.1f}</text>',
+    ]
+    if random is not None:
+        a, b = point(x0, random), point(x1, random)
+        parts.append(
+            f'<polyline points="{a} {b}" stroke="#888" stroke-dasharray="4 3" fill="none"/>'
+        )
+        parts.append(f'<text x="{b.split(",")[0]}" y="{b.split(",")[1]}" dx="4">random</text>')
+    for i, (label, (steps, means)) in enumerate(curves.items()):
+        colour = _COLOURS[i % len(_COLOURS)]
+        line = " ".join(point(x, y) for x, y in zip(steps, means, strict=True))
+        parts.append(f'<polyline points="{line}" fill="none" stroke="{colour}" stroke-width="2"/>')
+        end = point(steps[-1], means[-1]).split(",")
+        parts.append(
+            f'<text x="{end[0]}" y="{end[1]}" dx="4" fill="{colour}">{html.escape(label)}</text>'
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def summary_lines(results: dict[str, Any]) -> list[str]:
+    """The stage's final scores in words for index.html, then its verdict."""
+    lines = []
+    for label, a in _agents(results).items():
+        if a.get("mean") is None:
+            lines.append(f"{label}: no evaluation yet")
+            continue
+        lines.append(
+            f"{label}: mean return {a['mean']:.2f} ± {_stderr(a):.2f} (s.e.) over "
+            f"{a.get('episodes')} episodes, {a.get('normalization') or 'MinAtar score'} "
+            f"{a['normalized_score']:.3f}"
+        )
+    if "random" in results:
+        lines.append(
+            f"MinAtar score: 0 = uniform random ({results['random']:.2f}), 1 = the MinAtar "
+            f"paper's DQN ({results.get('reference', float('nan')):.1f})"
+        )
+    if results.get("verdict"):
+        lines.append(results["verdict"])
+    return lines
