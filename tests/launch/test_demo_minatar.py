@@ -1,0 +1,132 @@
+"""The demo's MinAtar stage (issue 33 item 8): its verdict sentence against hand-made scores,
+its curves against hand-computed rolling means, the report's inline figure, and the stage end
+to end on the smoke budget: finished, then skipped with the same results; a failure recorded in
+one line with the report still written."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+
+import pytest
+import torch
+
+from sgi_lab.launch import demo, demo_minatar
+from sgi_lab.runs.folder import RunDir
+
+SCRATCH, SGI = "from scratch", "SGI-pretrained"
+
+
+def _results(sgi: tuple[float, float], scratch: tuple[float, float], episodes: int = 30):
+    """Results as `run_minatar` returns them, with (mean, std) per agent."""
+    return {
+        SGI: {"mean": sgi[0], "std": sgi[1], "episodes": episodes, "normalized_score": 0.1},
+        SCRATCH: {"mean": scratch[0], "std": scratch[1], "episodes": episodes,
+                  "normalized_score": 0.2, "normalization": "MinAtar score"},
+        "random": 0.416,
+        "reference": 10.0,
+    }  # fmt: skip
+
+
+def test_verdict_says_whether_learning_is_visible_and_whether_the_agents_differ():
+    # s.e. = std / sqrt(30): 1.0 / 5.477 = 0.183; both means - 2 s.e. above 0.416.
+    both = demo_minatar.verdict(_results((2.5, 1.0), (2.4, 1.0)))
+    assert both.startswith("Learning is visible: both agents score above the random policy")
+    # 0.1 apart, 2 s.e. of the difference = 2 * 0.258: no difference claimed.
+    assert "do not differ beyond their evaluation noise (+0.10)" in both
+    assert "one seed each" in both and "not evidence" in both
+    apart = demo_minatar.verdict(_results((1.0, 1.0), (2.5, 1.0)))
+    assert "the from scratch agent scores higher (1.50 apart)" in apart
+    # 0.9 - 2 * 0.183 = 0.53 > 0.416, but 0.6 - 0.365 = 0.235 is not.
+    one = demo_minatar.verdict(_results((0.9, 1.0), (0.6, 1.0)))
+    assert one.startswith("Learning is visible only for the SGI-pretrained agent")
+    none = demo_minatar.verdict(_results((0.4, 0.5), (0.5, 0.5)))
+    assert none.startswith("Learning is not visible at this size")
+    unfinished = _results((0.4, 0.5), (0.5, 0.5))
+    unfinished[SGI]["mean"] = None
+    assert "no final scores yet" in demo_minatar.verdict(unfinished)
+
+
+def test_summary_lines_give_scores_in_words():
+    results = _results((2.5, 1.0), (0.5, 0.0))
+    results["verdict"] = "VERDICT"
+    lines = demo_minatar.summary_lines(results)
+    assert lines[0] == (
+        "SGI-pretrained: mean return 2.50 ± 0.18 (s.e.) over 30 episodes, MinAtar score 0.100"
+    )
+    assert lines[1].startswith("from scratch: mean return 0.50 ± 0.00")
+    assert (
+        lines[2] == "MinAtar score: 0 = uniform random (0.42), 1 = the MinAtar paper's DQN (10.0)"
+    )
+    assert lines[-1] == "VERDICT" and demo.stage_summary("minatar", results) == lines
+
+
+def test_learning_curves_are_rolling_means_of_episode_returns(tmp_path):
+    rows = [{"step": 10, "losses/total": 1.0}]  # rows without a return are not episodes
+    rows += [{"step": 10 * k, "episode/return": r} for k, r in enumerate([1, 2, 3, 4], 2)]
+    folder = tmp_path / "finetune" / "sgi"
+    folder.mkdir(parents=True)
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    curves = demo_minatar.learning_curves(tmp_path, window=2)
+    assert curves == {SGI: ([20.0, 30.0, 40.0, 50.0], [1.0, 1.5, 2.5, 3.5])}
+    svg = demo_minatar.curves_svg(curves, random=0.416)
+    assert svg.count("<polyline") == 3  # axes, random line, one agent
+    assert "SGI-pretrained</text>" in svg and ">random</text>" in svg
+    assert "50 agent steps" in svg
+    assert "No finished training episode" in demo_minatar.curves_svg({})
+
+
+@pytest.fixture
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.smoke
+def test_minatar_stage_runs_then_is_skipped_and_reported(tmp_path, one_thread, capsys):
+    pytest.importorskip("minatar")
+    root = demo.find_project_root()
+    stage = demo.Stage("minatar", "t", 1.0)
+    demo.run_minatar_stage(stage, tmp_path, root, smoke=True, progress=False)
+    assert stage.state == "finished", stage.error
+    results = stage.results
+    for label in (SGI, SCRATCH):
+        assert results[label]["episodes"] == 2 and results[label]["step"] == 120
+        assert results[label]["normalization"] == "MinAtar score"
+    folder = tmp_path / "minatar"
+    transfer = json.loads((folder / "finetune" / "sgi" / "transfer.json").read_text())
+    assert any(name.startswith("encoder.") for name in transfer["loaded"])
+    scratch = json.loads((folder / "finetune" / "scratch" / "transfer.json").read_text())
+    assert scratch["source"] is None and scratch["loaded"] == []
+    assert (folder / "figures" / "learning_curves.html").exists()
+    status = RunDir(folder).status()
+    assert status["state"] == "finished" and status["results"]["verdict"] == results["verdict"]
+    assert status["provenance"]
+    # A second run skips it, with the first run's time and results.
+    again = demo.Stage("minatar", "t", 1.0)
+    demo.run_minatar_stage(again, tmp_path, root, smoke=True, progress=False)
+    assert again.state == "skipped" and again.results == json.loads(json.dumps(results))
+    assert again.seconds == status["duration_s"]
+    page = demo.write_report(tmp_path, [again], 1.0).read_text()
+    assert "<svg" in page and page.count("<polyline") >= 3
+    assert 'href="minatar/figures/learning_curves.html"' in page
+    assert html.escape(results["verdict"]) in page and "MinAtar score:" in page
+
+
+def test_a_failed_minatar_stage_is_recorded_in_one_line(tmp_path, capsys):
+    stage = demo.Stage("minatar", "t", 1.0)
+    demo.run_minatar_stage(stage, tmp_path, tmp_path / "no-project", smoke=True, progress=False)
+    assert stage.state == "failed" and "\n" not in stage.error
+    assert RunDir(tmp_path / "minatar").status()["state"] == "failed"
+    assert "FAILED" in capsys.readouterr().err
+    page = demo.write_report(tmp_path, [stage], 1.0).read_text()
+    assert re.search(r'class="failed">failed<br><code>\w+', page)
+
+
+def test_unknown_stage_to_skip_is_named_before_anything_runs(tmp_path):
+    with pytest.raises(ValueError, match="^skip: no stage minatr; stages: datasets, "):
+        demo.run_pipeline(tmp_path / "demo", skip=["minatr"], progress=False)
+    assert not (tmp_path / "demo").exists()
