@@ -44,7 +44,7 @@ from sgi_lab.config import ConfigError
 from sgi_lab.runs.checkpoints import CHECKPOINT_RE, CheckpointError, load_checkpoint
 from sgi_lab.runs.status import FAILED, FINISHED, RUNNING, has_final_model, run_kind
 from sgi_lab.runs.stopping import failure_reason
-from sgi_lab.runs.tracking import Trackers
+from sgi_lab.runs.tracking import Trackers, tracking_settings
 
 # Config keys that may change when a run resumes: where and how fast it runs, not what it
 # learns. Every other key must match the run's config.yaml (one list, for every stage).
@@ -486,6 +486,7 @@ class MetricsLogger:
 
     def __init__(self, path: str | os.PathLike, resume_step: int | None = None) -> None:
         self.path = Path(path)
+        tracking_settings()  # a mistyped SGI_LAB_TENSORBOARD / SGI_LAB_WANDB before any write
         if resume_step is None:
             atomic_write_text(self.path, "")
         else:

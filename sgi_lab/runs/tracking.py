@@ -73,6 +73,15 @@ def wandb_mode() -> str | None:
     )
 
 
+def tracking_settings() -> tuple[bool, str | None]:
+    """``(TensorBoard on, W&B mode or None)`` from the environment, checked.
+
+    Raises:
+        TrackingSettingError: a value that means nothing (the variable named).
+    """
+    return tensorboard_enabled(), wandb_mode()
+
+
 def scalars(row: Mapping[str, Any]) -> dict[str, float]:
     """The values of a metrics row a tracker can plot: numbers (bools as 0/1), finite ones; the
     step, None (a NaN in JSON), text and lists are left out."""
@@ -198,8 +207,7 @@ class Trackers:
     def __init__(self, folder: str | os.PathLike, resume_step: int | None = None) -> None:
         folder = Path(folder)
         self.mirrors: list[Any] = []
-        tensorboard = tensorboard_enabled()
-        mode = wandb_mode()
+        tensorboard, mode = tracking_settings()
         if resume_step is None:  # metrics.jsonl starts empty: so do the curves, on or off
             for path in event_files(folder):
                 path.unlink()

@@ -126,6 +126,12 @@ def test_a_setting_that_means_nothing_is_named(tmp_path, monkeypatch, env, value
         Trackers(tmp_path)
     assert "\n" not in str(info.value)
     assert list(tmp_path.iterdir()) == []  # nothing written
+    run = RunDir(tmp_path / "run")
+    run.metrics_path.write_text('{"step": 1, "loss": 1.0}\n')
+    for resume_step in (None, 0):  # refused before metrics.jsonl is emptied or cut
+        with pytest.raises(TrackingSettingError, match=f"^{env}="):
+            run.metrics_logger(resume_step=resume_step)
+    assert read_jsonl(run.metrics_path) == [{"step": 1, "loss": 1.0}]
 
 
 def test_a_missing_tensorboard_is_one_line_and_the_run_goes_on(tmp_path, monkeypatch):
@@ -212,6 +218,7 @@ def test_a_resumed_event_file_sorts_after_the_earlier_ones(tmp_path):
     assert int(time.time()) > now
 
 
+@pytest.mark.smoke
 def test_every_training_run_has_its_tensorboard_curves(tmp_path):
     """`tensorboard --logdir outputs/runs` shows a pretraining run and each agent of a
     finetuning population, each with its metrics.jsonl's keys and steps."""
