@@ -415,12 +415,7 @@ def fit_logistic_probes(
     classes = [np.unique(y_train[:, v]) for v in range(y_train.shape[1])]
     bounds = np.cumsum([0, *(len(c) for c in classes)])
     slices = [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
-    train_idx = torch.as_tensor(
-        np.stack([_class_index(y_train[:, v], c) for v, c in enumerate(classes)], 1)
-    )
-    val_idx = torch.as_tensor(
-        np.stack([_class_index(y_val[:, v], c) for v, c in enumerate(classes)], 1)
-    )
+    train_idx, val_idx = _class_indices(y_train, classes), _class_indices(y_val, classes)
     weight = torch.zeros(xt.shape[1], int(bounds[-1]), requires_grad=True)
     optimizer = torch.optim.Adam([weight], lr=settings.logistic_lr)
     generator = torch.Generator().manual_seed(seed)
@@ -431,13 +426,7 @@ def fit_logistic_probes(
         order = torch.randperm(len(xt), generator=generator)
         for i in range(0, len(xt), settings.logistic_batch_size):
             rows = order[i : i + settings.logistic_batch_size]
-            logits = xt[rows] @ weight
-            loss = sum(
-                torch.nn.functional.cross_entropy(
-                    logits[:, sl], train_idx[rows, v], reduction="sum"
-                )
-                for v, sl in enumerate(slices)
-            ) / len(rows)
+            loss = _softmax_loss(xt[rows] @ weight, train_idx[rows], slices)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -451,6 +440,21 @@ def fit_logistic_probes(
         if all(epoch - e >= settings.logistic_patience for e in best_epoch):
             break
     return LinearProbes(mean, std, torch.cat(best_block, 1), classes, best_epoch)
+
+
+def _class_indices(y: np.ndarray, classes: list[np.ndarray]) -> torch.Tensor:
+    """(N, V) labels -> (N, V) indices into each variable's ``classes`` (-1: unseen value)."""
+    return torch.as_tensor(np.stack([_class_index(y[:, v], c) for v, c in enumerate(classes)], 1))
+
+
+def _softmax_loss(logits: torch.Tensor, targets: torch.Tensor, slices: list[slice]) -> torch.Tensor:
+    """The variables' cross-entropies summed, averaged over the rows: (B, K) logits whose
+    columns ``slices[v]`` are variable v's, (B, V) class indices."""
+    per_variable = (
+        torch.nn.functional.cross_entropy(logits[:, sl], targets[:, v], reduction="sum")
+        for v, sl in enumerate(slices)
+    )
+    return sum(per_variable) / len(logits)
 
 
 def r_squared(y_true: np.ndarray, y_pred: np.ndarray) -> float:
