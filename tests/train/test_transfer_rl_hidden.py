@@ -4,6 +4,7 @@ group, and a population update (the copy's noise, gradient, step and the SPR tar
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -11,8 +12,10 @@ import pytest
 import torch
 from population_helpers import fake_batch, make_config
 
+import sgi_lab.train.finetune as ft
 import sgi_lab.train.transfer as tr
 from sgi_lab.nets import SGIModel
+from sgi_lab.runs.checkpoints import load_checkpoint
 from sgi_lab.train.population import Population
 from sgi_lab.train.update import stage, update
 
@@ -118,3 +121,50 @@ def test_an_update_trains_the_copy_with_its_own_noise_and_leaves_it_out_of_sprs_
     assert torch.equal(
         agent.rl_hidden.value_hidden.weight_mu, pop.online["rl_hidden.value_hidden.weight_mu"][0]
     )
+
+
+def test_a_run_with_the_copy_saves_resumes_and_evaluates_it(tmp_path):
+    """A finetuning run from a pretraining folder with ``separate``: the copy is loaded
+    (transfer.json), checkpointed, restored after a crash, saved in model.pt with the arguments
+    that rebuild it, and evaluation reads it."""
+    pretrained = pretrained_model()
+    pre = tmp_path / "pre"
+    pre.mkdir()
+    payload = {"format": "sgi-lab", "kind": "pretrained_model", "step": 3, "config": {}}
+    payload.update(model=pretrained.state, model_args=pretrained.model_args, game="Pong")
+    torch.save(payload, pre / "model.pt")
+    (pre / "status.json").write_text(json.dumps({"state": "finished", "kind": "pretrain"}))
+    config = make_config(
+        **SEPARATE,
+        pretrained=str(pre),
+        steps=36,
+        learning_starts=20,
+        eps_steps=21,
+        updates_per_step=1,
+        eval_episodes=1,
+        eval_envs=1,
+        eval_max_frames=200,
+        log_every=10,
+        checkpoint_every=30,
+    )
+    out = tmp_path / "run"
+
+    def crash(step, agent):
+        if step == 33:
+            raise RuntimeError("simulated crash")
+
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        ft.finetune(config, out, progress=False, callback=crash)
+    saved = load_checkpoint(out / "checkpoints" / "ckpt_00000030.pt")
+    assert saved["model_args"]["rl_hidden"] is True
+    copy = saved["model"]["rl_hidden.advantage_hidden.weight_mu"]
+    assert not torch.equal(copy, pretrained.state["head.advantage_hidden.weight_mu"])  # trained
+    run = ft.finetune(config, out, progress=False)
+    assert "resuming" in (out / "log.txt").read_text()
+    assert run.status()["state"] == "finished" and run.evaluation["episodes"] == 1
+    transfer = json.loads((out / "transfer.json").read_text())
+    assert "rl_hidden.value_hidden.weight_mu" in transfer["loaded"]
+    final = load_checkpoint(out / "model.pt")
+    model = SGIModel(**final["model_args"])
+    model.load_state_dict(final["model"])  # strict: the copy is there and nothing else is new
+    assert model.has_rl_hidden
