@@ -229,13 +229,18 @@ def compare_runs_to_paper(runs: Sequence[Any], column: PaperColumn) -> pd.DataFr
     """`sgi_lab.metrics.compare_to_paper` of finetuning runs (objects with an ``evaluation``)
     against their `paper_column`, with the protocol of their evaluations. A run with no
     column, or one the paper prints only aggregates for, keeps its own scores beside NaN, and
-    ``attrs["note"]`` says why there is nothing to compare with."""
+    ``attrs["note"]`` says why there is nothing to compare with; so do MinAtar runs (the paper
+    reports Atari only), whose ``ours_hns`` is the MinAtar score. ``attrs["normalization"]``
+    names what ``ours_hns`` holds: ``"HNS"`` or ``"MinAtar score"``."""
 
     protocol = evaluation_protocol(runs)
     scores = scores_by_game(runs)
+    families = {normalization_name(game) for game in scores}
+    if families and families != {"HNS"}:
+        return _minatar_beside_no_paper(scores, protocol, families)
     if column.config in paper_configs(per_game=True):
         df = compare_to_paper(scores, column.config, protocol=protocol)
-        df.attrs["reason"] = column.reason
+        df.attrs.update(reason=column.reason, normalization="HNS")
         return df
     df = compare_to_paper(scores, "SGI-None", protocol=protocol)
     df[["paper", "paper_hns"]] = np.nan
@@ -244,7 +249,47 @@ def compare_runs_to_paper(runs: Sequence[Any], column: PaperColumn) -> pd.DataFr
         if column.config
         else f"no paper column: {column.reason}"
     )
-    df.attrs.update(config=column.config or "none", reason=why, note=f"{why}; {df.attrs['note']}")
+    df.attrs.update(
+        config=column.config or "none",
+        reason=why,
+        note=f"{why}; {df.attrs['note']}",
+        normalization="HNS",
+    )
+    return df
+
+
+def _minatar_beside_no_paper(
+    scores: dict[str, list[float]], protocol: EvalProtocol | None, families: set[str]
+) -> pd.DataFrame:
+    """`compare_runs_to_paper`'s frame for MinAtar runs: our scores and MinAtar scores beside
+    NaN, as the paper reports Atari only."""
+    if len(families) > 1:
+        raise ValueError(
+            f"these runs mix normalisations ({', '.join(sorted(families))}): compare Atari and "
+            "MinAtar runs separately"
+        )
+    games = sorted(scores)
+    ours = [float(np.mean(scores[g])) for g in games]
+    df = pd.DataFrame(
+        {
+            "game": games,
+            "ours": ours,
+            "paper": np.nan,
+            "ours_hns": [normalized_score(g, x) for g, x in zip(games, ours)],
+            "paper_hns": np.nan,
+            "protocol": protocol.label if protocol is not None else None,
+            "comparable": False,
+        }
+    )
+    why = "no paper column: the paper reports Atari games only"
+    df.attrs.update(
+        config="none",
+        reason=why,
+        protocol=protocol.label if protocol is not None else None,
+        comparable=False,
+        note=f"{why}; scores are MinAtar scores (0 random, 1 DQN)",
+        normalization="MinAtar score",
+    )
     return df
 
 

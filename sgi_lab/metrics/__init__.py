@@ -38,6 +38,7 @@ from sgi_lab.metrics.minatar import (
     minatar_reference_score,
     normalization_name,
     normalized_score,
+    score_references,
 )
 from sgi_lab.metrics.paper import (
     paper_aggregates,
@@ -99,4 +100,5 @@ __all__ = [
     "probability_of_improvement",
     "probability_of_improvement_with_ci",
     "random_score",
+    "score_references",
 ]

@@ -28,7 +28,7 @@ import numpy as np
 
 from sgi_lab.envs.factory import canonical_env_game
 from sgi_lab.envs.minatar import MINATAR_GAMES, is_minatar
-from sgi_lab.metrics.hns import human_normalized_score
+from sgi_lab.metrics.hns import human_normalized_score, human_score, random_score
 
 __all__ = [
     "MINATAR_SCORES_FILE",
@@ -39,6 +39,7 @@ __all__ = [
     "minatar_reference_score",
     "normalization_name",
     "normalized_score",
+    "score_references",
 ]
 
 MINATAR_SCORES_FILE = Path(__file__).resolve().parent / "data" / "minatar_scores.json"
@@ -110,6 +111,16 @@ SCORE_TOP: dict[str, str] = {"HNS": "human", "MinAtar score": "DQN reference"}
 def normalization_name(game: str) -> str:
     """What `normalized_score` uses for a game: ``"MinAtar score"`` or ``"HNS"``."""
     return "MinAtar score" if is_minatar(game) else "HNS"
+
+
+def score_references(game: str) -> dict[str, float]:
+    """The raw returns a game's normalised score is 0 and 1 at, named for a figure's lines:
+    ``{"random": ..., "human": ...}`` (Atari) or ``{"random": ..., "DQN reference": ...}``
+    (MinAtar: `SCORE_TOP`)."""
+    if is_minatar(game):
+        top = SCORE_TOP["MinAtar score"]
+        return {"random": minatar_random_score(game), top: minatar_reference_score(game)}
+    return {"random": random_score(game), SCORE_TOP["HNS"]: human_score(game)}
 
 
 def normalized_score(game: str | Sequence[str], score):

@@ -16,7 +16,7 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from sgi_lab.metrics.aggregate import metric_label
-from sgi_lab.metrics.minatar import SCORE_TITLES
+from sgi_lab.metrics.minatar import SCORE_TITLES, SCORE_TOP
 from sgi_lab.viz.common import finite_or_none, no_data_message
 from sgi_lab.viz.tables import aggregate_frame
 
@@ -286,16 +286,22 @@ def per_game_bar(compare_df: pd.DataFrame, title: str | None = None) -> go.Figur
 
     Args:
         compare_df: The frame of `sgi_lab.metrics.compare_to_paper` (columns ``game, ours_hns,
-            paper_hns``); ``compare_df.attrs["config"]`` names the paper column.
+            paper_hns``); ``compare_df.attrs["config"]`` names the paper column, and
+            ``attrs["normalization"]`` what the scores are (default HNS; MinAtar runs, from
+            `sgi_lab.analysis.report.compare_runs_to_paper`: the MinAtar score, no paper bar).
         title: Figure title; defaults to "Per-game HNS: ours vs paper (<config>)".
 
     Returns:
         A figure with two ``Bar`` traces named ``"ours"`` and ``"paper (<config>)"`` (x = games,
         y = HNS), and dotted lines at 0 (random) and 1 (human). The title's second line is our
         evaluation protocol and, unless it is the paper's, "not comparable"
-        (``compare_df.attrs["note"]``).
+        (``compare_df.attrs["note"]``). MinAtar scores: one ``"ours"`` trace, titled and
+        labelled "MinAtar score", the line at 1 "DQN reference".
     """
     config = compare_df.attrs.get("config", "paper")
+    normalization = compare_df.attrs.get("normalization", "HNS")
+    if normalization != "HNS":
+        return _minatar_bar(compare_df, title, normalization)
     games = list(compare_df["game"])
     fig = go.Figure(
         [
@@ -326,6 +332,31 @@ def per_game_bar(compare_df: pd.DataFrame, title: str | None = None) -> go.Figur
         yaxis_title="human-normalized score",
         xaxis_title="game",
         xaxis_tickangle=-45,
+    )
+    return fig
+
+
+def _minatar_bar(compare_df: pd.DataFrame, title: str | None, normalization: str) -> go.Figure:
+    """`per_game_bar` of MinAtar runs: their scores alone, the paper having none."""
+    games = list(compare_df["game"])
+    fig = go.Figure(
+        go.Bar(name="ours", x=games, y=finite_or_none(compare_df["ours_hns"].to_numpy(float)))
+    )
+    title = title or f"Per-game {normalization}"
+    note = compare_df.attrs.get("note")
+    if note:
+        title += f"<br><sup>{note}</sup>"
+    if not games:
+        no_data_message(fig, "no game to show")
+    fig.add_hline(y=0.0, line_dash="dot", line_color="gray", annotation_text="random")
+    fig.add_hline(
+        y=1.0, line_dash="dot", line_color="gray", annotation_text=SCORE_TOP[normalization]
+    )
+    fig.update_layout(
+        title=title,
+        template="plotly_white",
+        yaxis_title=SCORE_TITLES[normalization],
+        xaxis_title="game",
     )
     return fig
 

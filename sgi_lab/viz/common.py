@@ -1,18 +1,39 @@
 """What every figure of `sgi_lab.viz` shares: a message when there is nothing to draw, game
-action names for labels, image strips with square pixels, and JSON-safe numbers."""
+action names for labels, image strips with square pixels (grey Atari frames, MinAtar frames as
+coloured channel grids), and JSON-safe numbers."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
+from plotly.colors import hex_to_rgb, qualitative
 
 from sgi_lab.envs import action_names
+from sgi_lab.envs.minatar import is_minatar
 
-__all__ = ["action_labels", "finite_or_none", "no_data_message", "square_pixels"]
+__all__ = [
+    "CHANNEL_COLORS",
+    "action_labels",
+    "add_channel_legend",
+    "channel_image",
+    "channel_names",
+    "finite_or_none",
+    "frame_trace",
+    "no_data_message",
+    "square_pixels",
+]
+
+CHANNEL_COLORS: tuple[str, ...] = tuple(qualitative.Plotly)
+"""One colour per channel of a MinAtar frame (10: Seaquest's channel count)."""
+CELL_PIXELS = 12
+"""Screen pixels per MinAtar cell: a 10x10 grid drawn 120 px wide, a grid line between cells."""
+_GRID = (225, 225, 225)
+_BACKGROUND = (255, 255, 255)
 
 
 def no_data_message(fig: go.Figure, text: str) -> go.Figure:
@@ -48,6 +69,83 @@ def action_labels(game: str | None, num_actions: int, full_action_space: bool = 
         if len(names) == num_actions:
             return names
     return fallback
+
+
+@functools.cache
+def channel_names(game: str | None, channels: int) -> tuple[str, ...]:
+    """What each channel of a frame shows: MinAtar's own names (``paddle``, ``ball``,
+    ``trail``, ``brick`` for Breakout) when the game is a MinAtar one and minatar is installed,
+    ``empty`` for the channels a game was padded with (``channels`` option), else ``channel i``.
+    """
+    names = [f"channel {i}" for i in range(channels)]
+    if game and is_minatar(game):
+        try:
+            # lazy: minatar (GPL-3.0) is an optional extra, imported only to name channels
+            from minatar import Environment
+
+            own = Environment(game.split("/", 1)[1].lower()).env.channels
+        except Exception:  # not installed, or a game it does not know: indices it is
+            return tuple(names)
+        for name, index in own.items():
+            if index < channels:
+                names[index] = name.replace("_", " ")
+        names[len(own) :] = ["empty"] * max(0, channels - len(own))
+    return tuple(names)
+
+
+def channel_image(frame: np.ndarray, cell: int = CELL_PIXELS) -> np.ndarray:
+    """A (C, H, W) frame of binary channels (MinAtar: 0 or 255 per cell) as an RGB grid.
+
+    Each channel is drawn in its own colour (`CHANNEL_COLORS`, channel ``i`` in colour ``i``);
+    a cell where several channels are on gets the mean of their colours, an empty cell white;
+    cells are ``cell`` pixels wide with a light grid line between them.
+
+    Returns:
+        uint8 array of shape ``(H * cell, W * cell, 3)``.
+    """
+    frame = np.asarray(frame)
+    if frame.ndim != 3:
+        raise ValueError(f"a channel grid needs a (C, H, W) frame, got shape {frame.shape}")
+    on = (frame > 0).astype(float)  # (C, H, W)
+    colors = np.array(
+        [hex_to_rgb(CHANNEL_COLORS[i % len(CHANNEL_COLORS)]) for i in range(len(frame))], float
+    )
+    count = on.sum(axis=0)
+    mixed = np.einsum("chw,ck->hwk", on, colors) / np.maximum(count, 1)[..., None]
+    rgb = np.where(count[..., None] > 0, mixed, np.array(_BACKGROUND, float))
+    image = np.repeat(np.repeat(rgb, cell, axis=0), cell, axis=1).round().astype(np.uint8)
+    image[::cell, :] = _GRID  # the first pixel row and column of every cell: grid lines
+    image[:, ::cell] = _GRID
+    return image
+
+
+def frame_trace(frame: np.ndarray) -> go.Heatmap | go.Image:
+    """A frame as a trace: an (H, W) grey frame as a ``Heatmap`` (rows flipped so the top of
+    the screen is up), a (C, H, W) MinAtar frame as a ``go.Image`` of `channel_image`."""
+    frame = np.asarray(frame)
+    if frame.ndim == 3:
+        return go.Image(z=channel_image(frame), hoverinfo="skip")
+    return go.Heatmap(z=frame[::-1], colorscale="gray", showscale=False, hoverinfo="skip")
+
+
+def add_channel_legend(fig: go.Figure, names: Sequence[str]) -> go.Figure:
+    """One legend entry per channel (a square of its `CHANNEL_COLORS` colour, named): what the
+    colours of `channel_image` mean: a ``Scatter`` with no point each."""
+    for i, name in enumerate(names):
+        fig.add_trace(
+            go.Scatter(
+                x=[None],
+                y=[None],
+                mode="markers",
+                name=name,
+                marker={"symbol": "square", "size": 12, "color": CHANNEL_COLORS[i % 10]},
+                hoverinfo="skip",
+            )  # on axes x/y: the first panel's
+        )
+    fig.update_layout(
+        showlegend=True, legend={"orientation": "h", "y": -0.02, "yanchor": "top", "x": 0}
+    )
+    return fig
 
 
 def square_pixels(fig: go.Figure, panels: int) -> go.Figure:

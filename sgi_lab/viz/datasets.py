@@ -7,7 +7,14 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from sgi_lab.data import TransitionStore
-from sgi_lab.viz.common import action_labels, no_data_message, square_pixels
+from sgi_lab.viz.common import (
+    action_labels,
+    add_channel_legend,
+    channel_names,
+    frame_trace,
+    no_data_message,
+    square_pixels,
+)
 
 
 def store_summary_figure(store: TransitionStore, title: str | None = None) -> go.Figure:
@@ -68,7 +75,9 @@ def frame_strip(
     store: TransitionStore, episode: int = 0, count: int = 8, stride: int = 10
 ) -> go.Figure:
     """A strip of ``count`` frames from an episode, every ``stride`` steps, pixels square
-    (84x84 frames stay square); a message when the store has no such episode."""
+    (84x84 frames stay square); a MinAtar frame is a grid of its channels, each in its own
+    colour, named in the legend (`sgi_lab.viz.common.channel_image`); a message when the store
+    has no such episode."""
     title = f"episode {episode} of {store.game}: frames every {stride} agent steps"
     if not 0 <= episode < store.num_episodes:
         fig = go.Figure().update_layout(title=title, height=220)
@@ -83,18 +92,18 @@ def frame_strip(
         horizontal_spacing=0.01,
     )
     for i, frame in enumerate(frames):
-        fig.add_trace(
-            go.Heatmap(z=frame[::-1], colorscale="gray", showscale=False, hoverinfo="skip"),
-            row=1,
-            col=i + 1,
-        )
+        fig.add_trace(frame_trace(frame), row=1, col=i + 1)
     square_pixels(fig, len(rows))
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
+    grids = frames.ndim == 4  # (N, C, H, W): MinAtar's channels
+    if grids:
+        add_channel_legend(fig, channel_names(store.game, frames.shape[1]))
     fig.update_layout(
         title=title,
-        height=max(220, 1100 // max(1, len(rows)) + 90),
-        margin={"l": 10, "r": 10, "t": 80, "b": 10},
+        height=max(220, 1100 // max(1, len(rows)) + 90) + 40 * grids,
+        margin={"l": 10, "r": 10, "t": 80, "b": 10 + 40 * grids},
+        showlegend=grids,
     )
     return fig
 

@@ -12,7 +12,14 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from sgi_lab.data import TransitionStore
-from sgi_lab.viz.common import action_labels, no_data_message, square_pixels
+from sgi_lab.viz.common import (
+    action_labels,
+    add_channel_legend,
+    channel_names,
+    frame_trace,
+    no_data_message,
+    square_pixels,
+)
 
 __all__ = [
     "frames_figure",
@@ -133,10 +140,15 @@ def _mark_goal_step(fig: go.Figure, df: pd.DataFrame, panels: int) -> None:
 
 
 def frames_figure(
-    frames: np.ndarray, titles: Sequence[str], title: str | None = None, height: int = 230
+    frames: np.ndarray,
+    titles: Sequence[str],
+    title: str | None = None,
+    height: int = 230,
+    game: str | None = None,
 ) -> go.Figure:
-    """A strip of (N, 84, 84) grayscale frames with a title each, pixels square; a message
-    when there are none."""
+    """A strip of (N, 84, 84) grayscale frames, or (N, C, 10, 10) MinAtar frames drawn as
+    coloured channel grids (their channels, named after ``game``'s, in the legend), with a
+    title each, pixels square; a message when there are none."""
     n = max(1, len(frames))
     if len(frames) == 0:
         fig = go.Figure().update_layout(title=title, height=height + 40)
@@ -144,18 +156,23 @@ def frames_figure(
     fig = make_subplots(rows=1, cols=n, subplot_titles=list(titles), horizontal_spacing=0.02)
     fig.update_annotations(font_size=11)
     for i, frame in enumerate(frames):
-        fig.add_trace(
-            go.Heatmap(z=frame[::-1], colorscale="gray", showscale=False, hoverinfo="skip"),
-            row=1,
-            col=i + 1,
-        )
+        fig.add_trace(frame_trace(frame), row=1, col=i + 1)
     square_pixels(fig, n)
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
+    grids = np.ndim(frames) == 4  # (N, C, H, W): MinAtar's channels
+    if grids:
+        add_channel_legend(fig, channel_names(game, np.shape(frames)[1]))
     fig.update_layout(
         title={"text": title, "y": 0.98, "yanchor": "top"},
-        height=height + 40,
-        margin={"l": 10, "r": 10, "t": 100 + 18 * (title or "").count("<br>"), "b": 10},
+        height=height + 40 + 40 * grids,
+        margin={
+            "l": 10,
+            "r": 10,
+            "t": 100 + 18 * (title or "").count("<br>"),
+            "b": 10 + 40 * grids,
+        },
+        showlegend=grids,
     )
     return fig
 
@@ -189,7 +206,7 @@ def nearest_frames_figure(store: TransitionStore, nearest: pd.DataFrame, goal=No
     context = searched_cosine_note(nearest.attrs.get("searched_cosine"))
     if context:
         title += f"<br><sup>{context}</sup>"
-    return frames_figure(frames, titles, title=title)
+    return frames_figure(frames, titles, title=title, game=store.game)
 
 
 NEAR_ONE = 0.99

@@ -345,3 +345,33 @@ def test_probability_of_improvement_over_a_baseline(tmp_path, capsys):
     assert "1.000 (1.000, 1.000)" in out and "0.500 (" in out
     assert main(["report", *map(str, runs[:3]), "--reps", "10", "--baseline", "nope"]) == 2
     assert "error: --baseline 'nope' is none of the runs' methods" in capsys.readouterr().err
+
+
+def test_minatar_runs_beside_no_paper_column_in_the_finetune_comparison(tmp_path):
+    """The finetune notebook's comparison of MinAtar runs: their MinAtar score, NaN for the
+    paper, a note saying why, and a figure that says "MinAtar score", never HNS."""
+    from sgi_lab.analysis.paper_column import PaperColumn
+    from sgi_lab.analysis.report import compare_runs_to_paper
+    from sgi_lab.metrics import minatar_normalized_score, score_references
+    from sgi_lab.viz import per_game_bar
+
+    runs = [
+        read_run(fake_run(tmp_path / f"b{s}", "minatar/breakout", s, [4.0 + 2 * s])) for s in (0, 1)
+    ]
+    df = compare_runs_to_paper(runs, PaperColumn("SGI-M", "what the params say"))
+    (row,) = df.to_dict("records")
+    assert row["ours"] == 5.0 and np.isnan(row["paper"]) and np.isnan(row["paper_hns"])
+    assert row["ours_hns"] == pytest.approx(minatar_normalized_score("minatar/breakout", 5.0))
+    assert df.attrs["normalization"] == "MinAtar score" and not df.attrs["comparable"]
+    assert df.attrs["note"].startswith("no paper column: the paper reports Atari games only")
+    fig = per_game_bar(df)
+    assert [t.name for t in fig.data] == ["ours"]
+    assert fig.layout.yaxis.title.text == "MinAtar score (0 random, 1 DQN)"
+    assert [a.text for a in fig.layout.annotations] == ["random", "DQN reference"]
+    assert "HNS" not in fig.layout.title.text
+    assert score_references("minatar/breakout") == {"random": 0.416, "DQN reference": 10.0}
+    assert score_references("Pong") == {"random": -20.7, "human": 14.6}
+    pong = read_run(fake_run(tmp_path / "p", "Pong", 0, [0.0]))
+    assert compare_runs_to_paper([pong], PaperColumn("SGI-M", "x")).attrs["normalization"] == "HNS"
+    with pytest.raises(ValueError, match="mix normalisations"):
+        compare_runs_to_paper([*runs, pong], PaperColumn("SGI-M", "x"))
