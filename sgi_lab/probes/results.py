@@ -186,9 +186,17 @@ def find_result(
 PROBE_LOCK_WAIT_S = 60.0
 
 
+def _settings_identity(settings: dict[str, Any]) -> str:
+    """The settings as the entry they make: a key an older entry lacks (written before the
+    readout and features were chosen) reads as its default, so that a new result of the same
+    probe replaces the old entry instead of standing beside it."""
+    return json.dumps({**ProbeSettings().to_json(), **settings}, sort_keys=True)
+
+
 def write_probes(path: str | os.PathLike, result: dict[str, Any]) -> Path:
     """Add ``result`` to the probes file at ``path`` (atomically), replacing an entry made on
-    the same store with the same settings. Returns the path.
+    the same store with the same settings (an older entry without a readout or features counts
+    as least squares on renormalized maps). Returns the path.
 
     The read-modify-write holds the folder's `FolderLock`, so two probes of one run (two
     experiment tasks under ``--max-parallel 2``) both keep their entries.
@@ -200,11 +208,11 @@ def write_probes(path: str | os.PathLike, result: dict[str, Any]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = FolderLock(path.parent, f"the probe results {path.name}", wait=PROBE_LOCK_WAIT_S)
     try:
-        same = (result["store"]["fingerprint"], json.dumps(result["settings"], sort_keys=True))
+        same = (result["store"]["fingerprint"], _settings_identity(result["settings"]))
         entries = [
             e
             for e in _valid_entries(path)
-            if (e["store"].get("fingerprint"), json.dumps(e["settings"], sort_keys=True)) != same
+            if (e["store"].get("fingerprint"), _settings_identity(e["settings"])) != same
         ]
         payload = {"format": FORMAT, "entries": [*entries, result]}
         atomic_write_text(path, json.dumps(payload, indent=2, allow_nan=False) + "\n")

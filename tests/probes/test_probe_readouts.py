@@ -226,6 +226,15 @@ def test_entries_written_before_readouts_read_as_least_squares_on_renormalized_m
     frame = probe_frame([tmp_path])
     assert frame.loc[0, "readout"] == "lstsq" and frame.loc[0, "features"] == "renormalized"
     assert pd.isna(frame.loc[0, "coordinate_r2"])
+    # The same probe made now (its settings name the readout) replaces the old entry; another
+    # readout stands beside it.
+    settings = {**ProbeSettings().to_json(), "split_seed": 0, "max_frames": None}
+    write_probes(tmp_path / "probes.json", {**entry, "settings": settings, "overall": 0.9})
+    (only,) = json.loads((tmp_path / "probes.json").read_text())["entries"]
+    assert only["overall"] == 0.9
+    other = {**settings, "readout": "logistic"}
+    write_probes(tmp_path / "probes.json", {**entry, "settings": other, "readout": "logistic"})
+    assert len(json.loads((tmp_path / "probes.json").read_text())["entries"]) == 2
 
 
 def test_probe_metrics_record_the_headline_regressions_readout_and_features():
