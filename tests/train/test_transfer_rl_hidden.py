@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from population_helpers import fake_batch, make_config
+from population_helpers import fake_batch, make_config, population
 
 import sgi_lab.train.finetune as ft
 import sgi_lab.train.transfer as tr
@@ -168,3 +168,16 @@ def test_a_run_with_the_copy_saves_resumes_and_evaluates_it(tmp_path):
     model = SGIModel(**final["model_args"])
     model.load_state_dict(final["model"])  # strict: the copy is there and nothing else is new
     assert model.has_rl_hidden
+
+
+def test_the_copy_runs_under_vmap_as_agent_by_agent():
+    """Two agents (6 and 4 actions) with the copy: the vmap'd update (the GPU's path) gives the
+    losses of the loop over agents."""
+    losses = {}
+    for batching in ("vmap", "loop"):
+        configs = [make_config(seed=s, **SEPARATE, population_batching=batching) for s in (0, 1)]
+        pop = population(configs, (6, 4))
+        batches = [fake_batch(c, a, i) for i, (c, a) in enumerate(zip(configs, (6, 4)))]
+        stats, _ = update(pop, stage(pop, batches, [np.ones(4, np.float32)] * 2))
+        losses[batching] = torch.stack([stats["losses/rl"], stats["losses/total"]])
+    torch.testing.assert_close(losses["vmap"], losses["loop"], rtol=1e-5, atol=1e-6)
