@@ -5,6 +5,7 @@ one line before anything is created."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -53,6 +54,11 @@ def test_networks_size_themselves_from_the_observation():
         torch.zeros(3, 2, 4, 10, 10), torch.zeros(2, 2, dtype=torch.int64)
     )
     assert inverse.shape == forward.shape == (4,)
+
+
+def test_minatar_params_file_is_burdas_with_envs_in_process():
+    minatar = load_config(ExploreConfig, "params/collect/exploratory_minatar.yaml")
+    assert minatar == dataclasses.replace(ExploreConfig(), asynchronous=False)
 
 
 def test_minatar_exploratory_store_has_the_games_spec_and_labels(tmp_path):
