@@ -192,7 +192,8 @@ def verdict(results: dict[str, Any]) -> str:
         differ = f"the two agents do not differ beyond their evaluation noise ({gap:+.2f})"
     return (
         f"{learning} ({random:.2f}), and {differ}; with one seed each this is an illustration, "
-        "not evidence for or against pretraining (the study in docs/minatar.md has the seeds)."
+        "not evidence for or against pretraining (that takes several seeds per game: the study "
+        "of docs/minatar.md)."
     )
 
 
@@ -230,7 +231,8 @@ def curves_svg(
     xs = [x for steps, _ in curves.values() for x in steps]
     ys = [y for _, means in curves.values() for y in means] + ([random] if random else [])
     x0, x1 = 0.0, max(xs) or 1.0
-    y0, y1 = min(0.0, min(ys)), max(ys) * 1.1 or 1.0
+    y0 = min(0.0, min(ys))
+    y1 = max(ys) * 1.1 if max(ys) > y0 else y0 + 1.0  # flat curves still get a y range
 
     def point(x: float, y: float) -> str:
         px = pad_l + (x - x0) / (x1 - x0) * (width - pad_l - pad_r)

@@ -75,6 +75,8 @@ def test_learning_curves_are_rolling_means_of_episode_returns(tmp_path):
     assert "SGI-pretrained</text>" in svg and ">random</text>" in svg
     assert "50 agent steps" in svg
     assert "No finished training episode" in demo_minatar.curves_svg({})
+    flat = demo_minatar.curves_svg({SCRATCH: ([1.0, 2.0], [0.0, 0.0])})  # no return yet
+    assert ">1.0</text>" in flat and "nan" not in flat
 
 
 @pytest.fixture
