@@ -269,14 +269,18 @@ STAGE_NOTES: dict[str, str] = {
         "(tests/train/test_learning.py shows that the learner learns)."
     ),
     MINATAR: (
-        "The comparison the paper is about, at laptop size: on MinAtar Breakout (10x10 grids, "
-        "the game that learns fastest here), an encoder pretrained with SGI for 300 steps at "
-        "batch 256 on 10,000 Random steps (the params file: 20,000 steps) and a fresh one each "
-        "finetune with Rainbow + SPR for 4,000 agent steps, one update a step from step 1,000 "
-        "(the paper: 100,000 steps, 2 updates a step), then play 30 evaluation episodes. The "
-        "curves are the mean of the last 20 training episodes' returns (with exploration); the "
-        "scores are the evaluation's, on the MinAtar score (0: uniform random, 1: the MinAtar "
-        "paper's DQN). One seed per agent: a difference here is not evidence."
+        "The comparison the paper is about, at laptop size: on MinAtar Breakout (10x10 grids; "
+        "a from-scratch agent measurably learns there within this budget), an encoder "
+        f"pretrained with SGI for {demo_minatar.DEMO_BUDGET.pretrain['steps']} steps at batch 256 "
+        f"on {demo_minatar.DEMO_BUDGET.collect_steps:,} Random steps (the params file: 20,000 "
+        "steps) and a fresh one each finetune with Rainbow + SPR for "
+        f"{demo_minatar.DEMO_BUDGET.finetune['steps']:,} agent steps, one update a step from "
+        f"step {demo_minatar.DEMO_BUDGET.finetune['learning_starts']:,} (the paper: 100,000 "
+        "steps, 2 updates a step), then play "
+        f"{demo_minatar.DEMO_BUDGET.finetune['eval_episodes']} evaluation episodes. The curves "
+        "are the mean of the last 20 training episodes' returns (with exploration); the scores "
+        "are the evaluation's, on the MinAtar score (0: uniform random, 1: the MinAtar paper's "
+        "DQN). One seed per agent: a difference here is not evidence."
     ),
     "ablations": (
         "This one run beside the paper's rows: one game, one seed and a couple of evaluation "

@@ -1,7 +1,8 @@
 """The demo's MinAtar stage (issue 33 item 8): the comparison the paper is about, at laptop size.
 
-On MinAtar Breakout (the game that learns fastest here: SGI-None reached 2.47 against the
-random 0.42 in 4,000 steps, 82 s on one thread of a 2-core Intel Xeon), two agents finetune
+On MinAtar Breakout (where learning shows within this budget: SGI-None reached 2.47 against
+the random 0.42 in 4,000 steps, 82 s on one thread of a 2-core Intel Xeon; the other games were
+not measured at this size), two agents finetune
 with Rainbow + SPR for the same few thousand steps: one from an encoder pretrained with SGI
 (``params/pretrain/minatar_sgi.yaml`` for a few hundred steps on a small Random store,
 finetuned with ``params/finetune/minatar_reduced_lr.yaml``) and one from scratch
