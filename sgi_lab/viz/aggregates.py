@@ -19,6 +19,7 @@ from sgi_lab.metrics.aggregate import metric_label
 from sgi_lab.metrics.minatar import SCORE_TITLES, SCORE_TOP
 from sgi_lab.viz.common import finite_or_none, no_data_message
 from sgi_lab.viz.tables import aggregate_frame
+from sgi_lab.viz.training import figure_width
 
 __all__ = ["aggregate_table", "interval_plot", "per_game_bar"]
 
@@ -272,7 +273,8 @@ def _lay_out_interval_plot(
         bargap=0.45,
         template="plotly_white",
         height=max(300, 40 * len(methods) + 200),
-        width=min(960, max(640, 260 * len(metrics) + 160)),  # viz.training.FIGURE_MAX_WIDTH
+        # four panels or more: the cell's whole width; fewer: 640 to 960 px
+        **figure_width(len(metrics), per_column=260, extra=160, least=640),
         legend={"orientation": "h", "y": -0.3, "yanchor": "top"},
         margin={
             "b": 40 + 20 * math.ceil(len(methods) / 3),

@@ -15,6 +15,7 @@ from plotly.subplots import make_subplots
 
 from sgi_lab.data import TransitionStore
 from sgi_lab.viz.common import action_labels, category_labels, no_data_message
+from sgi_lab.viz.training import figure_width
 
 __all__ = [
     "compare_stores_figure",
@@ -98,7 +99,8 @@ def embedding_grid(
         title=title,
         template="plotly_white",
         height=320 * len(colors) + 60,
-        width=max(700, 420 * len(encoders)),
+        # four encoders or more: the cell's whole width (420 px each would be cut off)
+        **figure_width(len(encoders), per_column=420, extra=0, least=700),
         **legends,
     )
     return fig

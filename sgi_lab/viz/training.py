@@ -39,7 +39,11 @@ __all__ = [
     "LiveFigure",
     "compare_learning_curves",
     "compare_runs",
+    "FIGURE_MAX_WIDTH",
+    "FULL_WIDTH_FROM_COLUMNS",
     "figure_widget_available",
+    "figure_width",
+    "widget_width",
     "learning_curve",
     "runs_metrics",
     "summary_table",
@@ -106,7 +110,37 @@ EMPTY_PANEL_TEXT = {
 """What an empty live panel says until its first value (default: "nothing logged yet")."""
 
 FIGURE_MAX_WIDTH = 960
-"""Pixels: the widest a figure is drawn, so that a JupyterLab cell shows it whole."""
+"""Pixels: the widest a figure of a set width is drawn, so that a JupyterLab cell in a 1,400 px
+window shows it whole; a live FigureWidget's width (`widget_width`)."""
+
+FULL_WIDTH_FROM_COLUMNS = 4
+"""Figures with this many panels side by side or more take the cell's whole width (no set
+width: plotly sizes a static figure to its cell); narrower ones keep a set width, at which a
+panel or two stay readable rather than stretched across a wide screen. A 4-column figure at
+960 px filled only 60% of a cell in a 1,920 px window (issue 36, item 11)."""
+
+
+def figure_width(
+    columns: int, per_column: int = 250, extra: int = 100, least: int = 0
+) -> dict[str, Any]:
+    """The layout keys that size a figure of ``columns`` panels side by side: ``autosize``
+    and no width (the whole cell) from `FULL_WIDTH_FROM_COLUMNS` columns, else a set width of
+    ``per_column`` px a panel plus ``extra``, at least ``least`` and at most
+    `FIGURE_MAX_WIDTH`."""
+    if columns >= FULL_WIDTH_FROM_COLUMNS:
+        return {"autosize": True, "width": None}
+    return {"width": min(FIGURE_MAX_WIDTH, max(least, per_column * columns + extra))}
+
+
+def widget_width(fig: go.Figure) -> go.Figure:
+    """``fig`` with a set width for a FigureWidget: a widget sizes itself before its cell has a
+    width and would take 700 px (half the cell) without one. `FIGURE_MAX_WIDTH` when the figure
+    has none; a static figure of the same layout (what `LiveCurves.finish` leaves) takes the
+    whole cell."""
+    if fig.layout.width is None:
+        fig.update_layout(width=FIGURE_MAX_WIDTH)
+    return fig
+
 
 METRIC_TITLES: dict[str, str] = {
     "losses/total": "total loss",
@@ -175,9 +209,8 @@ def _subplots(keys: Sequence[str], columns: int) -> go.Figure:
         vertical_spacing=min(0.35 / rows, 0.2),
     )
     fig.update_annotations(font_size=13)
-    # A set width: a FigureWidget otherwise takes half the cell. At most 960 px, which a
-    # JupyterLab cell shows whole in a 1,400 px window (a wider static figure is cut off).
-    fig.update_layout(width=min(FIGURE_MAX_WIDTH, 250 * columns + 100), height=280 * rows + 70)
+    # Four panels across or more: the cell's whole width; fewer: a set width (`figure_width`).
+    fig.update_layout(**figure_width(columns), height=280 * rows + 70)
     return fig
 
 
@@ -262,7 +295,7 @@ class LiveFigure:
     def __init__(self, figure: go.Figure | None = None) -> None:
         figure = figure if figure is not None else go.Figure()
         if figure_widget_available():
-            self.figure = go.FigureWidget(figure)
+            self.figure = go.FigureWidget(widget_width(go.Figure(figure)))
             self.widget = self.figure
         else:
             self.figure = go.Figure(figure)
@@ -285,8 +318,9 @@ class LiveFigure:
         if self.widget is not None and not self._shown:
             # Not on screen yet: a new widget starts from the whole figure as its state, rather
             # than from update messages sent before any view exists.
-            self.figure = self.widget = go.FigureWidget(figure)
+            self.figure = self.widget = go.FigureWidget(widget_width(go.Figure(figure)))
         elif self.widget is not None:
+            figure = widget_width(go.Figure(figure))
             new_layout = figure.layout.to_plotly_json()
             # A relayout merges: keys the new layout lacks (shapes, annotations, extra axes)
             # would stay drawn unless cleared explicitly.
@@ -348,7 +382,11 @@ class LiveCurves:
         self.min_interval_s = min_interval_s
         self.rows: list[dict[str, Any]] = []
         self._figure = self._empty_figure()
-        self._widget = go.FigureWidget(self._figure) if figure_widget_available() else None
+        self._widget = (
+            go.FigureWidget(widget_width(go.Figure(self._figure)))
+            if figure_widget_available()
+            else None
+        )
         self._handle = None
         self._widget_handle = None
         self._last_draw = 0.0
