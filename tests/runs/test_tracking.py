@@ -219,6 +219,7 @@ def test_a_resumed_event_file_sorts_after_the_earlier_ones(tmp_path):
 
 
 @pytest.mark.smoke
+@pytest.mark.usefixtures("one_thread")
 def test_every_training_run_has_its_tensorboard_curves(tmp_path):
     """`tensorboard --logdir outputs/runs` shows a pretraining run and each agent of a
     finetuning population, each with its metrics.jsonl's keys and steps."""
@@ -250,6 +251,8 @@ PRETRAIN = {
     "log_every": 1,
     "checkpoint_every": 2,
     "prefetch": 0,
+    "cpu_amp": False,  # bf16 on a CPU is slower at this size
+    "channels_last": False,
 }
 FINETUNE = {
     "game": "minatar/breakout",
@@ -266,4 +269,6 @@ FINETUNE = {
     "eval_envs": 1,
     "log_every": 8,
     "checkpoint_every": 24,
+    "cpu_amp": False,
+    "channels_last": False,
 }
