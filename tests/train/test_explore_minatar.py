@@ -104,6 +104,26 @@ def test_minatar_exploratory_store_has_the_games_spec_and_labels(tmp_path):
     assert run.status()["state"] == "finished" and run.saved_config()["game"] == "minatar/breakout"
 
 
+def test_interrupted_minatar_collection_resumes_in_its_protocol(tmp_path):
+    config = dataclasses.replace(SMOKE, chunk_size=64, rollout_steps=16)
+    out = tmp_path / "e"
+
+    def interrupt(metrics):
+        if metrics["update"] == 4:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        collect_exploratory("minatar/breakout", 600, out, config=config, progress=False,
+                            on_update=interrupt)  # fmt: skip
+    partial = json.loads((tmp_path / "e.partial" / "manifest.json").read_text())
+    assert partial["env_protocol"] == "minatar" and partial["num_transitions"] >= 64
+    store = collect_exploratory("minatar/breakout", 600, out, config=config, progress=False)
+    assert len(store) == 600 and store.manifest.env_protocol == "minatar"
+    frames, labels = store.stack(np.arange(600)), store.gather_labels(np.arange(600))
+    paddle = labels[:, store.manifest.label_names.index("paddle_x")]
+    assert (frames[np.arange(600), 0, 9, paddle] == 255).all()  # still the state behind each row
+
+
 def test_bad_minatar_combinations_are_refused_before_anything_is_made(tmp_path, capsys):
     from sgi_lab.launch.cli import main
 
