@@ -136,9 +136,8 @@ def collect_exploratory(
         run: final checkpoint and ``metrics.jsonl`` (one row per PPO update).
 
     Raises:
-        UnknownGameError: an unknown game ("did you mean").
-        MinAtarMissingError: a MinAtar game without the optional package.
-        ValueError: an Atari-only setting for a MinAtar game (before anything is created).
+        UnknownGameError: an unknown game ("did you mean"). MinAtarMissingError: a MinAtar
+            game without its package. ValueError: an Atari-only setting for a MinAtar game.
     """
 
     config = config or ExploreConfig()
@@ -149,9 +148,7 @@ def collect_exploratory(
     out = Path(out)
     if out.exists() and not overwrite:
         raise FileExistsError(f"{out} already exists (use overwrite to replace it)")
-    record = {"steps": steps, "seed": seed, **data_params(config)}
-    if is_minatar(game):  # as the Random collector's MinAtar stores record it
-        record["difficulty_ramping"] = DIFFICULTY_RAMPING
+    record = _data_record(game, steps, seed, config)
     protocol = env_protocol(game)
     writer = TransitionStoreWriter.resume_matching(out, game, record, protocol) if resume else None
     run_config = {"game": game, "steps": steps, "seed": seed, **dataclasses.asdict(config)}
@@ -182,6 +179,15 @@ def collect_exploratory(
         if run is not None:
             run.unlock()  # a failure before the run started leaves no lock held
     return TransitionStore(path)
+
+
+def _data_record(game: str, steps: int, seed: int, config: ExploreConfig) -> dict[str, Any]:
+    """What the manifest records and a resumed collection must match; a MinAtar store also
+    records difficulty ramping, as the Random collector's do."""
+    record = {"steps": steps, "seed": seed, **data_params(config)}
+    if is_minatar(game):
+        record["difficulty_ramping"] = DIFFICULTY_RAMPING
+    return record
 
 
 def _check_game_settings(game: str, config: ExploreConfig) -> None:
