@@ -29,6 +29,7 @@ Noisy layers keep their means in ``*.weight_mu``/``*.bias_mu`` and their scales 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -168,32 +169,32 @@ class SGIModel(nn.Module):
         )
         self.projection_size = self.head.projection_size
         self.predictor = nn.Linear(self.projection_size, self.projection_size)
-        if goal_head:
-            self.film = FiLMGenerator(self.latent_shape, hidden_size, style=goal_film)
-            self.goal_head = GoalHeadOutputs(
-                hidden_size,
-                num_actions,
-                num_atoms,
-                std_init=noise_std,
-                noise_enabled=noisy,
-                style=goal_film,
-            )
-        if inverse_model:
-            self.inverse = InverseModel(self.projection_size, num_actions)
-        if atc_head:
-            self.atc = ATCContrast(self.projection_size)
-        if rl_hidden and not rl_head:
-            raise ValueError("rl_hidden=True needs rl_head=True: the copy feeds the Q outputs")
-        self.has_rl_hidden = rl_hidden
-        if rl_hidden:  # built last, so that every other layer draws the initial weights it would
-            self.rl_hidden = DuelingHiddenLayers(
-                self.latent_size, hidden_size, std_init=noise_std, noise_enabled=noisy
-            )
+        self._build_optional_parts(self.init_args)
         self.register_buffer("support", torch.linspace(v_min, v_max, num_atoms), persistent=False)
         self.channels_last = channels_last
         self.encoder.channels_last = channels_last
         if channels_last:
             self.to(memory_format=torch.channels_last)
+
+    def _build_optional_parts(self, args: dict[str, Any]) -> None:
+        """The goal head (FiLM generator and outputs), inverse model, ATC head and the RL head's
+        copy of the first layers, as ``args`` (the constructor's) ask, in this order."""
+        hidden, noisy = args["hidden_size"], {"std_init": args["noise_std"]}
+        noisy["noise_enabled"] = args["noisy"]
+        if args["goal_head"]:
+            self.film = FiLMGenerator(self.latent_shape, hidden, style=args["goal_film"])
+            self.goal_head = GoalHeadOutputs(
+                hidden, self.num_actions, self.num_atoms, **noisy, style=args["goal_film"]
+            )
+        if args["inverse_model"]:
+            self.inverse = InverseModel(self.projection_size, self.num_actions)
+        if args["atc_head"]:
+            self.atc = ATCContrast(self.projection_size)
+        self.has_rl_hidden = bool(args.get("rl_hidden", False))
+        if self.has_rl_hidden and not args["rl_head"]:
+            raise ValueError("rl_hidden=True needs rl_head=True: the copy feeds the Q outputs")
+        if self.has_rl_hidden:  # last: every other layer draws the initial weights it would
+            self.rl_hidden = DuelingHiddenLayers(self.latent_size, hidden, **noisy)
 
     @property
     def encoder_has_batch_norm(self) -> bool:
