@@ -35,6 +35,7 @@ from sgi_lab.analysis.ablation_probes import (
 )
 from sgi_lab.analysis.paper_column import PaperColumn
 from sgi_lab.analysis.report import read_run
+from sgi_lab.base.paths import close_names
 from sgi_lab.envs import canonical_env_game
 from sgi_lab.envs.games import ATARI_100K_GAMES, canonical_game
 from sgi_lab.envs.minatar import MINATAR_GAMES
@@ -578,6 +579,11 @@ class AblationModel:
         return [*ATARI_100K_GAMES, *(MINATAR_GAMES if minatar else ())]
 
     @property
+    def paper_games(self) -> list[str]:
+        """The 26 Atari 100k games the paper reports, its order."""
+        return list(ATARI_100K_GAMES)
+
+    @property
     def our_games(self) -> list[str]:
         """The games our runs cover, in `games` order."""
         present = set(self.scores["game"])
@@ -651,7 +657,19 @@ class AblationModel:
     ) -> AblationView:
         """The data for one selection (None: the defaults); with a ``baseline`` (one of our
         methods), each chosen method's probability of improvement over it (`improvement_over`).
-        The paper's rows are Atari's: none beside MinAtar games."""
+        The paper's rows are Atari's: none beside MinAtar games.
+
+        Raises:
+            ValueError: ``baseline`` is none of our scored methods (the closest are named).
+        """
+        if baseline is not None and baseline not in set(self.scores["method"]):
+            known = list(dict.fromkeys(self.scores["method"]))
+            close = close_names(baseline, known)
+            hint = f"did you mean {' or '.join(close)}? " if close else ""
+            raise ValueError(
+                f"baseline {baseline!r} is none of your methods: {hint}methods: "
+                f"{', '.join(known) or 'none (no finetuning run)'}"
+            )
         games = [canonical_env_game(g) for g in (games or self.default_games())]
         normalization = selection_normalization(games)
         methods = self.methods if methods is None else list(methods)

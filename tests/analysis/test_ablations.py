@@ -471,6 +471,10 @@ def test_minatar_runs_carry_the_minatar_score_and_its_name(minatar_runs):
     (poi,) = view.improvement.to_dict("records")
     assert (poi["method"], poi["baseline"]) == ("sgi", "none")
     assert (poi["value"], poi["lower"], poi["upper"]) == (1.0, 1.0, 1.0)  # disjoint runs
+    with pytest.raises(
+        ValueError, match="baseline 'nne' is none of your methods: did you mean none"
+    ):
+        model.select(baseline="nne")
 
 
 def test_minatar_figures_and_tables_say_minatar_score_never_hns(minatar_runs):
