@@ -404,7 +404,7 @@ def reference_finetune_config(case: dict) -> FinetuneConfig:
 
 
 # Row 40 of docs/paper_vs_code.md: the prefix of the RL head's own copy of the Q head's first
-# layers, once SGIModel can build one (``FinetuneConfig.rl_head_hidden: separate``); ``head.``'s
+# layers, which SGIModel builds with ``FinetuneConfig.rl_head_hidden: separate``; ``head.``'s
 # first layers are then the goal head's copy, SPR's projection.
 RL_COPY = "rl_hidden."
 HIDDEN = ("head.advantage_hidden.", "head.value_hidden.")
@@ -436,7 +436,7 @@ def run_finetune_update(name: str, monkeypatch: pytest.MonkeyPatch, before_updat
     A = case["model_args"]["num_actions"]
     model = SGIModel(**model_args_for(config, A, pretrained))
     transfer = transfer_pretrained(model, pretrained)
-    # row 40's option (when it exists): the RL head's own copy of the first layers, loaded as
+    # row 40's option: the RL head's own copy of the first layers, loaded as
     # the reference's copy_base_params loads it, from the pretrained first layers
     copies = any(k.startswith(RL_COPY) for k in model.state_dict())
     assert sorted(k for k in transfer.loaded if not k.startswith(RL_COPY)) == list(x["loaded"])
@@ -718,8 +718,9 @@ SSL_ALL_CASES = ["finetune_all", "finetune_all_resnet"]
 
 @pytest.mark.parametrize("name", SSL_ALL_CASES)
 def test_finetuning_all_keeps_one_copy_of_the_q_heads_first_layers(name, monkeypatch):
-    """A difference sgi-lab keeps (docs/paper_vs_code.md): finetuning with goal RL, the
-    reference has two copies of the Q head's first layers, both loaded from the pretrained
+    """The default (``rl_head_hidden: shared``, docs/paper_vs_code.md row 40; ``separate`` is
+    the reference's, `test_a_second_copy_of_the_q_heads_first_layers_equals_the_reference`):
+    finetuning with goal RL, the reference has two copies of the Q head's first layers, both loaded from the pretrained
     goal head: the RL head's (trained by the C51 loss alone) and the goal head's, which is
     SPR's projection (trained by SPR, goal RL and inverse dynamics), each with its own noise
     sample and Adam state. sgi-lab has one layer that all the losses train. On the fixture
