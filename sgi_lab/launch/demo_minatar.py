@@ -261,9 +261,11 @@ def curves_svg(
         colour = _COLOURS[i % len(_COLOURS)]
         line = " ".join(point(x, y) for x, y in zip(steps, means, strict=True))
         parts.append(f'<polyline points="{line}" fill="none" stroke="{colour}" stroke-width="2"/>')
-        end = point(steps[-1], means[-1]).split(",")
+        # a legend, not labels at the curves' ends: curves that end together would overlap
+        lx, ly = width - pad_r + 40, pad_t + 10 + 16 * i
         parts.append(
-            f'<text x="{end[0]}" y="{end[1]}" dx="4" fill="{colour}">{html.escape(label)}</text>'
+            f'<line x1="{lx}" y1="{ly - 4}" x2="{lx + 18}" y2="{ly - 4}" stroke="{colour}" '
+            f'stroke-width="2"/><text x="{lx + 22}" y="{ly}">{html.escape(label)}</text>'
         )
     parts.append("</svg>")
     return "".join(parts)

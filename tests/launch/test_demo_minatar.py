@@ -72,7 +72,7 @@ def test_learning_curves_are_rolling_means_of_episode_returns(tmp_path):
     assert curves == {SGI: ([20.0, 30.0, 40.0, 50.0], [1.0, 1.5, 2.5, 3.5])}
     svg = demo_minatar.curves_svg(curves, random=0.416)
     assert svg.count("<polyline") == 3  # axes, random line, one agent
-    assert "SGI-pretrained</text>" in svg and ">random</text>" in svg
+    assert ">SGI-pretrained</text>" in svg and ">random</text>" in svg
     assert "50 agent steps" in svg
     assert "No finished training episode" in demo_minatar.curves_svg({})
     flat = demo_minatar.curves_svg({SCRATCH: ([1.0, 2.0], [0.0, 0.0])})  # no return yet
