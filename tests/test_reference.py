@@ -359,6 +359,7 @@ def test_the_all_ssl_params_finetune_as_the_fixture():
         fixture.spr_target_start,
         fixture.target_tau,
     )
+    assert cfg.rl_head_hidden == "separate"  # row 40: the reference's two copies
 
 
 def with_loaded_online(x: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
