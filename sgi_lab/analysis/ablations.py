@@ -662,14 +662,7 @@ class AblationModel:
         Raises:
             ValueError: ``baseline`` is none of our scored methods (the closest are named).
         """
-        if baseline is not None and baseline not in set(self.scores["method"]):
-            known = list(dict.fromkeys(self.scores["method"]))
-            close = close_names(baseline, known)
-            hint = f"did you mean {' or '.join(close)}? " if close else ""
-            raise ValueError(
-                f"baseline {baseline!r} is none of your methods: {hint}methods: "
-                f"{', '.join(known) or 'none (no finetuning run)'}"
-            )
+        self.check_baseline(baseline)
         games = [canonical_env_game(g) for g in (games or self.default_games())]
         normalization = selection_normalization(games)
         methods = self.methods if methods is None else list(methods)
@@ -728,6 +721,22 @@ class AblationModel:
             capped_from=capped_from if order and capped_from != order[0] else None,
             normalization=normalization or "HNS",
             improvement=improvement,
+        )
+
+    def check_baseline(self, baseline: str | None) -> None:
+        """Refuse a ``baseline`` that is none of our scored methods, naming the closest.
+
+        Raises:
+            ValueError: the one line that says so.
+        """
+        if baseline is None or baseline in set(self.scores["method"]):
+            return
+        known = list(dict.fromkeys(self.scores["method"]))
+        close = close_names(baseline, known)
+        hint = f"did you mean {' or '.join(close)}? " if close else ""
+        raise ValueError(
+            f"baseline {baseline!r} is none of your methods: {hint}methods: "
+            f"{', '.join(known) or 'none (no finetuning run)'}"
         )
 
     def labels(self, methods: Sequence[str]) -> dict[str, str]:
@@ -837,6 +846,7 @@ class AblationExplorer:
         self.metrics = widgets.SelectMultiple(
             options=list(METRICS), value=tuple(metrics), description="metrics", layout=layout
         )
+        model.check_baseline(baseline)
         scored = list(dict.fromkeys(model.scores["method"]))
         self.baseline = widgets.Dropdown(
             options=[("none", None), *[(m, m) for m in scored]],

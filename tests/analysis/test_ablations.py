@@ -475,6 +475,8 @@ def test_minatar_runs_carry_the_minatar_score_and_its_name(minatar_runs):
         ValueError, match="baseline 'nne' is none of your methods: did you mean none"
     ):
         model.select(baseline="nne")
+    with pytest.raises(ValueError, match="baseline 'nne' is none of your methods"):
+        ablations.AblationExplorer(model, baseline="nne")
 
 
 def test_minatar_figures_and_tables_say_minatar_score_never_hns(minatar_runs):
