@@ -477,7 +477,8 @@ def run_pipeline(
 
     Args:
         out_root: where the stages' run folders and index.html go.
-        fresh: delete ``out_root``'s run folders first (the collected data is kept).
+        fresh: delete ``out_root``'s run folders first (the Pong data is kept; the MinAtar
+            stage's small store, inside its folder, is collected again).
         smoke: use the notebooks' smoke sets instead of the demo sets (a quick check).
         progress: papermill's per-cell progress bar for each stage.
         skip: stages to leave out this time (state "left out"; e.g. ``("minatar",)``).

@@ -128,7 +128,10 @@ def test_a_failed_minatar_stage_is_recorded_in_one_line(tmp_path, capsys):
     assert re.search(r'class="failed">failed<br><code>\w+', page)
 
 
-def test_unknown_stage_to_skip_is_named_before_anything_runs(tmp_path):
+def test_unknown_stage_to_skip_is_named_before_anything_runs(tmp_path, capsys):
     with pytest.raises(ValueError, match="^skip: no stage minatr; stages: datasets, "):
         demo.run_pipeline(tmp_path / "demo", skip=["minatr"], progress=False)
     assert not (tmp_path / "demo").exists()
+    with pytest.raises(SystemExit):  # the command line offers only the stages there are
+        demo.main(["--skip", "minatr", "--out", str(tmp_path / "demo")])
+    assert "invalid choice: 'minatr'" in capsys.readouterr().err
