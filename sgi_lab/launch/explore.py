@@ -2,7 +2,8 @@
 
     sgi-lab collect exploratory --game breakout --steps 6000000 --envs 32 --seed 0 --out DIR
 
-Settings come from ``--params`` (default ``params/collect/exploratory.yaml``, Burda et al.'s),
+Settings come from ``--params`` (default ``params/collect/exploratory.yaml``, Burda et al.'s;
+for a MinAtar game ``params/collect/exploratory_minatar.yaml``, the same with its envs in process),
 then ``--set KEY=VALUE``, then ``--envs`` and the collect flags given explicitly. Re-running the
 same command resumes an interrupted collection.
 """
@@ -16,9 +17,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sgi_lab.config import ExploreConfig, load_config, parse_overrides
+from sgi_lab.envs import is_minatar
 from sgi_lab.train.explore import collect_exploratory
 
 DEFAULT_PARAMS = Path("params/collect/exploratory.yaml")
+MINATAR_PARAMS = Path("params/collect/exploratory_minatar.yaml")
 
 
 def add_arguments(parser: argparse.ArgumentParser, random_handler: Callable[..., int]) -> None:
@@ -46,7 +49,8 @@ def explore_config(args: argparse.Namespace):
         overrides["full_action_space"] = True
     if getattr(args, "terminal_on_life_loss", False):
         overrides["terminal_on_life_loss"] = True
-    params = args.params or DEFAULT_PARAMS
+    default = MINATAR_PARAMS if is_minatar(getattr(args, "game", "")) else DEFAULT_PARAMS
+    params = args.params or default
     return load_config(ExploreConfig, params, overrides)
 
 

@@ -57,8 +57,15 @@ def test_networks_size_themselves_from_the_observation():
 
 
 def test_minatar_params_file_is_burdas_with_envs_in_process():
+    from sgi_lab.launch.cli import build_parser
+    from sgi_lab.launch.explore import explore_config
+
     minatar = load_config(ExploreConfig, "params/collect/exploratory_minatar.yaml")
     assert minatar == dataclasses.replace(ExploreConfig(), asynchronous=False)
+    # The command line's default for a MinAtar game; Atari's stays Burda's own.
+    argv = ["collect", "exploratory", "--steps", "1", "--out", "x", "--game"]
+    assert explore_config(build_parser().parse_args([*argv, "minatar/breakout"])) == minatar
+    assert explore_config(build_parser().parse_args([*argv, "pong"])) == ExploreConfig()
 
 
 def test_minatar_exploratory_store_has_the_games_spec_and_labels(tmp_path):
