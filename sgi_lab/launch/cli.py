@@ -573,6 +573,11 @@ def main(argv: list[str] | None = None) -> int:
     die_with_driver()  # a task of an experiment ends with its driver
     args = build_parser().parse_args(argv)
     try:
+        # lazy: as die_with_driver (the CLI starts without torch); a mistyped
+        # SGI_LAB_TENSORBOARD / SGI_LAB_WANDB is refused before any run folder is touched
+        from sgi_lab.runs.tracking import tracking_settings
+
+        tracking_settings()
         handler = getattr(args, "handler", None) or COMMANDS[args.command]
         return handler(args) or 0
     except SgiLabError as exc:  # what sgi-lab refuses: one line, the class's exit status

@@ -44,7 +44,7 @@ from sgi_lab.config import ConfigError
 from sgi_lab.runs.checkpoints import CHECKPOINT_RE, CheckpointError, load_checkpoint
 from sgi_lab.runs.status import FAILED, FINISHED, RUNNING, has_final_model, run_kind
 from sgi_lab.runs.stopping import failure_reason
-from sgi_lab.runs.tracking import Trackers, tracking_settings
+from sgi_lab.runs.tracking import Trackers, event_files, tracking_settings
 
 # Config keys that may change when a run resumes: where and how fast it runs, not what it
 # learns. Every other key must match the run's config.yaml (one list, for every stage).
@@ -359,6 +359,8 @@ class RunDir:
         for path in self.path.iterdir():
             if PROBE_FILE_RE.fullmatch(path.name) and path.is_file() and not path.is_symlink():
                 path.unlink()
+        for path in event_files(self.path):  # TensorBoard's copy of the metrics cleared above
+            path.unlink()
         # In its folders, only the files a run writes (checkpoints, by name); a user's files
         # there stay, and a folder left empty goes.
         for name in RUN_FOLDERS:

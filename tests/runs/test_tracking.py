@@ -272,3 +272,25 @@ FINETUNE = {
     "cpu_amp": False,
     "channels_last": False,
 }
+
+
+def test_the_cli_refuses_a_mistyped_switch_before_any_folder(tmp_path, monkeypatch, capsys):
+    from sgi_lab.launch.cli import main
+
+    monkeypatch.setenv("SGI_LAB_WANDB", "offlne")
+    out = tmp_path / "run"
+    argv = ["pretrain", "--params", "params/pretrain/smoke.yaml", "--data", str(tmp_path)]
+    assert main([*argv, "--out", str(out)]) != 0
+    assert "SGI_LAB_WANDB" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_overwriting_a_run_removes_its_event_files(tmp_path):
+    from sgi_lab.runs.folder import RunDir
+    from sgi_lab.runs.tracking import event_files
+
+    run = RunDir(tmp_path / "run")
+    (run.path / "events.out.tfevents.1.host").write_bytes(b"old")
+    (run.path / "notes.txt").write_text("mine")
+    run._clear()
+    assert event_files(run.path) == [] and (run.path / "notes.txt").read_text() == "mine"
