@@ -35,7 +35,14 @@ FILTERS := $(shell git rev-parse --git-dir >/dev/null 2>&1 && echo git-filters)
 
 # Its last stage is MinAtar Breakout, an SGI-pretrained and a from-scratch agent side by side
 # (the minatar extra comes with $(STAMP)); DEMO_ARGS="--skip minatar" leaves it out.
-demo: $(STAMP) $(FILTERS)  ## the whole pipeline on the embedded default (Pong, then MinAtar Breakout; CPU)
+# PNG thumbnails of the demo's figures: kaleido drives the local Chromium, offline (without a
+# Chromium the demo says so in one line and draws HTML figures only)
+EXPORT_STAMP := $(VENV)/.export-stamp
+$(EXPORT_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[export]'
+	touch $(EXPORT_STAMP)
+
+demo: $(STAMP) $(EXPORT_STAMP) $(FILTERS)  ## the whole pipeline on the embedded default (Pong, then MinAtar Breakout; CPU)
 	$(PY) -m sgi_lab.launch.demo $(DEMO_ARGS)
 
 # Both suites run on one worker per core (pytest-xdist), each worker and its children on one

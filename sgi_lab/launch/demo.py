@@ -35,7 +35,12 @@ from sgi_lab.launch.notebook_runner import (
     read_param_file,
     run_notebook,
 )
-from sgi_lab.notebook import find_project_root, save_figure
+from sgi_lab.notebook import (
+    FIGURE_FORMATS_ENV,
+    find_project_root,
+    save_figure,
+    static_export_problem,
+)
 from sgi_lab.runs.folder import RunDir
 from sgi_lab.runtime.cpu_settings import cache_file
 from sgi_lab.viz.tables import format_number
@@ -411,6 +416,15 @@ def write_report(
             links.append(f'<a href="{stage.notebook}/{stage.notebook}.ipynb">.ipynb</a>')
         figures = sorted((folder / "figures").glob("*.html")) if folder.exists() else []
         links += [f'<a href="{stage.notebook}/figures/{f.name}">{f.stem}</a>' for f in figures]
+        thumbs = [
+            f'<a href="{stage.notebook}/figures/{f.name}" title="{html.escape(f.stem)}">'
+            f'<img src="{stage.notebook}/figures/{f.stem}.png" alt="{html.escape(f.stem)}" '
+            'loading="lazy"></a>'
+            for f in figures
+            if f.with_suffix(".png").exists()
+        ]
+        if thumbs:
+            links.append(f'<div class="thumbs">{"".join(thumbs)}</div>')
         lines = stage_summary(stage.notebook, stage.results)
         results = "<br>".join(html.escape(line) for line in lines)
         if stage.notebook == MINATAR and folder.exists():
@@ -439,6 +453,7 @@ table {{ border-collapse: collapse; width: 100%; }}
 td, th {{ border: 1px solid #ddd; padding: 0.5em; vertical-align: top; text-align: left; }}
 .finished, .skipped {{ color: #2a7a2a; }} .failed {{ color: #b00020; }}
 .note {{ color: #444; font-size: 0.9em; max-width: 40em; }}
+.thumbs img {{ width: 160px; height: auto; border: 1px solid #ddd; margin: 2px; }}
 </style></head><body>
 <h1>sgi-lab demo: SGI on Pong, end to end, and on MinAtar Breakout</h1>
 <p>Collect a Random dataset &rarr; pretrain (SPR + goal RL + inverse dynamics) &rarr; finetune
@@ -464,6 +479,20 @@ def _older_code(folder: Path) -> str:
         return ""
     made = f"commit {then[:10]}" if then else "code older than this one"
     return f", by {made} (this code is {now[:10]})"
+
+
+def _png_thumbnails() -> bool:
+    """Ask the notebooks for PNG copies of their figures (index.html's thumbnails) when static
+    export works here (kaleido and a local Chromium, `static_export_problem`), unless the user
+    chose the formats (`FIGURE_FORMATS_ENV`); else say why in one line."""
+    if FIGURE_FORMATS_ENV in os.environ:
+        return "png" in os.environ[FIGURE_FORMATS_ENV]
+    problem = static_export_problem()
+    if problem:
+        print(f"PNG thumbnails left out: {problem}")
+        return False
+    os.environ[FIGURE_FORMATS_ENV] = "png"
+    return True
 
 
 def run_pipeline(
@@ -498,10 +527,41 @@ def run_pipeline(
             shutil.rmtree(out_root / name, ignore_errors=True)
     # Embed plotly.js in the executed notebooks so their HTML copies work offline.
     os.environ.setdefault("PLOTLY_RENDERER", "plotly_mimetype+notebook")
+    asked = FIGURE_FORMATS_ENV in os.environ
+    _png_thumbnails()
     stages = [Stage(*spec) for spec in STAGES]
     measured = {} if smoke else _measured_seconds(out_root)
     started = time.perf_counter()
     loads: list[float] = []
+    try:
+        _run_stages(stages, out_root, root, smoke, progress, skip, measured, loads)
+    finally:
+        if not asked:  # the process's environment as it was (a test runs the demo in-process)
+            os.environ.pop(FIGURE_FORMATS_ENV, None)
+    if not smoke:
+        _record_seconds(stages)
+    if (load := _load()) is not None:
+        loads.append(load)
+    seconds = time.perf_counter() - started
+    note = None if smoke else budget_note(seconds, loads)
+    if note:
+        print(f"\nNOTE: {note}")
+    report = write_report(out_root, stages, seconds, note)
+    return stages, report
+
+
+def _run_stages(
+    stages: list[Stage],
+    out_root: Path,
+    root: Path,
+    smoke: bool,
+    progress: bool,
+    skip: tuple[str, ...] | list[str],
+    measured: dict[str, float],
+    loads: list[float],
+) -> None:
+    """Each stage in turn (`run_pipeline`); a failed pretrain or finetune leaves the later
+    notebook stages out, not the MinAtar one."""
     blocked = False  # a failed pretrain or finetune: the later notebooks need it, MinAtar not
     for i, stage in enumerate(stages, start=1):
         if stage.notebook in skip or (blocked and stage.notebook != MINATAR):
@@ -518,16 +578,6 @@ def run_pipeline(
         if stage.state == "failed" and stage.notebook in ("pretrain", "finetune"):
             print("    later notebook stages need this one: leaving them out", file=sys.stderr)
             blocked = True
-    if not smoke:
-        _record_seconds(stages)
-    if (load := _load()) is not None:
-        loads.append(load)
-    seconds = time.perf_counter() - started
-    note = None if smoke else budget_note(seconds, loads)
-    if note:
-        print(f"\nNOTE: {note}")
-    report = write_report(out_root, stages, seconds, note)
-    return stages, report
 
 
 def run_stage(stage: Stage, params_file: Path, out_root: Path, progress: bool) -> None:

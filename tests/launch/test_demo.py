@@ -83,3 +83,45 @@ def test_demo_finetune_logs_often_enough_for_the_bar_to_move_while_learning():
 
     params = read_param_file(find_project_root() / "params/notebooks/demo_finetune.yaml")
     assert params["config"]["log_every"] <= 10
+
+
+def test_thumbnails_link_each_figure_with_a_png_and_the_environment_is_restored(
+    tmp_path, monkeypatch, capsys
+):
+    """index.html shows a thumbnail for every figure that has a PNG beside its HTML; the demo
+    asks the notebooks for PNGs only where static export works (here: said in one line when it
+    does not), and leaves the process's environment as it found it."""
+    from sgi_lab.notebook import FIGURE_FORMATS_ENV
+
+    root = tmp_path / "demo"
+    _finished_stages(root)
+    figures = root / "pretrain" / "figures"
+    figures.mkdir(parents=True)
+    for name in ("losses", "probes"):
+        (figures / f"{name}.html").write_text("<html></html>")
+    (figures / "losses.png").write_bytes(b"\x89PNG")
+
+    def finished_earlier(*args, **kwargs):
+        raise RunExistsError("finished")
+
+    monkeypatch.setattr(demo, "run_notebook", finished_earlier)
+    monkeypatch.delenv(FIGURE_FORMATS_ENV, raising=False)
+    monkeypatch.setattr(demo, "static_export_problem", lambda: "no Chromium here")
+    _, report = demo.run_pipeline(root, progress=False)
+    assert "PNG thumbnails left out: no Chromium here" in capsys.readouterr().out
+    page = report.read_text()
+    assert '<img src="pretrain/figures/losses.png"' in page
+    assert "probes.png" not in page  # no PNG, no thumbnail (the link stays)
+    assert 'href="pretrain/figures/probes.html"' in page
+
+    seen = {}
+
+    def record(*args, **kwargs):
+        seen["formats"] = __import__("os").environ.get(FIGURE_FORMATS_ENV)
+        raise RunExistsError("finished")
+
+    monkeypatch.setattr(demo, "run_notebook", record)
+    monkeypatch.setattr(demo, "static_export_problem", lambda: None)
+    demo.run_pipeline(root, progress=False, skip=("minatar",))
+    assert seen["formats"] == "png"
+    assert FIGURE_FORMATS_ENV not in __import__("os").environ
