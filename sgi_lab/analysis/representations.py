@@ -26,11 +26,13 @@ from sgi_lab.analysis.probe_study import objective_summary, probe_folders, probe
 from sgi_lab.analysis.probe_study import summary_table as probe_summary_table
 from sgi_lab.base.files import read_jsonl
 from sgi_lab.data import TransitionStore
+from sgi_lab.envs.spec import ObservationSpec
 from sgi_lab.nets import SGIModel
 from sgi_lab.probes.probe import random_init_model
 from sgi_lab.runtime.device import resolve_device
 from sgi_lab.train.pretrain import load_pretrained_model
 from sgi_lab.train.pretrain_step import representation_similarity
+from sgi_lab.train.transfer import observation_args
 from sgi_lab.viz.tables import LiveTable
 
 __all__ = [
@@ -63,12 +65,17 @@ DIVERSITY_KEY = "charts/cosine_similarity"
 
 
 def random_model(
-    num_actions: int, encoder: str = "nature", seed: int = 0, goal_head: bool = True
+    num_actions: int,
+    encoder: str = "nature",
+    seed: int = 0,
+    goal_head: bool = True,
+    spec: ObservationSpec | None = None,
 ) -> SGIModel:
     """A randomly initialized SGIModel (eval mode), built like a pretraining one, with the goal
-    head by default (`sgi_lab.probes.probe.random_init_model`, the probes' random-init baseline).
-    """
-    return random_init_model(num_actions, encoder, seed, goal_head)
+    head by default (`sgi_lab.probes.probe.random_init_model`, the probes' random-init baseline),
+    sized for observations of ``spec`` (default: Atari's 84x84 frames)."""
+    sizes = observation_args(spec) if spec is not None else {}
+    return random_init_model(num_actions, encoder, seed, goal_head, **sizes)
 
 
 def load_encoder(
@@ -96,7 +103,8 @@ def load_encoder(
         if store is None:
             raise ValueError("a random model needs a store or num_actions")
         num_actions = store.num_actions
-    return random_model(num_actions, encoder, seed), f"random init ({encoder})"
+    spec = store.observation_spec if store is not None else None
+    return random_model(num_actions, encoder, seed, spec=spec), f"random init ({encoder})"
 
 
 def load_encoders(
@@ -400,7 +408,9 @@ def start_distance(
             reference = start + 1
             rows = rows[rows >= reference]
         first = head[reference - start]
-        distance = np.abs(store.gather_frames(rows).astype(np.int16) - first).mean(axis=(1, 2))
+        # over every cell of a frame: (H, W) grey or (C, H, W) MinAtar grids alike
+        diff = np.abs(store.gather_frames(rows).astype(np.int16) - first)
+        distance = diff.reshape(len(rows), -1).mean(axis=1)
         frames.append(
             pd.DataFrame({"episode": e, "step": rows - start, "pixel_distance": distance})
         )

@@ -52,6 +52,7 @@ SPEEDS: tuple[Speed, ...] = (
     # at the paper's two it is about half.
     Speed("pretrain", "minatar", "cpu", 1500.0, "MinAtar: SGI pretraining, one thread, samples/s"),
     Speed("finetune", "minatar", "cpu", 39.0, "MinAtar: whole loop, one thread, 1 update/step"),
+    Speed("probe", "minatar", "cpu", 270.0, "MinAtar: a probe of 20k frames in 73 s, loaded CPU"),
 )
 """Measured speeds (benchmarks/README.md). Finetuning rates are one agent's; a population on a
 GPU batches its agents, so its figure is an upper bound on the time. No figure: DQN Replay

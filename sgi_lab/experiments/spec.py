@@ -25,6 +25,7 @@ from sgi_lab.config import (
 )
 from sgi_lab.envs.factory import canonical_env_game
 from sgi_lab.envs.games import ATARI_100K_GAMES, UnknownGameError
+from sgi_lab.envs.minatar import is_minatar
 from sgi_lab.probes.atariari import UnannotatedGameError, annotations
 
 EXECUTORS = ("local", "ray")
@@ -153,7 +154,7 @@ class ProbeSpec:
         [], f"pretraining configs whose runs are probed; '{NO_PRETRAINING}': random encoders"
     )
     seeds: list[int] = F([0], f"'{NO_PRETRAINING}': the random encoders' initialization seeds")
-    encoder: Literal["nature", "resnet", "resnet_l"] = F(
+    encoder: Literal["nature", "resnet", "resnet_l", "minatar", "minatar_l"] = F(
         "nature", f"'{NO_PRETRAINING}': the random encoders' architecture"
     )
     max_frames: int | None = F(None, "rows of the store used at most (null: all)")
@@ -332,6 +333,8 @@ def _check_probes(experiment: Experiment, path: Path) -> None:
                 f"{where}.split_seed: a seed in [0, 2**63), got {shorten(spec.split_seed)}"
             )
         for game in experiment.games:
+            if is_minatar(game):  # labelled by the game's own state (sgi_lab.probes.game_labels)
+                continue
             try:
                 annotations(game)
             except UnannotatedGameError as exc:
