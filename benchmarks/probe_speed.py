@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -52,6 +53,7 @@ def main() -> None:
     parser.add_argument(
         "--compare-logistic", action="store_true", help="torch against sklearn, same inputs"
     )
+    parser.add_argument("--max-iter", type=int, default=100, help="sklearn's lbfgs iterations")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -62,7 +64,7 @@ def main() -> None:
         else:
             store = TransitionStore(args.data)
         if args.compare_logistic:
-            row = compare_logistic(store, args.frames, args.encoder, settings)
+            row = compare_logistic(store, args.frames, args.encoder, settings, args.max_iter)
             print(json.dumps(row, indent=2))
             if args.json:
                 args.json.write_text(json.dumps(row, indent=2) + "\n")
@@ -109,11 +111,15 @@ def main() -> None:
 
 
 def compare_logistic(
-    store: TransitionStore, frames: int, encoder_name: str, settings: ProbeSettings
+    store: TransitionStore,
+    frames: int,
+    encoder_name: str,
+    settings: ProbeSettings,
+    max_iter: int = 100,
 ) -> dict:
     """The logistic readout on one encoder's features two ways: torch (this project's) and
-    sklearn, on the same split (test duplicates kept: both see the same rows), seconds and test
-    F1 per state variable."""
+    sklearn (lbfgs, at most ``max_iter`` iterations: its default), on the same split (test
+    duplicates kept: both see the same rows), seconds and test F1 per state variable."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.preprocessing import StandardScaler
 
@@ -136,13 +142,14 @@ def compare_logistic(
     probes = fit_logistic_probes(x[train], y[train], x[val], y[val], settings)
     seconds["torch"] = round(time.perf_counter() - started, 1)
     seconds["torch_cpu"] = round(time.process_time() - cpu_started, 1)
+    print(f"torch: {seconds}", file=sys.stderr, flush=True)  # sklearn may take long
     torch_pred = probes.predict(x[test])
     scaler = StandardScaler().fit(x[train])
     xs_train, xs_test = scaler.transform(x[train]), scaler.transform(x[test])
     started, cpu_started = time.perf_counter(), time.process_time()
     sk_pred, sk_iters = [], []
     for j in range(len(keep)):
-        fit = LogisticRegression(max_iter=1000).fit(xs_train, y[train, j])
+        fit = LogisticRegression(max_iter=max_iter).fit(xs_train, y[train, j])
         sk_pred.append(fit.predict(xs_test))
         sk_iters.append(int(np.max(fit.n_iter_)))
     seconds["sklearn"] = round(time.perf_counter() - started, 1)
@@ -153,6 +160,7 @@ def compare_logistic(
             "torch_epochs": probes.steps[j],
             "sklearn_f1": round(f1_weighted(y[test, j], sk_pred[j]), 3),
             "sklearn_iterations": sk_iters[j],
+            "sklearn_converged": sk_iters[j] < max_iter,
         }
         for j, i in enumerate(keep)
     }
