@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -702,3 +703,28 @@ def test_empty_live_panels_say_so_in_words_and_the_final_figure_drops_them():
     assert final.layout.title.text.endswith(
         "not logged in this run: probe F1 (AtariARI state, overall), episode return</sup>"
     )
+
+
+def test_static_copies_take_the_figures_size_and_a_failure_costs_only_the_copy(
+    tmp_path, monkeypatch
+):
+    """save_figure passes the figure's own width and height to the static export, and an
+    export that fails (kaleido or Chromium) warns in one line: the HTML and the notebook stay."""
+    monkeypatch.setattr(notebook, "static_export_problem", lambda: None)
+    monkeypatch.setattr(notebook, "_kaleido_server", lambda: None)
+    calls = []
+
+    def write_image(self, path, format, **size):  # noqa: A002  (plotly's keyword)
+        calls.append((Path(path).name, format, size))
+        if format == "pdf":
+            raise RuntimeError("Chromium crashed\nlong trace")
+        Path(path).write_bytes(b"x")
+
+    monkeypatch.setattr(go.Figure, "write_image", write_image)
+    fig = go.Figure(layout={"width": 1400, "height": 420})
+    with pytest.warns(UserWarning, match=r"^wide\.pdf not written: Chromium crashed$"):
+        path = notebook.save_figure(fig, tmp_path, "wide", formats=["png", "pdf"])
+    assert path.exists() and (tmp_path / "figures" / "wide.png").exists()
+    assert calls[0] == ("wide.png", "png", {"width": 1400, "height": 420})
+    notebook.save_figure(go.Figure(), tmp_path, "plain", formats="png")
+    assert calls[-1] == ("plain.png", "png", {})  # no size set: kaleido's default
