@@ -69,6 +69,7 @@ def test_pretraining_learns_inverse_dynamics(dot_store, tmp_path):
             "batch_size": 32,
             "steps": 60,
             "log_every": 20,
+            "checkpoint_every": 60,  # one checkpoint, not six (a full-size model each)
             "lr": 1.0e-3,
             "goal_weight": 0.0,
             "spr_steps": 1,
