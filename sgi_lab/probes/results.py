@@ -265,15 +265,18 @@ def probe_done(
     split_seed: int = 0,
     max_frames: int | None = None,
     random_baseline_seed: int | None = 0,
+    readout: str = "lstsq",
+    features: str = "renormalized",
 ) -> bool:
     """Whether ``folder/probes.json`` holds the result `probe_run` would compute for this store
-    with the default `ProbeSettings` (what an experiment's probe task checks): ``folder`` is a
-    pretraining run (its ``model.pt``) or a random encoder's folder."""
+    with `ProbeSettings` of ``readout`` and ``features`` (what an experiment's probe task
+    checks): ``folder`` is a pretraining run (its ``model.pt``) or a random encoder's folder."""
 
     manifest = read_manifest(store)
     if manifest is None or not manifest.complete:
         return False
     fingerprint = manifest.fingerprint or manifest.content_fingerprint()
-    key = probe_settings_key(ProbeSettings(), split_seed, max_frames, random_baseline_seed)
+    settings = ProbeSettings(readout=readout, features=features)
+    key = probe_settings_key(settings, split_seed, max_frames, random_baseline_seed)
     stamp = file_stamp(Path(folder) / "model.pt")
     return find_result(folder, fingerprint, key, stamp) is not None

@@ -5,6 +5,7 @@ pretraining's probe metrics."""
 
 from __future__ import annotations
 
+import functools
 import json
 
 import numpy as np
@@ -33,7 +34,7 @@ from sgi_lab.probes.linear import (
     within_accuracy,
 )
 from sgi_lab.probes.probe import encoder_features, random_init_model
-from sgi_lab.probes.results import write_probes
+from sgi_lab.probes.results import probe_done, write_probes
 from sgi_lab.train.pretrain import probe_metrics
 
 
@@ -199,6 +200,10 @@ def test_cli_readouts_are_separate_entries_listed_side_by_side(tmp_path, capsys)
     ]
     assert main([*base, "--readout", "logistic", "--features", "conv"]) == 0  # done: skipped
     assert json.loads(capsys.readouterr().out)["computed"] is False
+    # what an experiment's probe task checks, per readout
+    done = functools.partial(probe_done, out, store.path, random_baseline_seed=None)
+    assert done() and done(readout="logistic", features="conv")
+    assert not done(readout="logistic") and not done(features="projection")
     frame = probe_frame([out])
     assert sorted(frame["readout"]) == ["logistic", "lstsq"]
     assert frame["coordinate_r2"].notna().all()
