@@ -234,13 +234,15 @@ def test_population_of_two_games_and_two_seeds_runs_resumes_and_reports(tmp_path
 
     out = tmp_path / "pop"
     argv = ["finetune", "--params", "params/finetune/smoke.yaml", "--game", "pong,breakout"]
-    argv += ["--seed", "0,1", "--out", str(out), "--no-progress", *LOOP]
+    small = ["--set", "hidden_size=64"]  # small heads: a 6x smaller model to checkpoint
+    argv += ["--seed", "0,1", "--out", str(out), "--no-progress", *LOOP, *small]
     folders = [out / f"{g}__s{s}" for g in ("Pong", "Breakout") for s in (0, 1)]
 
     # Interrupt the population after its first checkpoint (step 20), as a kill would.
     from sgi_lab.config import FinetuneConfig, load_config, parse_overrides
 
-    base = load_config(FinetuneConfig, "params/finetune/smoke.yaml", parse_overrides(LOOP[1::2]))
+    sets = parse_overrides([*LOOP, *small][1::2])
+    base = load_config(FinetuneConfig, "params/finetune/smoke.yaml", sets)
     import dataclasses
 
     configs = [
@@ -292,6 +294,7 @@ def test_an_agent_trajectory_does_not_depend_on_its_population(tmp_path):
         encoder="nature", steps=30, learning_starts=10, eps_start=0.0, eps_end=0.0,
         eval_episodes=1, eval_envs=1, eval_max_frames=40, checkpoint_every=30, log_every=10,
         population_batching="vmap",  # the batched arithmetic is what could change a trajectory
+        hidden_size=64,  # small heads: a 6x smaller model to update and checkpoint
     )  # fmt: skip
     import dataclasses
 

@@ -83,7 +83,10 @@ def test_pretraining_learns_inverse_dynamics(dot_store, tmp_path):
 
 
 def test_interrupted_run_resumes_at_the_right_step_and_matches(dot_store, tmp_path):
-    config = build_config(PretrainConfig, {**TINY, "steps": 20, "goal_weight": 0.0})
+    # small heads: a 6x smaller model to checkpoint; the resume is what is tested
+    config = build_config(
+        PretrainConfig, {**TINY, "steps": 20, "goal_weight": 0.0, "hidden_size": 64}
+    )
     reference = pretrain(config, dot_store, tmp_path / "straight", progress=False)
 
     def crash(row):
@@ -110,7 +113,10 @@ def test_a_stopped_run_checkpoints_where_it_stopped_and_resumes_to_the_same_mode
 ):
     """A stop at step 5 (checkpoints every 10) writes a checkpoint at 5; the resumed run ends
     with the model of an uninterrupted one."""
-    config = build_config(PretrainConfig, {**TINY, "steps": 20, "goal_weight": 0.0})
+    # small heads: a 6x smaller model to checkpoint; the resume is what is tested
+    config = build_config(
+        PretrainConfig, {**TINY, "steps": 20, "goal_weight": 0.0, "hidden_size": 64}
+    )
     reference = pretrain(config, dot_store, tmp_path / "straight", progress=False)
     stop = Deadline()
 
