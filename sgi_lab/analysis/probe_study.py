@@ -306,7 +306,12 @@ def write_probe_report(graph: Any) -> Path:
     # `sgi_lab.experiments` on machines that may lack plotly (the GPU image trains without it)
     from sgi_lab.viz.probes import probe_bars
 
-    correlation = paper_rank_correlation(summary)
+    correlations = "".join(
+        f"<p>Spearman rank correlation of {metric} F1 with the paper's tab:controls_hns median "
+        f"HNS: {json.dumps({k: v for k, v in corr.items() if k != 'pairs'})}</p>"
+        for metric in ("across_categories", "overall", "reward_f1")
+        for corr in [paper_rank_correlation(summary, metric)]
+    )
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",
         f"<title>{html.escape(graph.experiment.name)}</title>",
@@ -316,9 +321,10 @@ def write_probe_report(graph: Any) -> Path:
         f"<p>{html.escape(graph.experiment.description)}; {len(frame)} probed encoders, games "
         f"{', '.join(sorted(frame['game'].unique()))}.</p>",
         "<h2>Test F1 per objective (mean over seeds of the mean over games; 95% t CIs)</h2>",
+        "<p>across_categories: the mean of the category means (AtariARI's headline); overall: "
+        "the mean over every variable.</p>",
         summary_table(summary).to_html(na_rep="-"),
-        "<p>Spearman rank correlation of overall F1 with the paper's tab:controls_hns median "
-        f"HNS: {json.dumps({k: v for k, v in correlation.items() if k != 'pairs'})}</p>",
+        correlations,
         probe_bars(summary).to_html(full_html=False, include_plotlyjs=True),
         "<h2>Every probed encoder</h2>",
         frame.to_html(index=False, float_format=lambda x: f"{x:.3f}", na_rep="-"),
