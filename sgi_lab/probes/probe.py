@@ -79,12 +79,11 @@ NON_RANDOM_SOURCES = ("exploratory", "dqn_replay")
 """Store sources (``manifest.source``) recorded from a policy worth imitating: the action probe
 runs on these only. The Random collector's actions are not independent of the frames: each is
 held for Geometric(1/3) steps, so the previous action, visible as motion in the frame stack,
-repeats with probability 2/3 + 1/3 * 1/A (0.72 for Pong's 6 actions; 0.721 measured on a 50k-step
-Random Pong store). A probe of them
-would measure how well the encoder shows that motion, not a policy's choice, which is the
-question the action probe asks. (Uniform random actions are also inverse dynamics' best case:
-every action equally often, each visible in its effect on the next frames: not a case with
-nothing to learn.)"""
+repeats with probability 2/3 + 1/3 * 1/A (0.72 for Pong's 6 actions; 0.721 measured on a
+50k-step Random Pong store). A probe of them would measure how well the encoder shows that
+motion, not a policy's choice, which is the question the action probe asks. (Uniform random
+actions are also inverse dynamics' best case: every action equally often, each visible in its
+effect on the next frames: not a case with nothing to learn.)"""
 COORDINATE_CATEGORIES = ("agent_localization", "small_object_localization", "other_localization")
 """The categories whose variables are coordinates: they get a ridge regression beside their
 classifier."""
