@@ -22,7 +22,12 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from sgi_lab.analysis.probe_encoders import probes_path
-from sgi_lab.analysis.probe_study import objective_summary, probe_folders, probe_frame
+from sgi_lab.analysis.probe_study import (
+    DEFAULT_READOUT,
+    objective_summary,
+    probe_folders,
+    probe_frame,
+)
 from sgi_lab.analysis.report import read_run
 from sgi_lab.envs.games import canonical_game
 from sgi_lab.probes.atariari import CATEGORIES
@@ -95,8 +100,11 @@ def load_probe_scores(
         for method, run in labelled
         if run.config.get("pretrained")
     )
-    frames = [probe_frame([where]).assign(method=method) for method, where in sources]
-    found = probe_frame(probe_folders(probe_paths))
+    # the default readout's results (a folder may hold others: objective_summary refuses a mix)
+    frames = [
+        probe_frame([where], *DEFAULT_READOUT).assign(method=method) for method, where in sources
+    ]
+    found = probe_frame(probe_folders(probe_paths), *DEFAULT_READOUT)
     if not found.empty:
         frames.append(found.assign(method=found["objective"]))
     frames = [f for f in frames if not f.empty]

@@ -21,8 +21,13 @@ import numpy as np
 import pandas as pd
 import torch
 
+from sgi_lab.analysis.probe_study import (
+    DEFAULT_READOUT,
+    objective_summary,
+    probe_folders,
+    probe_frame,
+)
 from sgi_lab.analysis.probe_study import METRICS as STUDY_METRICS
-from sgi_lab.analysis.probe_study import objective_summary, probe_folders, probe_frame
 from sgi_lab.analysis.probe_study import summary_table as probe_summary_table
 from sgi_lab.base.files import read_jsonl
 from sgi_lab.data import TransitionStore
@@ -346,7 +351,8 @@ def load_probes(
     """``(one row per probed encoder and store, per-objective summary)`` of `probe_sources`;
     an encoder without a parameter set counts under its folder's name. Empty frames when
     nothing there has been probed."""
-    frame = probe_frame(probe_folders(probe_sources(probe_runs, pretrained)))
+    # the default readout's results (a folder may hold others: objective_summary refuses a mix)
+    frame = probe_frame(probe_folders(probe_sources(probe_runs, pretrained)), *DEFAULT_READOUT)
     if not frame.empty:
         named = frame["folder"].map(lambda f: Path(f).name if f else "encoder")
         frame["objective"] = frame["objective"].fillna(named)

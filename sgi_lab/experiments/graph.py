@@ -404,6 +404,7 @@ def _probe_tasks(
             dropped.append(f"probe {spec.name} (its data {spec.data!r} was dropped)")
             continue
         options = ["--split-seed", str(spec.split_seed), "--no-progress"]
+        options += ["--readout", spec.readout, "--features", spec.features]
         if spec.max_frames is not None:
             options += ["--max-frames", str(spec.max_frames)]
         if not spec.random_baseline:
@@ -423,6 +424,8 @@ def _probe_tasks(
                     "split_seed": spec.split_seed,
                     "max_frames": spec.max_frames,
                     "random_baseline_seed": 0 if spec.random_baseline else None,
+                    "readout": spec.readout,
+                    "features": spec.features,
                 }
                 if base == NO_PRETRAINING:
                     encoders = [

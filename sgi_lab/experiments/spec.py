@@ -32,7 +32,7 @@ EXECUTORS = ("local", "ray")
 EXPERIMENT_FILE = "experiment.yaml"
 STATE_FILE = "experiment.json"
 NO_PRETRAINING = "none"
-PROBE_KEYS = ("store", "split_seed", "max_frames", "random_baseline_seed")
+PROBE_KEYS = ("store", "split_seed", "max_frames", "random_baseline_seed", "readout", "features")
 KINDS = ("data", "pretrain", "finetune", "probe", "report")
 # A name that becomes part of a path (a run folder, a params file, the default --out): one path
 # part of letters, digits, '_', '-' and '.', not starting with '.' (no '..', no hidden file).
@@ -161,6 +161,12 @@ class ProbeSpec:
     split_seed: int = F(0, "seeds the episode split (the same for every encoder)")
     random_baseline: bool = F(
         False, "also probe a random encoder on each run's split (probes.json random_init)"
+    )
+    readout: Literal["lstsq", "logistic"] = F(
+        "lstsq", "sgi-lab probe --readout: least squares, or the logistic (softmax) probe"
+    )
+    features: Literal["renormalized", "conv", "projection"] = F(
+        "renormalized", "sgi-lab probe --features: what the probe reads of each encoder"
     )
 
 

@@ -559,3 +559,21 @@ def test_a_minatar_agents_pretrained_run_is_found_at_its_slug(tmp_path):
         "minatar-breakout__s0",
         "minatar-asterix__s0",
     ]
+
+
+def test_a_probe_config_names_its_readout_and_features(tmp_path):
+    """probe: readout/features reach `sgi-lab probe` and the task's done check (probes_done
+    compares them), so one experiment can probe the same encoders with several readouts."""
+    text = (ROOT / "params/experiments/minatar_objectives.yaml").read_text()
+    text = text.replace(
+        "    encoder: minatar\nresources:",
+        "    encoder: minatar\n    readout: logistic\n    features: projection\nresources:",
+    )
+    graph = ex.expand(ex.load_experiment(write(tmp_path, text)), tmp_path / "exp")
+    probe = next(t for t in graph.tasks if t.kind == "probe")
+    argv = list(probe.argv)
+    assert argv[argv.index("--readout") + 1] == "logistic"
+    assert argv[argv.index("--features") + 1] == "projection"
+    assert (probe.probe["readout"], probe.probe["features"]) == ("logistic", "projection")
+    with pytest.raises(ConfigError, match="readout"):
+        ex.load_experiment(write(tmp_path, text.replace("readout: logistic", "readout: svm")))
