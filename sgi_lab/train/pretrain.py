@@ -234,6 +234,12 @@ class _Loop:
         self.state.model.train()
         self.state.target.train()  # as the reference: target BN uses batch statistics
         step_fn = self.step_function()
+        if self.probe is not None and self.step == 0:
+            # the run's own initialisation, probed before it trains: each later point is paired
+            # with its own starting point (the probes leave training's random streams alone)
+            row = logger.log(0, **self.probe(self.state.model, 0))
+            if callback is not None:
+                callback(row)
         try:
             while self.step < config.steps:
                 window.add(step_fn(device_batch(self.sampler.sample(), self.device)))

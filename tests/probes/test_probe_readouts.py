@@ -337,11 +337,11 @@ def test_pretraining_probes_a_minatar_encoder_with_the_configs_readout(minatar_s
         argv += ["--set", f"{key}={value}"]
     assert main([*argv, "--out", str(run), "--no-progress"]) == 0
     probed = [r for r in RunDir(run).read_metrics() if "probe/f1" in r]
-    assert [r["step"] for r in probed] == [2, 4]
+    assert [r["step"] for r in probed] == [0, 2, 4]  # the initialisation first
     for row in probed:
         assert (row["probe/readout"], row["probe/features"]) == ("logistic", "projection")
         assert 0 <= row["probe/f1_across_categories"] <= 1
         assert "probe/f1_agent_localization" in row and "probe/coordinate_r2" in row
     curves = training_probe_curves([run])
-    assert list(curves["readout"]) == ["logistic", "logistic"]
-    assert list(curves["features"]) == ["projection", "projection"]
+    assert list(curves["readout"]) == ["logistic"] * 3
+    assert list(curves["features"]) == ["projection"] * 3

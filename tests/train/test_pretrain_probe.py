@@ -70,9 +70,10 @@ def test_probe_curve_points_are_the_encoders_probes_and_training_is_unchanged(st
     inputs = RunDir(tmp_path / "probed").status()["inputs"]
     assert inputs == {"data": data.fingerprint, "probe_data": probe_store.fingerprint}
     rows = RunDir(tmp_path / "probed").read_metrics()
-    assert [r["step"] for r in rows] == [4, 6, 8, 12]  # log_every 4, and the probes at 6 and 12
+    # the initialisation (step 0), log_every 4, and the probes at 6 and 12
+    assert [r["step"] for r in rows] == [0, 4, 6, 8, 12]
     with_probe = [r["step"] for r in rows if "probe/f1" in r]
-    assert with_probe == [6, 12]
+    assert with_probe == [0, 6, 12]
     for row in rows:
         if "probe/f1" in row:
             assert 0 <= row["probe/f1"] <= 1 and 0 <= row["probe/reward_f1"] <= 1
@@ -98,6 +99,19 @@ def test_probe_curve_points_are_the_encoders_probes_and_training_is_unchanged(st
     expected = probe_metrics(result)
     assert {k: v for k, v in rows[-1].items() if k.startswith("probe/")} == pytest.approx(
         expected, abs=1e-6
+    )
+    # The point at step 0 is the probe of the run's own initialisation.
+    initial = build_state(config(), data.num_actions, torch.device("cpu")).model
+    result = probe_encoder(
+        ProbeEncoder(initial, "init", "pretrain", tmp_path / "unused0.json"),
+        probe_store,
+        max_frames=200,
+        random_baseline_seed=None,
+        device="cpu",
+        progress=False,
+    )
+    assert {k: v for k, v in rows[0].items() if k.startswith("probe/")} == pytest.approx(
+        probe_metrics(result), abs=1e-6
     )
 
 
