@@ -27,6 +27,10 @@ git-filters:  ## nbstripout as the git filter of notebooks (part of setup)
 	git config filter.nbstripout.smudge cat
 	git config filter.nbstripout.required true
 	git config diff.ipynb.textconv '$(NBSTRIP) -t'
+	@# A fresh clone's files are "racily clean" (checked out in the second its index was
+	@# written): until the index is refreshed once, every `git status` (each run's provenance)
+	@# runs the notebooks' filter again, ~7 s a call here. Refresh it now, once.
+	@git update-index -q --refresh >/dev/null 2>&1 || true
 
 # nbstripout is the notebooks' git filter on the make demo / make test path too, not only after
 # make setup: a notebook run or saved in JupyterLab is then no change, and runs started from Lab
