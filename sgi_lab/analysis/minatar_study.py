@@ -22,11 +22,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sgi_lab.analysis.probe_study import PAPER_CONFIGS
+from sgi_lab.analysis.probe_study import rank_correlation_with_paper
 from sgi_lab.analysis.report import read_run
 from sgi_lab.base.files import read_jsonl
 from sgi_lab.metrics.aggregate import aggregate_with_ci, probability_of_improvement_with_ci
-from sgi_lab.metrics.paper import paper_aggregates
 from sgi_lab.runs.status import read_status
 
 SCRATCH = {"sgi_none": "none", "sgi_none_2x": "none"}
@@ -145,18 +144,7 @@ def paper_rank_correlation(table: pd.DataFrame, metric: str = "iqm") -> dict[str
     """Spearman's rank correlation of the objectives' ``metric`` with the paper's
     ``tab:controls_hns`` median HNS (pretraining on Mixed Atari data, the ResNet): the objectives
     both have (``none`` is SGI-None)."""
-    from scipy import stats  # noqa: PLC0415  (scipy only for this one statistic)
-
-    paper = paper_aggregates("tab:controls_hns").set_index("config")["median"]
-    pairs = [
-        (name, float(table.loc[name, metric]), float(paper[PAPER_CONFIGS[name]]))
-        for name in table.index
-        if name in PAPER_CONFIGS and PAPER_CONFIGS[name] in paper.index
-    ]
-    if len(pairs) < 3:
-        return {"rho": None, "p": None, "n": len(pairs), "pairs": pairs}
-    rho, p = stats.spearmanr([a for _, a, _ in pairs], [b for _, _, b in pairs])
-    return {"rho": float(rho), "p": float(p), "n": len(pairs), "pairs": pairs}
+    return rank_correlation_with_paper(table[metric])
 
 
 def learning_curves(runs: pd.DataFrame, bin_steps: int = 1000) -> pd.DataFrame:

@@ -40,6 +40,7 @@ __all__ = [
     "probe_curves",
     "probe_folders",
     "probe_frame",
+    "rank_correlation_with_paper",
     "results_markdown",
     "training_probe_curves",
     "curve_summary",
@@ -257,13 +258,20 @@ def paper_rank_correlation(
 ) -> dict[str, Any]:
     """Spearman's rank correlation between the objectives' probe ``metric`` and the paper's
     ``tab:controls_hns`` aggregate (``paper_metric``) for the objectives both have."""
+    ours = summary[summary["metric"] == metric].set_index("objective")["value"]
+    return rank_correlation_with_paper(ours, paper_metric)
+
+
+def rank_correlation_with_paper(values: pd.Series, paper_metric: str = "median") -> dict[str, Any]:
+    """Spearman's rank correlation of ``values`` (indexed by our objective names, `PAPER_CONFIGS`)
+    with the paper's ``tab:controls_hns`` ``paper_metric``: ``{rho, p, n, pairs}``, rho and p
+    None under 3 objectives in common."""
     from scipy import stats
 
     paper = paper_aggregates("tab:controls_hns").set_index("config")[paper_metric]
-    ours = summary[summary["metric"] == metric].set_index("objective")["value"]
     pairs = [
-        (name, float(ours[name]), float(paper[PAPER_CONFIGS[name]]))
-        for name in ours.index
+        (name, float(values[name]), float(paper[PAPER_CONFIGS[name]]))
+        for name in values.index
         if name in PAPER_CONFIGS and PAPER_CONFIGS[name] in paper.index
     ]
     if len(pairs) < 3:

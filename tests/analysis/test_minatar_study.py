@@ -87,6 +87,7 @@ def test_markdown_says_how_much_finished_and_shows_schemes(study):
     assert "| s | 0.510 [" in text and "| 1.00 [1.00, 1.00] |" in text
     assert "### SGI's finetuning schemes" in text and "| sgi (naive) |" in text
     assert "### Per game" in text
+    assert "median HNS: rho = " in text and "(p = " in text and "3 objectives)" in text
 
 
 def test_learning_curves_bin_training_returns(study):
