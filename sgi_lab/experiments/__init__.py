@@ -25,7 +25,7 @@ The package, in the order a task flows through it:
 - `cost`: the measured speeds, `estimate_cost` and the ``--dry-run`` plan;
 - `state`: whether a task is done (locally or in a storage URI), what a worker pulls and pushes;
 - `executors`: one task as an ``sgi-lab`` subprocess, `LocalExecutor` and `RayExecutor`;
-- `scheduler`: `run_graph`;
+- `scheduler`: `run_graph`, `first_order` (what ``--first`` starts first);
 - `report`: ``report.html`` and ``results.csv``;
 - `cli`: ``sgi-lab experiment``.
 """
@@ -60,6 +60,7 @@ from sgi_lab.experiments.report import finished_agent_folders, write_report
 from sgi_lab.experiments.scheduler import (
     STATES,
     _oversubscription,
+    first_order,
     run_graph,
 )
 from sgi_lab.experiments.spec import (
@@ -126,6 +127,7 @@ __all__ = [
     "pull_results",
     "run_command",
     "run_experiment",
+    "first_order",
     "run_graph",
     "storage_plan",
     "stored_task_done",

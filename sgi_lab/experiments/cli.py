@@ -79,6 +79,7 @@ def main_experiment(args: argparse.Namespace) -> int:
         address=args.address,
         progress=not args.no_progress,
         storage=args.storage,
+        first=args.first or (),
     )
     bad = {k: v for k, v in summary["tasks"].items() if v["state"] in ("failed", "blocked")}
     for task_id, entry in bad.items():
@@ -117,6 +118,13 @@ def add_experiment_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--max-parallel", type=int, default=1, help="local: task processes at a time")
     p.add_argument("--retries", type=int, default=1, help="runs again of a failed task")
     p.add_argument("--param", action="append", metavar="KEY=VALUE", help="an experiment parameter")
+    p.add_argument(
+        "--first",
+        action="append",
+        metavar="PATTERN",
+        help="start the tasks whose ids match (fnmatch: 'finetune/sgi_none/*'), and what they "
+        "read, before the others; repeat for several (the ids: --dry-run)",
+    )
     p.add_argument("--report-only", action="store_true", help="write the report of what finished")
     p.add_argument("--no-progress", action="store_true", help="no progress display")
     p.set_defaults(handler=main_experiment)

@@ -4,11 +4,12 @@ retrying failures and recording each task's state in ``experiment.json``."""
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import json
 import os
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +108,7 @@ def run_graph(
     progress: bool = True,
     on_event: Callable[[str, Task, dict], None] | None = None,
     storage: str | None = None,
+    first: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Run every task of ``graph`` whose folder is not complete, in dependency order.
 
@@ -128,6 +130,9 @@ def run_graph(
             finished tasks are read from there; ``experiment.yaml``, ``params/`` and
             ``experiment.json`` are copied there; the finetuning runs and logs are pulled
             into ``graph.out`` for the report. None: workers write ``graph.out`` directly.
+        first: task-id patterns (``fnmatch``: ``finetune/sgi_none/*``) whose tasks, with
+            everything they read, start before the others (`first_order`): the comparison a
+            long study is run for is answered early. The others fill the free slots.
 
     Returns:
         The ``experiment.json`` payload: per task its state (done, failed or blocked: an input
@@ -138,6 +143,7 @@ def run_graph(
     if max_parallel < 1 or retries < 0:
         raise ValueError("max_parallel must be >= 1 and retries >= 0")
 
+    graph = dataclasses.replace(graph, tasks=first_order(graph, first))
     out = graph.out
     check_inside(graph)  # a graph built by hand gets the check `expand` makes
     check_experiment_folder(out, graph.experiment.name)
@@ -149,6 +155,37 @@ def run_graph(
         )
     finally:
         lock.release()
+
+
+def first_order(graph: Graph, patterns: Sequence[str]) -> tuple[Task, ...]:
+    """The graph's tasks with those matching any of ``patterns`` (``fnmatch`` on task ids),
+    and the tasks they depend on, first; each group keeps the graph's (dependency) order.
+
+    Raises:
+        ValueError: a pattern that matches no task, naming it and some task ids.
+    """
+    if not patterns:
+        return graph.tasks
+    by_id = {t.id: t for t in graph.tasks}
+    wanted: set[str] = set()
+    for pattern in patterns:
+        hits = [t.id for t in graph.tasks if fnmatch.fnmatchcase(t.id, pattern)]
+        if not hits:
+            some = ", ".join(t.id for t in graph.tasks if t.kind in ("finetune", "pretrain"))
+            raise ValueError(
+                f"--first {pattern!r} matches no task of {graph.experiment.name!r} "
+                f"(task ids look like: {some[:300]}...)"
+            )
+        wanted.update(hits)
+    todo = list(wanted)
+    while todo:  # everything the chosen tasks read
+        for dep in by_id[todo.pop()].deps:
+            if dep not in wanted:
+                wanted.add(dep)
+                todo.append(dep)
+    return tuple(t for t in graph.tasks if t.id in wanted) + tuple(
+        t for t in graph.tasks if t.id not in wanted
+    )
 
 
 def _run_graph(graph, out, executor, max_parallel, retries, address, progress, on_event, storage):

@@ -577,3 +577,54 @@ def test_a_probe_config_names_its_readout_and_features(tmp_path):
     assert (probe.probe["readout"], probe.probe["features"]) == ("logistic", "projection")
     with pytest.raises(ConfigError, match="readout"):
         ex.load_experiment(write(tmp_path, text.replace("readout: logistic", "readout: svm")))
+
+
+def test_first_puts_the_chosen_tasks_and_their_inputs_ahead_in_dependency_order(tmp_path):
+    graph = graph_of("minatar_objectives", tmp_path)
+    order = [t.id for t in ex.first_order(graph, ["finetune/reduced_lr__sgi/*"])]
+    assert sorted(order) == sorted(t.id for t in graph.tasks)  # a permutation
+    wanted = {t.id for t in graph.tasks if t.id.startswith("finetune/reduced_lr__sgi/")}
+    assert len(wanted) == 4  # Breakout+Asterix, Freeway, Seaquest, Space Invaders
+    inputs = {f"data/random__{g}" for g in GAME_SLUGS} | {f"pretrain/sgi__{g}" for g in GAME_SLUGS}
+    assert set(order[: len(wanted | inputs)]) == wanted | inputs
+    position = {task_id: i for i, task_id in enumerate(order)}
+    for task in graph.tasks:  # still a dependency order
+        assert all(position[d] < position[task.id] for d in task.deps), task.id
+    assert ex.first_order(graph, []) == graph.tasks
+
+
+def test_first_names_a_pattern_that_matches_nothing_before_anything_is_written(tmp_path):
+    graph = graph_of("minatar_objectives", tmp_path)
+    with pytest.raises(ValueError, match=r"--first 'finetune/sgi_nothing/\*' matches no task"):
+        ex.run_graph(graph, first=["finetune/sgi_nothing/*"], progress=False)
+    assert not graph.out.exists()
+
+
+def test_first_starts_the_chosen_task_first(tmp_path):
+    text = """
+name: ordering
+games: [Pong]
+data:
+  a: {source: random, steps: 30}
+  b: {source: random, steps: 30}
+pretrain:
+  - {name: p, params: params/pretrain/smoke.yaml, data: a}
+  - {name: q, params: params/pretrain/smoke.yaml, data: b}
+finetune: [{name: f, params: params/finetune/smoke.yaml, pretrain: [p, q]}]
+"""
+    full = ex.expand(ex.load_experiment(write(tmp_path, text)), tmp_path / "out")
+    graph = dataclasses.replace(full, tasks=tuple(t for t in full.tasks if t.kind == "data"))
+    events = []
+    ex.run_graph(
+        graph,
+        progress=False,
+        first=["data/b__*"],
+        on_event=lambda e, t, i: events.append((e, t.id)),
+    )
+    started = [task_id for event, task_id in events if event == "started"]
+    assert started[:2] == ["data/b__Pong", "data/a__Pong"]
+
+
+GAME_SLUGS = [
+    f"minatar-{g}" for g in ("asterix", "breakout", "freeway", "seaquest", "space_invaders")
+]
