@@ -131,8 +131,9 @@ def run_graph(
             ``experiment.json`` are copied there; the finetuning runs and logs are pulled
             into ``graph.out`` for the report. None: workers write ``graph.out`` directly.
         first: task-id patterns (``fnmatch``: ``finetune/sgi_none/*``) whose tasks, with
-            everything they read, start before the others (`first_order`): the comparison a
-            long study is run for is answered early. The others fill the free slots.
+            everything they read, start before the others, in the patterns' order
+            (`first_order`): the comparison a long study is run for is answered early. The
+            others fill the free slots.
 
     Returns:
         The ``experiment.json`` payload: per task its state (done, failed or blocked: an input
@@ -158,16 +159,17 @@ def run_graph(
 
 
 def first_order(graph: Graph, patterns: Sequence[str]) -> tuple[Task, ...]:
-    """The graph's tasks with those matching any of ``patterns`` (``fnmatch`` on task ids),
-    and the tasks they depend on, first; each group keeps the graph's (dependency) order.
+    """The graph's tasks with those matching ``patterns`` (``fnmatch`` on task ids), and the
+    tasks they depend on, first: the first pattern's group, then the next pattern's (less what
+    is already placed), then everything else; each group keeps the graph's (dependency) order,
+    so the whole stays a dependency order.
 
     Raises:
         ValueError: a pattern that matches no task, naming it and some task ids.
     """
-    if not patterns:
-        return graph.tasks
     by_id = {t.id: t for t in graph.tasks}
-    wanted: set[str] = set()
+    placed: set[str] = set()
+    order: list[Task] = []
     for pattern in patterns:
         hits = [t.id for t in graph.tasks if fnmatch.fnmatchcase(t.id, pattern)]
         if not hits:
@@ -176,16 +178,16 @@ def first_order(graph: Graph, patterns: Sequence[str]) -> tuple[Task, ...]:
                 f"--first {pattern!r} matches no task of {graph.experiment.name!r} "
                 f"(task ids look like: {some[:300]}...)"
             )
-        wanted.update(hits)
-    todo = list(wanted)
-    while todo:  # everything the chosen tasks read
-        for dep in by_id[todo.pop()].deps:
-            if dep not in wanted:
-                wanted.add(dep)
-                todo.append(dep)
-    return tuple(t for t in graph.tasks if t.id in wanted) + tuple(
-        t for t in graph.tasks if t.id not in wanted
-    )
+        group = set(hits) - placed
+        todo = list(group)
+        while todo:  # everything the chosen tasks read
+            for dep in by_id[todo.pop()].deps:
+                if dep not in group and dep not in placed:
+                    group.add(dep)
+                    todo.append(dep)
+        order += [t for t in graph.tasks if t.id in group]
+        placed |= group
+    return tuple(order) + tuple(t for t in graph.tasks if t.id not in placed)
 
 
 def _run_graph(graph, out, executor, max_parallel, retries, address, progress, on_event, storage):

@@ -591,6 +591,22 @@ def test_first_puts_the_chosen_tasks_and_their_inputs_ahead_in_dependency_order(
     for task in graph.tasks:  # still a dependency order
         assert all(position[d] < position[task.id] for d in task.deps), task.id
     assert ex.first_order(graph, []) == graph.tasks
+    # Patterns in turn: Breakout+Asterix of both, then the rest of SGI's, then no pretraining.
+    order = [
+        t.id
+        for t in ex.first_order(
+            graph,
+            ["finetune/*sgi*/part1of4", "finetune/reduced_lr__sgi/*", "finetune/sgi_none/*"],
+        )
+        if t.kind == "finetune"
+    ]
+    part1 = [
+        f"finetune/{c}/part1of4"
+        for c in ("reduced_lr__sgi", "sgi_none", "naive__sgi", "frozen__sgi")
+    ]
+    rest = [f"finetune/reduced_lr__sgi/part{k}of4" for k in (2, 3, 4)]
+    rest += [f"finetune/sgi_none/part{k}of4" for k in (2, 3, 4)]
+    assert order[:10] == part1 + rest
 
 
 def test_first_names_a_pattern_that_matches_nothing_before_anything_is_written(tmp_path):
