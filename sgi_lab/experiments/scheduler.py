@@ -3,13 +3,16 @@ retrying failures and recording each task's state in ``experiment.json``."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fnmatch
 import json
 import os
+import signal
+import threading
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -151,11 +154,37 @@ def run_graph(
     out.mkdir(parents=True, exist_ok=True)
     lock = FolderLock(out, f"the experiment {graph.experiment.name!r}", wait=0)
     try:
-        return _run_graph(
-            graph, out, executor, max_parallel, retries, address, progress, on_event, storage
-        )
+        with _terminate_as_interrupt():
+            return _run_graph(
+                graph, out, executor, max_parallel, retries, address, progress, on_event, storage
+            )
     finally:
         lock.release()
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM while a graph runs: handled as Ctrl-C is (the task processes are stopped,
+    each at a checkpoint, and put back to pending), for schedulers, `timeout` and ``kill``."""
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises `Terminated` in the main thread while the graph runs (a shell's
+    background job ignores SIGINT, so SIGTERM is how it is stopped cleanly); elsewhere, or
+    outside, nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, previous)  # a second SIGTERM acts as before
+        raise Terminated("SIGTERM")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def first_order(graph: Graph, patterns: Sequence[str]) -> tuple[Task, ...]:

@@ -19,6 +19,7 @@ import pytest
 from conftest import kill_once_a_pretraining_run_finishes, run_mtimes
 
 from sgi_lab import experiments as ex
+from sgi_lab.base.files import FolderLock
 from sgi_lab.config import ConfigError
 from sgi_lab.launch.cli import main
 
@@ -644,3 +645,46 @@ finetune: [{name: f, params: params/finetune/smoke.yaml, pretrain: [p, q]}]
 GAME_SLUGS = [
     f"minatar-{g}" for g in ("asterix", "breakout", "freeway", "seaquest", "space_invaders")
 ]
+
+
+def test_sigterm_stops_the_tasks_and_puts_them_back_to_pending(tmp_path):
+    """A background job ignores SIGINT; SIGTERM (kill, timeout, a scheduler) stops the graph as
+    Ctrl-C does: the task process ends, the task is pending again, the folder is unlocked."""
+    text = """
+name: terminated
+games: [Pong]
+data:
+  big: {source: random, steps: 2000000}
+pretrain: [{name: p, params: params/pretrain/smoke.yaml, data: big}]
+finetune: [{name: f, params: params/finetune/smoke.yaml, pretrain: [p]}]
+"""
+    file = write(tmp_path, text)
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sgi_lab.launch.cli", "experiment", str(file), "--out", str(out)]
+        + ["--no-progress"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    state = out / "experiment.json"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if state.exists() and '"running": 1' in state.read_text():
+            break
+        time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail("the data task never started: " + (proc.communicate()[0] or ""))
+    time.sleep(2)  # the collector is running
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, output
+    assert "interrupted" in output
+    task = json.loads(state.read_text())["tasks"]["data/big__Pong"]
+    assert task["state"] == "pending" and "interrupted" in task["error"]
+    stray = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True).stdout
+    assert not stray.strip(), f"a task process outlived the scheduler: {stray}"
+    FolderLock(out, "the test", wait=0).release()  # free: a re-run can take it
