@@ -36,6 +36,7 @@ __all__ = [
     "objective_of",
     "objective_summary",
     "overall_by_objective",
+    "paired_changes",
     "paper_rank_correlation",
     "probe_curves",
     "probe_folders",
@@ -450,6 +451,28 @@ def curve_summary(curves: pd.DataFrame, metric: str = "overall") -> pd.DataFrame
         return frame
     columns = ["objective", "step", "value", "lower", "upper", "seeds"]
     return frame[columns].sort_values(["objective", "step"], ignore_index=True)
+
+
+def paired_changes(curves: pd.DataFrame, metric: str = "overall") -> pd.DataFrame:
+    """Each run's change from its own step-0 probe (its initialisation, `probe_every`), per
+    objective and later step: the mean over seeds of each seed's change (mean over games),
+    with its 95% t interval (``objective, step, value, lower, upper, seeds``). Pairing every
+    run with its own starting point takes the spread between initialisations out of the
+    comparison: a change whose interval excludes 0 moved the probe, whatever the start.
+
+    Raises:
+        ValueError: runs without a step-0 probe, named (trained before step 0 was probed).
+    """
+    start = curves[curves["step"] == 0].set_index("run")[metric]
+    missing = sorted(set(curves["run"]) - set(start.index))
+    if missing:
+        raise ValueError(
+            f"no step-0 probe in {', '.join(missing)}: a paired change needs each run's own "
+            "start (pretraining probes step 0 since session 13; probe_every > 0)"
+        )
+    later = curves[curves["step"] > 0].copy()
+    later[metric] = later[metric].to_numpy() - later["run"].map(start).to_numpy()
+    return curve_summary(later, metric)
 
 
 def overall_by_objective(summary: pd.DataFrame, metric: str = "overall") -> dict[str, float]:

@@ -345,3 +345,29 @@ def test_pretraining_probes_a_minatar_encoder_with_the_configs_readout(minatar_s
     curves = training_probe_curves([run])
     assert list(curves["readout"]) == ["logistic"] * 3
     assert list(curves["features"]) == ["projection"] * 3
+
+
+def test_paired_changes_subtract_each_runs_own_start():
+    from sgi_lab.analysis.probe_study import paired_changes
+
+    rows = [  # run, seed, step, overall: seed 0 loses 0.04, seed 1 0.06 from their own starts
+        ("sgi_seed0__Pong", 0, 0, 0.80),
+        ("sgi_seed0__Pong", 0, 500, 0.76),
+        ("sgi_seed1__Pong", 1, 0, 0.84),
+        ("sgi_seed1__Pong", 1, 500, 0.78),
+    ]
+    curves = pd.DataFrame(
+        [
+            {"run": r, "objective": "sgi", "seed": s, "game": "Pong", "step": t, "overall": v}
+            | {"readout": "lstsq", "features": "renormalized"}
+            for r, s, t, v in rows
+        ]
+    )
+    row = paired_changes(curves).iloc[0]
+    assert (row["objective"], row["step"], row["seeds"]) == ("sgi", 500, 2)
+    # mean -0.05; t(0.975, 1) = 12.706 x sd 0.01414 / sqrt(2) = 0.12706
+    assert row["value"] == pytest.approx(-0.05)
+    assert row["upper"] - row["value"] == pytest.approx(12.7062 * 0.01, rel=1e-4)
+    # Unpaired, the starts' spread (0.80 against 0.84) would be in the interval: not here.
+    with pytest.raises(ValueError, match="no step-0 probe in sgi_seed1__Pong"):
+        paired_changes(curves.drop(index=2))
