@@ -1,0 +1,142 @@
+"""The probe-drop attribution study (issue 34 items 1-3, ``params/experiments/probes_attribution.yaml``)
+as tables: each objective's change of probe F1 from its own initialisation (paired, step by
+step), and the readout table (every final encoder read by each readout and feature choice,
+beside random encoders on the same frames).
+
+Which objectives the study compares is read from its run names (``i_seed0``, ``sgi_noaug_seed1``:
+the objective is the name without ``_seedN``), so the same functions read any experiment whose
+pretraining runs probe themselves (``probe_every``) and whose probe configs name readouts.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from sgi_lab.analysis.probe_study import (
+    experiment_probe_frame,
+    objective_summary,
+    paired_changes,
+    training_probe_curves,
+)
+
+__all__ = [
+    "CHANGE_METRICS",
+    "READOUT_METRICS",
+    "attribution_markdown",
+    "change_table",
+    "readout_table",
+]
+
+CHANGE_METRICS = (
+    "across_categories",
+    "overall",
+    "agent_localization",
+    "small_object_localization",
+    "coordinate_r2",
+    "reward_f1",
+)
+"""What the paired-change table shows: AtariARI's headline (the mean of category means), every
+variable's mean, the two localisation categories where SGI lost most, the coordinates' ridge R²
+(information a linear map reads whatever the code's classes) and the reward probe."""
+
+READOUT_METRICS = ("across_categories", "agent_localization", "coordinate_r2", "reward_f1")
+
+
+def _interval(value: float, lower: float, upper: float, signed: bool = False) -> str:
+    number = f"{value:+.3f}" if signed else f"{value:.3f}"
+    if pd.isna(lower):
+        return number
+    return (
+        f"{number} [{lower:+.3f}, {upper:+.3f}]"
+        if signed
+        else f"{number} [{lower:.3f}, {upper:.3f}]"
+    )
+
+
+def change_table(
+    runs: Iterable[str | os.PathLike],
+    metrics: Sequence[str] = CHANGE_METRICS,
+    step: int | None = None,
+) -> pd.DataFrame:
+    """Per objective (rows) and metric (columns): the mean change from each run's own step-0
+    probe at ``step`` (default: the last step every run reached), with its 95% t interval over
+    seeds, as text; a ``seeds`` column and the step-0 mean (``start``) of the headline metric.
+
+    Raises:
+        ValueError: no run with a step-0 probe (`paired_changes` names the runs without one).
+    """
+    curves = training_probe_curves(runs)
+    if curves.empty:
+        raise ValueError("no pretraining run here probed itself (probe_every)")
+    if step is None:
+        step = int(curves.groupby("run")["step"].max().min())
+    table: dict[str, dict[str, str]] = {}
+    for metric in metrics:
+        if metric not in curves or curves[metric].isna().all():
+            continue
+        changes = paired_changes(curves, metric)
+        for row in changes[changes["step"] == step].to_dict("records"):
+            cells = table.setdefault(row["objective"], {"seeds": str(row["seeds"])})
+            cells[metric] = _interval(row["value"], row["lower"], row["upper"], signed=True)
+    start = curves[curves["step"] == 0].groupby("objective")[metrics[0]].mean()
+    frame = pd.DataFrame.from_dict(table, orient="index")
+    frame.insert(0, f"start ({metrics[0]})", start.reindex(frame.index).map("{:.3f}".format))
+    frame.index.name = f"objective (change at step {step})"
+    return frame
+
+
+def readout_table(graph, metric: str = "across_categories") -> pd.DataFrame:
+    """Per objective (rows, random init first) and readout/features (columns): ``metric`` of the
+    experiment's finished probe tasks, mean over seeds with a 95% t interval, as text; ``n``
+    in each cell's brackets when fewer than 2 seeds finished."""
+    frame = experiment_probe_frame(graph)
+    if frame.empty:
+        return pd.DataFrame()
+    cells: dict[str, dict[str, str]] = {}
+    for (readout, features), group in frame.groupby(["readout", "features"], sort=False):
+        column = f"{readout}, {features}"
+        summary = objective_summary(group.drop_duplicates(["objective", "seed", "game"]), [metric])
+        for row in summary.to_dict("records"):
+            cell = _interval(row["value"], row["lower"], row["upper"])
+            if row["seeds"] < 2:
+                cell += f" (n = {row['seeds']})"
+            cells.setdefault(row["objective"], {})[column] = cell
+    out = pd.DataFrame.from_dict(cells, orient="index")
+    order = ["random_init"] + sorted(i for i in out.index if i != "random_init")
+    out = out.reindex([i for i in order if i in out.index])
+    out.index.name = f"objective ({metric})"
+    return out
+
+
+def attribution_markdown(folder: str | os.PathLike) -> str:
+    """The study's tables as Markdown, from its experiment folder: the paired changes, then
+    the readout table for each of `READOUT_METRICS`."""
+    from sgi_lab.analysis.probe_study import markdown_table
+    from sgi_lab.experiments.cli import load_graph
+
+    folder = Path(folder)
+    graph = load_graph(folder)
+    runs = [t.folder for t in graph.tasks if t.kind == "pretrain" and t.folder.is_dir()]
+    parts = [
+        "Change of each run's probe from its own step-0 probe (least squares, renormalised "
+        "conv map), mean over seeds [95% t interval over seeds]:",
+        "",
+        markdown_table(change_table(runs)),
+        "",
+    ]
+    for metric in READOUT_METRICS:
+        table = readout_table(graph, metric)
+        if table.empty:
+            continue
+        parts += [
+            f"{metric} of the final encoders by readout and features, mean over seeds [95% t "
+            "interval]:",
+            "",
+            markdown_table(table),
+            "",
+        ]
+    return "\n".join(parts)

@@ -1,0 +1,79 @@
+"""The probe attribution tables (sgi_lab.analysis.probe_attribution) on hand-made runs: paired
+changes from each run's own step 0, and the readout table's cells."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from sgi_lab.analysis import probe_attribution
+from sgi_lab.analysis.probe_attribution import change_table, readout_table
+
+
+def _run(root, name, seed, curve):
+    """A pretraining run folder that probed itself: {step: (across_categories, reward_f1)}."""
+    folder = root / name
+    folder.mkdir()
+    (folder / "config.yaml").write_text(f"seed: {seed}\n")
+    rows = [
+        {"step": step, "probe/f1": value, "probe/f1_across_categories": value}
+        | {"probe/reward_f1": reward, "probe/readout": "lstsq", "probe/features": "renormalized"}
+        for step, (value, reward) in curve.items()
+    ]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder
+
+
+def test_change_table_pairs_each_run_with_its_own_start(tmp_path):
+    runs = [
+        _run(
+            tmp_path, "i_seed0__Pong", 0, {0: (0.90, 0.95), 500: (0.85, 0.95), 1000: (0.80, 0.90)}
+        ),
+        _run(
+            tmp_path, "i_seed1__Pong", 1, {0: (0.86, 0.93), 500: (0.82, 0.93), 1000: (0.78, 0.93)}
+        ),
+        # S's seed 0 reached step 500 only: the table stops at the last step every run reached
+        _run(tmp_path, "s_seed0__Pong", 0, {0: (0.90, 0.95), 500: (0.91, 0.96)}),
+    ]
+    table = change_table(runs, metrics=("across_categories", "reward_f1"))
+    assert table.index.name == "objective (change at step 500)"
+    # I: changes -0.05 and -0.04 -> mean -0.045, sd 0.00707, t(1) 12.706 x 0.005 = 0.0635
+    assert table.loc["i", "across_categories"] == "-0.045 [-0.109, +0.019]"
+    assert table.loc["i", "reward_f1"] == "+0.000 [+0.000, +0.000]"
+    assert table.loc["i", "start (across_categories)"] == "0.880"
+    assert table.loc["s", "across_categories"] == "+0.010"  # one seed: no interval
+    assert table.loc["s", "seeds"] == "1"
+    at_1000 = change_table(runs[:2], metrics=("across_categories",), step=1000)
+    assert at_1000.loc["i", "across_categories"].startswith("-0.090 ")
+
+
+def test_change_table_without_self_probes_says_so(tmp_path):
+    (tmp_path / "run").mkdir()
+    with pytest.raises(ValueError, match="probed itself"):
+        change_table([tmp_path / "run"])
+
+
+def test_readout_table_cells_and_order(monkeypatch):
+    rows = [
+        ("sgi", 0, "lstsq", "renormalized", 0.70),
+        ("sgi", 1, "lstsq", "renormalized", 0.74),
+        ("random_init", 0, "lstsq", "renormalized", 0.88),
+        ("random_init", 1, "lstsq", "renormalized", 0.86),
+        ("sgi", 0, "logistic", "projection", 0.80),
+    ]
+    frame = pd.DataFrame(
+        [
+            {"objective": o, "seed": s, "readout": r, "features": f, "game": "Pong"}
+            | {"across_categories": v, "unfinished": False}
+            for o, s, r, f, v in rows
+        ]
+    )
+    monkeypatch.setattr(probe_attribution, "experiment_probe_frame", lambda graph: frame)
+    table = readout_table(graph=None)
+    assert list(table.index) == ["random_init", "sgi"]  # random init first
+    # sgi: 0.72, sd 0.0283, t(1) 12.706 x 0.02 = 0.254
+    assert table.loc["sgi", "lstsq, renormalized"] == "0.720 [0.466, 0.974]"
+    assert table.loc["sgi", "logistic, projection"] == "0.800 (n = 1)"
+    assert pd.isna(table.loc["random_init", "logistic, projection"])
