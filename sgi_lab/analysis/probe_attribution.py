@@ -27,6 +27,7 @@ __all__ = [
     "CHANGE_METRICS",
     "READOUT_METRICS",
     "attribution_markdown",
+    "change_curve_table",
     "change_table",
     "readout_table",
 ]
@@ -63,17 +64,20 @@ def change_table(
     step: int | None = None,
 ) -> pd.DataFrame:
     """Per objective (rows) and metric (columns): the mean change from each run's own step-0
-    probe at ``step`` (default: the last step every run reached), with its 95% t interval over
-    seeds, as text; a ``seeds`` column and the step-0 mean (``start``) of the headline metric.
+    probe at ``step`` (default: the last step of the longest run; runs that have not reached it
+    yet are left out, and ``seeds`` says how many are in), with its 95% t interval over seeds,
+    as text; beside them the step-0 mean (``start``) of the first metric.
 
     Raises:
-        ValueError: no run with a step-0 probe (`paired_changes` names the runs without one).
+        ValueError: no run probed itself; a run without a step-0 probe (`paired_changes`).
     """
     curves = training_probe_curves(runs)
     if curves.empty:
         raise ValueError("no pretraining run here probed itself (probe_every)")
     if step is None:
-        step = int(curves.groupby("run")["step"].max().min())
+        step = int(curves["step"].max())
+    reached = curves.loc[curves["step"] == step, "run"].unique()
+    curves = curves[curves["run"].isin(reached)]
     table: dict[str, dict[str, str]] = {}
     for metric in metrics:
         if metric not in curves or curves[metric].isna().all():
@@ -86,6 +90,26 @@ def change_table(
     frame = pd.DataFrame.from_dict(table, orient="index")
     frame.insert(0, f"start ({metrics[0]})", start.reindex(frame.index).map("{:.3f}".format))
     frame.index.name = f"objective (change at step {step})"
+    return frame
+
+
+def change_curve_table(
+    runs: Iterable[str | os.PathLike], metric: str = "across_categories"
+) -> pd.DataFrame:
+    """``metric``'s paired change from step 0 (`paired_changes`) per objective (rows) and step
+    (columns), as text with 95% t intervals over the seeds that reached each step."""
+    curves = training_probe_curves(runs)
+    if curves.empty:
+        raise ValueError("no pretraining run here probed itself (probe_every)")
+    changes = paired_changes(curves, metric)
+    cells = {
+        (row["objective"], int(row["step"])): _interval(
+            row["value"], row["lower"], row["upper"], signed=True
+        )
+        for row in changes.to_dict("records")
+    }
+    frame = pd.Series(cells).unstack()
+    frame.index.name = f"objective ({metric}, change from step 0)"
     return frame
 
 
@@ -126,6 +150,10 @@ def attribution_markdown(folder: str | os.PathLike) -> str:
         "conv map), mean over seeds [95% t interval over seeds]:",
         "",
         markdown_table(change_table(runs)),
+        "",
+        "The headline (the mean of AtariARI's category means) step by step:",
+        "",
+        markdown_table(change_curve_table(runs)),
         "",
     ]
     for metric in READOUT_METRICS:

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from sgi_lab.analysis import probe_attribution
-from sgi_lab.analysis.probe_attribution import change_table, readout_table
+from sgi_lab.analysis.probe_attribution import change_curve_table, change_table, readout_table
 
 
 def _run(root, name, seed, curve):
@@ -34,10 +34,11 @@ def test_change_table_pairs_each_run_with_its_own_start(tmp_path):
         _run(
             tmp_path, "i_seed1__Pong", 1, {0: (0.86, 0.93), 500: (0.82, 0.93), 1000: (0.78, 0.93)}
         ),
-        # S's seed 0 reached step 500 only: the table stops at the last step every run reached
+        # S's seed 0 reached step 500 only: it is in the table at step 500, not at step 1000
         _run(tmp_path, "s_seed0__Pong", 0, {0: (0.90, 0.95), 500: (0.91, 0.96)}),
     ]
-    table = change_table(runs, metrics=("across_categories", "reward_f1"))
+    assert list(change_table(runs).index) == ["i"]  # at the longest run's last step, 1000
+    table = change_table(runs, metrics=("across_categories", "reward_f1"), step=500)
     assert table.index.name == "objective (change at step 500)"
     # I: changes -0.05 and -0.04 -> mean -0.045, sd 0.00707, t(1) 12.706 x 0.005 = 0.0635
     assert table.loc["i", "across_categories"] == "-0.045 [-0.109, +0.019]"
@@ -47,6 +48,10 @@ def test_change_table_pairs_each_run_with_its_own_start(tmp_path):
     assert table.loc["s", "seeds"] == "1"
     at_1000 = change_table(runs[:2], metrics=("across_categories",), step=1000)
     assert at_1000.loc["i", "across_categories"].startswith("-0.090 ")
+    curve = change_curve_table(runs)
+    assert list(curve.columns) == [500, 1000]
+    assert curve.loc["s", 500] == "+0.010" and pd.isna(curve.loc["s", 1000])
+    assert curve.loc["i", 1000].startswith("-0.090 [")  # -0.10 and -0.08
 
 
 def test_change_table_without_self_probes_says_so(tmp_path):
