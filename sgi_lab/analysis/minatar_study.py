@@ -128,16 +128,73 @@ def objective_table(
 
 def per_game_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Mean normalised score over finished seeds, objective/scheme x game (``n`` seeds each)."""
-    done = runs[runs["finished"]].assign(
-        method=lambda d: np.where(
-            d["scheme"].isin(["reduced_lr", "none"]),
-            d["objective"],
-            d["objective"] + " (" + d["scheme"] + ")",
-        )
-    )
+    done = runs[runs["finished"]]
     if done.empty:
         return pd.DataFrame()
+    done = done.assign(method=_method(done))
     return done.pivot_table(index="method", columns="game", values="normalized", aggfunc="mean")
+
+
+def _method(frame: pd.DataFrame) -> pd.Series:
+    return pd.Series(
+        np.where(
+            frame["scheme"].isin(["reduced_lr", "none"]),
+            frame["objective"],
+            frame["objective"] + " (" + frame["scheme"] + ")",
+        ),
+        index=frame.index,
+    )
+
+
+def per_game_returns(runs: pd.DataFrame) -> pd.DataFrame:
+    """Two readouts of each finished agent, in raw returns, per method and game: the final
+    evaluation's mean return (``eval``) and the mean return of every training episode of the
+    run (``training``: the area under its learning curve, which counts how soon it learned),
+    each as the mean over seeds with a 95% t interval (``method, game, readout, value, lower,
+    upper, seeds``). A conclusion the normalised aggregates draw should hold under both."""
+    from sgi_lab.analysis.probe_study import mean_ci
+
+    done = runs[runs["finished"]]
+    if done.empty:
+        return pd.DataFrame()
+    training = {}
+    for run in done.itertuples():
+        returns = [
+            row.get("episode/return", row.get("charts/episodic_return"))
+            for row in read_jsonl(Path(run.folder) / "metrics.jsonl")
+        ]
+        returns = [float(r) for r in returns if r is not None]
+        training[run.Index] = float(np.mean(returns)) if returns else np.nan
+    done = done.assign(method=_method(done), training=pd.Series(training), eval=done["score"])
+    rows = []
+    for (method, game), group in done.groupby(["method", "game"]):
+        for readout in ("eval", "training"):
+            value, lower, upper = mean_ci(group[readout])
+            rows.append(
+                {"method": method, "game": game, "readout": readout, "value": value}
+                | {"lower": lower, "upper": upper, "seeds": int(group[readout].notna().sum())}
+            )
+    return pd.DataFrame(rows)
+
+
+def returns_markdown(returns: pd.DataFrame) -> str:
+    """`per_game_returns` as one Markdown table: a row per method, per game the evaluation
+    and the training-episode mean, each ``value [lower, upper]`` over seeds."""
+    games = sorted(returns["game"].unique())
+    header = ["method"] + [f"{g.split('/')[-1]} {r}" for g in games for r in ("eval", "training")]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for method, group in returns.groupby("method", sort=False):
+        cells = [method]
+        for game in games:
+            for readout in ("eval", "training"):
+                row = group[(group["game"] == game) & (group["readout"] == readout)]
+                if row.empty:
+                    cells.append("-")
+                    continue
+                r = row.iloc[0]
+                cells.append(_interval(r["value"], r["lower"], r["upper"], digits=2))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def paper_rank_correlation(table: pd.DataFrame, metric: str = "iqm") -> dict[str, Any]:
@@ -253,6 +310,13 @@ def study_markdown(folder: str | Path, planned: int | None = None, reps: int = 2
     if not per_game.empty:
         lines += ["### Per game (mean normalised score over finished seeds)", ""]
         lines += [_markdown(per_game), ""]
+        lines += [
+            "### Per game, raw returns: the final evaluation and the mean of every training "
+            "episode (how soon it learned); mean over seeds [95% t interval]",
+            "",
+            returns_markdown(per_game_returns(runs)),
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -261,7 +325,9 @@ __all__ = [
     "learning_curves",
     "objective_table",
     "paper_rank_correlation",
+    "per_game_returns",
     "per_game_table",
+    "returns_markdown",
     "score_matrices",
     "split_label",
     "study_markdown",

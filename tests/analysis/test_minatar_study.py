@@ -95,3 +95,19 @@ def test_learning_curves_bin_training_returns(study):
     none = curves[(curves["objective"] == "none") & (curves["seed"] == 0)]
     assert sorted(none["step"].unique()) == [1000, 2000]
     assert none[none["step"] == 2000]["return"].tolist() == [3.0, 3.0]  # one per game
+
+
+def test_per_game_returns_give_the_evaluation_and_the_training_mean_with_t_intervals(study):
+    returns = ms.per_game_returns(ms.study_runs(study)).set_index(["method", "game", "readout"])
+    # none on Asterix: evaluations 1.0, 1.1, 1.2 (10 x score) -> 1.1 +- t(2) 4.303 x 0.1/sqrt(3)
+    row = returns.loc[("none", "minatar/asterix", "eval")]
+    assert row["value"] == pytest.approx(1.1)
+    assert row["upper"] - row["value"] == pytest.approx(4.3027 * 0.1 / np.sqrt(3), rel=1e-4)
+    # its training episodes returned 1 and 3 in every run: mean 2, no spread
+    row = returns.loc[("none", "minatar/asterix", "training")]
+    assert (row["value"], row["lower"], row["upper"], row["seeds"]) == (2.0, 2.0, 2.0, 3)
+    assert ("sgi (naive)", "minatar/breakout", "eval") in returns.index
+    assert returns.loc[("s", "minatar/breakout", "eval")]["seeds"] == 2  # one still running
+    text = ms.study_markdown(study, planned=30, reps=200)
+    assert "| method | asterix eval | asterix training | breakout eval |" in text
+    assert "| none | 1.10 [0.85, 1.35] | 2.00 [2.00, 2.00] |" in text
