@@ -204,6 +204,79 @@ def paper_rank_correlation(table: pd.DataFrame, metric: str = "iqm") -> dict[str
     return rank_correlation_with_paper(table[metric])
 
 
+def probe_finetune_table(
+    probes: pd.DataFrame,
+    table: pd.DataFrame,
+    metric: str = "across_categories",
+    games: list[str] | None = None,
+) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Each objective's probe ``metric`` (`experiment_probe_frame` rows on the game-state
+    labels: the mean over the games it was probed on of its seeds' mean; random encoders
+    stand for ``none``) beside its finetuning IQM (`objective_table`), and Spearman's rank
+    correlation between the two over the objectives that have both: does an encoder that reads
+    better finetune better? Returns ``(frame: objective, probe, probe_games, iqm; rho dict:
+    rho, p, n)``. ``games``: only these games' probes (those the IQMs are over)."""
+    from scipy import stats
+
+    if games is not None and not probes.empty:
+        probes = probes[probes["game"].isin(games)]
+    if probes.empty or table.empty:
+        return pd.DataFrame(), {"rho": None, "p": None, "n": 0}
+    probes = probes.assign(objective=probes["objective"].replace({"random_init": "none"}))
+    per_game = probes.groupby(["objective", "game"])[metric].mean()
+    probe = per_game.groupby("objective").mean()
+    games = per_game.groupby("objective").size()
+    both = [o for o in table.index if o in probe.index]
+    frame = pd.DataFrame(
+        {
+            "probe": probe.reindex(both),
+            "probe_games": games.reindex(both),
+            "iqm": table["iqm"].reindex(both),
+        }
+    )
+    frame.index.name = "objective"
+    if len(both) < 3:
+        return frame, {"rho": None, "p": None, "n": len(both)}
+    rho, p = stats.spearmanr(frame["probe"], frame["iqm"])
+    return frame, {"rho": float(rho), "p": float(p), "n": len(both)}
+
+
+def _probe_lines(folder: Path, table: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
+    """`probe_finetune_table`'s section of the study's Markdown ([] without probes)."""
+    if not (folder / "experiment.yaml").is_file() or table.empty:
+        return []
+    from sgi_lab.analysis.probe_study import experiment_probe_frame
+    from sgi_lab.experiments.cli import load_graph
+
+    done = runs[runs["finished"] & runs["objective"].isin(table.index)]
+    done = done[done["scheme"].isin(["reduced_lr", "none"])]
+    per_objective = done.groupby("objective")["game"].apply(set)
+    games = sorted(set.intersection(*per_objective)) if len(per_objective) else []
+    probes = experiment_probe_frame(load_graph(folder))
+    frame, corr = probe_finetune_table(probes, table, games=games)
+    if frame.empty:
+        return []
+    rho = (
+        "n/a (fewer than 3 objectives)"
+        if corr["rho"] is None
+        else (f"{corr['rho']:.2f} (p = {corr['p']:.2f}, {corr['n']} objectives)")
+    )
+    rows = frame.assign(
+        probe=frame["probe"].map("{:.3f}".format), iqm=frame["iqm"].map("{:.3f}".format)
+    )
+    return [
+        "### Probes beside finetuning",
+        "",
+        "Each encoder's linear probe on the game-state labels (mean of category means, least "
+        "squares; random encoders for none), on the games the IQMs are over, beside its "
+        "reduced-lr finetuning IQM. Spearman rho "
+        f"between the two: {rho}.",
+        "",
+        _markdown(rows),
+        "",
+    ]
+
+
 def learning_curves(runs: pd.DataFrame, bin_steps: int = 1000) -> pd.DataFrame:
     """Training episodes' returns, binned by agent step: ``objective, scheme, game, seed,
     step`` (the bin's end) and ``return`` (mean of the episodes ending in it), from each agent's
@@ -298,6 +371,8 @@ def study_markdown(folder: str | Path, planned: int | None = None, reps: int = 2
             aggregates_markdown(table),
             "",
         ]
+        if scheme:
+            lines += _probe_lines(Path(folder), table, runs)
         correlation = paper_rank_correlation(table) if scheme else {"rho": None}
         if correlation["rho"] is not None:
             lines += [
@@ -326,6 +401,7 @@ __all__ = [
     "objective_table",
     "paper_rank_correlation",
     "per_game_returns",
+    "probe_finetune_table",
     "per_game_table",
     "returns_markdown",
     "score_matrices",

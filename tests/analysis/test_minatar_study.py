@@ -111,3 +111,31 @@ def test_per_game_returns_give_the_evaluation_and_the_training_mean_with_t_inter
     text = ms.study_markdown(study, planned=30, reps=200)
     assert "| method | asterix eval | asterix training | breakout eval |" in text
     assert "| none | 1.10 [0.85, 1.35] | 2.00 [2.00, 2.00] |" in text
+
+
+def test_probe_finetune_table_pairs_each_objectives_probe_with_its_iqm():
+    import pandas as pd
+
+    probes = pd.DataFrame(
+        [  # (objective, game, seed, F1): random encoders stand for none
+            ("random_init", "minatar/asterix", 0, 0.70),
+            ("random_init", "minatar/asterix", 1, 0.72),
+            ("random_init", "minatar/breakout", 0, 0.80),
+            ("s", "minatar/asterix", 0, 0.75),
+            ("s", "minatar/breakout", 0, 0.85),
+            ("sgi", "minatar/asterix", 0, 0.60),
+            ("atc", "minatar/asterix", 0, 0.99),  # not finetuned: left out
+        ],
+        columns=["objective", "game", "seed", "across_categories"],
+    )
+    table = pd.DataFrame({"iqm": [0.5, 0.3, 0.1]}, index=["s", "none", "sgi"])
+    frame, corr = ms.probe_finetune_table(probes, table)
+    assert list(frame.index) == ["s", "none", "sgi"]
+    assert frame.loc["none", "probe"] == pytest.approx((0.71 + 0.80) / 2)  # games' means
+    assert frame.loc["s", "probe_games"] == 2 and frame.loc["sgi", "probe_games"] == 1
+    # probe ranks s 0.80 > none 0.755 > sgi 0.60; IQM ranks the same: rho = 1
+    assert corr["n"] == 3 and corr["rho"] == pytest.approx(1.0)
+    asterix, _ = ms.probe_finetune_table(probes, table, games=["minatar/asterix"])
+    assert asterix.loc["none", "probe"] == pytest.approx(0.71)
+    _, few = ms.probe_finetune_table(probes, table.loc[["s", "sgi"]])
+    assert few["rho"] is None and few["n"] == 2
