@@ -29,6 +29,7 @@ __all__ = [
     "attribution_markdown",
     "change_curve_table",
     "change_table",
+    "per_run_table",
     "readout_table",
 ]
 
@@ -113,6 +114,19 @@ def change_curve_table(
     return frame
 
 
+def per_run_table(
+    runs: Iterable[str | os.PathLike], metric: str = "across_categories"
+) -> pd.DataFrame:
+    """``metric`` of every run (rows) at every probed step (columns), to three decimals: the
+    values the paired intervals summarise."""
+    curves = training_probe_curves(runs)
+    if curves.empty:
+        raise ValueError("no pretraining run here probed itself (probe_every)")
+    frame = curves.pivot_table(index="run", columns="step", values=metric).round(3)
+    frame.index.name = f"run ({metric})"
+    return frame
+
+
 def readout_table(graph, metric: str = "across_categories") -> pd.DataFrame:
     """Per objective (rows, random init first) and readout/features (columns): ``metric`` of the
     experiment's finished probe tasks, mean over seeds with a 95% t interval, as text; ``n``
@@ -154,6 +168,10 @@ def attribution_markdown(folder: str | os.PathLike) -> str:
         "The headline (the mean of AtariARI's category means) step by step:",
         "",
         markdown_table(change_curve_table(runs)),
+        "",
+        "Each run, step by step:",
+        "",
+        markdown_table(per_run_table(runs)),
         "",
     ]
     for metric in READOUT_METRICS:

@@ -9,7 +9,12 @@ import pandas as pd
 import pytest
 
 from sgi_lab.analysis import probe_attribution
-from sgi_lab.analysis.probe_attribution import change_curve_table, change_table, readout_table
+from sgi_lab.analysis.probe_attribution import (
+    change_curve_table,
+    change_table,
+    per_run_table,
+    readout_table,
+)
 
 
 def _run(root, name, seed, curve):
@@ -52,6 +57,8 @@ def test_change_table_pairs_each_run_with_its_own_start(tmp_path):
     assert list(curve.columns) == [500, 1000]
     assert curve.loc["s", 500] == "+0.010" and pd.isna(curve.loc["s", 1000])
     assert curve.loc["i", 1000].startswith("-0.090 [")  # -0.10 and -0.08
+    each = per_run_table(runs)
+    assert each.loc["i_seed1__Pong", 1000] == 0.78 and pd.isna(each.loc["s_seed0__Pong", 1000])
 
 
 def test_change_table_without_self_probes_says_so(tmp_path):
