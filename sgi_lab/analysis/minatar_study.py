@@ -11,7 +11,10 @@ with an evaluation count; the tables say how many did of how many planned, so an
 reading is never mistaken for the study's.
 
     from sgi_lab.analysis.minatar_study import study_markdown
-    print(study_markdown("outputs/experiments/minatar_objectives"))
+    from sgi_lab.experiments import load_graph
+
+    folder = "outputs/experiments/minatar_objectives"
+    print(study_markdown(folder, planned=180, graph=load_graph(folder)))
 """
 
 from __future__ import annotations
@@ -22,7 +25,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sgi_lab.analysis.probe_study import rank_correlation_with_paper
+from sgi_lab.analysis.probe_study import (
+    experiment_probe_frame,
+    mean_ci,
+    rank_correlation_with_paper,
+)
 from sgi_lab.analysis.report import read_run
 from sgi_lab.base.files import read_jsonl
 from sgi_lab.metrics.aggregate import aggregate_with_ci, probability_of_improvement_with_ci
@@ -152,8 +159,6 @@ def per_game_returns(runs: pd.DataFrame) -> pd.DataFrame:
     run (``training``: the area under its learning curve, which counts how soon it learned),
     each as the mean over seeds with a 95% t interval (``method, game, readout, value, lower,
     upper, seeds``). A conclusion the normalised aggregates draw should hold under both."""
-    from sgi_lab.analysis.probe_study import mean_ci
-
     done = runs[runs["finished"]]
     if done.empty:
         return pd.DataFrame()
@@ -241,18 +246,15 @@ def probe_finetune_table(
     return frame, {"rho": float(rho), "p": float(p), "n": len(both)}
 
 
-def _probe_lines(folder: Path, table: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
+def _probe_lines(graph: Any, table: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
     """`probe_finetune_table`'s section of the study's Markdown ([] without probes)."""
-    if not (folder / "experiment.yaml").is_file() or table.empty:
+    if graph is None or table.empty:
         return []
-    from sgi_lab.analysis.probe_study import experiment_probe_frame
-    from sgi_lab.experiments.cli import load_graph
-
     done = runs[runs["finished"] & runs["objective"].isin(table.index)]
     done = done[done["scheme"].isin(["reduced_lr", "none"])]
     per_objective = done.groupby("objective")["game"].apply(set)
     games = sorted(set.intersection(*per_objective)) if len(per_objective) else []
-    probes = experiment_probe_frame(load_graph(folder))
+    probes = experiment_probe_frame(graph)
     frame, corr = probe_finetune_table(probes, table, games=games)
     if frame.empty:
         return []
@@ -342,10 +344,14 @@ def _schemes(runs: pd.DataFrame) -> pd.DataFrame:
     return sgi.assign(objective=sgi["objective"] + suffix)
 
 
-def study_markdown(folder: str | Path, planned: int | None = None, reps: int = 2000) -> str:
+def study_markdown(
+    folder: str | Path, planned: int | None = None, reps: int = 2000, graph: Any = None
+) -> str:
     """The study's tables as Markdown: how many agents finished (of ``planned``), the objectives'
     aggregates and probabilities of improvement over no pretraining, SGI's schemes, the
-    per-game table and the correlation with the paper's ranking."""
+    per-game table and the correlation with the paper's ranking; with the experiment's
+    ``graph`` (``sgi_lab.experiments.load_graph(folder)``), its encoders' probes beside their
+    finetuning scores too."""
     runs = study_runs(folder)
     if runs.empty:
         return f"No finetuning agent under {folder}/finetune yet.\n"
@@ -372,7 +378,7 @@ def study_markdown(folder: str | Path, planned: int | None = None, reps: int = 2
             "",
         ]
         if scheme:
-            lines += _probe_lines(Path(folder), table, runs)
+            lines += _probe_lines(graph, table, runs)
         correlation = paper_rank_correlation(table) if scheme else {"rho": None}
         if correlation["rho"] is not None:
             lines += [

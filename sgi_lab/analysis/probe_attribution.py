@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
-from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from sgi_lab.analysis.probe_study import (
     experiment_probe_frame,
+    markdown_table,
     objective_summary,
     paired_changes,
     training_probe_curves,
@@ -127,7 +128,7 @@ def per_run_table(
     return frame
 
 
-def readout_table(graph, metric: str = "across_categories") -> pd.DataFrame:
+def readout_table(graph: Any, metric: str = "across_categories") -> pd.DataFrame:
     """Per objective (rows, random init first) and readout/features (columns): ``metric`` of the
     experiment's finished probe tasks, mean over seeds with a 95% t interval, as text; ``n``
     in each cell's brackets when fewer than 2 seeds finished."""
@@ -150,14 +151,10 @@ def readout_table(graph, metric: str = "across_categories") -> pd.DataFrame:
     return out
 
 
-def attribution_markdown(folder: str | os.PathLike) -> str:
-    """The study's tables as Markdown, from its experiment folder: the paired changes, then
-    the readout table for each of `READOUT_METRICS`."""
-    from sgi_lab.analysis.probe_study import markdown_table
-    from sgi_lab.experiments.cli import load_graph
-
-    folder = Path(folder)
-    graph = load_graph(folder)
+def attribution_markdown(graph: Any) -> str:
+    """The study's tables as Markdown, from its experiment graph
+    (``sgi_lab.experiments.load_graph(folder)``): the paired changes, the headline step by step,
+    every run, then the readout table for each of `READOUT_METRICS`."""
     runs = [t.folder for t in graph.tasks if t.kind == "pretrain" and t.folder.is_dir()]
     parts = [
         "Change of each run's probe from its own step-0 probe (least squares, renormalised "
