@@ -27,6 +27,7 @@ import pandas as pd
 
 from sgi_lab.analysis.probe_study import (
     experiment_probe_frame,
+    format_interval,
     mean_ci,
     rank_correlation_with_paper,
 )
@@ -84,19 +85,25 @@ def _normalized(evaluation: dict[str, Any]) -> float:
     return np.nan if value is None else float(value)
 
 
-def score_matrices(runs: pd.DataFrame, scheme: str | None = "reduced_lr") -> dict[str, np.ndarray]:
-    """``{objective: (seeds, games) normalised scores}`` over the finished agents of one scheme
-    (plus ``none``), only games every included objective has finished on every seed of, so that
-    every matrix has the same columns (rliable's stratified bootstrap needs that)."""
+def _scheme_agents(runs: pd.DataFrame, scheme: str | None) -> tuple[pd.DataFrame, list[str]]:
+    """The finished agents of one scheme (plus ``none``), and the games every one of their
+    objectives has finished on every seed: the games the aggregates are over."""
     done = runs[runs["finished"]]
     if scheme is not None:
         done = done[(done["scheme"] == scheme) | (done["objective"] == "none")]
     if done.empty:
-        return {}
+        return done, []
     seeds = sorted(done["seed"].unique())
     full = done.groupby(["objective", "game"])["seed"].nunique() == len(seeds)
     games_of = full[full].reset_index().groupby("objective")["game"].apply(set)
-    common = sorted(set.intersection(*games_of)) if len(games_of) else []
+    return done, sorted(set.intersection(*games_of)) if len(games_of) else []
+
+
+def score_matrices(runs: pd.DataFrame, scheme: str | None = "reduced_lr") -> dict[str, np.ndarray]:
+    """``{objective: (seeds, games) normalised scores}`` over the finished agents of one scheme
+    (plus ``none``), only games every included objective has finished on every seed of, so that
+    every matrix has the same columns (rliable's stratified bootstrap needs that)."""
+    done, common = _scheme_agents(runs, scheme)
     if not common:
         return {}
     out = {}
@@ -197,7 +204,7 @@ def returns_markdown(returns: pd.DataFrame) -> str:
                     cells.append("-")
                     continue
                 r = row.iloc[0]
-                cells.append(_interval(r["value"], r["lower"], r["upper"], digits=2))
+                cells.append(format_interval(r["value"], r["lower"], r["upper"], digits=2))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -250,12 +257,8 @@ def _probe_lines(graph: Any, table: pd.DataFrame, runs: pd.DataFrame) -> list[st
     """`probe_finetune_table`'s section of the study's Markdown ([] without probes)."""
     if graph is None or table.empty:
         return []
-    done = runs[runs["finished"] & runs["objective"].isin(table.index)]
-    done = done[done["scheme"].isin(["reduced_lr", "none"])]
-    per_objective = done.groupby("objective")["game"].apply(set)
-    games = sorted(set.intersection(*per_objective)) if len(per_objective) else []
-    probes = experiment_probe_frame(graph)
-    frame, corr = probe_finetune_table(probes, table, games=games)
+    _, games = _scheme_agents(runs, "reduced_lr")  # the games the IQMs are over
+    frame, corr = probe_finetune_table(experiment_probe_frame(graph), table, games=games)
     if frame.empty:
         return []
     rho = (
@@ -308,12 +311,6 @@ def learning_curves(runs: pd.DataFrame, bin_steps: int = 1000) -> pd.DataFrame:
     return pd.DataFrame(rows).groupby(keys, as_index=False)["return"].mean()
 
 
-def _interval(value: Any, lower: Any, upper: Any, digits: int = 3) -> str:
-    if value is None or pd.isna(value):
-        return "-"
-    return f"{value:.{digits}f} [{lower:.{digits}f}, {upper:.{digits}f}]"
-
-
 def _markdown(frame: pd.DataFrame) -> str:
     """A DataFrame as a Markdown table (index first), without the tabulate package."""
     header = [frame.index.name or "", *map(str, frame.columns)]
@@ -331,9 +328,9 @@ def aggregates_markdown(table: pd.DataFrame) -> str:
         "|---|---|---|---|---|",
     ]
     for name, row in table.iterrows():
-        cells = [_interval(row[m], row[f"{m}_lower"], row[f"{m}_upper"]) for m in METRICS]
+        cells = [format_interval(row[m], row[f"{m}_lower"], row[f"{m}_upper"]) for m in METRICS]
         poi = [row.get(f"p_improve_{k}") for k in ("value", "lower", "upper")]
-        lines.append(f"| {name} | " + " | ".join([*cells, _interval(*poi, digits=2)]) + " |")
+        lines.append(f"| {name} | " + " | ".join([*cells, format_interval(*poi, digits=2)]) + " |")
     return "\n".join(lines)
 
 

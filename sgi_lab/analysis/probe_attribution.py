@@ -18,6 +18,7 @@ import pandas as pd
 
 from sgi_lab.analysis.probe_study import (
     experiment_probe_frame,
+    format_interval,
     markdown_table,
     objective_summary,
     paired_changes,
@@ -49,17 +50,6 @@ variable's mean, the two localisation categories where SGI lost most, the coordi
 READOUT_METRICS = ("across_categories", "agent_localization", "coordinate_r2", "reward_f1")
 
 
-def _interval(value: float, lower: float, upper: float, signed: bool = False) -> str:
-    number = f"{value:+.3f}" if signed else f"{value:.3f}"
-    if pd.isna(lower):
-        return number
-    return (
-        f"{number} [{lower:+.3f}, {upper:+.3f}]"
-        if signed
-        else f"{number} [{lower:.3f}, {upper:.3f}]"
-    )
-
-
 def change_table(
     runs: Iterable[str | os.PathLike],
     metrics: Sequence[str] = CHANGE_METRICS,
@@ -87,7 +77,7 @@ def change_table(
         changes = paired_changes(curves, metric)
         for row in changes[changes["step"] == step].to_dict("records"):
             cells = table.setdefault(row["objective"], {"seeds": str(row["seeds"])})
-            cells[metric] = _interval(row["value"], row["lower"], row["upper"], signed=True)
+            cells[metric] = format_interval(row["value"], row["lower"], row["upper"], signed=True)
     start = curves[curves["step"] == 0].groupby("objective")[metrics[0]].mean()
     frame = pd.DataFrame.from_dict(table, orient="index")
     frame.insert(0, f"start ({metrics[0]})", start.reindex(frame.index).map("{:.3f}".format))
@@ -105,7 +95,7 @@ def change_curve_table(
         raise ValueError("no pretraining run here probed itself (probe_every)")
     changes = paired_changes(curves, metric)
     cells = {
-        (row["objective"], int(row["step"])): _interval(
+        (row["objective"], int(row["step"])): format_interval(
             row["value"], row["lower"], row["upper"], signed=True
         )
         for row in changes.to_dict("records")
@@ -140,7 +130,7 @@ def readout_table(graph: Any, metric: str = "across_categories") -> pd.DataFrame
         column = f"{readout}, {features}"
         summary = objective_summary(group.drop_duplicates(["objective", "seed", "game"]), [metric])
         for row in summary.to_dict("records"):
-            cell = _interval(row["value"], row["lower"], row["upper"])
+            cell = format_interval(row["value"], row["lower"], row["upper"])
             if row["seeds"] < 2:
                 cell += f" (n = {row['seeds']})"
             cells.setdefault(row["objective"], {})[column] = cell

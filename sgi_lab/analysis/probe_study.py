@@ -30,6 +30,7 @@ __all__ = [
     "PAPER_CONFIGS",
     "entry_row",
     "experiment_probe_frame",
+    "format_interval",
     "load_probe_results",
     "markdown_table",
     "mean_ci",
@@ -281,17 +282,27 @@ def rank_correlation_with_paper(values: pd.Series, paper_metric: str = "median")
     return {"rho": float(rho), "p": float(p), "n": len(pairs), "pairs": pairs}
 
 
+def format_interval(
+    value: Any, lower: Any, upper: Any, digits: int = 3, signed: bool = False
+) -> str:
+    """``value [lower, upper]`` to ``digits`` decimals (``+``-signed for changes); the value
+    alone without bounds (one seed), ``-`` without a value."""
+    if value is None or pd.isna(value):
+        return "-"
+    sign = "+" if signed else ""
+    text = f"{value:{sign}.{digits}f}"
+    if lower is None or pd.isna(lower):
+        return text
+    return f"{text} [{lower:{sign}.{digits}f}, {upper:{sign}.{digits}f}]"
+
+
 def summary_table(summary: pd.DataFrame, metrics: Iterable[str] = METRICS) -> pd.DataFrame:
     """Objectives x metrics, each cell ``mean [lower, upper]`` (for reports)."""
 
-    def cell(row: pd.Series) -> str:
-        if np.isnan(row["lower"]):
-            return f"{row['value']:.3f}"
-        return f"{row['value']:.3f} [{row['lower']:.3f}, {row['upper']:.3f}]"
-
     if summary.empty:
         return pd.DataFrame()
-    shown = summary.assign(cell=summary.apply(cell, axis=1))
+    cells = [format_interval(*v) for v in summary[["value", "lower", "upper"]].to_numpy()]
+    shown = summary.assign(cell=cells)
     table = shown.pivot(index="objective", columns="metric", values="cell")
     order = list(dict.fromkeys(summary["objective"]))
     return table.reindex(index=order, columns=[m for m in metrics if m in table.columns])

@@ -180,7 +180,8 @@ def _terminate_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)  # a second SIGTERM acts as before
         raise Terminated("SIGTERM")
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    # None: a handler not installed from Python (restored as the default)
+    previous = signal.signal(signal.SIGTERM, handler) or signal.SIG_DFL
     try:
         yield
     finally:

@@ -86,33 +86,28 @@ def test_probe_curve_points_are_the_encoders_probes_and_training_is_unchanged(st
         torch.testing.assert_close(a["model"][name], b["model"][name], rtol=0, atol=0, msg=name)
 
     # The point at step 12 is the probe of the final encoder, as `sgi-lab probe` computes it.
-    model = build_state(config(), data.num_actions, torch.device("cpu")).model
-    model.load_state_dict(a["model"])
-    result = probe_encoder(
-        ProbeEncoder(model, "final", "pretrain", tmp_path / "unused.json"),
-        probe_store,
-        max_frames=200,
-        random_baseline_seed=None,
-        device="cpu",
-        progress=False,
-    )
-    expected = probe_metrics(result)
-    assert {k: v for k, v in rows[-1].items() if k.startswith("probe/")} == pytest.approx(
-        expected, abs=1e-6
-    )
+    def probed(state_dict, name):  # `sgi-lab probe`'s metrics of a model with these weights
+        model = build_state(config(), data.num_actions, torch.device("cpu")).model
+        if state_dict is not None:
+            model.load_state_dict(state_dict)
+        encoder = ProbeEncoder(model, name, "pretrain", tmp_path / f"unused_{name}.json")
+        return probe_metrics(
+            probe_encoder(
+                encoder,
+                probe_store,
+                max_frames=200,
+                random_baseline_seed=None,
+                device="cpu",
+                progress=False,
+            )
+        )
+
+    def logged(row):
+        return {k: v for k, v in row.items() if k.startswith("probe/")}
+
+    assert logged(rows[-1]) == pytest.approx(probed(a["model"], "final"), abs=1e-6)
     # The point at step 0 is the probe of the run's own initialisation.
-    initial = build_state(config(), data.num_actions, torch.device("cpu")).model
-    result = probe_encoder(
-        ProbeEncoder(initial, "init", "pretrain", tmp_path / "unused0.json"),
-        probe_store,
-        max_frames=200,
-        random_baseline_seed=None,
-        device="cpu",
-        progress=False,
-    )
-    assert {k: v for k, v in rows[0].items() if k.startswith("probe/")} == pytest.approx(
-        probe_metrics(result), abs=1e-6
-    )
+    assert logged(rows[0]) == pytest.approx(probed(None, "init"), abs=1e-6)
 
 
 def test_probe_metrics_reads_overall_categories_and_reward():
