@@ -308,30 +308,50 @@ def summary_table(summary: pd.DataFrame, metrics: Iterable[str] = METRICS) -> pd
     return table.reindex(index=order, columns=[m for m in metrics if m in table.columns])
 
 
+def readout_groups(frame: pd.DataFrame) -> list[tuple[tuple[str, str], pd.DataFrame]]:
+    """``frame``'s rows split by (readout, features), the default readout first, then in
+    name order: each group is one measurement that `objective_summary` may average."""
+    if frame.empty:
+        return []
+    keys = frame[["readout", "features"]].fillna("-").astype(str)
+    combos = sorted(set(zip(keys["readout"], keys["features"])), key=lambda c: (c != DEFAULT_READOUT, c))
+    return [
+        (combo, frame[(keys["readout"] == combo[0]) & (keys["features"] == combo[1])])
+        for combo in combos
+    ]
+
+
 def write_probe_report(graph: Any) -> Path:
     """A probe experiment's ``report.html``, ``results.csv`` (one row per probed encoder and
-    game), ``results.aggregates.csv`` (per objective, 95% CIs over seeds) and ``results.md``
-    (those numbers as markdown, for docs/results)."""
+    game), ``results.aggregates.csv`` (per readout, features and objective, 95% CIs over seeds)
+    and ``results.md`` (those numbers as markdown, for docs/results); an experiment that reads
+    its encoders several ways gets one summary per readout and feature choice, the default's
+    first."""
     import html
 
     out = Path(graph.out)
     frame = experiment_probe_frame(graph)
     if frame.empty:
         raise RuntimeError(f"{out}: no probe task has a result yet")
-    summary = objective_summary(frame)
+    groups = [(combo, part, objective_summary(part)) for combo, part in readout_groups(frame)]
+    aggregates = pd.concat(
+        [summary.assign(readout=r, features=f) for (r, f), _, summary in groups],
+        ignore_index=True,
+    )
     atomic_write_text(out / "results.csv", frame.to_csv(index=False))
-    atomic_write_text(out / "results.aggregates.csv", summary.to_csv(index=False))
-    atomic_write_text(out / "results.md", results_markdown(frame, summary))
+    atomic_write_text(out / "results.aggregates.csv", aggregates.to_csv(index=False))
+    atomic_write_text(
+        out / "results.md",
+        "\n".join(
+            (f"## Readout: {r} on {f}\n\n" if len(groups) > 1 else "")
+            + results_markdown(part, summary)
+            for (r, f), part, summary in groups
+        ),
+    )
     # lazy: plotly draws only here; `sgi-lab`'s parser imports this module through
     # `sgi_lab.experiments` on machines that may lack plotly (the GPU image trains without it)
     from sgi_lab.viz.probes import probe_bars
 
-    correlations = "".join(
-        f"<p>Spearman rank correlation of {metric} F1 with the paper's tab:controls_hns median "
-        f"HNS: {json.dumps({k: v for k, v in corr.items() if k != 'pairs'})}</p>"
-        for metric in ("across_categories", "overall", "reward_f1")
-        for corr in [paper_rank_correlation(summary, metric)]
-    )
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",
         f"<title>{html.escape(graph.experiment.name)}</title>",
@@ -340,12 +360,24 @@ def write_probe_report(graph: Any) -> Path:
         f"<h1>Probes: {html.escape(graph.experiment.name)}</h1>",
         f"<p>{html.escape(graph.experiment.description)}; {len(frame)} probed encoders, games "
         f"{', '.join(sorted(frame['game'].unique()))}.</p>",
-        "<h2>Test F1 per objective (mean over seeds of the mean over games; 95% t CIs)</h2>",
         "<p>across_categories: the mean of the category means (AtariARI's headline); overall: "
         "the mean over every variable.</p>",
-        summary_table(summary).to_html(na_rep="-"),
-        correlations,
-        probe_bars(summary).to_html(full_html=False, include_plotlyjs=True),
+    ]
+    for index, ((readout, features), _, summary) in enumerate(groups):
+        correlations = "".join(
+            f"<p>Spearman rank correlation of {metric} F1 with the paper's tab:controls_hns "
+            f"median HNS: {json.dumps({k: v for k, v in corr.items() if k != 'pairs'})}</p>"
+            for metric in ("across_categories", "overall", "reward_f1")
+            for corr in [paper_rank_correlation(summary, metric)]
+        )
+        parts += [
+            f"<h2>Test F1 per objective, {html.escape(readout)} on {html.escape(features)} "
+            "(mean over seeds of the mean over games; 95% t CIs)</h2>",
+            summary_table(summary).to_html(na_rep="-"),
+            correlations,
+            probe_bars(summary).to_html(full_html=False, include_plotlyjs=index == 0),
+        ]
+    parts += [
         "<h2>Every probed encoder</h2>",
         frame.to_html(index=False, float_format=lambda x: f"{x:.3f}", na_rep="-"),
         "</body></html>",

@@ -455,13 +455,15 @@ def test_probe_experiment_graph_runs_its_tasks_and_reports(tmp_path, capsys):
         ],
         "probe": [
             {"name": "p", "data": "random", "pretrain": ["none", "s_seed0"], "seeds": [0, 1]},
+            # a second reading of the same encoder: the report summarises each apart
+            {"name": "q", "data": "random", "pretrain": ["s_seed0"], "features": "projection"},
         ],
     }
     file = tmp_path / "tiny.yaml"
     file.write_text(yaml.safe_dump(spec))
     graph = ex.expand(ex.load_experiment(file), tmp_path / "exp")
     ids = [t.id for t in graph.tasks]
-    assert graph.counts()["probe"] == 3 and graph.counts()["finetune"] == 0
+    assert graph.counts()["probe"] == 4 and graph.counts()["finetune"] == 0
     # Each probe right after its inputs; the report waits for every probe.
     assert ids.index("probe/p__none__s0__Breakout") == ids.index("data/random__Breakout") + 1
     assert ids.index("probe/p__s_seed0__Breakout") == ids.index("pretrain/s_seed0__Breakout") + 1
@@ -481,12 +483,27 @@ def test_probe_experiment_graph_runs_its_tasks_and_reports(tmp_path, capsys):
     import pandas as pd
 
     rows = pd.read_csv(tmp_path / "exp" / "results.csv")
-    assert sorted(rows["objective"]) == ["random_init", "random_init", "s"]
+    assert sorted(rows["objective"]) == ["random_init", "random_init", "s", "s"]
     assert set(rows["seed"]) == {0, 1}
     summary = pd.read_csv(tmp_path / "exp" / "results.aggregates.csv")
-    assert set(summary["objective"]) == {"random_init", "s"}
+    # One summary per readout and features, never a mean across them.
+    combos = summary.groupby(["readout", "features"])["objective"].agg(lambda o: sorted(set(o)))
+    assert combos.to_dict() == {
+        ("lstsq", "projection"): ["s"],
+        ("lstsq", "renormalized"): ["random_init", "s"],
+    }
+    for (readout, features), group in summary.groupby(["readout", "features"]):
+        part = rows[(rows["readout"] == readout) & (rows["features"] == features)]
+        for objective, expected in part.groupby("objective")["overall"].mean().items():
+            got = group[(group["objective"] == objective) & (group["metric"] == "overall")]
+            assert got["value"].item() == pytest.approx(expected)
     markdown = (tmp_path / "exp" / "results.md").read_text()
     assert "| objective | overall |" in markdown and "Spearman rho" in markdown
+    sections = markdown.split("## Readout: ")[1:]
+    assert [s.split("\n", 1)[0] for s in sections] == [
+        "lstsq on renormalized",  # the default first
+        "lstsq on projection",
+    ]
 
 
 @pytest.mark.parametrize(
