@@ -10,9 +10,10 @@ finetuned with ``params/finetune/minatar_reduced_lr.yaml``) and one from scratch
 score, `sgi_lab.metrics.minatar`) go to the demo's ``index.html``, with one sentence
 (`verdict`) saying whether learning is visible and whether the two differ.
 
-The two agents are two populations of one, not one population of two: a population shares one
-set of learning-rate groups, so a pretrained agent (reduced learning rates on its loaded
-layers) and a scratch one cannot share it (``finetune_agents.build_population`` refuses).
+The two agents are one population of two (`sgi_lab.train.finetune.finetune_population`): they
+act and learn in lockstep, each at its own learning rates (the pretrained agent's loaded layers
+at the reduced rates, every layer of the scratch agent at the full one;
+`sgi_lab.train.population.Population.lr_factors`), each with its own seed-0 environment.
 
 Everything lives in the stage's folder, ``outputs/demo/minatar/`` (``data/``, ``pretrain/``,
 ``finetune/sgi/``, ``finetune/scratch/``, ``figures/``); each part resumes or is returned as
@@ -33,7 +34,7 @@ from sgi_lab.base.files import read_jsonl
 from sgi_lab.config import FinetuneConfig, PretrainConfig, load_config
 from sgi_lab.data.collect import collect_random
 from sgi_lab.metrics.minatar import minatar_random_score, minatar_reference_score
-from sgi_lab.train.finetune import finetune
+from sgi_lab.train.finetune import finetune_population
 from sgi_lab.train.pretrain import pretrain
 
 __all__ = [
@@ -139,13 +140,17 @@ def run_minatar(
     store = collect_random(GAME, budget.collect_steps, folder / "data", seed=0, progress=progress)
     config = load_config(PretrainConfig, root / PRETRAIN_PARAMS, budget.pretrain)
     pretrain(config, store, folder / "pretrain", progress=progress, params_name="minatar_sgi")
-    results: dict[str, Any] = {}
-    for label, (name, params) in AGENTS.items():
+    configs, outs = [], []
+    for name, params in AGENTS.values():
         overrides = {**budget.finetune, "game": GAME, "seed": 0}
         if name == "sgi":
             overrides["pretrained"] = str(folder / "pretrain")
-        config = load_config(FinetuneConfig, root / params, overrides)
-        run = finetune(config, folder / "finetune" / name, progress, params=Path(params).stem)
+        configs.append(load_config(FinetuneConfig, root / params, overrides))
+        outs.append(folder / "finetune" / name)
+    names = [Path(params).stem for _, params in AGENTS.values()]
+    runs = finetune_population(configs, outs, progress, params=names)
+    results: dict[str, Any] = {}
+    for label, run in zip(AGENTS, runs, strict=True):
         evaluation = run.evaluation or {}
         results[label] = {
             key: evaluation.get(key)

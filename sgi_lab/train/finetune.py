@@ -223,20 +223,22 @@ def finetune_population(
     outs: Sequence[str | Path],
     progress: bool = True,
     overwrite: bool = False,
-    params: str | None = None,
+    params: str | Sequence[str | None] | None = None,
     callback: Callback | None = None,
     stop: Deadline | None = None,
 ) -> list[FinetuneRun]:
     """Finetune N agents in lockstep as one batched learner, then evaluate each.
 
     Args:
-        configs: one config per agent; they may differ only in `sgi_lab.train.population.POPULATION_KEYS` (game, seed,
-            pretrained).
+        configs: one config per agent; they may differ only in
+            `sgi_lab.train.population.POPULATION_KEYS` (game, seed, pretrained model and the
+            learning rates of its layers: a pretrained agent beside one from scratch).
         outs: one run folder per agent; unfinished runs there are resumed, finished ones
             returned as they are.
         progress: tqdm bars.
         overwrite: start every run over (only ever runs of ours; see `RunDir.open`).
-        params: name of the params file the configs came from (recorded in status.json).
+        params: name of the params file the configs came from (recorded in status.json), or
+            one name per agent.
         callback: called as ``callback(step, population)`` after every environment step (and
             after that step's checkpoint); notebooks use it for live plots.
         stop: a `sgi_lab.runs.stopping.Deadline` (a first SIGINT, Ctrl-C or a notebook's interrupt,
@@ -262,6 +264,9 @@ def finetune_population(
         FloatingPointError: a loss became NaN or infinite (status "failed").
         RunStopped: ``stop`` passed; checkpointed, resumable.
     """
+    names = [params] * len(configs) if params is None or isinstance(params, str) else list(params)
+    if len(names) != len(configs):
+        raise ValueError(f"params: {len(names)} names for {len(configs)} agents")
     runs = _open_runs(configs, outs, overwrite)
     todo = [i for i, r in enumerate(runs) if not r.finished]
     for r in runs:
@@ -275,7 +280,7 @@ def finetune_population(
             device = resolve_device(configs[0].device)
             step = prepare_agents(agents)
             population, replay = build_population(agents, device)
-            _start(agents, population, step, params)
+            _start(agents, population, step, [names[i] for i in todo])
             # A first Ctrl-C (or a notebook's interrupt) stops at the next step, checkpointed.
             stop = stop if stop is not None else Deadline()
             with stop_on_signals(stop, signal.SIGINT):
@@ -335,11 +340,14 @@ def learner_threads(config: FinetuneConfig) -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-def _start(agents: list[AgentRun], population: Population, step: int, params: str | None) -> None:
-    """Mark every agent's run started (what it was launched with) and write its transfer.json."""
-    for a in agents:
+def _start(
+    agents: list[AgentRun], population: Population, step: int, names: Sequence[str | None]
+) -> None:
+    """Mark every agent's run started (what it was launched with: ``names``, its params file)
+    and write its transfer.json."""
+    for i, a in enumerate(agents):
         launch = {
-            "params": params,
+            "params": names[i],
             "game": a.game,
             "seed": a.config.seed,
             "env_protocol": a.config.env_protocol,  # the family's env: dopamine, rlpyt, minatar
@@ -350,7 +358,7 @@ def _start(agents: list[AgentRun], population: Population, step: int, params: st
         a.run.start(step, population=len(agents), cpu_settings=a.cpu_choice, **launch)
         a.log("started at step %d in a population of %d", step, len(agents))
         if a.checkpoint is None:
-            write_transfer(a, population)
+            write_transfer(a, i, population)
 
 
 # -- the loop ----------------------------------------------------------------------------------

@@ -151,15 +151,14 @@ def build_population(
     """The agents' batched learner and replays on ``device``, a resumed population's state
     restored (``prepare_agents`` first)."""
     models = [agent_model(a) for a in agents]
-    loaded = {a.transfer.loaded for a in agents}
-    if len(loaded) > 1:
-        raise ConfigError(
-            "the agents' pretrained models provide different tensors; a population shares "
-            "one set of learning-rate groups (pretrain every game with the same params)"
-        )
     settle_cpu_settings(agents, device)
+    # Each agent's own loaded tensors: pretrained and fresh agents train side by side, each
+    # at its own learning rates (Population.lr_factors).
     population = Population.build(
-        [a.config for a in agents], models, loaded=loaded.pop(), device=device
+        [a.config for a in agents],
+        models,
+        loaded=[a.transfer.loaded for a in agents],
+        device=device,
     )
     replay = population_replay(population, agents)
     for i, a in enumerate(agents):
@@ -261,9 +260,10 @@ def restore_agent(a: AgentRun, i: int, population: Population, replay: Populatio
     a.log("resuming at step %d (the env starts a fresh episode)", int(ckpt["step"]))
 
 
-def write_transfer(a: AgentRun, population: Population) -> None:
-    """``transfer.json``: which tensors came from the pretrained model, the lr groups."""
-    groups = {g["name"]: g["lr"] for g in population.optimizer.param_groups}
+def write_transfer(a: AgentRun, i: int, population: Population) -> None:
+    """``transfer.json`` of agent ``i``: which tensors came from its pretrained model, its
+    learning rate of each group its parameters fall in."""
+    groups = population.agent_lr_groups(i)
     info = {**a.transfer.to_json(), "lr_groups": groups, "scheme": a.config.scheme}
     if a.pretrained is not None:
         info.update(pretrained_step=a.pretrained.step, pretrained_game=a.pretrained.game)

@@ -25,7 +25,7 @@ with its own noise sample (SPR's ``target_update_tau = 1``), or a separate EMA c
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -59,8 +59,18 @@ __all__ = [
 MAX_ACTIONS = 18
 """The full Atari action set: the width at which every agent's noise is drawn."""
 
-POPULATION_KEYS = ("game", "seed", "pretrained")
-"""Config keys that may differ between the agents of one population; all others are shared."""
+POPULATION_KEYS = (
+    "game",
+    "seed",
+    "pretrained",
+    "scheme",
+    "encoder_lr_scale",
+    "pretrained_lr_scale",
+    "lr_groups",
+)
+"""Config keys that may differ between the agents of one population; all others are shared.
+The learning-rate keys only set each agent's rates (`Population.lr_factors`); a scheme that
+freezes the encoder for some agents and trains it for others is refused (`_agent_groups`)."""
 
 
 # -- loss weights and precision ------------------------------------------------------------
@@ -97,12 +107,15 @@ class Population:
     Attributes:
         configs: per-agent configs (equal but for `POPULATION_KEYS`).
         model_args: per-agent SGIModel arguments (own action count; saved in model.pt).
-        loaded: names the pretrained models provided (the same for every agent).
+        loaded: per agent, the names its pretrained model provided (none for a fresh agent).
         template: the functional skeleton (widest action set) on ``device``.
         online: name -> (N, ...) stacked parameters (leaves) and buffers of the online networks.
         spr_target: name -> (N, ...) the EMA target networks (SPR; goal RL for ssl 'all').
         q_target: separate Q target networks, or None when the online network is its own target.
         optimizer: Adam over the stacked parameters, one group per learning rate.
+        lr_factors: name -> (N, 1, ...) each agent's learning rate over its group's, for the
+            parameters whose group differs between agents (a population of pretrained and
+            fresh agents); empty when every agent's groups agree.
         generators: per-agent torch random sources on ``device``.
         action_mask: (N, A) bool, the actions each agent's game has.
         device: where everything lives.
@@ -116,7 +129,7 @@ class Population:
 
     configs: list[FinetuneConfig]
     model_args: list[dict[str, Any]]
-    loaded: tuple[str, ...]
+    loaded: tuple[tuple[str, ...], ...]
     template: SGIModel
     online: dict[str, torch.Tensor]
     spr_target: dict[str, torch.Tensor]
@@ -128,6 +141,7 @@ class Population:
     amp: bool = False
     updates: int = 0
     host_checks: bool | None = None
+    lr_factors: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.host_checks is None:
@@ -139,7 +153,7 @@ class Population:
         cls,
         configs: Sequence[FinetuneConfig],
         models: Sequence[SGIModel],
-        loaded: Sequence[str],
+        loaded: Sequence[str] | Sequence[Sequence[str]],
         device: torch.device | str = "cpu",
     ) -> Population:
         """Stack N initialized agents (own action counts) into one population on ``device``.
@@ -148,7 +162,10 @@ class Population:
             configs: per-agent configs; all keys but `POPULATION_KEYS` must agree.
             models: per-agent online networks, already initialized (fresh, pretrained or
                 restored from a checkpoint), each with its game's action count.
-            loaded: names of the tensors the pretrained models provided (learning-rate groups).
+            loaded: names of the tensors the pretrained models provided (learning-rate
+                groups): one sequence for every agent, or one per agent, so that pretrained
+                and fresh agents (or agents of different pretrained models) train side by
+                side, each at its own learning rates (`lr_factors`).
             device: where the population trains.
         """
         configs, models = list(configs), list(models)
@@ -160,9 +177,11 @@ class Population:
         prepare_device(device)
         widest = max(m.num_actions for m in models)
         args = [_model_args(m) for m in models]
+        _check_same_architecture(configs, args)
         template = SGIModel(**{**args[0], "num_actions": widest}).to(device)
-        loaded = tuple(loaded)
-        online = _stacked_agents(template, models, cfg, frozenset(loaded), device)
+        loaded = _per_agent(loaded, len(models))
+        groups = _agent_groups(template, configs, loaded)
+        online = _stacked_agents(template, models, cfg, groups, device)
         if cfg.channels_last is True:
             template.channels_last = template.encoder.channels_last = True
         mask = torch.zeros(len(models), widest, dtype=torch.bool, device=device)
@@ -171,7 +190,7 @@ class Population:
         spr_target = {k: v.detach().clone() for k, v in online.items()}
         separate_q = not (cfg.target_tau == 1.0 and cfg.target_update_period == 1)
         q_target = {k: v.detach().clone() for k, v in online.items()} if separate_q else None
-        optimizer = _optimizer(template, online, cfg, frozenset(loaded), device)
+        optimizer, lr_factors = _optimizer(online, configs, groups, device)
         generators = []
         for c in configs:
             g = torch.Generator(device=device)
@@ -190,6 +209,7 @@ class Population:
             action_mask=mask,
             device=device,
             amp=use_amp(cfg, device),
+            lr_factors=lr_factors,
         )
         pop.train_mode()
         with torch.device("meta"):  # shapes only
@@ -211,6 +231,30 @@ class Population:
     def config(self) -> FinetuneConfig:
         """The shared config (agent 0's; only `POPULATION_KEYS` differ between agents)."""
         return self.configs[0]
+
+    def step_optimizer(self) -> None:
+        """One Adam step of every agent, each at its own learning rates: Adam's moments do not
+        depend on the learning rate (no weight decay), so scaling an agent's slice of the step
+        by its rate over the group's (`lr_factors`, at most 1) is that agent's own Adam step."""
+        if not self.lr_factors:
+            self.optimizer.step()
+            return
+        with torch.no_grad():
+            before = {k: self.online[k].detach().clone() for k in self.lr_factors}
+        self.optimizer.step()
+        with torch.no_grad():
+            for k, factor in self.lr_factors.items():
+                # lerp is exact at factors 0 and 1: such an agent's slice is Adam's own step
+                self.online[k].copy_(torch.lerp(before[k], self.online[k], factor))
+
+    def agent_lr_groups(self, i: int) -> dict[str, float]:
+        """Agent ``i``'s learning rate of each group its parameters fall in (``transfer.json``)."""
+        cfg, scales = self.configs[i], lr_scales(self.configs[i])
+        used = {
+            lr_group(name, frozenset(self.loaded[i]), cfg.scheme, cfg.lr_groups)
+            for name, _ in self.template.named_parameters()
+        }
+        return {g: cfg.lr * scales[g] for g in LR_GROUPS if g in used}
 
     def trainable(self) -> list[torch.Tensor]:
         return [p for g in self.optimizer.param_groups for p in g["params"]]
@@ -495,11 +539,52 @@ class Population:
                 target[k][i].copy_(pad_to(state[k].to(self.device), target[k].shape[1:]))
 
 
+def _per_agent(
+    loaded: Sequence[str] | Sequence[Sequence[str]], n: int
+) -> tuple[tuple[str, ...], ...]:
+    """``loaded`` as one tuple of names per agent (a single sequence of names is every agent's)."""
+    loaded = list(loaded)
+    if all(isinstance(x, str) for x in loaded):
+        return (tuple(loaded),) * n
+    if len(loaded) != n or any(isinstance(x, str) for x in loaded):
+        raise ValueError(
+            f"loaded: one sequence of tensor names for every agent, or one per agent ({n}); "
+            f"got {len(loaded)} entries"
+        )
+    return tuple(tuple(x) for x in loaded)
+
+
+def _agent_groups(
+    template: SGIModel, configs: Sequence[FinetuneConfig], loaded: tuple[tuple[str, ...], ...]
+) -> dict[str, list[str | None]]:
+    """name -> each agent's learning-rate group of that parameter (`lr_group`; None: not
+    trained).
+
+    Raises:
+        ValueError: a parameter trained for some agents and not for others (a population
+            moves its tensors together: its agents train the same parameters).
+    """
+    groups = {
+        name: [
+            lr_group(name, frozenset(own), cfg.scheme, cfg.lr_groups)
+            for cfg, own in zip(configs, loaded, strict=True)
+        ]
+        for name, _ in template.named_parameters()
+    }
+    for name, per_agent in groups.items():
+        if None in per_agent and any(g is not None for g in per_agent):
+            raise ValueError(
+                f"{name} is trained for some agents of the population and frozen for others "
+                "(scheme 'frozen' beside another); train them as separate populations"
+            )
+    return groups
+
+
 def _stacked_agents(
     template: SGIModel,
     models: Sequence[SGIModel],
     cfg: FinetuneConfig,
-    loaded: frozenset[str],
+    groups: dict[str, list[str | None]],
     device: torch.device,
 ) -> dict[str, torch.Tensor]:
     """Every agent's tensors stacked along a leading agent axis, padded to the template's
@@ -513,8 +598,7 @@ def _stacked_agents(
             channels_last=cfg.channels_last is True,
         )
         if isinstance(ref, nn.Parameter):
-            trained = lr_group(name, loaded, cfg.scheme, cfg.lr_groups) is not None
-            stacked.requires_grad_(trained)
+            stacked.requires_grad_(groups[name][0] is not None)
         online[name] = stacked
     for name, layer in template.named_modules():
         if isinstance(layer, NoisyLinear):
@@ -527,29 +611,47 @@ def _stacked_agents(
 
 
 def _optimizer(
-    template: SGIModel,
     online: dict[str, torch.Tensor],
-    cfg: FinetuneConfig,
-    loaded: frozenset[str],
+    configs: Sequence[FinetuneConfig],
+    groups: dict[str, list[str | None]],
     device: torch.device,
-) -> torch.optim.Adam:
+) -> tuple[torch.optim.Adam, dict[str, torch.Tensor]]:
     """One Adam over the stacked parameters, a parameter group per learning-rate group
-    (`lr_group`, `lr_scales`: the finetuning scheme)."""
-    scales = lr_scales(cfg)
-    groups: dict[str, list[torch.Tensor]] = {g: [] for g in LR_GROUPS}
-    for name, _ in template.named_parameters():
-        group = lr_group(name, loaded, cfg.scheme, cfg.lr_groups)
-        if group is not None:
-            groups[group].append(online[name])
+    (`lr_group`, `lr_scales`: each agent's finetuning scheme), and the `Population.lr_factors`
+    of the parameters whose rate differs between agents: such a parameter joins the group of
+    its fastest agent, the group's rate is the highest any agent has in it, and each agent's
+    factor is its own rate over the group's (at most 1: a step is scaled down, never up, so its
+    rounding is not magnified)."""
+    scales = [lr_scales(c) for c in configs]
+    lr = configs[0].lr  # shared (check_compatible)
+    params: dict[str, list[str]] = {g: [] for g in LR_GROUPS}
+    rates: dict[str, list[float]] = {}
+    for name, per_agent in groups.items():
+        if per_agent[0] is None:
+            continue
+        rates[name] = [lr * s[g] for s, g in zip(scales, per_agent, strict=True)]
+        top = max(range(len(per_agent)), key=rates[name].__getitem__)
+        params[per_agent[top]].append(name)
+    group_lr = {g: max(max(rates[n]) for n in names) for g, names in params.items() if names}
+    factors: dict[str, torch.Tensor] = {}
+    for g, names in params.items():
+        for name in names:
+            if any(r != group_lr[g] for r in rates[name]):
+                shape = (len(configs),) + (1,) * (online[name].dim() - 1)
+                ratio = [r / group_lr[g] for r in rates[name]]
+                factors[name] = torch.tensor(ratio, device=device).view(shape)
     param_groups = [
-        {"name": g, "params": ps, "lr": cfg.lr * scales[g]} for g, ps in groups.items() if ps
+        {"name": g, "params": [online[n] for n in names], "lr": group_lr[g]}
+        for g, names in params.items()
+        if names
     ]
     # fused: one pass over each tensor instead of ~8 (6x faster on CPU for 8M parameters).
     # capturable: the step counter lives on the device, so a CUDA graph can replay it.
-    capturable = device.type == "cuda" and getattr(cfg, "cuda_graphs", False)
-    return torch.optim.Adam(
-        param_groups, lr=cfg.lr, eps=cfg.adam_eps, fused=True, capturable=capturable
+    capturable = device.type == "cuda" and getattr(configs[0], "cuda_graphs", False)
+    optimizer = torch.optim.Adam(
+        param_groups, lr=lr, eps=configs[0].adam_eps, fused=True, capturable=capturable
     )
+    return optimizer, factors
 
 
 def check_compatible(configs: Sequence[FinetuneConfig]) -> None:
@@ -583,6 +685,37 @@ def _check_same_observations(configs: Sequence[FinetuneConfig], models: Sequence
             f"a population's agents read one observation shape, these differ ({listed}); "
             "train them as separate populations"
         )
+
+
+def _check_same_architecture(
+    configs: Sequence[FinetuneConfig], args: Sequence[dict[str, Any]]
+) -> None:
+    """One population stacks its agents' tensors: every agent's network has the same tensors
+    but for its action count (a pretrained model decides its agent's architecture). Compared
+    on the meta device at one action count: arguments that build nothing (goal RL's FiLM
+    without a goal head) do not count."""
+    widest = max(a["num_actions"] for a in args)
+    with torch.device("meta"):  # shapes only
+        shapes = [
+            {
+                k: tuple(v.shape)
+                for k, v in SGIModel(**{**a, "num_actions": widest}).state_dict().items()
+            }
+            for a in args
+        ]
+    for c, a, own in zip(configs[1:], args[1:], shapes[1:]):
+        diff = sorted(k for k in {*shapes[0], *own} if shapes[0].get(k) != own.get(k))
+        if diff:
+            named = sorted(
+                k for k in {*args[0], *a} - {"num_actions"} if args[0].get(k) != a.get(k)
+            )
+            shown = ", ".join(f"{k}: {args[0].get(k)!r} vs {a.get(k)!r}" for k in named)
+            raise ValueError(
+                f"a population's agents share one architecture; {configs[0].game} (seed "
+                f"{configs[0].seed}) and {c.game} (seed {c.seed}) differ in {shown or 'layers'} "
+                f"({len(diff)} tensors, e.g. {diff[0]}: {shapes[0].get(diff[0])} vs "
+                f"{own.get(diff[0])}); train them as separate populations"
+            )
 
 
 def _model_args(model: SGIModel) -> dict[str, Any]:

@@ -152,7 +152,7 @@ def update(
     grad_norm = pop.clip_gradients(cfg.grad_clip)
     if cfg.spr_target_update == "before_step":  # toward the weights the losses used
         pop.update_spr_target()
-    pop.optimizer.step()
+    pop.step_optimizer()
     with torch.no_grad():
         for k, v in x.noise_online.items():  # acting uses the update's noise
             pop.online[k].copy_(v)

@@ -103,6 +103,12 @@ def test_minatar_stage_runs_then_is_skipped_and_reported(tmp_path, one_thread, c
     assert any(name.startswith("encoder.") for name in transfer["loaded"])
     scratch = json.loads((folder / "finetune" / "scratch" / "transfer.json").read_text())
     assert scratch["source"] is None and scratch["loaded"] == []
+    # One population of two, each agent at its own rates: the pretrained encoder at 0.01x.
+    assert transfer["lr_groups"]["encoder_transition"] == pytest.approx(1e-6)
+    assert scratch["lr_groups"] == pytest.approx({"fresh": 1e-4})
+    for name, params in (("sgi", "minatar_reduced_lr"), ("scratch", "minatar_none")):
+        agent = RunDir(folder / "finetune" / name).status()
+        assert agent["population"] == 2 and agent["params"] == params, agent
     assert (folder / "figures" / "learning_curves.html").exists()
     status = RunDir(folder).status()
     assert status["state"] == "finished" and status["results"]["verdict"] == results["verdict"]

@@ -273,7 +273,6 @@ def test_cuda_graph_appends_equal_eager_appends():
 def test_graphed_pretraining_steps_equal_eager_steps(dot_store):
     """Pretraining with cuda_graphs (three eager warm-up steps, capture, replays) gives the
     parameters eager steps give, with the same augmentation and goal random streams."""
-    from sgi_lab.data import TransitionStore
     from sgi_lab.train.pretrain_step import GraphedStep, build_state, make_sampler
     from sgi_lab.train.pretrain_step import device_batch as _to_device
     from sgi_lab.train.pretrain_step import train_step as pretrain_step

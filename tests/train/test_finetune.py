@@ -162,6 +162,79 @@ def test_naive_and_frozen_schemes(tmp_path):
             assert lrs["encoder_transition"] == pytest.approx(1e-6)  # the transition model
 
 
+@pytest.mark.parametrize("scheme", ["reduced_lr", "naive", "frozen"])
+def test_a_pretrained_and_a_fresh_agent_in_one_population_each_learn_as_alone(tmp_path, scheme):
+    """Issue 33 item 8's population of two: an SGI-pretrained agent (its loaded layers at reduced
+    learning rates) beside one from scratch (every layer at the full rate) takes, update for
+    update, each agent's own steps: the same weights, targets and Adam moments as each agent
+    trained alone."""
+    from population_helpers import TINY as POP
+    from population_helpers import fake_batch
+
+    from sgi_lab.config import build_config
+    from sgi_lab.train.update import stage, update
+
+    save_pretrained_run(tmp_path / "pre")
+    pretrained = tr.load_pretrained(tmp_path / "pre")
+    configs = [
+        build_config(FinetuneConfig, {**POP, "encoder": "nature", "scheme": scheme, "seed": s})
+        for s in (0, 1)
+    ]
+    sources = [pretrained, None]
+
+    def agent(i):
+        torch.manual_seed(configs[i].seed)
+        model = SGIModel(**tr.model_args_for(configs[i], 6, sources[i]))
+        loaded = tr.transfer_pretrained(model, sources[i]).loaded if sources[i] else ()
+        return model, loaded
+
+    (m0, l0), (m1, l1) = agent(0), agent(1)
+    assert l0 and not l1
+    together = Population.build(configs, [m0, m1], loaded=[l0, l1], device="cpu")
+    factors = {k: v.flatten().tolist() for k, v in together.lr_factors.items()}
+    if scheme == "naive":
+        assert not factors  # every rate 1e-4
+    else:  # the transition model at 1e-6 for one agent, 1e-4 for the other; the encoder too
+        assert factors["transition.first.weight"] == pytest.approx([0.01, 1.0])
+        encoder = factors.get("encoder.layers.0.weight")  # unless frozen: no step at all
+        assert encoder is None if scheme == "frozen" else encoder == pytest.approx([0.01, 1.0])
+    assert together.agent_lr_groups(1) == pytest.approx({"fresh": 1e-4})
+    batches = [fake_batch(c, 6, 10 + i) for i, c in enumerate(configs)]
+    weights = [np.linspace(0.5, 1.0, c.batch_size).astype(np.float32) for c in configs]
+    for _ in range(3):  # later updates see Adam moments and moved targets
+        update(together, stage(together, batches, weights))
+    for i in (0, 1):
+        model, loaded = agent(i)
+        alone = Population.build([configs[i]], [model], loaded=loaded, device="cpu")
+        for _ in range(3):
+            update(alone, stage(alone, [batches[i]], [weights[i]]))
+        for which in ("online", "spr_target"):
+            mine, theirs = together.agent_state(i, which), alone.agent_state(0, which)
+            for k in theirs:
+                torch.testing.assert_close(
+                    mine[k], theirs[k], rtol=1e-4, atol=1e-6, msg=f"agent {i} {which} {k}"
+                )
+        start = model.state_dict()  # and the encoder moved at the agent's own rate
+        moved = (theirs["encoder.layers.0.weight"] - start["encoder.layers.0.weight"]).abs().max()
+        assert (moved == 0) if scheme == "frozen" else (moved > 0)
+
+
+def test_a_population_refuses_agents_of_different_architectures(tmp_path):
+    from population_helpers import TINY as POP
+
+    from sgi_lab.config import build_config
+
+    save_pretrained_run(tmp_path / "pre", hidden_size=64)
+    pretrained = tr.load_pretrained(tmp_path / "pre")
+    configs = [build_config(FinetuneConfig, {**POP, "encoder": "nature", "seed": s}) for s in (0, 1)]
+    models = [
+        SGIModel(**tr.model_args_for(configs[0], 6, pretrained)),
+        SGIModel(**tr.model_args_for(configs[1], 6)),
+    ]
+    with pytest.raises(ValueError, match="share one architecture.*hidden_size: 64 vs 512"):
+        Population.build(configs, models, loaded=[(), ()], device="cpu")
+
+
 def test_mismatched_pretrained_models_are_clear_errors(tmp_path):
     save_pretrained_run(tmp_path / "nature")
     config = FinetuneConfig(encoder="resnet")
