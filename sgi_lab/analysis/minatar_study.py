@@ -129,8 +129,8 @@ def objective_table(
     for bound in ("lower", "upper"):
         wide = aggregates.pivot_table(index="method", columns="metric", values=bound)
         table = table.join(wide.add_suffix(f"_{bound}"))
-    if "none" in matrices:
-        pairs = [(k, "none") for k in matrices if k != "none"]
+    pairs = [(k, "none") for k in matrices if k != "none"] if "none" in matrices else []
+    if pairs:  # none alone (a study of other names) has nothing to improve on
         poi = probability_of_improvement_with_ci(matrices, pairs, reps=reps, seed=seed)
         poi = poi.set_index("x")[["value", "lower", "upper"]].add_prefix("p_improve_")
         table = table.join(poi)
@@ -341,6 +341,47 @@ def _schemes(runs: pd.DataFrame) -> pd.DataFrame:
     return sgi.assign(objective=sgi["objective"] + suffix)
 
 
+def budget_curve(table: pd.DataFrame) -> pd.DataFrame:
+    """The pretraining-budget curve in an `objective_table`: the objectives named
+    ``<objective>_<steps>`` (``sgi_500``, ``sgi_8000``: `minatar_pretrain_budget.yaml`) with
+    ``none`` at 0 steps, by objective and steps, with their IQM, mean and P(improvement over
+    none) and CIs; empty unless some objective was pretrained at two budgets or more."""
+    rows = []
+    for name, row in table.iterrows():
+        base, _, steps = str(name).rpartition("_")
+        if base and steps.isdigit():
+            rows.append({"objective": base, "steps": int(steps), "method": name, **row})
+    curve = pd.DataFrame(rows)
+    if curve.empty or curve.groupby("objective")["steps"].nunique().max() < 2:
+        return pd.DataFrame()
+    if "none" in table.index:
+        zero = [
+            {"objective": o, "steps": 0, "method": "none", **table.loc["none"]}
+            for o in set(curve["objective"])
+        ]
+        curve = pd.concat([pd.DataFrame(zero), curve], ignore_index=True)
+    return curve.sort_values(["objective", "steps"], ignore_index=True)
+
+
+def budget_markdown(curve: pd.DataFrame) -> str:
+    """`budget_curve` as Markdown: a row per objective and pretraining budget."""
+    lines = [
+        "| objective | pretraining steps | IQM | mean | P(improvement over none) |",
+        "|---|---|---|---|---|",
+    ]
+    for row in curve.itertuples(index=False):
+        row = row._asdict()
+        cells = [
+            format_interval(row[m], row[f"{m}_lower"], row[f"{m}_upper"]) for m in ("iqm", "mean")
+        ]
+        poi = [row.get(f"p_improve_{k}") for k in ("value", "lower", "upper")]
+        poi_cell = "-" if row["steps"] == 0 else format_interval(*poi, digits=2)
+        lines.append(
+            f"| {row['objective']} | {row['steps']:,} | " + " | ".join([*cells, poi_cell]) + " |"
+        )
+    return "\n".join(lines)
+
+
 def study_markdown(
     folder: str | Path, planned: int | None = None, reps: int = 2000, graph: Any = None
 ) -> str:
@@ -374,6 +415,14 @@ def study_markdown(
             aggregates_markdown(table),
             "",
         ]
+        curve = budget_curve(table) if scheme else pd.DataFrame()
+        if not curve.empty:
+            lines += [
+                "Pretraining budget (the same agents, by steps):",
+                "",
+                budget_markdown(curve),
+                "",
+            ]
         if scheme:
             lines += _probe_lines(graph, table, runs)
         correlation = paper_rank_correlation(table) if scheme else {"rho": None}
@@ -400,6 +449,8 @@ def study_markdown(
 
 __all__ = [
     "aggregates_markdown",
+    "budget_curve",
+    "budget_markdown",
     "learning_curves",
     "objective_table",
     "paper_rank_correlation",

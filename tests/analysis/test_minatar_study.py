@@ -139,3 +139,27 @@ def test_probe_finetune_table_pairs_each_objectives_probe_with_its_iqm():
     assert asterix.loc["none", "probe"] == pytest.approx(0.71)
     _, few = ms.probe_finetune_table(probes, table.loc[["s", "sgi"]])
     assert few["rho"] is None and few["n"] == 2
+
+
+def test_budget_curve_reads_steps_from_names_with_none_at_zero(tmp_path):
+    """minatar_pretrain_budget.yaml's labels: sgi pretrained 500 and 2,000 steps beside none;
+    every seed of sgi_2000 beats none's, sgi_500 equals none's."""
+    for g in GAMES:
+        for seed in range(3):
+            agent(tmp_path, "sgi_none", g, seed, 0.1 + 0.01 * seed)
+            agent(tmp_path, "reduced_lr__sgi_500", g, seed, 0.1 + 0.01 * seed)
+            agent(tmp_path, "reduced_lr__sgi_2000", g, seed, 0.3 + 0.01 * seed)
+    table = ms.objective_table(ms.study_runs(tmp_path), reps=200)
+    curve = ms.budget_curve(table)
+    assert curve[["objective", "steps", "method"]].values.tolist() == [
+        ["sgi", 0, "none"],
+        ["sgi", 500, "sgi_500"],
+        ["sgi", 2000, "sgi_2000"],
+    ]
+    assert curve["iqm"].tolist() == pytest.approx([0.11, 0.11, 0.31])
+    assert curve["p_improve_value"].tolist()[1:] == pytest.approx([0.5, 1.0])
+    text = ms.study_markdown(tmp_path, reps=200)
+    assert "| sgi | 0 | 0.110 [" in text and "| - |" in text
+    assert "| sgi | 2,000 | 0.310 [" in text and "| 1.00 [1.00, 1.00] |" in text
+    # One budget per objective is no curve.
+    assert ms.budget_curve(table.drop(index="sgi_500")).empty
