@@ -226,7 +226,9 @@ def test_a_population_refuses_agents_of_different_architectures(tmp_path):
 
     save_pretrained_run(tmp_path / "pre", hidden_size=64)
     pretrained = tr.load_pretrained(tmp_path / "pre")
-    configs = [build_config(FinetuneConfig, {**POP, "encoder": "nature", "seed": s}) for s in (0, 1)]
+    configs = [
+        build_config(FinetuneConfig, {**POP, "encoder": "nature", "seed": s}) for s in (0, 1)
+    ]
     models = [
         SGIModel(**tr.model_args_for(configs[0], 6, pretrained)),
         SGIModel(**tr.model_args_for(configs[1], 6)),
@@ -571,6 +573,38 @@ def test_a_stop_request_checkpoints_at_that_step_and_the_run_resumes_there(tmp_p
     run = ft.finetune(config, out, progress=False, callback=lambda s, pop: seen.append(s))
     assert seen[0] == 46 and seen[-1] == 60
     assert run.status()["state"] == "finished" and run.evaluation["step"] == 60
+
+
+def test_a_population_of_a_pretrained_and_a_fresh_agent_stops_and_resumes(tmp_path):
+    """Both agents checkpoint at the stop and resume there in the same population, each with
+    its own Adam moments and learning rates (the groups are rebuilt from each agent's own
+    transfer)."""
+    import dataclasses
+
+    save_pretrained_run(tmp_path / "pre")
+    base = FinetuneConfig(**TINY, steps=60)
+    configs = [dataclasses.replace(base, pretrained=str(tmp_path / "pre")), base]
+    outs = [tmp_path / "sgi", tmp_path / "scratch"]
+    stop = Deadline()
+
+    def ask(step, population):
+        assert population.lr_factors  # one population, two sets of rates
+        if step == 45:
+            stop.request_stop("pre-empted")
+
+    with pytest.raises(RunStopped, match="stopped at step 45"):
+        ft.finetune_population(
+            configs, outs, False, params=["sgi", "none"], callback=ask, stop=stop
+        )
+    moments = [torch.load(o / "checkpoints/ckpt_00000045.pt", weights_only=True) for o in outs]
+    runs = ft.finetune_population(configs, outs, False, params=["sgi", "none"])
+    for run, out, saved, name in zip(runs, outs, moments, ["sgi", "none"]):
+        assert run.status()["state"] == "finished" and run.evaluation["step"] == 60
+        assert run.status()["params"] == name
+        assert "resuming at step 45" in (out / "log.txt").read_text()
+        assert saved["optimizer"]["state"]  # each agent saved its own moments
+    sgi, scratch = (json.loads((o / "transfer.json").read_text())["lr_groups"] for o in outs)
+    assert sgi["encoder_transition"] == pytest.approx(1e-6) and scratch == {"fresh": 1e-4}
 
 
 def test_a_first_interrupt_stops_at_the_step_with_a_checkpoint(tmp_path):
