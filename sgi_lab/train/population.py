@@ -114,8 +114,8 @@ class Population:
         q_target: separate Q target networks, or None when the online network is its own target.
         optimizer: Adam over the stacked parameters, one group per learning rate.
         lr_factors: name -> (N, 1, ...) each agent's learning rate over its group's, for the
-            parameters whose group differs between agents (a population of pretrained and
-            fresh agents); empty when every agent's groups agree.
+            parameters whose rate differs between agents (a population of pretrained and
+            fresh agents, or of other schemes); empty when every agent's rates agree.
         generators: per-agent torch random sources on ``device``.
         action_mask: (N, A) bool, the actions each agent's game has.
         device: where everything lives.
