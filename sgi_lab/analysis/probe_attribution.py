@@ -31,6 +31,7 @@ __all__ = [
     "attribution_markdown",
     "change_curve_table",
     "change_table",
+    "paired_readout_table",
     "per_run_table",
     "readout_table",
 ]
@@ -141,6 +142,45 @@ def readout_table(graph: Any, metric: str = "across_categories") -> pd.DataFrame
     return out
 
 
+def paired_readout_table(graph: Any, metric: str = "across_categories") -> pd.DataFrame:
+    """Per objective (rows) and readout/features (columns): each final encoder's ``metric`` minus
+    that of the random encoder of its own seed (its initialisation: a run of seed s starts from
+    the weights of random encoder s) read the same way, mean over seeds with a 95% t interval,
+    and how many of the pairs fell (``3/3 lower``): the attribution's test under every readout,
+    not only the least squares of the curves."""
+    from scipy import stats
+
+    frame = experiment_probe_frame(graph)
+    if frame.empty or "random_init" not in set(frame["objective"]):
+        return pd.DataFrame()
+    values = frame.groupby(["readout", "features", "objective", "seed"], sort=False)[metric].mean()
+    cells: dict[str, dict[str, str]] = {}
+    for (readout, features), group in values.groupby(level=[0, 1], sort=False):
+        group = group.droplevel([0, 1])
+        if "random_init" not in group.index.get_level_values(0):
+            continue
+        start = group.loc["random_init"]
+        for objective in group.index.get_level_values(0).unique():
+            if objective == "random_init":
+                continue
+            change = (group.loc[objective] - start).dropna().to_numpy()
+            if len(change) == 0:
+                continue
+            mean = float(change.mean())
+            lower = upper = None
+            if len(change) > 1:
+                half = stats.t.ppf(0.975, len(change) - 1) * change.std(ddof=1) / len(change) ** 0.5
+                lower, upper = mean - half, mean + half
+            cell = format_interval(mean, lower, upper, signed=True)
+            cells.setdefault(objective, {})[f"{readout}, {features}"] = (
+                f"{cell}, {int((change < 0).sum())}/{len(change)} lower"
+            )
+    out = pd.DataFrame.from_dict(cells, orient="index")
+    out = out.reindex(sorted(out.index))
+    out.index.name = f"objective ({metric}, minus its seed's random init)"
+    return out
+
+
 def attribution_markdown(graph: Any) -> str:
     """The study's tables as Markdown, from its experiment graph
     (``sgi_lab.experiments.load_graph(folder)``): the paired changes, the headline step by step,
@@ -161,6 +201,17 @@ def attribution_markdown(graph: Any) -> str:
         markdown_table(per_run_table(runs)),
         "",
     ]
+    for metric in ("across_categories", "agent_localization"):
+        table = paired_readout_table(graph, metric)
+        if table.empty:
+            continue
+        parts += [
+            f"{metric} of each final encoder minus its own seed's random encoder, read the same "
+            "way, mean over seeds [95% t interval], and how many pairs fell:",
+            "",
+            markdown_table(table),
+            "",
+        ]
     for metric in READOUT_METRICS:
         table = readout_table(graph, metric)
         if table.empty:

@@ -89,3 +89,31 @@ def test_readout_table_cells_and_order(monkeypatch):
     assert table.loc["sgi", "lstsq, renormalized"] == "0.720 [0.466, 0.974]"
     assert table.loc["sgi", "logistic, projection"] == "0.800 (n = 1)"
     assert pd.isna(table.loc["random_init", "logistic, projection"])
+
+
+def test_paired_readout_table_subtracts_each_seeds_own_random_encoder(monkeypatch):
+    rows = [
+        ("sgi", 0, "lstsq", "renormalized", 0.70),
+        ("sgi", 1, "lstsq", "renormalized", 0.74),
+        ("sgi", 2, "lstsq", "renormalized", 0.86),
+        ("random_init", 0, "lstsq", "renormalized", 0.88),
+        ("random_init", 1, "lstsq", "renormalized", 0.86),
+        ("random_init", 1, "lstsq", "renormalized", 0.86),  # a second task of the same reading
+        ("random_init", 2, "lstsq", "renormalized", 0.85),
+        ("g", 0, "logistic", "projection", 0.91),
+        ("random_init", 0, "logistic", "projection", 0.90),
+    ]
+    frame = pd.DataFrame(
+        [
+            {"objective": o, "seed": s, "readout": r, "features": f, "game": "Pong"}
+            | {"across_categories": v, "unfinished": False}
+            for o, s, r, f, v in rows
+        ]
+    )
+    monkeypatch.setattr(probe_attribution, "experiment_probe_frame", lambda graph: frame)
+    table = probe_attribution.paired_readout_table(graph=None)
+    # sgi minus its seed's random init: -0.18, -0.12, +0.01; mean -0.0967, sd 0.0971,
+    # t(2) 4.303 x 0.0971 / sqrt(3) = 0.2412
+    assert table.loc["sgi", "lstsq, renormalized"] == "-0.097 [-0.338, +0.145], 2/3 lower"
+    assert table.loc["g", "logistic, projection"] == "+0.010, 0/1 lower"  # one pair: no interval
+    assert pd.isna(table.loc["g", "lstsq, renormalized"])
