@@ -73,7 +73,8 @@ def study_runs(folder: str | Path) -> pd.DataFrame:
                     "finished": finished,
                     "score": evaluation.get("mean", np.nan) if finished else np.nan,
                     "normalized": _normalized(evaluation) if finished else np.nan,
-                    "normalization": evaluation.get("normalization", "HNS"),
+                    # an unfinished agent has no evaluation to say which score it uses
+                    "normalization": evaluation.get("normalization", "HNS") if finished else None,
                     "folder": str(agent),
                 }
             )
@@ -382,6 +383,12 @@ def budget_markdown(curve: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def _normalization(runs: pd.DataFrame) -> str:
+    """The finished agents' normalisation (``MinAtar score``, ``HNS``), or both named."""
+    names = sorted(runs.loc[runs["finished"], "normalization"].dropna().unique())
+    return " and ".join(names) if names else "no agent finished yet"
+
+
 def study_markdown(
     folder: str | Path, planned: int | None = None, reps: int = 2000, graph: Any = None
 ) -> str:
@@ -395,7 +402,7 @@ def study_markdown(
         return f"No finetuning agent under {folder}/finetune yet.\n"
     lines = [
         f"Finished agents: {int(runs['finished'].sum())} of {planned or len(runs)} "
-        f"({runs['normalization'].iloc[0]}: 0 = uniform random, 1 = the reference score).",
+        f"({_normalization(runs)}: 0 = uniform random, 1 = the reference score).",
         "",
     ]
     sections = (

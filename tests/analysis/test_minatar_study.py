@@ -83,7 +83,7 @@ def test_objective_table_has_cis_and_probability_of_improvement_over_none(study)
 
 def test_markdown_says_how_much_finished_and_shows_schemes(study):
     text = ms.study_markdown(study, planned=30, reps=200)
-    assert "Finished agents: 23 of 30 (MinAtar score" in text
+    assert "Finished agents: 23 of 30 (MinAtar score:" in text
     assert "| s | 0.510 [" in text and "| 1.00 [1.00, 1.00] |" in text
     assert "### SGI's finetuning schemes" in text and "| sgi (naive) |" in text
     assert "### Per game" in text
@@ -149,6 +149,7 @@ def test_budget_curve_reads_steps_from_names_with_none_at_zero(tmp_path):
             agent(tmp_path, "sgi_none", g, seed, 0.1 + 0.01 * seed)
             agent(tmp_path, "reduced_lr__sgi_500", g, seed, 0.1 + 0.01 * seed)
             agent(tmp_path, "reduced_lr__sgi_2000", g, seed, 0.3 + 0.01 * seed)
+    agent(tmp_path, "frozen__sgi_500", GAMES[0], 0, None)  # first in folder order, running
     table = ms.objective_table(ms.study_runs(tmp_path), reps=200)
     curve = ms.budget_curve(table)
     assert curve[["objective", "steps", "method"]].values.tolist() == [
@@ -159,6 +160,7 @@ def test_budget_curve_reads_steps_from_names_with_none_at_zero(tmp_path):
     assert curve["iqm"].tolist() == pytest.approx([0.11, 0.11, 0.31])
     assert curve["p_improve_value"].tolist()[1:] == pytest.approx([0.5, 1.0])
     text = ms.study_markdown(tmp_path, reps=200)
+    assert "Finished agents: 18 of 19 (MinAtar score: 0 = uniform random" in text
     assert "| sgi | 0 | 0.110 [" in text and "| - |" in text
     assert "| sgi | 2,000 | 0.310 [" in text and "| 1.00 [1.00, 1.00] |" in text
     # One budget per objective is no curve.
