@@ -19,6 +19,7 @@ reading is never mistaken for the study's.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +149,23 @@ def per_game_table(runs: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     done = done.assign(method=_method(done))
     return done.pivot_table(index="method", columns="game", values="normalized", aggfunc="mean")
+
+
+def per_seed_markdown(runs: pd.DataFrame, methods: Sequence[str] | None = None) -> str:
+    """Each finished agent's final evaluation (mean raw return), a row per game and seed and a
+    column per method (``none``, ``sgi``, ``sgi (naive)``; ``methods`` picks and orders them),
+    so that each seed can be read beside the same seed from scratch."""
+    done = runs[runs["finished"]]
+    if done.empty:
+        return ""
+    done = done.assign(method=_method(done))
+    table = done.pivot_table(index=["game", "seed"], columns="method", values="score")
+    columns = [m for m in (methods or table.columns) if m in table.columns]
+    lines = ["| game | seed | " + " | ".join(columns) + " |", "|---|---|" + "---|" * len(columns)]
+    for (game, seed), row in table[columns].iterrows():
+        cells = ["-" if pd.isna(row[m]) else f"{row[m]:.2f}" for m in columns]
+        lines.append(f"| {game} | {int(seed)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def _method(frame: pd.DataFrame) -> pd.Series:
@@ -464,6 +482,7 @@ __all__ = [
     "per_game_returns",
     "probe_finetune_table",
     "per_game_table",
+    "per_seed_markdown",
     "returns_markdown",
     "score_matrices",
     "split_label",

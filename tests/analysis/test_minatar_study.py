@@ -165,3 +165,12 @@ def test_budget_curve_reads_steps_from_names_with_none_at_zero(tmp_path):
     assert "| sgi | 2,000 | 0.310 [" in text and "| 1.00 [1.00, 1.00] |" in text
     # One budget per objective is no curve.
     assert ms.budget_curve(table.drop(index="sgi_500")).empty
+
+
+def test_per_seed_markdown_puts_each_seed_beside_the_same_seed_from_scratch(study):
+    text = ms.per_seed_markdown(ms.study_runs(study), methods=["none", "sgi (naive)", "s"])
+    lines = text.splitlines()
+    assert lines[0] == "| game | seed | none | sgi (naive) | s |"
+    # scores are 10x the normalised score (the fixture's eval.json); Breakout's s seed 2 runs
+    assert "| minatar/asterix | 0 | 1.00 | 2.00 | 5.00 |" in lines
+    assert "| minatar/breakout | 2 | 1.20 | 2.00 | - |" in lines
