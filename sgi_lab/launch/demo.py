@@ -99,7 +99,7 @@ STAGES: tuple[tuple[str, str, float], ...] = (
     (
         "minatar",
         "MinAtar Breakout: an SGI-pretrained and a from-scratch agent finetuning side by side",
-        4.0,
+        3.0,  # 180 s idle (session 15: the two agents as one population)
     ),
 )
 MINATAR = "minatar"  # the stage that runs no notebook (sgi_lab.launch.demo_minatar)
