@@ -130,7 +130,8 @@ def run_progress(folder: str | os.PathLike, now: float | None = None) -> dict[st
         says finished without its model, or has a torn status), ``step``, ``steps`` (the
         config's total, None when it has none), ``rate`` (steps/s, from the run's logged
         throughput), ``eta_s`` (seconds left at that rate, running runs only), ``age_s``
-        (seconds since the status was last written), ``stale`` (running but silent for over
+        (seconds since the status or the metrics were last written), ``stale`` (running but
+        silent for over
         `STALE_AFTER_S`), ``alive`` (running, and its process holds the folder's lock), ``metrics`` (``{key: value}`` of the last logged values of
         `SHOWN_METRICS`) and ``error`` (a failed run's message, or why the state differs from
         its status.json).
@@ -143,14 +144,16 @@ def run_progress(folder: str | os.PathLike, now: float | None = None) -> dict[st
     rows = _last_rows(folder / "metrics.jsonl")
     state, why = _true_state(folder, recorded)
     step = _count(status.get("step"))
-    if step is None and rows:
-        step = _count(rows[-1].get("step"))
+    logged = _count(rows[-1].get("step")) if rows else None
+    if logged is not None and (step is None or (state == "running" and logged > step)):
+        # status.json moves at checkpoints; a running run logs its steps in between
+        step = logged
     if step is None and recorded is None:
         newest = checkpoint_files(folder)
         step = int(CHECKPOINT_RE.search(newest[-1].name).group(1)) if newest else None
     steps = _count(config.get("steps"))
     rate = _rate(rows, config)
-    age = max(0.0, now - _updated(folder, status))
+    age = max(0.0, now - max(_updated(folder, status), _mtime(folder / "metrics.jsonl")))
     eta = None
     if state == "running" and rate and steps and step is not None and rate > 0:
         eta = max(0.0, (steps - step) / rate)
@@ -217,6 +220,14 @@ def _updated(folder: Path, status: dict[str, Any]) -> float:
         except OSError:
             continue
     return time.time()
+
+
+def _mtime(path: Path) -> float:
+    """When ``path`` was last written (0 without it): a run that logs is not silent."""
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def _duration(seconds: float | None) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import pytest
@@ -21,6 +22,8 @@ def _run(folder, state, step, steps, rows, kind="pretrain", age_s=5.0, **extra):
     (folder / "status.json").write_text(json.dumps(record))
     (folder / "config.yaml").write_text(f"steps: {steps}\nbatch_size: 32\n")
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    then = time.time() - age_s  # the run last wrote both then
+    os.utime(folder / "metrics.jsonl", (then, then))
     return folder
 
 
@@ -67,6 +70,30 @@ def test_run_progress_rate_eta_and_metrics(runs):
     silent = status.run_progress(runs / "runs" / "finetune__x" / "Pong__s0")
     assert silent["stale"] and silent["eta_s"] == pytest.approx(3000.0)
     assert status.run_progress(runs / "demo" / "pretrain")["eta_s"] is None
+
+
+def test_a_running_run_that_logs_between_checkpoints_is_not_silent(tmp_path):
+    """A MinAtar finetuning run checkpoints every 10,000 steps: its status.json says step 0 for
+    its first half hour while metrics.jsonl logs every 1,000 steps. The logged step is its
+    progress, and a fresh log is a sign of life."""
+    folder = _run(
+        tmp_path / "naive__sgi" / "minatar-breakout__s0",
+        "running",
+        0,
+        10_000,
+        [{"step": 6000, "charts/sps": 5.0}, {"step": 6700, "episode/return": 5.0}],
+        kind="finetune",
+        age_s=30 * 60,
+    )
+    os.utime(folder / "metrics.jsonl")  # logged just now
+    lock = FolderLock(folder, "a finetune run")
+    try:
+        p = status.run_progress(folder)
+    finally:
+        lock.release()
+    assert (p["state"], p["step"]) == ("running", 6700)
+    assert not p["stale"] and p["age_s"] < 60
+    assert p["eta_s"] == pytest.approx(3300 / 5.0)
 
 
 def test_status_command_lists_every_run(runs, capsys):
