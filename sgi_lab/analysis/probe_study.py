@@ -314,7 +314,9 @@ def readout_groups(frame: pd.DataFrame) -> list[tuple[tuple[str, str], pd.DataFr
     if frame.empty:
         return []
     keys = frame[["readout", "features"]].fillna("-").astype(str)
-    combos = sorted(set(zip(keys["readout"], keys["features"])), key=lambda c: (c != DEFAULT_READOUT, c))
+    combos = sorted(
+        set(zip(keys["readout"], keys["features"])), key=lambda c: (c != DEFAULT_READOUT, c)
+    )
     return [
         (combo, frame[(keys["readout"] == combo[0]) & (keys["features"] == combo[1])])
         for combo in combos

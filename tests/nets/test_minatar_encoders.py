@@ -53,4 +53,6 @@ def test_an_sgi_model_sizes_every_part_from_the_encoder():
     y = model.project(z)
     assert model.inverse_logits(y, y).shape == (5, 3)
     assert model.film.layers[-1].in_features == 2 * 16 * 8 * 8
-    assert params(model.encoder) == 592 and params(model) == 1_896_627  # pinned: the report quotes it
+    assert (
+        params(model.encoder) == 592 and params(model) == 1_896_627
+    )  # pinned: the report quotes it
