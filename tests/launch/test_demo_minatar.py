@@ -15,13 +15,15 @@ import torch
 from sgi_lab.launch import demo, demo_minatar
 from sgi_lab.runs.folder import RunDir
 
-SCRATCH, SGI = "from scratch", "SGI-pretrained"
+SCRATCH, SGI, NAIVE = "from scratch", "SGI, reduced lr", "SGI, naive"
 
 
-def _results(sgi: tuple[float, float], scratch: tuple[float, float], episodes: int = 30):
-    """Results as `run_minatar` returns them, with (mean, std) per agent."""
+def _results(sgi, scratch, naive=None, episodes: int = 30):
+    """Results as `run_minatar` returns them, with (mean, std) per agent (naive: as sgi)."""
+    naive = naive or sgi
     return {
         SGI: {"mean": sgi[0], "std": sgi[1], "episodes": episodes, "normalized_score": 0.1},
+        NAIVE: {"mean": naive[0], "std": naive[1], "episodes": episodes, "normalized_score": 0.3},
         SCRATCH: {"mean": scratch[0], "std": scratch[1], "episodes": episodes,
                   "normalized_score": 0.2, "normalization": "MinAtar score"},
         "random": 0.416,
@@ -29,22 +31,28 @@ def _results(sgi: tuple[float, float], scratch: tuple[float, float], episodes: i
     }  # fmt: skip
 
 
-def test_verdict_says_whether_learning_is_visible_and_whether_the_agents_differ():
-    # s.e. = std / sqrt(30): 1.0 / 5.477 = 0.183; both means - 2 s.e. above 0.416.
+def test_verdict_says_whether_learning_is_visible_and_how_each_start_compares():
+    # s.e. = std / sqrt(30): 1.0 / 5.477 = 0.183; every mean - 2 s.e. above 0.416.
     both = demo_minatar.verdict(_results((2.5, 1.0), (2.4, 1.0)))
-    assert both.startswith("Learning is visible: both agents score above the random policy")
+    assert both.startswith("Learning is visible: every agent scores above the random policy")
     # 0.1 apart, 2 s.e. of the difference = 2 * 0.258: no difference claimed.
-    assert "do not differ beyond their evaluation noise (+0.10)" in both
+    assert (
+        "the SGI, reduced lr agent does not differ from the one from scratch beyond their "
+        "evaluation noise (+0.10)" in both
+    )
     assert "one seed each" in both and "not evidence" in both
-    apart = demo_minatar.verdict(_results((1.0, 1.0), (2.5, 1.0)))
-    assert "the from scratch agent scores higher (1.50 apart)" in apart
+    apart = demo_minatar.verdict(_results((1.0, 1.0), (2.5, 1.0), naive=(3.2, 1.0)))
+    assert "the SGI, reduced lr agent ends below the one from scratch (-1.50)" in apart
+    assert "the SGI, naive agent ends above the one from scratch (+0.70)" in apart
     # 0.9 - 2 * 0.183 = 0.53 > 0.416, but 0.6 - 0.365 = 0.235 is not.
-    one = demo_minatar.verdict(_results((0.9, 1.0), (0.6, 1.0)))
-    assert one.startswith("Learning is visible only for the SGI-pretrained agent")
+    one = demo_minatar.verdict(_results((0.9, 1.0), (0.6, 1.0), naive=(0.6, 1.0)))
+    assert one.startswith("Learning is visible only for the SGI, reduced lr agent")
+    two = demo_minatar.verdict(_results((0.9, 1.0), (0.6, 1.0)))
+    assert two.startswith("Learning is visible only for the SGI, reduced lr and SGI, naive agents")
     none = demo_minatar.verdict(_results((0.4, 0.5), (0.5, 0.5)))
     assert none.startswith("Learning is not visible at this size")
     unfinished = _results((0.4, 0.5), (0.5, 0.5))
-    unfinished[SGI]["mean"] = None
+    unfinished[NAIVE]["mean"] = None
     assert "no final scores yet" in demo_minatar.verdict(unfinished)
 
 
@@ -53,11 +61,12 @@ def test_summary_lines_give_scores_in_words():
     results["verdict"] = "VERDICT"
     lines = demo_minatar.summary_lines(results)
     assert lines[0] == (
-        "SGI-pretrained: mean return 2.50 ± 0.18 (s.e.) over 30 episodes, MinAtar score 0.100"
+        "SGI, reduced lr: mean return 2.50 ± 0.18 (s.e.) over 30 episodes, MinAtar score 0.100"
     )
-    assert lines[1].startswith("from scratch: mean return 0.50 ± 0.00")
+    assert lines[1].startswith("SGI, naive: mean return 2.50 ± 0.18")
+    assert lines[2].startswith("from scratch: mean return 0.50 ± 0.00")
     assert (
-        lines[2] == "MinAtar score: 0 = uniform random (0.42), 1 = the MinAtar paper's DQN (10.0)"
+        lines[3] == "MinAtar score: 0 = uniform random (0.42), 1 = the MinAtar paper's DQN (10.0)"
     )
     assert lines[-1] == "VERDICT" and demo.stage_summary("minatar", results) == lines
 
@@ -72,7 +81,7 @@ def test_learning_curves_are_rolling_means_of_episode_returns(tmp_path):
     assert curves == {SGI: ([20.0, 30.0, 40.0, 50.0], [1.0, 1.5, 2.5, 3.5])}
     svg = demo_minatar.curves_svg(curves, random=0.416)
     assert svg.count("<polyline") == 3  # axes, random line, one agent
-    assert ">SGI-pretrained</text>" in svg and ">random</text>" in svg
+    assert ">SGI, reduced lr</text>" in svg and ">random</text>" in svg
     assert "50 agent steps" in svg
     assert "No finished training episode" in demo_minatar.curves_svg({})
     flat = demo_minatar.curves_svg({SCRATCH: ([1.0, 2.0], [0.0, 0.0])})  # no return yet
@@ -95,7 +104,7 @@ def test_minatar_stage_runs_then_is_skipped_and_reported(tmp_path, one_thread, c
     demo.run_minatar_stage(stage, tmp_path, root, smoke=True, progress=False)
     assert stage.state == "finished", stage.error
     results = stage.results
-    for label in (SGI, SCRATCH):
+    for label in (SGI, NAIVE, SCRATCH):
         assert results[label]["episodes"] == 2 and results[label]["step"] == 120
         assert results[label]["normalization"] == "MinAtar score"
     folder = tmp_path / "minatar"
@@ -103,12 +112,20 @@ def test_minatar_stage_runs_then_is_skipped_and_reported(tmp_path, one_thread, c
     assert any(name.startswith("encoder.") for name in transfer["loaded"])
     scratch = json.loads((folder / "finetune" / "scratch" / "transfer.json").read_text())
     assert scratch["source"] is None and scratch["loaded"] == []
-    # One population of two, each agent at its own rates: the pretrained encoder at 0.01x.
+    naive = json.loads((folder / "finetune" / "sgi_naive" / "transfer.json").read_text())
+    assert naive["loaded"] == transfer["loaded"]  # the same pretrained encoder
+    # One population of three, each agent at its own rates: the reduced-lr encoder at 0.01x.
     assert transfer["lr_groups"]["encoder_transition"] == pytest.approx(1e-6)
+    assert naive["lr_groups"]["encoder_transition"] == pytest.approx(1e-4)
     assert scratch["lr_groups"] == pytest.approx({"fresh": 1e-4})
-    for name, params in (("sgi", "minatar_reduced_lr"), ("scratch", "minatar_none")):
+    named = (
+        ("sgi", "minatar_reduced_lr"),
+        ("sgi_naive", "minatar_naive"),
+        ("scratch", "minatar_none"),
+    )
+    for name, params in named:
         agent = RunDir(folder / "finetune" / name).status()
-        assert agent["population"] == 2 and agent["params"] == params, agent
+        assert agent["population"] == 3 and agent["params"] == params, agent
     assert (folder / "figures" / "learning_curves.html").exists()
     status = RunDir(folder).status()
     assert status["state"] == "finished" and status["results"]["verdict"] == results["verdict"]
