@@ -99,7 +99,7 @@ STAGES: tuple[tuple[str, str, float], ...] = (
     (
         "minatar",
         "MinAtar Breakout: two SGI-pretrained agents and a from-scratch one finetuning side by side",
-        4.5,  # 180 s idle for two agents (session 15); a third adds half
+        4.0,  # 244 s idle with three agents (session 15)
     ),
 )
 MINATAR = "minatar"  # the stage that runs no notebook (sgi_lab.launch.demo_minatar)
@@ -292,7 +292,8 @@ STAGE_NOTES: dict[str, str] = {
         "2,000) and, under the reduced-lr scheme, finetunes at 0.01x the learning rate, so "
         "that agent keeps a barely trained, nearly fixed encoder while the naive and scratch "
         "agents learn theirs at the full rate (two agents measured twice on a 2-core Intel "
-        "Xeon: reduced-lr SGI 0.50 both times, scratch 2.87 and 2.17, random 0.42; at 10k "
+        "Xeon: reduced-lr SGI 0.50 both times, scratch 2.87 and 2.17, random 0.42; with the "
+        "naive agent added: reduced-lr 0.50, naive 2.67, scratch 2.27; at 10k "
         "steps and 3 seeds the study found naive SGI above scratch on Breakout, "
         "docs/results/minatar.md)."
     ),
