@@ -20,6 +20,7 @@ from sgi_lab.analysis.probe_study import (
     experiment_probe_frame,
     format_interval,
     markdown_table,
+    mean_ci,
     objective_summary,
     paired_changes,
     training_probe_curves,
@@ -148,8 +149,6 @@ def paired_readout_table(graph: Any, metric: str = "across_categories") -> pd.Da
     the weights of random encoder s) read the same way, mean over seeds with a 95% t interval,
     and how many of the pairs fell (``3/3 lower``): the attribution's test under every readout,
     not only the least squares of the curves."""
-    from scipy import stats
-
     frame = experiment_probe_frame(graph)
     if frame.empty or "random_init" not in set(frame["objective"]):
         return pd.DataFrame()
@@ -166,12 +165,7 @@ def paired_readout_table(graph: Any, metric: str = "across_categories") -> pd.Da
             change = (group.loc[objective] - start).dropna().to_numpy()
             if len(change) == 0:
                 continue
-            mean = float(change.mean())
-            lower = upper = None
-            if len(change) > 1:
-                half = stats.t.ppf(0.975, len(change) - 1) * change.std(ddof=1) / len(change) ** 0.5
-                lower, upper = mean - half, mean + half
-            cell = format_interval(mean, lower, upper, signed=True)
+            cell = format_interval(*mean_ci(change), signed=True)
             cells.setdefault(objective, {})[f"{readout}, {features}"] = (
                 f"{cell}, {int((change < 0).sum())}/{len(change)} lower"
             )

@@ -131,8 +131,8 @@ def run_progress(folder: str | os.PathLike, now: float | None = None) -> dict[st
         config's total, None when it has none), ``rate`` (steps/s, from the run's logged
         throughput), ``eta_s`` (seconds left at that rate, running runs only), ``age_s``
         (seconds since the status or the metrics were last written), ``stale`` (running but
-        silent for over
-        `STALE_AFTER_S`), ``alive`` (running, and its process holds the folder's lock), ``metrics`` (``{key: value}`` of the last logged values of
+        silent for over `STALE_AFTER_S`), ``alive`` (running, and its process holds the
+        folder's lock), ``metrics`` (``{key: value}`` of the last logged values of
         `SHOWN_METRICS`) and ``error`` (a failed run's message, or why the state differs from
         its status.json).
     """

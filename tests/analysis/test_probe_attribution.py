@@ -67,14 +67,8 @@ def test_change_table_without_self_probes_says_so(tmp_path):
         change_table([tmp_path / "run"])
 
 
-def test_readout_table_cells_and_order(monkeypatch):
-    rows = [
-        ("sgi", 0, "lstsq", "renormalized", 0.70),
-        ("sgi", 1, "lstsq", "renormalized", 0.74),
-        ("random_init", 0, "lstsq", "renormalized", 0.88),
-        ("random_init", 1, "lstsq", "renormalized", 0.86),
-        ("sgi", 0, "logistic", "projection", 0.80),
-    ]
+def _probe_frame(monkeypatch, rows) -> None:
+    """The experiment's probe results as ``(objective, seed, readout, features, F1)`` rows."""
     frame = pd.DataFrame(
         [
             {"objective": o, "seed": s, "readout": r, "features": f, "game": "Pong"}
@@ -83,6 +77,17 @@ def test_readout_table_cells_and_order(monkeypatch):
         ]
     )
     monkeypatch.setattr(probe_attribution, "experiment_probe_frame", lambda graph: frame)
+
+
+def test_readout_table_cells_and_order(monkeypatch):
+    rows = [
+        ("sgi", 0, "lstsq", "renormalized", 0.70),
+        ("sgi", 1, "lstsq", "renormalized", 0.74),
+        ("random_init", 0, "lstsq", "renormalized", 0.88),
+        ("random_init", 1, "lstsq", "renormalized", 0.86),
+        ("sgi", 0, "logistic", "projection", 0.80),
+    ]
+    _probe_frame(monkeypatch, rows)
     table = readout_table(graph=None)
     assert list(table.index) == ["random_init", "sgi"]  # random init first
     # sgi: 0.72, sd 0.0283, t(1) 12.706 x 0.02 = 0.254
@@ -103,14 +108,7 @@ def test_paired_readout_table_subtracts_each_seeds_own_random_encoder(monkeypatc
         ("g", 0, "logistic", "projection", 0.91),
         ("random_init", 0, "logistic", "projection", 0.90),
     ]
-    frame = pd.DataFrame(
-        [
-            {"objective": o, "seed": s, "readout": r, "features": f, "game": "Pong"}
-            | {"across_categories": v, "unfinished": False}
-            for o, s, r, f, v in rows
-        ]
-    )
-    monkeypatch.setattr(probe_attribution, "experiment_probe_frame", lambda graph: frame)
+    _probe_frame(monkeypatch, rows)
     table = probe_attribution.paired_readout_table(graph=None)
     # sgi minus its seed's random init: -0.18, -0.12, +0.01; mean -0.0967, sd 0.0971,
     # t(2) 4.303 x 0.0971 / sqrt(3) = 0.2412
