@@ -40,6 +40,11 @@ from sgi_lab.runs.status import read_status
 SCRATCH = {"sgi_none": "none", "sgi_none_2x": "none"}
 """Finetuning labels that start from scratch -> the objective name ``none``."""
 METRICS = ("iqm", "mean", "median")
+SCHEME_WORDS = {
+    "reduced_lr": "with reduced learning rates (the paper's scheme)",
+    "naive": "naively (every rate the same)",
+    "frozen": "with the encoder frozen",
+}
 
 
 def split_label(label: str) -> tuple[str, str]:
@@ -401,6 +406,66 @@ def budget_markdown(curve: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def budget_runs(
+    folder: str | Path, study: str | Path | None = None, objective: str = "sgi", steps: int = 2000
+) -> pd.DataFrame:
+    """The budget experiment's agents (`study_runs` of ``folder``) joined with the curve's 0 and
+    ``steps`` points taken from the objective study at ``study``: its no-pretraining agents and
+    its ``objective`` agents, renamed ``<objective>_<steps>`` (the same data seed, params and
+    seeds: rerunning them in the budget experiment would repeat the same numbers). An agent the
+    budget folder has itself (an older budget experiment's ``sgi_none``) is kept, not doubled."""
+    runs = study_runs(folder)
+    if study is None:
+        return runs
+    extra = study_runs(study)
+    if extra.empty:
+        return runs
+    extra = extra[extra["objective"].isin(["none", objective])].copy()
+    extra.loc[extra["objective"] == objective, "objective"] = f"{objective}_{steps}"
+    if not runs.empty:
+        key = ["objective", "scheme", "game", "seed"]
+        have = set(map(tuple, runs[key].to_numpy().tolist()))
+        extra = extra[[tuple(k) not in have for k in extra[key].to_numpy().tolist()]]
+    return pd.concat([runs, extra], ignore_index=True)
+
+
+def budget_study_markdown(
+    folder: str | Path, study: str | Path | None = None, reps: int = 2000
+) -> str:
+    """The pretraining-budget experiment's page section: for each finetuning scheme, the
+    curve (`budget_curve`) over `budget_runs` of ``folder`` and the objective ``study``, then
+    the per-game raw returns of every budget under both readouts."""
+    runs = budget_runs(folder, study)
+    if runs.empty:
+        return f"No finetuning agent under {folder}/finetune yet.\n"
+    lines = [f"Finished agents: {int(runs['finished'].sum())} ({_normalization(runs)}).", ""]
+    schemes = [s for s in ("reduced_lr", "naive", "frozen") if (runs["scheme"] == s).any()]
+    for scheme in schemes:
+        table = objective_table(runs, scheme, reps=reps)
+        curve = budget_curve(table) if not table.empty else pd.DataFrame()
+        lines += [f"### Finetuned {SCHEME_WORDS.get(scheme, scheme)}", ""]
+        if curve.empty:
+            lines += ["No two budgets have finished on every seed of a common game yet.", ""]
+            continue
+        lines += [
+            f"Over {int(table['games'].iloc[0])} games x {int(table['runs'].iloc[0])} seeds; "
+            "95% stratified bootstrap CIs (rliable's method).",
+            "",
+            budget_markdown(curve),
+            "",
+        ]
+    returns = per_game_returns(runs)
+    if not returns.empty:
+        lines += [
+            "### Per game, raw returns: the final evaluation and the mean of every training "
+            "episode; mean over seeds [95% t interval]",
+            "",
+            returns_markdown(returns),
+            "",
+        ]
+    return "\n".join(lines)
+
+
 def _normalization(runs: pd.DataFrame) -> str:
     """The finished agents' normalisation (``MinAtar score``, ``HNS``), or both named."""
     names = sorted(runs.loc[runs["finished"], "normalization"].dropna().unique())
@@ -476,6 +541,8 @@ __all__ = [
     "aggregates_markdown",
     "budget_curve",
     "budget_markdown",
+    "budget_runs",
+    "budget_study_markdown",
     "learning_curves",
     "objective_table",
     "paper_rank_correlation",

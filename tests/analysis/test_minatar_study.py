@@ -174,3 +174,46 @@ def test_per_seed_markdown_puts_each_seed_beside_the_same_seed_from_scratch(stud
     # scores are 10x the normalised score (the fixture's eval.json); Breakout's s seed 2 runs
     assert "| minatar/asterix | 0 | 1.00 | 2.00 | 5.00 |" in lines
     assert "| minatar/breakout | 2 | 1.20 | 2.00 | - |" in lines
+
+
+def test_budget_runs_take_zero_and_2000_steps_from_the_study_and_show_each_scheme(tmp_path):
+    """The budget experiment has sgi_500 and sgi_8000 under two schemes; its 0 and 2,000-step
+    points are the objective study's none and sgi agents (one already in the budget folder is
+    not doubled), and each scheme gets its own curve."""
+    study, budget = tmp_path / "study", tmp_path / "budget"
+    for g in GAMES:
+        for seed in range(3):
+            agent(study, "sgi_none", g, seed, 0.1 + 0.01 * seed)
+            agent(study, "reduced_lr__sgi", g, seed, 0.2 + 0.01 * seed)
+            agent(study, "naive__sgi", g, seed, 0.3 + 0.01 * seed)
+            agent(study, "reduced_lr__s", g, seed, 0.9)  # another objective: not on the curve
+            for scheme, base in (("reduced_lr", 0.0), ("naive", 0.4)):
+                agent(budget, f"{scheme}__sgi_500", g, seed, base + 0.05 + 0.01 * seed)
+                agent(budget, f"{scheme}__sgi_8000", g, seed, base + 0.5 + 0.01 * seed)
+    agent(budget, "sgi_none", GAMES[0], 0, 0.1)  # an older budget experiment's own scratch agent
+
+    runs = ms.budget_runs(budget, study)
+    assert sorted(runs["objective"].unique()) == ["none", "sgi_2000", "sgi_500", "sgi_8000"]
+    assert len(runs) == 2 * 3 * (4 + 2 + 1) and runs["finished"].all()
+    assert (runs["objective"] == "none").sum() == 6  # not 7: the budget folder's own is kept
+
+    naive = ms.budget_curve(ms.objective_table(runs, "naive", reps=200))
+    assert naive[["steps", "method"]].values.tolist() == [
+        [0, "none"],
+        [500, "sgi_500"],
+        [2000, "sgi_2000"],
+        [8000, "sgi_8000"],
+    ]
+    assert naive["iqm"].tolist() == pytest.approx([0.11, 0.46, 0.31, 0.91])
+    reduced = ms.budget_curve(ms.objective_table(runs, "reduced_lr", reps=200))
+    assert reduced["iqm"].tolist() == pytest.approx([0.11, 0.06, 0.21, 0.51])
+    assert reduced["p_improve_value"].tolist()[1:] == pytest.approx([0.0, 1.0, 1.0])
+
+    text = ms.budget_study_markdown(budget, study, reps=200)
+    assert "### Finetuned with reduced learning rates (the paper's scheme)" in text
+    assert "### Finetuned naively (every rate the same)" in text
+    assert "| sgi | 8,000 | 0.910 [" in text and "| sgi | 2,000 | 0.210 [" in text
+    assert "reduced_lr__s" not in text and "| s |" not in text
+    # Without the study, the budget folder alone has no 2,000-step point but still a curve.
+    alone = ms.budget_runs(budget)
+    assert "sgi_2000" not in set(alone["objective"])
