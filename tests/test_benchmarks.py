@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -177,3 +178,20 @@ def test_minatar_update_benchmark_times_a_population_loop_and_vmap(tmp_path):
     assert set(rows) == {(1, "loop"), (2, "loop"), (2, "vmap")}
     for (n, _), row in rows.items():
         assert row["ms"] > 0 and row["ms_per_agent"] == pytest.approx(row["ms"] / n)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("minatar") is None, reason="needs minatar")
+def test_the_shared_minatar_population_job_measures_and_projects_the_study(tmp_path):
+    """The GPU command's first shared population, rehearsed: stand-in pretrained runs, one agent
+    of each of 4 configs (reduced-lr, naive and from scratch side by side in one population),
+    stopped by its cap, and the whole study's finetuning projected from its speed."""
+    result = rehearse(["minatar_shared", "60"], tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    measured = json.loads((tmp_path / "out" / "minatar_shared.json").read_text())
+    labels = {name.split("/")[1] for name in measured["agents"]}
+    assert labels == {"reduced_lr__s", "reduced_lr__bc", "sgi_none", "naive__sgi"}
+    assert measured["study_agents"] == 300 and measured["study_populations"] == 8
+    assert measured["study_agent_steps"] == 300 * 100_000
+    assert measured["projected_minutes"] > 0
+    assert "finetune exit 75" in result.stdout

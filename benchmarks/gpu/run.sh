@@ -27,6 +27,11 @@
 #                (Breakout and Asterix, 8 seeds each, SGI-None) for ~100 s, then agent steps/s
 #                and the projection of the study's finetuning; call it right after `slot`,
 #                while the machine is warm (~140 s)
+#   minatar_shared [cap]
+#                the GPU command's first shared population (minatar_objectives_full.yaml,
+#                share_populations: 110 agents, reduced-lr objectives, naive and scratch on
+#                Asterix + Breakout at the paper's budget) for ~cap s (150), then agent steps/s
+#                and the whole study's finetuning projected (goal: 9 minutes)
 #   recheck      after a slot's failures are fixed on the CPU: whether autocast reaches inside vmap,
 #                the CUDA tests with their tracebacks, the Nature population phases (<= 90 s)
 #                and the MinAtar population (<= 90 s); ~5 minutes with the start
@@ -230,6 +235,44 @@ if sps:
           f"{100_000 / per_agent / 60:.1f} min in a population of {len(rows)}")
 PY
 }
+minatar_shared() {
+  # The GPU command's first shared population (issue 33 item 9): minatar_objectives_full.yaml's
+  # Asterix + Breakout population (every reduced-lr objective, SGI naive and from scratch, 5
+  # seeds: 110 agents at the paper's budget, 2 updates a step), the pretrained agents loading a
+  # stand-in SGI run of their game (10 pretraining steps: speed does not depend on the weights),
+  # for ~cap s; then agent steps/s and the whole study's finetuning projected from it.
+  local cap=${1:-150} root=/tmp/sgi-minatar-shared keep="" steps=2000 pre=(--set steps=10)
+  if [ "$rehearsal" = 1 ]; then
+    root=${SGI_REHEARSAL_ROOT:-/tmp/sgi-rehearsal}/minatar_shared; keep="--agents 4"; steps=300
+    pre=(--set steps=2 --set batch_size=4)
+    extra=(--set learning_starts=100 --set batch_size=4 --set log_every=50)
+  else
+    extra=()
+    python3 -m pip install --quiet --no-index --no-deps --find-links .gpu-wheels minatar \
+      || echo "minatar not installed: the minatar_shared job will fail"
+  fi
+  local start=$SECONDS
+  for game in asterix breakout; do
+    sgi collect random --game "minatar/$game" --steps "$steps" --seed 0 --out "$root/data__$game" \
+      --overwrite --no-progress > "$out/minatar_shared_collect_$game.log" 2>&1 &
+  done
+  wait
+  for game in asterix breakout; do
+    sgi pretrain --params params/pretrain/minatar_sgi.yaml --data "$root/data__$game" \
+      --out "$root/pre__minatar-$game" --overwrite --no-progress --set device="$device" \
+      "${pre[@]}" > "$out/minatar_shared_pretrain_$game.log" 2>&1 \
+      || { echo "minatar_shared: pretraining $game failed"; tail -5 "$out/minatar_shared_pretrain_$game.log"; }
+  done
+  python3 benchmarks/gpu/minatar_shared.py agents "$root" $keep || return
+  local left=$((cap - (SECONDS - start)))
+  echo "minatar_shared: stand-ins ready in $((SECONDS - start)) s; finetuning for ${left} s"
+  timeout -k 20 $((left + 60)) python3 -c 'import sys; from sgi_lab.launch.cli import main; sys.exit(main())' \
+    finetune --agents "$root/agents.yaml" --set device="$device" --set checkpoint_every=1000000 \
+    "${extra[@]}" --overwrite --no-progress --stop-after "$left" > "$out/minatar_shared.log" 2>&1
+  echo "minatar_shared: finetune exit $? (75: stopped cleanly at --stop-after)"
+  tail -8 "$out/minatar_shared.log"
+  python3 benchmarks/gpu/minatar_shared.py project "$root" "$out/minatar_shared.json"
+}
 recheck() {
   python3 - <<'PY' 2>&1 | tee "$out/autocast.txt"
 import torch
@@ -314,6 +357,7 @@ slot() {
 
 case "$what" in
   minatar) minatar "${2:-100}" ;;
+  minatar_shared) minatar_shared "${2:-150}" ;;
   recheck) recheck ;;
   minatar_vmap_traceback) minatar_vmap_traceback ;;
   first)

@@ -126,9 +126,12 @@ def _population_gb(graph: Graph, task: Task) -> float | None:
     (`sgi_lab.train.capacity.agent_bytes` of its resolved config), or None."""
 
     argv = list(task.argv)
-    if "--params" not in argv:
-        return None
-    resolved = graph.params_files.get(argv[argv.index("--params") + 1])
+    if "--agents" in argv:  # a shared population: its agents share the architecture
+        agents = graph.params_files.get(argv[argv.index("--agents") + 1], {}).get("agents")
+        params = agents[0]["params"] if agents else None
+    else:
+        params = argv[argv.index("--params") + 1] if "--params" in argv else None
+    resolved = graph.params_files.get(params) if params else None
     if resolved is None:
         return None
     config = build_config(FinetuneConfig, resolved["config"])

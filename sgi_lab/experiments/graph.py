@@ -30,8 +30,9 @@ from sgi_lab.experiments.spec import (
 from sgi_lab.probes.atariari import UnannotatedGameError
 from sgi_lab.probes.probe import ProbeInputError, check_probe_store
 from sgi_lab.runs.folder import run_name
-from sgi_lab.train.capacity import split_population
+from sgi_lab.train.capacity import split_agents, split_population
 from sgi_lab.train.finetune import population_configs, population_folders
+from sgi_lab.train.population import POPULATION_KEYS
 
 # -- the graph ----------------------------------------------------------------------------------
 
@@ -273,18 +274,33 @@ def _pretrain_tasks(
     return pretrain_configs
 
 
-def _finetune_tasks(
+@dataclass(frozen=True)
+class _Branch:
+    """One (finetuning config, pretraining config) pair: its label, resolved config (with the
+    pretrained pattern), params file and the run folder of each of its games x seeds."""
+
+    spec_name: str
+    base: str
+    label: str
+    config: FinetuneConfig
+    params_path: Path
+    folder: Path
+    pattern: str | None
+    configs: tuple[FinetuneConfig, ...]
+    folder_of: dict[tuple[str, int], Path]
+
+
+def _finetune_branches(
     experiment: Experiment,
     out: Path,
     pretrain_configs: dict[str, Any],
     params_files: dict[str, dict[str, Any]],
     dropped: list[str],
-) -> list[Task]:
-    """One finetuning task per (finetuning config, pretraining config) training every game x seed
-    as a population (or per part of it, with ``max_agents``); each config's resolved params
-    added to ``params_files``; a branch whose pretraining was dropped added to ``dropped``."""
-
-    tasks: list[Task] = []
+) -> list[_Branch]:
+    """Every (finetuning config, pretraining config) pair of the experiment, its resolved
+    params added to ``params_files``; a pair whose pretraining was dropped added to
+    ``dropped``."""
+    branches = []
     for spec in experiment.finetune:
         meta = read_params(spec.params)
         for base in spec.pretrain:
@@ -318,41 +334,162 @@ def _finetune_tasks(
                     strict=True,
                 )
             )
-            parts = [
-                part
-                for games in _same_observation(experiment.games, config)
-                for part in (
-                    [(games, list(experiment.seeds))]
-                    if experiment.max_agents is None
-                    else split_population(games, experiment.seeds, experiment.max_agents)
+            branches.append(
+                _Branch(
+                    spec.name,
+                    base,
+                    label,
+                    config,
+                    params_path,
+                    folder,
+                    pattern,
+                    tuple(configs),
+                    folder_of,
                 )
-            ]
-            for k, (games, seeds) in enumerate(parts):
-                part = [c for c in configs if c.game in games and c.seed in seeds]
-                folders = tuple(folder_of[c.game, c.seed] for c in part)
-                # A part of one agent writes its run folder directly (a population of one runs
-                # in its --out), the same folder the whole population would give it.
-                out_folder = folders[0] if len(part) == 1 else folder
-                argv = ["finetune", "--params", str(params_path)]
-                argv += ["--game", ",".join(games)]
-                argv += ["--seed", ",".join(map(str, seeds))]
-                if pattern:
-                    argv += ["--pretrained", pattern]
-                argv += ["--out", str(out_folder), "--no-progress"]
-                deps = () if scratch else tuple(f"pretrain/{run_name(base, g)}" for g in games)
+            )
+    return branches
+
+
+def _finetune_tasks(
+    experiment: Experiment,
+    out: Path,
+    pretrain_configs: dict[str, Any],
+    params_files: dict[str, dict[str, Any]],
+    dropped: list[str],
+) -> list[Task]:
+    """One finetuning task per (finetuning config, pretraining config) training every game x seed
+    as a population (or per part of it, with ``max_agents``), or with ``share_populations``
+    the configs that may share a population together (`_shared_finetune_tasks`); each config's
+    resolved params added to ``params_files``; a branch whose pretraining was dropped added to
+    ``dropped``."""
+    branches = _finetune_branches(experiment, out, pretrain_configs, params_files, dropped)
+    if experiment.share_populations:
+        return _shared_finetune_tasks(experiment, out, branches, params_files)
+    tasks: list[Task] = []
+    for branch in branches:
+        config, folder, pattern = branch.config, branch.folder, branch.pattern
+        parts = [
+            part
+            for games in _same_observation(experiment.games, config)
+            for part in (
+                [(games, list(experiment.seeds))]
+                if experiment.max_agents is None
+                else split_population(games, experiment.seeds, experiment.max_agents)
+            )
+        ]
+        for k, (games, seeds) in enumerate(parts):
+            part = [c for c in branch.configs if c.game in games and c.seed in seeds]
+            folders = tuple(branch.folder_of[c.game, c.seed] for c in part)
+            # A part of one agent writes its run folder directly (a population of one runs
+            # in its --out), the same folder the whole population would give it.
+            out_folder = folders[0] if len(part) == 1 else folder
+            argv = ["finetune", "--params", str(branch.params_path)]
+            argv += ["--game", ",".join(games)]
+            argv += ["--seed", ",".join(map(str, seeds))]
+            if pattern:
+                argv += ["--pretrained", pattern]
+            argv += ["--out", str(out_folder), "--no-progress"]
+            deps = (
+                ()
+                if pattern is None
+                else tuple(f"pretrain/{run_name(branch.base, g)}" for g in games)
+            )
+            suffix = f"/part{k + 1}of{len(parts)}" if len(parts) > 1 else ""
+            tasks.append(
+                Task(
+                    id=f"finetune/{folder.name}{suffix}",
+                    kind="finetune",
+                    folder=folder,
+                    deps=deps,
+                    argv=tuple(argv),
+                    stage="finetune",
+                    encoder=config.encoder,
+                    steps=config.steps * len(part),
+                    agents=tuple((c.game, c.seed) for c in part),
+                    agent_folders=folders,
+                    resources=_resources(experiment, "finetune"),
+                )
+            )
+    return tasks
+
+
+def _sharing_key(config: FinetuneConfig) -> tuple[Any, ...]:
+    """What agents of one population must share: every config key but
+    `sgi_lab.train.population.POPULATION_KEYS`, and whether the encoder is frozen (a frozen
+    encoder beside a trained one is refused: its batch norm runs on other statistics)."""
+    values = to_dict(config)
+    return (
+        config.scheme == "frozen",
+        *sorted((k, repr(v)) for k, v in values.items() if k not in POPULATION_KEYS),
+    )
+
+
+def _shared_finetune_tasks(
+    experiment: Experiment,
+    out: Path,
+    branches: list[_Branch],
+    params_files: dict[str, dict[str, Any]],
+) -> list[Task]:
+    """``share_populations``: every branch whose configs differ only in `POPULATION_KEYS`
+    (the pretrained encoder, the scheme and its learning rates: reduced-lr, naive and
+    from-scratch agents together; frozen ones apart) trains as one population per observation
+    shape, each agent into the same run folder as its own branch's population would give it,
+    so results, reports and resume read the same folders either way. ``max_agents`` splits a
+    population into consecutive parts. Each population's agents are listed in a file under
+    ``params/`` (``sgi-lab finetune --agents``)."""
+    groups: dict[tuple[Any, ...], list[_Branch]] = {}
+    for branch in branches:
+        groups.setdefault(_sharing_key(branch.config), []).append(branch)
+    tasks: list[Task] = []
+    for members in groups.values():
+        config = members[0].config
+        names = "+".join(dict.fromkeys(b.spec_name for b in members))
+        for games in _same_observation(experiment.games, config):
+            agents = [
+                (b, c) for b in members for c in b.configs if c.game in games
+            ]  # branch-major: a part holds whole branches where it can
+            parts = (
+                [agents]
+                if experiment.max_agents is None
+                else split_agents(agents, experiment.max_agents)
+            )
+            name = run_name(names, *games)  # reduced_lr-sgi_none__minatar-asterix__minatar-breakout
+            for k, part in enumerate(parts):
                 suffix = f"/part{k + 1}of{len(parts)}" if len(parts) > 1 else ""
+                part_name = run_name(name, suffix.strip("/"))
+                agents_path = out / "params" / f"population__{part_name}.yaml"
+                params_files[str(agents_path)] = {
+                    "description": f"a shared finetuning population: {names} on "
+                    + ", ".join(games),
+                    "agents": [
+                        {
+                            "label": b.label,
+                            "params": str(b.params_path),
+                            "game": c.game,
+                            "seed": c.seed,
+                            "pretrained": c.pretrained,
+                            "out": str(b.folder_of[c.game, c.seed]),
+                        }
+                        for b, c in part
+                    ],
+                }
+                deps = tuple(
+                    dict.fromkeys(
+                        f"pretrain/{run_name(b.base, c.game)}" for b, c in part if b.pattern
+                    )
+                )
                 tasks.append(
                     Task(
-                        id=f"finetune/{folder.name}{suffix}",
+                        id=f"finetune/shared/{name}{suffix}",
                         kind="finetune",
-                        folder=folder,
+                        folder=out / "finetune",
                         deps=deps,
-                        argv=tuple(argv),
+                        argv=("finetune", "--agents", str(agents_path), "--no-progress"),
                         stage="finetune",
                         encoder=config.encoder,
-                        steps=config.steps * len(part),
-                        agents=tuple((c.game, c.seed) for c in part),
-                        agent_folders=folders,
+                        steps=sum(c.steps for _, c in part),
+                        agents=tuple((c.game, c.seed) for _, c in part),
+                        agent_folders=tuple(b.folder_of[c.game, c.seed] for b, c in part),
                         resources=_resources(experiment, "finetune"),
                     )
                 )

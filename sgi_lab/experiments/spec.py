@@ -195,6 +195,13 @@ class Experiment:
         "some games x some seeds, run in parallel where resources allow); null: one task each, "
         "which trains as many agents at a time as the device's memory holds (--max-agents auto)",
     )
+    share_populations: bool = F(
+        False,
+        "finetuning configs that differ only in the pretrained encoder and its learning rates "
+        "(reduced-lr, naive, from scratch) train as one population per observation shape "
+        "(frozen ones apart) instead of one per config: the GPU's way to fill the device; "
+        "the same run folders either way",
+    )
 
 
 RESOURCE_KEYS = ("num_cpus", "num_gpus")

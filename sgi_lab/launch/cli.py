@@ -186,15 +186,71 @@ def _finetune(args: argparse.Namespace) -> int:
     import logging
 
     # lazy: the CLI starts without torch; a command loads what it runs
-    from sgi_lab.config import (
-        FinetuneConfig,
-        load_config,
-        parse_overrides,
-        read_params,
-    )
-    from sgi_lab.runs.folder import run_name
+    from sgi_lab.config import ConfigError, parse_overrides
     from sgi_lab.runs.stopping import RunStopped, stop_on_signals
-    from sgi_lab.train.finetune import finetune_in_parts, population_configs, population_folders
+    from sgi_lab.train.finetune import finetune_agents, finetune_in_parts, read_agents
+
+    if (args.params is None) == (args.agents is None):
+        raise ConfigError("finetune: give --params (one config) or --agents (a shared population)")
+    if args.agents is not None:
+        given = [f"--{k}" for k in ("game", "seed", "pretrained", "out") if getattr(args, k)]
+        if given:
+            raise ConfigError(
+                f"finetune --agents: {', '.join(given)} not allowed (the agents file gives each "
+                "agent's game, seed, pretrained model and run folder)"
+            )
+        configs, outs, names = read_agents(args.agents, parse_overrides(args.set))
+
+        def train(stop):
+            return finetune_agents(
+                configs,
+                outs,
+                names,
+                _max_agents(args.max_agents),
+                progress=not args.no_progress,
+                overwrite=args.overwrite,
+                stop=stop,
+            )
+    else:
+        configs, outs, name = _finetune_population_args(args)
+
+        def train(stop):
+            return finetune_in_parts(
+                configs,
+                outs,
+                _max_agents(args.max_agents),
+                progress=not args.no_progress,
+                overwrite=args.overwrite,
+                params=name,
+                stop=stop,
+            )
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    stop = _deadline(args)
+    try:
+        with stop_on_signals(stop, signal.SIGTERM):
+            runs = train(stop)
+    except FloatingPointError as exc:  # NaN/Inf loss; status.json says failed
+        raise RuntimeError(f"{exc} (run folders {', '.join(map(str, outs))})") from exc
+    except RunStopped as exc:
+        print(f"sgi-lab finetune: {exc}", file=sys.stderr)
+        return EXIT_STOPPED
+    summaries = []
+    for run in runs:
+        evaluation = run.evaluation or {}
+        keys = ("game", "episodes", "mean", "std", "hns", "step")
+        summaries.append({"run": str(run.path), **{k: evaluation.get(k) for k in keys}})
+    print(json.dumps(summaries[0] if len(summaries) == 1 else summaries, indent=2))
+    return 0
+
+
+def _finetune_population_args(args: argparse.Namespace) -> tuple[list, list[Path], str]:
+    """``finetune --params``: the configs of every (game, seed) agent, their run folders and
+    the params name."""
+    # lazy: the CLI starts without torch; a command loads what it runs
+    from sgi_lab.config import FinetuneConfig, load_config, parse_overrides, read_params
+    from sgi_lab.runs.folder import run_name
+    from sgi_lab.train.finetune import population_configs, population_folders
 
     params = read_params(args.params)
     name = params.get("name") or Path(args.params).stem
@@ -218,31 +274,7 @@ def _finetune(args: argparse.Namespace) -> int:
         run_name(name, c.game, f"s{c.seed}") if len(configs) == 1 else run_name(name, "population")
     )
     outs = population_folders(args.out or Path("outputs") / "finetune" / default, configs)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    stop = _deadline(args)
-    try:
-        with stop_on_signals(stop, signal.SIGTERM):
-            runs = finetune_in_parts(
-                configs,
-                outs,
-                _max_agents(args.max_agents),
-                progress=not args.no_progress,
-                overwrite=args.overwrite,
-                params=name,
-                stop=stop,
-            )
-    except FloatingPointError as exc:  # NaN/Inf loss; status.json says failed
-        raise RuntimeError(f"{exc} (run folders {', '.join(map(str, outs))})") from exc
-    except RunStopped as exc:
-        print(f"sgi-lab finetune: {exc}", file=sys.stderr)
-        return EXIT_STOPPED
-    summaries = []
-    for run in runs:
-        evaluation = run.evaluation or {}
-        keys = ("game", "episodes", "mean", "std", "hns", "step")
-        summaries.append({"run": str(run.path), **{k: evaluation.get(k) for k in keys}})
-    print(json.dumps(summaries[0] if len(summaries) == 1 else summaries, indent=2))
-    return 0
+    return configs, outs, name
 
 
 # Exit status of a run that stopped cleanly at a checkpoint (--stop-after, SIGTERM) and resumes
@@ -476,7 +508,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     p = sub.add_parser("finetune", help="finetune on Atari 100k (Rainbow + SPR), then evaluate")
-    p.add_argument("--params", type=Path, required=True, help="params/finetune/NAME.yaml")
+    p.add_argument("--params", type=Path, default=None, help="params/finetune/NAME.yaml")
+    p.add_argument(
+        "--agents",
+        type=Path,
+        default=None,
+        help="instead of --params: a shared population's agents file (agents: [{params, game, "
+        "seed, pretrained, out}], each agent its own params file: pretrained and from-scratch "
+        "agents in one batch; an experiment with share_populations writes them)",
+    )
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override")
     p.add_argument(
         "--game",

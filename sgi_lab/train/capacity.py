@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -123,6 +124,18 @@ def split_population(
     if len(games) <= limit:  # every game together, seeds in groups
         return [(games, group) for group in _even_groups(seeds, limit // len(games))]
     return [(group, [s]) for s in seeds for group in _even_groups(games, limit)]
+
+
+def split_agents(items: Sequence[Any], limit: int) -> list[list[Any]]:
+    """Any list of agents (a shared population's, where agents are not games x seeds) as
+    consecutive populations of at most ``limit``, sizes differing by at most one.
+
+    >>> split_agents(["a", "b", "c", "d", "e"], 2)
+    [['a', 'b'], ['c', 'd'], ['e']]
+    """
+    if limit < 1:
+        raise ValueError(f"max_agents must be at least 1, got {limit}")
+    return _even_groups(list(items), limit) if items else []
 
 
 def _even_groups(items: list, most: int) -> list[list]:

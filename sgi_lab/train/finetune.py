@@ -30,20 +30,22 @@ from typing import Any
 
 import numpy as np
 import torch
+import yaml
 from tqdm.auto import tqdm
 
 from sgi_lab.base.files import atomic_torch_save, atomic_write_text
 from sgi_lab.base.threads import oversubscribed
-from sgi_lab.config import ConfigError, FinetuneConfig, to_dict
+from sgi_lab.config import ConfigError, FinetuneConfig, load_config, read_params, to_dict
 from sgi_lab.data.population_replay import PopulationReplay
 from sgi_lab.envs import canonical_env_game
+from sgi_lab.envs.games import UnknownGameError
 from sgi_lab.envs.pool import EnvPool
 from sgi_lab.runs.folder import FinetuneRun, run_name, slug
 from sgi_lab.runs.stopping import Deadline, RunStopped, failure_reason, stop_on_signals
 from sgi_lab.runtime.device import resolve_device
 from sgi_lab.train.acting import act, greedy
 from sgi_lab.train.capacity import max_agents as fitting
-from sgi_lab.train.capacity import split_population
+from sgi_lab.train.capacity import split_agents, split_population
 from sgi_lab.train.evaluate import play_episodes
 from sgi_lab.train.finetune_agents import (
     AgentRun,
@@ -60,9 +62,11 @@ __all__ = [
     "beta_at",
     "epsilon_at",
     "finetune",
+    "finetune_agents",
     "finetune_population",
     "population_configs",
     "population_folders",
+    "read_agents",
 ]
 
 log = logging.getLogger("sgi_lab.finetune")
@@ -216,6 +220,107 @@ def finetune_in_parts(
         for i, run in zip(members, done, strict=True):
             runs[i] = run
     return runs  # type: ignore[return-value]
+
+
+AGENT_KEYS = ("label", "params", "game", "seed", "pretrained", "out")
+
+
+def read_agents(
+    path: str | Path, overrides: dict[str, Any] | None = None
+) -> tuple[list[FinetuneConfig], list[Path], list[str]]:
+    """A shared population's agents file (``sgi-lab finetune --agents``; an experiment with
+    ``share_populations`` writes one per population under ``params/``): ``agents:``, a list of
+    ``{params, game, seed, out}`` with optional ``pretrained`` and ``label``, each agent its
+    own params file. Returns each agent's config (its params file, then ``overrides`` for
+    every agent, then its own game, seed and pretrained model), run folder and params name
+    (the file's ``name``, as ``sgi-lab finetune --params`` records it).
+
+    Raises:
+        ConfigError: a malformed file, naming the agent and key; two agents in one folder.
+    """
+    try:
+        document = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"--agents {path}: cannot read it ({exc})") from exc
+    agents = document.get("agents") if isinstance(document, dict) else None
+    if not isinstance(agents, list) or not agents:
+        raise ConfigError(f"--agents {path}: expected a mapping with a non-empty list 'agents'")
+    configs, outs, names = [], [], []
+    for i, agent in enumerate(agents):
+        where = f"--agents {path}: agents[{i}]"
+        if not isinstance(agent, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {agent!r}")
+        unknown = sorted(set(agent) - set(AGENT_KEYS))
+        missing = [k for k in ("params", "game", "seed", "out") if agent.get(k) is None]
+        if unknown or missing:
+            raise ConfigError(
+                f"{where}: "
+                + "; ".join(
+                    [f"unknown key(s) {unknown} (valid: {list(AGENT_KEYS)})"] * bool(unknown)
+                    + [f"missing {missing}"] * bool(missing)
+                )
+            )
+        own = {"game": agent["game"], "seed": agent["seed"], "pretrained": agent.get("pretrained")}
+        try:
+            configs.append(
+                load_config(FinetuneConfig, agent["params"], {**(overrides or {}), **own})
+            )
+        except (ConfigError, UnknownGameError) as exc:  # the same kind, naming the agent
+            raise type(exc)(f"{where}: {exc}") from exc
+        params = read_params(agent["params"])
+        names.append(str(params.get("name") or Path(agent["params"]).stem))
+        outs.append(Path(agent["out"]))
+    seen: dict[Path, int] = {}
+    for i, out in enumerate(outs):
+        first = seen.setdefault(out.resolve(), i)
+        if first != i:
+            raise ConfigError(
+                f"--agents {path}: agents[{first}] and agents[{i}] share the folder {out}"
+            )
+    return configs, outs, names
+
+
+def finetune_agents(
+    configs: Sequence[FinetuneConfig],
+    outs: Sequence[str | Path],
+    params: Sequence[str | None],
+    max_agents: int | str = "auto",
+    progress: bool = True,
+    overwrite: bool = False,
+    stop: Deadline | None = None,
+) -> list[FinetuneRun]:
+    """`finetune_population` for any list of agents (`read_agents`: not games x seeds; each
+    agent its own params), more than ``max_agents`` as consecutive populations
+    (`sgi_lab.train.capacity.split_agents`), one after another, into the agents' own
+    folders; ``"auto"``: as many as the device's free memory holds. A re-run skips the
+    finished agents and resumes the rest. Returns the runs in the order of ``configs``."""
+    configs, outs, params = list(configs), [Path(o) for o in outs], list(params)
+    if not len(configs) == len(outs) == len(params):
+        raise ValueError(f"{len(configs)} configs, {len(outs)} run folders, {len(params)} names")
+    if max_agents == "auto":
+        limit = (
+            len(configs)
+            if len(configs) == 1
+            else fitting(configs[0], resolve_device(configs[0].device))
+        )
+    elif isinstance(max_agents, int) and not isinstance(max_agents, bool) and max_agents >= 1:
+        limit = max_agents
+    else:
+        raise ConfigError(f"max_agents: a positive count or 'auto', got {max_agents!r}")
+    parts = split_agents(list(range(len(configs))), limit)
+    if len(parts) > 1:
+        log.info("%d agents as %d populations of at most %d", len(configs), len(parts), limit)
+    runs: list[FinetuneRun] = []
+    for members in parts:
+        runs += finetune_population(
+            [configs[i] for i in members],
+            [outs[i] for i in members],
+            progress=progress,
+            overwrite=overwrite,
+            params=[params[i] for i in members],
+            stop=stop,
+        )
+    return runs
 
 
 def finetune_population(

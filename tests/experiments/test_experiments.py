@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import kill_once_a_pretraining_run_finishes, run_mtimes
 
 from sgi_lab import experiments as ex
@@ -62,7 +63,9 @@ def test_every_experiment_expands(file, tmp_path):
     # one finetuning task per (finetuning, pretraining) config and observation spec (MinAtar
     # games of different channel counts train apart)
     groups = {ex.graph.observation_spec(g) for g in games}
-    assert counts["finetune"] == sum(len(f.pretrain) for f in experiment.finetune) * len(groups)
+    branches = sum(len(f.pretrain) for f in experiment.finetune)
+    if not experiment.share_populations:
+        assert counts["finetune"] == branches * len(groups)
     random = [len(p.seeds) for p in experiment.probe if "none" in p.pretrain]
     runs = sum(len(p.pretrain) - ("none" in p.pretrain) for p in experiment.probe)
     assert counts["probe"] == (runs + sum(random)) * len(games)
@@ -73,7 +76,15 @@ def test_every_experiment_expands(file, tmp_path):
         assert all(ids.index(d) < ids.index(task.id) for d in task.deps)
         assert task.folder == graph.out or graph.out in task.folder.parents
     agents: dict[str, set] = {}
-    for task in (t for t in graph.tasks if t.kind == "finetune"):
+    finetunes = [t for t in graph.tasks if t.kind == "finetune"]
+    folders = [f for t in finetunes for f in t.agent_folders]
+    assert len(folders) == len(set(folders)) == branches * len(games) * len(seeds)
+    for task in finetunes if experiment.share_populations else ():
+        # configs that may share a population together, one observation spec each
+        assert len({ex.graph.observation_spec(g) for g, _ in task.agents}) == 1
+        assert len(task.agent_folders) == len(task.agents)
+        assert "--agents" in task.argv and all(d.startswith("pretrain/") for d in task.deps)
+    for task in finetunes if not experiment.share_populations else ():
         # all games of one observation spec x seeds as a population; every pair once
         group = {g for g, _ in task.agents}
         assert set(task.agents) == {(g, s) for g in group for s in seeds}
@@ -84,7 +95,8 @@ def test_every_experiment_expands(file, tmp_path):
         config = agents.setdefault(task.folder.name, set())
         assert not config & set(task.agents)
         config |= set(task.agents)
-    assert all(pairs == {(g, s) for g in games for s in seeds} for pairs in agents.values())
+    if not experiment.share_populations:
+        assert all(pairs == {(g, s) for g in games for s in seeds} for pairs in agents.values())
     report = graph.task("report")
     assert set(report.deps) == {t.id for t in graph.tasks if t.kind in ("finetune", "probe")}
 
@@ -688,3 +700,92 @@ finetune: [{name: f, params: params/finetune/smoke.yaml, pretrain: [p]}]
     stray = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True).stdout
     assert not stray.strip(), f"a task process outlived the scheduler: {stray}"
     FolderLock(out, "the test", wait=0).release()  # free: a re-run can take it
+
+
+def test_share_populations_puts_every_config_that_may_share_in_one_population(tmp_path):
+    """minatar_objectives with share_populations: the reduced-lr, naive and from-scratch configs
+    (which differ only in the pretrained encoder and its rates) train as one population per
+    observation shape, frozen SGI as its own; every agent writes the folder its own config's
+    population would give it, and each task lists its agents, their params and pretrained
+    runs in a file `sgi-lab finetune --agents` reads."""
+    from sgi_lab.train.finetune import read_agents
+
+    separate = graph_of("minatar_objectives", tmp_path)
+    file = ROOT / "params" / "experiments" / "minatar_objectives.yaml"
+    text = file.read_text().replace(
+        "seeds: [0, 1, 2]\n", "seeds: [0, 1, 2]\nshare_populations: true\n", 1
+    )
+    text = text.replace("params/", f"{ROOT}/params/")
+    shared = ex.expand(ex.load_experiment(write(tmp_path, text)), tmp_path / "minatar_objectives")
+
+    def agent_folders(graph):
+        return sorted(f for t in graph.tasks if t.kind == "finetune" for f in t.agent_folders)
+
+    assert agent_folders(shared) == agent_folders(separate)
+    assert len(agent_folders(shared)) == 12 * 5 * 3
+    finetunes = [t for t in shared.tasks if t.kind == "finetune"]
+    ids = [t.id for t in finetunes]
+    assert ids == [
+        "finetune/shared/reduced_lr-sgi_none-naive__minatar-asterix__minatar-breakout",
+        "finetune/shared/reduced_lr-sgi_none-naive__minatar-freeway",
+        "finetune/shared/reduced_lr-sgi_none-naive__minatar-seaquest",
+        "finetune/shared/reduced_lr-sgi_none-naive__minatar-space_invaders",
+        "finetune/shared/frozen__minatar-asterix__minatar-breakout",
+        "finetune/shared/frozen__minatar-freeway",
+        "finetune/shared/frozen__minatar-seaquest",
+        "finetune/shared/frozen__minatar-space_invaders",
+    ]
+    first = finetunes[0]
+    assert len(first.agents) == 11 * 2 * 3  # 9 objectives reduced-lr, none, SGI naive
+    assert first.steps == 66 * 10_000
+    assert set(first.deps) == {
+        f"pretrain/{o}__minatar-{g}"
+        for o in ("s", "g", "i", "s_g", "s_i", "g_i", "sgi", "atc", "bc")
+        for g in ("asterix", "breakout")
+    }
+    agents_file = list(first.argv)[list(first.argv).index("--agents") + 1]
+    document = shared.params_files[agents_file]
+    labels = {a["label"] for a in document["agents"]}
+    assert labels == {
+        f"reduced_lr__{o}" for o in ("s", "g", "i", "s_g", "s_i", "g_i", "sgi", "atc", "bc")
+    } | {"sgi_none", "naive__sgi"}
+    scratch = [a for a in document["agents"] if a["label"] == "sgi_none"]
+    assert all(a["pretrained"] is None for a in scratch) and len(scratch) == 6
+    naive = next(a for a in document["agents"] if a["label"] == "naive__sgi")
+    assert naive["pretrained"] == str(
+        shared.out / "pretrain" / f"sgi__{naive['game'].replace('/', '-')}"
+    )
+    assert naive["out"] == str(
+        shared.out
+        / "finetune"
+        / "naive__sgi"
+        / f"{naive['game'].replace('/', '-')}__s{naive['seed']}"
+    )
+    assert finetunes[4].agent_folders[0].parent.name == "frozen__sgi"
+
+    # The written files are what the CLI reads: each agent its own config and params name.
+    for path, payload in shared.params_files.items():
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(yaml.safe_dump(payload))
+    configs, outs, names = read_agents(agents_file)
+    assert len(configs) == 66 and [str(o) for o in outs] == [a["out"] for a in document["agents"]]
+    by_label = {
+        a["label"]: (c, n) for a, c, n in zip(document["agents"], configs, names, strict=True)
+    }
+    assert by_label["naive__sgi"][0].scheme == "naive" and by_label["naive__sgi"][1] == "naive"
+    assert by_label["reduced_lr__atc"][0].encoder_lr_scale == 0.01
+    assert by_label["sgi_none"][0].pretrained is None and by_label["sgi_none"][1] == "sgi_none"
+    assert {c.steps for c in configs} == {10_000}  # the experiment's set: applied per config
+
+    # max_agents splits a shared population into consecutive parts of whole agents.
+    text = text.replace("share_populations: true\n", "share_populations: true\nmax_agents: 40\n")
+    split = ex.expand(ex.load_experiment(write(tmp_path, text)), tmp_path / "split")
+    parts = [
+        t
+        for t in split.tasks
+        if t.id.startswith("finetune/shared/reduced_lr-sgi_none-naive__minatar-asterix")
+    ]
+    assert [t.id.rsplit("/", 1)[1] for t in parts] == ["part1of2", "part2of2"]
+    assert [len(t.agents) for t in parts] == [33, 33]
+    plan = ex.format_plan(shared)
+    assert "[66 agents, ~3.8 GB as one population]" in plan

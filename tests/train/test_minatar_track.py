@@ -10,9 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from sgi_lab.config import ConfigError, FinetuneConfig, PretrainConfig, build_config, read_params
 from sgi_lab.data.collect import collect_random
+from sgi_lab.envs.games import UnknownGameError
 from sgi_lab.metrics import minatar_normalized_score
 from sgi_lab.runs.folder import slug
 from sgi_lab.train import finetune as ft
@@ -200,3 +202,98 @@ def test_an_agent_learns_breakout_within_4000_steps(tmp_path, monkeypatch):
     run = ft.finetune(config, tmp_path / "run", progress=False)
     assert run.evaluation["episodes"] == 30
     assert run.evaluation["mean"] > 1.5  # uniform random: 0.42
+
+
+def test_a_shared_population_runs_each_agent_as_its_own_population_would(stores, tmp_path, capsys):
+    """`sgi-lab finetune --agents` (what an experiment with share_populations runs): an SGI
+    agent finetuned with reduced lrs, the same encoder naively and one from scratch, each from
+    its own params file, in one population; each records its own params name and rates, and
+    the scratch agent takes the same actions and ends at the same weights as the same agent
+    run alone with --params."""
+    from sgi_lab.launch.cli import main
+
+    store = stores["minatar/breakout"]
+    pretrain(PretrainConfig(**PRETRAIN), store, tmp_path / "pre", progress=False)
+    params = {}
+    for name, extra in (
+        ("minatar_reduced_lr", {"scheme": "reduced_lr", "encoder_lr_scale": 0.01}),
+        ("minatar_naive", {"scheme": "naive"}),
+        ("minatar_none", {}),
+    ):
+        params[name] = tmp_path / f"{name}.yaml"
+        document = {"name": name, "config": {**FINETUNE, **extra}}
+        params[name].write_text(yaml.safe_dump(document))
+    agents = [
+        {"label": "reduced_lr__sgi", "params": "minatar_reduced_lr", "pretrained": "pre"},
+        {"label": "naive__sgi", "params": "minatar_naive", "pretrained": "pre"},
+        {"label": "sgi_none", "params": "minatar_none", "pretrained": None},
+    ]
+    for agent in agents:
+        agent.update(
+            params=str(params[agent["params"]]),
+            pretrained=agent["pretrained"] and str(tmp_path / agent["pretrained"]),
+            game="minatar/breakout",
+            seed=0,
+            out=str(tmp_path / "shared" / agent["label"]),
+        )
+    file = tmp_path / "agents.yaml"
+    file.write_text(yaml.safe_dump({"agents": agents}))
+    assert main(["finetune", "--agents", str(file), "--no-progress"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert [s["run"] for s in summary] == [a["out"] for a in agents]
+    lrs = {}
+    for agent in agents:
+        run = ft.FinetuneRun(agent["out"])
+        assert run.status()["state"] == "finished" and run.evaluation["step"] == 120
+        assert run.status()["params"] == Path(agent["params"]).stem
+        lrs[agent["label"]] = json.loads((run.path / "transfer.json").read_text())["lr_groups"]
+    base = FINETUNE.get("lr", FinetuneConfig().lr)
+    assert lrs["reduced_lr__sgi"]["encoder_transition"] == pytest.approx(0.01 * base)
+    assert list(lrs["naive__sgi"].values()) == pytest.approx([base] * len(lrs["naive__sgi"]))
+    assert lrs["sgi_none"] == {"fresh": pytest.approx(base)}
+
+    alone = tmp_path / "alone"
+    argv = ["finetune", "--params", str(params["minatar_none"]), "--game", "minatar/breakout"]
+    assert main([*argv, "--seed", "0", "--out", str(alone), "--no-progress"]) == 0
+    shared = Path(agents[2]["out"])
+    for step in (60, 120):  # before learning (the agent's own streams) and after 60 updates
+        a, b = (
+            torch.load(f / f"checkpoints/ckpt_{step:08d}.pt", weights_only=True)["replay"]
+            for f in (alone, shared)
+        )
+        torch.testing.assert_close(a["actions"], b["actions"], rtol=0, atol=0)
+    a, b = (torch.load(f / "model.pt", weights_only=True)["model"] for f in (alone, shared))
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=1e-5, msg=key)
+
+
+def test_an_agents_file_names_what_is_wrong(tmp_path, capsys):
+    from sgi_lab.launch.cli import main
+
+    good = {"params": "params/finetune/minatar_none.yaml", "game": "minatar/breakout", "seed": 0}
+    cases = [
+        ({"agents": []}, "expected a mapping with a non-empty list 'agents'"),
+        ({"agents": [{**good, "out": "x", "lr": 1}]}, r"agents\[0\]: unknown key\(s\) \['lr'\]"),
+        ({"agents": [good]}, r"agents\[0\]: missing \['out'\]"),
+        (
+            {"agents": [{**good, "out": "x"}, {**good, "seed": 1, "out": "x"}]},
+            r"agents\[0\] and agents\[1\] share the folder x",
+        ),
+        (
+            {"agents": [{**good, "game": "minatar/brekout", "out": "x"}]},
+            r"agents\[0\]: .*brekout.*did you mean",
+        ),
+    ]
+    for document, message in cases:
+        file = tmp_path / "agents.yaml"
+        file.write_text(yaml.safe_dump(document))
+        with pytest.raises((ConfigError, UnknownGameError), match=message):
+            ft.read_agents(file)
+        assert main(["finetune", "--agents", str(file)]) == 2
+        capsys.readouterr()
+    assert not (tmp_path / "x").exists()
+    file.write_text(yaml.safe_dump({"agents": [{**good, "out": str(tmp_path / "y")}]}))
+    assert main(["finetune", "--agents", str(file), "--game", "minatar/breakout"]) == 2
+    assert "--game not allowed" in capsys.readouterr().err
+    assert main(["finetune", "--agents", str(file), "--params", good["params"]]) == 2
+    assert "give --params (one config) or --agents" in capsys.readouterr().err
