@@ -161,7 +161,9 @@ def _minatar_batch(config, num_actions: int, seed: int):
     )
 
 
-def update_times(agents: list[int], repeats: int, compile_losses: bool) -> list[dict]:
+def update_times(
+    agents: list[int], repeats: int, compile_losses: bool, encoder: str = "minatar"
+) -> list[dict]:
     """Milliseconds per update (and per agent) of MinAtar populations, loop and vmap."""
     # The benchmark only: the learner's modules, as the finetuning loop builds them.
     from sgi_lab.config import FinetuneConfig, build_config
@@ -176,7 +178,7 @@ def update_times(agents: list[int], repeats: int, compile_losses: bool) -> list[
             configs = [
                 build_config(
                     FinetuneConfig,
-                    {"game": "minatar/breakout", "encoder": "minatar", "hidden_size": 128,
+                    {"game": "minatar/breakout", "encoder": encoder, "hidden_size": 128,
                      "seed": s, "cpu_amp": False, "channels_last": False,
                      "population_batching": batching},
                 )
@@ -193,7 +195,7 @@ def update_times(agents: list[int], repeats: int, compile_losses: bool) -> list[
             def step(pop=pop, batches=batches, weights=weights):
                 update(pop, stage(pop, batches, weights))
 
-            row = {"agents": n, "batching": batching, **_timed(step, repeats)}
+            row = {"encoder": encoder, "agents": n, "batching": batching, **_timed(step, repeats)}
             if compile_losses:
                 row.update(_compiled(pop, step, repeats))
             row["ms_per_agent"] = row["ms"] / n
@@ -255,6 +257,7 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=1000)
     parser.add_argument("--rows", type=int, default=5000)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--encoder", default="minatar", help="update: minatar or minatar_l")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -268,7 +271,9 @@ def main() -> None:
     if args.what in ("shift", "all"):
         result["shift_damage"] = shift_damage(args.rows)
     if args.what in ("update", "all"):
-        result["update"] = update_times(args.agents, min(args.repeats, 30), args.compile)
+        result["update"] = update_times(
+            args.agents, min(args.repeats, 30), args.compile, args.encoder
+        )
     print(json.dumps(result, indent=2))
 
 

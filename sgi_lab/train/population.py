@@ -59,6 +59,8 @@ __all__ = [
 MAX_ACTIONS = 18
 """The full Atari action set: the width at which every agent's noise is drawn."""
 
+VMAP_ON_CPU = ("minatar", "minatar_l")
+"""Encoders whose populations run under vmap on a CPU too (`Population.batching`)."""
 POPULATION_KEYS = (
     "game",
     "seed",
@@ -270,15 +272,24 @@ class Population:
         """How the agents' networks run together: ``vmap`` (one batched computation) or
         ``loop`` (agent after agent over the same stacked tensors; one Adam step, clipping and
         EMA for all). Config ``population_batching``; ``auto`` is vmap on a GPU, where it turns
-        many small kernel launches into few, and a loop on a CPU, where kernels are not launch
-        bound: measured on an AMD EPYC (Zen 4, 2 threads, 4 agents) the vmap'd update ran at
-        0.78x (ResNet) and 0.90x (Nature) the speed of separate updates in fp32, and cannot use
-        bf16 (CPU autocast stops at vmap), while the loop matched separate bf16 updates
-        (benchmarks/README.md)."""
+        many small kernel launches into few, and on a CPU for MinAtar's small networks
+        (`VMAP_ON_CPU`), whose updates are bound by per-operator overhead that vmap pays once
+        for all agents: on a 2-core Intel Xeon, fp32, batch 32, SPR K = 5 (session 16,
+        benchmarks/README.md) the ``minatar`` update took 14.1 ms an agent under vmap against
+        23.6 in a loop at 6 agents and 2 threads (11.5 against 45 at 64 agents; 21.7 against
+        29.1 at 6 agents on one thread), ``minatar_l`` 58 against 69. For Atari's encoders it
+        is a loop on a CPU, where their kernels are not launch bound: measured on an AMD EPYC
+        (Zen 4, 2 threads, 4 agents) the vmap'd update ran at 0.78x (ResNet) and 0.90x
+        (Nature) the speed of separate updates in fp32, and cannot use bf16 (CPU autocast stops
+        at vmap), while the loop matched separate bf16 updates."""
         mode = getattr(self.config, "population_batching", "auto")
         if mode != "auto":
             return mode
-        return "vmap" if self.device.type != "cpu" and self.size > 1 else "loop"
+        if self.size == 1:
+            return "loop"
+        if self.device.type != "cpu" or self.config.encoder in VMAP_ON_CPU:
+            return "vmap"
+        return "loop"
 
     @property
     def vmapped(self) -> bool:
