@@ -789,3 +789,36 @@ def test_share_populations_puts_every_config_that_may_share_in_one_population(tm
     assert [len(t.agents) for t in parts] == [33, 33]
     plan = ex.format_plan(shared)
     assert "[66 agents, ~3.8 GB as one population]" in plan
+
+
+@pytest.mark.slow  # ~40 s idle; the default tier runs the agents file end to end (test_minatar_track)
+def test_a_shared_smoke_experiment_reports_the_same_methods_as_separate_populations(tmp_path):
+    """smoke.yaml with share_populations: reduced-lr SGI and SGI-None train as one population of
+    four agents (Pong and Breakout share Atari's input), one task; the report names the same
+    methods and paper configs as one population per config does, and a second run skips it."""
+    text = SMOKE.read_text().replace("seeds: [0]\n", "seeds: [0]\nshare_populations: true\n", 1)
+    text = text.replace("params/", f"{ROOT}/params/")
+    file = write(tmp_path, text)
+    out = tmp_path / "shared"
+    summary = ex.run_experiment(file, out, max_parallel=1, progress=False)
+    graph = ex.expand(ex.load_experiment(file), out)
+    finetunes = [t for t in graph.tasks if t.kind == "finetune"]
+    assert [t.id for t in finetunes] == ["finetune/shared/reduced_lr-sgi_none__Pong__Breakout"]
+    assert summary["counts"]["done"] == len(graph.tasks), summary
+    import pandas as pd
+
+    per_game = pd.read_csv(out / "results.csv")
+    assert set(per_game["method"]) == {"reduced_lr@sgi_r", "sgi_none"}
+    assert set(per_game["paper_config"]) == {"SGI-R", "SGI-None"}
+    agents = sorted(str(p.parent.relative_to(out)) for p in out.rglob("eval.json"))
+    assert agents == [
+        "finetune/reduced_lr__sgi_r/Breakout__s0",
+        "finetune/reduced_lr__sgi_r/Pong__s0",
+        "finetune/sgi_none/Breakout__s0",
+        "finetune/sgi_none/Pong__s0",
+    ]
+    log = (out / "logs" / "finetune__shared__reduced_lr-sgi_none__Pong__Breakout.log").read_text()
+    assert "in a population of 4" in log
+    events = []
+    ex.run_experiment(file, out, progress=False, on_event=lambda e, t, i: events.append(e))
+    assert set(events) == {"skipped"}
