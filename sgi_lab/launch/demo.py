@@ -99,7 +99,7 @@ STAGES: tuple[tuple[str, str, float], ...] = (
     (
         "minatar",
         "MinAtar Breakout: two SGI-pretrained agents and a from-scratch one finetuning side by side",
-        4.0,  # 244 s idle with three agents (session 15)
+        3.5,  # 204 s idle with three agents under vmap (session 16)
     ),
 )
 MINATAR = "minatar"  # the stage that runs no notebook (sgi_lab.launch.demo_minatar)

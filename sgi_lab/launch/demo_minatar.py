@@ -193,7 +193,7 @@ def verdict(results: dict[str, Any]) -> str:
     if len(above) == len(agents):
         learning = "Learning is visible: every agent scores above the random policy"
     elif above:
-        learning = f"Learning is visible only for {_listed(above)}"
+        learning = f"Learning is visible only for {_listed(above)}: above the random policy"
     else:
         learning = "Learning is not visible at this size: no agent beats the random policy"
     scratch = agents[SCRATCH]
@@ -204,10 +204,10 @@ def verdict(results: dict[str, Any]) -> str:
         gap = a["mean"] - scratch["mean"]
         if abs(gap) > 2 * math.hypot(_stderr(a), _stderr(scratch)):
             side = "above" if gap > 0 else "below"
-            comparisons.append(f"the {label} agent ends {side} the one from scratch ({gap:+.2f})")
+            comparisons.append(f'the "{label}" agent ends {side} the one from scratch ({gap:+.2f})')
         else:
             comparisons.append(
-                f"the {label} agent does not differ from the one from scratch beyond their "
+                f'the "{label}" agent does not differ from the one from scratch beyond their '
                 f"evaluation noise ({gap:+.2f})"
             )
     return (
@@ -218,10 +218,11 @@ def verdict(results: dict[str, Any]) -> str:
 
 
 def _listed(labels: list[str]) -> str:
-    """``the A agent``, ``the A and B agents``."""
-    if len(labels) == 1:
-        return f"the {labels[0]} agent"
-    return f"the {', '.join(labels[:-1])} and {labels[-1]} agents"
+    """``the "A" agent``, ``the "A" and "B" agents`` (quoted: a label may hold a comma)."""
+    quoted = [f'"{label}"' for label in labels]
+    if len(quoted) == 1:
+        return f"the {quoted[0]} agent"
+    return f"the {', '.join(quoted[:-1])} and {quoted[-1]} agents"
 
 
 def learning_curves(folder: str | Path, window: int = 20) -> dict[str, tuple[list, list]]:

@@ -37,18 +37,22 @@ def test_verdict_says_whether_learning_is_visible_and_how_each_start_compares():
     assert both.startswith("Learning is visible: every agent scores above the random policy")
     # 0.1 apart, 2 s.e. of the difference = 2 * 0.258: no difference claimed.
     assert (
-        "the SGI, reduced lr agent does not differ from the one from scratch beyond their "
+        'the "SGI, reduced lr" agent does not differ from the one from scratch beyond their '
         "evaluation noise (+0.10)" in both
     )
     assert "one seed each" in both and "not evidence" in both
     apart = demo_minatar.verdict(_results((1.0, 1.0), (2.5, 1.0), naive=(3.2, 1.0)))
-    assert "the SGI, reduced lr agent ends below the one from scratch (-1.50)" in apart
-    assert "the SGI, naive agent ends above the one from scratch (+0.70)" in apart
+    assert 'the "SGI, reduced lr" agent ends below the one from scratch (-1.50)' in apart
+    assert 'the "SGI, naive" agent ends above the one from scratch (+0.70)' in apart
     # 0.9 - 2 * 0.183 = 0.53 > 0.416, but 0.6 - 0.365 = 0.235 is not.
     one = demo_minatar.verdict(_results((0.9, 1.0), (0.6, 1.0), naive=(0.6, 1.0)))
-    assert one.startswith("Learning is visible only for the SGI, reduced lr agent")
+    assert one.startswith(
+        'Learning is visible only for the "SGI, reduced lr" agent: above the random policy (0.42)'
+    )
     two = demo_minatar.verdict(_results((0.9, 1.0), (0.6, 1.0)))
-    assert two.startswith("Learning is visible only for the SGI, reduced lr and SGI, naive agents")
+    assert two.startswith(
+        'Learning is visible only for the "SGI, reduced lr" and "SGI, naive" agents'
+    )
     none = demo_minatar.verdict(_results((0.4, 0.5), (0.5, 0.5)))
     assert none.startswith("Learning is not visible at this size")
     unfinished = _results((0.4, 0.5), (0.5, 0.5))
