@@ -19,6 +19,7 @@ reading is never mistaken for the study's.
 
 from __future__ import annotations
 
+import html
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from sgi_lab.analysis.probe_study import (
     rank_correlation_with_paper,
 )
 from sgi_lab.analysis.report import read_run
-from sgi_lab.base.files import read_jsonl
+from sgi_lab.base.files import atomic_write_text, read_jsonl
 from sgi_lab.metrics.aggregate import aggregate_with_ci, probability_of_improvement_with_ci
 from sgi_lab.runs.status import read_status
 
@@ -430,19 +431,27 @@ def budget_runs(
 
 
 def budget_study_markdown(
-    folder: str | Path, study: str | Path | None = None, reps: int = 2000
+    folder: str | Path,
+    study: str | Path | None = None,
+    reps: int = 2000,
+    figure: str | Path | None = None,
 ) -> str:
     """The pretraining-budget experiment's page section: for each finetuning scheme, the
     curve (`budget_curve`) over `budget_runs` of ``folder`` and the objective ``study``, then
-    the per-game raw returns of every budget under both readouts."""
+    the per-game raw returns of every budget under both readouts. With ``figure`` (an .svg
+    path), the curves drawn there too (`budget_svg`; written atomically, never over a file
+    that is not an SVG) and linked from the section by its file name."""
     runs = budget_runs(folder, study)
     if runs.empty:
         return f"No finetuning agent under {folder}/finetune yet.\n"
     lines = [f"Finished agents: {int(runs['finished'].sum())} ({_normalization(runs)}).", ""]
     schemes = [s for s in ("reduced_lr", "naive", "frozen") if (runs["scheme"] == s).any()]
+    drawn: dict[str, pd.DataFrame] = {}
     for scheme in schemes:
         table = objective_table(runs, scheme, reps=reps)
         curve = budget_curve(table) if not table.empty else pd.DataFrame()
+        if not curve.empty:
+            drawn[scheme.replace("_", " ")] = curve
         lines += [f"### Finetuned {SCHEME_WORDS.get(scheme, scheme)}", ""]
         if curve.empty:
             lines += ["No two budgets have finished on every seed of a common game yet.", ""]
@@ -454,6 +463,12 @@ def budget_study_markdown(
             budget_markdown(curve),
             "",
         ]
+    if figure is not None and drawn:
+        path = Path(figure)
+        if path.exists() and not path.read_text(errors="replace").lstrip().startswith("<svg"):
+            raise FileExistsError(f"{path}: exists and is not an SVG; choose another figure path")
+        atomic_write_text(path, budget_svg(drawn))
+        lines += [f"![IQM by SGI pretraining budget, each scheme]({path.name})", ""]
     returns = per_game_returns(runs)
     if not returns.empty:
         lines += [
@@ -464,6 +479,77 @@ def budget_study_markdown(
             "",
         ]
     return "\n".join(lines)
+
+
+def budget_svg(curves: dict[str, pd.DataFrame], width: int = 520, height: int = 260) -> str:
+    """Pretraining-budget curves (`budget_curve` per scheme: ``{"reduced lr": curve, ...}``) as
+    a standalone SVG (GitHub shows it in a Markdown page): IQM against pretraining steps, one
+    line per scheme with its 95% CI as error bars, the budgets equally spaced (0, 500, 2,000,
+    8,000 are not to scale), the from-scratch IQM as a dashed line across."""
+    colours = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd")
+    curves = {k: c for k, c in curves.items() if not c.empty}
+    steps = sorted({int(s) for c in curves.values() for s in c["steps"]})
+    if not steps:
+        return '<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10"/>'
+    highs = [v for c in curves.values() for v in c["iqm_upper"]]
+    lows = [v for c in curves.values() for v in c["iqm_lower"]]
+    y0, y1 = min(0.0, min(lows)), max(highs) * 1.1 if max(highs) > 0 else 1.0
+    pad_l, pad_r, pad_t, pad_b = 48, 130, 12, 40
+
+    def x_of(step: int) -> float:
+        span = max(len(steps) - 1, 1)
+        return pad_l + 20 + steps.index(step) / span * (width - pad_l - pad_r - 40)
+
+    def y_of(value: float) -> float:
+        return height - pad_b - (value - y0) / (y1 - y0) * (height - pad_t - pad_b)
+
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        'font-size="11" font-family="sans-serif">',
+        f'<rect width="{width}" height="{height}" fill="white"/>',
+        f'<polyline points="{pad_l},{pad_t} {pad_l},{height - pad_b} '
+        f'{width - pad_r},{height - pad_b}" fill="none" stroke="#888"/>',
+        f'<text x="{(pad_l + width - pad_r) / 2:.0f}" y="{height - 6}" text-anchor="middle">'
+        "SGI pretraining steps (batch 256; not to scale)</text>",
+        f'<text x="{pad_l - 6}" y="{y_of(y1) + 4:.1f}" text-anchor="end">{y1:.2f}</text>',
+        f'<text x="{pad_l - 6}" y="{y_of(y0) + 4:.1f}" text-anchor="end">{y0:.2f}</text>',
+        f'<text x="12" y="{pad_t + 8}" transform="rotate(-90 12 {pad_t + 8})" '
+        'text-anchor="end">IQM MinAtar score</text>',
+    ]
+    for step in steps:
+        parts.append(
+            f'<text x="{x_of(step):.1f}" y="{height - pad_b + 14}" text-anchor="middle">'
+            f"{step:,}</text>"
+        )
+    scratch = next((c[c["steps"] == 0] for c in curves.values() if (c["steps"] == 0).any()), None)
+    if scratch is not None and not scratch.empty:
+        y = y_of(float(scratch["iqm"].iloc[0]))
+        parts.append(
+            f'<line x1="{pad_l}" y1="{y:.1f}" x2="{width - pad_r}" y2="{y:.1f}" stroke="#888" '
+            f'stroke-dasharray="4 3"/><text x="{width - pad_r + 4}" y="{y + 4:.1f}">'
+            "from scratch</text>"
+        )
+    for i, (label, curve) in enumerate(curves.items()):
+        colour = colours[i % len(colours)]
+        shift = (i - (len(curves) - 1) / 2) * 6  # side by side, so the error bars do not hide
+        rows = curve.sort_values("steps")
+        points = [(x_of(int(r.steps)) + shift, r) for r in rows.itertuples()]
+        line = " ".join(f"{x:.1f},{y_of(r.iqm):.1f}" for x, r in points)
+        parts.append(f'<polyline points="{line}" fill="none" stroke="{colour}" stroke-width="2"/>')
+        for x, r in points:
+            parts.append(
+                f'<line x1="{x:.1f}" y1="{y_of(r.iqm_lower):.1f}" x2="{x:.1f}" '
+                f'y2="{y_of(r.iqm_upper):.1f}" stroke="{colour}"/>'
+                f'<circle cx="{x:.1f}" cy="{y_of(r.iqm):.1f}" r="3" fill="{colour}"/>'
+            )
+        ly = pad_t + 14 + 16 * i
+        parts.append(
+            f'<line x1="{width - pad_r + 4}" y1="{ly - 4}" x2="{width - pad_r + 22}" '
+            f'y2="{ly - 4}" stroke="{colour}" stroke-width="2"/>'
+            f'<text x="{width - pad_r + 26}" y="{ly}">{html.escape(label)}</text>'
+        )
+    parts.append("</svg>")
+    return "".join(parts)
 
 
 def _normalization(runs: pd.DataFrame) -> str:
@@ -542,6 +628,7 @@ __all__ = [
     "budget_curve",
     "budget_markdown",
     "budget_runs",
+    "budget_svg",
     "budget_study_markdown",
     "learning_curves",
     "objective_table",

@@ -4,6 +4,7 @@ folder whose scores make every statistic checkable by hand."""
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import numpy as np
@@ -214,6 +215,25 @@ def test_budget_runs_take_zero_and_2000_steps_from_the_study_and_show_each_schem
     assert "### Finetuned naively (every rate the same)" in text
     assert "| sgi | 8,000 | 0.910 [" in text and "| sgi | 2,000 | 0.210 [" in text
     assert "reduced_lr__s" not in text and "| s |" not in text
+    # The figure: one line per scheme, a point and an error bar per budget, scratch dashed.
+    figure = tmp_path / "budget.svg"
+    text = ms.budget_study_markdown(budget, study, reps=200, figure=figure)
+    assert "![IQM by SGI pretraining budget, each scheme](budget.svg)" in text
+    svg = ET.fromstring(figure.read_text())
+    ns = "{http://www.w3.org/2000/svg}"
+    lines = [p for p in svg.iter(f"{ns}polyline") if p.get("stroke") != "#888"]
+    assert len(lines) == 2 and all(len(p.get("points").split()) == 4 for p in lines)
+    assert len(list(svg.iter(f"{ns}circle"))) == 8
+    labels = {t.text for t in svg.iter(f"{ns}text")}
+    assert {"reduced lr", "naive", "from scratch", "0", "500", "2,000", "8,000"} <= labels
+    # The naive line's 8,000-step point is above its 2,000-step one (IQM 0.91 against 0.31):
+    naive = [float(xy.split(",")[1]) for xy in lines[1].get("points").split()]
+    assert naive[3] < naive[2]  # SVG's y grows downwards
+    not_svg = tmp_path / "notes.svg"
+    not_svg.write_text("my notes")
+    with pytest.raises(FileExistsError, match="not an SVG"):
+        ms.budget_study_markdown(budget, study, reps=200, figure=not_svg)
+    assert not_svg.read_text() == "my notes"
     # Without the study, the budget folder alone has no 2,000-step point but still a curve.
     alone = ms.budget_runs(budget)
     assert "sgi_2000" not in set(alone["objective"])
