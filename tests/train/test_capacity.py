@@ -77,6 +77,18 @@ def test_split_population_hand_counted():
         capacity.split_population(["a"], [0], 0)
 
 
+@pytest.mark.parametrize(("n", "limit"), [(110, 110), (110, 40), (66, 33), (7, 3), (1, 5), (0, 2)])
+def test_split_agents_keeps_order_and_even_sizes(n, limit):
+    """A shared population's agents (any list, not games x seeds) as consecutive parts."""
+    parts = capacity.split_agents(list(range(n)), limit)
+    assert [a for part in parts for a in part] == list(range(n))  # in order, each once
+    assert all(1 <= len(p) <= limit for p in parts)
+    assert len(parts) == -(-n // limit)  # as few as fit
+    assert not parts or max(map(len, parts)) - min(map(len, parts)) <= 1
+    with pytest.raises(ValueError, match="at least 1"):
+        capacity.split_agents([1], 0)
+
+
 @pytest.mark.smoke
 def test_max_agents_trains_a_larger_set_as_several_populations(tmp_path, capsys, monkeypatch):
     from population_helpers import LOOP
