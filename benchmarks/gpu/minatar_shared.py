@@ -27,6 +27,7 @@ EXPERIMENT = ROOT / "params" / "experiments" / "minatar_objectives_full.yaml"
 
 
 def _graph(out: Path):
+    # lazy: main() puts the tree on sys.path first (the device runs it from a bare checkout)
     from sgi_lab import experiments as ex
 
     return ex.expand(ex.load_experiment(EXPERIMENT), out)
@@ -38,6 +39,7 @@ def _shared_tasks(graph) -> list:
 
 def write_agents(root: Path, keep: int | None) -> Path:
     """The first shared population's agents file, pointed at stand-in pretrained runs."""
+    # lazy: main() puts the tree on sys.path first (the device runs it from a bare checkout)
     from sgi_lab.runs.folder import run_name, slug
 
     graph = _graph(root / "experiment")
