@@ -456,13 +456,7 @@ def budget_study_markdown(
         if curve.empty:
             lines += ["No two budgets have finished on every seed of a common game yet.", ""]
             continue
-        lines += [
-            f"Over {int(table['games'].iloc[0])} games x {int(table['runs'].iloc[0])} seeds; "
-            "95% stratified bootstrap CIs (rliable's method).",
-            "",
-            budget_markdown(curve),
-            "",
-        ]
+        lines += [_over(table), "", budget_markdown(curve), ""]
     if figure is not None and drawn:
         path = Path(figure)
         if path.exists() and not path.read_text(errors="replace").lstrip().startswith("<svg"):
@@ -552,6 +546,14 @@ def budget_svg(curves: dict[str, pd.DataFrame], width: int = 520, height: int = 
     return "".join(parts)
 
 
+def _over(table: pd.DataFrame) -> str:
+    """What an `objective_table`'s aggregates are over, and how their CIs were made."""
+    return (
+        f"Over {int(table['games'].iloc[0])} games x {int(table['runs'].iloc[0])} seeds; "
+        "95% stratified bootstrap CIs (rliable's method)."
+    )
+
+
 def _normalization(runs: pd.DataFrame) -> str:
     """The finished agents' normalisation (``MinAtar score``, ``HNS``), or both named."""
     names = sorted(runs.loc[runs["finished"], "normalization"].dropna().unique())
@@ -584,13 +586,7 @@ def study_markdown(
         if table.empty:
             lines += ["No game has finished on every seed for every method yet.", ""]
             continue
-        lines += [
-            f"Over {int(table['games'].iloc[0])} games x {int(table['runs'].iloc[0])} seeds; "
-            "95% stratified bootstrap CIs (rliable's method).",
-            "",
-            aggregates_markdown(table),
-            "",
-        ]
+        lines += [_over(table), "", aggregates_markdown(table), ""]
         curve = budget_curve(table) if scheme else pd.DataFrame()
         if not curve.empty:
             lines += [

@@ -19,6 +19,7 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import signal
 import sys
@@ -200,36 +201,21 @@ def _finetune(args: argparse.Namespace) -> int:
                 "agent's game, seed, pretrained model and run folder)"
             )
         configs, outs, names = read_agents(args.agents, parse_overrides(args.set))
-
-        def train(stop):
-            return finetune_agents(
-                configs,
-                outs,
-                names,
-                _max_agents(args.max_agents),
-                progress=not args.no_progress,
-                overwrite=args.overwrite,
-                stop=stop,
-            )
+        train = functools.partial(finetune_agents, configs, outs, names)
     else:
         configs, outs, name = _finetune_population_args(args)
-
-        def train(stop):
-            return finetune_in_parts(
-                configs,
-                outs,
-                _max_agents(args.max_agents),
-                progress=not args.no_progress,
-                overwrite=args.overwrite,
-                params=name,
-                stop=stop,
-            )
+        train = functools.partial(finetune_in_parts, configs, outs, params=name)
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     stop = _deadline(args)
     try:
         with stop_on_signals(stop, signal.SIGTERM):
-            runs = train(stop)
+            runs = train(
+                max_agents=_max_agents(args.max_agents),
+                progress=not args.no_progress,
+                overwrite=args.overwrite,
+                stop=stop,
+            )
     except FloatingPointError as exc:  # NaN/Inf loss; status.json says failed
         raise RuntimeError(f"{exc} (run folders {', '.join(map(str, outs))})") from exc
     except RunStopped as exc:

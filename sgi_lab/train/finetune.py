@@ -152,6 +152,18 @@ def finetune(
     return finetune_population([config], [out], progress, overwrite, params, callback, stop)[0]
 
 
+def _population_limit(configs: Sequence[FinetuneConfig], max_agents: int | str) -> int:
+    """The largest population for ``configs``: ``max_agents``, or with ``"auto"`` what the
+    device's free memory holds (`sgi_lab.train.capacity.max_agents`; one agent alone is 1)."""
+    if max_agents == "auto":
+        if len(configs) == 1:
+            return 1
+        return fitting(configs[0], resolve_device(configs[0].device))
+    if isinstance(max_agents, int) and not isinstance(max_agents, bool) and max_agents >= 1:
+        return max_agents
+    raise ConfigError(f"max_agents: a positive count or 'auto', got {max_agents!r}")
+
+
 def finetune_in_parts(
     configs: Sequence[FinetuneConfig],
     outs: Sequence[str | Path],
@@ -182,16 +194,7 @@ def finetune_in_parts(
     configs, outs = list(configs), [Path(o) for o in outs]
     if len(configs) != len(outs):
         raise ValueError(f"{len(configs)} configs but {len(outs)} run folders")
-    if max_agents == "auto":
-        limit = (
-            len(configs)
-            if len(configs) == 1
-            else fitting(configs[0], resolve_device(configs[0].device))
-        )
-    elif isinstance(max_agents, int) and not isinstance(max_agents, bool) and max_agents >= 1:
-        limit = max_agents
-    else:
-        raise ConfigError(f"max_agents: a positive count or 'auto', got {max_agents!r}")
+    limit = _population_limit(configs, max_agents)
     games = list(dict.fromkeys(c.game for c in configs))
     seeds = list(dict.fromkeys(c.seed for c in configs))
     index = {(c.game, c.seed): i for i, c in enumerate(configs)}
@@ -297,16 +300,7 @@ def finetune_agents(
     configs, outs, params = list(configs), [Path(o) for o in outs], list(params)
     if not len(configs) == len(outs) == len(params):
         raise ValueError(f"{len(configs)} configs, {len(outs)} run folders, {len(params)} names")
-    if max_agents == "auto":
-        limit = (
-            len(configs)
-            if len(configs) == 1
-            else fitting(configs[0], resolve_device(configs[0].device))
-        )
-    elif isinstance(max_agents, int) and not isinstance(max_agents, bool) and max_agents >= 1:
-        limit = max_agents
-    else:
-        raise ConfigError(f"max_agents: a positive count or 'auto', got {max_agents!r}")
+    limit = _population_limit(configs, max_agents)
     parts = split_agents(list(range(len(configs))), limit)
     if len(parts) > 1:
         log.info("%d agents as %d populations of at most %d", len(configs), len(parts), limit)
