@@ -162,7 +162,11 @@ def _minatar_batch(config, num_actions: int, seed: int):
 
 
 def update_times(
-    agents: list[int], repeats: int, compile_losses: bool, encoder: str = "minatar"
+    agents: list[int],
+    repeats: int,
+    compile_losses: bool,
+    encoder: str = "minatar",
+    batchings: tuple[str, ...] = ("loop", "vmap"),
 ) -> list[dict]:
     """Milliseconds per update (and per agent) of MinAtar populations, loop and vmap."""
     # The benchmark only: the learner's modules, as the finetuning loop builds them.
@@ -174,7 +178,7 @@ def update_times(
 
     rows = []
     for n in agents:
-        for batching in ("loop", "vmap") if n > 1 else ("loop",):
+        for batching in batchings if n > 1 else ("loop",):
             configs = [
                 build_config(
                     FinetuneConfig,
@@ -258,6 +262,9 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=5000)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--encoder", default="minatar", help="update: minatar or minatar_l")
+    parser.add_argument(
+        "--batching", nargs="+", default=["loop", "vmap"], help="update: loop and/or vmap"
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -272,7 +279,7 @@ def main() -> None:
         result["shift_damage"] = shift_damage(args.rows)
     if args.what in ("update", "all"):
         result["update"] = update_times(
-            args.agents, min(args.repeats, 30), args.compile, args.encoder
+            args.agents, min(args.repeats, 30), args.compile, args.encoder, tuple(args.batching)
         )
     print(json.dumps(result, indent=2))
 
