@@ -5,7 +5,8 @@ runs, an experiment's tasks): its stage, state, step of its total, rate, time le
 reported, and its last metrics. What it says is checked, not copied: a run whose status says
 ``running`` while no process holds its folder's lock (killed, even by kill -9), says ``finished``
 without its final model, or whose status.json is torn or empty beside checkpoints is listed as
-``interrupted``; a live run silent for a long time is marked as possibly stuck. Symlinked folders
+``interrupted``, and one that stopped cleanly at a checkpoint (a time limit, SIGTERM) as
+``stopped`` rather than failed; a live run silent for a long time is marked as possibly stuck. Symlinked folders
 are followed (each real folder once). One unreadable run is named and skipped. Misspelled
 folders get a "did you mean".
 """
@@ -35,6 +36,14 @@ __all__ = [
 ]
 
 STALE_AFTER_S = 15 * 60
+STOPPED_MESSAGES = (
+    "stopped at step ",
+    "stopped during its evaluation",
+    "stopped: ",
+    "interrupted (",
+)
+"""How `sgi_lab.runs.stopping.failure_reason` begins the message of a run stopped cleanly at a
+checkpoint (RunStopped, a full disk, Ctrl-C): resumable, not an error."""
 """A running run silent for longer than this is shown as possibly dead."""
 SHOWN_METRICS = (
     "losses/total",
@@ -108,7 +117,9 @@ def _true_state(folder: Path, status: dict[str, Any] | None) -> tuple[str, str |
     - status missing or torn (the folder was listed for its checkpoints): ``interrupted``;
     - ``finished`` without the final ``model.pt`` of a training run: ``interrupted``;
     - ``running`` while no process holds the folder's lock (killed, even by kill -9, since the
-      kernel frees the lock with its process): ``interrupted``.
+      kernel frees the lock with its process): ``interrupted``;
+    - ``failed`` because it was stopped cleanly at a checkpoint (a time limit, SIGTERM, Ctrl-C,
+      a full disk: `sgi_lab.runs.stopping.failure_reason`), not by an error: ``stopped``.
     """
     if status is None:
         return "interrupted", "status.json missing or torn; re-run its command to resume"
@@ -118,6 +129,8 @@ def _true_state(folder: Path, status: dict[str, Any] | None) -> tuple[str, str |
     # Only the run lifecycle (a status with a kind) holds the lock while it runs.
     if state == "running" and status.get("kind") and lock_holder(folder) is None:
         return "interrupted", "its process is gone (the folder is not locked); re-run to resume"
+    if state == "failed" and str(status.get("message", "")).startswith(STOPPED_MESSAGES):
+        return "stopped", None  # its message says why and how to resume
     return state, None
 
 
@@ -163,7 +176,7 @@ def run_progress(folder: str | os.PathLike, now: float | None = None) -> dict[st
             if key not in metrics and isinstance(row.get(key), (int, float)):
                 metrics[key] = row[key]
     stage = status.get("kind") or status.get("notebook") or folder.name.split("__")[0]
-    message = status.get("message") if state == "failed" else None
+    message = status.get("message") if state in ("failed", "stopped") else None
     return {
         "run": str(folder),
         "stage": str(stage),
@@ -329,7 +342,7 @@ def add_status_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--state",
-        choices=["running", "finished", "failed", "interrupted"],
+        choices=["running", "finished", "failed", "stopped", "interrupted"],
         default=None,
         help="only runs in this state",
     )

@@ -274,3 +274,32 @@ def test_a_finished_finetuning_run_shows_its_evaluation_score(tmp_path, capsys):
     assert "eval 5.5 over 10 episodes, MinAtar score 0.530" in out
     seaquest = next(line for line in out.splitlines() if "Seaquest" in line)
     assert "eval" not in seaquest
+
+
+def test_a_run_stopped_cleanly_is_listed_as_stopped_not_failed(tmp_path, capsys):
+    """A time limit or SIGTERM ends a run at a checkpoint with state failed and RunStopped's
+    message (failure_reason): status says stopped, with how to resume; an error stays failed."""
+    from sgi_lab.runs.stopping import RunStopped, failure_reason
+
+    root = tmp_path / "outputs"
+    why = failure_reason(RunStopped(1731, "SIGTERM received"))
+    _run(root / "stopped", "failed", 1731, 2000, [], message=why)
+    _run(
+        root / "evaluation", "failed", 2000, 2000, [], message=failure_reason(RunStopped(None, "x"))
+    )
+    _run(root / "ctrl_c", "failed", 5, 2000, [], message=failure_reason(KeyboardInterrupt()))
+    _run(root / "broken", "failed", 10, 2000, [], message="FloatingPointError: loss is nan")
+    states = {f.name: status.run_progress(f)["state"] for f in root.iterdir()}
+    assert states == {
+        "stopped": "stopped",
+        "evaluation": "stopped",
+        "ctrl_c": "stopped",
+        "broken": "failed",
+    }
+    assert main(["status", str(root), "--state", "stopped"]) == 0
+    out = capsys.readouterr().out
+    shown = {line.split()[0] for line in out.splitlines()[1:] if line.startswith("stopped")}
+    assert shown == {"stopped"}, out
+    assert "re-run the same command to resume" in out and "broken" not in out
+    assert main(["status", str(root), "--state", "failed"]) == 0
+    assert "loss is nan" in capsys.readouterr().out
