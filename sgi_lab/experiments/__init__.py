@@ -25,7 +25,8 @@ The package, in the order a task flows through it:
 - `cost`: the measured speeds, `estimate_cost` and the ``--dry-run`` plan;
 - `state`: whether a task is done (locally or in a storage URI), what a worker pulls and pushes;
 - `executors`: one task as an ``sgi-lab`` subprocess, `LocalExecutor` and `RayExecutor`;
-- `scheduler`: `run_graph`, `first_order` (what ``--first`` starts first);
+- `scheduler`: `run_graph`, `first_order` (what ``--first`` starts first), `branch_order`
+  (``--branch-first``);
 - `report`: ``report.html`` and ``results.csv``;
 - `cli`: ``sgi-lab experiment``.
 """
@@ -60,6 +61,7 @@ from sgi_lab.experiments.report import finished_agent_folders, write_report
 from sgi_lab.experiments.scheduler import (
     STATES,
     _oversubscription,
+    branch_order,
     first_order,
     run_graph,
 )
@@ -127,6 +129,7 @@ __all__ = [
     "pull_results",
     "run_command",
     "run_experiment",
+    "branch_order",
     "first_order",
     "run_graph",
     "storage_plan",

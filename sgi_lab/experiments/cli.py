@@ -80,6 +80,7 @@ def main_experiment(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         storage=args.storage,
         first=args.first or (),
+        branch_first=args.branch_first,
     )
     bad = {k: v for k, v in summary["tasks"].items() if v["state"] in ("failed", "blocked")}
     for task_id, entry in bad.items():
@@ -124,6 +125,13 @@ def add_experiment_parser(subparsers: Any) -> argparse.ArgumentParser:
         metavar="PATTERN",
         help="start the tasks whose ids match (fnmatch: 'finetune/sgi_none/*'), and what they "
         "read, before the others; repeat for several (the ids: --dry-run)",
+    )
+    p.add_argument(
+        "--branch-first",
+        action="store_true",
+        help="after --first, run each finetuning task with what it reads (its data and "
+        "pretraining) before the next, so whole objectives land one after another instead of "
+        "every pretraining run first; probes right after their encoders",
     )
     p.add_argument("--report-only", action="store_true", help="write the report of what finished")
     p.add_argument("--no-progress", action="store_true", help="no progress display")

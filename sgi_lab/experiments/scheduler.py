@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fnmatch
+import glob
 import json
 import os
 import signal
@@ -112,6 +113,7 @@ def run_graph(
     on_event: Callable[[str, Task, dict], None] | None = None,
     storage: str | None = None,
     first: Sequence[str] = (),
+    branch_first: bool = False,
 ) -> dict[str, Any]:
     """Run every task of ``graph`` whose folder is not complete, in dependency order.
 
@@ -137,6 +139,8 @@ def run_graph(
             everything they read, start before the others, in the patterns' order
             (`first_order`): the comparison a long study is run for is answered early. The
             others fill the free slots.
+        branch_first: after ``first``, each finetuning task and what it reads before the next
+            (`branch_order`): whole branches land one after another.
 
     Returns:
         The ``experiment.json`` payload: per task its state (done, failed or blocked: an input
@@ -147,7 +151,8 @@ def run_graph(
     if max_parallel < 1 or retries < 0:
         raise ValueError("max_parallel must be >= 1 and retries >= 0")
 
-    graph = dataclasses.replace(graph, tasks=first_order(graph, first))
+    order = branch_order(graph, first) if branch_first else first_order(graph, first)
+    graph = dataclasses.replace(graph, tasks=order)
     out = graph.out
     check_inside(graph)  # a graph built by hand gets the check `expand` makes
     check_experiment_folder(out, graph.experiment.name)
@@ -218,6 +223,20 @@ def first_order(graph: Graph, patterns: Sequence[str]) -> tuple[Task, ...]:
         order += [t for t in graph.tasks if t.id in group]
         placed |= group
     return tuple(order) + tuple(t for t in graph.tasks if t.id not in placed)
+
+
+def branch_order(graph: Graph, first: Sequence[str] = ()) -> tuple[Task, ...]:
+    """`first_order`, then each finetuning task with what it reads, one after another in the
+    graph's order (``--branch-first``): a long study's branches (an objective's pretraining and
+    populations) land whole, one after another, instead of every pretraining run first; each
+    probe right after the encoders it reads. A dependency order still."""
+    patterns = [*first, *(glob.escape(t.id) for t in graph.tasks if t.kind == "finetune")]
+    ordered = [t for t in first_order(graph, patterns) if t.kind != "probe"]
+    for probe in (t for t in first_order(graph, first) if t.kind == "probe"):
+        ids = [t.id for t in ordered]
+        after = [ids.index(d) for d in probe.deps if d in ids]
+        ordered.insert(max(after) + 1 if after else 0, probe)
+    return tuple(ordered)
 
 
 def _run_graph(graph, out, executor, max_parallel, retries, address, progress, on_event, storage):

@@ -622,6 +622,43 @@ def test_first_puts_the_chosen_tasks_and_their_inputs_ahead_in_dependency_order(
     assert order[:10] == part1 + rest
 
 
+def test_branch_first_lands_whole_objectives_one_after_another(tmp_path):
+    """--branch-first: each finetuning task right after what it reads, in the graph's order,
+    so S's pretraining and populations all come before G's pretraining starts; probes right
+    after their encoders; --first still first; a dependency order throughout."""
+    graph = graph_of("minatar_objectives", tmp_path)
+    order = [t.id for t in ex.branch_order(graph)]
+    assert sorted(order) == sorted(t.id for t in graph.tasks)  # each task once
+    position = {task_id: i for i, task_id in enumerate(order)}
+    for task in graph.tasks:
+        assert all(position[d] < position[task.id] for d in task.deps), task.id
+    s_done = max(position[f"finetune/reduced_lr__s/part{k}of4"] for k in range(1, 5))
+    g_start = min(position[f"pretrain/g__{g}"] for g in GAME_SLUGS)
+    assert s_done < g_start  # S answered whole before G's first pretraining
+    for probe in (t for t in graph.tasks if t.kind == "probe" and t.deps):
+        last_input = max(position[d] for d in probe.deps)
+        between = order[last_input + 1 : position[probe.id]]
+        assert all(i.startswith("probe/") for i in between), probe.id  # right after its inputs
+    chosen = [t.id for t in ex.branch_order(graph, ["finetune/sgi_none/*"])]
+    assert [i for i in chosen if i.startswith("finetune/")][:4] == [
+        f"finetune/sgi_none/part{k}of4" for k in range(1, 5)
+    ]
+
+
+def test_the_branch_first_flag_reaches_the_scheduler(monkeypatch, tmp_path):
+    import sgi_lab.experiments.cli as experiment_cli
+
+    seen = {}
+    monkeypatch.setattr(
+        experiment_cli,
+        "run_graph",
+        lambda graph, **kw: seen.update(kw) or {"tasks": {}, "counts": {}},
+    )
+    file = str(ROOT / "params/experiments/minatar_objectives.yaml")
+    assert main(["experiment", file, "--out", str(tmp_path / "x"), "--branch-first"]) == 0
+    assert seen["branch_first"] is True and seen["first"] == ()
+
+
 def test_first_names_a_pattern_that_matches_nothing_before_anything_is_written(tmp_path):
     graph = graph_of("minatar_objectives", tmp_path)
     with pytest.raises(ValueError, match=r"--first 'finetune/sgi_nothing/\*' matches no task"):
