@@ -412,7 +412,8 @@ def budget_runs(
 ) -> pd.DataFrame:
     """The budget experiment's agents (`study_runs` of ``folder``) joined with the curve's 0 and
     ``steps`` points taken from the objective study at ``study``: its no-pretraining agents and
-    its ``objective`` agents, renamed ``<objective>_<steps>`` (the same data seed, params and
+    its ``objective`` agents under the schemes the budget folder has, renamed
+    ``<objective>_<steps>`` (the same data seed, params and
     seeds: rerunning them in the budget experiment would repeat the same numbers). An agent the
     budget folder has itself (an older budget experiment's ``sgi_none``) is kept, not doubled."""
     runs = study_runs(folder)
@@ -421,7 +422,12 @@ def budget_runs(
     extra = study_runs(study)
     if extra.empty:
         return runs
-    extra = extra[extra["objective"].isin(["none", objective])].copy()
+    # the budget experiment's own schemes only (its frozen-less curve gets no frozen point)
+    schemes = set(runs["scheme"]) if not runs.empty else set()
+    keep = (extra["objective"] == "none") | (
+        (extra["objective"] == objective) & extra["scheme"].isin(schemes)
+    )
+    extra = extra[keep].copy()
     extra.loc[extra["objective"] == objective, "objective"] = f"{objective}_{steps}"
     if not runs.empty:
         key = ["objective", "scheme", "game", "seed"]

@@ -188,6 +188,7 @@ def test_budget_runs_take_zero_and_2000_steps_from_the_study_and_show_each_schem
             agent(study, "reduced_lr__sgi", g, seed, 0.2 + 0.01 * seed)
             agent(study, "naive__sgi", g, seed, 0.3 + 0.01 * seed)
             agent(study, "reduced_lr__s", g, seed, 0.9)  # another objective: not on the curve
+            agent(study, "frozen__sgi", g, seed, 0.9)  # a scheme the budget folder lacks: neither
             for scheme, base in (("reduced_lr", 0.0), ("naive", 0.4)):
                 agent(budget, f"{scheme}__sgi_500", g, seed, base + 0.05 + 0.01 * seed)
                 agent(budget, f"{scheme}__sgi_8000", g, seed, base + 0.5 + 0.01 * seed)
@@ -210,7 +211,9 @@ def test_budget_runs_take_zero_and_2000_steps_from_the_study_and_show_each_schem
     assert reduced["iqm"].tolist() == pytest.approx([0.11, 0.06, 0.21, 0.51])
     assert reduced["p_improve_value"].tolist()[1:] == pytest.approx([0.0, 1.0, 1.0])
 
+    assert "frozen" not in set(runs["scheme"])
     text = ms.budget_study_markdown(budget, study, reps=200)
+    assert "frozen" not in text
     assert "### Finetuned with reduced learning rates (the paper's scheme)" in text
     assert "### Finetuned naively (every rate the same)" in text
     assert "| sgi | 8,000 | 0.910 [" in text and "| sgi | 2,000 | 0.210 [" in text
