@@ -41,6 +41,8 @@ from sgi_lab.runs.status import read_status
 SCRATCH = {"sgi_none": "none", "sgi_none_2x": "none"}
 """Finetuning labels that start from scratch -> the objective name ``none``."""
 METRICS = ("iqm", "mean", "median")
+SVG_MARK = "sgi-lab minatar_study.budget_svg"
+"""Inside every figure `budget_svg` draws: what `budget_study_markdown` may overwrite."""
 SCHEME_WORDS = {
     "reduced_lr": "with reduced learning rates (the paper's scheme)",
     "naive": "naively (every rate the same)",
@@ -445,8 +447,8 @@ def budget_study_markdown(
     """The pretraining-budget experiment's page section: for each finetuning scheme, the
     curve (`budget_curve`) over `budget_runs` of ``folder`` and the objective ``study``, then
     the per-game raw returns of every budget under both readouts. With ``figure`` (an .svg
-    path), the curves drawn there too (`budget_svg`; written atomically, never over a file
-    that is not an SVG) and linked from the section by its file name."""
+    path), the curves drawn there too (`budget_svg`; written atomically, and only over a file
+    `budget_svg` wrote: it carries `SVG_MARK`) and linked from the section by its file name."""
     runs = budget_runs(folder, study)
     if runs.empty:
         return f"No finetuning agent under {folder}/finetune yet.\n"
@@ -465,8 +467,10 @@ def budget_study_markdown(
         lines += [_over(table), "", budget_markdown(curve), ""]
     if figure is not None and drawn:
         path = Path(figure)
-        if path.exists() and not path.read_text(errors="replace").lstrip().startswith("<svg"):
-            raise FileExistsError(f"{path}: exists and is not an SVG; choose another figure path")
+        if path.exists() and SVG_MARK not in path.read_text(errors="replace"):
+            raise FileExistsError(
+                f"{path}: exists and is not a budget figure of ours; choose another figure path"
+            )
         atomic_write_text(path, budget_svg(drawn))
         lines += [f"![IQM by SGI pretraining budget, each scheme]({path.name})", ""]
     returns = per_game_returns(runs)
@@ -506,6 +510,7 @@ def budget_svg(curves: dict[str, pd.DataFrame], width: int = 520, height: int = 
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         'font-size="11" font-family="sans-serif">',
+        f"<desc>{SVG_MARK}</desc>",
         f'<rect width="{width}" height="{height}" fill="white"/>',
         f'<polyline points="{pad_l},{pad_t} {pad_l},{height - pad_b} '
         f'{width - pad_r},{height - pad_b}" fill="none" stroke="#888"/>',

@@ -232,7 +232,7 @@ def branch_order(graph: Graph, first: Sequence[str] = ()) -> tuple[Task, ...]:
     probe right after the encoders it reads. A dependency order still."""
     patterns = [*first, *(glob.escape(t.id) for t in graph.tasks if t.kind == "finetune")]
     ordered = [t for t in first_order(graph, patterns) if t.kind != "probe"]
-    for probe in (t for t in first_order(graph, first) if t.kind == "probe"):
+    for probe in (t for t in graph.tasks if t.kind == "probe"):
         ids = [t.id for t in ordered]
         after = [ids.index(d) for d in probe.deps if d in ids]
         ordered.insert(max(after) + 1 if after else 0, probe)

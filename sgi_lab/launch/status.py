@@ -6,9 +6,9 @@ reported, and its last metrics. What it says is checked, not copied: a run whose
 ``running`` while no process holds its folder's lock (killed, even by kill -9), says ``finished``
 without its final model, or whose status.json is torn or empty beside checkpoints is listed as
 ``interrupted``, and one that stopped cleanly at a checkpoint (a time limit, SIGTERM) as
-``stopped`` rather than failed; a live run silent for a long time is marked as possibly stuck. Symlinked folders
-are followed (each real folder once). One unreadable run is named and skipped. Misspelled
-folders get a "did you mean".
+``stopped`` rather than failed; a live run silent for a long time is marked as possibly stuck.
+Symlinked folders are followed (each real folder once). One unreadable run is named and
+skipped. Misspelled folders get a "did you mean".
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ __all__ = [
 ]
 
 STALE_AFTER_S = 15 * 60
+"""A running run silent for longer than this is shown as possibly dead."""
 STOPPED_MESSAGES = (
     "stopped at step ",
     "stopped during its evaluation",
@@ -44,7 +45,6 @@ STOPPED_MESSAGES = (
 )
 """How `sgi_lab.runs.stopping.failure_reason` begins the message of a run stopped cleanly at a
 checkpoint (RunStopped, a full disk, Ctrl-C): resumable, not an error."""
-"""A running run silent for longer than this is shown as possibly dead."""
 SHOWN_METRICS = (
     "losses/total",
     "episode/return",

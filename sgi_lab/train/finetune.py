@@ -236,10 +236,12 @@ def read_agents(
     ``{params, game, seed, out}`` with optional ``pretrained`` and ``label``, each agent its
     own params file. Returns each agent's config (its params file, then ``overrides`` for
     every agent, then its own game, seed and pretrained model), run folder and params name
-    (the file's ``name``, as ``sgi-lab finetune --params`` records it).
+    (the file's ``name``, as ``sgi-lab finetune --params`` records it). Relative paths are
+    read from the working directory, as ``--params`` is.
 
     Raises:
         ConfigError: a malformed file, naming the agent and key; two agents in one folder.
+        UnknownGameError: an agent's unknown game, naming the agent (with "did you mean").
     """
     try:
         document = yaml.safe_load(Path(path).read_text())
@@ -249,6 +251,7 @@ def read_agents(
     if not isinstance(agents, list) or not agents:
         raise ConfigError(f"--agents {path}: expected a mapping with a non-empty list 'agents'")
     configs, outs, names = [], [], []
+    name_of: dict[str, str] = {}
     for i, agent in enumerate(agents):
         where = f"--agents {path}: agents[{i}]"
         if not isinstance(agent, dict):
@@ -270,8 +273,10 @@ def read_agents(
             )
         except (ConfigError, UnknownGameError) as exc:  # the same kind, naming the agent
             raise type(exc)(f"{where}: {exc}") from exc
-        params = read_params(agent["params"])
-        names.append(str(params.get("name") or Path(agent["params"]).stem))
+        if agent["params"] not in name_of:  # a shared population has few params files
+            declared = read_params(agent["params"]).get("name")
+            name_of[agent["params"]] = str(declared or Path(agent["params"]).stem)
+        names.append(name_of[agent["params"]])
         outs.append(Path(agent["out"]))
     seen: dict[Path, int] = {}
     for i, out in enumerate(outs):

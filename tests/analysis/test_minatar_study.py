@@ -232,11 +232,13 @@ def test_budget_runs_take_zero_and_2000_steps_from_the_study_and_show_each_schem
     # The naive line's 8,000-step point is above its 2,000-step one (IQM 0.91 against 0.31):
     naive = [float(xy.split(",")[1]) for xy in lines[1].get("points").split()]
     assert naive[3] < naive[2]  # SVG's y grows downwards
-    not_svg = tmp_path / "notes.svg"
-    not_svg.write_text("my notes")
-    with pytest.raises(FileExistsError, match="not an SVG"):
-        ms.budget_study_markdown(budget, study, reps=200, figure=not_svg)
-    assert not_svg.read_text() == "my notes"
+    ms.budget_study_markdown(budget, study, reps=200, figure=figure)  # its own: redrawn
+    for theirs in ("my notes", '<svg xmlns="http://www.w3.org/2000/svg"><circle r="1"/></svg>'):
+        other = tmp_path / "theirs.svg"
+        other.write_text(theirs)
+        with pytest.raises(FileExistsError, match="not a budget figure of ours"):
+            ms.budget_study_markdown(budget, study, reps=200, figure=other)
+        assert other.read_text() == theirs
     # Without the study, the budget folder alone has no 2,000-step point but still a curve.
     alone = ms.budget_runs(budget)
     assert "sgi_2000" not in set(alone["objective"])
