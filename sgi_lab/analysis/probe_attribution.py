@@ -23,6 +23,7 @@ from sgi_lab.analysis.probe_study import (
     mean_ci,
     objective_summary,
     paired_changes,
+    readout_groups,
     training_probe_curves,
 )
 
@@ -128,8 +129,7 @@ def readout_table(graph: Any, metric: str = "across_categories") -> pd.DataFrame
     if frame.empty:
         return pd.DataFrame()
     cells: dict[str, dict[str, str]] = {}
-    for (readout, features), group in frame.groupby(["readout", "features"], sort=False):
-        column = f"{readout}, {features}"
+    for column, group in readout_groups(frame):
         summary = objective_summary(group.drop_duplicates(["objective", "seed", "game"]), [metric])
         for row in summary.to_dict("records"):
             cell = format_interval(row["value"], row["lower"], row["upper"])
@@ -152,10 +152,9 @@ def paired_readout_table(graph: Any, metric: str = "across_categories") -> pd.Da
     frame = experiment_probe_frame(graph)
     if frame.empty or "random_init" not in set(frame["objective"]):
         return pd.DataFrame()
-    values = frame.groupby(["readout", "features", "objective", "seed"], sort=False)[metric].mean()
     cells: dict[str, dict[str, str]] = {}
-    for (readout, features), group in values.groupby(level=[0, 1], sort=False):
-        group = group.droplevel([0, 1])
+    for column, part in readout_groups(frame):
+        group = part.groupby(["objective", "seed"], sort=False)[metric].mean()
         if "random_init" not in group.index.get_level_values(0):
             continue
         start = group.loc["random_init"]
@@ -166,7 +165,7 @@ def paired_readout_table(graph: Any, metric: str = "across_categories") -> pd.Da
             if len(change) == 0:
                 continue
             cell = format_interval(*mean_ci(change), signed=True)
-            cells.setdefault(objective, {})[f"{readout}, {features}"] = (
+            cells.setdefault(objective, {})[column] = (
                 f"{cell}, {int((change < 0).sum())}/{len(change)} lower"
             )
     out = pd.DataFrame.from_dict(cells, orient="index")

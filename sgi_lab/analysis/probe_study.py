@@ -43,6 +43,9 @@ __all__ = [
     "probe_folders",
     "probe_frame",
     "rank_correlation_with_paper",
+    "reading_label",
+    "reading_labels",
+    "readout_groups",
     "results_markdown",
     "training_probe_curves",
     "curve_summary",
@@ -105,6 +108,9 @@ def entry_row(entry: dict[str, Any], folder: str | os.PathLike | None = None) ->
         or entry.get("settings", {}).get("readout", DEFAULT_READOUT[0]),
         "features": entry.get("features")
         or entry.get("settings", {}).get("features", DEFAULT_READOUT[1]),
+        # the probe frames asked for (None: every frame of the store); with readout and
+        # features, what makes two F1s one measurement (`reading_label`)
+        "max_frames": entry.get("settings", {}).get("max_frames"),
         "overall": entry.get("overall"),
         "across_categories": entry.get("across_categories"),
         # Probed from a run that had not finished (`read_probes` flags it): every view marks it.
@@ -180,6 +186,7 @@ def experiment_probe_frame(graph: Any) -> pd.DataFrame:
         if not entries:
             continue
         row = entry_row(entries[-1], task.folder)
+        row["max_frames"] = task.probe["max_frames"]
         base = task.probe["objective"]
         if base == "none":
             row["objective"], row["seed"] = "random_init", task.probe["seed"]
@@ -242,17 +249,44 @@ def objective_summary(
 
 
 def _check_one_readout(frame: pd.DataFrame) -> None:
-    """Refuse a frame whose rows come from several readouts or feature choices: their F1s are
-    not one measurement, and a mean over them would mix them."""
+    """Refuse a frame whose rows come from several readings (readouts, feature choices or
+    probe-frame budgets): their F1s are not one measurement, and a mean over them would mix
+    them."""
     if "readout" not in frame or "features" not in frame:
         return
-    combos = sorted(set(zip(frame["readout"].fillna("-"), frame["features"].fillna("-"))))
-    if len(combos) > 1:
-        named = ", ".join(f"{r}/{f}" for r, f in combos)
+    labels = sorted(set(reading_labels(frame)))
+    if len(labels) > 1:
         raise ValueError(
-            f"probe results of several readouts/features ({named}): summarise one at a time "
-            "(probe_frame(..., readout=..., features=...))"
+            f"probe results of several readings ({'; '.join(labels)}): summarise one at a time "
+            "(probe_frame(..., readout=..., features=...), readout_groups)"
         )
+
+
+def reading_label(readout: Any, features: Any, max_frames: Any = None) -> str:
+    """How a probe F1 was read, as text: ``lstsq, renormalized`` (every probe frame of the
+    store), ``lstsq, renormalized, 10000 frames``."""
+    label = f"{readout}, {features}"
+    if max_frames is not None and not (isinstance(max_frames, float) and np.isnan(max_frames)):
+        label += f", {int(max_frames)} frames"
+    return label
+
+
+def reading_labels(frame: pd.DataFrame) -> pd.Series:
+    """`reading_label` of each row of a probe frame (missing readout or features: the default)."""
+    frames = frame["max_frames"] if "max_frames" in frame else pd.Series(None, index=frame.index)
+    return pd.Series(
+        [
+            reading_label(r, f, m)
+            for r, f, m in zip(
+                frame["readout"].fillna(DEFAULT_READOUT[0]),
+                frame["features"].fillna(DEFAULT_READOUT[1]),
+                frames.astype(object),
+                strict=True,
+            )
+        ],
+        index=frame.index,
+        dtype=object,
+    )
 
 
 def paper_rank_correlation(
@@ -308,26 +342,23 @@ def summary_table(summary: pd.DataFrame, metrics: Iterable[str] = METRICS) -> pd
     return table.reindex(index=order, columns=[m for m in metrics if m in table.columns])
 
 
-def readout_groups(frame: pd.DataFrame) -> list[tuple[tuple[str, str], pd.DataFrame]]:
-    """``frame``'s rows split by (readout, features), the default readout first, then in
-    name order: each group is one measurement that `objective_summary` may average."""
+def readout_groups(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """``frame``'s rows split by reading (`reading_label`: readout, features and probe-frame
+    budget), the default readout first, then in name order: each group is one measurement that
+    `objective_summary` may average."""
     if frame.empty:
         return []
-    keys = frame[["readout", "features"]].fillna("-").astype(str)
-    combos = sorted(
-        set(zip(keys["readout"], keys["features"])), key=lambda c: (c != DEFAULT_READOUT, c)
-    )
-    return [
-        (combo, frame[(keys["readout"] == combo[0]) & (keys["features"] == combo[1])])
-        for combo in combos
-    ]
+    labels = reading_labels(frame)
+    default = reading_label(*DEFAULT_READOUT)
+    order = sorted(set(labels), key=lambda label: (not label.startswith(default), label))
+    return [(label, frame[labels == label]) for label in order]
 
 
 def write_probe_report(graph: Any) -> Path:
     """A probe experiment's ``report.html``, ``results.csv`` (one row per probed encoder and
-    game), ``results.aggregates.csv`` (per readout, features and objective, 95% CIs over seeds)
+    game), ``results.aggregates.csv`` (per reading and objective, 95% CIs over seeds)
     and ``results.md`` (those numbers as markdown, for docs/results); an experiment that reads
-    its encoders several ways gets one summary per readout and feature choice, the default's
+    its encoders several ways gets one summary per reading (`reading_label`), the default's
     first."""
     import html
 
@@ -335,9 +366,14 @@ def write_probe_report(graph: Any) -> Path:
     frame = experiment_probe_frame(graph)
     if frame.empty:
         raise RuntimeError(f"{out}: no probe task has a result yet")
-    groups = [(combo, part, objective_summary(part)) for combo, part in readout_groups(frame)]
+    groups = [(label, part, objective_summary(part)) for label, part in readout_groups(frame)]
     aggregates = pd.concat(
-        [summary.assign(readout=r, features=f) for (r, f), _, summary in groups],
+        [
+            summary.assign(
+                reading=label, readout=part["readout"].iloc[0], features=part["features"].iloc[0]
+            )
+            for label, part, summary in groups
+        ],
         ignore_index=True,
     )
     atomic_write_text(out / "results.csv", frame.to_csv(index=False))
@@ -345,9 +381,9 @@ def write_probe_report(graph: Any) -> Path:
     atomic_write_text(
         out / "results.md",
         "\n".join(
-            (f"## Readout: {r} on {f}\n\n" if len(groups) > 1 else "")
+            (f"## Readout: {label}\n\n" if len(groups) > 1 else "")
             + results_markdown(part, summary)
-            for (r, f), part, summary in groups
+            for label, part, summary in groups
         ),
     )
     # lazy: plotly draws only here; `sgi-lab`'s parser imports this module through
@@ -365,7 +401,7 @@ def write_probe_report(graph: Any) -> Path:
         "<p>across_categories: the mean of the category means (AtariARI's headline); overall: "
         "the mean over every variable.</p>",
     ]
-    for index, ((readout, features), _, summary) in enumerate(groups):
+    for index, (label, _, summary) in enumerate(groups):
         correlations = "".join(
             f"<p>Spearman rank correlation of {metric} F1 with the paper's tab:controls_hns "
             f"median HNS: {json.dumps({k: v for k, v in corr.items() if k != 'pairs'})}</p>"
@@ -373,7 +409,7 @@ def write_probe_report(graph: Any) -> Path:
             for corr in [paper_rank_correlation(summary, metric)]
         )
         parts += [
-            f"<h2>Test F1 per objective, {html.escape(readout)} on {html.escape(features)} "
+            f"<h2>Test F1 per objective, {html.escape(label)} "
             "(mean over seeds of the mean over games; 95% t CIs)</h2>",
             summary_table(summary).to_html(na_rep="-"),
             correlations,

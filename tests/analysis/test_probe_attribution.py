@@ -115,3 +115,50 @@ def test_paired_readout_table_subtracts_each_seeds_own_random_encoder(monkeypatc
     assert table.loc["sgi", "lstsq, renormalized"] == "-0.097 [-0.338, +0.145], 2/3 lower"
     assert table.loc["g", "logistic, projection"] == "+0.010, 0/1 lower"  # one pair: no interval
     assert pd.isna(table.loc["g", "lstsq, renormalized"])
+
+
+def test_readings_on_different_frame_budgets_stay_apart(monkeypatch):
+    """The published study read its encoders on 10k frames and re-reads them on all 20k with
+    the same readout: two measurements, two columns, never one mean."""
+    frame = pd.DataFrame(
+        [
+            {"objective": o, "seed": 0, "readout": "lstsq", "features": "renormalized"}
+            | {"max_frames": m, "game": "Pong", "across_categories": v, "unfinished": False}
+            for o, m, v in [
+                ("sgi", 10000, 0.70),
+                ("random_init", 10000, 0.90),
+                ("sgi", None, 0.80),
+                ("random_init", None, 0.85),
+            ]
+        ]
+    )
+    monkeypatch.setattr(probe_attribution, "experiment_probe_frame", lambda graph: frame)
+    table = probe_attribution.paired_readout_table(graph=None)
+    assert table.loc["sgi", "lstsq, renormalized, 10000 frames"] == "-0.200, 1/1 lower"
+    assert table.loc["sgi", "lstsq, renormalized"] == "-0.050, 1/1 lower"
+    assert list(readout_table(graph=None).columns) == [
+        "lstsq, renormalized",
+        "lstsq, renormalized, 10000 frames",
+    ]
+
+
+@pytest.mark.parametrize("objective", ["s", "g", "i", "s_i", "sgi_m", "atc", "bc"])
+def test_a_pretraining_run_of_seed_s_starts_from_random_encoder_s(objective):
+    """The paired tables subtract random encoder s from the run of seed s: that is its own
+    starting point only if both build the weights a probe reads (the encoder and the projection
+    in ``head``) identically, whichever heads the objective adds."""
+    import torch
+
+    from sgi_lab.config import PretrainConfig, load_config
+    from sgi_lab.probes.probe import random_init_model
+    from sgi_lab.train.pretrain_step import build_state
+
+    config = load_config(
+        PretrainConfig, f"params/pretrain/{objective}.yaml", {"encoder": "nature", "seed": 2}
+    )
+    start = build_state(config, 6, torch.device("cpu")).model.state_dict()
+    reference = random_init_model(6, "nature", seed=2).state_dict()
+    read = [k for k in reference if k.startswith(("encoder.", "head."))]
+    assert len(read) >= 8
+    for key in read:
+        assert torch.equal(start[key].contiguous(), reference[key].contiguous()), key

@@ -208,7 +208,7 @@ def test_cli_readouts_are_separate_entries_listed_side_by_side(tmp_path, capsys)
     assert sorted(frame["readout"]) == ["logistic", "lstsq"]
     assert frame["coordinate_r2"].notna().all()
     # A summary over both readouts would mix two measurements: refused, one at a time works.
-    with pytest.raises(ValueError, match="several readouts/features .*logistic/conv"):
+    with pytest.raises(ValueError, match="several readings .*logistic, conv"):
         objective_summary(frame)
     one = probe_frame([out], readout="logistic", features="conv")
     assert len(one) == 1 and not objective_summary(one).empty

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from sgi_lab.analysis import probe_study
 from sgi_lab.analysis.probe_encoders import random_probe_encoder
 from sgi_lab.data import TransitionStore, TransitionStoreWriter
 from sgi_lab.launch.cli import main
@@ -457,13 +458,15 @@ def test_probe_experiment_graph_runs_its_tasks_and_reports(tmp_path, capsys):
             {"name": "p", "data": "random", "pretrain": ["none", "s_seed0"], "seeds": [0, 1]},
             # a second reading of the same encoder: the report summarises each apart
             {"name": "q", "data": "random", "pretrain": ["s_seed0"], "features": "projection"},
+            # the same readout and features on fewer frames: a third measurement, not averaged in
+            {"name": "r", "data": "random", "pretrain": ["s_seed0"], "max_frames": 600},
         ],
     }
     file = tmp_path / "tiny.yaml"
     file.write_text(yaml.safe_dump(spec))
     graph = ex.expand(ex.load_experiment(file), tmp_path / "exp")
     ids = [t.id for t in graph.tasks]
-    assert graph.counts()["probe"] == 4 and graph.counts()["finetune"] == 0
+    assert graph.counts()["probe"] == 5 and graph.counts()["finetune"] == 0
     # Each probe right after its inputs; the report waits for every probe.
     assert ids.index("probe/p__none__s0__Breakout") == ids.index("data/random__Breakout") + 1
     assert ids.index("probe/p__s_seed0__Breakout") == ids.index("pretrain/s_seed0__Breakout") + 1
@@ -483,17 +486,21 @@ def test_probe_experiment_graph_runs_its_tasks_and_reports(tmp_path, capsys):
     import pandas as pd
 
     rows = pd.read_csv(tmp_path / "exp" / "results.csv")
-    assert sorted(rows["objective"]) == ["random_init", "random_init", "s", "s"]
+    assert sorted(rows["objective"]) == ["random_init", "random_init", "s", "s", "s"]
     assert set(rows["seed"]) == {0, 1}
+    assert sorted(rows["max_frames"].fillna(0)) == [0, 0, 0, 0, 600]
     summary = pd.read_csv(tmp_path / "exp" / "results.aggregates.csv")
-    # One summary per readout and features, never a mean across them.
-    combos = summary.groupby(["readout", "features"])["objective"].agg(lambda o: sorted(set(o)))
+    # One summary per reading (readout, features, frames), never a mean across them.
+    combos = summary.groupby("reading")["objective"].agg(lambda o: sorted(set(o)))
     assert combos.to_dict() == {
-        ("lstsq", "projection"): ["s"],
-        ("lstsq", "renormalized"): ["random_init", "s"],
+        "lstsq, projection": ["s"],
+        "lstsq, renormalized": ["random_init", "s"],
+        "lstsq, renormalized, 600 frames": ["s"],
     }
-    for (readout, features), group in summary.groupby(["readout", "features"]):
-        part = rows[(rows["readout"] == readout) & (rows["features"] == features)]
+    labels = probe_study.reading_labels(rows)
+    for reading, group in summary.groupby("reading"):
+        part = rows[labels == reading]
+        assert len(part) == (3 if reading == "lstsq, renormalized" else 1)
         for objective, expected in part.groupby("objective")["overall"].mean().items():
             got = group[(group["objective"] == objective) & (group["metric"] == "overall")]
             assert got["value"].item() == pytest.approx(expected)
@@ -501,8 +508,9 @@ def test_probe_experiment_graph_runs_its_tasks_and_reports(tmp_path, capsys):
     assert "| objective | overall |" in markdown and "Spearman rho" in markdown
     sections = markdown.split("## Readout: ")[1:]
     assert [s.split("\n", 1)[0] for s in sections] == [
-        "lstsq on renormalized",  # the default first
-        "lstsq on projection",
+        "lstsq, renormalized",  # the default first
+        "lstsq, renormalized, 600 frames",
+        "lstsq, projection",
     ]
 
 

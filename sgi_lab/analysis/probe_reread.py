@@ -1,0 +1,122 @@
+"""The published probe study re-read (issue 34 item 2, ``params/experiments/probes.yaml``): every
+encoder of the objective ablation read several ways (the published least squares on 10k frames,
+least squares on all frames, on the projection y, the logistic probe), as tables whose columns
+are the readings, so that a conclusion can be checked against each of them.
+
+`reread_markdown` writes what ``docs/results/probes.md`` shows: per objective and reading, the
+headline F1 and its change from the random encoder each run started from (paired by seed), the
+reward probe, and the Spearman correlation of each with the paper's ``tab:controls_hns`` median.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from sgi_lab.analysis.probe_attribution import paired_readout_table, readout_table
+from sgi_lab.analysis.probe_study import (
+    experiment_probe_frame,
+    markdown_table,
+    objective_summary,
+    paper_rank_correlation,
+    readout_groups,
+)
+
+__all__ = ["below_random_counts", "rank_correlation_table", "reread_markdown"]
+
+
+def rank_correlation_table(
+    graph: Any, metrics: tuple[str, ...] = ("across_categories", "reward_f1")
+) -> pd.DataFrame:
+    """Per reading (rows) and probe metric (columns): Spearman's rho of the objectives' mean
+    ``metric`` with the paper's ``tab:controls_hns`` median HNS, as ``rho (p = .., n = ..)``
+    (n: the objectives both have; random init stands for SGI-None)."""
+    frame = experiment_probe_frame(graph)
+    cells: dict[str, dict[str, str]] = {}
+    for label, part in readout_groups(frame):
+        summary = objective_summary(part.drop_duplicates(["objective", "seed", "game"]), metrics)
+        for metric in metrics:
+            corr = paper_rank_correlation(summary, metric)
+            # None: under 3 objectives in common; NaN: the probe equal for every objective
+            known = corr["rho"] is not None and corr["rho"] == corr["rho"]
+            cells.setdefault(label, {})[metric] = (
+                f"{corr['rho']:+.2f} (p = {corr['p']:.2f}, n = {corr['n']})" if known else "-"
+            )
+    out = pd.DataFrame.from_dict(cells, orient="index")
+    out.index.name = "reading (Spearman rho with the paper's median)"
+    return out
+
+
+def below_random_counts(graph: Any, metric: str = "across_categories") -> pd.DataFrame:
+    """Per reading: how many objectives' mean ``metric`` is below random init's, and which
+    objectives are above it (``objectives below random init``, ``above or level``)."""
+    frame = experiment_probe_frame(graph)
+    rows = []
+    for label, part in readout_groups(frame):
+        part = part.drop_duplicates(["objective", "seed", "game"])
+        if "random_init" not in set(part["objective"]):
+            continue
+        means = objective_summary(part, [metric]).set_index("objective")["value"]
+        others = means.drop("random_init")
+        above = sorted(others[others >= means["random_init"]].index)
+        rows.append(
+            {
+                "reading": label,
+                "objectives below random init": f"{int((others < means['random_init']).sum())}"
+                f" of {len(others)}",
+                "above or level": ", ".join(above) or "none",
+            }
+        )
+    return pd.DataFrame(rows).set_index("reading") if rows else pd.DataFrame()
+
+
+def reread_markdown(graph: Any) -> str:
+    """The re-read's tables as Markdown, from its experiment graph
+    (``sgi_lab.experiments.load_graph(folder)``): the headline F1 per objective and reading,
+    its change from each run's own random encoder, agent localisation, the reward probe, how
+    many objectives fall below random init under each reading and the correlations with the
+    paper."""
+    parts: list[str] = []
+    for metric, what in (
+        ("across_categories", "the mean of AtariARI's category means"),
+        ("agent_localization", "agent localisation"),
+        ("reward_f1", "the reward probe"),
+    ):
+        table = readout_table(graph, metric)
+        if table.empty:
+            continue
+        parts += [
+            f"F1 of {what} by reading, mean over seeds of the mean over games [95% t interval "
+            "over seeds]:",
+            "",
+            markdown_table(table),
+            "",
+        ]
+        paired = paired_readout_table(graph, metric)
+        if not paired.empty:
+            parts += [
+                "The same minus the random encoder each run started from (same seed, same "
+                "reading), mean over seeds [95% t interval], and how many seed pairs fell:",
+                "",
+                markdown_table(paired),
+                "",
+            ]
+    counts = below_random_counts(graph)
+    if not counts.empty:
+        parts += [
+            "Objectives whose headline F1 is below random init's, per reading:",
+            "",
+            markdown_table(counts),
+            "",
+        ]
+    correlations = rank_correlation_table(graph)
+    if not correlations.empty:
+        parts += [
+            "Spearman correlation of each probe with the paper's tab:controls_hns median HNS "
+            "(ResNet, Mixed data: another encoder and dataset than these probes'):",
+            "",
+            markdown_table(correlations),
+            "",
+        ]
+    return "\n".join(parts)
