@@ -23,7 +23,7 @@ from sgi_lab.analysis.probe_study import (
     readout_groups,
 )
 
-__all__ = ["below_random_counts", "rank_correlation_table", "reread_markdown"]
+__all__ = ["below_random_counts", "rank_correlation_table", "reread_markdown", "reread_tables"]
 
 
 def rank_correlation_table(
@@ -71,52 +71,44 @@ def below_random_counts(graph: Any, metric: str = "across_categories") -> pd.Dat
     return pd.DataFrame(rows).set_index("reading") if rows else pd.DataFrame()
 
 
-def reread_markdown(graph: Any) -> str:
-    """The re-read's tables as Markdown, from its experiment graph
-    (``sgi_lab.experiments.load_graph(folder)``): the headline F1 per objective and reading,
-    its change from each run's own random encoder, agent localisation, the reward probe, how
-    many objectives fall below random init under each reading and the correlations with the
-    paper."""
-    parts: list[str] = []
+def reread_tables(graph: Any) -> list[tuple[str, pd.DataFrame]]:
+    """The re-read's tables, each with the sentence that says what it holds: the headline F1
+    per objective and reading, its change from the random encoder each run started from, the
+    same for agent localisation and the reward probe, how many objectives fall below random
+    init under each reading and the correlations with the paper (empty tables left out)."""
+    tables: list[tuple[str, pd.DataFrame]] = []
     for metric, what in (
         ("across_categories", "the mean of AtariARI's category means"),
         ("agent_localization", "agent localisation"),
         ("reward_f1", "the reward probe"),
     ):
-        table = readout_table(graph, metric)
-        if table.empty:
-            continue
-        parts += [
-            f"F1 of {what} by reading, mean over seeds of the mean over games [95% t interval "
-            "over seeds]:",
-            "",
-            markdown_table(table),
-            "",
-        ]
-        paired = paired_readout_table(graph, metric)
-        if not paired.empty:
-            parts += [
+        tables += [
+            (
+                f"F1 of {what} by reading, mean over seeds of the mean over games [95% t "
+                "interval over seeds]:",
+                readout_table(graph, metric),
+            ),
+            (
                 "The same minus the random encoder each run started from (same seed, same "
                 "reading), mean over seeds [95% t interval], and how many seed pairs fell:",
-                "",
-                markdown_table(paired),
-                "",
-            ]
-    counts = below_random_counts(graph)
-    if not counts.empty:
-        parts += [
-            "Objectives whose headline F1 is below random init's, per reading:",
-            "",
-            markdown_table(counts),
-            "",
+                paired_readout_table(graph, metric),
+            ),
         ]
-    correlations = rank_correlation_table(graph)
-    if not correlations.empty:
-        parts += [
+    tables += [
+        (
+            "Objectives whose headline F1 is below random init's, per reading:",
+            below_random_counts(graph),
+        ),
+        (
             "Spearman correlation of each probe with the paper's tab:controls_hns median HNS "
             "(ResNet, Mixed data: another encoder and dataset than these probes'):",
-            "",
-            markdown_table(correlations),
-            "",
-        ]
-    return "\n".join(parts)
+            rank_correlation_table(graph),
+        ),
+    ]
+    return [(text, table) for text, table in tables if not table.empty]
+
+
+def reread_markdown(graph: Any) -> str:
+    """`reread_tables` as Markdown, from the experiment graph
+    (``sgi_lab.experiments.load_graph(folder)``)."""
+    return "\n".join(f"{text}\n\n{markdown_table(table)}\n" for text, table in reread_tables(graph))

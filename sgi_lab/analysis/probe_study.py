@@ -378,12 +378,23 @@ def write_probe_report(graph: Any) -> Path:
     )
     atomic_write_text(out / "results.csv", frame.to_csv(index=False))
     atomic_write_text(out / "results.aggregates.csv", aggregates.to_csv(index=False))
+    side_by_side: list[tuple[str, pd.DataFrame]] = []
+    if len(groups) > 1:
+        # lazy: probe_reread builds its tables from this module's readers (a cycle at import)
+        from sgi_lab.analysis.probe_reread import reread_tables
+
+        side_by_side = reread_tables(graph)
     atomic_write_text(
         out / "results.md",
         "\n".join(
             (f"## Readout: {label}\n\n" if len(groups) > 1 else "")
             + results_markdown(part, summary)
             for label, part, summary in groups
+        )
+        + "".join(
+            f"\n{'## Readings side by side' if i == 0 else ''}\n\n{text}\n\n"
+            f"{markdown_table(table)}\n"
+            for i, (text, table) in enumerate(side_by_side)
         ),
     )
     # lazy: plotly draws only here; `sgi-lab`'s parser imports this module through
@@ -415,6 +426,10 @@ def write_probe_report(graph: Any) -> Path:
             correlations,
             probe_bars(summary).to_html(full_html=False, include_plotlyjs=index == 0),
         ]
+    if side_by_side:
+        parts.append("<h2>Readings side by side</h2>")
+    for text, table in side_by_side:
+        parts += [f"<p>{html.escape(text)}</p>", table.to_html(na_rep="-")]
     parts += [
         "<h2>Every probed encoder</h2>",
         frame.to_html(index=False, float_format=lambda x: f"{x:.3f}", na_rep="-"),

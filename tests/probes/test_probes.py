@@ -512,6 +512,13 @@ def test_probe_experiment_graph_runs_its_tasks_and_reports(tmp_path, capsys):
         "lstsq, renormalized, 600 frames",
         "lstsq, projection",
     ]
+    # and the readings side by side: one column each, in results.md and report.html
+    side = markdown.split("## Readings side by side")[1]
+    assert (
+        "| objective (across_categories) | lstsq, renormalized | lstsq, renormalized, 600 frames "
+        "| lstsq, projection |" in side
+    )
+    assert "Readings side by side" in report.read_text()
 
 
 @pytest.mark.parametrize(
