@@ -86,6 +86,7 @@ from sgi_lab.experiments.state import (
     storage_plan,
     stored_task_done,
     task_done,
+    task_left,
 )
 
 __all__ = [
@@ -134,6 +135,7 @@ __all__ = [
     "run_graph",
     "storage_plan",
     "stored_task_done",
+    "task_left",
     "task_done",
     "write_report",
 ]

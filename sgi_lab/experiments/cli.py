@@ -24,11 +24,13 @@ from sgi_lab.experiments.scheduler import (
 from sgi_lab.experiments.spec import (
     EXECUTORS,
     EXPERIMENT_FILE,
+    STATE_FILE,
     load_experiment,
 )
 from sgi_lab.experiments.state import (
     check_experiment_folder,
     pull_results,
+    task_left,
 )
 from sgi_lab.experiments.storage import RunStorage
 
@@ -63,7 +65,10 @@ def main_experiment(args: argparse.Namespace) -> int:
     out = args.out or Path("outputs/experiments") / experiment.name
     graph = expand(experiment, out)
     if args.dry_run:
-        print(format_plan(graph))
+        # what is left, when the folder holds a run of this experiment (local folders only)
+        started = not args.storage and (Path(graph.out) / STATE_FILE).is_file()
+        left = {t.id: task_left(t) for t in graph.tasks} if started else None
+        print(format_plan(graph, left))
         return 0
     if args.report_only:
         check_experiment_folder(graph.out, experiment.name)

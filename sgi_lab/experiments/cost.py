@@ -3,6 +3,7 @@ the ``--dry-run`` plan (`format_plan`)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,8 +67,10 @@ def _speed(stage: str, encoder: str | None, machine: str) -> float | None:
     return None
 
 
-def estimate_cost(graph: Graph) -> dict[str, Any]:
-    """Runs, agent steps, pretraining samples and hours per stage on each machine of `MACHINES`.
+def estimate_cost(graph: Graph, left: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """Runs, agent steps, pretraining samples and hours per stage on each machine of `MACHINES`;
+    with ``left`` (task id -> the fraction still to do, `sgi_lab.experiments.state.task_left`),
+    only what is left: each task's work scaled by its fraction, done tasks (0) left out.
 
     Returns:
         ``{"stages": {stage: {tasks, runs, steps, samples, hours: {machine: h}, unmeasured}},
@@ -78,9 +81,12 @@ def estimate_cost(graph: Graph) -> dict[str, Any]:
     """
     stages: dict[str, dict[str, Any]] = {}
     unknown: set[str] = set()
+    counted = 0
     for task in graph.tasks:
-        if task.kind == "report":
+        share = 1.0 if left is None else left.get(task.id, 1.0)
+        if task.kind == "report" or share <= 0:
             continue
+        counted += 1
         row = stages.setdefault(
             task.stage,
             {
@@ -93,9 +99,9 @@ def estimate_cost(graph: Graph) -> dict[str, Any]:
         )
         row["tasks"] += 1
         row["runs"] += len(task.agents) or 1
-        row["steps"] += task.steps
-        row["samples"] += task.samples
-        work = task.samples if task.stage == "pretrain" else task.steps
+        row["steps"] += task.steps * share
+        row["samples"] += task.samples * share
+        work = (task.samples if task.stage == "pretrain" else task.steps) * share
         for machine in MACHINES:
             rate = _speed(task.stage, task.encoder, machine)
             if rate is None:
@@ -104,7 +110,7 @@ def estimate_cost(graph: Graph) -> dict[str, Any]:
             else:
                 row["hours"][machine] += work / rate / 3600
     total = {
-        "tasks": len(graph.tasks),
+        "tasks": len(graph.tasks) if left is None else counted,
         "runs": sum(r["runs"] for r in stages.values()),
         "steps": sum(r["steps"] for r in stages.values()),
         "samples": sum(r["samples"] for r in stages.values()),
@@ -138,8 +144,10 @@ def _population_gb(graph: Graph, task: Task) -> float | None:
     return agent_bytes(config)["total"] * len(task.agents) / 1e9
 
 
-def format_plan(graph: Graph) -> str:
-    """The graph (one line per task, with its inputs and command) and its estimated cost."""
+def format_plan(graph: Graph, left: Mapping[str, float] | None = None) -> str:
+    """The graph (one line per task, with its inputs and command) and its estimated cost; with
+    ``left`` (`estimate_cost`), each task says whether it is done or how much of it is left,
+    and the cost table gains a row for what is left."""
     e = graph.experiment
     lines = [
         f"experiment {e.name}" + (f" ({e.table})" if e.table else "") + f": {e.description}",
@@ -159,6 +167,9 @@ def format_plan(graph: Graph) -> str:
                 if memory is not None
                 else "]"
             )
+        if left is not None and task.kind != "report":
+            share = left.get(task.id, 1.0)
+            extra += "  (done)" if share <= 0 else f"  ({share:.0%} left)" if share < 1 else ""
         lines.append(f"{task.id}{extra}")
         if task.deps:
             shown = ", ".join(task.deps[:4]) + (
@@ -181,7 +192,10 @@ def format_plan(graph: Graph) -> str:
             return f"{h:>12.1f}"
         return f"{'?':>12}" if h == 0 else f"{f'{h:.1f}+?':>12}"
 
-    for stage, row in [*cost["stages"].items(), ("total", cost["total"])]:
+    rows = [*cost["stages"].items(), ("total", cost["total"])]
+    if left is not None:
+        rows.append(("left", estimate_cost(graph, left)["total"]))
+    for stage, row in rows:
         line = f"{stage:<20}{row.get('tasks', 0):>6}{row['runs']:>7}"
         line += f"{_fmt_count(row['steps']):>13}{_fmt_count(row['samples']):>10}"
         line += "".join(hours(row, m) for m in MACHINES)
@@ -192,6 +206,11 @@ def format_plan(graph: Graph) -> str:
         "  hours are summed over tasks (one process or GPU each); finetuning uses one agent's "
         "rate per agent (a batched population is faster)"
     )
+    if left is not None:
+        lines.append(
+            "  left: the tasks not done, each from its last checkpoint (the run folders' "
+            "status), at the same speeds"
+        )
     if cost["unknown"]:
         lines.append(f"  ?: no measured speed for {', '.join(cost['unknown'])} (counted as 0)")
     return "\n".join(lines)

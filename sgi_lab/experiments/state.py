@@ -71,6 +71,31 @@ def task_done(task: Task) -> bool:
     return (task.folder / "report.html").exists() and (task.folder / "results.csv").exists()
 
 
+def task_left(task: Task) -> float:
+    """The fraction of a task's work still to do, from its folder: 0 done, 1 not started; a
+    stopped pretraining run or population counts from its last checkpoint (where a resume
+    starts), a population as the mean over its agents."""
+    if task_done(task):
+        return 0.0
+    if task.kind == "pretrain":
+        return _run_left(task.folder)
+    if task.kind == "finetune" and task.agent_folders:
+        return sum(_run_left(f) for f in task.agent_folders) / len(task.agent_folders)
+    return 1.0
+
+
+def _run_left(folder: Path) -> float:
+    """1 - checkpointed step / the config's steps for a run folder (1 without either)."""
+    status = read_status(folder) or {}
+    if status.get("state") == "finished":
+        return 0.0
+    steps = read_mapping(folder / "config.yaml").get("steps")
+    step = status.get("step")
+    if not isinstance(steps, int) or steps <= 0 or not isinstance(step, int):
+        return 1.0
+    return min(1.0, max(0.0, 1.0 - step / steps))
+
+
 def _name(graph: Graph, path: str | os.PathLike) -> str:
     """A path under the experiment folder as a storage name (``pretrain/sgi_r__Pong``)."""
     return Path(path).relative_to(graph.out).as_posix()

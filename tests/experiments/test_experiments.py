@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -859,3 +860,48 @@ def test_a_shared_smoke_experiment_reports_the_same_methods_as_separate_populati
     events = []
     ex.run_experiment(file, out, progress=False, on_event=lambda e, t, i: events.append(e))
     assert set(events) == {"skipped"}
+
+
+def test_the_dry_run_of_a_started_experiment_says_what_is_left(tmp_path, capsys):
+    """A stopped pretraining run counts from its last checkpoint, a population as the mean of
+    its agents, finished tasks not at all; the dry run marks each task and adds a ``left`` row
+    (the same speeds, scaled), and a folder that holds no run of it gets no such row."""
+    from sgi_lab.experiments.state import task_left
+
+    graph = graph_of("minatar_objectives", tmp_path)
+    pretrain = graph.task("pretrain/sgi__minatar-breakout")
+    finetune = graph.task("finetune/reduced_lr__sgi/part1of4")  # Asterix + Breakout x 3 seeds
+    data = graph.task("data/random__minatar-breakout")
+
+    def run(folder: Path, state: str, step: int, steps: int) -> None:
+        folder.mkdir(parents=True)
+        (folder / "status.json").write_text(json.dumps({"state": state, "step": step}))
+        (folder / "config.yaml").write_text(f"steps: {steps}\n")
+
+    run(pretrain.folder, "failed", 500, 2000)  # stopped at a checkpoint: 75% left
+    finished, *others = finetune.agent_folders
+    run(finished, "finished", 10000, 10000)
+    for agent in others[:2]:
+        run(agent, "running", 4000, 10000)  # 60% left each; the other three not started
+    assert task_left(pretrain) == pytest.approx(0.75)
+    assert task_left(finetune) == pytest.approx((0 + 0.6 + 0.6 + 3) / 6)
+    assert task_left(data) == 1.0
+    left = {t.id: task_left(t) for t in graph.tasks}
+    whole, rest = ex.estimate_cost(graph), ex.estimate_cost(graph, left)
+    share = whole["stages"]["pretrain"]["hours"]["cpu"] / 45  # every pretraining run the same
+    assert rest["stages"]["pretrain"]["hours"]["cpu"] == pytest.approx(44.75 * share)
+    assert rest["total"]["tasks"] == whole["total"]["tasks"] - 1  # the report is not counted
+
+    assert main(["experiment", str(ROOT / "params/experiments/minatar_objectives.yaml"),
+                 "--out", str(graph.out), "--dry-run"]) == 0  # fmt: skip
+    assert "left" not in capsys.readouterr().out.split("estimated cost")[1]  # not ours yet
+    (graph.out / ex.STATE_FILE).write_text(json.dumps({"name": "minatar_objectives", "tasks": {}}))
+    assert main(["experiment", str(ROOT / "params/experiments/minatar_objectives.yaml"),
+                 "--out", str(graph.out), "--dry-run"]) == 0  # fmt: skip
+    plan = capsys.readouterr().out
+    assert "pretrain/sgi__minatar-breakout  (75% left)" in plan
+    assert (
+        "finetune/reduced_lr__sgi/part1of4  [6 agents, ~0.35 GB as one population]  (70% left)"
+        in plan
+    )
+    assert re.search(r"\nleft +164 ", plan) is None and re.search(r"\nleft +163 ", plan)
