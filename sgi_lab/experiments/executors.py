@@ -73,6 +73,12 @@ def run_command(
                 stderr=subprocess.STDOUT,
                 env=_task_env(threads, memory_share),
                 cwd=cwd if cwd and Path(cwd).is_dir() else None,
+                # Its own session: a signal to the driver's process group (a terminal's Ctrl-C,
+                # ``kill -- -PGID``) reaches the driver alone, which passes on one SIGTERM. In
+                # the driver's group, the task got the signal twice (the group's, then the
+                # driver's), and a second signal stops a run at once, without its checkpoint.
+                # A task still ends with its driver (`die_with_driver`).
+                start_new_session=True,
             )
         except OSError as exc:
             fh.write(f"could not start: {exc}\n")
@@ -95,16 +101,33 @@ def _tail(log: str, lines: int = 15) -> str:
     return "\n".join(text[-lines:])
 
 
-def _stop_children() -> None:
+def _stop_children(patience: float = 600.0) -> None:
+    """SIGTERM to every task process, then wait while each checkpoints and stops (a
+    population's checkpoint with its replay can take a minute); one still running after
+    ``patience`` seconds, or a second Ctrl-C meanwhile, is killed (it resumes from its last
+    periodic checkpoint)."""
     with _LIVE_LOCK:
         procs = list(_LIVE)
     for proc in procs:
         proc.terminate()
-    for proc in procs:
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
+    if procs:
+        print(
+            f"waiting for {len(procs)} task process(es) to checkpoint and stop "
+            "(Ctrl-C again to kill them at once)",
+            file=sys.stderr,
+            flush=True,
+        )
+    deadline = time.monotonic() + patience
+    try:
+        for proc in procs:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    except KeyboardInterrupt:
+        for proc in procs:
             proc.kill()
+        raise
 
 
 # -- executors ----------------------------------------------------------------------------------

@@ -740,6 +740,88 @@ finetune: [{name: f, params: params/finetune/smoke.yaml, pretrain: [p]}]
     FolderLock(out, "the test", wait=0).release()  # free: a re-run can take it
 
 
+def test_a_signal_to_the_drivers_process_group_stops_a_task_at_a_checkpoint(tmp_path):
+    """A terminal's Ctrl-C and ``kill -- -PGID`` signal the driver's whole process group. The
+    task processes live in sessions of their own, so the signal reaches the driver alone, which
+    passes on one SIGTERM and waits: the pretraining run checkpoints where it is and stops
+    (once in the driver's group, a task got the signal twice and ended at once, its work since
+    the last periodic checkpoint lost, whenever the driver's signal came after the task had
+    begun to stop)."""
+    text = """
+name: grouped
+games: [Pong]
+data:
+  small: {source: random, steps: 1200}
+pretrain:
+  - name: p
+    params: params/pretrain/smoke.yaml
+    data: small
+    set: {steps: 100000, checkpoint_every: 100000, log_every: 2}
+finetune: [{name: f, params: params/finetune/smoke.yaml, pretrain: [p]}]
+"""
+    file = write(tmp_path, text)
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sgi_lab.launch.cli", "experiment", str(file), "--out", str(out)]
+        + ["--no-progress"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    run = out / "pretrain" / "p__Pong"
+    deadline = time.monotonic() + 180
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            metrics = run / "metrics.jsonl"
+            if metrics.exists() and len(metrics.read_text().splitlines()) >= 2:
+                break
+            time.sleep(0.5)
+        assert proc.poll() is None, proc.communicate()[0]
+        found = subprocess.run(["pgrep", "-f", str(run)], capture_output=True, text=True)
+        (task_pid,) = map(int, found.stdout.split())
+        assert os.getsid(task_pid) != os.getsid(proc.pid)  # out of the driver's group
+        os.killpg(proc.pid, signal.SIGTERM)  # the driver's group: as `kill -- -PGID` does
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, output
+    status = json.loads((run / "status.json").read_text())
+    assert "stopped at step" in status["message"] and "SIGTERM" in status["message"], status
+    step = status["step"]
+    assert step >= 4 and (run / "checkpoints" / f"ckpt_{step:08d}.pt").is_file()
+    assert "waiting for 1 task process(es) to checkpoint and stop" in output
+    task = json.loads((out / "experiment.json").read_text())["tasks"]["pretrain/p__Pong"]
+    assert task["state"] == "pending"
+
+
+def test_a_task_that_does_not_stop_is_killed_after_the_patience(capsys):
+    """The driver waits for its tasks to checkpoint, but not for ever: a task process that
+    ignores SIGTERM is killed once the patience has passed."""
+    from sgi_lab.experiments import executors
+
+    stubborn = subprocess.Popen(
+        [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
+         "signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert stubborn.stdout.readline().strip() == "ready"
+    with executors._LIVE_LOCK:
+        executors._LIVE.add(stubborn)
+    try:
+        started = time.monotonic()
+        executors._stop_children(patience=1.0)
+        assert stubborn.wait(timeout=5) == -signal.SIGKILL
+        assert 1.0 <= time.monotonic() - started < 10
+    finally:
+        with executors._LIVE_LOCK:
+            executors._LIVE.discard(stubborn)
+        stubborn.kill()
+    assert "waiting for 1 task process(es)" in capsys.readouterr().err
+
+
 def test_share_populations_puts_every_config_that_may_share_in_one_population(tmp_path):
     """minatar_objectives with share_populations: the reduced-lr, naive and from-scratch configs
     (which differ only in the pretrained encoder and its rates) train as one population per
