@@ -11,10 +11,12 @@ from typing import Any
 
 import yaml
 
+from sgi_lab.base.files import read_mapping
 from sgi_lab.config import (
     ConfigError,
     FinetuneConfig,
     PretrainConfig,
+    build_config,
     load_config,
     read_params,
     to_dict,
@@ -30,6 +32,7 @@ from sgi_lab.experiments.spec import (
 from sgi_lab.probes.atariari import UnannotatedGameError
 from sgi_lab.probes.probe import ProbeInputError, check_probe_store
 from sgi_lab.runs.folder import run_name
+from sgi_lab.runs.status import read_status
 from sgi_lab.train.capacity import split_agents, split_population
 from sgi_lab.train.finetune import population_configs, population_folders
 from sgi_lab.train.population import POPULATION_KEYS
@@ -179,8 +182,11 @@ def expand(experiment: Experiment, out: str | os.PathLike) -> Graph:
             data_tasks[name, game] = task
             tasks.append(task)
 
-    pretrain_configs = _pretrain_tasks(experiment, out, data_tasks, missing, tasks, params_files)
-    tasks += _finetune_tasks(experiment, out, pretrain_configs, params_files, dropped)
+    reused: dict[str, str] = {}  # pretraining configs whose runs are reused: their pattern
+    pretrain_configs = _pretrain_tasks(
+        experiment, out, data_tasks, missing, tasks, params_files, reused
+    )
+    tasks += _finetune_tasks(experiment, out, pretrain_configs, params_files, dropped, reused)
     # Each probe right after its inputs: an experiment cut short has probed what it pretrained.
     for probe in _probe_tasks(experiment, out, data_tasks, pretrain_configs, missing, dropped):
         after = [i for i, t in enumerate(tasks) if t.id in probe.deps]
@@ -235,12 +241,20 @@ def _pretrain_tasks(
     missing: dict[str, list[str]],
     tasks: list[Task],
     params_files: dict[str, dict[str, Any]],
+    reused: dict[str, str],
 ) -> dict[str, Any]:
     """One pretraining task per (pretraining config, game), appended to ``tasks``, each config's
-    resolved params added to ``params_files``. Returns the configs by name."""
+    resolved params added to ``params_files``; a config that reuses finished runs (``run:``)
+    gets no task, its pattern put in ``reused``. Returns the configs by name."""
 
     pretrain_configs: dict[str, Any] = {}
-    for spec in experiment.pretrain:
+    for i, spec in enumerate(experiment.pretrain):
+        if spec.run:
+            # absolute: the task processes may run elsewhere (a Ray worker, a scratch folder)
+            pattern = str(Path(_fill(spec.run, experiment.parameters)).expanduser().absolute())
+            pretrain_configs[spec.name] = _reused_config(f"pretrain[{i}].run", pattern, experiment)
+            reused[spec.name] = pattern
+            continue
         if spec.data in missing:
             continue
         config = load_config(PretrainConfig, spec.params, spec.set)
@@ -274,6 +288,39 @@ def _pretrain_tasks(
     return pretrain_configs
 
 
+def _reused_config(where: str, pattern: str, experiment: Experiment) -> PretrainConfig:
+    """The config of the finished pretraining runs ``pattern`` names, one per game (``{game}``:
+    the game's slug), read from the first game's ``config.yaml``; every game's run must be a
+    finished pretraining run with its model and the same encoder.
+
+    Raises:
+        ConfigError: naming the folder and what it lacks."""
+    encoders = {}
+    config = None
+    for game in experiment.games:
+        folder = Path(pattern.replace("{game}", run_name(game))).expanduser()
+        status = read_status(folder) or {}
+        if status.get("kind") != "pretrain" or not (folder / "config.yaml").is_file():
+            raise ConfigError(
+                f"{where}: {folder}: not a pretraining run folder (no status.json of a "
+                "pretraining run); run: names finished runs to reuse"
+            )
+        if status.get("state") != "finished" or not (folder / "model.pt").is_file():
+            raise ConfigError(
+                f"{where}: {folder}: not finished (state {status.get('state')!r}, step "
+                f"{status.get('step')}); finish it where it was started, then run this again"
+            )
+        values = read_mapping(folder / "config.yaml")
+        known = {f.name for f in dataclasses.fields(PretrainConfig)}
+        this = build_config(PretrainConfig, {k: v for k, v in values.items() if k in known})
+        encoders[game] = this.encoder
+        config = config or this
+    if len(set(encoders.values())) > 1:
+        raise ConfigError(f"{where}: the runs have different encoders {encoders}")
+    assert config is not None  # an experiment has at least one game
+    return config
+
+
 @dataclass(frozen=True)
 class _Branch:
     """One (finetuning config, pretraining config) pair: its label, resolved config (with the
@@ -288,6 +335,7 @@ class _Branch:
     pattern: str | None
     configs: tuple[FinetuneConfig, ...]
     folder_of: dict[tuple[str, int], Path]
+    reused: bool = False  # its pretrained runs are another experiment's (no task to wait for)
 
 
 def _finetune_branches(
@@ -296,6 +344,7 @@ def _finetune_branches(
     pretrain_configs: dict[str, Any],
     params_files: dict[str, dict[str, Any]],
     dropped: list[str],
+    reused: dict[str, str],
 ) -> list[_Branch]:
     """Every (finetuning config, pretraining config) pair of the experiment, its resolved
     params added to ``params_files``; a pair whose pretraining was dropped added to
@@ -321,7 +370,9 @@ def _finetune_branches(
                 "config": to_dict(config),
             }
             folder = out / "finetune" / run_name(label)
-            pattern = None if scratch else str(out / "pretrain" / f"{base}__{{game}}")
+            pattern = (
+                None if scratch else reused.get(base) or str(out / "pretrain" / f"{base}__{{game}}")
+            )
             configs = population_configs(
                 dataclasses.replace(config, pretrained=pattern),
                 experiment.games,
@@ -345,6 +396,7 @@ def _finetune_branches(
                     pattern,
                     tuple(configs),
                     folder_of,
+                    reused=base in reused,
                 )
             )
     return branches
@@ -356,13 +408,14 @@ def _finetune_tasks(
     pretrain_configs: dict[str, Any],
     params_files: dict[str, dict[str, Any]],
     dropped: list[str],
+    reused: dict[str, str],
 ) -> list[Task]:
     """One finetuning task per (finetuning config, pretraining config) training every game x seed
     as a population (or per part of it, with ``max_agents``), or with ``share_populations``
     the configs that may share a population together (`_shared_finetune_tasks`); each config's
     resolved params added to ``params_files``; a branch whose pretraining was dropped added to
     ``dropped``."""
-    branches = _finetune_branches(experiment, out, pretrain_configs, params_files, dropped)
+    branches = _finetune_branches(experiment, out, pretrain_configs, params_files, dropped, reused)
     if experiment.share_populations:
         return _shared_finetune_tasks(experiment, out, branches, params_files)
     tasks: list[Task] = []
@@ -391,7 +444,7 @@ def _finetune_tasks(
             argv += ["--out", str(out_folder), "--no-progress"]
             deps = (
                 ()
-                if pattern is None
+                if pattern is None or branch.reused
                 else tuple(f"pretrain/{run_name(branch.base, g)}" for g in games)
             )
             suffix = f"/part{k + 1}of{len(parts)}" if len(parts) > 1 else ""
@@ -475,7 +528,9 @@ def _shared_finetune_tasks(
                 }
                 deps = tuple(
                     dict.fromkeys(
-                        f"pretrain/{run_name(b.base, c.game)}" for b, c in part if b.pattern
+                        f"pretrain/{run_name(b.base, c.game)}"
+                        for b, c in part
+                        if b.pattern and not b.reused
                     )
                 )
                 tasks.append(

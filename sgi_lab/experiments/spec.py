@@ -124,9 +124,16 @@ class PretrainSpec:
     """A pretraining configuration, run once per game on that game's dataset."""
 
     name: str = F(REQUIRED, "label, recorded as the run's params name (sgi_m, sgi_w, s_g...)")
-    params: str = F(REQUIRED, "params/pretrain file")
-    data: str = F(REQUIRED, "name of a data source of this experiment")
+    params: str | None = F(None, "params/pretrain file (with data; or run)")
+    data: str | None = F(None, "name of a data source of this experiment (with params)")
     set: dict[str, Any] = F({}, "overrides of the params file's config (steps, encoder...)")
+    run: str | None = F(
+        None,
+        "instead of params and data: finished pretraining runs to reuse, one per game "
+        "({game}: the game as run folders spell it, Pong, minatar-breakout; e.g. "
+        "outputs/experiments/minatar_objectives/pretrain/sgi__{game}), read and never "
+        "written; finetuning starts from them, nothing is pretrained",
+    )
 
 
 @dataclass(frozen=True)
@@ -278,7 +285,7 @@ def load_experiment(
         games=games,
         parameters={**experiment.parameters, **(parameters or {})},
         pretrain=[
-            dataclasses.replace(p, params=str(_resolve_file(p.params, path)))
+            dataclasses.replace(p, params=str(_resolve_file(p.params, path))) if p.params else p
             for p in experiment.pretrain
         ],
         finetune=[
@@ -383,7 +390,26 @@ def _check_references(experiment: Experiment, path: Path) -> None:
     names = [p.name for p in experiment.pretrain]
     if duplicates(names) or NO_PRETRAINING in names:
         raise ConfigError(f"{path}: pretrain: repeated or reserved names {duplicates(names)}")
+    reused = {p.name for p in experiment.pretrain if p.run}
     for i, spec in enumerate(experiment.pretrain):
+        if spec.run:
+            given = [k for k in ("params", "data", "set") if getattr(spec, k)]
+            if given:
+                raise ConfigError(
+                    f"{path}: pretrain[{i}]: run reuses finished runs; give it alone, or "
+                    f"params and data to pretrain (not run and {', '.join(given)})"
+                )
+            if len(experiment.games) > 1 and "{game}" not in spec.run:
+                raise ConfigError(
+                    f"{path}: pretrain[{i}].run: {{game}} must name each game's run "
+                    f"({len(experiment.games)} games), got {spec.run!r}"
+                )
+            continue
+        for key in ("params", "data"):
+            if not getattr(spec, key):
+                raise ConfigError(
+                    f"{path}: pretrain[{i}].{key}: required (or run: finished runs to reuse)"
+                )
         if spec.data not in experiment.data:
             raise ConfigError(
                 f"{path}: pretrain[{i}].data: {spec.data!r} is not one of the data sources "
@@ -414,6 +440,11 @@ def _check_references(experiment: Experiment, path: Path) -> None:
                 raise ConfigError(
                     f"{path}: probe[{i}].pretrain: {name!r} is not one of {names} "
                     f"(or '{NO_PRETRAINING}')"
+                )
+            if name in reused:  # a probe writes its results into the run folder
+                raise ConfigError(
+                    f"{path}: probe[{i}].pretrain: {name!r} reuses runs this experiment does "
+                    "not own (its run:); probe them in the experiment that made them"
                 )
     for kind, request in experiment.resources.items():
         if kind not in KINDS or set(request) - set(RESOURCE_KEYS):

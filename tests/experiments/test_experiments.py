@@ -51,16 +51,33 @@ def test_shipped_experiment_files():
     assert {"finetune_objectives", "baselines", "smoke"} <= names
 
 
+def finished_pretraining_runs(pattern: str, games, encoder: str = "minatar") -> None:
+    """Stand-ins for another experiment's finished pretraining runs (``run:``), one per game."""
+    from sgi_lab.runs.folder import run_name
+
+    for game in games:
+        folder = Path(pattern.replace("{game}", run_name(game)))
+        folder.mkdir(parents=True)
+        (folder / "status.json").write_text(json.dumps({"state": "finished", "kind": "pretrain"}))
+        (folder / "config.yaml").write_text(f"encoder: {encoder}\nseed: 0\n")
+        (folder / "model.pt").write_bytes(b"")
+
+
 @pytest.mark.parametrize("file", FILES, ids=[f.stem for f in FILES])
-def test_every_experiment_expands(file, tmp_path):
+def test_every_experiment_expands(file, tmp_path, monkeypatch):
     experiment = ex.load_experiment(file, DQN if "dqn_replay" in _params(file) else None)
+    reused = [p for p in experiment.pretrain if p.run]
+    if reused:  # the runs it reuses, as the experiment that made them leaves them
+        monkeypatch.chdir(tmp_path)
+        for spec in reused:
+            finished_pretraining_runs(spec.run, experiment.games)
     graph = ex.expand(experiment, tmp_path / "exp")
     games, seeds = experiment.games, experiment.seeds
-    used = {p.data for p in [*experiment.pretrain, *experiment.probe]}
+    used = {p.data for p in [*experiment.pretrain, *experiment.probe] if p.data}
     collected = {d for d in used if experiment.data[d].source != "folder"}  # a folder: no task
     counts = graph.counts()
     assert counts["data"] == len(collected) * len(games)
-    assert counts["pretrain"] == len(experiment.pretrain) * len(games)
+    assert counts["pretrain"] == (len(experiment.pretrain) - len(reused)) * len(games)
     # one finetuning task per (finetuning, pretraining) config and observation spec (MinAtar
     # games of different channel counts train apart)
     groups = {ex.graph.observation_spec(g) for g in games}
@@ -795,6 +812,76 @@ finetune: [{name: f, params: params/finetune/smoke.yaml, pretrain: [p]}]
     assert "waiting for 1 task process(es) to checkpoint and stop" in output
     task = json.loads((out / "experiment.json").read_text())["tasks"]["pretrain/p__Pong"]
     assert task["state"] == "pending"
+
+
+REUSING = """
+name: reusing
+games: [minatar/breakout, minatar/asterix]
+seeds: [0, 1]
+pretrain:
+  - {name: sgi, run: "RUNS/sgi__{game}"}
+finetune:
+  - {name: reduced_lr, params: params/finetune/minatar_reduced_lr.yaml, pretrain: [sgi, none]}
+"""
+
+
+def test_pretraining_runs_of_another_experiment_are_reused_not_retrained(tmp_path):
+    """``run:`` names finished pretraining runs, one per game: no pretraining task, finetuning
+    starts from them (its --pretrained their absolute pattern, nothing to wait for), its
+    encoder theirs, shared populations too; the cost counts no pretraining."""
+    runs = tmp_path / "other" / "pretrain"
+    finished_pretraining_runs(str(runs / "sgi__{game}"), ["minatar/breakout", "minatar/asterix"])
+    file = write(tmp_path, REUSING.replace("RUNS", str(runs)))
+    graph = ex.expand(ex.load_experiment(file), tmp_path / "reusing")
+    assert graph.counts()["pretrain"] == 0 and graph.counts()["data"] == 0
+    task = graph.task("finetune/reduced_lr__sgi")
+    argv = list(task.argv)
+    assert argv[argv.index("--pretrained") + 1] == str(runs / "sgi__{game}")
+    assert task.deps == ()
+    params = graph.params_files[argv[argv.index("--params") + 1]]
+    assert params["config"]["encoder"] == "minatar"
+    assert "pretrain" not in ex.estimate_cost(graph)["stages"]
+    # shared populations wait for nothing either
+    text = file.read_text().replace("seeds: [0, 1]\n", "seeds: [0, 1]\nshare_populations: true\n")
+    shared = ex.expand(ex.load_experiment(write(tmp_path, text)), tmp_path / "shared")
+    (population,) = [t for t in shared.tasks if t.kind == "finetune"]
+    assert population.deps == () and len(population.agents) == 8
+    # nothing under the reused runs is written by the graph
+    assert all(runs not in t.folder.parents for t in shared.tasks)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (None, "not a pretraining run folder"),  # nothing there
+        ("unfinished", "not finished (state 'running', step 40)"),
+        ("params", "give it alone, or params and data to pretrain (not run and params)"),
+        ("no_game", "{game} must name each game's run (2 games)"),
+        ("probe", "'sgi' reuses runs this experiment does not own"),
+        ("neither", "pretrain[0].params: required (or run: finished runs to reuse)"),
+    ],
+)
+def test_reused_runs_that_cannot_be_reused_are_refused_by_name(tmp_path, change, message):
+    runs = tmp_path / "other" / "pretrain"
+    text = REUSING.replace("RUNS", str(runs))
+    if change is not None:
+        finished_pretraining_runs(
+            str(runs / "sgi__{game}"), ["minatar/breakout", "minatar/asterix"]
+        )
+    if change == "unfinished":
+        status = runs / "sgi__minatar-asterix" / "status.json"
+        status.write_text(json.dumps({"state": "running", "kind": "pretrain", "step": 40}))
+    elif change == "params":
+        text = text.replace('run: "', 'params: params/pretrain/minatar_sgi.yaml, run: "')
+    elif change == "no_game":
+        text = text.replace("sgi__{game}", "sgi__minatar-breakout")
+    elif change == "probe":
+        text += "probe: [{name: p, data: d, pretrain: [sgi]}]\ndata: {d: {source: random}}\n"
+    elif change == "neither":
+        text = text.replace('run: "' + str(runs) + '/sgi__{game}"', "data: d")
+        text += "data: {d: {source: random}}\n"
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        ex.expand(ex.load_experiment(write(tmp_path, text)), tmp_path / "reusing")
 
 
 def test_a_task_that_does_not_stop_is_killed_after_the_patience(capsys):
