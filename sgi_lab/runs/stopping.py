@@ -67,8 +67,12 @@ class Deadline:
 @contextlib.contextmanager
 def stop_on_signals(stop: Deadline, *signums: int) -> Iterator[None]:
     """The first of ``signums`` to arrive asks ``stop`` to stop at the next step (every agent
-    checkpoints there) instead of acting at once; a second one acts as it did before (SIGINT:
-    KeyboardInterrupt, SIGTERM: the process ends). Outside the main thread nothing changes.
+    checkpoints there) instead of acting at once. A second SIGINT acts as it did before
+    (KeyboardInterrupt: a second Ctrl-C stops at once); a second SIGTERM is the same request
+    again, never a reason to drop the checkpoint: SIGTERMs come in pairs without anyone asking
+    twice (a process group's and its experiment driver's, a shutdown's and the driver's death
+    signal), and what stops a process at once is SIGKILL. Outside the main thread nothing
+    changes.
 
     SIGINT is Ctrl-C in a terminal and a notebook's "interrupt kernel"; SIGTERM is what
     `timeout` and schedulers send before they kill.
@@ -79,13 +83,20 @@ def stop_on_signals(stop: Deadline, *signums: int) -> Iterator[None]:
     previous: dict[int, Any] = {}
 
     def handler(signum: int, frame: Any) -> None:
-        for number, before in previous.items():
-            signal.signal(number, before)
         name = signal.Signals(signum).name
+        if signum == signal.SIGTERM and stop.requested:
+            return  # already stopping at a checkpoint: the same request again
+        if signum != signal.SIGTERM:
+            for number, before in previous.items():
+                signal.signal(number, before)
         stop.request_stop(f"{name} received")
+        again = (
+            "SIGKILL stops it at once, without one"
+            if signum == signal.SIGTERM
+            else "send it again to stop at once without one"
+        )
         print(
-            f"{name}: stopping at the next step, with a checkpoint; send it again to stop at "
-            "once without one",
+            f"{name}: stopping at the next step, with a checkpoint; {again}",
             file=sys.stderr,
             flush=True,
         )
