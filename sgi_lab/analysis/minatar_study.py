@@ -311,8 +311,9 @@ def _probe_lines(graph: Any, table: pd.DataFrame, runs: pd.DataFrame) -> list[st
 
 def learning_curves(runs: pd.DataFrame, bin_steps: int = 1000) -> pd.DataFrame:
     """Training episodes' returns, binned by agent step: ``objective, scheme, game, seed,
-    step`` (the bin's end) and ``return`` (mean of the episodes ending in it), from each agent's
-    ``metrics.jsonl`` (rows with ``episode/return``)."""
+    step`` (the bin's end: an episode ending at step 2,000 is in the bin (1,000, 2,000]) and
+    ``return`` (mean of the episodes ending in it), from each agent's ``metrics.jsonl`` (rows
+    with ``episode/return``)."""
     rows = []
     for run in runs.itertuples():
         path = Path(run.folder) / "metrics.jsonl"
@@ -328,7 +329,7 @@ def learning_curves(runs: pd.DataFrame, bin_steps: int = 1000) -> pd.DataFrame:
                     "scheme": run.scheme,
                     "game": run.game,
                     "seed": run.seed,
-                    "step": (int(row["step"]) // bin_steps + 1) * bin_steps,
+                    "step": max(1, -(-int(row["step"]) // bin_steps)) * bin_steps,
                     "return": float(value),
                 }
             )
@@ -557,6 +558,96 @@ def budget_svg(curves: dict[str, pd.DataFrame], width: int = 520, height: int = 
     return "".join(parts)
 
 
+CURVES_MARK = "sgi-lab minatar_study.curves_svg"
+"""Inside every figure `curves_svg` draws: what `study_markdown` may overwrite."""
+
+
+def curves_svg(
+    curves: pd.DataFrame,
+    methods: Sequence[str] | None = None,
+    panel: tuple[int, int] = (210, 150),
+) -> str:
+    """Learning curves (`learning_curves`) as a standalone SVG: one panel per game, the
+    training episodes' return against agent steps, one line per method (mean over the seeds
+    that have an episode in the bin; ``methods``: which, in that order, default all), each
+    panel on its own scale with its maximum written at the top."""
+    colours = ("#7f7f7f", "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
+    if curves.empty:
+        return '<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10"/>'
+    frame = curves.assign(method=_method(curves))
+    methods = [
+        m for m in (methods or sorted(frame["method"].unique())) if m in set(frame["method"])
+    ]
+    games = sorted(frame["game"].unique())
+    w, h = panel
+    pad_l, pad_t, pad_b, legend = 34, 22, 26, 16 * len(methods) + 10
+    width, height = w * len(games), h + legend
+    last = int(frame["step"].max())
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        'font-size="10" font-family="sans-serif">',
+        f"<desc>{CURVES_MARK}</desc>",
+        f'<rect width="{width}" height="{height}" fill="white"/>',
+    ]
+    for g, game in enumerate(games):
+        part = frame[frame["game"] == game]
+        means = part.groupby(["method", "step"])["return"].mean()
+        top = max(float(means.max()), 1e-9) * 1.05
+        x0, x1 = g * w + pad_l, (g + 1) * w - 8
+        y0, y1 = h - pad_b, pad_t
+
+        def xy(step: float, value: float, x0=x0, x1=x1, y0=y0, y1=y1, top=top) -> str:
+            return f"{x0 + step / last * (x1 - x0):.1f},{y0 - value / top * (y0 - y1):.1f}"
+
+        parts += [
+            f'<text x="{(x0 + x1) / 2:.0f}" y="12" text-anchor="middle">'
+            f"{html.escape(str(game).removeprefix('minatar/'))}</text>",
+            f'<polyline points="{x0},{y1} {x0},{y0} {x1},{y0}" fill="none" stroke="#888"/>',
+            f'<text x="{x0 - 3}" y="{y1 + 4}" text-anchor="end">{top:.3g}</text>',
+            f'<text x="{x0 - 3}" y="{y0 + 3}" text-anchor="end">0</text>',
+            f'<text x="{x1}" y="{y0 + 12}" text-anchor="end">{last:,} steps</text>',
+        ]
+        for i, method in enumerate(methods):
+            if method not in means.index.get_level_values(0):
+                continue
+            line = means.loc[method].sort_index()
+            points = " ".join(xy(step, value) for step, value in line.items())
+            parts.append(
+                f'<polyline points="{points}" fill="none" stroke="{colours[i % len(colours)]}" '
+                'stroke-width="1.5"/>'
+            )
+    for i, method in enumerate(methods):
+        y = h + 8 + 16 * i
+        parts.append(
+            f'<line x1="{pad_l}" y1="{y}" x2="{pad_l + 18}" y2="{y}" '
+            f'stroke="{colours[i % len(colours)]}" stroke-width="2"/>'
+            f'<text x="{pad_l + 24}" y="{y + 4}">{html.escape(method)}</text>'
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def write_curves_figure(
+    runs: pd.DataFrame,
+    path: str | Path,
+    methods: Sequence[str] | None = None,
+    bin_steps: int = 2000,
+) -> Path:
+    """`curves_svg` of the finished agents of ``runs`` (binned every ``bin_steps`` agent
+    steps) written to ``path`` atomically, only over a file `curves_svg` wrote.
+
+    Raises:
+        FileExistsError: ``path`` holds something else (it is left as it is).
+    """
+    path = Path(path)
+    if path.exists() and CURVES_MARK not in path.read_text(errors="replace"):
+        raise FileExistsError(
+            f"{path}: exists and is not a learning-curve figure of ours; choose another path"
+        )
+    atomic_write_text(path, curves_svg(learning_curves(runs[runs["finished"]], bin_steps), methods))
+    return path
+
+
 def _over(table: pd.DataFrame) -> str:
     """What an `objective_table`'s aggregates are over, and how their CIs were made."""
     return (
@@ -572,13 +663,19 @@ def _normalization(runs: pd.DataFrame) -> str:
 
 
 def study_markdown(
-    folder: str | Path, planned: int | None = None, reps: int = 2000, graph: Any = None
+    folder: str | Path,
+    planned: int | None = None,
+    reps: int = 2000,
+    graph: Any = None,
+    curves: str | Path | None = None,
+    methods: Sequence[str] | None = None,
 ) -> str:
     """The study's tables as Markdown: how many agents finished (of ``planned``), the objectives'
     aggregates and probabilities of improvement over no pretraining, SGI's schemes, the
     per-game table and the correlation with the paper's ranking; with the experiment's
     ``graph`` (``sgi_lab.experiments.load_graph(folder)``), its encoders' probes beside their
-    finetuning scores too."""
+    finetuning scores too; with ``curves`` (an .svg path), the finished agents' learning curves
+    drawn there (`write_curves_figure`, ``methods`` in that order) and linked."""
     runs = study_runs(folder)
     if runs.empty:
         return f"No finetuning agent under {folder}/finetune yet.\n"
@@ -627,6 +724,15 @@ def study_markdown(
             returns_markdown(per_game_returns(runs)),
             "",
         ]
+    if curves is not None:
+        path = write_curves_figure(runs, curves, methods)
+        lines += [
+            "### Learning curves: the return of the training episodes ending in each 2,000-step "
+            "bin, mean over seeds",
+            "",
+            f"![Training returns against agent steps, per game and method]({Path(path).name})",
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -637,6 +743,7 @@ __all__ = [
     "budget_runs",
     "budget_svg",
     "budget_study_markdown",
+    "curves_svg",
     "learning_curves",
     "objective_table",
     "paper_rank_correlation",
@@ -649,4 +756,5 @@ __all__ = [
     "split_label",
     "study_markdown",
     "study_runs",
+    "write_curves_figure",
 ]

@@ -98,6 +98,38 @@ def test_learning_curves_bin_training_returns(study):
     assert none[none["step"] == 2000]["return"].tolist() == [3.0, 3.0]  # one per game
 
 
+def test_an_episode_ending_on_a_bin_edge_is_in_the_bin_it_ends(tmp_path):
+    """A run of 2,000 steps whose last episode ends at step 2,000 has no bin past its end."""
+    agent(tmp_path, "sgi_none", "minatar/breakout", 0, 0.1, [(999, 1.0), (1000, 3.0), (2000, 5.0)])
+    curves = ms.learning_curves(ms.study_runs(tmp_path), bin_steps=1000)
+    assert curves.set_index("step")["return"].to_dict() == {1000: 2.0, 2000: 5.0}
+
+
+def test_the_curves_figure_draws_each_game_and_method_and_keeps_foreign_files(study, tmp_path):
+    runs = ms.study_runs(study)
+    path = tmp_path / "curves.svg"
+    ms.write_curves_figure(runs, path, methods=["none", "s", "sgi (naive)"], bin_steps=1000)
+    root = ET.fromstring(path.read_text())  # well-formed
+    text = path.read_text()
+    assert ms.CURVES_MARK in text and "asterix" in text and "breakout" in text
+    # none has returns on both games: one line per game; s and naive log no episodes
+    lines = [e for e in root.iter("{http://www.w3.org/2000/svg}polyline")]
+    coloured = [e for e in lines if e.get("stroke") != "#888"]
+    assert len(coloured) == 2
+    # each line: the mean of seeds 0-2 at steps 1000 (1.0) and 2000 (3.0), the panel's top 3.15
+    first = coloured[0].get("points").split()
+    assert len(first) == 2
+    legend = [e.text for e in root.iter("{http://www.w3.org/2000/svg}text")]
+    assert "none" in legend and "3.15" in legend
+    assert "s" not in legend  # a method without training episodes is left out of the legend
+    ms.write_curves_figure(runs, path)  # ours: redrawn
+    foreign = tmp_path / "mine.svg"
+    foreign.write_text("<svg/>")
+    with pytest.raises(FileExistsError, match="not a learning-curve figure of ours"):
+        ms.write_curves_figure(runs, foreign)
+    assert foreign.read_text() == "<svg/>"
+
+
 def test_per_game_returns_give_the_evaluation_and_the_training_mean_with_t_intervals(study):
     returns = ms.per_game_returns(ms.study_runs(study)).set_index(["method", "game", "readout"])
     # none on Asterix: evaluations 1.0, 1.1, 1.2 (10 x score) -> 1.1 +- t(2) 4.303 x 0.1/sqrt(3)
