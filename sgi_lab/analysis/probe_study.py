@@ -2,13 +2,12 @@
 95% confidence intervals over seeds, and the rank correlation with the paper's finetuning scores.
 
 `probe_frame` reads probes.json files (``sgi-lab report``, ``representations.ipynb``);
-`experiment_probe_frame` reads an experiment's probe tasks (``params/experiments/probes.yaml``)
-and `write_probe_report` writes its report.
+`experiment_probe_frame` reads an experiment's probe tasks (``params/experiments/probes.yaml``);
+`sgi_lab.analysis.probe_report` writes its report.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Iterable
@@ -18,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sgi_lab.base.files import atomic_write_text, read_jsonl, read_mapping
+from sgi_lab.base.files import read_jsonl, read_mapping
 from sgi_lab.data.store_format import read_manifest
 from sgi_lab.metrics.paper import paper_aggregates
 from sgi_lab.probes.atariari import CATEGORIES
@@ -50,7 +49,6 @@ __all__ = [
     "training_probe_curves",
     "curve_summary",
     "summary_table",
-    "write_probe_report",
 ]
 
 METRICS = (
@@ -352,92 +350,6 @@ def readout_groups(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     default = reading_label(*DEFAULT_READOUT)
     order = sorted(set(labels), key=lambda label: (not label.startswith(default), label))
     return [(label, frame[labels == label]) for label in order]
-
-
-def write_probe_report(graph: Any) -> Path:
-    """A probe experiment's ``report.html``, ``results.csv`` (one row per probed encoder and
-    game), ``results.aggregates.csv`` (per reading and objective, 95% CIs over seeds)
-    and ``results.md`` (those numbers as markdown, for docs/results); an experiment that reads
-    its encoders several ways gets one summary per reading (`reading_label`), the default's
-    first."""
-    import html
-
-    out = Path(graph.out)
-    frame = experiment_probe_frame(graph)
-    if frame.empty:
-        raise RuntimeError(f"{out}: no probe task has a result yet")
-    groups = [(label, part, objective_summary(part)) for label, part in readout_groups(frame)]
-    aggregates = pd.concat(
-        [
-            summary.assign(
-                reading=label, readout=part["readout"].iloc[0], features=part["features"].iloc[0]
-            )
-            for label, part, summary in groups
-        ],
-        ignore_index=True,
-    )
-    atomic_write_text(out / "results.csv", frame.to_csv(index=False))
-    atomic_write_text(out / "results.aggregates.csv", aggregates.to_csv(index=False))
-    side_by_side: list[tuple[str, pd.DataFrame]] = []
-    if len(groups) > 1:
-        # lazy: probe_reread builds its tables from this module's readers (a cycle at import)
-        from sgi_lab.analysis.probe_reread import reread_tables
-
-        side_by_side = reread_tables(graph)
-    atomic_write_text(
-        out / "results.md",
-        "\n".join(
-            (f"## Readout: {label}\n\n" if len(groups) > 1 else "")
-            + results_markdown(part, summary)
-            for label, part, summary in groups
-        )
-        + "".join(
-            f"\n{'## Readings side by side' if i == 0 else ''}\n\n{text}\n\n"
-            f"{markdown_table(table)}\n"
-            for i, (text, table) in enumerate(side_by_side)
-        ),
-    )
-    # lazy: plotly draws only here; `sgi-lab`'s parser imports this module through
-    # `sgi_lab.experiments` on machines that may lack plotly (the GPU image trains without it)
-    from sgi_lab.viz.probes import probe_bars
-
-    parts = [
-        "<!DOCTYPE html><html><head><meta charset='utf-8'>",
-        f"<title>{html.escape(graph.experiment.name)}</title>",
-        "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
-        "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}</style></head><body>",
-        f"<h1>Probes: {html.escape(graph.experiment.name)}</h1>",
-        f"<p>{html.escape(graph.experiment.description)}; {len(frame)} probed encoders, games "
-        f"{', '.join(sorted(frame['game'].unique()))}.</p>",
-        "<p>across_categories: the mean of the category means (AtariARI's headline); overall: "
-        "the mean over every variable.</p>",
-    ]
-    for index, (label, _, summary) in enumerate(groups):
-        correlations = "".join(
-            f"<p>Spearman rank correlation of {metric} F1 with the paper's tab:controls_hns "
-            f"median HNS: {json.dumps({k: v for k, v in corr.items() if k != 'pairs'})}</p>"
-            for metric in ("across_categories", "overall", "reward_f1")
-            for corr in [paper_rank_correlation(summary, metric)]
-        )
-        parts += [
-            f"<h2>Test F1 per objective, {html.escape(label)} "
-            "(mean over seeds of the mean over games; 95% t CIs)</h2>",
-            summary_table(summary).to_html(na_rep="-"),
-            correlations,
-            probe_bars(summary).to_html(full_html=False, include_plotlyjs=index == 0),
-        ]
-    if side_by_side:
-        parts.append("<h2>Readings side by side</h2>")
-    for text, table in side_by_side:
-        parts += [f"<p>{html.escape(text)}</p>", table.to_html(na_rep="-")]
-    parts += [
-        "<h2>Every probed encoder</h2>",
-        frame.to_html(index=False, float_format=lambda x: f"{x:.3f}", na_rep="-"),
-        "</body></html>",
-    ]
-    path = out / "report.html"
-    atomic_write_text(path, "\n".join(parts))
-    return path
 
 
 def probe_folders(paths: Iterable[str | os.PathLike]) -> list[Path]:

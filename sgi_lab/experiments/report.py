@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sgi_lab.analysis.probe_study import write_probe_report
+from sgi_lab.analysis.probe_report import write_probe_report
 from sgi_lab.analysis.report import format_aggregates, report
 from sgi_lab.base.files import atomic_write_text
 from sgi_lab.experiments.graph import (
