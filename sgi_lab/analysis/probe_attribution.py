@@ -121,11 +121,14 @@ def per_run_table(
     return frame
 
 
-def readout_table(graph: Any, metric: str = "across_categories") -> pd.DataFrame:
-    """Per objective (rows, random init first) and readout/features (columns): ``metric`` of the
-    experiment's finished probe tasks, mean over seeds with a 95% t interval, as text; ``n``
-    in each cell's brackets when fewer than 2 seeds finished."""
-    frame = experiment_probe_frame(graph)
+def readout_table(
+    graph: Any, metric: str = "across_categories", frame: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """Per objective (rows, random init first) and reading (columns): ``metric`` of the
+    experiment's finished probe tasks (``frame``: their `experiment_probe_frame`, when the
+    caller has it), mean over seeds with a 95% t interval, as text; ``n`` in each cell's
+    brackets when fewer than 2 seeds finished."""
+    frame = experiment_probe_frame(graph) if frame is None else frame
     if frame.empty:
         return pd.DataFrame()
     cells: dict[str, dict[str, str]] = {}
@@ -143,13 +146,15 @@ def readout_table(graph: Any, metric: str = "across_categories") -> pd.DataFrame
     return out
 
 
-def paired_readout_table(graph: Any, metric: str = "across_categories") -> pd.DataFrame:
+def paired_readout_table(
+    graph: Any, metric: str = "across_categories", frame: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """Per objective (rows) and readout/features (columns): each final encoder's ``metric`` minus
     that of the random encoder of its own seed (its initialisation: a run of seed s starts from
     the weights of random encoder s) read the same way, mean over seeds with a 95% t interval,
     and how many of the pairs fell (``3/3 lower``): the attribution's test under every readout,
-    not only the least squares of the curves."""
-    frame = experiment_probe_frame(graph)
+    not only the least squares of the curves. ``frame``: as `readout_table`."""
+    frame = experiment_probe_frame(graph) if frame is None else frame
     if frame.empty or "random_init" not in set(frame["objective"]):
         return pd.DataFrame()
     cells: dict[str, dict[str, str]] = {}

@@ -27,12 +27,15 @@ __all__ = ["below_random_counts", "rank_correlation_table", "reread_markdown", "
 
 
 def rank_correlation_table(
-    graph: Any, metrics: tuple[str, ...] = ("across_categories", "reward_f1")
+    graph: Any,
+    metrics: tuple[str, ...] = ("across_categories", "reward_f1"),
+    frame: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Per reading (rows) and probe metric (columns): Spearman's rho of the objectives' mean
     ``metric`` with the paper's ``tab:controls_hns`` median HNS, as ``rho (p = .., n = ..)``
-    (n: the objectives both have; random init stands for SGI-None)."""
-    frame = experiment_probe_frame(graph)
+    (n: the objectives both have; random init stands for SGI-None). ``frame``: the graph's
+    `experiment_probe_frame`, when the caller has it."""
+    frame = experiment_probe_frame(graph) if frame is None else frame
     cells: dict[str, dict[str, str]] = {}
     for label, part in readout_groups(frame):
         summary = objective_summary(part.drop_duplicates(["objective", "seed", "game"]), metrics)
@@ -48,10 +51,13 @@ def rank_correlation_table(
     return out
 
 
-def below_random_counts(graph: Any, metric: str = "across_categories") -> pd.DataFrame:
+def below_random_counts(
+    graph: Any, metric: str = "across_categories", frame: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """Per reading: how many objectives' mean ``metric`` is below random init's, and which
-    objectives are above it (``objectives below random init``, ``above or level``)."""
-    frame = experiment_probe_frame(graph)
+    objectives are above it (``objectives below random init``, ``above or level``); ``frame``
+    as `rank_correlation_table`."""
+    frame = experiment_probe_frame(graph) if frame is None else frame
     rows = []
     for label, part in readout_groups(frame):
         part = part.drop_duplicates(["objective", "seed", "game"])
@@ -76,6 +82,7 @@ def reread_tables(graph: Any) -> list[tuple[str, pd.DataFrame]]:
     per objective and reading, its change from the random encoder each run started from, the
     same for agent localisation and the reward probe, how many objectives fall below random
     init under each reading and the correlations with the paper (empty tables left out)."""
+    frame = experiment_probe_frame(graph)  # read once: every table below summarises it
     tables: list[tuple[str, pd.DataFrame]] = []
     for metric, what in (
         ("across_categories", "the mean of AtariARI's category means"),
@@ -86,12 +93,12 @@ def reread_tables(graph: Any) -> list[tuple[str, pd.DataFrame]]:
             (
                 f"F1 of {what} by reading, mean over seeds of the mean over games [95% t "
                 "interval over seeds]:",
-                readout_table(graph, metric),
+                readout_table(graph, metric, frame),
             ),
             (
                 "The same minus the random encoder each run started from (same seed, same "
                 "reading), mean over seeds [95% t interval], and how many seed pairs fell:",
-                paired_readout_table(graph, metric),
+                paired_readout_table(graph, metric, frame),
             ),
         ]
     tables += [
@@ -102,7 +109,7 @@ def reread_tables(graph: Any) -> list[tuple[str, pd.DataFrame]]:
         (
             "Spearman correlation of each probe with the paper's tab:controls_hns median HNS "
             "(ResNet, Mixed data: another encoder and dataset than these probes'):",
-            rank_correlation_table(graph),
+            rank_correlation_table(graph, frame=frame),
         ),
     ]
     return [(text, table) for text, table in tables if not table.empty]
