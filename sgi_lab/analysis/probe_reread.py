@@ -104,7 +104,7 @@ def reread_tables(graph: Any) -> list[tuple[str, pd.DataFrame]]:
     tables += [
         (
             "Objectives whose headline F1 is below random init's, per reading:",
-            below_random_counts(graph),
+            below_random_counts(graph, frame=frame),
         ),
         (
             "Spearman correlation of each probe with the paper's tab:controls_hns median HNS "
