@@ -714,6 +714,20 @@ GAME_SLUGS = [
 ]
 
 
+def start_driver(file: Path, out: Path) -> subprocess.Popen:
+    """``sgi-lab experiment FILE --out OUT`` in a process group of its own (as a shell starts a
+    job), its output captured."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "sgi_lab.launch.cli", "experiment", str(file), "--out", str(out)]
+        + ["--no-progress"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
 def test_sigterm_stops_the_tasks_and_puts_them_back_to_pending(tmp_path):
     """A background job ignores SIGINT; SIGTERM (kill, timeout, a scheduler) stops the graph as
     Ctrl-C does: the task process ends, the task is pending again, the folder is unlocked."""
@@ -725,17 +739,8 @@ data:
 pretrain: [{name: p, params: params/pretrain/smoke.yaml, data: big}]
 finetune: [{name: f, params: params/finetune/smoke.yaml, pretrain: [p]}]
 """
-    file = write(tmp_path, text)
     out = tmp_path / "out"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sgi_lab.launch.cli", "experiment", str(file), "--out", str(out)]
-        + ["--no-progress"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+    proc = start_driver(write(tmp_path, text), out)
     state = out / "experiment.json"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -776,17 +781,8 @@ pretrain:
     set: {steps: 100000, checkpoint_every: 100000, log_every: 2}
 finetune: [{name: f, params: params/finetune/smoke.yaml, pretrain: [p]}]
 """
-    file = write(tmp_path, text)
     out = tmp_path / "out"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sgi_lab.launch.cli", "experiment", str(file), "--out", str(out)]
-        + ["--no-progress"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+    proc = start_driver(write(tmp_path, text), out)
     run = out / "pretrain" / "p__Pong"
     deadline = time.monotonic() + 180
     try:
