@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -19,7 +20,7 @@ from sgi_lab.envs import UnknownGameError
 from sgi_lab.launch.cli import main
 from sgi_lab.nets import SGIModel
 from sgi_lab.runs.checkpoints import CheckpointError
-from sgi_lab.runs.folder import RunDir
+from sgi_lab.runs.folder import RUNTIME_KEYS, RunDir
 from sgi_lab.runs.stopping import Deadline, RunStopped, parse_duration, stop_on_signals
 from sgi_lab.train.population import Population
 from sgi_lab.train.sgi_loss import finetuning_settings, pretraining_settings, weighted_sum
@@ -573,6 +574,50 @@ def test_a_stop_request_checkpoints_at_that_step_and_the_run_resumes_there(tmp_p
     run = ft.finetune(config, out, progress=False, callback=lambda s, pop: seen.append(s))
     assert seen[0] == 46 and seen[-1] == 60
     assert run.status()["state"] == "finished" and run.evaluation["step"] == 60
+
+
+def test_checkpoints_do_not_change_what_a_run_learns_so_their_interval_may_change(tmp_path):
+    """Writing a checkpoint reads the state and advances nothing: a run checkpointing every 20
+    steps ends at the same weights and metrics as one checkpointing only at its end, so
+    ``checkpoint_every`` is a runtime key (a stopped run resumes under another interval)."""
+    often = ft.finetune(
+        FinetuneConfig(**{**TINY, "steps": 60, "checkpoint_every": 20}),
+        tmp_path / "a",
+        progress=False,
+    )
+    ft.finetune(
+        FinetuneConfig(**{**TINY, "steps": 60, "checkpoint_every": 60}),
+        tmp_path / "b",
+        progress=False,
+    )
+    # (older checkpoints are pruned: the newest two stay)
+    assert [p.name for p in often.checkpoints()] == ["ckpt_00000040.pt", "ckpt_00000060.pt"]
+    a = torch.load(tmp_path / "a" / "model.pt", weights_only=True)["model"]
+    b = torch.load(tmp_path / "b" / "model.pt", weights_only=True)["model"]
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    rows = [(tmp_path / r / "metrics.jsonl").read_text().splitlines() for r in ("a", "b")]
+    strip = [
+        [
+            {
+                k: v
+                for k, v in json.loads(x).items()
+                if k not in ("charts/sps", "charts/ups", "time")
+            }
+            for x in r
+        ]
+        for r in rows
+    ]
+    assert strip[0] == strip[1]
+    assert "checkpoint_every" in RUNTIME_KEYS
+    stop = Deadline()
+    stop.request_stop("pre-empted")
+    config = FinetuneConfig(**{**TINY, "steps": 60, "checkpoint_every": 60})
+    with pytest.raises(RunStopped):
+        ft.finetune(config, tmp_path / "c", progress=False, stop=stop)
+    resumed = ft.finetune(
+        dataclasses.replace(config, checkpoint_every=20), tmp_path / "c", progress=False
+    )
+    assert resumed.status()["state"] == "finished"
 
 
 def test_a_population_of_a_pretrained_and_a_fresh_agent_stops_and_resumes(tmp_path):

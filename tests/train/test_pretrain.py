@@ -264,3 +264,18 @@ def test_cli_pretrain_smoke_and_bad_key(dot_store, tmp_path, capsys):
         ]
     )
     assert rc == 2 and "bogus" in capsys.readouterr().err
+
+
+def test_checkpoints_do_not_change_what_pretraining_learns(dot_store, tmp_path):
+    """Checkpointing every 5 steps or only at the end gives the same model: the interval is a
+    runtime key (sgi_lab.runs.folder.RUNTIME_KEYS) a stopped run may resume under."""
+    models = []
+    for every in (5, 20):
+        config = build_config(
+            PretrainConfig,
+            {**TINY, "steps": 20, "goal_weight": 0.0, "hidden_size": 64, "checkpoint_every": every},
+        )
+        path = pretrain(config, dot_store, tmp_path / f"every_{every}", progress=False)
+        models.append(load_checkpoint(path, kind="pretrained_model")["model"])
+    a, b = models
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
