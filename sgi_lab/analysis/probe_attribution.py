@@ -149,7 +149,7 @@ def readout_table(
 def paired_readout_table(
     graph: Any, metric: str = "across_categories", frame: pd.DataFrame | None = None
 ) -> pd.DataFrame:
-    """Per objective (rows) and readout/features (columns): each final encoder's ``metric`` minus
+    """Per objective (rows) and reading (columns): each final encoder's ``metric`` minus
     that of the random encoder of its own seed (its initialisation: a run of seed s starts from
     the weights of random encoder s) read the same way, mean over seeds with a 95% t interval,
     and how many of the pairs fell (``3/3 lower``): the attribution's test under every readout,

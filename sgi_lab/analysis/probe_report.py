@@ -50,7 +50,7 @@ def write_probe_report(graph: Any) -> Path:
     )
     atomic_write_text(out / "results.csv", frame.to_csv(index=False))
     atomic_write_text(out / "results.aggregates.csv", aggregates.to_csv(index=False))
-    side_by_side = reread_tables(graph) if len(groups) > 1 else []
+    side_by_side = reread_tables(graph, frame) if len(groups) > 1 else []
     atomic_write_text(
         out / "results.md",
         "\n".join(

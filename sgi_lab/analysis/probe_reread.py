@@ -77,12 +77,14 @@ def below_random_counts(
     return pd.DataFrame(rows).set_index("reading") if rows else pd.DataFrame()
 
 
-def reread_tables(graph: Any) -> list[tuple[str, pd.DataFrame]]:
+def reread_tables(graph: Any, frame: pd.DataFrame | None = None) -> list[tuple[str, pd.DataFrame]]:
     """The re-read's tables, each with the sentence that says what it holds: the headline F1
     per objective and reading, its change from the random encoder each run started from, the
     same for agent localisation and the reward probe, how many objectives fall below random
-    init under each reading and the correlations with the paper (empty tables left out)."""
-    frame = experiment_probe_frame(graph)  # read once: every table below summarises it
+    init under each reading and the correlations with the paper (empty tables left out).
+    ``frame``: the graph's `experiment_probe_frame`, when the caller has it (read once either
+    way: every table summarises it)."""
+    frame = experiment_probe_frame(graph) if frame is None else frame
     tables: list[tuple[str, pd.DataFrame]] = []
     for metric, what in (
         ("across_categories", "the mean of AtariARI's category means"),

@@ -136,8 +136,11 @@ def probe_frame(
 ) -> pd.DataFrame:
     """Every probes.json entry of ``folders`` (run folders or probes files), one row each; an
     entry without a seed (a pretraining run's) gets its run's (``config.yaml``). ``readout``
-    and ``features``: only the entries made with them (None: every one)."""
-    rows = []
+    and ``features``: only the entries made with them (None: every one); when both are given,
+    one reading is asked for, so an encoder probed on the same store and split with several
+    probe-frame budgets (a study's 10k-frame reading beside its all-frames one) keeps only the
+    entry read on the most frames."""
+    rows, keys = [], []
     for folder in folders:
         path = Path(folder)
         for entry in read_probes(path):
@@ -149,7 +152,22 @@ def probe_frame(
             if row["seed"] is None:  # a pretraining run's seed (a probes file sits in its run)
                 row["seed"] = _config_seed(path if path.is_dir() else path.parent)
             rows.append(row)
-    return pd.DataFrame(rows)
+            encoder, store = entry.get("encoder", {}), entry.get("store", {})
+            keys.append(
+                (
+                    str(path),
+                    encoder.get("source"),
+                    encoder.get("step"),
+                    encoder.get("seed"),
+                    store.get("fingerprint") or store.get("path"),
+                    entry.get("settings", {}).get("split_seed"),
+                )
+            )
+    frame = pd.DataFrame(rows)
+    if frame.empty or readout is None or features is None:
+        return frame
+    fullest = frame.assign(_key=keys).sort_values("frames", kind="stable")
+    return fullest.drop_duplicates("_key", keep="last").drop(columns="_key").sort_index()
 
 
 def _config_seed(folder: Path) -> int | None:
@@ -256,7 +274,8 @@ def _check_one_readout(frame: pd.DataFrame) -> None:
     if len(labels) > 1:
         raise ValueError(
             f"probe results of several readings ({'; '.join(labels)}): summarise one at a time "
-            "(probe_frame(..., readout=..., features=...), readout_groups)"
+            "(readout_groups, or probe_frame(..., readout=..., features=...), which keeps each "
+            "encoder's fullest reading)"
         )
 
 

@@ -32,7 +32,7 @@ from sgi_lab.experiments.spec import (
 from sgi_lab.probes.atariari import UnannotatedGameError
 from sgi_lab.probes.probe import ProbeInputError, check_probe_store
 from sgi_lab.runs.folder import run_name
-from sgi_lab.runs.status import read_status
+from sgi_lab.runs.status import has_final_model, read_status
 from sgi_lab.train.capacity import split_agents, split_population
 from sgi_lab.train.finetune import population_configs, population_folders
 from sgi_lab.train.population import POPULATION_KEYS
@@ -305,7 +305,7 @@ def _reused_config(where: str, pattern: str, experiment: Experiment) -> Pretrain
                 f"{where}: {folder}: not a pretraining run folder (no status.json of a "
                 "pretraining run); run: names finished runs to reuse"
             )
-        if status.get("state") != "finished" or not (folder / "model.pt").is_file():
+        if status.get("state") != "finished" or not has_final_model(folder, status):
             raise ConfigError(
                 f"{where}: {folder}: not finished (state {status.get('state')!r}, step "
                 f"{status.get('step')}); finish it where it was started, then run this again"

@@ -219,6 +219,27 @@ def test_cli_readouts_are_separate_entries_listed_side_by_side(tmp_path, capsys)
     assert "logistic" in shown and "lstsq" in shown
 
 
+def test_one_reading_asked_for_keeps_each_encoders_fullest_frame_budget(tmp_path, capsys):
+    """A study reads an encoder on 10k frames and on all of them with the same readout: asked
+    for that readout, `probe_frame` gives the encoder once (its all-frames entry), so the
+    notebooks' summaries neither mix the two nor refuse them; unfiltered, both rows stay and a
+    summary over them is refused, naming the two readings."""
+    store = synthetic_store(tmp_path / "s", episodes=10, length=30)
+    out = tmp_path / "random"
+    base = ["probe", "--random-init", "nature", "--out", str(out), "--data", str(store.path)]
+    base += ["--no-progress", "--no-random-baseline"]
+    assert main([*base, "--max-frames", "150"]) == 0
+    assert main(base) == 0
+    capsys.readouterr()
+    both = probe_frame([out])
+    assert sorted(both["max_frames"].fillna(0)) == [0, 150] and len(set(both["frames"])) == 2
+    with pytest.raises(ValueError, match="lstsq, renormalized; lstsq, renormalized, 150 frames"):
+        objective_summary(both)
+    one = probe_frame([out], readout="lstsq", features="renormalized")
+    assert len(one) == 1 and one["frames"].item() == both["frames"].max()
+    assert pd.isna(one["max_frames"].item()) and not objective_summary(one).empty
+
+
 def test_entries_written_before_readouts_read_as_least_squares_on_renormalized_maps(tmp_path):
     entry = {
         "encoder": {"kind": "random_init", "seed": 0, "encoder": "nature"},
