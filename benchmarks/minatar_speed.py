@@ -7,6 +7,7 @@ uniform-random returns (the 0 of the MinAtar score) and the shift-augmentation c
     python benchmarks/minatar_speed.py shift --rows 5000       # objects a +-1 cell shift breaks
     python benchmarks/minatar_speed.py update --agents 1 4     # the finetuning update, ms/agent
     python benchmarks/minatar_speed.py update --compile        # + torch.compile of the losses
+    python benchmarks/minatar_speed.py pretrain --threads 2    # one SGI pretraining step, fp32/bf16
     python benchmarks/minatar_speed.py all                     # everything, JSON at the end
 
 Steps are `sgi_lab.envs.make_env`'s (MinAtar's defaults: sticky actions 0.1, ramping on, the
@@ -20,7 +21,12 @@ numbers `sgi_lab.metrics.minatar` records. Update times: one finetuning update o
 Breakout's 3 actions and 4 channels, fp32) on random 0/255 grids, the median over ``--repeats``
 after 5 warm-up updates, for each population size and batching (loop, vmap); with
 ``--compile``, the same update with the per-agent losses under ``torch.compile`` (inductor),
-interleaved with eager updates so that load drifts hit both alike. Needs
+interleaved with eager updates so that load drifts hit both alike. Pretraining: one SGI step
+(`sgi_lab.train.pretrain_step.train_step`: ``params/pretrain/minatar_sgi.yaml``, batch 256, K = 5,
+goal RL with double Q, inverse dynamics) on random 0/255 Breakout grids, the median over
+``--repeats`` after 3 warm-up steps, in fp32 and (where the CPU has native bf16) under bf16
+autocast, the two settings alternated for three rounds; the 5k-step figure of issue 33 is 5,000 x
+that median (the sampler adds ~1 ms a step). Needs
 ``pip install 'sgi-lab[minatar]'``.
 """
 
@@ -33,6 +39,7 @@ import statistics
 import subprocess
 import tempfile
 import time
+import types
 
 import numpy as np
 import torch
@@ -208,6 +215,36 @@ def update_times(
     return rows
 
 
+def pretrain_times(repeats: int) -> list[dict]:
+    """Milliseconds per MinAtar SGI pretraining step at batch 256, fp32 and bf16, interleaved."""
+    import dataclasses
+
+    from sgi_lab.config import PretrainConfig, load_config
+    from sgi_lab.runtime.device import cpu_has_native_bf16
+    from sgi_lab.train.pretrain_step import PretrainBatch, build_state, train_step
+
+    config = load_config(PretrainConfig, "params/pretrain/minatar_sgi.yaml")
+    shape = types.SimpleNamespace(
+        batch_size=config.batch_size, spr_steps=config.spr_steps, game="minatar/breakout"
+    )
+    batch = _minatar_batch(shape, 3, 0)
+    batch = PretrainBatch(*(torch.from_numpy(getattr(batch, k)) for k in PretrainBatch._fields))
+    settings = [False, True] if cpu_has_native_bf16() else [False]
+    times: dict[bool, list[float]] = {bf16: [] for bf16 in settings}
+    for _ in range(3):
+        for bf16 in settings:
+            c = dataclasses.replace(config, cpu_amp=bf16, channels_last=False)
+            state = build_state(c, 3, torch.device("cpu"), observation_spec("minatar/breakout"))
+            times[bf16].append(_timed(lambda c=c, s=state: train_step(c, s, batch), repeats)["ms"])
+    rows = []
+    for bf16, ms in times.items():
+        row = {"precision": "bf16" if bf16 else "fp32", "ms": statistics.median(ms),
+               "rounds_ms": ms, "5k_steps_min": 5000 * statistics.median(ms) / 60_000}  # fmt: skip
+        rows.append(row)
+        print(json.dumps(row))
+    return rows
+
+
 def _timed(step, repeats: int) -> dict[str, float]:
     for _ in range(5):
         step()
@@ -253,7 +290,9 @@ def _compiled(pop, step, repeats: int) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("steps", "encoders", "random", "shift", "update", "all"))
+    parser.add_argument(
+        "what", choices=("steps", "encoders", "random", "shift", "update", "pretrain", "all")
+    )
     parser.add_argument("--agents", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--compile", action="store_true", help="update: also torch.compile")
     parser.add_argument("--steps", type=int, default=20_000)
@@ -281,6 +320,8 @@ def main() -> None:
         result["update"] = update_times(
             args.agents, min(args.repeats, 30), args.compile, args.encoder, tuple(args.batching)
         )
+    if args.what in ("pretrain", "all"):
+        result["pretrain"] = pretrain_times(min(args.repeats, 20))
     print(json.dumps(result, indent=2))
 
 

@@ -252,15 +252,21 @@ class SGIModel(nn.Module):
         return (F.softmax(self.q_logits(z, action_mask), dim=-1) * self.support).sum(-1)
 
     def goal_q_logits(
-        self, z: torch.Tensor, goal: torch.Tensor, action_mask: torch.Tensor | None = None
+        self,
+        z: torch.Tensor,
+        goal: torch.Tensor,
+        action_mask: torch.Tensor | None = None,
+        film: tuple[torch.Tensor, ...] | None = None,
     ) -> torch.Tensor:
         """FiLM goal-conditioned C51 head: latents (B, C, 7, 7), goals (B, D) -> (B, A, Z).
 
         Shares the hidden layers with :meth:`q_logits`; a layer norm whose affine parameters
         come from the FiLM generator sits after them, then the goal head's output layers.
+        ``film``: ``self.film(goal)`` when the caller has it (two passes with the same goals).
         """
         adv_h, val_h = self.head.hidden(z.flatten(1))
-        return self.goal_head(adv_h, val_h, self.film(goal), action_mask).float()
+        film = self.film(goal) if film is None else film
+        return self.goal_head(adv_h, val_h, film, action_mask).float()
 
     def goal_q_log_probs(self, z: torch.Tensor, goal: torch.Tensor) -> torch.Tensor:
         """(B, C, 7, 7), (B, D) -> (B, A, Z) log-probabilities over atoms."""

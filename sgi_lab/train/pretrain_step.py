@@ -295,13 +295,22 @@ def goal_targets(
             config.goal_reward_scale,
             config.goal_distance_scale,
         )
-    selection = None
+    selection = film = None
     if config.goal_double_q:  # the online network picks the bootstrap action
+        # The online FiLM parameters of the goals, with gradient: the selection reads them
+        # detached and the loss reuses them (one FiLM pass of these goals, not two).
+        film = model.film(goals)
         with torch.no_grad():
             z_picker = model.encode(obs[:, config.n_step], prepared=True)
-            selection = F.softmax(model.goal_q_logits(z_picker, goals), -1)
+            picked = model.goal_q_logits(z_picker, goals, film=[f.detach() for f in film])
+            selection = F.softmax(picked, -1)
     targets = SGITargets(
-        y=y_target, z=latents, goals=goals, goal_next=goal_next, goal_selection=selection
+        y=y_target,
+        z=latents,
+        goals=goals,
+        goal_next=goal_next,
+        goal_selection=selection,
+        goal_film=film,
     )
     return targets, rewards
 

@@ -161,6 +161,9 @@ class SGITargets(NamedTuple):
         goal_next: (B, A, Z) target goal-conditioned probabilities at s_{t+n}.
         goal_selection: (B, A, Z) online goal-conditioned probabilities at s_{t+n} when the
             online network picks the bootstrap action (double Q), else None.
+        goal_film: the online FiLM parameters of ``goals`` (``m.film(goals)``, with gradient)
+            when the caller computed them for the selection: the loss reuses them instead of
+            running the FiLM generator on the same goals twice. None: the loss computes them.
     """
 
     y: torch.Tensor | None = None
@@ -168,6 +171,7 @@ class SGITargets(NamedTuple):
     goals: torch.Tensor | None = None
     goal_next: torch.Tensor | None = None
     goal_selection: torch.Tensor | None = None
+    goal_film: tuple[torch.Tensor, ...] | None = None
 
 
 def sgi_loss_terms(
@@ -215,7 +219,7 @@ def sgi_loss_terms(
             )
     if "goal_rl" in terms:
         losses["goal_rl"] = goal_rl_loss(
-            m.goal_q_logits(z0, targets.goals, action_mask),
+            m.goal_q_logits(z0, targets.goals, action_mask, targets.goal_film),
             actions[:, 0],
             targets.z,
             targets.goals,

@@ -279,3 +279,54 @@ def test_checkpoints_do_not_change_what_pretraining_learns(dot_store, tmp_path):
         models.append(load_checkpoint(path, kind="pretrained_model")["model"])
     a, b = models
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_goal_rl_runs_the_online_film_generator_once_with_the_same_loss_and_gradients(monkeypatch):
+    """With double Q, the selection and the loss read one online FiLM pass of the goals (the
+    target's is its own): the losses and every gradient equal those of two separate passes."""
+    from sgi_lab.envs.spec import minatar_spec
+    from sgi_lab.train import pretrain_step as step_module
+
+    config = load_config(PretrainConfig, "params/pretrain/minatar_sgi.yaml", {"batch_size": 8})
+    assert config.goal_double_q and config.uses_goal_rl
+    spec, K, g = minatar_spec("breakout"), config.spr_steps, torch.Generator().manual_seed(0)
+
+    def grids(*lead):
+        return (torch.rand(*lead, *spec.stacked_shape, generator=g) < 0.1).to(torch.uint8) * 255
+
+    batch = step_module.PretrainBatch(
+        grids(8, K + 1),
+        torch.randint(0, 3, (8, K + 1), generator=g),
+        torch.ones(8, K + 1, dtype=torch.bool),
+        grids(8),
+    )
+    goal_targets = step_module.goal_targets
+
+    def without_reuse(*args, **kwargs):  # the loss runs its own FiLM pass, as before the reuse
+        targets, rewards = goal_targets(*args, **kwargs)
+        return targets._replace(goal_film=None), rewards
+
+    runs = []
+    for reuse in (True, False):
+        state = step_module.build_state(config, 3, torch.device("cpu"), spec)
+        passes, forward = [], state.model.film.forward
+
+        def counted(x, passes=passes, forward=forward):
+            passes.append(1)
+            return forward(x)
+
+        monkeypatch.setattr(state.model.film, "forward", counted)
+        monkeypatch.setattr(step_module, "goal_targets", goal_targets if reuse else without_reuse)
+        total, logs = step_module.sgi_losses(config, state, batch)
+        total.backward()
+        grads = {n: p.grad for n, p in state.model.named_parameters()}
+        runs.append((len(passes), logs, grads))
+    (passes_a, logs_a, grads_a), (passes_b, logs_b, grads_b) = runs
+    assert (passes_a, passes_b) == (1, 2)
+    assert logs_a.keys() == logs_b.keys()
+    assert all(torch.equal(logs_a[k], logs_b[k]) for k in logs_a)
+    assert grads_a["film.layers.5.weight"].abs().sum() > 0
+    assert grads_a.keys() == grads_b.keys()
+    for name, grad in grads_a.items():
+        assert (grad is None) == (grads_b[name] is None), name
+        assert grad is None or torch.equal(grad, grads_b[name]), name
