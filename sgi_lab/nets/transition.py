@@ -69,13 +69,17 @@ class TransitionModel(nn.Module):
 
         The action maps of all K steps are one small conv and one gather (not K of each).
         """
-        # index_select, not maps[actions]: its backward is an index_add (a tenth of the time of
-        # advanced indexing's sorting index_put on a CPU); the same gather forward.
+        # Each step's map picked by a one-hot product: the same numbers as indexing (one term of
+        # each sum is the map, the others exact zeros), and its backward is a small matmul, where
+        # advanced indexing's sorts the B x K indices (and under vmap gathers through a
+        # materialised index); unbind, not maps[:, k]: each select's backward would write a
+        # zero-filled (B, K, C, H, W) gradient.
         maps = self.action_maps(z.shape[-2], z.shape[-1])
-        maps = maps.index_select(0, actions.reshape(-1)).view(*actions.shape, *maps.shape[1:])
+        one_hot = F.one_hot(actions, self.num_actions).to(maps.dtype)
+        maps = (one_hot @ maps.flatten(1)).view(*actions.shape, *maps.shape[1:])
         preds = []
-        for k in range(actions.shape[1]):
-            z = self(z, actions[:, k], maps[:, k])
+        for action, action_map in zip(actions.unbind(1), maps.unbind(1), strict=True):
+            z = self(z, action, action_map)
             preds.append(z)
         return torch.stack(preds, dim=1)
 
