@@ -114,6 +114,29 @@ def test_transition_rollout_is_k_reference_steps_with_their_gradients():
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("bf16", [False, True])
+def test_transition_rollout_picks_each_action_map_exactly(bf16):
+    """The rollout's one-hot product picks each step's action map with the same bits as
+    indexing the maps (fp32, and under bf16 autocast where the maps are bf16)."""
+    torch.manual_seed(0)
+    h = TransitionModel(16, 3)
+    z0 = renormalize(torch.rand(32, 16, 8, 8))
+    actions = torch.randint(0, 3, (32, 5))
+
+    def indexed(z):
+        maps = h.action_maps(*z.shape[-2:])[actions]
+        steps = []
+        for k in range(actions.shape[1]):
+            z = h(z, actions[:, k], maps[:, k])
+            steps.append(z)
+        return torch.stack(steps, 1)
+
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        fast, slow = h.rollout(z0, actions), indexed(z0)
+    assert fast.dtype == (torch.bfloat16 if bf16 else torch.float32)
+    assert torch.equal(fast, slow)
+
+
 def test_noisy_linear_noise_on_off():
     torch.manual_seed(0)
     layer = NoisyLinear(6, 3, std_init=0.5)
