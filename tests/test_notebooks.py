@@ -532,8 +532,28 @@ def test_ablations_notebook_on_minatar_runs(tmp_path):
         for game, low in (("minatar/breakout", 1.0), ("minatar/asterix", 2.0)):
             _minatar_run(tmp_path / "runs", "sgi_none", game, seed, low + seed)
             _minatar_run(tmp_path / "runs", "reduced_lr@sgi", game, seed, low + 5 + seed)
-    params = _minatar_set("ablations", runs_root=str(tmp_path / "runs"), reps=100)
+    # Section 6: an experiment at 10k finetuning steps and its 2x one (SGI below scratch at 10k
+    # in every seed pair, above it at 20k).
+    budgets = {"10k steps": tmp_path / "study", "20k steps": tmp_path / "twice"}
+    for folder, labels, sgi in (
+        (budgets["10k steps"], ("sgi_none", "reduced_lr__sgi"), -0.05),
+        (budgets["20k steps"], ("sgi_none_2x", "reduced_lr_2x__sgi"), 0.05),
+    ):
+        for label, shift in zip(labels, (0.0, sgi), strict=True):
+            for seed in (0, 1):
+                _experiment_agent(folder, label, "minatar/breakout", seed, 0.3 + shift)
+    params = _minatar_set(
+        "ablations",
+        runs_root=str(tmp_path / "runs"),
+        reps=100,
+        budgets={k: str(v) for k, v in budgets.items()},
+    )
     results = execute("ablations", tmp_path, **params)
+    budget_rows = {(r["budget"], r["method"]): r for r in results["finetune_budgets"]}
+    assert set(budget_rows) == {(b, m) for b in budgets for m in ("none", "sgi")}
+    assert budget_rows["10k steps", "sgi"]["below_none"] == 2
+    assert budget_rows["20k steps", "sgi"]["below_none"] == 0
+    assert budget_rows["20k steps", "sgi"]["iqm"] == pytest.approx(0.35)
     assert results["normalization"] == "MinAtar score"
     assert results["games"] == ["minatar/asterix", "minatar/breakout"]
     assert {row["method"] for row in results["aggregates"]} == {"sgi_none", "reduced_lr@sgi"}
@@ -569,6 +589,17 @@ def minatar_pretrained(minatar_store, tmp_path_factory):
     )  # fmt: skip
     pretrain(config, TransitionStore(minatar_store), out, progress=False)
     return out
+
+
+def _experiment_agent(root: Path, label: str, game: str, seed: int, score: float) -> None:
+    """A finished finetuning agent of an experiment folder (``finetune/<label>/<game>__s<seed>``)
+    with its MinAtar score, as `sgi_lab.analysis.minatar_study.study_runs` reads it."""
+    folder = root / "finetune" / label / f"{game.replace('/', '-')}__s{seed}"
+    folder.mkdir(parents=True)
+    (folder / "status.json").write_text(json.dumps({"state": "finished", "params": label}))
+    (folder / "config.yaml").write_text(f"game: {game}\nseed: {seed}\n")
+    evaluation = {"game": game, "mean": 10 * score, "normalized_score": score}
+    (folder / "eval.json").write_text(json.dumps({**evaluation, "normalization": "MinAtar score"}))
 
 
 def _minatar_set(notebook: str, **parameters) -> dict:

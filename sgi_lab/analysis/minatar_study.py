@@ -20,7 +20,7 @@ reading is never mistaken for the study's.
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -486,6 +486,110 @@ def budget_study_markdown(
     return "\n".join(lines)
 
 
+BUDGET_SUFFIX = r"_\d+x$"
+"""A finetuning budget's mark on a scheme's name (``reduced_lr_2x``: twice the study's steps)."""
+
+
+def finetune_budget_runs(folders: Mapping[str, str | Path]) -> pd.DataFrame:
+    """The agents of experiments that differ only in their finetuning budget, ``{budget:
+    folder}`` (``{"10k steps": study, "20k steps": twice}``), as `study_runs` rows with a
+    ``budget`` column and ``method`` (``sgi``, ``sgi (naive)``, ``none``: a scheme's budget
+    mark dropped, so that a method has one name at every budget)."""
+    frames = []
+    for budget, folder in folders.items():
+        runs = study_runs(folder)
+        if runs.empty:
+            continue
+        runs = runs.assign(
+            budget=budget, scheme=runs["scheme"].str.replace(BUDGET_SUFFIX, "", regex=True)
+        )
+        frames.append(runs.assign(method=_method(runs)))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def finetune_budget_table(
+    folders: Mapping[str, str | Path], reps: int = 2000, seed: int = 0
+) -> pd.DataFrame:
+    """Each method at each finetuning budget (`finetune_budget_runs`): IQM and mean with 95%
+    stratified bootstrap CIs, P(improvement over none) with its CI, and the paired sign count
+    (``below_none`` of ``pairs``: the (game, seed) pairs where the method's score is below the
+    same seed's from scratch). Over the methods every budget has and the games where each of
+    them finished every seed at every budget, so that the budgets are compared on the same
+    games; empty until two budgets share a method besides none on a game."""
+    runs = finetune_budget_runs(folders)
+    if runs.empty:
+        return pd.DataFrame()
+    done = runs[runs["finished"]]
+    seeds = sorted(done["seed"].unique())
+    budgets = list(folders)
+    full = done.groupby(["budget", "method", "game"])["seed"].nunique() == len(seeds)
+    full = full[full].reset_index()
+    methods = set.intersection(*(set(full.loc[full["budget"] == b, "method"]) for b in budgets))
+    if "none" not in methods or len(methods) < 2:
+        return pd.DataFrame()
+    games_of = full[full["method"].isin(methods)].groupby(["budget", "method"])["game"].apply(set)
+    games = sorted(set.intersection(*games_of)) if len(games_of) else []
+    if not games:
+        return pd.DataFrame()
+    rows = []
+    for budget in budgets:
+        part = done[(done["budget"] == budget) & done["method"].isin(methods)]
+        part = part[part["game"].isin(games)].assign(objective=lambda d: d["method"], scheme="all")
+        table = objective_table(part, None, reps=reps, seed=seed)
+        scores = part.pivot_table(index=["game", "seed"], columns="method", values="normalized")
+        for method, row in table.iterrows():
+            below = int((scores[method] < scores["none"]).sum()) if method != "none" else None
+            rows.append(
+                {
+                    "budget": budget,
+                    "method": method,
+                    **row,
+                    "below_none": below,
+                    "pairs": len(scores),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def finetune_budget_markdown(
+    folders: Mapping[str, str | Path], reps: int = 2000, table: pd.DataFrame | None = None
+) -> str:
+    """`finetune_budget_table` as Markdown (``table``: the caller's, already computed): a row
+    per method, per budget its IQM, its P(improvement over none) and in how many seed pairs it
+    fell below scratch."""
+    table = finetune_budget_table(folders, reps=reps) if table is None else table
+    if table.empty:
+        return "No method besides none has finished a common game at every budget yet.\n"
+    budgets = [b for b in folders if b in set(table["budget"])]
+    header = ["method"] + [
+        f"{b}: {c}" for b in budgets for c in ("IQM", "P(improvement over none)", "below none")
+    ]
+    lines = [
+        f"Over {int(table['games'].iloc[0])} games x {int(table['runs'].iloc[0])} seeds at each "
+        "budget (the same games); 95% stratified bootstrap CIs (rliable's method); below none: "
+        "the (game, seed) pairs where the method scored below the same seed from scratch.",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
+    order = table.groupby("method")["iqm"].mean().sort_values(ascending=False).index
+    for method in order:
+        cells = [method]
+        for budget in budgets:
+            row = table[(table["budget"] == budget) & (table["method"] == method)].iloc[0]
+            cells.append(format_interval(row["iqm"], row["iqm_lower"], row["iqm_upper"]))
+            if method == "none":
+                cells += ["-", "-"]
+                continue
+            poi = [row[f"p_improve_{k}"] for k in ("value", "lower", "upper")]
+            cells += [
+                format_interval(*poi, digits=2),
+                f"{int(row['below_none'])} of {int(row['pairs'])}",
+            ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def budget_svg(curves: dict[str, pd.DataFrame], width: int = 520, height: int = 260) -> str:
     """Pretraining-budget curves (`budget_curve` per scheme: ``{"reduced lr": curve, ...}``) as
     a standalone SVG (GitHub shows it in a Markdown page): IQM against pretraining steps, one
@@ -744,6 +848,9 @@ __all__ = [
     "budget_svg",
     "budget_study_markdown",
     "curves_svg",
+    "finetune_budget_markdown",
+    "finetune_budget_runs",
+    "finetune_budget_table",
     "learning_curves",
     "objective_table",
     "paper_rank_correlation",

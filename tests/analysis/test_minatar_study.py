@@ -274,3 +274,48 @@ def test_budget_runs_take_zero_and_2000_steps_from_the_study_and_show_each_schem
     # Without the study, the budget folder alone has no 2,000-step point but still a curve.
     alone = ms.budget_runs(budget)
     assert "sgi_2000" not in set(alone["objective"])
+
+
+def test_finetune_budget_compares_each_method_at_each_budget_on_the_same_games(tmp_path):
+    """The study at 10k steps and its 2x experiment (labels ``reduced_lr_2x__sgi``,
+    ``sgi_none_2x``): a method has one name at both budgets; only methods both budgets have,
+    on the games every one of them finished at both (Breakout is still running at 2x), with
+    each method's sign count against the same seed from scratch."""
+    study, twice = tmp_path / "study", tmp_path / "twice"
+    for g in GAMES:
+        for seed in range(3):
+            agent(study, "sgi_none", g, seed, 0.1 + 0.01 * seed)
+            agent(study, "reduced_lr__sgi", g, seed, 0.05 + 0.01 * seed)  # below none
+            agent(study, "naive__sgi", g, seed, 0.2)  # above none (0.10-0.12)
+            agent(study, "reduced_lr__s_g", g, seed, 0.9)  # not at 2x: left out
+            running = g == "minatar/breakout" and seed == 1
+            agent(twice, "sgi_none_2x", g, seed, 0.3 + 0.01 * seed)
+            agent(twice, "reduced_lr_2x__sgi", g, seed, None if running else 0.4 + 0.01 * seed)
+            agent(twice, "naive_2x__sgi", g, seed, 0.2 + 0.05 * (seed == 2))  # 0.2, 0.2, 0.25
+    folders = {"10k steps": study, "20k steps": twice}
+
+    runs = ms.finetune_budget_runs(folders)
+    assert set(runs["method"]) == {"none", "sgi", "sgi (naive)", "s_g"}
+    assert set(runs.loc[runs["budget"] == "20k steps", "method"]) == {"none", "sgi", "sgi (naive)"}
+
+    table = ms.finetune_budget_table(folders, reps=200).set_index(["budget", "method"])
+    assert set(table.index) == {(b, m) for b in folders for m in ("none", "sgi", "sgi (naive)")}
+    assert (table["games"] == 1).all() and (table["runs"] == 3).all()  # Asterix only
+    assert table.loc[("10k steps", "sgi"), "iqm"] == pytest.approx(0.06)
+    assert table.loc[("20k steps", "sgi"), "iqm"] == pytest.approx(0.41)
+    assert table.loc[("10k steps", "sgi"), "below_none"] == 3
+    assert table.loc[("20k steps", "sgi"), "below_none"] == 0
+    assert table.loc[("10k steps", "sgi (naive)"), "below_none"] == 0
+    assert table.loc[("20k steps", "sgi (naive)"), "below_none"] == 3  # 0.25 < 0.32 too
+    assert table.loc[("10k steps", "sgi"), "p_improve_value"] == pytest.approx(0.0)
+    assert table.loc[("20k steps", "sgi"), "p_improve_value"] == pytest.approx(1.0)
+    assert (table["pairs"] == 3).all()
+
+    text = ms.finetune_budget_markdown(folders, reps=200)
+    assert "Over 1 games x 3 seeds at each budget" in text
+    assert "| method | 10k steps: IQM | 10k steps: P(improvement over none) |" in text
+    row = next(line for line in text.splitlines() if line.startswith("| sgi |"))
+    assert "0.060 [" in row and "3 of 3" in row and "0 of 3" in row
+    assert "s_g" not in text
+    alone = ms.finetune_budget_markdown({"10k steps": study, "20k steps": tmp_path / "none"})
+    assert alone.startswith("No method besides none")
