@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from sgi_lab.analysis.minatar_study import per_seed_markdown, study_markdown, study_runs
 from sgi_lab.analysis.probe_report import write_probe_report
 from sgi_lab.analysis.report import format_aggregates, report
 from sgi_lab.base.files import atomic_write_text
@@ -31,7 +32,11 @@ def finished_agent_folders(graph: Graph) -> list[Path]:
 
 def write_report(graph: Graph, reps: int = 2000) -> Path:
     """``report.html``, ``results.csv`` (per game) and ``results.aggregates.csv`` of the
-    experiment's finished finetuning runs, beside the paper's column for each configuration.
+    experiment's finished finetuning runs, beside the paper's column for each configuration,
+    and ``results.md``: the study's tables (`sgi_lab.analysis.minatar_study.study_markdown`:
+    each objective's aggregates and probability of improvement over no pretraining, SGI's
+    schemes, per game, per seed beside the same seed from scratch, raw returns under two
+    readouts) with the learning curves drawn in ``curves.svg``.
 
     Returns:
         The path of report.html.
@@ -100,4 +105,28 @@ def write_report(graph: Graph, reps: int = 2000) -> Path:
     parts.append("</body></html>")
     path = out / "report.html"
     atomic_write_text(path, "\n".join(parts))
+    write_results_markdown(graph, reps)
+    return path
+
+
+def write_results_markdown(graph: Graph, reps: int = 2000) -> Path:
+    """``results.md`` of a finetuning experiment (and ``curves.svg``, its learning curves): what
+    docs/results pages are made of, regenerated with every report."""
+    planned = sum(len(t.agent_folders) for t in graph.tasks if t.kind == "finetune")
+    runs_table = study_markdown(
+        graph.out, planned=planned, reps=reps, graph=graph, curves=graph.out / "curves.svg"
+    )
+    seeds = per_seed_markdown(study_runs(graph.out))
+    e = graph.experiment
+    text = [f"# {e.name}", "", e.description, "", runs_table]
+    if seeds:
+        text += [
+            "### Each agent's final evaluation (mean raw return), each seed beside the same seed "
+            "from scratch",
+            "",
+            seeds,
+            "",
+        ]
+    path = graph.out / "results.md"
+    atomic_write_text(path, "\n".join(text))
     return path

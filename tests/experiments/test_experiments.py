@@ -1070,3 +1070,44 @@ def test_the_dry_run_of_a_started_experiment_says_what_is_left(tmp_path, capsys)
         in plan
     )
     assert re.search(r"\nleft +164 ", plan) is None and re.search(r"\nleft +163 ", plan)
+
+
+def test_the_report_of_a_finetuning_experiment_writes_the_study_tables_and_curves(tmp_path):
+    """report.html's companion results.md: each objective's aggregates with the probability of
+    improvement over none, each seed beside the same seed from scratch, and the learning curves
+    drawn in curves.svg (the MinAtar study's report, from hand-made finished agents: SGI at
+    0.4 + 0.1 seed against scratch's 0.2 + 0.1 seed on Asterix and Breakout)."""
+    graph = graph_of("minatar_objectives", tmp_path)
+    made = 0
+    for task in graph.tasks:
+        label = task.agent_folders[0].parent.name if task.kind == "finetune" else ""
+        if label not in ("sgi_none", "reduced_lr__sgi"):
+            continue
+        base = 0.2 if label == "sgi_none" else 0.4
+        for folder, (game, seed) in zip(task.agent_folders, task.agents, strict=True):
+            if game not in ("minatar/asterix", "minatar/breakout"):
+                continue
+            score = base + 0.1 * seed
+            folder.mkdir(parents=True)
+            status = {"state": "finished", "kind": "finetune", "step": 10000}
+            (folder / "status.json").write_text(json.dumps(status))
+            (folder / "model.pt").write_bytes(b"")  # (the report reads no weights)
+            (folder / "config.yaml").write_text(f"game: {game}\nseed: {seed}\n")
+            evaluation = {"game": game, "mean": 10 * score, "scores": [10 * score]}
+            evaluation |= {"normalized_score": score, "normalization": "MinAtar score"}
+            (folder / "eval.json").write_text(json.dumps(evaluation))
+            rows = [{"step": s, "episode/return": s / 1000 * score} for s in (1500, 5500, 9500)]
+            (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+            made += 1
+    assert made == 12
+    ex.write_report(graph, reps=100)
+    text = (graph.out / "results.md").read_text()
+    assert text.startswith("# minatar_objectives\n")
+    assert "Finished agents: 12 of 180 (MinAtar score" in text
+    row = next(line for line in text.splitlines() if line.startswith("| sgi |"))
+    # P(sgi beats none): 8.5 of 9 seed pairs (0.4 against none's 0.4 is a tie, counted half)
+    assert row.startswith("| sgi | 0.500 [") and "| 0.94 [" in row
+    assert "| game | seed | none | sgi |" in text
+    assert "| minatar/asterix | 2 | 4.00 | 6.00 |" in text  # seed 2: none 0.4, sgi 0.6 (x 10)
+    assert "![Training returns against agent steps, per game and method](curves.svg)" in text
+    assert (graph.out / "curves.svg").read_text().startswith("<svg")
