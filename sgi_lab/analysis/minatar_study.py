@@ -474,6 +474,24 @@ def budget_study_markdown(
             )
         atomic_write_text(path, budget_svg(drawn))
         lines += [f"![IQM by SGI pretraining budget, each scheme]({path.name})", ""]
+    done = runs[runs["finished"]]
+    budgets = sorted(
+        {int(o.rpartition("_")[2]) for o in done["objective"] if o.rpartition("_")[2].isdigit()}
+    )
+    for scheme in schemes:
+        suffix = "" if scheme == "reduced_lr" else f" ({scheme})"
+        methods = ["none"] + [f"sgi_{b}{suffix}" for b in budgets]
+        part = done[(done["scheme"] == scheme) | (done["objective"] == "none")]
+        table = per_seed_markdown(part, methods=methods)
+        if table:
+            lines += [
+                f"### Each seed, finetuned {SCHEME_WORDS.get(scheme, scheme)}: the final "
+                "evaluation (mean raw return) by pretraining steps, beside the same seed from "
+                "scratch",
+                "",
+                table,
+                "",
+            ]
     returns = per_game_returns(runs)
     if not returns.empty:
         lines += [

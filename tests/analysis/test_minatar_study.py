@@ -250,6 +250,10 @@ def test_budget_runs_take_zero_and_2000_steps_from_the_study_and_show_each_schem
     assert "### Finetuned naively (every rate the same)" in text
     assert "| sgi | 8,000 | 0.910 [" in text and "| sgi | 2,000 | 0.210 [" in text
     assert "reduced_lr__s" not in text and "| s |" not in text
+    # Each seed by budget beside scratch, one table per scheme (naive: 0.4 + 0.05 + 0.01 seed)
+    assert "| game | seed | none | sgi_500 | sgi_2000 | sgi_8000 |" in text
+    assert "| game | seed | none | sgi_500 (naive) | sgi_2000 (naive) | sgi_8000 (naive) |" in text
+    assert "| minatar/asterix | 1 | 1.10 | 4.60 | 3.10 | 9.10 |" in text
     # The figure: one line per scheme, a point and an error bar per budget, scratch dashed.
     figure = tmp_path / "budget.svg"
     text = ms.budget_study_markdown(budget, study, reps=200, figure=figure)
