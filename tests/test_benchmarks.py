@@ -195,3 +195,20 @@ def test_the_shared_minatar_population_job_measures_and_projects_the_study(tmp_p
     assert measured["study_agent_steps"] == 300 * 100_000
     assert measured["projected_minutes"] > 0
     assert "finetune exit 75" in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("minatar") is None, reason="needs minatar")
+def test_the_recheck_job_asks_its_device_and_runs_every_part(tmp_path):
+    """The next GPU slot's first command, rehearsed: the autocast-inside-vmap question asked of
+    the machine's own device (the CPU here), the CUDA tests (skipped here), the Nature population
+    phases and the MinAtar population, each leaving its file in $OUT."""
+    result = rehearse(["recheck"], tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = tmp_path / "out"
+    autocast = (out / "autocast.txt").read_text()
+    assert "autocast_reaches_vmap(cpu):" in autocast and "Traceback" not in autocast
+    assert "conv, autocast outside ->" in autocast
+    assert {"checks_full.txt", "population26_nature.json"} <= {p.name for p in out.iterdir()}
+    assert "minatar: 2 agents, median agent steps/s" in result.stdout
+

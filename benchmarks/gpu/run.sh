@@ -274,13 +274,16 @@ minatar_shared() {
   python3 benchmarks/gpu/minatar_shared.py project "$root" "$out/minatar_shared.json"
 }
 recheck() {
-  python3 - <<'PY' 2>&1 | tee "$out/autocast.txt"
+  # the device's own question (a rehearsal asks the CPU's)
+  DEV="$device" python3 - <<'PY' 2>&1 | tee "$out/autocast.txt"
+import os
+
 import torch
 import torch.nn.functional as F
 from torch.func import vmap
 from sgi_lab.runtime.device import autocast_reaches_vmap
-dev = "cuda"
-print("torch", torch.__version__, "autocast_reaches_vmap(cuda):", autocast_reaches_vmap(dev))
+dev = os.environ["DEV"]
+print("torch", torch.__version__, f"autocast_reaches_vmap({dev}):", autocast_reaches_vmap(dev))
 x, w, b = (torch.ones(2, 1, 1, 2, 2, device=dev), torch.ones(2, 1, 1, 1, 1, device=dev),
            torch.zeros(2, 1, device=dev))
 def inside(x, w, b):
@@ -300,7 +303,8 @@ PY
   timeout 150 python3 -m pytest -q tests/runtime/test_cuda.py tests/runtime/test_graphs.py \
     -p no:cacheprovider --tb=short > "$out/checks_full.txt" 2>&1
   grep -E '^(FAILED|E  )|passed|failed' "$out/checks_full.txt" | head -40
-  timeout 90 python3 benchmarks/population_phases.py --device "$device" --agents 26 \
+  local n=26 cap=90; [ "$rehearsal" = 1 ] && n=2 cap=270  # a rehearsal: 2 agents, 3x the time
+  timeout "$cap" python3 benchmarks/population_phases.py --device "$device" --agents "$n" \
     --encoders nature --batching vmap --envs --env-workers "$workers" --steps "$steps" \
     --rows "$rows" --params params/finetune/sgi_none.yaml --json "$out/population26_nature.json" \
     2>&1 | tail -12

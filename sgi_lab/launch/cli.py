@@ -148,6 +148,27 @@ def _info(args: argparse.Namespace) -> int:
     return 0
 
 
+@command("prune")
+def _prune(args: argparse.Namespace) -> int:
+    # lazy: the CLI starts without torch; a command loads what it runs
+    from sgi_lab.runs.prune import prune_checkpoints
+
+    results = prune_checkpoints(args.paths, dry_run=args.dry_run)
+    freed = 0
+    for r in results:
+        gb = r.size / 1e9
+        if r.kept:
+            print(f"kept     {r.folder}: {len(r.files)} checkpoint(s), {gb:.2f} GB ({r.kept})")
+            continue
+        freed += r.size
+        verb = "would remove" if args.dry_run else "removed"
+        print(f"{verb} {r.folder}: {len(r.files)} checkpoint(s), {gb:.2f} GB")
+    kept = sum(1 for r in results if r.kept)
+    done = "would free" if args.dry_run else "freed"
+    print(f"{done} {freed / 1e9:.2f} GB from {len(results) - kept} finished run(s); kept {kept}")
+    return 0
+
+
 # -- pretraining -------------------------------------------------------------------------------
 
 
@@ -577,6 +598,17 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="read every chunk: checksums and counts against the manifest (exit 1 if not)",
     )
+    p = sub.add_parser(
+        "prune",
+        help="delete the checkpoints of finished runs (an unfinished run's, a folder in use and "
+        "any file not named ckpt_*.pt are kept)",
+        description="Delete checkpoints/ckpt_*.pt of every finished training run (status "
+        "finished and its model.pt there) at or below PATHS: what resumes an interrupted run, "
+        "and no longer needed once it has finished, unless you mean to start from an "
+        "intermediate step. Unfinished runs keep theirs (they resume from them).",
+    )
+    p.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="run or study folders")
+    p.add_argument("--dry-run", action="store_true", help="list what would go, delete nothing")
     # Notebook runs and sweeps register their own sub-parsers (handler in args.handler).
     from sgi_lab.experiments import add_experiment_parser
     from sgi_lab.launch.notebook_runner import add_run_parser
