@@ -73,9 +73,11 @@ class TransitionModel(nn.Module):
         # each sum is the map, the others exact zeros), and its backward is a small matmul, where
         # advanced indexing's sorts the B x K indices (and under vmap gathers through a
         # materialised index); unbind, not maps[:, k]: each select's backward would write a
-        # zero-filled (B, K, C, H, W) gradient.
+        # zero-filled (B, K, C, H, W) gradient. The one-hot by comparison, not F.one_hot, whose
+        # range check reads the actions on the host (a sync a CUDA graph cannot capture).
         maps = self.action_maps(z.shape[-2], z.shape[-1])
-        one_hot = F.one_hot(actions, self.num_actions).to(maps.dtype)
+        codes = torch.arange(self.num_actions, device=actions.device)
+        one_hot = (actions[..., None] == codes).to(maps.dtype)
         maps = (one_hot @ maps.flatten(1)).view(*actions.shape, *maps.shape[1:])
         preds = []
         for action, action_map in zip(actions.unbind(1), maps.unbind(1), strict=True):
