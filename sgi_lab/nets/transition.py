@@ -67,7 +67,8 @@ class TransitionModel(nn.Module):
     def rollout(self, z: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """K recursive predictions from z with actions (B, K): (B, K, C, H, W).
 
-        The action maps of all K steps are one small conv and one gather (not K of each).
+        The action maps of all K steps are one small conv and one one-hot product (not K of
+        each).
         """
         # Each step's map picked by a one-hot product: the same numbers as indexing (one term of
         # each sum is the map, the others exact zeros), and its backward is a small matmul, where

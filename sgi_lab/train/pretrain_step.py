@@ -302,7 +302,7 @@ def goal_targets(
         film = model.film(goals)
         with torch.no_grad():
             z_picker = model.encode(obs[:, config.n_step], prepared=True)
-            picked = model.goal_q_logits(z_picker, goals, film=[f.detach() for f in film])
+            picked = model.goal_q_logits(z_picker, goals, film=tuple(f.detach() for f in film))
             selection = F.softmax(picked, -1)
     targets = SGITargets(
         y=y_target,
