@@ -26,6 +26,7 @@ class Speed:
     machine: str  # key of MACHINES
     rate: float  # per second: agent steps (collection, finetuning, one agent) or samples
     source: str  # where the figure is in benchmarks/README.md
+    readout: str | None = None  # probe: the readout it was measured with (None: any other)
 
 
 MACHINES = {
@@ -47,7 +48,12 @@ SPEEDS: tuple[Speed, ...] = (
     Speed("finetune", "resnet", "h100", 10.1, "Finetuning: whole loop on an H100, env steps/s"),
     Speed("finetune", "nature", "cpu", 5.24, "Finetuning: whole loop, 2 threads, session 4"),
     Speed("finetune", "resnet", "cpu", 1.91, "Finetuning: whole loop, 2 threads, session 4"),
-    Speed("probe", "nature", "cpu", 400.0, "Probe speed: frames/s, busy 2-core machine"),
+    # Probes: frames/s of the probe store, one loaded thread (session 17's re-read: 20k frames
+    # by least squares in 16-19 s, by the logistic probe in 86-169 s).
+    Speed("probe", "nature", "cpu", 1100.0, "Probe readouts: the re-read's costs, least squares"),
+    Speed(
+        "probe", "nature", "cpu", 160.0, "Probe readouts: the re-read's costs", readout="logistic"
+    ),
     # MinAtar (session 13, 2-core Intel Xeon, one thread per task: two tasks at a time). The
     # finetuning rate is the whole loop at one update a step (the MinAtar study's budget);
     # at the paper's two it is about half.
@@ -60,10 +66,16 @@ GPU batches its agents, so its figure is an upper bound on the time. No figure: 
 imports, exploratory collection on a GPU box, ResNet-L finetuning (reported as unknown)."""
 
 
-def _speed(stage: str, encoder: str | None, machine: str) -> float | None:
-    for s in SPEEDS:
-        if s.stage == stage and s.encoder == encoder and s.machine == machine:
-            return s.rate
+def _speed(
+    stage: str, encoder: str | None, machine: str, readout: str | None = None
+) -> float | None:
+    """The measured rate of a stage, encoder and machine: a probe's for its readout where one
+    was measured, else the stage's figure measured without naming one."""
+    found = [s for s in SPEEDS if (s.stage, s.encoder, s.machine) == (stage, encoder, machine)]
+    for wanted in (readout, None):
+        for s in found:
+            if s.readout == wanted:
+                return s.rate
     return None
 
 
@@ -103,7 +115,7 @@ def estimate_cost(graph: Graph, left: Mapping[str, float] | None = None) -> dict
         row["samples"] += task.samples * share
         work = (task.samples if task.stage == "pretrain" else task.steps) * share
         for machine in MACHINES:
-            rate = _speed(task.stage, task.encoder, machine)
+            rate = _speed(task.stage, task.encoder, machine, task.probe.get("readout"))
             if rate is None:
                 unknown.add(f"{task.stage}" + (f"/{task.encoder}" if task.encoder else ""))
                 row.setdefault("unmeasured", set()).add(machine)

@@ -1111,3 +1111,23 @@ def test_the_report_of_a_finetuning_experiment_writes_the_study_tables_and_curve
     assert "| minatar/asterix | 2 | 4.00 | 6.00 |" in text  # seed 2: none 0.4, sgi 0.6 (x 10)
     assert "![Training returns against agent steps, per game and method](curves.svg)" in text
     assert (graph.out / "curves.svg").read_text().startswith("<svg")
+
+
+def test_a_probe_task_costs_what_its_readout_was_measured_at(tmp_path):
+    """The probe study's dry run: a logistic probe is costed at its measured rate (160 frames/s
+    on the CPU), least squares at its own (1,100), so the same frames cost ~7x as long."""
+    graph = graph_of("probes", tmp_path)
+    probes = [t for t in graph.tasks if t.kind == "probe" and t.encoder == "nature"]
+    by_readout = {}
+    for task in probes:
+        by_readout.setdefault(task.probe["readout"], task)
+    assert {"lstsq", "logistic"} <= set(by_readout)
+    hours = {}
+    for readout, task in by_readout.items():
+        one = dataclasses.replace(graph, tasks=(task,))
+        hours[readout] = ex.estimate_cost(one)["total"]["hours"]["cpu"]
+        assert hours[readout] == pytest.approx(
+            task.steps / (160.0 if readout == "logistic" else 1100.0) / 3600
+        )
+    per_frame = {r: hours[r] / by_readout[r].steps for r in hours}  # (the 10k-frame reading)
+    assert per_frame["logistic"] / per_frame["lstsq"] == pytest.approx(1100 / 160)
