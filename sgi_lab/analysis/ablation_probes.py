@@ -29,7 +29,7 @@ from sgi_lab.analysis.probe_study import (
     probe_frame,
 )
 from sgi_lab.analysis.report import read_run
-from sgi_lab.envs.games import canonical_game
+from sgi_lab.envs import canonical_env_game
 from sgi_lab.probes.atariari import CATEGORIES
 from sgi_lab.viz.probes import NO_PROBES, probe_bars
 from sgi_lab.viz.tables import aggregate_frame
@@ -137,7 +137,7 @@ def probe_summary(
         return pd.DataFrame(columns=SUMMARY_COLUMNS)
     chosen = probes
     if games is not None:
-        chosen = chosen[chosen["game"].isin([canonical_game(g) for g in games])]
+        chosen = chosen[chosen["game"].isin([canonical_env_game(g) for g in games])]
     if methods is not None:
         chosen = chosen[chosen["method"].isin(methods)]
         order = {m: i for i, m in enumerate(methods)}

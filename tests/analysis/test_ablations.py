@@ -324,6 +324,10 @@ def test_probe_scores_follow_finetuning_runs_to_their_pretraining_runs(probed_ru
     assert np.isnan(overall.loc["mine", "lower"])  # one seed: no interval
     pong = probe_summary(probes, ["frozen"], ["Pong"]).set_index("metric")
     assert pong.loc["overall", "value"] == pytest.approx(0.6)
+    # a MinAtar game is a game too (the MinAtar study's explorer failed on its names)
+    minatar = probes.assign(game=probes["game"].map({"Pong": "minatar/breakout"}).fillna("x"))
+    breakout = probe_summary(minatar, ["frozen"], ["minatar/Breakout"]).set_index("metric")
+    assert breakout.loc["overall", "value"] == pytest.approx(0.6)
     assert pong.loc["agent_localization", "value"] == pytest.approx(0.5)
     table = probe_table(pong.reset_index().assign(method="frozen"))
     assert table.columns[:3].tolist() == ["Method", "F1 overall", "agent loc."]
