@@ -394,6 +394,11 @@ def test_find_latest_run_picks_the_newest_finished_run_of_a_kind(tmp_path, capsy
     assert notebook.find_latest_run("pretrain", roots, game="Pong") == new
     assert notebook.find_latest_run("finetune", roots) == ft
     assert notebook.find_latest_run("pretrain", [tmp_path / "missing"]) is None
+    # a MinAtar game however it is written (minatar/Breakout names minatar/breakout)
+    grid = _finished(runs / "pretrain__m__minatar_breakout", "pretrain", "minatar/breakout",
+                     "model.pt", age=1)  # fmt: skip
+    assert notebook.find_runs_of_kind("pretrain", roots, game="minatar/Breakout") == [grid]
+    assert grid not in notebook.find_runs_of_kind("pretrain", roots, game="Breakout")
 
     assert notebook.discover_run("", "pretrain", "pretrained", roots, "Pong") == str(new)
     header = capsys.readouterr().out

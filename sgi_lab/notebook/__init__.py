@@ -23,7 +23,8 @@ from sgi_lab.base.files import atomic_write_text, jsonable, read_mapping
 from sgi_lab.config import load_config, load_yaml_mapping, read_params
 from sgi_lab.data import TransitionStore
 from sgi_lab.data.collect import collect_random
-from sgi_lab.envs.games import UnknownGameError, canonical_game
+from sgi_lab.envs import canonical_env_game
+from sgi_lab.envs.games import UnknownGameError
 from sgi_lab.runs.folder import run_name
 from sgi_lab.runs.status import read_status, run_folders, run_kind
 from sgi_lab.viz.tables import results_frame
@@ -216,7 +217,7 @@ def _recorded_game(folder: Path) -> str | None:
 def _same_game(a: str, b: str) -> bool:
 
     try:
-        return canonical_game(a) == canonical_game(b)
+        return canonical_env_game(a) == canonical_env_game(b)
     except UnknownGameError:
         return a == b
 
