@@ -475,12 +475,13 @@ def budget_study_markdown(
         atomic_write_text(path, budget_svg(drawn))
         lines += [f"![IQM by SGI pretraining budget, each scheme]({path.name})", ""]
     done = runs[runs["finished"]]
-    budgets = sorted(
-        {int(o.rpartition("_")[2]) for o in done["objective"] if o.rpartition("_")[2].isdigit()}
-    )
+    by_steps = sorted(
+        {o for o in done["objective"] if o.rpartition("_")[2].isdigit()},
+        key=lambda o: (o.rpartition("_")[0], int(o.rpartition("_")[2])),
+    )  # sgi_500, sgi_2000, sgi_8000: the names `budget_curve` reads steps from
     for scheme in schemes:
         suffix = "" if scheme == "reduced_lr" else f" ({scheme})"
-        methods = ["none"] + [f"sgi_{b}{suffix}" for b in budgets]
+        methods = ["none"] + [f"{o}{suffix}" for o in by_steps]
         part = done[(done["scheme"] == scheme) | (done["objective"] == "none")]
         table = per_seed_markdown(part, methods=methods)
         if table:
@@ -791,13 +792,15 @@ def study_markdown(
     graph: Any = None,
     curves: str | Path | None = None,
     methods: Sequence[str] | None = None,
+    per_seed: bool = False,
 ) -> str:
     """The study's tables as Markdown: how many agents finished (of ``planned``), the objectives'
     aggregates and probabilities of improvement over no pretraining, SGI's schemes, the
     per-game table and the correlation with the paper's ranking; with the experiment's
     ``graph`` (``sgi_lab.experiments.load_graph(folder)``), its encoders' probes beside their
     finetuning scores too; with ``curves`` (an .svg path), the finished agents' learning curves
-    drawn there (`write_curves_figure`, ``methods`` in that order) and linked."""
+    drawn there (`write_curves_figure`, ``methods`` in that order) and linked; with
+    ``per_seed``, each agent's final evaluation beside the same seed's (`per_seed_markdown`)."""
     runs = study_runs(folder)
     if runs.empty:
         return f"No finetuning agent under {folder}/finetune yet.\n"
@@ -853,6 +856,15 @@ def study_markdown(
             "bin, mean over seeds",
             "",
             f"![Training returns against agent steps, per game and method]({Path(path).name})",
+            "",
+        ]
+    seeds = per_seed_markdown(runs, methods) if per_seed else ""
+    if seeds:
+        lines += [
+            "### Each agent's final evaluation (mean raw return), each seed beside the same seed "
+            "from scratch",
+            "",
+            seeds,
             "",
         ]
     return "\n".join(lines)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sgi_lab.analysis.minatar_study import per_seed_markdown, study_markdown, study_runs
+from sgi_lab.analysis.minatar_study import study_markdown
 from sgi_lab.analysis.probe_report import write_probe_report
 from sgi_lab.analysis.report import format_aggregates, report
 from sgi_lab.base.files import atomic_write_text
@@ -113,20 +113,15 @@ def write_results_markdown(graph: Graph, reps: int = 2000) -> Path:
     """``results.md`` of a finetuning experiment (and ``curves.svg``, its learning curves): what
     docs/results pages are made of, regenerated with every report."""
     planned = sum(len(t.agent_folders) for t in graph.tasks if t.kind == "finetune")
-    runs_table = study_markdown(
-        graph.out, planned=planned, reps=reps, graph=graph, curves=graph.out / "curves.svg"
+    tables = study_markdown(
+        graph.out,
+        planned=planned,
+        reps=reps,
+        graph=graph,
+        curves=graph.out / "curves.svg",
+        per_seed=True,
     )
-    seeds = per_seed_markdown(study_runs(graph.out))
     e = graph.experiment
-    text = [f"# {e.name}", "", e.description, "", runs_table]
-    if seeds:
-        text += [
-            "### Each agent's final evaluation (mean raw return), each seed beside the same seed "
-            "from scratch",
-            "",
-            seeds,
-            "",
-        ]
     path = graph.out / "results.md"
-    atomic_write_text(path, "\n".join(text))
+    atomic_write_text(path, "\n".join([f"# {e.name}", "", e.description, "", tables]))
     return path

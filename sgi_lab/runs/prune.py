@@ -4,24 +4,28 @@ A training run keeps its newest checkpoints (``checkpoints/ckpt_*.pt``: the weig
 optimiser, and for finetuning the replay) so that an interrupted run resumes. Once the run has
 finished (its status says so and its final ``model.pt`` is there) nothing reads them but a
 choice to start from an intermediate step, and a study's run folders hold tens of GB of them.
-`prune_checkpoints` deletes those of finished runs only: by name (a file of the user's in
-``checkpoints/`` stays, and so does the folder then), never an unfinished run's (it needs them to
-resume), never a folder another sgi-lab process holds (its lock), and with ``dry_run`` nothing.
+`prune_checkpoints` deletes those of finished pretraining and finetuning runs only: by name (a
+file of the user's in ``checkpoints/`` stays, and so does the folder then), never an unfinished
+run's (it needs them to resume), never a folder another sgi-lab process holds (its lock), and
+with ``dry_run`` nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from sgi_lab.base.files import FolderLock, FolderLockedError
 from sgi_lab.runs.checkpoints import CHECKPOINT_RE
-from sgi_lab.runs.status import FINISHED, has_final_model, read_status
+from sgi_lab.runs.status import FINISHED, read_status, run_folders
 
-__all__ = ["Pruned", "prune_checkpoints", "run_folders"]
+__all__ = ["Pruned", "prune_checkpoints"]
+
+TRAINING_KINDS = ("pretrain", "finetune")
+"""The runs whose checkpoints are pruned: a notebook run's or a collection's are left alone."""
 
 
 @dataclass(frozen=True)
@@ -35,22 +39,6 @@ class Pruned:
     kept: str = ""
 
 
-def run_folders(paths: Iterable[str | os.PathLike]) -> Iterator[Path]:
-    """Every folder at or below ``paths`` with a ``status.json`` and a ``checkpoints/`` folder,
-    in sorted order, each once (links are not followed)."""
-    seen: set[Path] = set()
-    for root in map(Path, paths):
-        if not root.exists():
-            raise FileNotFoundError(f"{root}: no such file or folder")
-        candidates = [root] if (root / "status.json").is_file() else []
-        candidates += sorted(p.parent for p in root.rglob("status.json"))
-        for folder in candidates:
-            if folder in seen or not (folder / "checkpoints").is_dir():
-                continue
-            seen.add(folder)
-            yield folder
-
-
 def prune_checkpoints(paths: Iterable[str | os.PathLike], dry_run: bool = False) -> list[Pruned]:
     """Delete the checkpoints of the finished training runs at or below ``paths``.
 
@@ -62,13 +50,12 @@ def prune_checkpoints(paths: Iterable[str | os.PathLike], dry_run: bool = False)
         One `Pruned` per run folder with checkpoints: removed, or kept and why.
     """
     results = []
-    for folder in run_folders(paths):
+    for folder, status in _training_runs(paths):
         files = tuple(sorted(p for p in (folder / "checkpoints").iterdir() if _is_checkpoint(p)))
         if not files:
             continue
         size = sum(p.stat().st_size for p in files)
-        status = read_status(folder) or {}
-        if status.get("state") != FINISHED or not has_final_model(folder, status):
+        if status.get("state") != FINISHED or not (folder / "model.pt").is_file():
             results.append(Pruned(folder, files, size, kept="unfinished"))
             continue
         if dry_run:
@@ -92,3 +79,17 @@ def prune_checkpoints(paths: Iterable[str | os.PathLike], dry_run: bool = False)
 
 def _is_checkpoint(path: Path) -> bool:
     return path.is_file() and not path.is_symlink() and bool(CHECKPOINT_RE.fullmatch(path.name))
+
+
+def _training_runs(paths: Iterable[str | os.PathLike]) -> list[tuple[Path, dict]]:
+    """``(folder, status)`` of the training runs with a ``checkpoints/`` folder at or below
+    ``paths``, each once (`sgi_lab.runs.status.run_folders`' walk: links followed)."""
+    found: dict[Path, dict] = {}
+    for root in map(Path, paths):
+        if not root.exists():
+            raise FileNotFoundError(f"{root}: no such file or folder")
+        for folder in run_folders(root):
+            status = read_status(folder) or {}
+            if status.get("kind") in TRAINING_KINDS and (folder / "checkpoints").is_dir():
+                found[folder] = status
+    return list(found.items())

@@ -413,6 +413,8 @@ def test_smoke_experiment_end_to_end_killed_and_resumed(tmp_path):
     assert {"iqm", "median", "mean"} <= set(aggregates["metric"])
     html = (out / "report.html").read_text()
     assert "SGI-R" in html and "plotly" in html
+    results = (out / "results.md").read_text()  # the study's tables, on Atari's HNS too
+    assert "Finished agents: 4 of 4 (HNS" in results and "| game | seed |" in results
     agents = sorted(p.parent.name for p in (out / "finetune").rglob("eval.json"))
     assert agents == ["Breakout__s0", "Breakout__s0", "Pong__s0", "Pong__s0"]
     # A second run has nothing to do.

@@ -11,10 +11,12 @@ from sgi_lab.launch.cli import main
 from sgi_lab.runs.prune import prune_checkpoints
 
 
-def run_folder(root: Path, name: str, state: str, model: bool = True, steps=(250, 500)) -> Path:
+def run_folder(
+    root: Path, name: str, state: str, model: bool = True, steps=(250, 500), kind="pretrain"
+) -> Path:
     folder = root / name
     (folder / "checkpoints").mkdir(parents=True)
-    (folder / "status.json").write_text(json.dumps({"state": state, "kind": "pretrain"}))
+    (folder / "status.json").write_text(json.dumps({"state": state, "kind": kind}))
     if model:
         (folder / "model.pt").write_bytes(b"m" * 10)
     for step in steps:
@@ -29,11 +31,14 @@ def test_only_finished_runs_lose_their_checkpoints_and_only_their_checkpoints(tm
     (mine / "checkpoints" / "my_notes.txt").write_text("keep me")
     running = run_folder(study / "pretrain", "g__Pong", "running", model=False)
     claimed = run_folder(study / "pretrain", "i__Pong", "finished", model=False)  # no model.pt
-    agent = run_folder(study / "finetune" / "reduced_lr__sgi", "Pong__s0", "finished")
+    agent = run_folder(
+        study / "finetune" / "reduced_lr__sgi", "Pong__s0", "finished", kind="finetune"
+    )
+    notebook = run_folder(study / "runs", "pretrain__nb", "finished", kind="notebook")
 
     dry = {r.folder.name: r for r in prune_checkpoints([study], dry_run=True)}
     assert set(dry) == {"sgi__Pong", "s__Pong", "g__Pong", "i__Pong", "Pong__s0"}
-    assert len(list(study.rglob("ckpt_*.pt"))) == 10  # a dry run deletes nothing
+    assert len(list(study.rglob("ckpt_*.pt"))) == 12  # a dry run deletes nothing
 
     results = {r.folder.name: r for r in prune_checkpoints([study])}
     assert (results["g__Pong"].kept, results["i__Pong"].kept) == ("unfinished", "unfinished")
@@ -43,6 +48,7 @@ def test_only_finished_runs_lose_their_checkpoints_and_only_their_checkpoints(tm
     assert len(list((running / "checkpoints").iterdir())) == 2  # it resumes from them
     assert len(list((claimed / "checkpoints").iterdir())) == 2
     assert not (agent / "checkpoints").exists()
+    assert len(list((notebook / "checkpoints").iterdir())) == 2  # not a training run's
     assert prune_checkpoints([study]) == [r for r in results.values() if r.kept]
 
 
