@@ -211,4 +211,3 @@ def test_the_recheck_job_asks_its_device_and_runs_every_part(tmp_path):
     assert "conv, autocast outside ->" in autocast
     assert {"checks_full.txt", "population26_nature.json"} <= {p.name for p in out.iterdir()}
     assert "minatar: 2 agents, median agent steps/s" in result.stdout
-

@@ -127,11 +127,14 @@ def readout_table(
     """Per objective (rows, random init first) and reading (columns): ``metric`` of the
     experiment's finished probe tasks (``frame``: their `experiment_probe_frame`, when the
     caller has it), mean over seeds with a 95% t interval, as text; ``n`` in each cell's
-    brackets when fewer than 2 seeds finished."""
+    brackets when fewer than 2 seeds finished. A last row, ``majority class``, holds the
+    majority-class baseline of the same splits (the mean over games of each game's split:
+    one value, no interval) where the probes recorded it for ``metric``."""
     frame = experiment_probe_frame(graph) if frame is None else frame
     if frame.empty:
         return pd.DataFrame()
     cells: dict[str, dict[str, str]] = {}
+    baseline = f"majority_{metric}"
     for column, group in readout_groups(frame):
         summary = objective_summary(group.drop_duplicates(["objective", "seed", "game"]), [metric])
         for row in summary.to_dict("records"):
@@ -139,8 +142,15 @@ def readout_table(
             if row["seeds"] < 2:
                 cell += f" (n = {row['seeds']})"
             cells.setdefault(row["objective"], {})[column] = cell
+        if baseline in group and group[baseline].notna().any():
+            # every encoder probed on a game's split has the same majority baseline
+            per_game = group.dropna(subset=[baseline]).groupby("game")[baseline].first()
+            cells.setdefault("majority class", {})[column] = f"{per_game.mean():.3f}"
     out = pd.DataFrame.from_dict(cells, orient="index")
-    order = ["random_init"] + sorted(i for i in out.index if i != "random_init")
+    order = ["random_init"] + sorted(
+        i for i in out.index if i not in ("random_init", "majority class")
+    )
+    order.append("majority class")
     out = out.reindex([i for i in order if i in out.index])
     out.index.name = f"objective ({metric})"
     return out
@@ -159,14 +169,17 @@ def paired_readout_table(
         return pd.DataFrame()
     cells: dict[str, dict[str, str]] = {}
     for column, part in readout_groups(frame):
-        group = part.groupby(["objective", "seed"], sort=False)[metric].mean()
+        group = part.groupby(["objective", "seed", "game"], sort=False)[metric].mean()
         if "random_init" not in group.index.get_level_values(0):
             continue
         start = group.loc["random_init"]
         for objective in group.index.get_level_values(0).unique():
             if objective == "random_init":
                 continue
-            change = (group.loc[objective] - start).dropna().to_numpy()
+            # paired game by game (a seed's games may not all have finished), then each
+            # seed's mean over its games
+            by_game = (group.loc[objective] - start).dropna()
+            change = by_game.groupby(level="seed").mean().to_numpy()
             if len(change) == 0:
                 continue
             cell = format_interval(*mean_ci(change), signed=True)

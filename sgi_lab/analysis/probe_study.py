@@ -116,7 +116,12 @@ def entry_row(entry: dict[str, Any], folder: str | os.PathLike | None = None) ->
     }
     for category in CATEGORIES:
         row[category] = entry.get("categories", {}).get(category)
-    row["majority"] = entry.get("majority", {}).get("overall")
+    majority = entry.get("majority", {})
+    row["majority"] = majority.get("overall")
+    # the majority-class baseline on the same split, per metric the tables read
+    row["majority_across_categories"] = majority.get("across_categories")
+    for category in CATEGORIES:
+        row[f"majority_{category}"] = majority.get("categories", {}).get(category)
     regression = entry.get("regression") or {}
     row["coordinate_r2"] = regression.get("r2")
     row["coordinate_within"] = regression.get("within_accuracy")

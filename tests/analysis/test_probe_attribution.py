@@ -117,6 +117,47 @@ def test_paired_readout_table_subtracts_each_seeds_own_random_encoder(monkeypatc
     assert pd.isna(table.loc["g", "lstsq, renormalized"])
 
 
+def test_paired_readout_table_pairs_game_by_game(monkeypatch):
+    """A seed whose pretraining finished on one game only is paired with its random encoder on
+    that game, not with the random encoder's mean over every game."""
+    frame = pd.DataFrame(
+        [
+            {"objective": o, "seed": 0, "game": g, "readout": "lstsq", "features": "renormalized"}
+            | {"across_categories": v, "unfinished": False}
+            for o, g, v in [
+                ("random_init", "Pong", 0.90),
+                ("random_init", "Boxing", 0.50),
+                ("sgi", "Pong", 0.80),  # Boxing not finished yet
+            ]
+        ]
+    )
+    monkeypatch.setattr(probe_attribution, "experiment_probe_frame", lambda graph: frame)
+    table = probe_attribution.paired_readout_table(graph=None)
+    # 0.80 - 0.90 on Pong; against the mean over games (0.70) it would read +0.100
+    assert table.loc["sgi", "lstsq, renormalized"] == "-0.100, 1/1 lower"
+
+
+def test_readout_table_shows_the_majority_baseline_of_the_same_splits(monkeypatch):
+    frame = pd.DataFrame(
+        [
+            {"objective": o, "seed": s, "game": g, "readout": "lstsq", "features": "renormalized"}
+            | {"across_categories": v, "majority_across_categories": m, "unfinished": False}
+            for o, s, g, v, m in [
+                ("random_init", 0, "Pong", 0.90, 0.10),
+                ("random_init", 0, "Boxing", 0.80, 0.30),
+                ("sgi", 0, "Pong", 0.70, 0.10),
+                ("sgi", 0, "Boxing", 0.60, 0.30),
+            ]
+        ]
+    )
+    monkeypatch.setattr(probe_attribution, "experiment_probe_frame", lambda graph: frame)
+    table = readout_table(graph=None)
+    assert list(table.index) == ["random_init", "sgi", "majority class"]
+    # one value per game's split (0.10, 0.30), their mean
+    assert table.loc["majority class", "lstsq, renormalized"] == "0.200"
+    # (probes that recorded no baseline have no such row: test_readout_table_cells_and_order)
+
+
 def test_readings_on_different_frame_budgets_stay_apart(monkeypatch):
     """The published study read its encoders on 10k frames and re-reads them on all 20k with
     the same readout: two measurements, two columns, never one mean."""

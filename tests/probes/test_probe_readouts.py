@@ -207,6 +207,13 @@ def test_cli_readouts_are_separate_entries_listed_side_by_side(tmp_path, capsys)
     frame = probe_frame([out])
     assert sorted(frame["readout"]) == ["logistic", "lstsq"]
     assert frame["coordinate_r2"].notna().all()
+    # the majority-class baseline of the same split, per category and as the headline's
+    row = frame[frame["readout"] == "lstsq"].iloc[0]
+    majority = entries[0]["majority"]
+    assert row["majority_across_categories"] == pytest.approx(majority["across_categories"])
+    assert majority["categories"]
+    for category, value in majority["categories"].items():
+        assert row[f"majority_{category}"] == pytest.approx(value)
     # A summary over both readouts would mix two measurements: refused, one at a time works.
     with pytest.raises(ValueError, match="several readings .*logistic, conv"):
         objective_summary(frame)
