@@ -187,15 +187,12 @@ def _method(frame: pd.DataFrame) -> pd.Series:
     )
 
 
-def per_game_returns(runs: pd.DataFrame) -> pd.DataFrame:
-    """Two readouts of each finished agent, in raw returns, per method and game: the final
-    evaluation's mean return (``eval``) and the mean return of every training episode of the
-    run (``training``: the area under its learning curve, which counts how soon it learned),
-    each as the mean over seeds with a 95% t interval (``method, game, readout, value, lower,
-    upper, seeds``). A conclusion the normalised aggregates draw should hold under both."""
+def _with_readouts(runs: pd.DataFrame) -> pd.DataFrame:
+    """The finished agents with their ``method`` and both readouts in raw returns: ``eval``
+    (the final evaluation's mean) and ``training`` (the mean of every training episode)."""
     done = runs[runs["finished"]]
     if done.empty:
-        return pd.DataFrame()
+        return done
     training = {}
     for run in done.itertuples():
         returns = [
@@ -204,7 +201,76 @@ def per_game_returns(runs: pd.DataFrame) -> pd.DataFrame:
         ]
         returns = [float(r) for r in returns if r is not None]
         training[run.Index] = float(np.mean(returns)) if returns else np.nan
-    done = done.assign(method=_method(done), training=pd.Series(training), eval=done["score"])
+    return done.assign(method=_method(done), training=pd.Series(training), eval=done["score"])
+
+
+def paired_table(
+    runs: pd.DataFrame, reference: str = "none", readouts: Sequence[str] = ("eval", "training")
+) -> pd.DataFrame:
+    """Each method against ``reference`` seed by seed: over every (game, seed) both finished,
+    under each readout (`_with_readouts`), how many pairs end ``above``, ``below`` and
+    ``level`` (equal returns) and the two-sided sign test's ``p`` (level pairs left out), with
+    the ``games`` and ``pairs`` counted. A row per method and readout; unlike the aggregates it
+    uses every game a method finished, not only the games every method shares."""
+    from scipy import stats
+
+    done = _with_readouts(runs)
+    if done.empty or reference not in set(done["method"]):
+        return pd.DataFrame()
+    rows = []
+    for readout in readouts:
+        wide = done.pivot_table(index=["game", "seed"], columns="method", values=readout)
+        for method in [m for m in wide.columns if m != reference]:
+            both = wide[[method, reference]].dropna()
+            if both.empty:
+                continue
+            diff = both[method] - both[reference]
+            above, below = int((diff > 0).sum()), int((diff < 0).sum())
+            p = stats.binomtest(above, above + below).pvalue if above + below else np.nan
+            rows.append(
+                {"method": method, "readout": readout, "reference": reference}
+                | {"games": both.index.get_level_values("game").nunique(), "pairs": len(both)}
+                | {"above": above, "below": below, "level": len(both) - above - below, "p": p}
+            )
+    return pd.DataFrame(rows)
+
+
+def paired_markdown(table: pd.DataFrame, methods: Sequence[str] | None = None) -> str:
+    """`paired_table` as Markdown: a row per method, per readout ``above / below / level`` and
+    the sign test's p, and the games the pairs span (``methods`` picks and orders the rows)."""
+    if table.empty:
+        return ""
+    readouts = list(dict.fromkeys(table["readout"]))
+    names = {"eval": "final evaluation", "training": "training episodes"}
+    header = ["method", "games", "pairs"]
+    header += [f"{names.get(r, r)}: {c}" for r in readouts for c in ("above / below / level", "p")]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    order = list(dict.fromkeys(table["method"]))
+    if methods is not None:
+        order = [m for m in methods if m in order] + [m for m in order if m not in methods]
+    for method in order:
+        part = table[table["method"] == method].set_index("readout")
+        first = part.iloc[0]
+        cells = [method, str(int(first["games"])), str(int(first["pairs"]))]
+        for readout in readouts:
+            if readout not in part.index:
+                cells += ["-", "-"]
+                continue
+            r = part.loc[readout]
+            cells += [f"{int(r['above'])} / {int(r['below'])} / {int(r['level'])}", f"{r['p']:.2f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def per_game_returns(runs: pd.DataFrame) -> pd.DataFrame:
+    """Two readouts of each finished agent, in raw returns, per method and game: the final
+    evaluation's mean return (``eval``) and the mean return of every training episode of the
+    run (``training``: the area under its learning curve, which counts how soon it learned),
+    each as the mean over seeds with a 95% t interval (``method, game, readout, value, lower,
+    upper, seeds``). A conclusion the normalised aggregates draw should hold under both."""
+    done = _with_readouts(runs)
+    if done.empty:
+        return pd.DataFrame()
     rows = []
     for (method, game), group in done.groupby(["method", "game"]):
         for readout in ("eval", "training"):
@@ -447,7 +513,8 @@ def budget_study_markdown(
 ) -> str:
     """The pretraining-budget experiment's page section: for each finetuning scheme, the
     curve (`budget_curve`) over `budget_runs` of ``folder`` and the objective ``study``, then
-    the per-game raw returns of every budget under both readouts. With ``figure`` (an .svg
+    each seed by budget, each budget against scratch seed by seed (`paired_table`) and the
+    per-game raw returns of every budget under both readouts. With ``figure`` (an .svg
     path), the curves drawn there too (`budget_svg`; written atomically, and only over a file
     `budget_svg` wrote: it carries `SVG_MARK`) and linked from the section by its file name."""
     runs = budget_runs(folder, study)
@@ -493,6 +560,16 @@ def budget_study_markdown(
                 table,
                 "",
             ]
+    order = [f"{o}{'' if s == 'reduced_lr' else f' ({s})'}" for s in schemes for o in by_steps]
+    pairs = paired_markdown(paired_table(runs), order)
+    if pairs:
+        lines += [
+            "### Each budget against the same seed from scratch: pairs above / below / level "
+            "under each readout, two-sided sign test p (level pairs left out)",
+            "",
+            pairs,
+            "",
+        ]
     returns = per_game_returns(runs)
     if not returns.empty:
         lines += [
@@ -799,8 +876,8 @@ def study_markdown(
     per-game table and the correlation with the paper's ranking; with the experiment's
     ``graph`` (``sgi_lab.experiments.load_graph(folder)``), its encoders' probes beside their
     finetuning scores too; with ``curves`` (an .svg path), the finished agents' learning curves
-    drawn there (`write_curves_figure`, ``methods`` in that order) and linked; with
-    ``per_seed``, each agent's final evaluation beside the same seed's (`per_seed_markdown`)."""
+    drawn there (`write_curves_figure`, ``methods`` in that order) and linked; each method
+    against scratch seed by seed under both readouts (`paired_table`); with ``per_seed``, each agent's final evaluation beside the same seed's (`per_seed_markdown`)."""
     runs = study_runs(folder)
     if runs.empty:
         return f"No finetuning agent under {folder}/finetune yet.\n"
@@ -858,6 +935,19 @@ def study_markdown(
             f"![Training returns against agent steps, per game and method]({Path(path).name})",
             "",
         ]
+    pairs = paired_markdown(paired_table(runs), methods)
+    if pairs:
+        lines += [
+            "### Each method against the same seed from scratch",
+            "",
+            "Over every game and seed both finished: how many pairs end above, below and level "
+            "with the agent of the same game and seed trained from scratch, under each readout "
+            "(the final evaluation; the mean of every training episode), and the two-sided sign "
+            "test's p (level pairs left out).",
+            "",
+            pairs,
+            "",
+        ]
     seeds = per_seed_markdown(runs, methods) if per_seed else ""
     if seeds:
         lines += [
@@ -883,6 +973,8 @@ __all__ = [
     "finetune_budget_table",
     "learning_curves",
     "objective_table",
+    "paired_markdown",
+    "paired_table",
     "paper_rank_correlation",
     "per_game_returns",
     "probe_finetune_table",

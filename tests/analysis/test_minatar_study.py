@@ -209,6 +209,32 @@ def test_per_seed_markdown_puts_each_seed_beside_the_same_seed_from_scratch(stud
     assert "| minatar/breakout | 2 | 1.20 | 2.00 | - |" in lines
 
 
+def test_paired_table_counts_each_seed_against_scratch_under_both_readouts(tmp_path):
+    """x against none: on Asterix above, level and below (seeds 0-2), on Breakout above in
+    every seed; its training episodes return 1 against scratch's 2 everywhere."""
+    scores = {"minatar/asterix": [0.2, 0.1, 0.05], "minatar/breakout": [0.2, 0.2, 0.2]}
+    for g in GAMES:
+        for seed in range(3):
+            agent(tmp_path, "sgi_none", g, seed, 0.1, [(500, 2.0)])
+            agent(tmp_path, "reduced_lr__x", g, seed, scores[g][seed], [(500, 1.0)])
+    agent(tmp_path, "reduced_lr__y", GAMES[0], 0, 0.3)  # one game, no training episodes
+    table = ms.paired_table(ms.study_runs(tmp_path)).set_index(["method", "readout"])
+    x = table.loc[("x", "eval")]
+    assert (x["games"], x["pairs"], x["above"], x["below"], x["level"]) == (2, 6, 4, 1, 1)
+    # two-sided sign test, level pair left out: P(<= 1 or >= 4 of 5) = 12/32
+    assert x["p"] == pytest.approx(12 / 32)
+    x = table.loc[("x", "training")]
+    assert (x["above"], x["below"], x["p"]) == (0, 6, pytest.approx(2 / 64))
+    assert ("y", "training") not in table.index  # no training episode to compare
+    assert table.loc[("y", "eval")][["pairs", "above"]].tolist() == [1, 1]
+    text = ms.paired_markdown(ms.paired_table(ms.study_runs(tmp_path)), ["y", "x"])
+    lines = text.splitlines()
+    assert lines[0].startswith("| method | games | pairs | final evaluation: above / below")
+    assert lines[2:] == ["| y | 1 | 1 | 1 / 0 / 0 | 1.00 | - | - |",
+                         "| x | 2 | 6 | 4 / 1 / 1 | 0.38 | 0 / 6 / 0 | 0.03 |"]  # fmt: skip
+    assert text in ms.study_markdown(tmp_path, reps=200, methods=["y", "x"])
+
+
 def test_budget_runs_take_zero_and_2000_steps_from_the_study_and_show_each_scheme(tmp_path):
     """The budget experiment has sgi_500 and sgi_8000 under two schemes; its 0 and 2,000-step
     points are the objective study's none and sgi agents (one already in the budget folder is
@@ -254,6 +280,10 @@ def test_budget_runs_take_zero_and_2000_steps_from_the_study_and_show_each_schem
     assert "| game | seed | none | sgi_500 | sgi_2000 | sgi_8000 |" in text
     assert "| game | seed | none | sgi_500 (naive) | sgi_2000 (naive) | sgi_8000 (naive) |" in text
     assert "| minatar/asterix | 1 | 1.10 | 4.60 | 3.10 | 9.10 |" in text
+    # Each budget against scratch seed by seed: 500 steps below in all 6 pairs (reduced lrs),
+    # above in all 6 (naive); no training episodes here, so the final evaluation only
+    assert "| sgi_500 | 2 | 6 | 0 / 6 / 0 | 0.03 |" in text
+    assert "| sgi_500 (naive) | 2 | 6 | 6 / 0 / 0 | 0.03 |" in text
     # The figure: one line per scheme, a point and an error bar per budget, scratch dashed.
     figure = tmp_path / "budget.svg"
     text = ms.budget_study_markdown(budget, study, reps=200, figure=figure)
