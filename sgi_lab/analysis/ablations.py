@@ -34,7 +34,7 @@ from sgi_lab.analysis.ablation_probes import (
     probe_table,
 )
 from sgi_lab.analysis.paper_column import PaperColumn
-from sgi_lab.analysis.report import read_run
+from sgi_lab.analysis.report import read_run, seed_pair_cells
 from sgi_lab.base.paths import close_names
 from sgi_lab.envs import canonical_env_game
 from sgi_lab.envs.games import ATARI_100K_GAMES, canonical_game
@@ -51,6 +51,7 @@ from sgi_lab.metrics import (
     paper_per_game,
     probability_of_improvement_with_ci,
     protocol_of,
+    seed_pairs,
 )
 from sgi_lab.metrics.protocol import FRAME_SKIP, PAPER_PROTOCOL, EvalProtocol, comparability_note
 from sgi_lab.runs.status import run_folders
@@ -92,7 +93,8 @@ AGGREGATE_TABLE_TITLE = {
 }
 IMPROVEMENT_TITLE = (
     "probability of improvement over the baseline: a run of the method beats a run of the "
-    "baseline on a random selected game (ties half; 95% stratified bootstrap CI)"
+    "baseline on a random selected game (ties half; 95% stratified bootstrap CI); and each "
+    "run against the baseline's run of the same game and seed (two-sided sign test)"
 )
 PAPER_OBJECTIVE_ABLATIONS = ("SGI-M", "S+I", "G+I", "S+G", "I", "G", "S", "SGI-None")
 """The paper's pretraining-objective ablation (tab:IQMs): SGI-M, each objective pair and single
@@ -351,7 +353,10 @@ def run_aggregates(
     return pd.concat(frames, ignore_index=True)[columns], notes
 
 
-IMPROVEMENT_COLUMNS = ["method", "baseline", "value", "lower", "upper", "runs", "games", "note"]
+IMPROVEMENT_COLUMNS = [
+    "method", "baseline", "value", "lower", "upper", "runs", "games", "note",
+    "pairs", "above", "below", "level", "sign_p",
+]  # fmt: skip
 
 
 def improvement_over(
@@ -403,8 +408,26 @@ def improvement_over(
         (poi,) = probability_of_improvement_with_ci(
             {method: matrix, baseline: base}, pairs=[(method, baseline)], reps=reps, seed=seed
         ).to_dict("records")
-        rows.append({**row, "note": "", **{k: poi[k] for k in ("value", "lower", "upper")}})
+        rows.append(
+            {**row, "note": "", **{k: poi[k] for k in ("value", "lower", "upper")}}
+            | _seed_pairs(scores, method, baseline, games)
+        )
     return pd.DataFrame(rows, columns=IMPROVEMENT_COLUMNS)
+
+
+def _seed_pairs(
+    scores: pd.DataFrame, method: str, baseline: str, games: Sequence[str]
+) -> dict[str, float]:
+    """`sgi_lab.metrics.seed_pairs` of two methods' runs on ``games``, paired by game and seed
+    (``sign_p``: the sign test's p)."""
+    chosen = scores[scores["game"].isin(games)]
+
+    def by_seed(name: str) -> pd.Series:
+        return chosen[chosen["method"] == name].set_index(["game", "seed"])["score"]
+
+    pairs = seed_pairs(by_seed(method), by_seed(baseline))
+    pairs["sign_p"] = pairs.pop("p")
+    return pairs
 
 
 def improvement_frame(improvement: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
@@ -421,6 +444,7 @@ def improvement_frame(improvement: pd.DataFrame, digits: int = 3) -> pd.DataFram
             f"P(> {baseline})": cells,
             "runs per game": improvement["runs"],
             "games": improvement["games"],
+            "same seed: above / below / level (sign test p)": seed_pair_cells(improvement),
             "note": improvement["note"],
         }
     )

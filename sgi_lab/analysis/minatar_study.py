@@ -35,7 +35,11 @@ from sgi_lab.analysis.probe_study import (
 )
 from sgi_lab.analysis.report import read_run
 from sgi_lab.base.files import atomic_write_text, read_jsonl
-from sgi_lab.metrics.aggregate import aggregate_with_ci, probability_of_improvement_with_ci
+from sgi_lab.metrics.aggregate import (
+    aggregate_with_ci,
+    probability_of_improvement_with_ci,
+    seed_pairs,
+)
 from sgi_lab.runs.status import read_status
 
 SCRATCH = {"sgi_none": "none", "sgi_none_2x": "none"}
@@ -212,8 +216,6 @@ def paired_table(
     ``level`` (equal returns) and the two-sided sign test's ``p`` (level pairs left out), with
     the ``games`` and ``pairs`` counted. A row per method and readout; unlike the aggregates it
     uses every game a method finished, not only the games every method shares."""
-    from scipy import stats
-
     done = _with_readouts(runs)
     if done.empty or reference not in set(done["method"]):
         return pd.DataFrame()
@@ -224,13 +226,10 @@ def paired_table(
             both = wide[[method, reference]].dropna()
             if both.empty:
                 continue
-            diff = both[method] - both[reference]
-            above, below = int((diff > 0).sum()), int((diff < 0).sum())
-            p = stats.binomtest(above, above + below).pvalue if above + below else np.nan
+            games = both.index.get_level_values("game").nunique()
             rows.append(
-                {"method": method, "readout": readout, "reference": reference}
-                | {"games": both.index.get_level_values("game").nunique(), "pairs": len(both)}
-                | {"above": above, "below": below, "level": len(both) - above - below, "p": p}
+                {"method": method, "readout": readout, "reference": reference, "games": games}
+                | seed_pairs(both[method], both[reference])
             )
     return pd.DataFrame(rows)
 

@@ -34,6 +34,7 @@ from sgi_lab.metrics import (
     paper_per_game,
     probability_of_improvement_with_ci,
     protocol_of,
+    seed_pairs,
 )
 from sgi_lab.metrics.paper import PER_GAME_TABLES
 from sgi_lab.metrics.protocol import PAPER_PROTOCOL, EvalProtocol
@@ -500,7 +501,7 @@ def _aggregate_rows(
 
 IMPROVEMENT_COLUMNS = [
     "method", "baseline", "normalization", "games", "runs", "baseline_runs",
-    "value", "lower", "upper", "note",
+    "value", "lower", "upper", "note", "pairs", "above", "below", "level", "sign_p",
 ]  # fmt: skip
 
 
@@ -569,11 +570,19 @@ def improvement_over(
         (poi,) = probability_of_improvement_with_ci(
             {method: x, baseline: y}, pairs=[(method, baseline)], reps=reps, seed=seed
         ).to_dict("records")
+        pairs = seed_pairs(_by_seed(own, games), _by_seed(base, games))
+        pairs["sign_p"] = pairs.pop("p")
         rows.append(
             {**row, "runs": x.shape[0], "baseline_runs": y.shape[0], "note": "",
-             **{k: poi[k] for k in ("value", "lower", "upper")}}
+             **{k: poi[k] for k in ("value", "lower", "upper")}, **pairs}
         )  # fmt: skip
     return pd.DataFrame(rows, columns=IMPROVEMENT_COLUMNS)
+
+
+def _by_seed(runs: pd.DataFrame, games: Sequence[str]) -> pd.Series:
+    """A method's runs on ``games`` as normalised scores indexed by (game, seed)."""
+    chosen = runs[runs["game"].isin(games)]
+    return chosen.set_index(["game", "seed"])["hns"]
 
 
 def format_improvement(table: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
@@ -592,10 +601,26 @@ def format_improvement(table: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
                 "-" if pd.isna(r) else f"{int(r)} vs {int(b)}"
                 for r, b in zip(table["runs"], table["baseline_runs"])
             ],
+            "same seed: above / below / level (sign test p)": seed_pair_cells(table),
             "note": table["note"],
         }
     )
     return out
+
+
+def seed_pair_cells(table: pd.DataFrame) -> list[str]:
+    """A table's ``pairs, above, below, level`` and sign test p (``sign_p``) as one text cell
+    per row (``3 / 1 / 0 (p = 0.62)``; ``-`` where nothing was paired)."""
+    cells = []
+    for row in table.to_dict("records"):
+        pairs = row.get("pairs")
+        if pairs is None or pd.isna(pairs) or not pairs:
+            cells.append("-")
+            continue
+        p = row.get("sign_p")
+        tail = "" if p is None or pd.isna(p) else f" (p = {p:.2f})"
+        cells.append(f"{int(row['above'])} / {int(row['below'])} / {int(row['level'])}{tail}")
+    return cells
 
 
 def aggregates_csv_path(csv: str | Path) -> Path:

@@ -20,6 +20,7 @@ from sgi_lab.metrics.aggregate import (
     optimality_gap,
     probability_of_improvement,
     probability_of_improvement_with_ci,
+    seed_pairs,
 )
 from sgi_lab.metrics.hns import (
     canonical_game,
@@ -99,6 +100,7 @@ __all__ = [
     "per_game_hns",
     "probability_of_improvement",
     "probability_of_improvement_with_ci",
+    "seed_pairs",
     "random_score",
     "score_references",
 ]

@@ -33,6 +33,7 @@ __all__ = [
     "optimality_gap",
     "probability_of_improvement",
     "probability_of_improvement_with_ci",
+    "seed_pairs",
 ]
 
 Metric = Callable[[np.ndarray], float]
@@ -370,3 +371,23 @@ def probability_of_improvement_with_ci(
             for x, y in pairs
         ]
     )
+
+
+def seed_pairs(x: pd.Series, y: pd.Series) -> dict[str, float]:
+    """Runs of two methods paired by what they share (a Series each, indexed alike: by game
+    and seed): how many of the ``pairs`` both have end ``above``, ``below`` and ``level``
+    (x against y), and the two-sided sign test's ``p`` with level pairs left out (NaN when
+    every pair is level or there is none). Several runs under one index are averaged first.
+
+    The paired complement of the probability of improvement, which compares every run of x
+    with every run of y: a seed that starts both methods alike (the same initialisation and
+    environment seed) is compared with itself only.
+    """
+    x = x.groupby(level=list(range(x.index.nlevels))).mean()
+    y = y.groupby(level=list(range(y.index.nlevels))).mean()
+    both = pd.concat({"x": x, "y": y}, axis=1, join="inner").dropna()
+    diff = both["x"] - both["y"]
+    above, below = int((diff > 0).sum()), int((diff < 0).sum())
+    p = scipy.stats.binomtest(above, above + below).pvalue if above + below else float("nan")
+    level = len(both) - above - below
+    return {"pairs": len(both), "above": above, "below": below, "level": level, "p": float(p)}

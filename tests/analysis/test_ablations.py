@@ -475,6 +475,10 @@ def test_minatar_runs_carry_the_minatar_score_and_its_name(minatar_runs):
     (poi,) = view.improvement.to_dict("records")
     assert (poi["method"], poi["baseline"]) == ("sgi", "none")
     assert (poi["value"], poi["lower"], poi["upper"]) == (1.0, 1.0, 1.0)  # disjoint runs
+    # seed by seed on the selected games (Pong's run is not among them): above in all 6 pairs,
+    # two-sided sign test 2 / 2^6
+    assert [poi[k] for k in ("pairs", "above", "below", "level")] == [6, 6, 0, 0]
+    assert poi["sign_p"] == pytest.approx(2 / 64)
     with pytest.raises(
         ValueError, match="baseline 'nne' is none of your methods: did you mean none"
     ):
@@ -517,6 +521,7 @@ def test_minatar_figures_and_tables_say_minatar_score_never_hns(minatar_runs):
         "sgi",
         "1.000 (1.000, 1.000)",
     ]
+    assert frame.iloc[0]["same seed: above / below / level (sign test p)"] == "6 / 0 / 0 (p = 0.03)"
     assert "on the MinAtar score" in explorer.improvement.title
 
 

@@ -336,6 +336,13 @@ def test_probability_of_improvement_over_a_baseline(tmp_path, capsys):
     assert table.loc["copy", "value"] == pytest.approx(0.5)
     tiny = table.loc["tiny@sgi_m"]
     assert np.isnan(tiny.value) and tiny.note == "no game in common with sgi_none"
+    # Seed by seed (game and seed alike): SGI above in all 4 pairs, sign test p = 2 / 2^4;
+    # the copy level with every seed: nothing to test (where P(improvement) reads 0.5)
+    assert (sgi.pairs, sgi.above, sgi.below, sgi.level) == (4, 4, 0, 0)
+    assert sgi.sign_p == pytest.approx(0.125)
+    copy = table.loc["copy"]
+    assert (copy.pairs, copy.level) == (4, 4) and np.isnan(copy.sign_p)
+    assert np.isnan(tiny.pairs)
     with pytest.raises(ValueError, match="'sgi_nope' is none of the runs' methods: did you "):
         improvement_over(runs, "sgi_nope", reps=10)
 
@@ -343,6 +350,7 @@ def test_probability_of_improvement_over_a_baseline(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "Probability of improvement over sgi_none" in out
     assert "1.000 (1.000, 1.000)" in out and "0.500 (" in out
+    assert "4 / 0 / 0 (p = 0.12)" in out and "0 / 0 / 4" in out
     assert main(["report", *map(str, runs[:3]), "--reps", "10", "--baseline", "nope"]) == 2
     assert "error: --baseline 'nope' is none of the runs' methods" in capsys.readouterr().err
 

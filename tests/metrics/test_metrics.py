@@ -436,3 +436,30 @@ def test_evaluation_protocol_labels_and_comparability():
     assert "not comparable" in comparability_note(mixed)
     assert comparability_note(PAPER_PROTOCOL).endswith("(the paper's protocol)")
     assert mixed.to_dict()["comparable_with_paper"] is False
+
+
+def test_seed_pairs_count_each_shared_seed_and_sign_test():
+    """x against y by (game, seed): above on 3 pairs, below on 1, level on 1; a seed only one
+    side has is not a pair; x's two runs of one seed are averaged before pairing."""
+
+    from sgi_lab.metrics import seed_pairs
+
+    index = pd.MultiIndex.from_tuples
+    x = pd.Series(
+        [2.0, 3.0, 1.0, 5.0, 4.0, 0.0, 9.0],
+        index=index([("a", 0), ("a", 1), ("a", 2), ("b", 0), ("b", 1), ("b", 1), ("b", 2)]),
+    )
+    y = pd.Series(
+        [1.0, 1.0, 2.0, 5.0, 1.0, 7.0],
+        index=index([("a", 0), ("a", 1), ("a", 2), ("b", 0), ("b", 1), ("c", 0)]),
+    )
+    pairs = seed_pairs(x, y)
+    # a0 above, a1 above, a2 below, b0 level, b1 (4 + 0) / 2 = 2 > 1 above; b2 and c0 unpaired
+    assert {k: pairs[k] for k in ("pairs", "above", "below", "level")} == {
+        "pairs": 5, "above": 3, "below": 1, "level": 1,
+    }  # fmt: skip
+    # two-sided sign test of 3 of 4: P(X <= 1 or X >= 3) = (1 + 4 + 4 + 1) / 16
+    assert pairs["p"] == pytest.approx(10 / 16)
+    level = seed_pairs(y, y)
+    assert level["level"] == 6 and np.isnan(level["p"])
+    assert seed_pairs(x.iloc[:0], y)["pairs"] == 0
