@@ -579,3 +579,37 @@ def test_eigendecomposition_falls_back_when_float32_lapack_gives_up(monkeypatch)
     assert values.dtype == vectors.dtype == torch.float32
     torch.testing.assert_close(values.double(), expected, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(vectors @ torch.diag(values) @ vectors.T, gram, rtol=1e-4, atol=1e-5)
+
+
+def test_eigendecomposition_falls_back_when_float32_returns_nan_without_raising(monkeypatch):
+    """MKL's float32 solver returned NaN for some real Gram matrices without raising (4 of 296
+    probe reads on a 2-core Xeon): every probe then predicted one class. The float64 solution
+    is used instead, and the probes read what they read with a healthy float32 solution."""
+    from sgi_lab.probes import linear
+
+    rng = np.random.default_rng(4)
+    labels = rng.integers(0, 3, size=(300, 2))
+    x = rng.normal(size=(300, 8)) + 2.0 * np.eye(3)[labels[:, 0]] @ rng.normal(size=(3, 8))
+    healthy = linear.fit_linear_probes(x[:200], labels[:200], x[200:], labels[200:])
+    real_eigh = torch.linalg.eigh
+    calls = []
+
+    def silent_nan(matrix):
+        calls.append(matrix.dtype)
+        values, vectors = real_eigh(matrix)
+        if matrix.dtype == torch.float32:
+            return torch.full_like(values, float("nan")), torch.full_like(vectors, float("nan"))
+        return values, vectors
+
+    monkeypatch.setattr(torch.linalg, "eigh", silent_nan)
+    probes = linear.fit_linear_probes(x[:200], labels[:200], x[200:], labels[200:])
+    assert calls == [torch.float32, torch.float64]
+    assert torch.isfinite(probes.weight).all()
+    assert probes.steps == healthy.steps
+    np.testing.assert_array_equal(probes.predict(x[200:]), healthy.predict(x[200:]))
+
+    # NaN in the features themselves: no solver can help, and the error says so
+    monkeypatch.setattr(torch.linalg, "eigh", real_eigh)
+    gram = torch.full((4, 4), float("nan"))
+    with pytest.raises(torch.linalg.LinAlgError, match="features hold NaN or inf"):
+        linear.symmetric_eigh(gram)
