@@ -34,7 +34,7 @@ from sgi_lab.analysis.ablation_probes import (
     probe_table,
 )
 from sgi_lab.analysis.paper_column import PaperColumn
-from sgi_lab.analysis.report import read_run, seed_pair_cells
+from sgi_lab.analysis.report import read_run, scores_by_seed, seed_pair_cells
 from sgi_lab.base.paths import close_names
 from sgi_lab.envs import canonical_env_game
 from sgi_lab.envs.games import ATARI_100K_GAMES, canonical_game
@@ -408,26 +408,12 @@ def improvement_over(
         (poi,) = probability_of_improvement_with_ci(
             {method: matrix, baseline: base}, pairs=[(method, baseline)], reps=reps, seed=seed
         ).to_dict("records")
+        own = scores_by_seed(scores[scores["method"] == method], games)
         rows.append(
             {**row, "note": "", **{k: poi[k] for k in ("value", "lower", "upper")}}
-            | _seed_pairs(scores, method, baseline, games)
+            | seed_pairs(own, scores_by_seed(scores[scores["method"] == baseline], games))
         )
     return pd.DataFrame(rows, columns=IMPROVEMENT_COLUMNS)
-
-
-def _seed_pairs(
-    scores: pd.DataFrame, method: str, baseline: str, games: Sequence[str]
-) -> dict[str, float]:
-    """`sgi_lab.metrics.seed_pairs` of two methods' runs on ``games``, paired by game and seed
-    (``sign_p``: the sign test's p)."""
-    chosen = scores[scores["game"].isin(games)]
-
-    def by_seed(name: str) -> pd.Series:
-        return chosen[chosen["method"] == name].set_index(["game", "seed"])["score"]
-
-    pairs = seed_pairs(by_seed(method), by_seed(baseline))
-    pairs["sign_p"] = pairs.pop("p")
-    return pairs
 
 
 def improvement_frame(improvement: pd.DataFrame, digits: int = 3) -> pd.DataFrame:

@@ -193,7 +193,10 @@ def _method(frame: pd.DataFrame) -> pd.Series:
 
 def _with_readouts(runs: pd.DataFrame) -> pd.DataFrame:
     """The finished agents with their ``method`` and both readouts in raw returns: ``eval``
-    (the final evaluation's mean) and ``training`` (the mean of every training episode)."""
+    (the final evaluation's mean) and ``training`` (the mean of every training episode, read
+    from each run's metrics.jsonl; a frame that has them already is returned as it is)."""
+    if "training" in runs.columns:
+        return runs
     done = runs[runs["finished"]]
     if done.empty:
         return done
@@ -215,7 +218,8 @@ def paired_table(
     under each readout (`_with_readouts`), how many pairs end ``above``, ``below`` and
     ``level`` (equal returns) and the two-sided sign test's ``p`` (level pairs left out), with
     the ``games`` and ``pairs`` counted. A row per method and readout; unlike the aggregates it
-    uses every game a method finished, not only the games every method shares."""
+    uses every game a method finished, not only the games every method shares. ``runs``:
+    `study_runs` rows, or `_with_readouts` of them (then read once for several tables)."""
     done = _with_readouts(runs)
     if done.empty or reference not in set(done["method"]):
         return pd.DataFrame()
@@ -256,7 +260,8 @@ def paired_markdown(table: pd.DataFrame, methods: Sequence[str] | None = None) -
                 cells += ["-", "-"]
                 continue
             r = part.loc[readout]
-            cells += [f"{int(r['above'])} / {int(r['below'])} / {int(r['level'])}", f"{r['p']:.2f}"]
+            cells += [f"{int(r['above'])} / {int(r['below'])} / {int(r['level'])}"]
+            cells += [f"{r['sign_p']:.2f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -559,8 +564,9 @@ def budget_study_markdown(
                 table,
                 "",
             ]
+    readouts = _with_readouts(runs)  # each run's metrics read once, for the next two tables
     order = [f"{o}{'' if s == 'reduced_lr' else f' ({s})'}" for s in schemes for o in by_steps]
-    pairs = paired_markdown(paired_table(runs), order)
+    pairs = paired_markdown(paired_table(readouts), order)
     if pairs:
         lines += [
             "### Each budget against the same seed from scratch: pairs above / below / level "
@@ -569,7 +575,7 @@ def budget_study_markdown(
             pairs,
             "",
         ]
-    returns = per_game_returns(runs)
+    returns = per_game_returns(readouts)
     if not returns.empty:
         lines += [
             "### Per game, raw returns: the final evaluation and the mean of every training "
@@ -876,7 +882,8 @@ def study_markdown(
     ``graph`` (``sgi_lab.experiments.load_graph(folder)``), its encoders' probes beside their
     finetuning scores too; with ``curves`` (an .svg path), the finished agents' learning curves
     drawn there (`write_curves_figure`, ``methods`` in that order) and linked; each method
-    against scratch seed by seed under both readouts (`paired_table`); with ``per_seed``, each agent's final evaluation beside the same seed's (`per_seed_markdown`)."""
+    against scratch seed by seed under both readouts (`paired_table`); with ``per_seed``, each
+    agent's final evaluation beside the same seed's (`per_seed_markdown`)."""
     runs = study_runs(folder)
     if runs.empty:
         return f"No finetuning agent under {folder}/finetune yet.\n"
@@ -914,6 +921,7 @@ def study_markdown(
                 f"{correlation['n']} objectives).",
                 "",
             ]
+    readouts = _with_readouts(runs)  # each run's metrics read once, for two tables
     per_game = per_game_table(runs)
     if not per_game.empty:
         lines += ["### Per game (mean normalised score over finished seeds)", ""]
@@ -922,7 +930,7 @@ def study_markdown(
             "### Per game, raw returns: the final evaluation and the mean of every training "
             "episode (how soon it learned); mean over seeds [95% t interval]",
             "",
-            returns_markdown(per_game_returns(runs)),
+            returns_markdown(per_game_returns(readouts)),
             "",
         ]
     if curves is not None:
@@ -934,7 +942,7 @@ def study_markdown(
             f"![Training returns against agent steps, per game and method]({Path(path).name})",
             "",
         ]
-    pairs = paired_markdown(paired_table(runs), methods)
+    pairs = paired_markdown(paired_table(readouts), methods)
     if pairs:
         lines += [
             "### Each method against the same seed from scratch",

@@ -570,8 +570,7 @@ def improvement_over(
         (poi,) = probability_of_improvement_with_ci(
             {method: x, baseline: y}, pairs=[(method, baseline)], reps=reps, seed=seed
         ).to_dict("records")
-        pairs = seed_pairs(_by_seed(own, games), _by_seed(base, games))
-        pairs["sign_p"] = pairs.pop("p")
+        pairs = seed_pairs(scores_by_seed(own, games), scores_by_seed(base, games))
         rows.append(
             {**row, "runs": x.shape[0], "baseline_runs": y.shape[0], "note": "",
              **{k: poi[k] for k in ("value", "lower", "upper")}, **pairs}
@@ -579,8 +578,10 @@ def improvement_over(
     return pd.DataFrame(rows, columns=IMPROVEMENT_COLUMNS)
 
 
-def _by_seed(runs: pd.DataFrame, games: Sequence[str]) -> pd.Series:
-    """A method's runs on ``games`` as normalised scores indexed by (game, seed)."""
+def scores_by_seed(runs: pd.DataFrame, games: Sequence[str]) -> pd.Series:
+    """A method's runs on ``games`` (rows with ``game``, ``seed`` and ``hns``: `run_results`,
+    `sgi_lab.analysis.ablations.load_run_scores`) as normalised scores indexed by (game, seed),
+    what `sgi_lab.metrics.seed_pairs` pairs."""
     chosen = runs[runs["game"].isin(games)]
     return chosen.set_index(["game", "seed"])["hns"]
 

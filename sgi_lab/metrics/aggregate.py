@@ -376,8 +376,8 @@ def probability_of_improvement_with_ci(
 def seed_pairs(x: pd.Series, y: pd.Series) -> dict[str, float]:
     """Runs of two methods paired by what they share (a Series each, indexed alike: by game
     and seed): how many of the ``pairs`` both have end ``above``, ``below`` and ``level``
-    (x against y), and the two-sided sign test's ``p`` with level pairs left out (NaN when
-    every pair is level or there is none). Several runs under one index are averaged first.
+    (x against y), and the two-sided sign test's p, ``sign_p``, with level pairs left out (NaN
+    when every pair is level or there is none). Several runs under one index are averaged first.
 
     The paired complement of the probability of improvement, which compares every run of x
     with every run of y: a seed that starts both methods alike (the same initialisation and
@@ -390,4 +390,4 @@ def seed_pairs(x: pd.Series, y: pd.Series) -> dict[str, float]:
     above, below = int((diff > 0).sum()), int((diff < 0).sum())
     p = scipy.stats.binomtest(above, above + below).pvalue if above + below else float("nan")
     level = len(both) - above - below
-    return {"pairs": len(both), "above": above, "below": below, "level": level, "p": float(p)}
+    return {"pairs": len(both), "above": above, "below": below, "level": level, "sign_p": float(p)}

@@ -260,34 +260,30 @@ def symmetric_eigh(matrix: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     Raises:
         torch.linalg.LinAlgError: not even the jittered float64 matrix gives finite values.
     """
-    try:
-        values, vectors = torch.linalg.eigh(matrix)
-        if _finite(values, vectors):
-            return values, vectors
-    except torch.linalg.LinAlgError:
-        pass
+    solved = _finite_eigh(matrix)
+    if solved is not None:
+        return solved
     wide = matrix.double()
-    try:
-        values, vectors = torch.linalg.eigh(wide)
-    except torch.linalg.LinAlgError:
-        values = vectors = None
-    if values is None or not _finite(values, vectors):
-        jitter = 1e-10 * wide.diagonal().sum().clamp_min(1e-12)
-        eye = torch.eye(len(wide), dtype=wide.dtype)
-        try:
-            values, vectors = torch.linalg.eigh(wide + jitter * eye)
-        except torch.linalg.LinAlgError:
-            values = vectors = None
-        if values is None or not _finite(values, vectors):
-            raise torch.linalg.LinAlgError(
-                f"eigh of a {tuple(matrix.shape)} Gram matrix failed even in float64 with a "
-                "jitter: its features hold NaN or inf"
-            )
+    jitter = 1e-10 * wide.diagonal().sum().clamp_min(1e-12)
+    solved = _finite_eigh(wide) or _finite_eigh(wide + jitter * torch.eye(len(wide)).to(wide))
+    if solved is None:
+        raise torch.linalg.LinAlgError(
+            f"eigh of a {tuple(matrix.shape)} Gram matrix failed even in float64 with a "
+            "jitter: its features hold NaN or inf"
+        )
+    values, vectors = solved
     return values.to(matrix.dtype), vectors.to(matrix.dtype)
 
 
-def _finite(*tensors: torch.Tensor) -> bool:
-    return all(bool(torch.isfinite(t).all()) for t in tensors)
+def _finite_eigh(matrix: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``torch.linalg.eigh`` of ``matrix``, or None when LAPACK gives up or returns a
+    non-finite value."""
+    try:
+        values, vectors = torch.linalg.eigh(matrix)
+    except torch.linalg.LinAlgError:
+        return None
+    finite = bool(torch.isfinite(values).all()) and bool(torch.isfinite(vectors).all())
+    return (values, vectors) if finite else None
 
 
 def gram_eigenbasis(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -222,9 +222,9 @@ def test_paired_table_counts_each_seed_against_scratch_under_both_readouts(tmp_p
     x = table.loc[("x", "eval")]
     assert (x["games"], x["pairs"], x["above"], x["below"], x["level"]) == (2, 6, 4, 1, 1)
     # two-sided sign test, level pair left out: P(<= 1 or >= 4 of 5) = 12/32
-    assert x["p"] == pytest.approx(12 / 32)
+    assert x["sign_p"] == pytest.approx(12 / 32)
     x = table.loc[("x", "training")]
-    assert (x["above"], x["below"], x["p"]) == (0, 6, pytest.approx(2 / 64))
+    assert (x["above"], x["below"], x["sign_p"]) == (0, 6, pytest.approx(2 / 64))
     assert ("y", "training") not in table.index  # no training episode to compare
     assert table.loc[("y", "eval")][["pairs", "above"]].tolist() == [1, 1]
     text = ms.paired_markdown(ms.paired_table(ms.study_runs(tmp_path)), ["y", "x"])

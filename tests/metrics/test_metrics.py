@@ -459,7 +459,7 @@ def test_seed_pairs_count_each_shared_seed_and_sign_test():
         "pairs": 5, "above": 3, "below": 1, "level": 1,
     }  # fmt: skip
     # two-sided sign test of 3 of 4: P(X <= 1 or X >= 3) = (1 + 4 + 4 + 1) / 16
-    assert pairs["p"] == pytest.approx(10 / 16)
+    assert pairs["sign_p"] == pytest.approx(10 / 16)
     level = seed_pairs(y, y)
-    assert level["level"] == 6 and np.isnan(level["p"])
+    assert level["level"] == 6 and np.isnan(level["sign_p"])
     assert seed_pairs(x.iloc[:0], y)["pairs"] == 0
