@@ -8,6 +8,7 @@ uniform-random returns (the 0 of the MinAtar score) and the shift-augmentation c
     python benchmarks/minatar_speed.py update --agents 1 4     # the finetuning update, ms/agent
     python benchmarks/minatar_speed.py update --compile        # + torch.compile of the losses
     python benchmarks/minatar_speed.py pretrain --threads 2    # one SGI pretraining step, fp32/bf16
+    python benchmarks/minatar_speed.py pretrain --compile      # + torch.compile of its losses
     python benchmarks/minatar_speed.py all                     # everything, JSON at the end
 
 Steps are `sgi_lab.envs.make_env`'s (MinAtar's defaults: sticky actions 0.1, ramping on, the
@@ -215,8 +216,9 @@ def update_times(
     return rows
 
 
-def pretrain_times(repeats: int) -> list[dict]:
-    """Milliseconds per MinAtar SGI pretraining step at batch 256, fp32 and bf16, interleaved."""
+def pretrain_times(repeats: int, compile_losses: bool = False) -> list[dict]:
+    """Milliseconds per MinAtar SGI pretraining step at batch 256, fp32 and bf16, interleaved;
+    with ``compile_losses``, each precision's compiled step too (`_compiled_pretrain`)."""
     import dataclasses
 
     from sgi_lab.config import PretrainConfig, load_config
@@ -240,9 +242,54 @@ def pretrain_times(repeats: int) -> list[dict]:
     for bf16, ms in times.items():
         row = {"precision": "bf16" if bf16 else "fp32", "ms": statistics.median(ms),
                "rounds_ms": ms, "5k_steps_min": 5000 * statistics.median(ms) / 60_000}  # fmt: skip
+        if compile_losses:
+            row.update(
+                _compiled_pretrain(dataclasses.replace(config, cpu_amp=bf16), batch, repeats)
+            )
         rows.append(row)
         print(json.dumps(row))
     return rows
+
+
+def _compiled_pretrain(config, batch, repeats: int) -> dict[str, float]:
+    """The pretraining step with its losses (`sgi_losses`: forward, and backward through
+    AOTAutograd) compiled by inductor, in rounds interleaved with an eager state's steps; the
+    first compiled steps' time is the compile's. The 5k-step figure counts the compile."""
+    import dataclasses
+
+    from sgi_lab.train import pretrain_step
+
+    config = dataclasses.replace(config, channels_last=False)
+    eager_losses = pretrain_step.sgi_losses
+    compiled_losses = torch.compile(eager_losses, dynamic=False)
+    spec = observation_spec("minatar/breakout")
+    states = {
+        name: pretrain_step.build_state(config, 3, torch.device("cpu"), spec)
+        for name in ("eager", "compiled")
+    }
+
+    def step(name: str) -> None:
+        pretrain_step.sgi_losses = compiled_losses if name == "compiled" else eager_losses
+        try:
+            pretrain_step.train_step(config, states[name], batch)
+        finally:
+            pretrain_step.sgi_losses = eager_losses
+
+    start = time.perf_counter()
+    for _ in range(3):
+        step("compiled")
+    compile_s = time.perf_counter() - start
+    rounds: dict[str, list[float]] = {"eager": [], "compiled": []}
+    for _ in range(3):
+        for name in rounds:
+            rounds[name].append(_timed(lambda name=name: step(name), repeats)["ms"])
+    compiled_ms = statistics.median(rounds["compiled"])
+    return {
+        "compile_s": compile_s,
+        "interleaved_eager_ms": statistics.median(rounds["eager"]),
+        "compiled_ms": compiled_ms,
+        "compiled_5k_steps_min": (compile_s + 5 * compiled_ms) / 60,
+    }
 
 
 def _timed(step, repeats: int) -> dict[str, float]:
@@ -294,7 +341,9 @@ def main() -> None:
         "what", choices=("steps", "encoders", "random", "shift", "update", "pretrain", "all")
     )
     parser.add_argument("--agents", type=int, nargs="+", default=[1, 4])
-    parser.add_argument("--compile", action="store_true", help="update: also torch.compile")
+    parser.add_argument(
+        "--compile", action="store_true", help="update, pretrain: also torch.compile"
+    )
     parser.add_argument("--steps", type=int, default=20_000)
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--episodes", type=int, default=1000)
@@ -321,7 +370,7 @@ def main() -> None:
             args.agents, min(args.repeats, 30), args.compile, args.encoder, tuple(args.batching)
         )
     if args.what in ("pretrain", "all"):
-        result["pretrain"] = pretrain_times(min(args.repeats, 20))
+        result["pretrain"] = pretrain_times(min(args.repeats, 20), args.compile)
     print(json.dumps(result, indent=2))
 
 

@@ -42,6 +42,7 @@ from sgi_lab.train.pretrain_step import (
     PretrainBatch,
     build_state,
     device_batch,
+    loss_function,
     make_sampler,
     measure_step,
     model_args,
@@ -215,7 +216,11 @@ class _Loop:
         return int(checkpoint["step"])
 
     def step_function(self) -> Callable[[PretrainBatch], dict[str, torch.Tensor]]:
-        """`train_step`, replayed from a CUDA graph where one can be."""
+        """`train_step`, replayed from a CUDA graph where one can be, or with its losses
+        compiled (``compile: true``, which takes the graph's place)."""
+        if self.config.compile:
+            losses = loss_function(self.config)
+            return functools.partial(train_step, self.config, self.state, losses=losses)
         if GraphedStep.usable(self.config, self.device):
             return GraphedStep(self.config, self.state)
         return functools.partial(train_step, self.config, self.state)
