@@ -126,10 +126,12 @@ def add_experiment_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--param", action="append", metavar="KEY=VALUE", help="an experiment parameter")
     p.add_argument(
         "--first",
-        action="append",
+        action="extend",
+        nargs="+",
         metavar="PATTERN",
         help="start the tasks whose ids match (fnmatch: 'finetune/sgi_none/*'), and what they "
-        "read, before the others; repeat for several (the ids: --dry-run)",
+        "read, before the others, in the patterns' order; several after one --first or "
+        "--first repeated (the ids: --dry-run)",
     )
     p.add_argument(
         "--branch-first",

@@ -1133,3 +1133,16 @@ def test_a_probe_task_costs_what_its_readout_was_measured_at(tmp_path):
         )
     per_frame = {r: hours[r] / by_readout[r].steps for r in hours}  # (the 10k-frame reading)
     assert per_frame["logistic"] / per_frame["lstsq"] == pytest.approx(1100 / 160)
+
+
+def test_first_takes_several_patterns_after_one_flag_or_repeated():
+    """``--first a b`` and ``--first a --first b`` give the same patterns, in order."""
+    from sgi_lab.launch.cli import build_parser
+
+    parser = build_parser()
+    one = parser.parse_args(["experiment", "x.yaml", "--first", "finetune/a/*", "data/b"])
+    repeated = parser.parse_args(
+        ["experiment", "x.yaml", "--first", "finetune/a/*", "--first", "data/b"]
+    )
+    assert one.first == repeated.first == ["finetune/a/*", "data/b"]
+    assert parser.parse_args(["experiment", "x.yaml"]).first is None
