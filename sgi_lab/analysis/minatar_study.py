@@ -612,9 +612,9 @@ def finetune_budget_table(
     folders: Mapping[str, str | Path], reps: int = 2000, seed: int = 0
 ) -> pd.DataFrame:
     """Each method at each finetuning budget (`finetune_budget_runs`): IQM and mean with 95%
-    stratified bootstrap CIs, P(improvement over none) with its CI, and the paired sign count
-    (``below_none`` of ``pairs``: the (game, seed) pairs where the method's score is below the
-    same seed's from scratch). Over the methods every budget has and the games where each of
+    stratified bootstrap CIs, P(improvement over none) with its CI, and each (game, seed) pair
+    against the same seed from scratch (`seed_pairs`: ``above_none``, ``below_none``,
+    ``level_none`` of ``pairs``, and the two-sided sign test's ``sign_p``). Over the methods every budget has and the games where each of
     them finished every seed at every budget, so that the budgets are compared on the same
     games; empty until two budgets share a method besides none on a game."""
     runs = finetune_budget_runs(folders)
@@ -639,13 +639,16 @@ def finetune_budget_table(
         table = objective_table(part, None, reps=reps, seed=seed)
         scores = part.pivot_table(index=["game", "seed"], columns="method", values="normalized")
         for method, row in table.iterrows():
-            below = int((scores[method] < scores["none"]).sum()) if method != "none" else None
+            pairs = seed_pairs(scores[method], scores["none"]) if method != "none" else {}
             rows.append(
                 {
                     "budget": budget,
                     "method": method,
                     **row,
-                    "below_none": below,
+                    "above_none": pairs.get("above"),
+                    "below_none": pairs.get("below"),
+                    "level_none": pairs.get("level"),
+                    "sign_p": pairs.get("sign_p"),
                     "pairs": len(scores),
                 }
             )
@@ -656,19 +659,23 @@ def finetune_budget_markdown(
     folders: Mapping[str, str | Path], reps: int = 2000, table: pd.DataFrame | None = None
 ) -> str:
     """`finetune_budget_table` as Markdown (``table``: the caller's, already computed): a row
-    per method, per budget its IQM, its P(improvement over none) and in how many seed pairs it
-    fell below scratch."""
+    per method, per budget its IQM, its P(improvement over none) and its seed pairs against
+    scratch (above / below / level, sign test p)."""
     table = finetune_budget_table(folders, reps=reps) if table is None else table
     if table.empty:
         return "No method besides none has finished a common game at every budget yet.\n"
     budgets = [b for b in folders if b in set(table["budget"])]
     header = ["method"] + [
-        f"{b}: {c}" for b in budgets for c in ("IQM", "P(improvement over none)", "below none")
+        f"{b}: {c}"
+        for b in budgets
+        for c in ("IQM", "P(improvement over none)", "against none: above / below / level", "p")
     ]
     lines = [
         f"Over {int(table['games'].iloc[0])} games x {int(table['runs'].iloc[0])} seeds at each "
-        "budget (the same games); 95% stratified bootstrap CIs (rliable's method); below none: "
-        "the (game, seed) pairs where the method scored below the same seed from scratch.",
+        "budget (the same games); 95% stratified bootstrap CIs (rliable's method); against "
+        "none: the (game, seed) pairs where the method scored above, below and level with the "
+        "same seed from scratch at the same budget, and the two-sided sign test's p (level "
+        "pairs left out).",
         "",
         "| " + " | ".join(header) + " |",
         "|" + "---|" * len(header),
@@ -680,12 +687,14 @@ def finetune_budget_markdown(
             row = table[(table["budget"] == budget) & (table["method"] == method)].iloc[0]
             cells.append(format_interval(row["iqm"], row["iqm_lower"], row["iqm_upper"]))
             if method == "none":
-                cells += ["-", "-"]
+                cells += ["-", "-", "-"]
                 continue
             poi = [row[f"p_improve_{k}"] for k in ("value", "lower", "upper")]
+            counts = (int(row[f"{k}_none"]) for k in ("above", "below", "level"))
             cells += [
                 format_interval(*poi, digits=2),
-                f"{int(row['below_none'])} of {int(row['pairs'])}",
+                " / ".join(map(str, counts)),
+                f"{row['sign_p']:.2f}",
             ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

@@ -341,6 +341,11 @@ def test_finetune_budget_compares_each_method_at_each_budget_on_the_same_games(t
     assert table.loc[("20k steps", "sgi"), "below_none"] == 0
     assert table.loc[("10k steps", "sgi (naive)"), "below_none"] == 0
     assert table.loc[("20k steps", "sgi (naive)"), "below_none"] == 3  # 0.25 < 0.32 too
+    assert table.loc[("10k steps", "sgi (naive)"), "above_none"] == 3
+    assert (table.loc[("10k steps", "sgi"), ["above_none", "level_none"]] == 0).all()
+    # all 3 pairs one way: two-sided sign test p = 2 * 0.5**3
+    assert table.loc[("10k steps", "sgi"), "sign_p"] == pytest.approx(0.25)
+    assert table.loc[("20k steps", "sgi"), "sign_p"] == pytest.approx(0.25)
     assert table.loc[("10k steps", "sgi"), "p_improve_value"] == pytest.approx(0.0)
     assert table.loc[("20k steps", "sgi"), "p_improve_value"] == pytest.approx(1.0)
     assert (table["pairs"] == 3).all()
@@ -348,8 +353,9 @@ def test_finetune_budget_compares_each_method_at_each_budget_on_the_same_games(t
     text = ms.finetune_budget_markdown(folders, reps=200)
     assert "Over 1 games x 3 seeds at each budget" in text
     assert "| method | 10k steps: IQM | 10k steps: P(improvement over none) |" in text
-    row = next(line for line in text.splitlines() if line.startswith("| sgi |"))
-    assert "0.060 [" in row and "3 of 3" in row and "0 of 3" in row
+    row = next(line for line in text.splitlines() if line.startswith("| sgi |")).split(" | ")
+    assert row[1].startswith("0.060 [") and row[3:5] == ["0 / 3 / 0", "0.25"]
+    assert row[5].startswith("0.410 [") and row[7:9] == ["3 / 0 / 0", "0.25 |"]
     assert "s_g" not in text
     alone = ms.finetune_budget_markdown({"10k steps": study, "20k steps": tmp_path / "none"})
     assert alone.startswith("No method besides none")
