@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
+import shutil
 import signal
 import time
 import warnings
@@ -91,6 +93,7 @@ def pretrain(
     """
     store = data if isinstance(data, TransitionStore) else TransitionStore(data)
     check_fits_store(config, store)
+    check_can_compile(config)
     # The probe store is checked, and its identity recorded with the run's inputs, before the
     # folder is touched: a resume on another store at the same path is refused naming it.
     probe = PeriodicProbe.of(config, store)
@@ -125,6 +128,24 @@ def check_fits_store(config: PretrainConfig, store: TransitionStore) -> None:
         raise ConfigError(
             f"{key}: {getattr(config, key)} sequences per batch, but {store.path} holds only "
             f"{starts} valid sequence starts; lower {key} or collect more data"
+        )
+
+
+def check_can_compile(config: PretrainConfig) -> None:
+    """``compile: true`` has what inductor needs on a CPU, a C++ compiler (``$CXX``, ``g++``,
+    ``clang++`` or ``c++``), checked before anything is created: without one the first step
+    would fail deep inside ``torch.compile``.
+
+    Raises:
+        ConfigError: naming ``compile`` and the fix.
+    """
+    if not config.compile or resolve_device(config.device).type != "cpu":
+        return
+    compilers = (os.environ.get("CXX"), "g++", "clang++", "c++")
+    if not any(c and shutil.which(c) for c in compilers):
+        raise ConfigError(
+            "compile: torch.compile on a CPU needs a C++ compiler and none was found ($CXX, "
+            "g++, clang++, c++); install one (e.g. apt install g++) or set compile: false"
         )
 
 

@@ -428,3 +428,22 @@ def test_inductor_compiled_steps_match_the_eager_steps():
         {"batch_size": 16, "compile": True, "cpu_amp": False, "channels_last": False},
     )  # fmt: skip
     _assert_same_steps(*_compiled_against_eager(config, steps=5), rtol=1e-3, atol=1e-4)
+
+
+def test_compile_without_a_cpp_compiler_is_refused_before_anything_is_created(
+    dot_store, tmp_path, monkeypatch
+):
+    """Inductor needs a C++ compiler on a CPU: without one, ``compile: true`` is refused naming
+    the key and the fix, and no run folder appears."""
+    import shutil
+
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    config = build_config(PretrainConfig, {**TINY, "steps": 2, "compile": True, "device": "cpu"})
+    with pytest.raises(ConfigError, match=r"compile: .*C\+\+ compiler.*compile: false"):
+        pretrain(config, dot_store, tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()
+    # the eager step needs none
+    eager = dataclasses.replace(config, compile=False)
+    pretrain(eager, dot_store, tmp_path / "eager", progress=False)
+    assert RunDir(tmp_path / "eager").status()["state"] == "finished"
