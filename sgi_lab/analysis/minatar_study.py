@@ -614,9 +614,10 @@ def finetune_budget_table(
     """Each method at each finetuning budget (`finetune_budget_runs`): IQM and mean with 95%
     stratified bootstrap CIs, P(improvement over none) with its CI, and each (game, seed) pair
     against the same seed from scratch (`seed_pairs`: ``above_none``, ``below_none``,
-    ``level_none`` of ``pairs``, and the two-sided sign test's ``sign_p``). Over the methods every budget has and the games where each of
-    them finished every seed at every budget, so that the budgets are compared on the same
-    games; empty until two budgets share a method besides none on a game."""
+    ``level_none`` of ``pairs``, and the two-sided sign test's ``sign_p``). Over the methods
+    every budget has and the games where each of them finished every seed at every budget, so
+    that the budgets are compared on the same games; empty until two budgets share a method
+    besides none on a game."""
     runs = finetune_budget_runs(folders)
     if runs.empty:
         return pd.DataFrame()

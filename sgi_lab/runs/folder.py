@@ -58,6 +58,7 @@ RUNTIME_KEYS = frozenset(
         "population_batching",
         "cpu_amp",
         "channels_last",
+        "compile",
         # writing a checkpoint advances nothing (tests/train/test_finetune.py): a stopped run
         # may resume checkpointing more often, or less
         "checkpoint_every",

@@ -417,6 +417,9 @@ def test_compile_runs_the_same_losses_through_torch_compile(monkeypatch, tmp_pat
     assert len(compiled) == calls + 1 and compiled[-1][0] is step_module.sgi_losses
     assert [r["step"] for r in RunDir(tmp_path / "run").read_metrics()] == [2, 4]
     assert RunDir(tmp_path / "run").status()["state"] == "finished"
+    # how fast a run steps, not what it learns: the run is the same run with compile off
+    model = pretrain(dataclasses.replace(run, compile=False), store, tmp_path / "run", False)
+    assert model == tmp_path / "run" / "model.pt" and len(compiled) == calls + 1
 
 
 @pytest.mark.slow
