@@ -113,6 +113,19 @@ def _scheme_agents(runs: pd.DataFrame, scheme: str | None) -> tuple[pd.DataFrame
     return done, sorted(set.intersection(*games_of)) if len(games_of) else []
 
 
+def complete_objectives(runs: pd.DataFrame, scheme: str | None = "reduced_lr") -> list[str]:
+    """The objectives of one scheme (and ``none``) that have finished every game of the study on
+    every seed: every (game, seed) any agent of the study runs. The others are still running."""
+    if runs.empty:
+        return []
+    planned = set(zip(runs["game"], runs["seed"], strict=True))
+    done, _ = _scheme_agents(runs, scheme)
+    finished = done.groupby("objective").apply(
+        lambda part: set(zip(part["game"], part["seed"], strict=True)), include_groups=False
+    )
+    return sorted(o for o, pairs in finished.items() if pairs >= planned)
+
+
 def score_matrices(runs: pd.DataFrame, scheme: str | None = "reduced_lr") -> dict[str, np.ndarray]:
     """``{objective: (seeds, games) normalised scores}`` over the finished agents of one scheme
     (plus ``none``), only games every included objective has finished on every seed of, so that
@@ -907,12 +920,32 @@ def study_markdown(
         ("SGI's finetuning schemes", _schemes(runs), None),
     )
     for title, part, scheme in sections:
+        running = pd.DataFrame()
+        if scheme and not part.empty:
+            # An objective still running would shrink every row to the games it has finished:
+            # the complete ones are tabled over every game, the running ones beside them.
+            complete = complete_objectives(part, scheme)
+            if len(complete) >= 2 and set(complete) < set(
+                _scheme_agents(part, scheme)[0]["objective"]
+            ):
+                running = objective_table(part, scheme, reps=reps)
+                part = part[part["objective"].isin(complete)]
         table = objective_table(part, scheme, reps=reps) if not part.empty else pd.DataFrame()
         lines += [f"### {title}", ""]
         if table.empty:
             lines += ["No game has finished on every seed for every method yet.", ""]
             continue
         lines += [_over(table), "", aggregates_markdown(table), ""]
+        if not running.empty:
+            lines += [
+                "With the objectives still running, over the games every objective in it has "
+                "finished (" + ", ".join(sorted(set(running.index) - set(table.index))) + "):",
+                "",
+                _over(running),
+                "",
+                aggregates_markdown(running),
+                "",
+            ]
         curve = budget_curve(table) if scheme else pd.DataFrame()
         if not curve.empty:
             lines += [
@@ -922,7 +955,7 @@ def study_markdown(
                 "",
             ]
         if scheme:
-            lines += _probe_lines(graph, table, runs)
+            lines += _probe_lines(graph, table, part)
         correlation = paper_rank_correlation(table) if scheme else {"rho": None}
         if correlation["rho"] is not None:
             lines += [

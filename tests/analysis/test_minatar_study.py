@@ -4,6 +4,7 @@ folder whose scores make every statistic checkable by hand."""
 from __future__ import annotations
 
 import json
+import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -83,11 +84,26 @@ def test_objective_table_has_cis_and_probability_of_improvement_over_none(study)
 
 
 def test_markdown_says_how_much_finished_and_shows_schemes(study):
+    """s is still running (Breakout seed 2): none and sgi are tabled over both games, s beside
+    them over the one game all three finished; once s finishes, one table over both games."""
     text = ms.study_markdown(study, planned=30, reps=200)
     assert "Finished agents: 23 of 30 (MinAtar score:" in text
-    assert "| s | 0.510 [" in text and "| 1.00 [1.00, 1.00] |" in text
+    objectives = text.split("### SGI's finetuning schemes")[0]
+    complete, running = objectives.split("With the objectives still running")
+    assert "Over 2 games x 3 seeds" in complete and "| sgi | 0.110 [" in complete
+    assert "| s |" not in complete
+    assert running.startswith(", over the games every objective in it has finished (s):")
+    assert "Over 1 games x 3 seeds" in running
+    assert "| s | 0.510 [" in running and "| 1.00 [1.00, 1.00] |" in running
     assert "### SGI's finetuning schemes" in text and "| sgi (naive) |" in text
     assert "### Per game" in text
+    assert ms.complete_objectives(ms.study_runs(study)) == ["none", "sgi"]
+
+    shutil.rmtree(study / "finetune" / "reduced_lr__s" / "minatar-breakout__s2")
+    agent(study, "reduced_lr__s", "minatar/breakout", 2, 0.52)
+    text = ms.study_markdown(study, planned=30, reps=200)
+    assert "still running" not in text and "Over 2 games x 3 seeds" in text
+    assert "| s | 0.510 [" in text
     assert "median HNS: rho = " in text and "(p = " in text and "3 objectives)" in text
 
 
@@ -359,3 +375,24 @@ def test_finetune_budget_compares_each_method_at_each_budget_on_the_same_games(t
     assert "s_g" not in text
     alone = ms.finetune_budget_markdown({"10k steps": study, "20k steps": tmp_path / "none"})
     assert alone.startswith("No method besides none")
+
+
+def test_the_probe_section_is_over_the_games_of_the_complete_objectives(study, monkeypatch):
+    """While s runs (Breakout seed 2), the probes beside the IQMs are the complete objectives'
+    over both games, as their IQMs are, not over the one game s shares with them."""
+    import pandas as pd
+
+    probes = pd.DataFrame(
+        [
+            ("random_init", "minatar/asterix", 0, 0.70),
+            ("random_init", "minatar/breakout", 0, 0.90),
+            ("sgi", "minatar/asterix", 0, 0.60),
+            ("sgi", "minatar/breakout", 0, 0.80),
+        ],
+        columns=["objective", "game", "seed", "across_categories"],
+    )
+    monkeypatch.setattr(ms, "experiment_probe_frame", lambda graph: probes)
+    text = ms.study_markdown(study, reps=200, graph=object())
+    section = text.split("### Probes beside finetuning")[1].split("###")[0]
+    assert "| none | 0.800 | 2 | 0.110 |" in section  # (0.70 + 0.90) / 2 over both games
+    assert "| sgi | 0.700 | 2 | 0.110 |" in section
