@@ -45,6 +45,8 @@ from sgi_lab.runs.status import read_status
 SCRATCH = {"sgi_none": "none", "sgi_none_2x": "none"}
 """Finetuning labels that start from scratch -> the objective name ``none``."""
 METRICS = ("iqm", "mean", "median")
+BUDGET_SUFFIX = r"_\d+x$"
+"""A finetuning budget's mark on a scheme's name (``reduced_lr_2x``: twice the study's steps)."""
 SVG_MARK = "sgi-lab minatar_study.budget_svg"
 """Inside every figure `budget_svg` draws: what `budget_study_markdown` may overwrite."""
 SCHEME_WORDS = {
@@ -600,10 +602,6 @@ def budget_study_markdown(
     return "\n".join(lines)
 
 
-BUDGET_SUFFIX = r"_\d+x$"
-"""A finetuning budget's mark on a scheme's name (``reduced_lr_2x``: twice the study's steps)."""
-
-
 def finetune_budget_runs(folders: Mapping[str, str | Path]) -> pd.DataFrame:
     """The agents of experiments that differ only in their finetuning budget, ``{budget:
     folder}`` (``{"10k steps": study, "20k steps": twice}``), as `study_runs` rows with a
@@ -910,6 +908,8 @@ def study_markdown(
     runs = study_runs(folder)
     if runs.empty:
         return f"No finetuning agent under {folder}/finetune yet.\n"
+    # an experiment at another finetuning budget (``reduced_lr_2x``) reads as the study does
+    runs = runs.assign(scheme=runs["scheme"].str.replace(BUDGET_SUFFIX, "", regex=True))
     lines = [
         f"Finished agents: {int(runs['finished'].sum())} of {planned or len(runs)} "
         f"({_normalization(runs)}: 0 = uniform random, 1 = the reference score).",

@@ -396,3 +396,19 @@ def test_the_probe_section_is_over_the_games_of_the_complete_objectives(study, m
     section = text.split("### Probes beside finetuning")[1].split("###")[0]
     assert "| none | 0.800 | 2 | 0.110 |" in section  # (0.70 + 0.90) / 2 over both games
     assert "| sgi | 0.700 | 2 | 0.110 |" in section
+
+
+def test_an_experiment_at_twice_the_budget_reads_as_the_study(tmp_path):
+    """The 2x experiment's labels (``reduced_lr_2x__sgi``, ``naive_2x__sgi``, ``sgi_none_2x``)
+    give the study's tables: its objectives against scratch, SGI's schemes, seed pairs."""
+    for g in GAMES:
+        for seed in range(3):
+            agent(tmp_path, "sgi_none_2x", g, seed, 0.3 + 0.01 * seed)
+            agent(tmp_path, "reduced_lr_2x__sgi", g, seed, 0.2 + 0.01 * seed)
+            agent(tmp_path, "naive_2x__sgi", g, seed, 0.4)
+    text = ms.study_markdown(tmp_path, reps=200)
+    objectives = text.split("### Objectives (reduced-lr finetuning)")[1].split("###")[0]
+    assert "Over 2 games x 3 seeds" in objectives
+    assert "| none | 0.310 [" in objectives and "| sgi | 0.210 [" in objectives
+    assert "| sgi (naive) | 0.400 [" in text.split("### SGI's finetuning schemes")[1]
+    assert "| sgi | 2 | 6 | 0 / 6 / 0 |" in text and "| sgi (naive) | 2 | 6 | 6 / 0 / 0 |" in text
