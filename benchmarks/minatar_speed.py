@@ -260,20 +260,15 @@ def _compiled_pretrain(config, batch, repeats: int) -> dict[str, float]:
     from sgi_lab.train import pretrain_step
 
     config = dataclasses.replace(config, channels_last=False)
-    eager_losses = pretrain_step.sgi_losses
-    compiled_losses = torch.compile(eager_losses, dynamic=False)
+    compiled = pretrain_step.loss_function(dataclasses.replace(config, compile=True))
+    losses = {"eager": None, "compiled": compiled}
     spec = observation_spec("minatar/breakout")
     states = {
-        name: pretrain_step.build_state(config, 3, torch.device("cpu"), spec)
-        for name in ("eager", "compiled")
+        name: pretrain_step.build_state(config, 3, torch.device("cpu"), spec) for name in losses
     }
 
     def step(name: str) -> None:
-        pretrain_step.sgi_losses = compiled_losses if name == "compiled" else eager_losses
-        try:
-            pretrain_step.train_step(config, states[name], batch)
-        finally:
-            pretrain_step.sgi_losses = eager_losses
+        pretrain_step.train_step(config, states[name], batch, losses=losses[name])
 
     start = time.perf_counter()
     for _ in range(3):

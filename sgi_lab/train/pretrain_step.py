@@ -372,10 +372,14 @@ def loss_function(config: PretrainConfig) -> LossFunction:
     """The losses a config learns (`sgi_losses` or `atc_losses`), compiled by ``torch.compile``
     (inductor, static shapes) when ``config.compile``: the same arithmetic, fused; the first
     step pays the compile (~40 s for MinAtar's SGI step on a 2-core Xeon; cached on disk)."""
-    losses = atc_losses if config.uses_atc else sgi_losses
+    losses = _eager_losses(config)
     if config.compile:
         return torch.compile(losses, dynamic=False, backend=COMPILE_BACKEND)
     return losses
+
+
+def _eager_losses(config: PretrainConfig) -> LossFunction:
+    return atc_losses if config.uses_atc else sgi_losses
 
 
 def train_step(
@@ -393,9 +397,7 @@ def train_step(
     if host_checks is None:
         host_checks = batch.obs.device.type == "cpu"
     with autocast(batch.obs.device, cuda=config.amp, cpu=config.cpu_amp):
-        if losses is None:
-            losses = atc_losses if config.uses_atc else sgi_losses
-        total, logs = losses(config, state, batch)
+        total, logs = (losses or _eager_losses(config))(config, state, batch)
     if host_checks and not torch.isfinite(total):
         bad = {k: float(v.detach()) for k, v in logs.items() if not torch.isfinite(v)}
         raise FloatingPointError(f"non-finite pretraining loss: {bad}")

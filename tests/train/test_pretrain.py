@@ -286,22 +286,11 @@ def test_checkpoints_do_not_change_what_pretraining_learns(dot_store, tmp_path):
 def test_goal_rl_runs_the_online_film_generator_once_with_the_same_loss_and_gradients(monkeypatch):
     """With double Q, the selection and the loss read one online FiLM pass of the goals (the
     target's is its own): the losses and every gradient equal those of two separate passes."""
-    from sgi_lab.envs.spec import minatar_spec
     from sgi_lab.train import pretrain_step as step_module
 
     config = load_config(PretrainConfig, "params/pretrain/minatar_sgi.yaml", {"batch_size": 8})
     assert config.goal_double_q and config.uses_goal_rl
-    spec, K, g = minatar_spec("breakout"), config.spr_steps, torch.Generator().manual_seed(0)
-
-    def grids(*lead):
-        return (torch.rand(*lead, *spec.stacked_shape, generator=g) < 0.1).to(torch.uint8) * 255
-
-    batch = step_module.PretrainBatch(
-        grids(8, K + 1),
-        torch.randint(0, 3, (8, K + 1), generator=g),
-        torch.ones(8, K + 1, dtype=torch.bool),
-        grids(8),
-    )
+    spec, batch = _minatar_grid_batch(config)
     goal_targets = step_module.goal_targets
 
     def without_reuse(*args, **kwargs):  # the loss runs its own FiLM pass, as before the reuse
