@@ -188,7 +188,11 @@ def run_results(run_dirs: Sequence[str | Path], allow_unfinished: bool = False) 
     rows, missing = [], []
     for run_dir in run_dirs:
         path = Path(run_dir)
-        finished = require_finished(path, "report", allow_unfinished) if path.is_dir() else True
+        finished = (
+            require_finished(path, "report", allow_unfinished, results_only=True)
+            if path.is_dir()
+            else True
+        )
         run = read_run(path)
         if not run.evaluation:
             missing.append(str(path))

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from sgi_lab.config import ConfigError, parse_value
+from sgi_lab.experiments.archive import ARCHIVE_FILE, restore
+from sgi_lab.experiments.archive import archive as archive_results
 from sgi_lab.experiments.cost import (
     format_plan,
 )
@@ -31,6 +33,7 @@ from sgi_lab.experiments.state import (
     check_experiment_folder,
     pull_results,
     task_left,
+    unneeded,
 )
 from sgi_lab.experiments.storage import RunStorage
 
@@ -68,12 +71,19 @@ def main_experiment(args: argparse.Namespace) -> int:
         # what is left, when the folder holds a run of this experiment (local folders only)
         started = not args.storage and (Path(graph.out) / STATE_FILE).is_file()
         left = {t.id: task_left(t) for t in graph.tasks} if started else None
+        if left is not None:  # what restored tasks alone read is not run
+            for task_id in unneeded(graph, {t for t, x in left.items() if x == 0.0}):
+                left[task_id] = 0.0
         print(format_plan(graph, left))
         return 0
     if args.report_only:
         check_experiment_folder(graph.out, experiment.name)
         if args.storage:
             pull_results(graph, RunStorage(args.storage))
+        if args.archive:
+            if (args.archive / ARCHIVE_FILE).is_file():
+                print(f"restored {len(restore(graph, args.archive)['restored'])} tasks")
+            print(f"archived {len(archive_results(graph, args.archive))} tasks in {args.archive}")
         print(f"wrote {write_report(graph)}")
         return 0
     summary = run_graph(
@@ -86,6 +96,7 @@ def main_experiment(args: argparse.Namespace) -> int:
         storage=args.storage,
         first=args.first or (),
         branch_first=args.branch_first,
+        archive=args.archive,
     )
     bad = {k: v for k, v in summary["tasks"].items() if v["state"] in ("failed", "blocked")}
     for task_id, entry in bad.items():
@@ -139,6 +150,15 @@ def add_experiment_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="after --first, run each finetuning task with what it reads (its data and "
         "pretraining) before the next, so whole objectives land one after another instead of "
         "every pretraining run first; probes right after their encoders",
+    )
+    p.add_argument(
+        "--archive",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="keep the results (no models or data) in DIR, e.g. docs/results/studies/NAME in "
+        "git: restored first where the experiment folder lacks them (a fresh clone goes on "
+        "from there), then each task's as it finishes",
     )
     p.add_argument("--report-only", action="store_true", help="write the report of what finished")
     p.add_argument("--no-progress", action="store_true", help="no progress display")

@@ -21,6 +21,7 @@ import yaml
 
 from sgi_lab.base.files import FolderLock, atomic_write_text
 from sgi_lab.base.threads import oversubscribed, thread_share, user_oversubscription
+from sgi_lab.experiments import archive as archives
 from sgi_lab.experiments.executors import (
     LocalExecutor,
     RayExecutor,
@@ -46,6 +47,7 @@ from sgi_lab.experiments.state import (
     storage_plan,
     stored_task_done,
     task_done,
+    unneeded,
 )
 from sgi_lab.experiments.storage import RunStorage
 
@@ -85,10 +87,12 @@ class _Progress:
 
     def update(self, states: dict[str, str]) -> None:
         counts = {s: sum(v == s for v in states.values()) for s in STATES}
-        settled = counts["done"] + counts["failed"] + counts["blocked"]
+        settled = counts["done"] + counts["failed"] + counts["blocked"] + counts["unneeded"]
         self.bar.n = settled
         self.bar.set_postfix_str(
-            " ".join(f"{s} {counts[s]}" for s in STATES if counts[s] or s != "blocked"),
+            " ".join(
+                f"{s} {counts[s]}" for s in STATES if counts[s] or s not in ("blocked", "unneeded")
+            ),
             refresh=True,
         )
 
@@ -100,7 +104,9 @@ class _Progress:
         self.bar.close()
 
 
-STATES = ("pending", "running", "done", "failed", "blocked")
+# unneeded: a dataset or pretraining run not done whose every reader is (restored from an
+# archive, `sgi_lab.experiments.archive`): nothing is left that would read it.
+STATES = ("pending", "running", "done", "failed", "blocked", "unneeded")
 
 
 def run_graph(
@@ -114,6 +120,7 @@ def run_graph(
     storage: str | None = None,
     first: Sequence[str] = (),
     branch_first: bool = False,
+    archive: str | os.PathLike | None = None,
 ) -> dict[str, Any]:
     """Run every task of ``graph`` whose folder is not complete, in dependency order.
 
@@ -128,7 +135,7 @@ def run_graph(
             (`local_ray`: no dashboard, token authentication).
         progress: the tqdm display of tasks pending / running / done / failed.
         on_event: called as ``on_event(event, task, info)`` for ``started``, ``done``,
-            ``retry``, ``failed`` and ``skipped`` (tests use it).
+            ``retry``, ``failed``, ``skipped`` and ``unneeded`` (tests use it).
         storage: an fsspec URI (``s3://bucket/exp``) holding the run folders, for a cluster
             without a shared filesystem: each task runs in a scratch folder of its worker that
             pulls its inputs from there and pushes its run folder back (`run_in_scratch`);
@@ -141,6 +148,11 @@ def run_graph(
             others fill the free slots.
         branch_first: after ``first``, each finetuning task and what it reads before the next
             (`branch_order`): whole branches land one after another.
+        archive: a folder that keeps the experiment's results for a fresh clone
+            (`sgi_lab.experiments.archive`, e.g. ``docs/results/studies/NAME`` in git): first
+            restored into ``graph.out`` where they are missing (the tasks they complete are
+            done; datasets and pretraining runs that only they read are ``unneeded``), then
+            every finished task's results are archived, each as it finishes.
 
     Returns:
         The ``experiment.json`` payload: per task its state (done, failed or blocked: an input
@@ -150,6 +162,8 @@ def run_graph(
         raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
     if max_parallel < 1 or retries < 0:
         raise ValueError("max_parallel must be >= 1 and retries >= 0")
+    if archive is not None and storage:
+        raise ValueError("archive and storage together are not supported: choose one")
 
     order = branch_order(graph, first) if branch_first else first_order(graph, first)
     graph = dataclasses.replace(graph, tasks=order)
@@ -161,7 +175,16 @@ def run_graph(
     try:
         with _terminate_as_interrupt():
             return _run_graph(
-                graph, out, executor, max_parallel, retries, address, progress, on_event, storage
+                graph,
+                out,
+                executor,
+                max_parallel,
+                retries,
+                address,
+                progress,
+                on_event,
+                storage,
+                archive,
             )
     finally:
         lock.release()
@@ -239,8 +262,13 @@ def branch_order(graph: Graph, first: Sequence[str] = ()) -> tuple[Task, ...]:
     return tuple(ordered)
 
 
-def _run_graph(graph, out, executor, max_parallel, retries, address, progress, on_event, storage):
+def _run_graph(
+    graph, out, executor, max_parallel, retries, address, progress, on_event, storage, archive
+):
     _write_inputs(graph, out)
+    if archive is not None:
+        archives._check_archive_folder(Path(archive), graph)  # before anything is restored
+        _restore(graph, Path(archive), progress)
     if executor == "local":
         for note in _oversubscription(graph, max_parallel):
             warnings.warn(note, RuntimeWarning, stacklevel=2)
@@ -251,6 +279,7 @@ def _run_graph(graph, out, executor, max_parallel, retries, address, progress, o
         else RayExecutor(address)
     )
     run = _Run(graph, executor, store, storage, retries, on_event)
+    run.archive = Path(archive) if archive is not None else None
     run.skip_finished()
     display = _Progress(len(graph.tasks), progress)
     run.display = display
@@ -278,6 +307,23 @@ def _run_graph(graph, out, executor, max_parallel, retries, address, progress, o
         runner.close()
         display.close()
     return run.save()
+
+
+def _restore(graph: Graph, archive: Path, progress: bool) -> None:
+    """`archives.restore` when the archive has an index yet, saying what it did."""
+    if not (archive / archives.ARCHIVE_FILE).is_file():
+        return
+    result = archives.restore(graph, archive)
+    lines = [f"restored {len(result['restored'])} tasks' results from {archive}"]
+    if result["changed"]:
+        lines.append(
+            f"  not restored (command or params changed since archived): {len(result['changed'])}"
+            f" tasks, e.g. {result['changed'][0]}"
+        )
+    for folder in result["conflicts"]:
+        lines.append(f"  left as it is (its files differ from the archive's): {folder}")
+    if progress or result["changed"] or result["conflicts"]:
+        print("\n".join(lines), flush=True)
 
 
 def _write_inputs(graph: Graph, out: Path) -> None:
@@ -334,6 +380,7 @@ class _Run:
         self.cwd = str(Path.cwd())
         self.started_at = time.strftime("%Y-%m-%dT%H:%M:%S")
         self.pushed = ""
+        self.archive: Path | None = None
 
     def done(self, task: Task) -> bool:
         if self.store is None or task.kind == "report":
@@ -341,12 +388,34 @@ class _Run:
         return stored_task_done(self.graph, task, self.store)
 
     def skip_finished(self) -> None:
-        """Mark done, without running them, the tasks whose folders are complete."""
+        """Mark done, without running them, the tasks whose folders are complete (archived,
+        with an archive), and ``unneeded`` the unfinished tasks whose every reader is done."""
         for task in self.graph.tasks:
             if task.kind != "report" and self.done(task):
                 self.states[task.id] = "done"
                 self.info[task.id]["skipped"] = True
                 self.emit("skipped", task, self.info[task.id])
+        left_out = unneeded(self.graph, {t for t, state in self.states.items() if state == "done"})
+        for task in self.graph.tasks:
+            if task.id in left_out:
+                self.states[task.id] = "unneeded"
+                self.info[task.id]["skipped"] = True
+                self.emit("unneeded", task, self.info[task.id])
+        self.keep()
+
+    def keep(self, tasks: list[Task] | None = None) -> None:
+        """Archive the finished ``tasks`` (all by default) when the run has an archive; a
+        failure to write it is said, not raised (the next run archives them again)."""
+        if self.archive is None:
+            return
+        try:
+            archives.archive(self.graph, self.archive, tasks)
+        except OSError as exc:
+            message = f"archiving into {self.archive} failed ({exc}); the next run tries again"
+            if self.display is not None:
+                self.display.write(message)
+            else:
+                warnings.warn(message, RuntimeWarning, stacklevel=2)
 
     def save(self) -> dict[str, Any]:
         """Write ``experiment.json`` (and push it to the storage when a task's state changed)."""
@@ -426,6 +495,7 @@ class _Run:
         if result["returncode"] == 0 and self.done(task):
             self.states[task.id] = "done"
             entry.pop("error", None)
+            self.keep([task])
             self.display.write(f"done    {task.id} ({result['seconds']:.0f} s)")
             self.emit("done", task, entry)
             return

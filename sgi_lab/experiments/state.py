@@ -19,7 +19,7 @@ from sgi_lab.experiments.spec import (
 )
 from sgi_lab.experiments.storage import RunStorage
 from sgi_lab.probes.results import probe_done
-from sgi_lab.runs.status import read_status
+from sgi_lab.runs.status import read_status, restored_files
 
 # -- state of a task ----------------------------------------------------------------------------
 
@@ -53,7 +53,9 @@ def check_experiment_folder(out: str | os.PathLike, name: str) -> None:
 
 
 def task_done(task: Task) -> bool:
-    """Whether a task's folder holds its complete result (then it is skipped)."""
+    """Whether a task's folder holds its complete result (then it is skipped): what the run
+    wrote, or what `sgi_lab.experiments.archive.restore` put back, unchanged since (a restored
+    agent has no model; a restored pretraining run is never done: its model is not archived)."""
     if task.kind == "data":
         return task.folder.is_dir() and read_manifest(task.folder) is not None
     if task.kind == "pretrain":
@@ -63,12 +65,32 @@ def task_done(task: Task) -> bool:
         return all(
             (read_status(f) or {}).get("state") == "finished"
             and (f / "eval.json").exists()
-            and (f / "model.pt").exists()
+            and ((f / "model.pt").exists() or "eval.json" in restored_files(f))
             for f in task.agent_folders
         )
     if task.kind == "probe":
+        if "probes.json" in restored_files(task.folder):
+            return True
         return probe_done(task.folder, **{k: task.probe[k] for k in PROBE_KEYS})
     return (task.folder / "report.html").exists() and (task.folder / "results.csv").exists()
+
+
+def unneeded(graph: Graph, done: set[str]) -> set[str]:
+    """The datasets and pretraining runs not in ``done`` whose every reader is done or unneeded
+    itself (readers restored from an archive, `sgi_lab.experiments.archive`): nothing left would
+    read them, so they are not run."""
+    readers: dict[str, list[str]] = {}
+    for task in graph.tasks:
+        for dep in task.deps:
+            readers.setdefault(dep, []).append(task.id)
+    found: set[str] = set()
+    for task in sorted(graph.tasks, key=lambda t: t.kind != "pretrain"):  # readers first
+        ids = readers.get(task.id, [])
+        if task.id in done or task.kind not in ("data", "pretrain") or not ids:
+            continue
+        if all(r in done or r in found for r in ids):
+            found.add(task.id)
+    return found
 
 
 def task_left(task: Task) -> float:

@@ -1,11 +1,13 @@
 """What a run folder holds, read without writing: its ``status.json`` (`read_status`), the runs
 under a folder (`run_folders`), the stage a run belongs to (`run_kind`), a run interrupted before
 its status was written (`interrupted_without_status`), and whether a run is a result:
-only finished runs count (`require_finished`, `pretrained_source`).
+only finished runs count (`require_finished`, `pretrained_source`); a run's results restored from
+an experiment archive without its model (`restored_files`) count where only results are read.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Mapping
@@ -19,6 +21,36 @@ from sgi_lab.runs.checkpoints import checkpoint_files, checkpoint_kind
 # The status words every stage writes, and nothing else.
 RUNNING, FINISHED, FAILED = "running", "finished", "failed"
 STATES = (RUNNING, FINISHED, FAILED)
+
+
+# Written last into a run folder whose results `sgi_lab.experiments.archive.restore` copied back
+# from an archive (no model, no checkpoints): each file's SHA-256.
+RESTORED_FILE = "restored.json"
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def restored_files(folder: str | os.PathLike) -> dict[str, str]:
+    """The files an archive's restore put in a run folder that are still there unchanged (name
+    -> SHA-256, from its ``restored.json``); empty when it was not restored or a file changed."""
+    folder = Path(folder)
+    try:
+        files = json.loads((folder / RESTORED_FILE).read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    if not isinstance(files, dict):
+        return {}
+    for rel, sha in files.items():
+        path = folder / rel
+        if not path.is_file() or file_sha256(path) != sha:
+            return {}
+    return files
 
 
 class UnfinishedRunError(SgiLabError, RuntimeError):
@@ -123,13 +155,17 @@ def run_kind(path: str | os.PathLike) -> str | None:
     return None
 
 
-def require_finished(path: str | os.PathLike, what: str, allow_unfinished: bool = False) -> bool:
+def require_finished(
+    path: str | os.PathLike, what: str, allow_unfinished: bool = False, results_only: bool = False
+) -> bool:
     """Refuse a run that never finished as a result; returns whether it finished.
 
     Args:
         path: the run folder.
         what: what is being done with it, for the message (``"evaluate"``, ``"report"``).
         allow_unfinished: accept it anyway (``--allow-unfinished``); the caller marks it.
+        results_only: the caller reads the run's results (``eval.json``), not its model: a
+            finished run restored from an archive without it counts (`restored_files`).
 
     Raises:
         UnfinishedRunError: the run's status is not ``finished`` and ``allow_unfinished`` is
@@ -146,6 +182,8 @@ def require_finished(path: str | os.PathLike, what: str, allow_unfinished: bool 
             f"its status.json is missing or unreadable{newest}: an interrupted run, not a result"
         )
     elif status.get("state") == FINISHED and has_final_model(path, status):
+        return True
+    elif status.get("state") == FINISHED and results_only and "eval.json" in restored_files(path):
         return True
     elif status.get("state") == FINISHED:
         problem = "its status says finished but its final model.pt is missing"

@@ -1,0 +1,282 @@
+"""An experiment's results where a fresh clone finds them: `archive` and `restore`.
+
+An experiment folder (``outputs/experiments/NAME``) holds gigabytes: stores, models,
+checkpoints. What its tables and figures read is small: each finished agent's ``status.json``,
+``config.yaml``, ``eval.json`` and ``metrics.jsonl``, each probe's ``probes.json``, each
+pretraining run's config and curves. `archive` copies those files of every finished task into an
+archive folder meant for git (``docs/results/studies/NAME``), their SHA-256 in
+``archive.json``, written last. `restore` copies them back into an experiment folder that lacks
+them (a fresh clone, a wiped disk), marking each restored run folder with ``restored.json``;
+the tasks they complete count as done (`restored_files`), so the experiment goes on from there
+instead of from zero. An archive reads as an experiment folder too: its ``experiment.yaml`` and
+run folders are where the study tables look (`sgi_lab.analysis.minatar_study`).
+
+A task is restored only while its command and params are the archived ones (its
+`task_fingerprint`): change a budget and its tasks run again. Nothing restored replaces a file
+of the experiment folder: a run folder holding a different file of the same name is left as it
+is, and named. No model comes back, so a pretraining run is restored only when every task that
+reads it is restored too; one still needed is pretrained again, from its start.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterable
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import yaml
+
+from sgi_lab.base.files import LOCK_FILE, RunFolderError, atomic_write, atomic_write_text
+from sgi_lab.experiments.graph import Graph, Task
+from sgi_lab.experiments.spec import EXPERIMENT_FILE
+from sgi_lab.experiments.state import task_done
+from sgi_lab.runs.status import RESTORED_FILE, file_sha256, restored_files
+
+__all__ = [
+    "ARCHIVE_FILE",
+    "RESTORED_FILE",
+    "archive",
+    "kept",
+    "restore",
+    "restored_files",
+    "task_fingerprint",
+]
+
+ARCHIVE_FILE = "archive.json"
+
+# What an archive leaves out of a run folder: weights, checkpoints, the TensorBoard copy of
+# metrics.jsonl, locks and temp files (`sgi_lab.base.files.atomic_write`'s ``.NAME.PID.tmp``).
+LEFT_OUT_SUFFIXES = (".pt", ".npz", ".npy", ".tmp")
+
+
+def kept(rel: str | PurePosixPath) -> bool:
+    """Whether an archive keeps a run folder's file ``rel`` (a path relative to the folder)."""
+    rel = PurePosixPath(rel)
+    return not (
+        "checkpoints" in rel.parts[:-1]
+        or rel.name.startswith((".", "events.out.tfevents"))
+        or rel.name in (LOCK_FILE, RESTORED_FILE)
+        or rel.suffix in LEFT_OUT_SUFFIXES
+    )
+
+
+def task_fingerprint(graph: Graph, task: Task) -> str:
+    """SHA-256 of what a task computes: its command and the params files it names, with the
+    experiment folder's path as ``{out}`` (an archive restores into another clone's folder)."""
+    out = str(graph.out)
+    parts = [" ".join(task.argv).replace(out, "{out}")]
+    for arg in task.argv:
+        if arg in graph.params_files:
+            text = yaml.safe_dump(graph.params_files[arg], sort_keys=True)
+            parts.append(text.replace(out, "{out}"))
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _task_folders(task: Task) -> list[Path]:
+    """The run folders a task's results are in (a data store is not archived)."""
+    if task.kind == "finetune":
+        return list(task.agent_folders)
+    if task.kind in ("pretrain", "probe"):
+        return [task.folder]
+    return []
+
+
+def _rel(graph: Graph, path: Path) -> str:
+    return path.relative_to(graph.out).as_posix()
+
+
+def _check_archive_folder(dest: Path, graph: Graph) -> dict[str, Any]:
+    """The archive's index, or a new one for a missing or empty folder; refuses a user's folder,
+    another experiment's archive and one that overlaps the experiment folder."""
+    out, dest_abs = graph.out.resolve(), dest.resolve()
+    if dest_abs == out or out in dest_abs.parents or dest_abs in out.parents:
+        raise RunFolderError(
+            f"archive {dest}: inside the experiment folder {graph.out} or holding it; an archive "
+            "is a folder of its own (docs/results/studies/NAME)"
+        )
+    name = graph.experiment.name
+    if dest.exists() and not dest.is_dir():
+        raise RunFolderError(f"archive {dest}: exists and is not a folder")
+    if not dest.exists() or not any(dest.iterdir()):
+        return {"experiment": name, "tasks": {}, "files": {}}
+    index = _read_index(dest)
+    if index["experiment"] != name:
+        raise RunFolderError(
+            f"archive {dest}: holds experiment {index['experiment']!r}, not {name!r}; choose "
+            "another archive folder"
+        )
+    return index
+
+
+def _read_index(dest: Path) -> dict[str, Any]:
+    try:
+        index = json.loads((dest / ARCHIVE_FILE).read_text())
+    except (OSError, ValueError):
+        index = None
+    if not (
+        isinstance(index, dict)
+        and isinstance(index.get("experiment"), str)
+        and isinstance(index.get("tasks"), dict)
+        and isinstance(index.get("files"), dict)
+    ):
+        raise RunFolderError(
+            f"archive {dest}: not empty and no readable {ARCHIVE_FILE} of ours; refusing to use "
+            "it as an experiment archive"
+        )
+    return index
+
+
+def _copy(source: Path, target: Path) -> None:
+    """Copy a file atomically (a cut-off copy never looks like the file)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with source.open("rb") as src:
+        atomic_write(target, lambda fh: shutil.copyfileobj(src, fh), binary=True)
+
+
+def archive(
+    graph: Graph, dest: str | os.PathLike, tasks: Iterable[Task] | None = None
+) -> list[str]:
+    """Copy the results of the finished tasks of ``graph`` (all, or ``tasks``) into ``dest``.
+
+    ``dest`` gets the experiment's ``experiment.yaml`` and the params files the archived tasks
+    name, and each task's run folders without what `kept` leaves out; ``archive.json`` (written
+    last) lists every file with its SHA-256 and every task with its `task_fingerprint` and
+    folders. A file already archived is rewritten only when its content changed.
+
+    Returns:
+        The ids of the tasks archived (finished ones only: `sgi_lab.experiments.state.task_done`).
+
+    Raises:
+        RunFolderError: ``dest`` is a user's folder or another experiment's archive.
+    """
+    dest = Path(dest)
+    index = _check_archive_folder(dest, graph)
+    chosen = graph.tasks if tasks is None else tuple(tasks)
+    done = [t for t in chosen if t.kind != "report" and _task_folders(t) and task_done(t)]
+    if not done:
+        return []
+    wanted: list[tuple[str, Path]] = [(EXPERIMENT_FILE, graph.out / EXPERIMENT_FILE)]
+    for task in done:
+        folders = _task_folders(task)
+        for folder in folders:
+            for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+                if kept(path.relative_to(folder).as_posix()):
+                    wanted.append((_rel(graph, path), path))
+        wanted += [(_rel(graph, Path(a)), Path(a)) for a in task.argv if a in graph.params_files]
+        index["tasks"][task.id] = {
+            "kind": task.kind,
+            "fingerprint": task_fingerprint(graph, task),
+            "folders": [_rel(graph, f) for f in folders],
+        }
+    for rel, path in dict(wanted).items():
+        if not path.is_file():
+            continue
+        sha = file_sha256(path)
+        if index["files"].get(rel) != sha or not (dest / rel).is_file():
+            _copy(path, dest / rel)
+        index["files"][rel] = sha
+    index["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    index["tasks"] = dict(sorted(index["tasks"].items()))
+    index["files"] = dict(sorted(index["files"].items()))
+    atomic_write_text(dest / ARCHIVE_FILE, json.dumps(index, indent=1) + "\n")
+    return [t.id for t in done]
+
+
+def restore(graph: Graph, source: str | os.PathLike) -> dict[str, Any]:
+    """Copy an archive's results into the experiment folder ``graph.out`` where they are missing.
+
+    A task is restored when the archive holds it with the current `task_fingerprint`; a
+    pretraining run's folder only when every task that reads it is restored too (no model comes
+    back). A task is restored whole or not at all: a run folder holding a file the archive has
+    with other content is left as it is, and so are the other folders of its task. Each restored folder gets ``restored.json`` (written last)
+    with its files' SHA-256: `restored_files`.
+
+    Returns:
+        ``{"restored": [task ids], "changed": [task ids whose command or params differ from the
+        archive's], "conflicts": [run folders left as they were]}``.
+
+    Raises:
+        RunFolderError: ``source`` is not an archive of this experiment, or one of its files does
+            not have the content ``archive.json`` records (named).
+    """
+    source = Path(source)
+    if not (source / ARCHIVE_FILE).is_file():
+        raise RunFolderError(f"archive {source}: no {ARCHIVE_FILE} (not an experiment archive)")
+    index = _check_archive_folder(source, graph)
+    for rel, sha in index["files"].items():
+        path = source / rel
+        if not path.is_file() or file_sha256(path) != sha:
+            raise RunFolderError(
+                f"archive {source}: {rel} is missing or differs from the SHA-256 {ARCHIVE_FILE} "
+                "records; restore it from git (git checkout -- PATH) before resuming"
+            )
+    archived = index["tasks"]
+    same = {
+        t.id
+        for t in graph.tasks
+        if t.id in archived and archived[t.id]["fingerprint"] == task_fingerprint(graph, t)
+    }
+    changed = sorted(t.id for t in graph.tasks if t.id in archived and t.id not in same)
+    readers: dict[str, list[str]] = {}
+    for task in graph.tasks:
+        for dep in task.deps:
+            readers.setdefault(dep, []).append(task.id)
+    folder_tasks: dict[Path, list[Task]] = {}
+    for task in graph.tasks:
+        for folder in _task_folders(task):
+            folder_tasks.setdefault(folder, []).append(task)
+
+    def restorable(task: Task) -> bool:
+        if task.id not in same:
+            return False
+        if task.kind != "pretrain":
+            return True
+        return all(r in same for r in readers.get(task.id, []))
+
+    plans: dict[Path, dict[str, str]] = {}  # run folder -> its archived files (name -> SHA)
+    conflicts: dict[Path, list[str]] = {}
+    for folder, owners in folder_tasks.items():
+        # a pretraining run's folder also holds its probe's probes.json: both or neither
+        if not all(restorable(t) for t in owners):
+            continue
+        prefix = _rel(graph, folder) + "/"
+        files = {r[len(prefix) :]: s for r, s in index["files"].items() if r.startswith(prefix)}
+        if not files:
+            continue
+        plans[folder] = files
+        clash = [
+            rel
+            for rel, sha in files.items()
+            if (folder / rel).exists() and file_sha256(folder / rel) != sha
+        ]
+        if clash:
+            conflicts[folder] = sorted(clash)
+
+    def whole(task: Task) -> bool:  # every folder of the task can be restored
+        return all(f in plans and f not in conflicts for f in _task_folders(task))
+
+    restored = []
+    for folder, files in plans.items():
+        owners = folder_tasks[folder]
+        if not all(whole(t) for t in owners):
+            continue
+        restored += [t.id for t in owners]
+        if restored_files(folder) == files:
+            continue
+        for rel in files:
+            if not (folder / rel).exists():
+                _copy(source / _rel(graph, folder) / rel, folder / rel)
+        marker = {"from": str(source), "archived": index.get("updated"), "files": files}
+        atomic_write_text(folder / RESTORED_FILE, json.dumps(marker, indent=1) + "\n")
+    return {
+        "restored": sorted(set(restored)),
+        "changed": changed,
+        "conflicts": [
+            f"{_rel(graph, f)} ({', '.join(c)} differ)" for f, c in sorted(conflicts.items())
+        ],
+    }
