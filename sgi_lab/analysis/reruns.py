@@ -1,0 +1,171 @@
+"""A study run twice: the same methods, games and seeds finetuned again, set beside the first.
+
+RL at a small budget is noisy, and the study pairs each agent with the same seed from scratch
+as if the seed pinned the run. A second run of the same commands says how far that holds: the
+code moved at float-rounding level between the two (a vmapped population, a reordered sum), and
+a rounding difference grows into another trajectory. So the second run is another draw of each
+(method, game, seed), and the question is whether the first run's conclusions survive it.
+
+`published_runs` reads a first run's final returns from a CSV (``objective, scheme, game, seed,
+score``: a results page's per-seed table, the mean evaluation return to two decimals) as
+`sgi_lab.analysis.minatar_study.study_runs` rows; `rerun_table` compares the two runs method by
+method; `rerun_markdown` writes it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from sgi_lab.analysis.minatar_study import _method, objective_table
+from sgi_lab.analysis.probe_study import format_interval
+from sgi_lab.metrics.aggregate import seed_pairs
+from sgi_lab.metrics.minatar import normalization_name, normalized_score
+
+__all__ = ["published_runs", "rerun_markdown", "rerun_table"]
+
+COLUMNS = ("objective", "scheme", "game", "seed", "score")
+
+
+def published_runs(csv: str | Path) -> pd.DataFrame:
+    """A first run's finished agents from a CSV of ``objective, scheme, game, seed, score``, as
+    `study_runs` rows (``normalized``: the game's score, `normalized_score`).
+
+    Raises:
+        ValueError: a column missing (named), or a score that is not a number.
+    """
+    frame = pd.read_csv(csv)
+    missing = [c for c in COLUMNS if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{csv}: no column {', '.join(missing)} (needs {', '.join(COLUMNS)})")
+    scores = pd.to_numeric(frame["score"], errors="coerce")
+    if scores.isna().any():
+        row = int(scores.isna().to_numpy().nonzero()[0][0]) + 2  # the header is line 1
+        raise ValueError(
+            f"{csv}: line {row}: score {frame['score'].iloc[row - 2]!r} is not a number"
+        )
+    frame = frame.assign(score=scores, finished=True, folder="")
+    frame["normalized"] = [
+        normalized_score(g, s) for g, s in zip(frame["game"], frame["score"], strict=True)
+    ]
+    frame["normalization"] = [normalization_name(g) for g in frame["game"]]
+    frame["label"] = np.where(
+        frame["objective"] == "none", "sgi_none", frame["scheme"] + "__" + frame["objective"]
+    )
+    return frame
+
+
+def _complete(runs: pd.DataFrame, seeds: list[int]) -> dict[str, set[str]]:
+    """{method: games where it finished every seed}."""
+    done = runs[runs["finished"]]
+    done = done.assign(method=_method(done))
+    full = done[done["seed"].isin(seeds)].groupby(["method", "game"])["seed"].nunique()
+    full = full[full == len(seeds)].reset_index()
+    return full.groupby("method")["game"].apply(set).to_dict()
+
+
+def rerun_table(
+    first: pd.DataFrame, second: pd.DataFrame, reps: int = 2000, seed: int = 0
+) -> pd.DataFrame:
+    """Each method both runs finished on some game with every seed, over those games.
+
+    Columns: ``method``, ``games``, ``seeds``; ``iqm_first`` and ``iqm_second`` with their 95%
+    stratified bootstrap CIs (``_lower``, ``_upper``); ``gap_first`` and ``gap_second``, the
+    method's IQM minus none's over the same games in the same run (NaN for none, or when none
+    has not finished those games in both runs); ``above``, ``below``, ``level`` and ``sign_p``:
+    the second run against the first at the same (game, seed); ``same_seed``, the mean absolute
+    difference in normalised score between the two runs of one (game, seed), and
+    ``other_seed``, between the first run of one seed and the second of another seed of the same
+    game (if the seed pinned the run, ``same_seed`` would be far below ``other_seed``).
+    """
+    seeds = sorted(set(first["seed"]) & set(second["seed"]))
+    if not seeds:
+        return pd.DataFrame()
+    a, b = _complete(first, seeds), _complete(second, seeds)
+    rows = []
+    for method in sorted(set(a) & set(b)):
+        games = sorted(a[method] & b[method])
+        if not games:
+            continue
+        with_none = "none" in a and "none" in b and set(games) <= a["none"] & b["none"]
+        row = {"method": method, "games": len(games), "seeds": len(seeds)}
+        scores = {}
+        for name, runs in (("first", first), ("second", second)):
+            done = runs[runs["finished"] & runs["game"].isin(games) & runs["seed"].isin(seeds)]
+            done = done.assign(objective=_method(done), scheme="all")
+            keep = [method, "none"] if with_none else [method]
+            table = objective_table(done[done["objective"].isin(keep)], None, reps=reps, seed=seed)
+            for k in ("", "_lower", "_upper"):
+                row[f"iqm_{name}{k}"] = table.loc[method, f"iqm{k}"]
+            none_iqm = table.loc["none", "iqm"] if with_none else np.nan
+            row[f"gap_{name}"] = row[f"iqm_{name}"] - none_iqm if method != "none" else np.nan
+            part = done[done["objective"] == method]
+            scores[name] = part.groupby(["game", "seed"])["normalized"].mean()
+        pairs = seed_pairs(scores["second"], scores["first"])
+        row.update({k: pairs[k] for k in ("above", "below", "level", "sign_p")})
+        row["same_seed"] = float((scores["second"] - scores["first"]).abs().mean())
+        other = [
+            abs(scores["first"][g, s] - scores["second"][g, t])
+            for g in games
+            for s, t in itertools.permutations(seeds, 2)
+        ]
+        row["other_seed"] = float(np.mean(other)) if other else np.nan
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def rerun_markdown(
+    first: pd.DataFrame,
+    second: pd.DataFrame,
+    names: tuple[str, str] = ("first", "second"),
+    reps: int = 2000,
+    table: pd.DataFrame | None = None,
+) -> str:
+    """`rerun_table` as Markdown, ``names`` for the two runs' columns (``("sessions 13-20",
+    "session 21")``)."""
+    table = rerun_table(first, second, reps=reps) if table is None else table
+    if table.empty:
+        return "No method has finished a game on every seed in both runs yet.\n"
+    one, two = names
+    header = [
+        "method",
+        "games",
+        f"IQM, {one}",
+        f"IQM, {two}",
+        f"IQM - none's, {one}",
+        f"IQM - none's, {two}",
+        f"{two} against {one}, same seed: above / below / level",
+        "p",
+        "mean abs difference: same seed / other seed",
+    ]
+    lines = [
+        f"Normalised scores over the games where a method finished all {int(table['seeds'].iloc[0])} "
+        "seeds in both runs; 95% stratified bootstrap CIs; IQM - none's: over the same games, in "
+        "the same run; same seed: each (game, seed) of the second run against the first, with "
+        "the two-sided sign test's p (level pairs left out); mean abs difference: between the "
+        "two runs of one seed, and between one seed's first run and another seed's second.",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
+
+    def gap(value: float) -> str:
+        return "-" if pd.isna(value) else f"{value:+.3f}"
+
+    for row in table.sort_values("iqm_first", ascending=False).itertuples():
+        cells = [
+            row.method,
+            str(row.games),
+            format_interval(row.iqm_first, row.iqm_first_lower, row.iqm_first_upper),
+            format_interval(row.iqm_second, row.iqm_second_lower, row.iqm_second_upper),
+            gap(row.gap_first),
+            gap(row.gap_second),
+            f"{row.above} / {row.below} / {row.level}",
+            "-" if pd.isna(row.sign_p) else f"{row.sign_p:.2f}",
+            f"{row.same_seed:.3f} / {row.other_seed:.3f}",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

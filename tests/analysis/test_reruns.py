@@ -1,0 +1,104 @@
+"""A study run twice (sgi_lab.analysis.reruns): the first run's per-seed CSV read back as the
+published tables, and the two runs compared by hand-computed numbers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sgi_lab.analysis.minatar_study import objective_table
+from sgi_lab.analysis.reruns import published_runs, rerun_markdown, rerun_table
+from sgi_lab.metrics.minatar import minatar_normalized_score
+
+ROOT = Path(__file__).resolve().parents[2]
+SESSIONS_13_20 = ROOT / "docs/results/studies/minatar_objectives_sessions13-20.csv"
+
+
+def test_the_published_per_seed_csv_gives_the_published_aggregates():
+    """docs/results/minatar.md's objectives table (five games, reduced lrs) and SGI's schemes,
+    from the CSV of its per-seed table (returns to two decimals: IQMs within 0.002)."""
+    runs = published_runs(SESSIONS_13_20)
+    assert len(runs) == 141  # the agents finished by session 20
+    table = objective_table(runs[runs["objective"] != "g_i"])  # G+I: two games only
+    published = {"none": 0.145, "sgi": 0.116, "s_i": 0.093, "s_g": 0.081, "s": 0.070, "g": 0.053}
+    for method, iqm in published.items():
+        assert table.loc[method, "iqm"] == pytest.approx(iqm, abs=0.002), method
+    assert objective_table(runs, "naive").loc["sgi", "iqm"] == pytest.approx(0.187, abs=0.002)
+    assert objective_table(runs, "frozen").loc["sgi", "iqm"] == pytest.approx(0.120, abs=0.002)
+
+
+def test_a_bad_csv_is_refused_naming_the_column_or_line(tmp_path):
+    bad = tmp_path / "runs.csv"
+    bad.write_text("objective,scheme,game,seed\nnone,none,minatar/breakout,0\n")
+    with pytest.raises(ValueError, match="no column score"):
+        published_runs(bad)
+    bad.write_text(
+        "objective,scheme,game,seed,score\n"
+        "none,none,minatar/breakout,0,1.5\nnone,none,minatar/breakout,1,-\n"
+    )
+    with pytest.raises(ValueError, match="line 3: score '-' is not a number"):
+        published_runs(bad)
+
+
+def runs_of(scores: dict[tuple[str, str], list[float]]) -> pd.DataFrame:
+    """Finished agents: ``{(method, game): [raw return of seed 0, 1, 2]}``."""
+    rows = []
+    for (method, game), values in scores.items():
+        for seed, score in enumerate(values):
+            rows.append(
+                {
+                    "objective": method,
+                    "scheme": "none" if method == "none" else "reduced_lr",
+                    "game": game,
+                    "seed": seed,
+                    "finished": True,
+                    "score": score,
+                    "normalized": float(minatar_normalized_score(game, score)),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def test_two_runs_compared_by_hand():
+    """Breakout only: none and sgi at seeds 0-2 in each run. The IQM of three scores trims
+    none (scipy's trim_mean(0.25) cuts int(0.75) = 0 from each end): their mean."""
+    game = "minatar/breakout"
+    first = runs_of({("none", game): [3.0, 4.0, 5.0], ("sgi", game): [2.0, 3.0, 6.0]})
+    second = runs_of({("none", game): [4.0, 3.0, 2.0], ("sgi", game): [2.0, 5.0, 6.0]})
+    table = rerun_table(first, second, reps=200).set_index("method")
+
+    def norm(score: float) -> float:  # affine in the return: the mean's score is the scores' mean
+        return float(minatar_normalized_score(game, score))
+
+    iqm = {
+        "none_first": norm(4.0),
+        "none_second": norm(3.0),
+        "sgi_first": norm(11 / 3),
+        "sgi_second": norm(13 / 3),
+    }
+    assert table.loc["none", "iqm_first"] == pytest.approx(iqm["none_first"])
+    assert table.loc["none", "iqm_second"] == pytest.approx(iqm["none_second"])
+    assert table.loc["sgi", "gap_first"] == pytest.approx(iqm["sgi_first"] - iqm["none_first"])
+    assert table.loc["sgi", "gap_second"] == pytest.approx(iqm["sgi_second"] - iqm["none_second"])
+    assert np.isnan(table.loc["none", "gap_first"])
+    # none's second run against its first, seed by seed: 4>3, 3<4, 2<5
+    assert table.loc["none", ["above", "below", "level"]].tolist() == [1, 2, 0]
+    step = norm(1.0) - norm(0.0)
+    assert table.loc["none", "same_seed"] == pytest.approx((1 + 1 + 3) / 3 * step)
+    # other seeds: |first(s) - second(t)| for s != t: |3-3| |3-2| |4-4| |4-2| |5-4| |5-3|
+    assert table.loc["none", "other_seed"] == pytest.approx((0 + 1 + 0 + 2 + 1 + 2) / 6 * step)
+    assert table.loc["sgi", ["above", "below", "level"]].tolist() == [1, 0, 2]
+    text = rerun_markdown(first, second, ("a", "b"), table=table.reset_index())
+    assert "| method | games | IQM, a | IQM, b |" in text
+    assert "| sgi | 1 |" in text and "| 1 / 0 / 2 |" in text
+
+
+def test_a_method_only_one_run_finished_is_left_out():
+    game = "minatar/breakout"
+    first = runs_of({("none", game): [3.0, 4.0, 5.0], ("g_i", game): [1.0, 2.0, 3.0]})
+    second = runs_of({("none", game): [4.0, 3.0, 2.0]})
+    assert list(rerun_table(first, second, reps=50)["method"]) == ["none"]
+    assert rerun_markdown(first.iloc[:0], second, reps=50).startswith("No method")
