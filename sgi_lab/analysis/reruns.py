@@ -9,11 +9,13 @@ a rounding difference grows into another trajectory. So the second run is anothe
 `published_runs` reads a first run's final returns from a CSV (``objective, scheme, game, seed,
 score``: a results page's per-seed table, the mean evaluation return to two decimals) as
 `sgi_lab.analysis.minatar_study.study_runs` rows; `rerun_table` compares the two runs method by
-method; `rerun_markdown` writes it.
+method; `rerun_markdown` writes it; `rerun_svg` draws each (method, game, seed) of the second run
+against the first (`write_rerun_figure`).
 """
 
 from __future__ import annotations
 
+import html
 import itertools
 from pathlib import Path
 
@@ -22,10 +24,14 @@ import pandas as pd
 
 from sgi_lab.analysis.minatar_study import _method, objective_table
 from sgi_lab.analysis.probe_study import format_interval
+from sgi_lab.base.files import atomic_write_text
 from sgi_lab.metrics.aggregate import seed_pairs
 from sgi_lab.metrics.minatar import normalization_name, normalized_score
 
-__all__ = ["published_runs", "rerun_markdown", "rerun_table"]
+__all__ = ["published_runs", "rerun_markdown", "rerun_svg", "rerun_table", "write_rerun_figure"]
+
+RERUN_MARK = "sgi-lab reruns.rerun_svg"
+"""Inside every figure `rerun_svg` draws: what `write_rerun_figure` may overwrite."""
 
 COLUMNS = ("objective", "scheme", "game", "seed", "score")
 
@@ -169,3 +175,89 @@ def rerun_markdown(
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _pairs(first: pd.DataFrame, second: pd.DataFrame) -> pd.DataFrame:
+    """Each (method, game, seed) both runs finished: ``first`` and ``second`` normalised."""
+    frames = []
+    for name, runs in (("first", first), ("second", second)):
+        done = runs[runs["finished"]]
+        done = done.assign(method=_method(done))
+        frames.append(done.groupby(["method", "game", "seed"])["normalized"].mean().rename(name))
+    return pd.concat(frames, axis=1, join="inner").dropna().reset_index()
+
+
+def rerun_svg(
+    first: pd.DataFrame, second: pd.DataFrame, names: tuple[str, str] = ("first", "second")
+) -> str:
+    """Each (method, game, seed) both runs finished, as a point: its normalised score in the
+    first run (x) against the second (y), coloured by game, with the diagonal (a seed that
+    pinned its run would sit on it). A standalone SVG (GitHub shows it in a Markdown page)."""
+    pairs = _pairs(first, second)
+    width, height, pad_l, pad_r, pad_t, pad_b = 420, 340, 48, 130, 12, 40
+    if pairs.empty:
+        return f'<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10"><desc>{RERUN_MARK}</desc></svg>'
+    values = pairs[["first", "second"]].to_numpy()
+    lo, hi = min(0.0, float(values.min())), float(values.max()) * 1.05 or 1.0
+    side = min(width - pad_l - pad_r, height - pad_t - pad_b)
+
+    def at(value: float) -> float:
+        return (value - lo) / (hi - lo) * side
+
+    x0, y0 = pad_l, pad_t + side  # the axes' origin, at (lo, lo)
+    colours = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
+    games = sorted(pairs["game"].unique())
+    one, two = (html.escape(n) for n in names)
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        'font-size="11" font-family="sans-serif">',
+        f"<desc>{RERUN_MARK}</desc>",
+        f'<rect width="{width}" height="{height}" fill="white"/>',
+        f'<polyline points="{x0},{pad_t} {x0},{y0} {x0 + side},{y0}" fill="none" stroke="#888"/>',
+        f'<line x1="{x0}" y1="{y0}" x2="{x0 + side}" y2="{pad_t}" stroke="#bbb" '
+        'stroke-dasharray="4 3"/>',
+        f'<text x="{x0 + side / 2:.0f}" y="{height - 6}" text-anchor="middle">'
+        f"MinAtar score, {one}</text>",
+        f'<text x="12" y="{pad_t + side / 2:.0f}" transform="rotate(-90 12 {pad_t + side / 2:.0f})" '
+        f'text-anchor="middle">MinAtar score, {two}</text>',
+        f'<text x="{x0 - 4}" y="{pad_t + 8}" text-anchor="end">{hi:.2f}</text>',
+        f'<text x="{x0 - 4}" y="{y0}" text-anchor="end">{lo:.2f}</text>',
+        f'<text x="{x0 + side}" y="{y0 + 14}" text-anchor="end">{hi:.2f}</text>',
+    ]
+    for row in pairs.itertuples():
+        colour = colours[games.index(row.game) % len(colours)]
+        parts.append(
+            f'<circle cx="{x0 + at(row.first):.1f}" cy="{y0 - at(row.second):.1f}" r="3" '
+            f'fill="{colour}" fill-opacity="0.7"><title>{html.escape(row.method)}, '
+            f"{html.escape(row.game)}, seed {int(row.seed)}: {row.first:.3f} / "
+            f"{row.second:.3f}</title></circle>"
+        )
+    for i, game in enumerate(games):
+        y = pad_t + 14 + 16 * i
+        parts.append(
+            f'<circle cx="{width - pad_r + 14}" cy="{y - 4}" r="4" '
+            f'fill="{colours[i % len(colours)]}"/><text x="{width - pad_r + 22}" y="{y}">'
+            f"{html.escape(game.removeprefix('minatar/'))}</text>"
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def write_rerun_figure(
+    first: pd.DataFrame,
+    second: pd.DataFrame,
+    path: str | Path,
+    names: tuple[str, str] = ("first", "second"),
+) -> Path:
+    """`rerun_svg` written to ``path`` atomically, only over a file `rerun_svg` wrote.
+
+    Raises:
+        FileExistsError: ``path`` holds something else (it is left as it is).
+    """
+    path = Path(path)
+    if path.exists() and RERUN_MARK not in path.read_text(errors="replace"):
+        raise FileExistsError(
+            f"{path}: exists and is not a rerun figure of ours; choose another path"
+        )
+    atomic_write_text(path, rerun_svg(first, second, names))
+    return path

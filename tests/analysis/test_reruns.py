@@ -3,6 +3,7 @@ published tables, and the two runs compared by hand-computed numbers."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,13 @@ import pandas as pd
 import pytest
 
 from sgi_lab.analysis.minatar_study import objective_table
-from sgi_lab.analysis.reruns import published_runs, rerun_markdown, rerun_table
+from sgi_lab.analysis.reruns import (
+    RERUN_MARK,
+    published_runs,
+    rerun_markdown,
+    rerun_table,
+    write_rerun_figure,
+)
 from sgi_lab.metrics.minatar import minatar_normalized_score
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,3 +109,24 @@ def test_a_method_only_one_run_finished_is_left_out():
     second = runs_of({("none", game): [4.0, 3.0, 2.0]})
     assert list(rerun_table(first, second, reps=50)["method"]) == ["none"]
     assert rerun_markdown(first.iloc[:0], second, reps=50).startswith("No method")
+
+
+def test_the_figure_puts_each_seed_of_both_runs_at_its_scores_and_keeps_a_users_file(tmp_path):
+    game = "minatar/breakout"
+    first = runs_of({("none", game): [3.0, 4.0, 5.0]})
+    second = runs_of({("none", game): [3.0, 3.0, 2.0], ("sgi", game): [1.0, 1.0, 1.0]})
+    path = write_rerun_figure(first, second, tmp_path / "rerun.svg", ("a", "b"))
+    svg = path.read_text()
+    assert svg.startswith("<svg") and RERUN_MARK in svg
+    assert svg.count("<title>") == 3  # none's three seeds; sgi has no first run
+    # seed 0 scored the same in both runs: its point is on the diagonal (cx - x0 == y0 - cy)
+    x0, y0 = (float(v) for v in re.search(r'points="([\d.]+),[\d.]+ [\d.]+,([\d.]+)', svg).groups())
+    cx, cy = (
+        float(v) for v in re.search(r'<circle cx="([\d.]+)" cy="([\d.]+)" r="3"', svg).groups()
+    )
+    assert cx - x0 == pytest.approx(y0 - cy, abs=0.1)
+    mine = tmp_path / "mine.svg"
+    mine.write_text("<svg>my own</svg>")
+    with pytest.raises(FileExistsError, match="not a rerun figure of ours"):
+        write_rerun_figure(first, second, mine)
+    assert mine.read_text() == "<svg>my own</svg>"
