@@ -194,12 +194,13 @@ def rerun_svg(
     first run (x) against the second (y), coloured by game, with the diagonal (a seed that
     pinned its run would sit on it). A standalone SVG (GitHub shows it in a Markdown page)."""
     pairs = _pairs(first, second)
-    width, height, pad_l, pad_r, pad_t, pad_b = 420, 340, 48, 130, 12, 40
+    width, pad_l, pad_r, pad_t, pad_b = 420, 48, 130, 12, 40
+    side = width - pad_l - pad_r  # a square plot
+    height = pad_t + side + pad_b
     if pairs.empty:
         return f'<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10"><desc>{RERUN_MARK}</desc></svg>'
     values = pairs[["first", "second"]].to_numpy()
     lo, hi = min(0.0, float(values.min())), float(values.max()) * 1.05 or 1.0
-    side = min(width - pad_l - pad_r, height - pad_t - pad_b)
 
     def at(value: float) -> float:
         return (value - lo) / (hi - lo) * side
