@@ -32,7 +32,7 @@ from sgi_lab.experiments.spec import (
 from sgi_lab.probes.atariari import UnannotatedGameError
 from sgi_lab.probes.probe import ProbeInputError, check_probe_store
 from sgi_lab.runs.folder import run_name
-from sgi_lab.runs.status import has_final_model, read_status
+from sgi_lab.runs.status import has_final_model, read_status, restored_files
 from sgi_lab.train.capacity import split_agents, split_population
 from sgi_lab.train.finetune import population_configs, population_folders
 from sgi_lab.train.population import POPULATION_KEYS
@@ -291,7 +291,9 @@ def _pretrain_tasks(
 def _reused_config(where: str, pattern: str, experiment: Experiment) -> PretrainConfig:
     """The config of the finished pretraining runs ``pattern`` names, one per game (``{game}``:
     the game's slug), read from the first game's ``config.yaml``; every game's run must be a
-    finished pretraining run with its model and the same encoder.
+    finished pretraining run with its model and the same encoder (or one restored from an
+    archive, `sgi_lab.experiments.archive`: its config without the model, enough for the
+    graph; a finetuning task that would load it refuses it when it runs).
 
     Raises:
         ConfigError: naming the folder and what it lacks."""
@@ -305,7 +307,8 @@ def _reused_config(where: str, pattern: str, experiment: Experiment) -> Pretrain
                 f"{where}: {folder}: not a pretraining run folder (no status.json of a "
                 "pretraining run); run: names finished runs to reuse"
             )
-        if status.get("state") != "finished" or not has_final_model(folder, status):
+        restored = "config.yaml" in restored_files(folder)  # its results, not its model
+        if status.get("state") != "finished" or not (has_final_model(folder, status) or restored):
             raise ConfigError(
                 f"{where}: {folder}: not finished (state {status.get('state')!r}, step "
                 f"{status.get('step')}); finish it where it was started, then run this again"

@@ -15,6 +15,7 @@ import pytest
 from sgi_lab import experiments as ex
 from sgi_lab.analysis.minatar_study import per_seed_markdown, study_runs
 from sgi_lab.base.files import RunFolderError
+from sgi_lab.config import ConfigError
 from sgi_lab.experiments.archive import (
     ARCHIVE_FILE,
     RESTORED_FILE,
@@ -243,3 +244,35 @@ def test_the_archive_of_a_real_run_restores_into_a_fresh_folder(tmp_path):
     assert summary["counts"]["done"] == 3  # two populations and the report
     after = pd.read_csv(out / "results.csv")
     pd.testing.assert_frame_equal(before, after)
+
+
+def test_an_experiment_reusing_restored_pretraining_runs_builds_its_graph(tmp_path):
+    """``run:`` (the 2x check reads the study's encoders) on a clone where those runs were
+    restored from the study's archive: their config is there, their model is not; the graph
+    builds, and a finished run without its model that was not restored is still refused."""
+    from sgi_lab.runs.status import file_sha256
+
+    runs = tmp_path / "study" / "pretrain"
+    for game in ("minatar-breakout", "minatar-asterix"):
+        folder = runs / f"sgi__{game}"
+        folder.mkdir(parents=True)
+        (folder / "status.json").write_text(json.dumps({"state": "finished", "kind": "pretrain"}))
+        (folder / "config.yaml").write_text("encoder: minatar\nseed: 0\n")
+    text = """
+name: reusing
+games: [minatar/breakout, minatar/asterix]
+seeds: [0]
+pretrain:
+  - {name: sgi, run: "RUNS/sgi__{game}"}
+finetune:
+  - {name: reduced_lr, params: params/finetune/minatar_reduced_lr.yaml, pretrain: [sgi]}
+""".replace("RUNS", str(runs))
+    file = tmp_path / "reusing.yaml"
+    file.write_text(text)
+    with pytest.raises(ConfigError, match="not finished"):
+        ex.expand(ex.load_experiment(file), tmp_path / "reusing")
+    for folder in runs.iterdir():
+        files = {n: file_sha256(folder / n) for n in ("status.json", "config.yaml")}
+        (folder / RESTORED_FILE).write_text(json.dumps({"files": files}))
+    graph = ex.expand(ex.load_experiment(file), tmp_path / "reusing")
+    assert graph.task("finetune/reduced_lr__sgi").encoder == "minatar"
