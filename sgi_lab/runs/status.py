@@ -233,6 +233,12 @@ def pretrained_source(source: str | os.PathLike) -> Path:
     model = source / "model.pt"
     if status.get("state") == FINISHED and model.is_file():
         return model
+    if status.get("state") == FINISHED and restored_files(source):
+        raise ConfigError(
+            f"pretrained: {source}: restored from an experiment archive, which keeps results, "
+            "not models: there is no model.pt to finetune from; run its pretraining again (the "
+            "experiment does, for a task still to run)"
+        )
     checkpoints = checkpoint_files(source)
     names = ", ".join(str(p) for p in checkpoints[-2:]) or "none"
     raise ConfigError(

@@ -276,3 +276,8 @@ finetune:
         (folder / RESTORED_FILE).write_text(json.dumps({"files": files}))
     graph = ex.expand(ex.load_experiment(file), tmp_path / "reusing")
     assert graph.task("finetune/reduced_lr__sgi").encoder == "minatar"
+    # Finetuning from one says why there is no model, not that the run never finished.
+    from sgi_lab.runs.status import pretrained_source
+
+    with pytest.raises(ConfigError, match="restored from an experiment archive"):
+        pretrained_source(runs / "sgi__minatar-asterix")
