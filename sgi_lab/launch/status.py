@@ -25,7 +25,7 @@ from typing import Any
 from sgi_lab.base.files import lock_holder, read_mapping
 from sgi_lab.base.paths import did_you_mean
 from sgi_lab.runs.checkpoints import CHECKPOINT_RE, checkpoint_files
-from sgi_lab.runs.status import has_final_model, read_status, run_folders
+from sgi_lab.runs.status import has_final_model, read_status, restored_files, run_folders
 
 __all__ = [
     "add_status_parser",
@@ -115,7 +115,8 @@ def _true_state(folder: Path, status: dict[str, Any] | None) -> tuple[str, str |
     """The state a run is really in, and why it differs from its status.json (None: as said).
 
     - status missing or torn (the folder was listed for its checkpoints): ``interrupted``;
-    - ``finished`` without the final ``model.pt`` of a training run: ``interrupted``;
+    - ``finished`` without the final ``model.pt`` of a training run: ``interrupted``, or
+      ``restored`` when its results came back from an experiment archive without it;
     - ``running`` while no process holds the folder's lock (killed, even by kill -9, since the
       kernel frees the lock with its process): ``interrupted``;
     - ``failed`` because it was stopped cleanly at a checkpoint (a time limit, SIGTERM, Ctrl-C,
@@ -125,6 +126,8 @@ def _true_state(folder: Path, status: dict[str, Any] | None) -> tuple[str, str |
         return "interrupted", "status.json missing or torn; re-run its command to resume"
     state = str(status.get("state", "unknown"))
     if state == "finished" and not has_final_model(folder, status):
+        if restored_files(folder):
+            return "restored", None  # its results, from an experiment archive; no model.pt
         return "interrupted", "status says finished but model.pt is missing"
     # Only the run lifecycle (a status with a kind) holds the lock while it runs.
     if state == "running" and status.get("kind") and lock_holder(folder) is None:
@@ -190,7 +193,7 @@ def run_progress(folder: str | os.PathLike, now: float | None = None) -> dict[st
         # A lifecycle run that says running and got here holds its lock: alive, however silent.
         "alive": state == "running" and bool(status.get("kind")),
         "metrics": {k: metrics[k] for k in SHOWN_METRICS if k in metrics},
-        "evaluation": _evaluation(folder) if state == "finished" else None,
+        "evaluation": _evaluation(folder) if state in ("finished", "restored") else None,
         "error": status.get("error") or why or message,
     }
 
@@ -342,7 +345,7 @@ def add_status_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--state",
-        choices=["running", "finished", "failed", "stopped", "interrupted"],
+        choices=["running", "finished", "failed", "stopped", "interrupted", "restored"],
         default=None,
         help="only runs in this state",
     )

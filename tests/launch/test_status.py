@@ -303,3 +303,24 @@ def test_a_run_stopped_cleanly_is_listed_as_stopped_not_failed(tmp_path, capsys)
     assert "re-run the same command to resume" in out and "broken" not in out
     assert main(["status", str(root), "--state", "failed"]) == 0
     assert "loss is nan" in capsys.readouterr().out
+
+
+def test_a_run_restored_from_an_archive_is_listed_as_restored_with_its_score(tmp_path, capsys):
+    """Finished, no model.pt, and a restored.json whose files are unchanged: ``restored`` (not
+    interrupted), with its evaluation; once a restored file changes it is interrupted again."""
+    from sgi_lab.runs.status import RESTORED_FILE, file_sha256
+
+    root = tmp_path / "outputs"
+    run = _run(root / "ft" / "minatar-breakout__s0", "finished", 100, 100, [], kind="finetune")
+    evaluation = {"mean": 3.0, "episodes": 30, "normalized_score": 0.28}
+    (run / "eval.json").write_text(json.dumps(evaluation | {"normalization": "MinAtar score"}))
+    files = {n: file_sha256(run / n) for n in ("status.json", "eval.json")}
+    (run / RESTORED_FILE).write_text(json.dumps({"files": files}))
+    progress = status.run_progress(run)
+    assert progress["state"] == "restored" and progress["error"] is None
+    assert progress["evaluation"]["normalized"] == 0.28
+    assert main(["status", str(root), "--state", "restored"]) == 0
+    assert "restored  100/100 (100%)" in (out := capsys.readouterr().out)
+    assert "eval 3 over 30 episodes, MinAtar score 0.280" in out
+    (run / "eval.json").write_text(json.dumps(evaluation | {"mean": 9.0}))
+    assert status.run_progress(run)["state"] == "interrupted"
