@@ -9,7 +9,9 @@ a rounding difference grows into another trajectory. So the second run is anothe
 `published_runs` reads a first run's final returns from a CSV (``objective, scheme, game, seed,
 score``: a results page's per-seed table, the mean evaluation return to two decimals) as
 `sgi_lab.analysis.minatar_study.study_runs` rows; `rerun_table` compares the two runs method by
-method; `rerun_markdown` writes it; `rerun_svg` draws each (method, game, seed) of the second run
+method; `rerun_markdown` writes it; `baseline_table` sets every method of one run against each
+run's scratch agents (does a conclusion drawn against one draw of scratch survive another?);
+`rerun_svg` draws each (method, game, seed) of the second run
 against the first (`write_rerun_figure`).
 """
 
@@ -28,7 +30,15 @@ from sgi_lab.base.files import atomic_write_text
 from sgi_lab.metrics.aggregate import seed_pairs
 from sgi_lab.metrics.minatar import normalization_name, normalized_score
 
-__all__ = ["published_runs", "rerun_markdown", "rerun_svg", "rerun_table", "write_rerun_figure"]
+__all__ = [
+    "baseline_markdown",
+    "baseline_table",
+    "published_runs",
+    "rerun_markdown",
+    "rerun_svg",
+    "rerun_table",
+    "write_rerun_figure",
+]
 
 RERUN_MARK = "sgi-lab reruns.rerun_svg"
 """Inside every figure `rerun_svg` draws: what `write_rerun_figure` may overwrite."""
@@ -173,6 +183,106 @@ def rerun_markdown(
             "-" if pd.isna(row.sign_p) else f"{row.sign_p:.2f}",
             f"{row.same_seed:.3f} / {row.other_seed:.3f}",
         ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def baseline_table(
+    runs: pd.DataFrame, baselines: dict[str, pd.DataFrame], reps: int = 2000, seed: int = 0
+) -> pd.DataFrame:
+    """Every method of ``runs`` but none against each baseline's scratch agents (``{name:
+    runs}``, their ``none`` rows: the first run's own, a second run's, both).
+
+    Per method and baseline, over the games where the method and that baseline's none finished
+    every seed: ``iqm`` (the method's) and ``none_iqm``, ``p_improve`` with its 95% CI
+    (``_lower``, ``_upper``: rliable's probability of improvement over none, every run against
+    every run, so a baseline with more runs is no problem), and ``above``, ``below``, ``level``,
+    ``sign_p``: each (game, seed) against the same seed's scratch agents (their mean when a
+    baseline has several runs of a seed). ``games`` and ``seeds`` say what it is over.
+    """
+    seeds = sorted(set(runs["seed"]))
+    methods = _complete(runs, seeds)
+    rows = []
+    for name, baseline in baselines.items():
+        none = baseline[baseline["finished"] & (baseline["objective"] == "none")]
+        none_games = _complete(none, sorted(set(none["seed"]))).get("none", set())
+        if not none_games:
+            continue
+        # several runs of one seed (two draws pooled) become runs of their own for the
+        # aggregates; the seed pairs average them
+        none = none.assign(seed=none.groupby(["game", "seed"]).cumcount() * 1000 + none["seed"])
+        for method, games in methods.items():
+            games = sorted(games & none_games)
+            if method == "none" or not games:
+                continue
+            done = runs[runs["finished"] & runs["game"].isin(games)]
+            done = done[_method(done) == method].assign(objective=method, scheme="all")
+            both = pd.concat([done, none[none["game"].isin(games)].assign(scheme="all")])
+            table = objective_table(both, None, reps=reps, seed=seed)
+            pairs = seed_pairs(
+                done.groupby(["game", "seed"])["normalized"].mean(),
+                none.assign(seed=none["seed"] % 1000)
+                .groupby(["game", "seed"])["normalized"]
+                .mean(),
+            )
+            rows.append(
+                {
+                    "method": method,
+                    "baseline": name,
+                    "games": len(games),
+                    "seeds": len(seeds),
+                    "iqm": table.loc[method, "iqm"],
+                    "none_iqm": table.loc["none", "iqm"],
+                    "p_improve": table.loc[method, "p_improve_value"],
+                    "p_improve_lower": table.loc[method, "p_improve_lower"],
+                    "p_improve_upper": table.loc[method, "p_improve_upper"],
+                    **{k: pairs[k] for k in ("above", "below", "level", "sign_p")},
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def baseline_markdown(
+    runs: pd.DataFrame,
+    baselines: dict[str, pd.DataFrame],
+    reps: int = 2000,
+    table: pd.DataFrame | None = None,
+) -> str:
+    """`baseline_table` as Markdown: a row per method, per baseline its IQM beside none's, its
+    probability of improvement and its seed pairs."""
+    table = baseline_table(runs, baselines, reps=reps) if table is None else table
+    if table.empty:
+        return "No method and baseline have finished a common game on every seed yet.\n"
+    names = [b for b in baselines if b in set(table["baseline"])]
+    header = ["method", "games"] + [
+        f"against {b}: {c}"
+        for b in names
+        for c in ("IQM / none's", "P(improvement over none)", "above / below / level", "p")
+    ]
+    lines = [
+        "Normalised scores; 95% stratified bootstrap CIs for the probability of improvement; "
+        "above / below / level: each (game, seed) against the same seed's scratch agents (the "
+        "mean of its runs), with the two-sided sign test's p (level pairs left out).",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
+    order = table.groupby("method")["iqm"].mean().sort_values(ascending=False).index
+    for method in order:
+        part = table[table["method"] == method].set_index("baseline")
+        cells = [method, str(int(part["games"].iloc[0]))]
+        for name in names:
+            if name not in part.index:
+                cells += ["-"] * 4
+                continue
+            r = part.loc[name]
+            poi = (r["p_improve"], r["p_improve_lower"], r["p_improve_upper"])
+            cells += [
+                f"{r['iqm']:.3f} / {r['none_iqm']:.3f}",
+                format_interval(*poi, digits=2),
+                f"{int(r['above'])} / {int(r['below'])} / {int(r['level'])}",
+                "-" if pd.isna(r["sign_p"]) else f"{r['sign_p']:.2f}",
+            ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

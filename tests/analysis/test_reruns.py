@@ -13,6 +13,8 @@ import pytest
 from sgi_lab.analysis.minatar_study import objective_table
 from sgi_lab.analysis.reruns import (
     RERUN_MARK,
+    baseline_markdown,
+    baseline_table,
     published_runs,
     rerun_markdown,
     rerun_table,
@@ -130,3 +132,29 @@ def test_the_figure_puts_each_seed_of_both_runs_at_its_scores_and_keeps_a_users_
     with pytest.raises(FileExistsError, match="not a rerun figure of ours"):
         write_rerun_figure(first, second, mine)
     assert mine.read_text() == "<svg>my own</svg>"
+
+
+def test_a_method_against_each_draw_of_scratch_and_both_pooled():
+    """sgi against two draws of scratch on Breakout and against both: seed pairs use the mean
+    of a seed's scratch runs, the aggregates every scratch run (six when pooled)."""
+    game = "minatar/breakout"
+    runs = runs_of({("sgi", game): [2.0, 3.0, 6.0], ("none", game): [3.0, 4.0, 5.0]})
+    other = runs_of({("none", game): [0.0, 5.0, 1.0]})
+    baselines = {"a": runs, "b": other, "both": pd.concat([runs, other])}
+    table = baseline_table(runs, baselines, reps=200).set_index("baseline")
+    assert set(table["method"]) == {"sgi"}
+    # against a: 2<3, 3<4, 6>5; against b: 2>0, 3<5, 6>1; pooled means 1.5, 4.5, 3: the same
+    assert table.loc["a", ["above", "below", "level"]].tolist() == [1, 2, 0]
+    assert table.loc["b", ["above", "below", "level"]].tolist() == [2, 1, 0]
+    assert table.loc["both", ["above", "below", "level"]].tolist() == [2, 1, 0]
+    # every sgi run against every none run of a: 6 beats three, 3 ties one: (3 + 0.5) / 9
+    assert table.loc["a", "p_improve"] == pytest.approx(3.5 / 9)
+
+    def norm(score: float) -> float:
+        return float(minatar_normalized_score(game, score))
+
+    # six pooled runs 0, 1, 3, 4, 5, 5: the IQM trims int(1.5) = 1 from each end -> 1, 3, 4, 5
+    assert table.loc["both", "none_iqm"] == pytest.approx(norm(13 / 4))
+    assert table.loc["a", "iqm"] == pytest.approx(norm(11 / 3))
+    text = baseline_markdown(runs, baselines, table=table.reset_index())
+    assert "| sgi | 1 |" in text and "against both: P(improvement over none)" in text
