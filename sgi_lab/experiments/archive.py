@@ -266,11 +266,13 @@ def restore(graph: Graph, source: str | os.PathLike) -> dict[str, Any]:
         if not all(whole(t) for t in owners):
             continue
         restored += [t.id for t in owners]
-        if restored_files(folder) == files:
-            continue
-        for rel in files:
-            if not (folder / rel).exists():
-                _copy(source / _rel(graph, folder) / rel, folder / rel)
+        missing = [rel for rel in files if not (folder / rel).exists()]
+        if not missing and (
+            restored_files(folder) == files or not (folder / RESTORED_FILE).exists()
+        ):
+            continue  # restored already, or the run that wrote these files: nothing to do
+        for rel in missing:
+            _copy(source / _rel(graph, folder) / rel, folder / rel)
         marker = {"from": str(source), "archived": index.get("updated"), "files": files}
         atomic_write_text(folder / RESTORED_FILE, json.dumps(marker, indent=1) + "\n")
     return {
