@@ -265,12 +265,12 @@ def restore(graph: Graph, source: str | os.PathLike) -> dict[str, Any]:
         owners = folder_tasks[folder]
         if not all(whole(t) for t in owners):
             continue
-        restored += [t.id for t in owners]
         missing = [rel for rel in files if not (folder / rel).exists()]
-        if not missing and (
-            restored_files(folder) == files or not (folder / RESTORED_FILE).exists()
-        ):
-            continue  # restored already, or the run that wrote these files: nothing to do
+        if not missing and not (folder / RESTORED_FILE).exists():
+            continue  # the run that wrote these files is here: nothing to restore
+        restored += [t.id for t in owners]
+        if not missing and restored_files(folder) == files:
+            continue  # restored before
         for rel in missing:
             _copy(source / _rel(graph, folder) / rel, folder / rel)
         marker = {"from": str(source), "archived": index.get("updated"), "files": files}
