@@ -10,6 +10,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from sgi_lab import experiments as ex
@@ -289,3 +290,13 @@ finetune:
 
     with pytest.raises(ConfigError, match="restored from an experiment archive"):
         pretrained_source(runs / "sgi__minatar-asterix")
+
+
+def test_an_archive_reads_as_the_experiment_folder(archived):
+    """The study tables straight from the archive (a clone that restored nothing yet)."""
+    graph, dest = archived
+    assert ex.load_graph(dest).experiment.name == "minatar_objectives"
+    here, there = study_runs(graph.out), study_runs(dest)
+    columns = [c for c in here.columns if c != "folder"]
+    pd.testing.assert_frame_equal(here[columns], there[columns])
+    assert there["finished"].sum() == 12
