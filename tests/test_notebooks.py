@@ -547,13 +547,33 @@ def test_ablations_notebook_on_minatar_runs(tmp_path):
         for label, shift in zip(labels, (0.0, sgi), strict=True):
             for seed in (0, 1):
                 _experiment_agent(folder, label, "minatar/breakout", seed, 0.3 + shift)
+    # Section 7: the 10k study's second run (scratch 0.3, 0.25 there) as a per-seed CSV of raw
+    # returns: scratch 0.35 and 0.2 (one seed above its first run, one below), sgi 0.3 and 0.3.
+    second = tmp_path / "second.csv"
+    lines = ["objective,scheme,game,seed,score"]
+    for objective, scheme, scores in (
+        ("none", "none", (0.35, 0.2)),
+        ("sgi", "reduced_lr", (0.3, 0.3)),
+    ):
+        for seed, score in enumerate(scores):
+            raw = score * (10.0 - 0.416) + 0.416  # Breakout: 0.416 random, 10.0 the reference
+            lines.append(f"{objective},{scheme},minatar/breakout,{seed},{raw:.6f}")
+    second.write_text("\n".join(lines) + "\n")
     params = _minatar_set(
         "ablations",
         runs_root=str(tmp_path / "runs"),
         reps=100,
         budgets={k: str(v) for k, v in budgets.items()},
+        rerun={"first": str(budgets["10k steps"]), "second": str(second)},
     )
     results = execute("ablations", tmp_path, **params)
+    rerun = {row["method"]: row for row in results["rerun"]}
+    assert set(rerun) == {"none", "sgi"}
+    assert (rerun["none"]["above"], rerun["none"]["below"], rerun["none"]["level"]) == (1, 1, 0)
+    assert rerun["sgi"]["iqm_second"] == pytest.approx(0.3)
+    against = {(r["method"], r["baseline"]) for r in results["rerun_baselines"]}
+    assert against == {("sgi", "first"), ("sgi", "second"), ("sgi", "both")}
+    assert (tmp_path / "run" / "figures" / "rerun.svg").read_text().startswith("<svg")
     budget_rows = {(r["budget"], r["method"]): r for r in results["finetune_budgets"]}
     assert set(budget_rows) == {(b, m) for b in budgets for m in ("none", "sgi")}
     assert budget_rows["10k steps", "sgi"]["below_none"] == 2

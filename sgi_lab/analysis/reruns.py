@@ -20,11 +20,12 @@ from __future__ import annotations
 import html
 import itertools
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from sgi_lab.analysis.minatar_study import _method, objective_table
+from sgi_lab.analysis.minatar_study import _method, objective_table, study_runs
 from sgi_lab.analysis.probe_study import format_interval
 from sgi_lab.base.files import atomic_write_text
 from sgi_lab.metrics.aggregate import seed_pairs
@@ -33,6 +34,8 @@ from sgi_lab.metrics.minatar import normalization_name, normalized_score
 __all__ = [
     "baseline_markdown",
     "baseline_table",
+    "compare_runs",
+    "load_runs",
     "published_runs",
     "rerun_markdown",
     "rerun_svg",
@@ -72,6 +75,66 @@ def published_runs(csv: str | Path) -> pd.DataFrame:
         frame["objective"] == "none", "sgi_none", frame["scheme"] + "__" + frame["objective"]
     )
     return frame
+
+
+def load_runs(source: str | Path) -> pd.DataFrame:
+    """One run of a study: an experiment folder (or its archive) as `study_runs`, or a CSV of
+    per-seed final returns as `published_runs`.
+
+    Raises:
+        ValueError: ``source`` is neither (named).
+    """
+    source = Path(source)
+    if source.is_file() and source.suffix == ".csv":
+        return published_runs(source)
+    if source.is_dir() and (source / "finetune").is_dir():
+        return study_runs(source)
+    raise ValueError(
+        f"{source}: neither an experiment folder (with finetune/) nor a CSV of per-seed returns "
+        f"({', '.join(COLUMNS)})"
+    )
+
+
+def compare_runs(sources: dict[str, str | Path], reps: int = 2000) -> dict[str, Any]:
+    """Two runs of one study, ``{name: experiment folder or per-seed CSV}`` (first, then
+    second), compared: what the ablations notebook's section 7 shows.
+
+    Returns:
+        ``names``, ``runs`` (their `load_runs` frames), ``rerun`` (`rerun_table`),
+        ``baselines`` (`baseline_table` of the first run against each run's scratch agents and
+        both pooled) and ``markdown`` (both tables).
+
+    Raises:
+        ValueError: not exactly two sources, or one that is neither (named).
+    """
+    if len(sources) != 2:
+        raise ValueError(
+            f"rerun: give two runs of one study, {{first: folder or CSV, second: ...}}; got "
+            f"{len(sources)}: {list(sources)}"
+        )
+    names = tuple(sources)
+    first, second = (load_runs(s) for s in sources.values())
+    rerun = rerun_table(first, second, reps=reps)
+    both = pd.concat([first, second], ignore_index=True)
+    baselines = {names[0]: first, names[1]: second, "both": both}
+    pooled = baseline_table(first, baselines, reps=reps)
+    text = "\n".join(
+        [
+            f"### The same agents in both runs: {names[1]} against {names[0]}",
+            "",
+            rerun_markdown(first, second, names, table=rerun),
+            f"### Each method of {names[0]} against each draw of scratch",
+            "",
+            baseline_markdown(first, baselines, table=pooled),
+        ]
+    )
+    return {
+        "names": names,
+        "runs": (first, second),
+        "rerun": rerun,
+        "baselines": pooled,
+        "markdown": text,
+    }
 
 
 def _complete(runs: pd.DataFrame, seeds: list[int]) -> dict[str, set[str]]:

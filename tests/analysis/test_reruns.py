@@ -15,6 +15,7 @@ from sgi_lab.analysis.reruns import (
     RERUN_MARK,
     baseline_markdown,
     baseline_table,
+    compare_runs,
     published_runs,
     rerun_markdown,
     rerun_table,
@@ -158,3 +159,14 @@ def test_a_method_against_each_draw_of_scratch_and_both_pooled():
     assert table.loc["a", "iqm"] == pytest.approx(norm(11 / 3))
     text = baseline_markdown(runs, baselines, table=table.reset_index())
     assert "| sgi | 1 |" in text and "against both: P(improvement over none)" in text
+
+
+def test_compare_runs_takes_two_runs_of_a_folder_or_csv_and_names_a_bad_one(tmp_path):
+    with pytest.raises(ValueError, match="give two runs of one study"):
+        compare_runs({"only": SESSIONS_13_20})
+    with pytest.raises(ValueError, match="neither an experiment folder"):
+        compare_runs({"first": SESSIONS_13_20, "second": tmp_path})
+    same = compare_runs({"a": SESSIONS_13_20, "b": SESSIONS_13_20}, reps=50)
+    rerun = same["rerun"].set_index("method")
+    assert (rerun["same_seed"] == 0).all() and (rerun["level"] == 15).loc["s"]  # a run is itself
+    assert "### Each method of a against each draw of scratch" in same["markdown"]
