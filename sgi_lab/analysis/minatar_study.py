@@ -424,6 +424,14 @@ def learning_curves(runs: pd.DataFrame, bin_steps: int = 1000) -> pd.DataFrame:
     return pd.DataFrame(rows).groupby(keys, as_index=False)["return"].mean()
 
 
+def table_markdown(header: Sequence[str], rows: Sequence[Sequence[str]], note: str = "") -> str:
+    """A Markdown table of string cells, after ``note`` (a paragraph) when there is one."""
+    lines = [note, ""] if note else []
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cells) + " |" for cells in rows]
+    return "\n".join(lines) + "\n"
+
+
 def _markdown(frame: pd.DataFrame) -> str:
     """A DataFrame as a Markdown table (index first), without the tabulate package."""
     header = [frame.index.name or "", *map(str, frame.columns)]
@@ -682,16 +690,14 @@ def finetune_budget_markdown(
         for b in budgets
         for c in ("IQM", "P(improvement over none)", "against none: above / below / level", "p")
     ]
-    lines = [
+    note = (
         f"Over {int(table['games'].iloc[0])} games x {int(table['runs'].iloc[0])} seeds at each "
         "budget (the same games); 95% stratified bootstrap CIs (rliable's method); against "
         "none: the (game, seed) pairs where the method scored above, below and level with the "
         "same seed from scratch at the same budget, and the two-sided sign test's p (level "
-        "pairs left out).",
-        "",
-        "| " + " | ".join(header) + " |",
-        "|" + "---|" * len(header),
-    ]
+        "pairs left out)."
+    )
+    rows = []
     order = table.groupby("method")["iqm"].mean().sort_values(ascending=False).index
     for method in order:
         cells = [method]
@@ -708,8 +714,8 @@ def finetune_budget_markdown(
                 " / ".join(map(str, counts)),
                 f"{row['sign_p']:.2f}",
             ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+        rows.append(cells)
+    return table_markdown(header, rows, note)
 
 
 def budget_svg(curves: dict[str, pd.DataFrame], width: int = 520, height: int = 260) -> str:

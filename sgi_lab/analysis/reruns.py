@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sgi_lab.analysis.minatar_study import _method, objective_table, study_runs
+from sgi_lab.analysis.minatar_study import _method, objective_table, study_runs, table_markdown
 from sgi_lab.analysis.probe_study import format_interval
 from sgi_lab.base.files import atomic_write_text
 from sgi_lab.metrics.aggregate import seed_pairs
@@ -220,22 +220,19 @@ def rerun_markdown(
         "p",
         "mean abs difference: same seed / other seed",
     ]
-    lines = [
+    note = (
         f"Normalised scores over the games where a method finished all {int(table['seeds'].iloc[0])} "
         "seeds in both runs; 95% stratified bootstrap CIs; IQM - none's: over the same games, in "
         "the same run; same seed: each (game, seed) of the second run against the first, with "
         "the two-sided sign test's p (level pairs left out); mean abs difference: between the "
-        "two runs of one seed, and between one seed's first run and another seed's second.",
-        "",
-        "| " + " | ".join(header) + " |",
-        "|" + "---|" * len(header),
-    ]
+        "two runs of one seed, and between one seed's first run and another seed's second."
+    )
 
     def gap(value: float) -> str:
         return "-" if pd.isna(value) else f"{value:+.3f}"
 
-    for row in table.sort_values("iqm_first", ascending=False).itertuples():
-        cells = [
+    rows = [
+        [
             row.method,
             str(row.games),
             format_interval(row.iqm_first, row.iqm_first_lower, row.iqm_first_upper),
@@ -246,8 +243,9 @@ def rerun_markdown(
             "-" if pd.isna(row.sign_p) else f"{row.sign_p:.2f}",
             f"{row.same_seed:.3f} / {row.other_seed:.3f}",
         ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+        for row in table.sort_values("iqm_first", ascending=False).itertuples()
+    ]
+    return table_markdown(header, rows, note)
 
 
 def baseline_table(
@@ -322,14 +320,12 @@ def baseline_markdown(
         for b in names
         for c in ("IQM / none's", "P(improvement over none)", "above / below / level", "p")
     ]
-    lines = [
+    note = (
         "Normalised scores; 95% stratified bootstrap CIs for the probability of improvement; "
         "above / below / level: each (game, seed) against the same seed's scratch agents (the "
-        "mean of its runs), with the two-sided sign test's p (level pairs left out).",
-        "",
-        "| " + " | ".join(header) + " |",
-        "|" + "---|" * len(header),
-    ]
+        "mean of its runs), with the two-sided sign test's p (level pairs left out)."
+    )
+    rows = []
     order = table.groupby("method")["iqm"].mean().sort_values(ascending=False).index
     for method in order:
         part = table[table["method"] == method].set_index("baseline")
@@ -346,8 +342,8 @@ def baseline_markdown(
                 f"{int(r['above'])} / {int(r['below'])} / {int(r['level'])}",
                 "-" if pd.isna(r["sign_p"]) else f"{r['sign_p']:.2f}",
             ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+        rows.append(cells)
+    return table_markdown(header, rows, note)
 
 
 def _pairs(first: pd.DataFrame, second: pd.DataFrame) -> pd.DataFrame:
