@@ -41,6 +41,7 @@ __all__ = [
     "ARCHIVE_FILE",
     "RESTORED_FILE",
     "archive",
+    "archived_tasks",
     "kept",
     "restore",
     "restored_files",
@@ -187,6 +188,46 @@ def archive(
     return [t.id for t in done]
 
 
+def _same(graph: Graph, index: dict[str, Any]) -> set[str]:
+    """The tasks the archive holds with their current `task_fingerprint`."""
+    tasks = index["tasks"]
+    return {
+        t.id
+        for t in graph.tasks
+        if t.id in tasks and tasks[t.id].get("fingerprint") == task_fingerprint(graph, t)
+    }
+
+
+def _folder_owners(graph: Graph, same: set[str]) -> dict[Path, tuple[list[Task], bool]]:
+    """Each run folder -> (the tasks whose results it holds, whether all may be restored): a
+    task the archive holds unchanged, and a pretraining run only when every task that reads it
+    is one too (no model comes back). A pretraining run's folder also holds its probe's
+    probes.json: both or neither."""
+    readers: dict[str, list[str]] = {}
+    for task in graph.tasks:
+        for dep in task.deps:
+            readers.setdefault(dep, []).append(task.id)
+
+    def restorable(task: Task) -> bool:
+        if task.id not in same:
+            return False
+        return task.kind != "pretrain" or all(r in same for r in readers.get(task.id, []))
+
+    owners: dict[Path, list[Task]] = {}
+    for task in graph.tasks:
+        for folder in _task_folders(task):
+            owners.setdefault(folder, []).append(task)
+    return {f: (tasks, all(map(restorable, tasks))) for f, tasks in owners.items()}
+
+
+def archived_tasks(graph: Graph, source: str | os.PathLike) -> list[str]:
+    """The tasks of ``graph`` a restore from ``source`` would bring back (read without writing
+    or checking the files: the dry run's), assuming the experiment folder lacks them."""
+    owners = _folder_owners(graph, _same(graph, _read_index(Path(source))))
+    found = {t.id for tasks, ok in owners.values() if ok for t in tasks}
+    return [t.id for t in graph.tasks if t.id in found]
+
+
 def restore(graph: Graph, source: str | os.PathLike) -> dict[str, Any]:
     """Copy an archive's results into the experiment folder ``graph.out`` where they are missing.
 
@@ -215,34 +256,15 @@ def restore(graph: Graph, source: str | os.PathLike) -> dict[str, Any]:
                 f"archive {source}: {rel} is missing or differs from the SHA-256 {ARCHIVE_FILE} "
                 "records; restore it from git (git checkout -- PATH) before resuming"
             )
-    archived = index["tasks"]
-    same = {
-        t.id
-        for t in graph.tasks
-        if t.id in archived and archived[t.id]["fingerprint"] == task_fingerprint(graph, t)
-    }
-    changed = sorted(t.id for t in graph.tasks if t.id in archived and t.id not in same)
-    readers: dict[str, list[str]] = {}
-    for task in graph.tasks:
-        for dep in task.deps:
-            readers.setdefault(dep, []).append(task.id)
-    folder_tasks: dict[Path, list[Task]] = {}
-    for task in graph.tasks:
-        for folder in _task_folders(task):
-            folder_tasks.setdefault(folder, []).append(task)
-
-    def restorable(task: Task) -> bool:
-        if task.id not in same:
-            return False
-        if task.kind != "pretrain":
-            return True
-        return all(r in same for r in readers.get(task.id, []))
+    same = _same(graph, index)
+    changed = sorted(t.id for t in graph.tasks if t.id in index["tasks"] and t.id not in same)
+    folders = _folder_owners(graph, same)
+    folder_tasks = {f: tasks for f, (tasks, _) in folders.items()}
 
     plans: dict[Path, dict[str, str]] = {}  # run folder -> its archived files (name -> SHA)
     conflicts: dict[Path, list[str]] = {}
-    for folder, owners in folder_tasks.items():
-        # a pretraining run's folder also holds its probe's probes.json: both or neither
-        if not all(restorable(t) for t in owners):
+    for folder, (_, ok) in folders.items():
+        if not ok:
             continue
         prefix = _rel(graph, folder) + "/"
         files = {r[len(prefix) :]: s for r, s in index["files"].items() if r.startswith(prefix)}

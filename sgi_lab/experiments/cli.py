@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from sgi_lab.config import ConfigError, parse_value
-from sgi_lab.experiments.archive import ARCHIVE_FILE, restore
+from sgi_lab.experiments.archive import ARCHIVE_FILE, archived_tasks, restore
 from sgi_lab.experiments.archive import archive as archive_results
 from sgi_lab.experiments.cost import (
     format_plan,
@@ -71,6 +71,9 @@ def main_experiment(args: argparse.Namespace) -> int:
         # what is left, when the folder holds a run of this experiment (local folders only)
         started = not args.storage and (Path(graph.out) / STATE_FILE).is_file()
         left = {t.id: task_left(t) for t in graph.tasks} if started else None
+        if args.archive and (args.archive / ARCHIVE_FILE).is_file():  # read, nothing restored
+            left = left or {t.id: 1.0 for t in graph.tasks}
+            left.update(dict.fromkeys(archived_tasks(graph, args.archive), 0.0))
         if left is not None:  # what restored tasks alone read is not run
             for task_id in unneeded(graph, {t for t, x in left.items() if x == 0.0}):
                 left[task_id] = 0.0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -300,3 +301,21 @@ def test_an_archive_reads_as_the_experiment_folder(archived):
     columns = [c for c in here.columns if c != "folder"]
     pd.testing.assert_frame_equal(here[columns], there[columns])
     assert there["finished"].sum() == 12
+
+
+def test_the_dry_run_with_an_archive_says_what_a_restore_leaves_and_writes_nothing(
+    archived, tmp_path, capsys
+):
+    _, dest = archived
+    out = tmp_path / "clone"
+    args = ["experiment", str(STUDY), "--out", str(out), "--archive", str(dest), "--dry-run"]
+    assert main(args) == 0
+    plan = capsys.readouterr().out
+    assert "finetune/sgi_none/part1of4  [6 agents, ~0.35 GB as one population]  (done)" in plan
+    assert (
+        "finetune/reduced_lr__sgi/part1of4  [6 agents, ~0.35 GB as one population]  (done)" in plan
+    )
+    # archived, but read by tasks the archive lacks (naive, frozen, probes): trained again
+    assert "pretrain/sgi__minatar-asterix  (done)" not in plan
+    assert re.search(r"\nleft +161 ", plan), plan[-600:]
+    assert not out.exists()
