@@ -147,7 +147,8 @@ def archive(
     ``dest`` gets the experiment's ``experiment.yaml`` and the params files the archived tasks
     name, and each task's run folders without what `kept` leaves out; ``archive.json`` (written
     last) lists every file with its SHA-256 and every task with its `task_fingerprint` and
-    folders. A file already archived is rewritten only when its content changed.
+    folders. A file already archived is rewritten only when its content changed, and the index
+    only when a task or file did (a run that finishes nothing new leaves the archive as it was).
 
     Returns:
         The ids of the tasks archived (finished ones only: `sgi_lab.experiments.state.task_done`).
@@ -157,6 +158,7 @@ def archive(
     """
     dest = Path(dest)
     index = _check_archive_folder(dest, graph)
+    before = json.dumps({k: index.get(k) for k in ("tasks", "files")}, sort_keys=True)
     chosen = graph.tasks if tasks is None else tuple(tasks)
     done = [t for t in chosen if t.kind != "report" and _task_folders(t) and task_done(t)]
     if not done:
@@ -181,10 +183,11 @@ def archive(
         if index["files"].get(rel) != sha or not (dest / rel).is_file():
             _copy(path, dest / rel)
         index["files"][rel] = sha
-    index["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     index["tasks"] = dict(sorted(index["tasks"].items()))
     index["files"] = dict(sorted(index["files"].items()))
-    atomic_write_text(dest / ARCHIVE_FILE, json.dumps(index, indent=1) + "\n")
+    if json.dumps({k: index[k] for k in ("tasks", "files")}, sort_keys=True) != before:
+        index["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")  # (only when something changed)
+        atomic_write_text(dest / ARCHIVE_FILE, json.dumps(index, indent=1) + "\n")
     return [t.id for t in done]
 
 

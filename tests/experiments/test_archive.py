@@ -142,6 +142,7 @@ def test_the_scheduler_restores_skips_and_leaves_what_only_restored_tasks_read(a
     keep = {SCRATCH, SGI, "pretrain/sgi__minatar-asterix", "pretrain/sgi__minatar-breakout"}
     keep |= {"data/random__minatar-asterix", "data/random__minatar-breakout"}
     graph = dataclasses.replace(full, tasks=tuple(t for t in full.tasks if t.id in keep))
+    index_written = (dest / ARCHIVE_FILE).stat().st_mtime_ns
     events = []
     summary = ex.run_graph(
         graph, progress=False, archive=dest, on_event=lambda e, t, i: events.append((e, t.id))
@@ -151,6 +152,7 @@ def test_the_scheduler_restores_skips_and_leaves_what_only_restored_tasks_read(a
     assert not [e for e, _ in events if e == "started"]
     assert summary["counts"]["done"] == 2 and summary["counts"]["unneeded"] == 4
     # The archive is not rewritten by a run that finished nothing new.
+    assert (dest / ARCHIVE_FILE).stat().st_mtime_ns == index_written
     index = json.loads((dest / ARCHIVE_FILE).read_text())
     assert set(index["tasks"]) == keep - {"data/random__minatar-asterix"} - {
         "data/random__minatar-breakout"
