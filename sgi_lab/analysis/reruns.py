@@ -51,7 +51,9 @@ COLUMNS = ("objective", "scheme", "game", "seed", "score")
 
 def published_runs(csv: str | Path) -> pd.DataFrame:
     """A first run's finished agents from a CSV of ``objective, scheme, game, seed, score``, as
-    `study_runs` rows (``normalized``: the game's score, `normalized_score`).
+    `study_runs` rows (``normalized``: the game's score, `normalized_score`), with
+    ``decimals``: how many the CSV's returns have (a second run is rounded to them before the
+    two are compared seed by seed, `rerun_table`).
 
     Raises:
         ValueError: a column missing (named), or a score that is not a number.
@@ -66,7 +68,9 @@ def published_runs(csv: str | Path) -> pd.DataFrame:
         raise ValueError(
             f"{csv}: line {row}: score {frame['score'].iloc[row - 2]!r} is not a number"
         )
-    frame = frame.assign(score=scores, finished=True, folder="")
+    text = pd.read_csv(csv, dtype={"score": str})["score"].str.strip()
+    decimals = int(text.str.partition(".")[2].str.len().max())  # the CSV's precision
+    frame = frame.assign(score=scores, finished=True, folder="", decimals=decimals)
     frame["normalized"] = [
         normalized_score(g, s) for g, s in zip(frame["game"], frame["score"], strict=True)
     ]
@@ -146,10 +150,29 @@ def _complete(runs: pd.DataFrame, seeds: list[int]) -> dict[str, set[str]]:
     return full.groupby("method")["game"].apply(set).to_dict()
 
 
+def _same_precision(first: pd.DataFrame, second: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Both runs' returns rounded to the coarser one's ``decimals`` (a CSV's two), the scores
+    recomputed: a run is not "above" itself for the digits a table dropped."""
+    given = [int(x["decimals"].min()) for x in (first, second) if "decimals" in x and len(x)]
+    if not given:
+        return first, second
+
+    def rounded(runs: pd.DataFrame) -> pd.DataFrame:
+        score = runs["score"].round(min(given))
+        normalized = [
+            normalized_score(g, v) if pd.notna(v) else np.nan
+            for g, v in zip(runs["game"], score, strict=True)
+        ]
+        return runs.assign(score=score, normalized=np.asarray(normalized, dtype=float))
+
+    return rounded(first), rounded(second)
+
+
 def rerun_table(
     first: pd.DataFrame, second: pd.DataFrame, reps: int = 2000, seed: int = 0
 ) -> pd.DataFrame:
-    """Each method both runs finished on some game with every seed, over those games.
+    """Each method both runs finished on some game with every seed, over those games (seed by
+    seed, their returns at the coarser run's precision: `published_runs`' ``decimals``).
 
     Columns: ``method``, ``games``, ``seeds``; ``iqm_first`` and ``iqm_second`` with their 95%
     stratified bootstrap CIs (``_lower``, ``_upper``); ``gap_first`` and ``gap_second``, the
@@ -163,6 +186,7 @@ def rerun_table(
     seeds = sorted(set(first["seed"]) & set(second["seed"]))
     if not seeds:
         return pd.DataFrame()
+    rounded = dict(zip(("first", "second"), _same_precision(first, second), strict=True))
     a, b = _complete(first, seeds), _complete(second, seeds)
     rows = []
     for method in sorted(set(a) & set(b)):
@@ -181,7 +205,9 @@ def rerun_table(
                 row[f"iqm_{name}{k}"] = table.loc[method, f"iqm{k}"]
             none_iqm = table.loc["none", "iqm"] if with_none else np.nan
             row[f"gap_{name}"] = row[f"iqm_{name}"] - none_iqm if method != "none" else np.nan
-            part = done[done["objective"] == method]
+            part = rounded[name]  # seed by seed at the coarser run's precision
+            part = part[part["finished"] & part["game"].isin(games) & part["seed"].isin(seeds)]
+            part = part[_method(part) == method]
             scores[name] = part.groupby(["game", "seed"])["normalized"].mean()
         pairs = seed_pairs(scores["second"], scores["first"])
         row.update({k: pairs[k] for k in ("above", "below", "level", "sign_p")})
@@ -348,6 +374,7 @@ def baseline_markdown(
 
 def _pairs(first: pd.DataFrame, second: pd.DataFrame) -> pd.DataFrame:
     """Each (method, game, seed) both runs finished: ``first`` and ``second`` normalised."""
+    first, second = _same_precision(first, second)
     frames = []
     for name, runs in (("first", first), ("second", second)):
         done = runs[runs["finished"]]

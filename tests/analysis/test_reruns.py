@@ -170,3 +170,19 @@ def test_compare_runs_takes_two_runs_of_a_folder_or_csv_and_names_a_bad_one(tmp_
     rerun = same["rerun"].set_index("method")
     assert (rerun["same_seed"] == 0).all() and (rerun["level"] == 15).loc["s"]  # a run is itself
     assert "### Each method of a against each draw of scratch" in same["markdown"]
+
+
+def test_a_run_is_compared_with_a_csv_at_the_csvs_precision(tmp_path):
+    """The same agents, once as a two-decimal CSV and once at full precision: level, not
+    above or below for the digits the table dropped."""
+    game = "minatar/breakout"
+    exact = runs_of({("none", game): [3.1333333, 3.4333333, 2.9]})
+    csv = tmp_path / "first.csv"
+    csv.write_text(
+        "objective,scheme,game,seed,score\n"
+        + "".join(f"none,none,{game},{s},{v:.2f}\n" for s, v in enumerate(exact["score"]))
+    )
+    first = published_runs(csv)
+    assert set(first["decimals"]) == {2}
+    row = rerun_table(first, exact, reps=50).set_index("method").loc["none"]
+    assert (row["above"], row["below"], row["level"]) == (0, 0, 3) and row["same_seed"] == 0
