@@ -11,8 +11,8 @@ score``: a results page's per-seed table, the mean evaluation return to two deci
 `sgi_lab.analysis.minatar_study.study_runs` rows; `rerun_table` compares the two runs method by
 method; `rerun_markdown` writes it; `baseline_table` sets every method of one run against each
 run's scratch agents (does a conclusion drawn against one draw of scratch survive another?);
-`rerun_svg` draws each (method, game, seed) of the second run
-against the first (`write_rerun_figure`).
+`rerun_svg` draws each (method, game, seed) of the second run against the first
+(`write_rerun_figure`).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def published_runs(csv: str | Path) -> pd.DataFrame:
     Raises:
         ValueError: a column missing (named), or a score that is not a number.
     """
-    frame = pd.read_csv(csv)
+    frame = pd.read_csv(csv, dtype={"score": str})
     missing = [c for c in COLUMNS if c not in frame.columns]
     if missing:
         raise ValueError(f"{csv}: no column {', '.join(missing)} (needs {', '.join(COLUMNS)})")
@@ -68,8 +68,7 @@ def published_runs(csv: str | Path) -> pd.DataFrame:
         raise ValueError(
             f"{csv}: line {row}: score {frame['score'].iloc[row - 2]!r} is not a number"
         )
-    text = pd.read_csv(csv, dtype={"score": str})["score"].str.strip()
-    decimals = int(text.str.partition(".")[2].str.len().max())  # the CSV's precision
+    decimals = int(frame["score"].str.strip().str.partition(".")[2].str.len().max())
     frame = frame.assign(score=scores, finished=True, folder="", decimals=decimals)
     frame["normalized"] = [
         normalized_score(g, s) for g, s in zip(frame["game"], frame["score"], strict=True)

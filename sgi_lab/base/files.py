@@ -191,6 +191,14 @@ def raise_if_disk_full(exc: BaseException, path: str | os.PathLike) -> None:
         seen = seen.__cause__ or seen.__context__
 
 
+def file_digest(path: str | os.PathLike, digest: Any, block: int = 16 << 20) -> str:
+    """``digest`` (a hashlib object) fed a file's bytes in blocks: its hex digest."""
+    with open(path, "rb") as fh:
+        while data := fh.read(block):
+            digest.update(data)
+    return digest.hexdigest()
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` to ``path`` atomically (see `atomic_write`)."""
     atomic_write(path, lambda fh: fh.write(text))

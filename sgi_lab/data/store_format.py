@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from sgi_lab.base.errors import SgiLabError
-from sgi_lab.base.files import atomic_write
+from sgi_lab.base.files import atomic_write, file_digest
 from sgi_lab.envs.spec import ATARI_SPEC, ObservationSpec, spec_from_json
 
 FORMAT_VERSION = 1
@@ -84,11 +84,7 @@ def new_hash() -> Any:
 
 def file_checksum(path: Path, block: int = 16 << 20) -> str:
     """The checksum the manifest records for a chunk file (blake2b-128 of its bytes)."""
-    digest = new_hash()
-    with open(path, "rb") as fh:
-        while data := fh.read(block):
-            digest.update(data)
-    return digest.hexdigest()
+    return file_digest(path, new_hash(), block)
 
 
 def chunk_path(root: Path, field_name: str, index: int) -> Path:

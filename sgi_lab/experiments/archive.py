@@ -42,6 +42,7 @@ __all__ = [
     "RESTORED_FILE",
     "archive",
     "archived_tasks",
+    "check_archive_folder",
     "kept",
     "restore",
     "restored_files",
@@ -91,7 +92,7 @@ def _rel(graph: Graph, path: Path) -> str:
     return path.relative_to(graph.out).as_posix()
 
 
-def _check_archive_folder(dest: Path, graph: Graph) -> dict[str, Any]:
+def check_archive_folder(dest: Path, graph: Graph) -> dict[str, Any]:
     """The archive's index, or a new one for a missing or empty folder; refuses a user's folder,
     another experiment's archive and one that overlaps the experiment folder."""
     out, dest_abs = graph.out.resolve(), dest.resolve()
@@ -157,7 +158,7 @@ def archive(
         RunFolderError: ``dest`` is a user's folder or another experiment's archive.
     """
     dest = Path(dest)
-    index = _check_archive_folder(dest, graph)
+    index = check_archive_folder(dest, graph)
     before = json.dumps({k: index.get(k) for k in ("tasks", "files")}, sort_keys=True)
     chosen = graph.tasks if tasks is None else tuple(tasks)
     done = [t for t in chosen if t.kind != "report" and _task_folders(t) and task_done(t)]
@@ -206,10 +207,7 @@ def _folder_owners(graph: Graph, same: set[str]) -> dict[Path, tuple[list[Task],
     task the archive holds unchanged, and a pretraining run only when every task that reads it
     is one too (no model comes back). A pretraining run's folder also holds its probe's
     probes.json: both or neither."""
-    readers: dict[str, list[str]] = {}
-    for task in graph.tasks:
-        for dep in task.deps:
-            readers.setdefault(dep, []).append(task.id)
+    readers = graph.readers()
 
     def restorable(task: Task) -> bool:
         if task.id not in same:
@@ -237,8 +235,9 @@ def restore(graph: Graph, source: str | os.PathLike) -> dict[str, Any]:
     A task is restored when the archive holds it with the current `task_fingerprint`; a
     pretraining run's folder only when every task that reads it is restored too (no model comes
     back). A task is restored whole or not at all: a run folder holding a file the archive has
-    with other content is left as it is, and so are the other folders of its task. Each restored folder gets ``restored.json`` (written last)
-    with its files' SHA-256: `restored_files`.
+    with other content is left as it is, and so are the other folders of its task. Each
+    restored folder gets ``restored.json`` (written last) with its files' SHA-256:
+    `restored_files`.
 
     Returns:
         ``{"restored": [task ids], "changed": [task ids whose command or params differ from the
@@ -251,7 +250,7 @@ def restore(graph: Graph, source: str | os.PathLike) -> dict[str, Any]:
     source = Path(source)
     if not (source / ARCHIVE_FILE).is_file():
         raise RunFolderError(f"archive {source}: no {ARCHIVE_FILE} (not an experiment archive)")
-    index = _check_archive_folder(source, graph)
+    index = check_archive_folder(source, graph)
     for rel, sha in index["files"].items():
         path = source / rel
         if not path.is_file() or file_sha256(path) != sha:
@@ -262,7 +261,6 @@ def restore(graph: Graph, source: str | os.PathLike) -> dict[str, Any]:
     same = _same(graph, index)
     changed = sorted(t.id for t in graph.tasks if t.id in index["tasks"] and t.id not in same)
     folders = _folder_owners(graph, same)
-    folder_tasks = {f: tasks for f, (tasks, _) in folders.items()}
 
     plans: dict[Path, dict[str, str]] = {}  # run folder -> its archived files (name -> SHA)
     conflicts: dict[Path, list[str]] = {}
@@ -287,7 +285,7 @@ def restore(graph: Graph, source: str | os.PathLike) -> dict[str, Any]:
 
     restored = []
     for folder, files in plans.items():
-        owners = folder_tasks[folder]
+        owners, _ = folders[folder]
         if not all(whole(t) for t in owners):
             continue
         missing = [rel for rel in files if not (folder / rel).exists()]

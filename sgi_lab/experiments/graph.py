@@ -75,6 +75,14 @@ class Graph:
     def counts(self) -> dict[str, int]:
         return {kind: sum(t.kind == kind for t in self.tasks) for kind in KINDS}
 
+    def readers(self) -> dict[str, list[str]]:
+        """Each task id -> the ids of the tasks that read it (have it in their deps)."""
+        found: dict[str, list[str]] = {}
+        for task in self.tasks:
+            for dep in task.deps:
+                found.setdefault(dep, []).append(task.id)
+        return found
+
 
 def _fill(text: str, values: dict[str, Any]) -> str:
     class Keep(dict):

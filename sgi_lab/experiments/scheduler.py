@@ -170,6 +170,8 @@ def run_graph(
     out = graph.out
     check_inside(graph)  # a graph built by hand gets the check `expand` makes
     check_experiment_folder(out, graph.experiment.name)
+    if archive is not None:  # refused before anything is written
+        archives.check_archive_folder(Path(archive), graph)
     out.mkdir(parents=True, exist_ok=True)
     lock = FolderLock(out, f"the experiment {graph.experiment.name!r}", wait=0)
     try:
@@ -267,7 +269,6 @@ def _run_graph(
 ):
     _write_inputs(graph, out)
     if archive is not None:
-        archives._check_archive_folder(Path(archive), graph)  # before anything is restored
         _restore(graph, Path(archive), progress)
     if executor == "local":
         for note in _oversubscription(graph, max_parallel):
@@ -278,8 +279,7 @@ def _run_graph(
         if executor == "local"
         else RayExecutor(address)
     )
-    run = _Run(graph, executor, store, storage, retries, on_event)
-    run.archive = Path(archive) if archive is not None else None
+    run = _Run(graph, executor, store, storage, retries, on_event, archive)
     run.skip_finished()
     display = _Progress(len(graph.tasks), progress)
     run.display = display
@@ -357,7 +357,7 @@ class _Run:
     """One run of a graph: each task's state and record (``experiment.json``), the tasks
     running (executor handle -> task), and the steps of the scheduler's loop."""
 
-    def __init__(self, graph, executor, store, storage, retries, on_event) -> None:
+    def __init__(self, graph, executor, store, storage, retries, on_event, archive=None) -> None:
         self.graph = graph
         self.out = graph.out
         self.executor = executor
@@ -380,7 +380,7 @@ class _Run:
         self.cwd = str(Path.cwd())
         self.started_at = time.strftime("%Y-%m-%dT%H:%M:%S")
         self.pushed = ""
-        self.archive: Path | None = None
+        self.archive = Path(archive) if archive is not None else None  # results kept for git
 
     def done(self, task: Task) -> bool:
         if self.store is None or task.kind == "report":

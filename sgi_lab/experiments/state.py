@@ -79,10 +79,7 @@ def unneeded(graph: Graph, done: set[str]) -> set[str]:
     """The datasets and pretraining runs not in ``done`` whose every reader is done or unneeded
     itself (readers restored from an archive, `sgi_lab.experiments.archive`): nothing left would
     read them, so they are not run."""
-    readers: dict[str, list[str]] = {}
-    for task in graph.tasks:
-        for dep in task.deps:
-            readers.setdefault(dep, []).append(task.id)
+    readers = graph.readers()
     found: set[str] = set()
     for task in sorted(graph.tasks, key=lambda t: t.kind != "pretrain"):  # readers first
         ids = readers.get(task.id, [])

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sgi_lab.base.errors import SgiLabError
+from sgi_lab.base.files import file_digest
 from sgi_lab.config import ConfigError
 from sgi_lab.runs.checkpoints import checkpoint_files, checkpoint_kind
 
@@ -29,11 +30,8 @@ RESTORED_FILE = "restored.json"
 
 
 def file_sha256(path: str | os.PathLike) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    """A file's SHA-256 (what an experiment archive records of each file)."""
+    return file_digest(path, hashlib.sha256())
 
 
 def restored_files(folder: str | os.PathLike) -> dict[str, str]:

@@ -207,6 +207,10 @@ def test_an_archive_folder_of_someone_else_is_refused(archived, tmp_path):
     with pytest.raises(RunFolderError, match="no readable archive.json"):
         archive(graph, mine)
     assert [p.name for p in mine.iterdir()] == ["todo.txt"]
+    fresh = study(tmp_path / "never")  # a run with it is refused before its folder is made
+    with pytest.raises(RunFolderError, match="no readable archive.json"):
+        ex.run_graph(fresh, progress=False, archive=mine)
+    assert not fresh.out.exists()
     other = json.loads((dest / ARCHIVE_FILE).read_text()) | {"experiment": "hns"}
     (dest / ARCHIVE_FILE).write_text(json.dumps(other))
     with pytest.raises(RunFolderError, match="holds experiment 'hns'"):
