@@ -40,6 +40,7 @@ from sgi_lab.metrics.aggregate import (
     probability_of_improvement_with_ci,
     seed_pairs,
 )
+from sgi_lab.metrics.minatar import normalized_score
 from sgi_lab.runs.status import read_status
 
 SCRATCH = {"sgi_none": "none", "sgi_none_2x": "none"}
@@ -224,6 +225,33 @@ def _with_readouts(runs: pd.DataFrame) -> pd.DataFrame:
         returns = [float(r) for r in returns if r is not None]
         training[run.Index] = float(np.mean(returns)) if returns else np.nan
     return done.assign(method=_method(done), training=pd.Series(training), eval=done["score"])
+
+
+READOUTS = ("eval", "training")
+"""How a finished agent is scored: its final evaluation, or the mean of its training episodes."""
+
+
+def readout_runs(runs: pd.DataFrame, readout: str = "training") -> pd.DataFrame:
+    """The finished agents of ``runs`` scored by ``readout`` (`READOUTS`, `_with_readouts`):
+    ``score`` and ``normalized`` replaced by that readout's raw return and its normalised
+    score, so every table built on them (`objective_table`, `sgi_lab.analysis.reruns`'
+    baseline table) can be read a second way. An agent without a training episode is left
+    out (``finished`` false) under ``training``.
+
+    Raises:
+        ValueError: an unknown ``readout`` (named, with the known ones).
+    """
+    if readout not in READOUTS:
+        raise ValueError(f"readout {readout!r}: not one of {', '.join(READOUTS)}")
+    done = _with_readouts(runs)
+    if done.empty:
+        return done
+    scores = done[readout].astype(float)
+    normalized = [
+        normalized_score(g, s) if np.isfinite(s) else np.nan
+        for g, s in zip(done["game"], scores, strict=True)
+    ]
+    return done.assign(score=scores, normalized=normalized, finished=scores.notna())
 
 
 def paired_table(

@@ -251,6 +251,37 @@ def test_paired_table_counts_each_seed_against_scratch_under_both_readouts(tmp_p
     assert text in ms.study_markdown(tmp_path, reps=200, methods=["y", "x"])
 
 
+def test_readout_runs_rescore_agents_by_their_training_episodes(tmp_path):
+    """The training readout replaces each agent's score by the mean of its training episodes
+    and its normalised score by that return's (0 at random, 1 at the reference); an agent
+    without a training episode drops out, and the tables built on the frame follow."""
+    from sgi_lab.metrics.minatar import minatar_random_score, minatar_reference_score
+
+    game = GAMES[0]
+    low, high = minatar_random_score(game), minatar_reference_score(game)
+    for seed in range(3):
+        # evaluation: x above scratch; training episodes: x below it, at 25% / 75% of the way
+        returns = [(500, low), (900, low + 0.5 * (high - low))]
+        agent(tmp_path, "sgi_none", game, seed, 0.1, [(500, low + 0.75 * (high - low))])
+        agent(tmp_path, "reduced_lr__x", game, seed, 0.5, returns)
+    agent(tmp_path, "reduced_lr__y", game, 0, 0.3)  # no training episode
+    runs = ms.study_runs(tmp_path)
+    training = ms.readout_runs(runs, "training")
+    x = training[training["objective"] == "x"]
+    np.testing.assert_allclose(x["normalized"], [0.25] * 3)
+    np.testing.assert_allclose(x["score"], [low + 0.25 * (high - low)] * 3)
+    assert not training[training["objective"] == "y"]["finished"].any()
+    table = ms.objective_table(training, reps=100)
+    assert table.loc["x", "iqm"] == pytest.approx(0.25)
+    assert table.loc["none", "iqm"] == pytest.approx(0.75)
+    assert table.loc["x", "p_improve_value"] == 0.0  # under evaluation it is 1
+    assert ms.objective_table(ms.readout_runs(runs, "eval"), reps=100).loc[
+        "x", "p_improve_value"
+    ] == 1.0
+    with pytest.raises(ValueError, match="readout 'area'.*eval, training"):
+        ms.readout_runs(runs, "area")
+
+
 def test_budget_runs_take_zero_and_2000_steps_from_the_study_and_show_each_scheme(tmp_path):
     """The budget experiment has sgi_500 and sgi_8000 under two schemes; its 0 and 2,000-step
     points are the objective study's none and sgi agents (one already in the budget folder is
