@@ -275,9 +275,10 @@ def test_readout_runs_rescore_agents_by_their_training_episodes(tmp_path):
     assert table.loc["x", "iqm"] == pytest.approx(0.25)
     assert table.loc["none", "iqm"] == pytest.approx(0.75)
     assert table.loc["x", "p_improve_value"] == 0.0  # under evaluation it is 1
-    assert ms.objective_table(ms.readout_runs(runs, "eval"), reps=100).loc[
-        "x", "p_improve_value"
-    ] == 1.0
+    assert (
+        ms.objective_table(ms.readout_runs(runs, "eval"), reps=100).loc["x", "p_improve_value"]
+        == 1.0
+    )
     with pytest.raises(ValueError, match="readout 'area'.*eval, training"):
         ms.readout_runs(runs, "area")
 
