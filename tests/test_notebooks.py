@@ -573,6 +573,10 @@ def test_ablations_notebook_on_minatar_runs(tmp_path):
     assert rerun["sgi"]["iqm_second"] == pytest.approx(0.3)
     against = {(r["method"], r["baseline"]) for r in results["rerun_baselines"]}
     assert against == {("sgi", "first"), ("sgi", "second"), ("sgi", "both")}
+    own = {r["baseline"]: r for r in results["rerun_second_baselines"]}
+    assert set(own) == {"first", "second", "both"}
+    assert own["second"]["iqm"] == pytest.approx(0.3)  # the second run's sgi, 0.3 and 0.3
+    assert results["rerun_training"] == []  # a CSV second run keeps no training episodes
     assert (tmp_path / "run" / "figures" / "rerun.svg").read_text().startswith("<svg")
     budget_rows = {(r["budget"], r["method"]): r for r in results["finetune_budgets"]}
     assert set(budget_rows) == {(b, m) for b in budgets for m in ("none", "sgi")}

@@ -25,7 +25,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sgi_lab.analysis.minatar_study import _method, objective_table, study_runs, table_markdown
+from sgi_lab.analysis.minatar_study import (
+    _method,
+    objective_table,
+    readout_runs,
+    study_runs,
+    table_markdown,
+)
 from sgi_lab.analysis.probe_study import format_interval
 from sgi_lab.base.files import atomic_write_text
 from sgi_lab.metrics.aggregate import seed_pairs
@@ -105,7 +111,10 @@ def compare_runs(sources: dict[str, str | Path], reps: int = 2000) -> dict[str, 
     Returns:
         ``names``, ``runs`` (their `load_runs` frames), ``rerun`` (`rerun_table`),
         ``baselines`` (`baseline_table` of the first run against each run's scratch agents and
-        both pooled) and ``markdown`` (both tables).
+        both pooled), ``second_baselines`` (the second run's methods, likewise: those only it
+        has, such as objectives the first never finished), ``training`` (the second run read by
+        its training episodes against its own scratch agents, `readout_runs`; empty when it is
+        a CSV, which keeps final returns only) and ``markdown`` (every table).
 
     Raises:
         ValueError: not exactly two sources, or one that is neither (named).
@@ -121,22 +130,37 @@ def compare_runs(sources: dict[str, str | Path], reps: int = 2000) -> dict[str, 
     both = pd.concat([first, second], ignore_index=True)
     baselines = {names[0]: first, names[1]: second, "both": both}
     pooled = baseline_table(first, baselines, reps=reps)
-    text = "\n".join(
-        [
-            f"### The same agents in both runs: {names[1]} against {names[0]}",
+    own = {names[1]: second, names[0]: first, "both": both}
+    second_pooled = baseline_table(second, own, reps=reps)
+    training = pd.DataFrame()
+    if (second["folder"] != "").all():  # run folders, with their training episodes
+        by_episodes = readout_runs(second, "training")
+        training = baseline_table(by_episodes, {names[1]: by_episodes}, reps=reps)
+    text = [
+        f"### The same agents in both runs: {names[1]} against {names[0]}",
+        "",
+        rerun_markdown(first, second, names, table=rerun),
+        f"### Each method of {names[0]} against each draw of scratch",
+        "",
+        baseline_markdown(first, baselines, table=pooled),
+        f"### Each method of {names[1]} against each draw of scratch",
+        "",
+        baseline_markdown(second, own, table=second_pooled),
+    ]
+    if not training.empty:
+        text += [
+            f"### {names[1]} read by its training episodes (how soon each agent learned)",
             "",
-            rerun_markdown(first, second, names, table=rerun),
-            f"### Each method of {names[0]} against each draw of scratch",
-            "",
-            baseline_markdown(first, baselines, table=pooled),
+            baseline_markdown(second, {names[1]: second}, table=training),
         ]
-    )
     return {
         "names": names,
         "runs": (first, second),
         "rerun": rerun,
         "baselines": pooled,
-        "markdown": text,
+        "second_baselines": second_pooled,
+        "training": training,
+        "markdown": "\n".join(text),
     }
 
 

@@ -3,12 +3,14 @@ published tables, and the two runs compared by hand-computed numbers."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from sgi_lab.analysis.minatar_study import objective_table
 from sgi_lab.analysis.reruns import (
@@ -186,3 +188,49 @@ def test_a_run_is_compared_with_a_csv_at_the_csvs_precision(tmp_path):
     assert set(first["decimals"]) == {2}
     row = rerun_table(first, exact, reps=50).set_index("method").loc["none"]
     assert (row["above"], row["below"], row["level"]) == (0, 0, 3) and row["same_seed"] == 0
+
+
+def finetune_folder(root: Path, label: str, game: str, seed: int, score: float, episodes):
+    """An experiment's finished agent: its evaluation's mean ``score``, training ``episodes``."""
+    folder = root / "finetune" / label / f"{game.replace('/', '-')}__s{seed}"
+    folder.mkdir(parents=True)
+    (folder / "status.json").write_text(json.dumps({"state": "finished", "params": label}))
+    (folder / "config.yaml").write_text(yaml.safe_dump({"game": game, "seed": seed}))
+    normalized = float(minatar_normalized_score(game, score))
+    evaluation = {"game": game, "mean": score, "normalized_score": normalized, "episodes": 30}
+    evaluation["normalization"] = "MinAtar score"
+    (folder / "eval.json").write_text(json.dumps(evaluation))
+    rows = "".join(
+        json.dumps({"step": 100 * i, "episode/return": r}) + "\n" for i, r in enumerate(episodes)
+    )
+    (folder / "metrics.jsonl").write_text(rows)
+
+
+def test_compare_runs_sets_the_second_runs_own_methods_against_each_draw_and_by_training(tmp_path):
+    """A CSV first run with scratch only; a folder second run with scratch and x, where x ends
+    below scratch (final evaluation) but learned sooner (training episodes): x is in the second
+    run's baseline table against both draws, and its training readout turns the comparison."""
+    game = "minatar/breakout"
+    csv = tmp_path / "first.csv"
+    csv.write_text(
+        "objective,scheme,game,seed,score\n"
+        + "".join(f"none,none,{game},{seed},4.00\n" for seed in range(3))
+    )
+    second = tmp_path / "second"
+    for seed in range(3):
+        finetune_folder(second, "sgi_none", game, seed, 5.0, [0.0, 0.0, 6.0])
+        finetune_folder(second, "reduced_lr__x", game, seed, 3.0, [3.0, 3.0, 3.0])
+    result = compare_runs({"a": csv, "b": second}, reps=50)
+    own = result["second_baselines"].set_index("baseline")
+    assert own.loc["b", "method"] == "x" and own.loc["b", "p_improve"] == 0.0
+    assert own.loc["a", "p_improve"] == 0.0  # 3 < 4: below the first draw too
+    assert own.loc["a", "none_iqm"] == pytest.approx(minatar_normalized_score(game, 4.0))
+    training = result["training"].set_index("method")
+    # training episodes: x's mean 3 against scratch's 2 in every run pair
+    assert training.loc["x", "p_improve"] == 1.0
+    assert training.loc["x", "iqm"] == pytest.approx(minatar_normalized_score(game, 3.0))
+    assert training.loc["x", "none_iqm"] == pytest.approx(minatar_normalized_score(game, 2.0))
+    assert "### Each method of b against each draw of scratch" in result["markdown"]
+    assert "### b read by its training episodes" in result["markdown"]
+    # a CSV second run keeps final returns only: no training readout
+    assert compare_runs({"a": csv, "b": csv}, reps=50)["training"].empty
