@@ -577,6 +577,9 @@ def test_ablations_notebook_on_minatar_runs(tmp_path):
     assert set(own) == {"first", "second", "both"}
     assert own["second"]["iqm"] == pytest.approx(0.3)  # the second run's sgi, 0.3 and 0.3
     assert results["rerun_training"] == []  # a CSV second run keeps no training episodes
+    # sgi's two runs pooled, a seed's mean against scratch's: 0.275 < 0.325, 0.275 > 0.25
+    (pooled,) = results["rerun_pooled"]
+    assert (pooled["method"], pooled["runs"], pooled["above"], pooled["below"]) == ("sgi", 2, 1, 1)
     assert (tmp_path / "run" / "figures" / "rerun.svg").read_text().startswith("<svg")
     budget_rows = {(r["budget"], r["method"]): r for r in results["finetune_budgets"]}
     assert set(budget_rows) == {(b, m) for b in budgets for m in ("none", "sgi")}

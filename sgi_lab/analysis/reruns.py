@@ -114,7 +114,9 @@ def compare_runs(sources: dict[str, str | Path], reps: int = 2000) -> dict[str, 
         both pooled), ``second_baselines`` (the second run's methods, likewise: those only it
         has, such as objectives the first never finished), ``training`` (the second run read by
         its training episodes against its own scratch agents, `readout_runs`; empty when it is
-        a CSV, which keeps final returns only) and ``markdown`` (every table).
+        a CSV, which keeps final returns only), ``pooled`` (every method, with both runs of it
+        pooled where it has them, against both draws of scratch pooled) and ``markdown``
+        (every table).
 
     Raises:
         ValueError: not exactly two sources, or one that is neither (named).
@@ -132,6 +134,7 @@ def compare_runs(sources: dict[str, str | Path], reps: int = 2000) -> dict[str, 
     pooled = baseline_table(first, baselines, reps=reps)
     own = {names[1]: second, names[0]: first, "both": both}
     second_pooled = baseline_table(second, own, reps=reps)
+    everything = baseline_table(both, {"both": both}, reps=reps)
     training = pd.DataFrame()
     if (second["folder"] != "").all():  # run folders, with their training episodes
         by_episodes = readout_runs(second, "training")
@@ -146,6 +149,9 @@ def compare_runs(sources: dict[str, str | Path], reps: int = 2000) -> dict[str, 
         f"### Each method of {names[1]} against each draw of scratch",
         "",
         baseline_markdown(second, own, table=second_pooled),
+        "### Both runs pooled: every method's runs against every scratch run",
+        "",
+        baseline_markdown(both, {"both": both}, table=everything),
     ]
     if not training.empty:
         text += [
@@ -160,6 +166,7 @@ def compare_runs(sources: dict[str, str | Path], reps: int = 2000) -> dict[str, 
         "baselines": pooled,
         "second_baselines": second_pooled,
         "training": training,
+        "pooled": everything,
         "markdown": "\n".join(text),
     }
 
@@ -308,7 +315,10 @@ def baseline_table(
     (``_lower``, ``_upper``: rliable's probability of improvement over none, every run against
     every run, so a baseline with more runs is no problem), and ``above``, ``below``, ``level``,
     ``sign_p``: each (game, seed) against the same seed's scratch agents (their mean when a
-    baseline has several runs of a seed). ``games`` and ``seeds`` say what it is over.
+    baseline has several runs of a seed). ``games`` and ``seeds`` say what it is over, ``runs``
+    how many runs of each (game, seed) of the method count: ``runs`` may hold several draws of
+    a method (two runs of a study concatenated), pooled like the baseline's (every run in the
+    aggregates, a seed's mean in the seed pairs) as far as every (game, seed) has them.
     """
     seeds = sorted(set(runs["seed"]))
     methods = _complete(runs, seeds)
@@ -327,10 +337,17 @@ def baseline_table(
                 continue
             done = runs[runs["finished"] & runs["game"].isin(games)]
             done = done[_method(done) == method].assign(objective=method, scheme="all")
+            # each draw a run of its own, as many draws as it has on every (game, seed), so
+            # that every game has the same runs
+            draws = done.groupby(["game", "seed"]).cumcount()
+            kept = int(done.groupby(["game", "seed"]).size().min())
+            done = done.assign(seed=draws * 1000 + done["seed"])[draws < kept]
             both = pd.concat([done, none[none["game"].isin(games)].assign(scheme="all")])
             table = objective_table(both, None, reps=reps, seed=seed)
             pairs = seed_pairs(
-                done.groupby(["game", "seed"])["normalized"].mean(),
+                done.assign(seed=done["seed"] % 1000)
+                .groupby(["game", "seed"])["normalized"]
+                .mean(),
                 none.assign(seed=none["seed"] % 1000)
                 .groupby(["game", "seed"])["normalized"]
                 .mean(),
@@ -341,6 +358,7 @@ def baseline_table(
                     "baseline": name,
                     "games": len(games),
                     "seeds": len(seeds),
+                    "runs": kept,
                     "iqm": table.loc[method, "iqm"],
                     "none_iqm": table.loc["none", "iqm"],
                     "p_improve": table.loc[method, "p_improve_value"],
@@ -378,7 +396,8 @@ def baseline_markdown(
     order = table.groupby("method")["iqm"].mean().sort_values(ascending=False).index
     for method in order:
         part = table[table["method"] == method].set_index("baseline")
-        cells = [method, str(int(part["games"].iloc[0]))]
+        games, runs = int(part["games"].iloc[0]), int(part["runs"].iloc[0])
+        cells = [method, str(games) if runs == 1 else f"{games}, {runs} draws pooled"]
         for name in names:
             if name not in part.index:
                 cells += ["-"] * 4

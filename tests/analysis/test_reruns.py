@@ -232,5 +232,35 @@ def test_compare_runs_sets_the_second_runs_own_methods_against_each_draw_and_by_
     assert training.loc["x", "none_iqm"] == pytest.approx(minatar_normalized_score(game, 2.0))
     assert "### Each method of b against each draw of scratch" in result["markdown"]
     assert "### b read by its training episodes" in result["markdown"]
+    # pooled: x's three runs (b only) against six scratch runs, 4.00 and 5.00 three times each
+    pooled = result["pooled"].set_index("method")
+    assert pooled.loc["x", "runs"] == 1 and pooled.loc["x", "p_improve"] == 0.0
+    assert pooled.loc["x", "none_iqm"] == pytest.approx(minatar_normalized_score(game, 4.5))
     # a CSV second run keeps final returns only: no training readout
     assert compare_runs({"a": csv, "b": csv}, reps=50)["training"].empty
+
+
+def test_two_draws_of_a_method_pool_like_scratch_as_far_as_every_seed_has_both():
+    """sgi run twice on Breakout (x on Asterix once more on one seed only), scratch once: the
+    pooled sgi counts six runs in the aggregates and a seed's mean in the pairs; x keeps one."""
+    breakout, asterix = "minatar/breakout", "minatar/asterix"
+    first = runs_of({("sgi", breakout): [2.0, 3.0, 6.0], ("none", breakout): [3.0, 4.0, 5.0]})
+    more = runs_of({("x", asterix): [1.0, 1.0, 1.0], ("none", asterix): [0.5, 0.5, 0.5]})
+    first = pd.concat([first, more])
+    second = runs_of({("sgi", breakout): [4.0, 6.0, 2.0], ("x", asterix): [2.0]})
+    both = pd.concat([first, second])
+    table = baseline_table(both, {"a": first}, reps=200).set_index("method")
+    assert table.loc["sgi", "runs"] == 2 and table.loc["x", "runs"] == 1
+    # seed means 3, 4.5, 4 against 3, 4, 5: level, above, below
+    assert table.loc["sgi", ["above", "below", "level"]].tolist() == [1, 1, 1]
+
+    def norm(score: float) -> float:
+        return float(minatar_normalized_score(breakout, score))
+
+    # six runs 2, 2, 3, 4, 6, 6: the IQM trims one from each end -> 2, 3, 4, 6
+    assert table.loc["sgi", "iqm"] == pytest.approx(norm(15 / 4))
+    # every sgi run against every none run: wins 4>3, 6>3/4/5 (x2), ties 3=3, 4=4, 2s lose
+    wins = 1 + 3 + 3 + 0.5 * 2  # 4 beats 3, each 6 beats three, ties count a half
+    assert table.loc["sgi", "p_improve"] == pytest.approx(wins / 18)
+    text = baseline_markdown(both, {"a": first}, table=table.reset_index())
+    assert "| sgi | 1, 2 draws pooled |" in text and "| x | 1 |" in text
