@@ -341,7 +341,7 @@ def baseline_table(
             # that every game has the same runs
             draws = done.groupby(["game", "seed"]).cumcount()
             kept = int(done.groupby(["game", "seed"]).size().min())
-            done = done.assign(seed=draws * 1000 + done["seed"])[draws < kept]
+            done = done.assign(seed=draws * 1000 + done["seed"])[(draws < kept).to_numpy()]
             both = pd.concat([done, none[none["game"].isin(games)].assign(scheme="all")])
             table = objective_table(both, None, reps=reps, seed=seed)
             pairs = seed_pairs(
