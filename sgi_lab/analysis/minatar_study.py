@@ -247,10 +247,7 @@ def readout_runs(runs: pd.DataFrame, readout: str = "training") -> pd.DataFrame:
     if done.empty:
         return done
     scores = done[readout].astype(float)
-    normalized = [
-        normalized_score(g, s) if np.isfinite(s) else np.nan
-        for g, s in zip(done["game"], scores, strict=True)
-    ]
+    normalized = normalized_score(list(done["game"]), scores.to_numpy())  # NaN stays NaN
     return done.assign(score=scores, normalized=normalized, finished=scores.notna())
 
 

@@ -76,9 +76,7 @@ def published_runs(csv: str | Path) -> pd.DataFrame:
         )
     decimals = int(frame["score"].str.strip().str.partition(".")[2].str.len().max())
     frame = frame.assign(score=scores, finished=True, folder="", decimals=decimals)
-    frame["normalized"] = [
-        normalized_score(g, s) for g, s in zip(frame["game"], frame["score"], strict=True)
-    ]
+    frame["normalized"] = normalized_score(list(frame["game"]), frame["score"].to_numpy())
     frame["normalization"] = [normalization_name(g) for g in frame["game"]]
     frame["label"] = np.where(
         frame["objective"] == "none", "sgi_none", frame["scheme"] + "__" + frame["objective"]
@@ -157,7 +155,7 @@ def compare_runs(sources: dict[str, str | Path], reps: int = 2000) -> dict[str, 
         text += [
             f"### {names[1]} read by its training episodes (how soon each agent learned)",
             "",
-            baseline_markdown(second, {names[1]: second}, table=training),
+            baseline_markdown(by_episodes, {names[1]: by_episodes}, table=training),
         ]
     return {
         "names": names,
@@ -189,11 +187,8 @@ def _same_precision(first: pd.DataFrame, second: pd.DataFrame) -> tuple[pd.DataF
 
     def rounded(runs: pd.DataFrame) -> pd.DataFrame:
         score = runs["score"].round(min(given))
-        normalized = [
-            normalized_score(g, v) if pd.notna(v) else np.nan
-            for g, v in zip(runs["game"], score, strict=True)
-        ]
-        return runs.assign(score=score, normalized=np.asarray(normalized, dtype=float))
+        normalized = normalized_score(list(runs["game"]), score.to_numpy(dtype=float))
+        return runs.assign(score=score, normalized=normalized)
 
     return rounded(first), rounded(second)
 
