@@ -26,7 +26,7 @@ The package, in the order a task flows through it:
 - `state`: whether a task is done (locally or in a storage URI), what a worker pulls and pushes;
 - `executors`: one task as an ``sgi-lab`` subprocess, `LocalExecutor` and `RayExecutor`;
 - `scheduler`: `run_graph`, `first_order` (what ``--first`` starts first), `branch_order`
-  (``--branch-first``);
+  (``--branch-first``), `rebuild_graph` (``--rebuild``);
 - `report`: ``report.html`` and ``results.csv``;
 - `cli`: ``sgi-lab experiment``.
 """
@@ -63,6 +63,7 @@ from sgi_lab.experiments.scheduler import (
     _oversubscription,
     branch_order,
     first_order,
+    rebuild_graph,
     run_graph,
 )
 from sgi_lab.experiments.spec import (
@@ -132,6 +133,7 @@ __all__ = [
     "run_experiment",
     "branch_order",
     "first_order",
+    "rebuild_graph",
     "run_graph",
     "storage_plan",
     "stored_task_done",

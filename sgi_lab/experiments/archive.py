@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shutil
 import time
@@ -35,14 +36,16 @@ from sgi_lab.base.files import LOCK_FILE, RunFolderError, atomic_write, atomic_w
 from sgi_lab.experiments.graph import Graph, Task
 from sgi_lab.experiments.spec import EXPERIMENT_FILE
 from sgi_lab.experiments.state import task_done
-from sgi_lab.runs.status import RESTORED_FILE, file_sha256, restored_files
+from sgi_lab.runs.status import REBUILT_FILE, RESTORED_FILE, file_sha256, restored_files
 
 __all__ = [
     "ARCHIVE_FILE",
+    "REBUILT_FILE",
     "RESTORED_FILE",
     "archive",
     "archived_tasks",
     "check_archive_folder",
+    "compare_rebuilt",
     "kept",
     "restore",
     "restored_files",
@@ -62,7 +65,7 @@ def kept(rel: str | PurePosixPath) -> bool:
     return not (
         "checkpoints" in rel.parts[:-1]
         or rel.name.startswith((".", "events.out.tfevents"))
-        or rel.name in (LOCK_FILE, RESTORED_FILE)
+        or rel.name in (LOCK_FILE, RESTORED_FILE, REBUILT_FILE)
         or rel.suffix in LEFT_OUT_SUFFIXES
     )
 
@@ -151,6 +154,9 @@ def archive(
     folders. A file already archived is rewritten only when its content changed, and the index
     only when a task or file did (a run that finishes nothing new leaves the archive as it was).
 
+    A run folder that ``--rebuild`` pretrained again (its ``rebuilt.json``) is not archived:
+    the archive keeps the results of the run its readers read (`compare_rebuilt`).
+
     Returns:
         The ids of the tasks archived (finished ones only: `sgi_lab.experiments.state.task_done`).
 
@@ -161,7 +167,14 @@ def archive(
     index = check_archive_folder(dest, graph)
     before = json.dumps({k: index.get(k) for k in ("tasks", "files")}, sort_keys=True)
     chosen = graph.tasks if tasks is None else tuple(tasks)
-    done = [t for t in chosen if t.kind != "report" and _task_folders(t) and task_done(t)]
+    done = [
+        t
+        for t in chosen
+        if t.kind != "report"
+        and _task_folders(t)
+        and task_done(t)
+        and not any((f / REBUILT_FILE).exists() for f in _task_folders(t))
+    ]
     if not done:
         return []
     wanted: list[tuple[str, Path]] = [(EXPERIMENT_FILE, graph.out / EXPERIMENT_FILE)]
@@ -304,4 +317,74 @@ def restore(graph: Graph, source: str | os.PathLike) -> dict[str, Any]:
         "conflicts": [
             f"{_rel(graph, f)} ({', '.join(c)} differ)" for f, c in sorted(conflicts.items())
         ],
+    }
+
+
+# Metrics that time the machine, not the run: left out when a rebuilt run is compared.
+TIMING_SUFFIXES = ("_per_s", "seconds", "/time")
+
+
+def _metric_rows(path: Path) -> dict[int, dict[str, float]]:
+    """``metrics.jsonl`` as step -> {key: value}, numbers only, timings left out."""
+    rows: dict[int, dict[str, float]] = {}
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(row, dict) or not isinstance(row.get("step"), int):
+            continue
+        rows[row["step"]] = {
+            k: float(v)
+            for k, v in row.items()
+            if k != "step"
+            and isinstance(v, int | float)
+            and not isinstance(v, bool)
+            and not k.endswith(TIMING_SUFFIXES)
+        }
+    return rows
+
+
+def compare_rebuilt(
+    folder: str | os.PathLike, archived: str | os.PathLike, rtol: float = 1e-5
+) -> dict[str, Any]:
+    """A pretraining run pretrained again (``--rebuild``) against the run an archive kept: its
+    ``metrics.jsonl`` row by row, every logged value but timings (`TIMING_SUFFIXES`).
+
+    The two are the same run when they logged the same steps and keys and every value agrees
+    to ``rtol`` (at fixed code on the same kind of CPU a rebuild reproduces bit for bit; chaotic
+    training amplifies any other difference, so a looser tolerance would not help).
+
+    Returns:
+        ``{"same", "steps" (compared), "max_difference" (relative), "first_difference"}``, the
+        last None or ``{"step", "key", "rebuilt", "archived"}`` (a value None where it is
+        missing), or ``{"steps": "..."}`` when the logged steps differ.
+
+    Raises:
+        FileNotFoundError: either run has no ``metrics.jsonl``.
+    """
+    mine = _metric_rows(Path(folder) / "metrics.jsonl")
+    kept_rows = _metric_rows(Path(archived) / "metrics.jsonl")
+    if sorted(mine) != sorted(kept_rows):
+        first = {"steps": f"rebuilt logged {len(mine)} rows, the archive {len(kept_rows)}"}
+        return {"same": False, "steps": 0, "max_difference": None, "first_difference": first}
+    worst, first = 0.0, None
+    for step in sorted(mine):
+        a, b = mine[step], kept_rows[step]
+        for key in sorted(set(a) | set(b)):
+            x, y = a.get(key), b.get(key)
+            if x is None or y is None or (math.isnan(x) != math.isnan(y)):
+                gap = math.inf
+            elif math.isnan(x):
+                gap = 0.0
+            else:
+                gap = abs(x - y) / max(abs(x), abs(y)) if x != y else 0.0
+            worst = max(worst, gap)
+            if gap > rtol and first is None:
+                first = {"step": step, "key": key, "rebuilt": x, "archived": y}
+    return {
+        "same": first is None,
+        "steps": len(mine),
+        "max_difference": worst if math.isfinite(worst) else None,
+        "first_difference": first,
     }

@@ -21,6 +21,7 @@ from sgi_lab.experiments.graph import (
 )
 from sgi_lab.experiments.report import write_report
 from sgi_lab.experiments.scheduler import (
+    rebuild_graph,
     run_graph,
 )
 from sgi_lab.experiments.spec import (
@@ -67,6 +68,18 @@ def main_experiment(args: argparse.Namespace) -> int:
     experiment = load_experiment(args.file, parameters)
     out = args.out or Path("outputs/experiments") / experiment.name
     graph = expand(experiment, out)
+    if args.rebuild and args.report_only:
+        raise ConfigError("--rebuild pretrains again; it does not go with --report-only")
+    if args.rebuild and not args.archive:
+        raise ConfigError(
+            "--rebuild: needs --archive DIR, the archive that restored those runs (their curves "
+            "are checked against it)"
+        )
+    if args.rebuild:
+        try:
+            graph = rebuild_graph(graph, args.rebuild)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
     if args.dry_run:
         # what is left, when the folder holds a run of this experiment (local folders only)
         started = not args.storage and (Path(graph.out) / STATE_FILE).is_file()
@@ -100,6 +113,7 @@ def main_experiment(args: argparse.Namespace) -> int:
         first=args.first or (),
         branch_first=args.branch_first,
         archive=args.archive,
+        rebuild=args.rebuild or (),
     )
     bad = {k: v for k, v in summary["tasks"].items() if v["state"] in ("failed", "blocked")}
     for task_id, entry in bad.items():
@@ -162,6 +176,16 @@ def add_experiment_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="keep the results (no models or data) in DIR, e.g. docs/results/studies/NAME in "
         "git: restored first where the experiment folder lacks them (a fresh clone goes on "
         "from there), then each task's as it finishes",
+    )
+    p.add_argument(
+        "--rebuild",
+        action="extend",
+        nargs="+",
+        metavar="PATTERN",
+        help="run only the pretraining tasks whose ids match (fnmatch: 'pretrain/s__*'), and "
+        "their data, again where --archive restored them without their model (another "
+        "experiment reuses them with run:); each rebuilt run's curve is checked against the "
+        "archived one (its rebuilt.json; one that differs fails) and never archived",
     )
     p.add_argument("--report-only", action="store_true", help="write the report of what finished")
     p.add_argument("--no-progress", action="store_true", help="no progress display")

@@ -32,7 +32,13 @@ from sgi_lab.experiments.spec import (
 from sgi_lab.probes.atariari import UnannotatedGameError
 from sgi_lab.probes.probe import ProbeInputError, check_probe_store
 from sgi_lab.runs.folder import run_name
-from sgi_lab.runs.status import has_final_model, read_status, restored_files
+from sgi_lab.runs.status import (
+    REBUILT_FILE,
+    has_final_model,
+    read_status,
+    rebuilt_record,
+    restored_files,
+)
 from sgi_lab.train.capacity import split_agents, split_population
 from sgi_lab.train.finetune import population_configs, population_folders
 from sgi_lab.train.population import POPULATION_KEYS
@@ -301,7 +307,9 @@ def _reused_config(where: str, pattern: str, experiment: Experiment) -> Pretrain
     the game's slug), read from the first game's ``config.yaml``; every game's run must be a
     finished pretraining run with its model and the same encoder (or one restored from an
     archive, `sgi_lab.experiments.archive`: its config without the model, enough for the
-    graph; a finetuning task that would load it refuses it when it runs).
+    graph; a finetuning task that would load it refuses it when it runs). A run pretrained
+    again after a restore (``sgi-lab experiment --rebuild``) is reused only when it reproduced
+    the archived run (its ``rebuilt.json``).
 
     Raises:
         ConfigError: naming the folder and what it lacks."""
@@ -320,6 +328,14 @@ def _reused_config(where: str, pattern: str, experiment: Experiment) -> Pretrain
             raise ConfigError(
                 f"{where}: {folder}: not finished (state {status.get('state')!r}, step "
                 f"{status.get('step')}); finish it where it was started, then run this again"
+            )
+        rebuilt = rebuilt_record(folder)
+        if rebuilt is not None and not rebuilt["same"]:
+            raise ConfigError(
+                f"{where}: {folder}: pretrained again (--rebuild) after a restore, but not the "
+                f"archived run ({rebuilt['first_difference']}, its {REBUILT_FILE}): the results "
+                "archived beside it came from another encoder; rebuild it at the commit the "
+                "archive was made at"
             )
         values = read_mapping(folder / "config.yaml")
         known = {f.name for f in dataclasses.fields(PretrainConfig)}

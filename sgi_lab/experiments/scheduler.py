@@ -121,6 +121,7 @@ def run_graph(
     first: Sequence[str] = (),
     branch_first: bool = False,
     archive: str | os.PathLike | None = None,
+    rebuild: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Run every task of ``graph`` whose folder is not complete, in dependency order.
 
@@ -153,6 +154,14 @@ def run_graph(
             restored into ``graph.out`` where they are missing (the tasks they complete are
             done; datasets and pretraining runs that only they read are ``unneeded``), then
             every finished task's results are archived, each as it finishes.
+        rebuild: pretraining task-id patterns (``pretrain/s__*``; needs ``archive``): run only
+            those pretraining runs, and what they read, again where the archive restored them
+            without their model (`rebuild_graph`): another experiment reuses them (``run:``).
+            Each rebuilt run's curve is compared with the archived run's
+            (`sgi_lab.experiments.archive.compare_rebuilt`, recorded in its ``rebuilt.json``);
+            one that differs is reported failed (the experiment's results came from another
+            encoder) and a ``run:`` reusing it is refused. A rebuilt run is never archived.
+            ``experiment.json`` then records those tasks only, until the next whole run.
 
     Returns:
         The ``experiment.json`` payload: per task its state (done, failed or blocked: an input
@@ -165,6 +174,13 @@ def run_graph(
     if archive is not None and storage:
         raise ValueError("archive and storage together are not supported: choose one")
 
+    if rebuild and archive is None:
+        raise ValueError(
+            "rebuild needs the archive that restored those runs (--archive DIR): their curves "
+            "are checked against it"
+        )
+    if rebuild:
+        graph = rebuild_graph(graph, rebuild)
     order = branch_order(graph, first) if branch_first else first_order(graph, first)
     graph = dataclasses.replace(graph, tasks=order)
     out = graph.out
@@ -187,6 +203,7 @@ def run_graph(
                 on_event,
                 storage,
                 archive,
+                bool(rebuild),
             )
     finally:
         lock.release()
@@ -250,6 +267,34 @@ def first_order(graph: Graph, patterns: Sequence[str]) -> tuple[Task, ...]:
     return tuple(order) + tuple(t for t in graph.tasks if t.id not in placed)
 
 
+def rebuild_graph(graph: Graph, patterns: Sequence[str]) -> Graph:
+    """The graph cut down to the pretraining tasks whose ids match ``patterns`` (``fnmatch``)
+    and what they read (their datasets): ``--rebuild``'s, which pretrains again the runs an
+    archive restored without their model. Nothing reads them in the cut graph, so a restore
+    brings their archived results back, and they run on top of them from step 0.
+
+    Raises:
+        ValueError: a pattern that matches no pretraining task, naming it and the task ids.
+    """
+    by_id = {t.id: t for t in graph.tasks}
+    chosen: set[str] = set()
+    for pattern in patterns:
+        hits = {
+            t.id for t in graph.tasks if t.kind == "pretrain" and fnmatch.fnmatchcase(t.id, pattern)
+        }
+        if not hits:
+            ids = ", ".join(t.id for t in graph.tasks if t.kind == "pretrain") or "none"
+            raise ValueError(
+                f"--rebuild {pattern!r} matches no pretraining task of "
+                f"{graph.experiment.name!r} (its pretraining tasks: {ids[:400]})"
+            )
+        chosen |= hits
+    for task_id in list(chosen):
+        chosen |= set(by_id[task_id].deps)
+    tasks = tuple(t for t in graph.tasks if t.id in chosen)
+    return dataclasses.replace(graph, tasks=tasks)
+
+
 def branch_order(graph: Graph, first: Sequence[str] = ()) -> tuple[Task, ...]:
     """`first_order`, then each finetuning task with what it reads, one after another in the
     graph's order (``--branch-first``): a long study's branches (an objective's pretraining and
@@ -265,7 +310,17 @@ def branch_order(graph: Graph, first: Sequence[str] = ()) -> tuple[Task, ...]:
 
 
 def _run_graph(
-    graph, out, executor, max_parallel, retries, address, progress, on_event, storage, archive
+    graph,
+    out,
+    executor,
+    max_parallel,
+    retries,
+    address,
+    progress,
+    on_event,
+    storage,
+    archive,
+    rebuild=False,
 ):
     _write_inputs(graph, out)
     if archive is not None:
@@ -280,6 +335,7 @@ def _run_graph(
         else RayExecutor(address)
     )
     run = _Run(graph, executor, store, storage, retries, on_event, archive)
+    run.rebuild = bool(rebuild)
     run.skip_finished()
     display = _Progress(len(graph.tasks), progress)
     run.display = display
@@ -381,6 +437,7 @@ class _Run:
         self.started_at = time.strftime("%Y-%m-%dT%H:%M:%S")
         self.pushed = ""
         self.archive = Path(archive) if archive is not None else None  # results kept for git
+        self.rebuild = False  # --rebuild: each pretraining run is checked against the archive
 
     def done(self, task: Task) -> bool:
         if self.store is None or task.kind == "report":
@@ -492,6 +549,14 @@ class _Run:
         if self.store is not None:  # the log, where experiment.json says it is
             log = _log_path(self.graph, task)
             self.store.pull(_name(self.graph, log), log)
+        if result["returncode"] == 0 and self.done(task) and self.rebuild:
+            problem = self.check_rebuilt(task)
+            if problem:
+                entry["error"] = problem
+                self.states[task.id] = "failed"
+                self.display.write(f"failed  {task.id}: {problem}")
+                self.emit("failed", task, entry)
+                return
         if result["returncode"] == 0 and self.done(task):
             self.states[task.id] = "done"
             entry.pop("error", None)
@@ -508,6 +573,33 @@ class _Run:
             self.states[task.id] = "failed"
             self.display.write(f"failed  {task.id}: see {entry['log']}")
             self.emit("failed", task, entry)
+
+    def check_rebuilt(self, task: Task) -> str:
+        """A rebuilt pretraining run against the run the archive kept (``rebuilt.json``):
+        "" when they are the same run (or the archive has none to compare), else why not."""
+        if task.kind != "pretrain" or self.archive is None:
+            return ""
+        kept_folder = self.archive / _name(self.graph, task.folder)
+        if not (kept_folder / "metrics.jsonl").is_file():
+            return ""  # never archived: a first run, not a rebuild
+        record = archives.compare_rebuilt(task.folder, kept_folder)
+        record["archive"] = str(kept_folder)
+        text = json.dumps(record, indent=1) + "\n"
+        atomic_write_text(task.folder / archives.REBUILT_FILE, text)
+        if record["same"]:
+            self.display.write(
+                f"rebuilt {task.id}: the archived run again ({record['steps']} logged steps, "
+                f"largest relative difference {record['max_difference']:.1e})"
+            )
+            return ""
+        return (
+            f"rebuilt, but not the archived run: {record['first_difference']} (its "
+            f"{archives.REBUILT_FILE}); the experiment's results came from the archived "
+            "encoder, so an experiment reusing this one (run:) refuses it. Pretraining "
+            "reproduces its run at the same code, on the same kind of CPU, with the same torch "
+            "threads a task (OMP_NUM_THREADS, --max-parallel) and SGI_LAB_CPU_SETTINGS as the "
+            "archived run: rebuild with the command that made it"
+        )
 
     def interrupted(self) -> None:
         """Put the running tasks back to pending (a run again resumes them) and save."""

@@ -29,6 +29,22 @@ STATES = (RUNNING, FINISHED, FAILED)
 RESTORED_FILE = "restored.json"
 
 
+# Written into a pretraining run folder that ``sgi-lab experiment --rebuild`` pretrained again
+# after a restore: how its curve compares with the archived run's (`rebuilt_record`).
+REBUILT_FILE = "rebuilt.json"
+
+
+def rebuilt_record(folder: str | os.PathLike) -> dict[str, Any] | None:
+    """A rebuilt pretraining run's comparison with its archived run (``rebuilt.json``: ``same``,
+    ``steps``, ``max_difference``, ``first_difference``), None when the run was not rebuilt or
+    the record is unreadable."""
+    try:
+        record = json.loads((Path(folder) / REBUILT_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and isinstance(record.get("same"), bool) else None
+
+
 def file_sha256(path: str | os.PathLike) -> str:
     """A file's SHA-256 (what an experiment archive records of each file)."""
     return file_digest(path, hashlib.sha256())

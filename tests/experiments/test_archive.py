@@ -236,7 +236,8 @@ def test_report_only_with_an_archive_restores_archives_and_reports(archived, tmp
 @pytest.mark.slow  # the smoke experiment for real: ~1-2 min
 def test_the_archive_of_a_real_run_restores_into_a_fresh_folder(tmp_path):
     """The smoke experiment run with an archive; its folder deleted (a fresh clone); the same
-    command again starts nothing (data and pretraining unneeded) and reports the same scores."""
+    command again starts nothing (data and pretraining unneeded) and reports the same scores;
+    its encoders rebuilt (--rebuild) are the archived runs again."""
     import pandas as pd
 
     smoke = ROOT / "params" / "experiments" / "smoke.yaml"
@@ -260,6 +261,21 @@ def test_the_archive_of_a_real_run_restores_into_a_fresh_folder(tmp_path):
     assert summary["counts"]["done"] == 3  # two populations and the report
     after = pd.read_csv(out / "results.csv")
     pd.testing.assert_frame_equal(before, after)
+    # The encoders pretrained again (--rebuild, as a reuse by run: needs), with the threads a
+    # task they had (max_parallel 2: one each; with two, Pong's differs from its second logged
+    # step): the archived runs again, timings aside; the archive is not rewritten.
+    index = (dest / ARCHIVE_FILE).read_text()
+    summary = ex.run_experiment(
+        smoke, out, max_parallel=2, progress=False, archive=dest, rebuild=["pretrain/*"]
+    )
+    errors = {k: v.get("error") for k, v in summary["tasks"].items() if v["state"] != "done"}
+    assert summary["counts"]["done"] == 4, errors  # two datasets, two pretraining runs
+    for game in ("Pong", "Breakout"):
+        folder = out / "pretrain" / f"sgi_r__{game}"
+        record = json.loads((folder / "rebuilt.json").read_text())
+        assert record["same"] and record["steps"] > 0, record
+        assert (folder / "model.pt").is_file()
+    assert (dest / ARCHIVE_FILE).read_text() == index
 
 
 def test_an_experiment_reusing_restored_pretraining_runs_builds_its_graph(tmp_path):
@@ -325,3 +341,158 @@ def test_the_dry_run_with_an_archive_says_what_a_restore_leaves_and_writes_nothi
     assert "pretrain/sgi__minatar-asterix  (done)" not in plan
     assert re.search(r"\nleft +161 ", plan), plan[-600:]
     assert not out.exists()
+
+
+# -- --rebuild: pretraining runs restored without their model, pretrained again ------------------
+
+ASTERIX, BREAKOUT = "pretrain/sgi__minatar-asterix", "pretrain/sgi__minatar-breakout"
+
+
+def curve(spr: float, speed: float) -> str:
+    """A pretraining run's metrics.jsonl: two logged steps, with a timing that varies by run."""
+    rows = [
+        {"step": s, "losses/spr": spr * s, "grad_norm": 0.5, "charts/samples_per_s": speed}
+        for s in (100, 200)
+    ]
+    return "".join(json.dumps(r) + "\n" for r in rows)
+
+
+@pytest.fixture
+def rebuildable(tmp_path, monkeypatch):
+    """SGI's two encoders archived with their curves, then restored into a fresh clone (no
+    model), and task processes faked: a dataset is a tiny store, a pretraining run writes its
+    model, a finished status and the curve ``spr`` (a list, so a test can change it)."""
+    from tests.conftest import build_store
+
+    graph = study(tmp_path / "first")
+    graph.out.mkdir(parents=True)
+    ex.scheduler._write_inputs(graph, graph.out)
+    for task_id in (ASTERIX, BREAKOUT):
+        finish_pretraining(graph, task_id)
+        (graph.task(task_id).folder / "metrics.jsonl").write_text(curve(-1.0, 2600.0))
+    dest = tmp_path / "archive"
+    assert sorted(archive(graph, dest)) == [ASTERIX, BREAKOUT]
+    spr, started = [-1.0], []
+
+    def fake_run(argv, log, threads, cwd, memory_share=1.0):
+        out = Path(argv[argv.index("--out") + 1])
+        started.append(argv[0])
+        if argv[0] == "collect":
+            build_store(out, [{"length": 12, "terminal": True}])
+        else:
+            (out / "model.pt").write_bytes(b"rebuilt weights")
+            (out / "metrics.jsonl").write_text(curve(spr[0], 1234.5))
+            status = {"state": "finished", "kind": "pretrain", "step": 2000}
+            (out / "status.json").write_text(json.dumps(status))
+        return {"returncode": 0, "seconds": 1.0, "tail": ""}
+
+    monkeypatch.setattr(ex.executors, "run_command", fake_run)
+    return study(tmp_path / "clone"), dest, spr, started
+
+
+def test_a_rebuild_pretrains_a_restored_run_again_and_checks_it_against_the_archive(rebuildable):
+    """--rebuild runs only the matching pretraining run and its data, on top of what the archive
+    restored; the same curve (timings aside) is the archived run again: rebuilt.json says so,
+    the archive is left as it was, and a run: reusing it builds its graph."""
+    fresh, dest, _, started = rebuildable
+    index = (dest / ARCHIVE_FILE).read_text()
+    events = []
+    summary = ex.run_graph(
+        fresh,
+        progress=False,
+        archive=dest,
+        rebuild=["pretrain/sgi__*asterix"],
+        on_event=lambda e, t, i: events.append((e, t.id)),
+    )
+    assert started == ["collect", "pretrain"]  # Breakout's run stays as restored, model-less
+    assert [t for e, t in events if e == "done"] == ["data/random__minatar-asterix", ASTERIX]
+    assert set(summary["tasks"]) == {"data/random__minatar-asterix", ASTERIX}
+    folder = fresh.task(ASTERIX).folder
+    record = json.loads((folder / "rebuilt.json").read_text())
+    assert record["same"] is True and record["steps"] == 2 and record["max_difference"] == 0.0
+    assert record["first_difference"] is None
+    assert (dest / ARCHIVE_FILE).read_text() == index  # the original's results stay archived
+    assert "1234.5" not in (dest / "pretrain/sgi__minatar-asterix/metrics.jsonl").read_text()
+    assert not kept("rebuilt.json")
+    # A run of the same command again: done, nothing started.
+    started.clear()
+    ex.run_graph(fresh, progress=False, archive=dest, rebuild=["pretrain/sgi__*asterix"])
+    assert started == []
+
+
+def test_a_rebuild_that_differs_fails_and_a_run_reusing_it_is_refused(rebuildable, tmp_path):
+    fresh, dest, spr, _ = rebuildable
+    spr[0] = -1.001  # another encoder: its loss differs by 0.1% from the first logged step
+    summary = ex.run_graph(fresh, progress=False, archive=dest, rebuild=[ASTERIX], retries=0)
+    entry = summary["tasks"][ASTERIX]
+    assert entry["state"] == "failed"
+    assert "not the archived run" in entry["error"] and "'step': 100" in entry["error"]
+    record = json.loads((fresh.task(ASTERIX).folder / "rebuilt.json").read_text())
+    assert record["same"] is False
+    assert record["first_difference"] == {
+        "step": 100, "key": "losses/spr", "rebuilt": -100.1, "archived": -100.0,
+    }  # fmt: skip
+    assert record["max_difference"] == pytest.approx(0.001 / 1.001)
+    text = f"""
+name: reusing
+games: [minatar/asterix]
+seeds: [0]
+pretrain:
+  - {{name: sgi, run: "{fresh.out}/pretrain/sgi__{{game}}"}}
+finetune:
+  - {{name: reduced_lr, params: params/finetune/minatar_reduced_lr.yaml, pretrain: [sgi]}}
+"""
+    file = tmp_path / "reusing.yaml"
+    file.write_text(text)
+    with pytest.raises(ConfigError, match=r"pretrained again \(--rebuild\).*not the archived"):
+        ex.expand(ex.load_experiment(file), tmp_path / "reusing")
+
+
+def test_compare_rebuilt_reads_every_logged_value_but_timings(tmp_path):
+    from sgi_lab.experiments.archive import compare_rebuilt
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    (a / "metrics.jsonl").write_text(curve(-1.0, 1.0))
+    (b / "metrics.jsonl").write_text(curve(-1.0, 9.0) + "not json\n")
+    assert compare_rebuilt(a, b) == {
+        "same": True, "steps": 2, "max_difference": 0.0, "first_difference": None,
+    }  # fmt: skip
+    (b / "metrics.jsonl").write_text(curve(-1.0, 9.0).replace('"grad_norm": 0.5, ', ""))
+    result = compare_rebuilt(a, b)  # a key one run logged and the other did not
+    assert result["first_difference"] == {
+        "step": 100, "key": "grad_norm", "rebuilt": 0.5, "archived": None,
+    }  # fmt: skip
+    assert result["same"] is False and result["max_difference"] is None
+    (b / "metrics.jsonl").write_text(curve(-1.0, 9.0).splitlines()[0] + "\n")
+    assert compare_rebuilt(a, b)["first_difference"] == {
+        "steps": "rebuilt logged 2 rows, the archive 1"
+    }
+    (b / "metrics.jsonl").write_text(curve(-1.0 + 1e-7, 9.0))  # within the tolerance
+    assert compare_rebuilt(a, b)["same"] is True
+
+
+def test_the_rebuild_flag_refuses_what_it_cannot_do_before_anything_is_written(
+    archived, tmp_path, capsys
+):
+    _, dest = archived
+    out = tmp_path / "clone"
+    base = ["experiment", str(STUDY), "--out", str(out)]
+    for args, message in [
+        (["--rebuild", "pretrain/s__*"], "--rebuild: needs --archive DIR"),
+        (["--archive", str(dest), "--rebuild", "finetune/*"], "matches no pretraining task"),
+        (
+            ["--archive", str(dest), "--rebuild", "pretrain/s__*", "--report-only"],
+            "not go with --report-only",
+        ),
+    ]:
+        assert main([*base, *args]) != 0
+        assert message in capsys.readouterr().err
+    with pytest.raises(ValueError, match="rebuild needs the archive"):
+        ex.run_graph(study(out), progress=False, rebuild=["pretrain/s__*"])
+    assert not out.exists()
+    # The dry run shows the cut-down graph: the runs and their data, nothing else.
+    assert main([*base, "--archive", str(dest), "--rebuild", "pretrain/sgi__*", "--dry-run"]) == 0
+    plan = capsys.readouterr().out
+    assert "pretrain/sgi__minatar-seaquest" in plan and "data/random__minatar-seaquest" in plan
+    assert "finetune/" not in plan and "pretrain/s__minatar" not in plan
