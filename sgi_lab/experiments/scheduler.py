@@ -582,6 +582,8 @@ class _Run:
         kept_folder = self.archive / _name(self.graph, task.folder)
         if not (kept_folder / "metrics.jsonl").is_file():
             return ""  # never archived: a first run, not a rebuild
+        if not (task.folder / "metrics.jsonl").is_file():
+            return "rebuilt, but its metrics.jsonl is missing: nothing to check it against"
         record = archives.compare_rebuilt(task.folder, kept_folder)
         record["archive"] = str(kept_folder)
         text = json.dumps(record, indent=1) + "\n"
