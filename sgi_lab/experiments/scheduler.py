@@ -50,6 +50,7 @@ from sgi_lab.experiments.state import (
     unneeded,
 )
 from sgi_lab.experiments.storage import RunStorage
+from sgi_lab.runs.status import rebuilt_record
 
 # -- the scheduler ------------------------------------------------------------------------------
 
@@ -440,6 +441,12 @@ class _Run:
         self.rebuild = False  # --rebuild: each pretraining run is checked against the archive
 
     def done(self, task: Task) -> bool:
+        if self.rebuild and self.rebuilt_differs(task):
+            return False  # rebuilt before, not the archived run: rebuilt again, from its start
+        return self.complete(task)
+
+    def complete(self, task: Task) -> bool:
+        """The task's folder holds its whole result (`task_done`, or in the storage)."""
         if self.store is None or task.kind == "report":
             return task_done(task)
         return stored_task_done(self.graph, task, self.store)
@@ -526,7 +533,10 @@ class _Run:
             return
         self.info[task.id]["attempts"] += 1
         plan = storage_plan(self.graph, task, self.storage) if self.storage else None
-        handle = runner.submit(task, self.info[task.id]["log"], self.cwd, plan)
+        submitted = task
+        if self.rebuild and self.rebuilt_differs(task):  # its finished run is not the one
+            submitted = dataclasses.replace(task, argv=(*task.argv, "--overwrite"))
+        handle = runner.submit(submitted, self.info[task.id]["log"], self.cwd, plan)
         self.running[handle] = task
         self.states[task.id] = "running"
         self.emit("started", task, self.info[task.id])
@@ -549,7 +559,7 @@ class _Run:
         if self.store is not None:  # the log, where experiment.json says it is
             log = _log_path(self.graph, task)
             self.store.pull(_name(self.graph, log), log)
-        if result["returncode"] == 0 and self.done(task) and self.rebuild:
+        if result["returncode"] == 0 and self.rebuild and self.complete(task):
             problem = self.check_rebuilt(task)
             if problem:
                 entry["error"] = problem
@@ -573,6 +583,12 @@ class _Run:
             self.states[task.id] = "failed"
             self.display.write(f"failed  {task.id}: see {entry['log']}")
             self.emit("failed", task, entry)
+
+    @staticmethod
+    def rebuilt_differs(task: Task) -> bool:
+        """A pretraining run rebuilt before whose curve was not the archived run's."""
+        record = rebuilt_record(task.folder) if task.kind == "pretrain" else None
+        return record is not None and not record["same"]
 
     def check_rebuilt(self, task: Task) -> str:
         """A rebuilt pretraining run against the run the archive kept (``rebuilt.json``):

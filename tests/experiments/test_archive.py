@@ -369,6 +369,7 @@ def rebuildable(tmp_path, monkeypatch):
     ex.scheduler._write_inputs(graph, graph.out)
     for task_id in (ASTERIX, BREAKOUT):
         finish_pretraining(graph, task_id)
+        (graph.task(task_id).folder / "config.yaml").write_text("encoder: minatar\nsteps: 2000\n")
         (graph.task(task_id).folder / "metrics.jsonl").write_text(curve(-1.0, 2600.0))
     dest = tmp_path / "archive"
     assert sorted(archive(graph, dest)) == [ASTERIX, BREAKOUT]
@@ -376,7 +377,7 @@ def rebuildable(tmp_path, monkeypatch):
 
     def fake_run(argv, log, threads, cwd, memory_share=1.0):
         out = Path(argv[argv.index("--out") + 1])
-        started.append(argv[0])
+        started.append(" ".join(a for a in argv if a in ("collect", "pretrain", "--overwrite")))
         if argv[0] == "collect":
             build_store(out, [{"length": 12, "terminal": True}])
         else:
@@ -421,7 +422,9 @@ def test_a_rebuild_pretrains_a_restored_run_again_and_checks_it_against_the_arch
 
 
 def test_a_rebuild_that_differs_fails_and_a_run_reusing_it_is_refused(rebuildable, tmp_path):
-    fresh, dest, spr, _ = rebuildable
+    """A rebuild whose curve is not the archived one fails and is refused by a run: reusing it;
+    the rebuild run again starts that run over (--overwrite) and checks it again."""
+    fresh, dest, spr, started = rebuildable
     spr[0] = -1.001  # another encoder: its loss differs by 0.1% from the first logged step
     summary = ex.run_graph(fresh, progress=False, archive=dest, rebuild=[ASTERIX], retries=0)
     entry = summary["tasks"][ASTERIX]
@@ -446,6 +449,15 @@ finetune:
     file.write_text(text)
     with pytest.raises(ConfigError, match=r"pretrained again \(--rebuild\).*not the archived"):
         ex.expand(ex.load_experiment(file), tmp_path / "reusing")
+    # Rebuilt again as it should be (the archived run's threads and settings): the same run.
+    spr[0], started[:] = -1.0, []
+    summary = ex.run_graph(fresh, progress=False, archive=dest, rebuild=[ASTERIX], retries=0)
+    assert summary["tasks"][ASTERIX]["state"] == "done", summary["tasks"][ASTERIX]["error"]
+    assert started == ["pretrain --overwrite"]  # its data was done
+    assert json.loads((fresh.task(ASTERIX).folder / "rebuilt.json").read_text())["same"] is True
+    assert ex.expand(ex.load_experiment(file), tmp_path / "reusing").task(
+        "finetune/reduced_lr__sgi"
+    )
 
 
 def test_compare_rebuilt_reads_every_logged_value_but_timings(tmp_path):
