@@ -538,15 +538,16 @@ def test_ablations_notebook_on_minatar_runs(tmp_path):
             _minatar_run(tmp_path / "runs", "sgi_none", game, seed, low + seed)
             _minatar_run(tmp_path / "runs", "reduced_lr@sgi", game, seed, low + 5 + seed)
     # Section 6: an experiment at 10k finetuning steps and its 2x one (SGI below scratch at 10k
-    # in every seed pair, above it at 20k).
+    # in every seed pair, above it at 20k; by training episodes, raw 2.0 against 3.0, below at
+    # both).
     budgets = {"10k steps": tmp_path / "study", "20k steps": tmp_path / "twice"}
     for folder, labels, sgi in (
         (budgets["10k steps"], ("sgi_none", "reduced_lr__sgi"), -0.05),
         (budgets["20k steps"], ("sgi_none_2x", "reduced_lr_2x__sgi"), 0.05),
     ):
-        for label, shift in zip(labels, (0.0, sgi), strict=True):
+        for label, shift, training in zip(labels, (0.0, sgi), (3.0, 2.0), strict=True):
             for seed in (0, 1):
-                _experiment_agent(folder, label, "minatar/breakout", seed, 0.3 + shift)
+                _experiment_agent(folder, label, "minatar/breakout", seed, 0.3 + shift, training)
     # Section 7: the 10k study's second run (scratch 0.3, 0.25 there) as a per-seed CSV of raw
     # returns: scratch 0.35 and 0.2 (one seed above its first run, one below), sgi 0.3 and 0.3.
     second = tmp_path / "second.csv"
@@ -586,6 +587,9 @@ def test_ablations_notebook_on_minatar_runs(tmp_path):
     assert budget_rows["10k steps", "sgi"]["below_none"] == 2
     assert budget_rows["20k steps", "sgi"]["below_none"] == 0
     assert budget_rows["20k steps", "sgi"]["iqm"] == pytest.approx(0.35)
+    training = {(r["budget"], r["method"]): r for r in results["finetune_budgets_training"]}
+    assert training["20k steps", "sgi"]["below_none"] == 2  # the other readout's verdict
+    assert training["20k steps", "sgi"]["iqm"] == pytest.approx((2.0 - 0.416) / (10.0 - 0.416))
     assert results["normalization"] == "MinAtar score"
     assert results["games"] == ["minatar/asterix", "minatar/breakout"]
     assert {row["method"] for row in results["aggregates"]} == {"sgi_none", "reduced_lr@sgi"}
@@ -623,11 +627,17 @@ def minatar_pretrained(minatar_store, tmp_path_factory):
     return out
 
 
-def _experiment_agent(root: Path, label: str, game: str, seed: int, score: float) -> None:
+def _experiment_agent(
+    root: Path, label: str, game: str, seed: int, score: float, training: float | None = None
+) -> None:
     """A finished finetuning agent of an experiment folder (``finetune/<label>/<game>__s<seed>``)
-    with its MinAtar score, as `sgi_lab.analysis.minatar_study.study_runs` reads it."""
+    with its MinAtar score, as `sgi_lab.analysis.minatar_study.study_runs` reads it, and one
+    training episode of raw return ``training`` when given."""
     folder = root / "finetune" / label / f"{game.replace('/', '-')}__s{seed}"
     folder.mkdir(parents=True)
+    if training is not None:
+        row = {"step": 900, "episode/return": training}
+        (folder / "metrics.jsonl").write_text(json.dumps(row) + "\n")
     (folder / "status.json").write_text(json.dumps({"state": "finished", "params": label}))
     (folder / "config.yaml").write_text(f"game: {game}\nseed: {seed}\n")
     evaluation = {"game": game, "mean": 10 * score, "normalized_score": score}

@@ -635,16 +635,27 @@ def budget_study_markdown(
     return "\n".join(lines)
 
 
-def finetune_budget_runs(folders: Mapping[str, str | Path]) -> pd.DataFrame:
+def finetune_budget_runs(folders: Mapping[str, str | Path], readout: str = "eval") -> pd.DataFrame:
     """The agents of experiments that differ only in their finetuning budget, ``{budget:
     folder}`` (``{"10k steps": study, "20k steps": twice}``), as `study_runs` rows with a
     ``budget`` column and ``method`` (``sgi``, ``sgi (naive)``, ``none``: a scheme's budget
-    mark dropped, so that a method has one name at every budget)."""
+    mark dropped, so that a method has one name at every budget), scored by ``readout``
+    (`readout_runs`: ``training`` reads each agent by its training episodes; only the finished
+    agents then).
+
+    Raises:
+        ValueError: an unknown ``readout``."""
+    if readout not in READOUTS:
+        raise ValueError(f"readout {readout!r}: not one of {', '.join(READOUTS)}")
     frames = []
     for budget, folder in folders.items():
         runs = study_runs(folder)
         if runs.empty:
             continue
+        if readout != "eval":
+            runs = readout_runs(runs, readout).drop(columns=["method"])
+            if runs.empty:
+                continue
         runs = runs.assign(
             budget=budget, scheme=runs["scheme"].str.replace(BUDGET_SUFFIX, "", regex=True)
         )
@@ -653,7 +664,7 @@ def finetune_budget_runs(folders: Mapping[str, str | Path]) -> pd.DataFrame:
 
 
 def finetune_budget_table(
-    folders: Mapping[str, str | Path], reps: int = 2000, seed: int = 0
+    folders: Mapping[str, str | Path], reps: int = 2000, seed: int = 0, readout: str = "eval"
 ) -> pd.DataFrame:
     """Each method at each finetuning budget (`finetune_budget_runs`): IQM and mean with 95%
     stratified bootstrap CIs, P(improvement over none) with its CI, and each (game, seed) pair
@@ -661,8 +672,8 @@ def finetune_budget_table(
     ``level_none`` of ``pairs``, and the two-sided sign test's ``sign_p``). Over the methods
     every budget has and the games where each of them finished every seed at every budget, so
     that the budgets are compared on the same games; empty until two budgets share a method
-    besides none on a game."""
-    runs = finetune_budget_runs(folders)
+    besides none on a game. ``readout``: `finetune_budget_runs`'."""
+    runs = finetune_budget_runs(folders, readout)
     if runs.empty:
         return pd.DataFrame()
     done = runs[runs["finished"]]
@@ -701,12 +712,16 @@ def finetune_budget_table(
 
 
 def finetune_budget_markdown(
-    folders: Mapping[str, str | Path], reps: int = 2000, table: pd.DataFrame | None = None
+    folders: Mapping[str, str | Path],
+    reps: int = 2000,
+    table: pd.DataFrame | None = None,
+    readout: str = "eval",
 ) -> str:
     """`finetune_budget_table` as Markdown (``table``: the caller's, already computed): a row
     per method, per budget its IQM, its P(improvement over none) and its seed pairs against
-    scratch (above / below / level, sign test p)."""
-    table = finetune_budget_table(folders, reps=reps) if table is None else table
+    scratch (above / below / level, sign test p); ``readout``: `finetune_budget_runs`'."""
+    if table is None:
+        table = finetune_budget_table(folders, reps=reps, readout=readout)
     if table.empty:
         return "No method besides none has finished a common game at every budget yet.\n"
     budgets = [b for b in folders if b in set(table["budget"])]
@@ -722,6 +737,8 @@ def finetune_budget_markdown(
         "same seed from scratch at the same budget, and the two-sided sign test's p (level "
         "pairs left out)."
     )
+    if readout == "training":
+        note += " Each agent scored by the mean return of its training episodes."
     rows = []
     order = table.groupby("method")["iqm"].mean().sort_values(ascending=False).index
     for method in order:

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from sgi_lab.analysis import minatar_study as ms
+from sgi_lab.metrics.minatar import normalized_score
 
 GAMES = ["minatar/asterix", "minatar/breakout"]
 
@@ -407,6 +408,34 @@ def test_finetune_budget_compares_each_method_at_each_budget_on_the_same_games(t
     assert "s_g" not in text
     alone = ms.finetune_budget_markdown({"10k steps": study, "20k steps": tmp_path / "none"})
     assert alone.startswith("No method besides none")
+
+
+def test_finetune_budget_reads_either_readout(tmp_path):
+    """At 20k steps SGI's final evaluations are above scratch's in every seed (0.4 against 0.3)
+    but its training episodes below (mean 1.0 against 5.0): the training readout turns the
+    verdict round, at that budget only (at 10k both readouts agree)."""
+    study, twice = tmp_path / "study", tmp_path / "twice"
+    g = "minatar/asterix"
+    for seed in range(3):
+        agent(study, "sgi_none", g, seed, 0.1, [(500, 2.0), (900, 4.0)])  # mean 3.0
+        agent(study, "reduced_lr__sgi", g, seed, 0.05, [(500, 1.0)])
+        agent(twice, "sgi_none_2x", g, seed, 0.3, [(500, 5.0)])
+        agent(twice, "reduced_lr_2x__sgi", g, seed, 0.4, [(500, 0.0), (900, 2.0)])  # 1.0
+    folders = {"10k steps": study, "20k steps": twice}
+    final = ms.finetune_budget_table(folders, reps=200).set_index(["budget", "method"])
+    assert final.loc[("20k steps", "sgi"), "above_none"] == 3
+    assert final.loc[("20k steps", "sgi"), "p_improve_value"] == pytest.approx(1.0)
+    table = ms.finetune_budget_table(folders, reps=200, readout="training")
+    table = table.set_index(["budget", "method"])
+    assert table.loc[("20k steps", "sgi"), "below_none"] == 3
+    assert table.loc[("20k steps", "sgi"), "p_improve_value"] == pytest.approx(0.0)
+    assert table.loc[("10k steps", "sgi"), "below_none"] == 3
+    none = normalized_score(g, 5.0)  # the training readout's score, normalised as eval's is
+    assert table.loc[("20k steps", "none"), "iqm"] == pytest.approx(none)
+    text = ms.finetune_budget_markdown(folders, reps=200, readout="training")
+    assert "scored by the mean return of its training episodes" in text
+    with pytest.raises(ValueError, match="readout 'best'"):
+        ms.finetune_budget_runs(folders, readout="best")
 
 
 def test_the_probe_section_is_over_the_games_of_the_complete_objectives(study, monkeypatch):
