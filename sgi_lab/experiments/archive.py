@@ -15,7 +15,9 @@ A task is restored only while its command and params are the archived ones (its
 `task_fingerprint`): change a budget and its tasks run again. Nothing restored replaces a file
 of the experiment folder: a run folder holding a different file of the same name is left as it
 is, and named. No model comes back, so a pretraining run is restored only when every task that
-reads it is restored too; one still needed is pretrained again, from its start.
+reads it is restored too; one still needed is pretrained again, from its start. One another
+experiment reuses is pretrained again with ``sgi-lab experiment --rebuild`` and checked against
+the archived run (`compare_rebuilt`); a rebuilt run is never archived.
 """
 
 from __future__ import annotations
