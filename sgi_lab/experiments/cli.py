@@ -70,17 +70,9 @@ def main_experiment(args: argparse.Namespace) -> int:
     graph = expand(experiment, out)
     if args.rebuild and args.report_only:
         raise ConfigError("--rebuild pretrains again; it does not go with --report-only")
-    if args.rebuild and not args.archive:
-        raise ConfigError(
-            "--rebuild: needs --archive DIR, the archive that restored those runs (their curves "
-            "are checked against it)"
-        )
-    if args.rebuild:
-        try:
-            graph = rebuild_graph(graph, args.rebuild)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from exc
     if args.dry_run:
+        if args.rebuild:  # what run_graph would run (it cuts the graph itself)
+            graph = rebuild_graph(graph, args.rebuild)
         # what is left, when the folder holds a run of this experiment (local folders only)
         started = not args.storage and (Path(graph.out) / STATE_FILE).is_file()
         left = {t.id: task_left(t) for t in graph.tasks} if started else None

@@ -334,8 +334,8 @@ def _reused_config(where: str, pattern: str, experiment: Experiment) -> Pretrain
             raise ConfigError(
                 f"{where}: {folder}: pretrained again (--rebuild) after a restore, but not the "
                 f"archived run ({rebuilt['first_difference']}, its {REBUILT_FILE}): the results "
-                "archived beside it came from another encoder; rebuild it at the commit the "
-                "archive was made at"
+                "archived beside it came from another encoder; rebuild it with the command "
+                "that made it (the same code, torch threads a task and SGI_LAB_CPU_SETTINGS)"
             )
         values = read_mapping(folder / "config.yaml")
         known = {f.name for f in dataclasses.fields(PretrainConfig)}

@@ -177,8 +177,8 @@ def run_graph(
 
     if rebuild and archive is None:
         raise ValueError(
-            "rebuild needs the archive that restored those runs (--archive DIR): their curves "
-            "are checked against it"
+            "--rebuild: needs --archive DIR, the archive that restored those runs (their curves "
+            "are checked against it)"
         )
     if rebuild:
         graph = rebuild_graph(graph, rebuild)

@@ -500,7 +500,7 @@ def test_the_rebuild_flag_refuses_what_it_cannot_do_before_anything_is_written(
     ]:
         assert main([*base, *args]) != 0
         assert message in capsys.readouterr().err
-    with pytest.raises(ValueError, match="rebuild needs the archive"):
+    with pytest.raises(ValueError, match="--rebuild: needs --archive DIR"):
         ex.run_graph(study(out), progress=False, rebuild=["pretrain/s__*"])
     assert not out.exists()
     # The dry run shows the cut-down graph: the runs and their data, nothing else.
