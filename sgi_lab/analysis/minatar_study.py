@@ -760,6 +760,75 @@ def finetune_budget_markdown(
     return table_markdown(header, rows, note)
 
 
+def finetune_budget_returns(
+    folders: Mapping[str, str | Path], readout: str = "eval"
+) -> pd.DataFrame:
+    """Each method's raw return on each game at each finetuning budget (`finetune_budget_runs`'
+    ``{budget: folder}``), read by ``readout`` (`READOUTS`): the mean over the finished seeds
+    with its 95% t interval (``budget, method, game, value, lower, upper, seeds``). Only the
+    methods every budget has, but every game any agent finished, unlike the aggregates: where a
+    budget has not reached a game yet the game is simply absent at that budget, so a reader sees
+    per game where the budgets part. Empty until every budget has a finished agent.
+
+    Raises:
+        ValueError: an unknown ``readout``."""
+    if readout not in READOUTS:
+        raise ValueError(f"readout {readout!r}: not one of {', '.join(READOUTS)}")
+    parts = []
+    for budget, folder in folders.items():
+        runs = finetune_budget_runs({budget: folder})
+        returns = per_game_returns(runs) if not runs.empty else pd.DataFrame()
+        if returns.empty:
+            return pd.DataFrame()
+        returns = returns[returns["readout"] == readout].drop(columns="readout")
+        parts.append(returns.assign(budget=budget))
+    methods = set.intersection(*(set(part["method"]) for part in parts))
+    table = pd.concat(parts, ignore_index=True)
+    table = table[table["method"].isin(methods)]
+    return table[["budget", "method", "game", "value", "lower", "upper", "seeds"]]
+
+
+def finetune_budget_returns_markdown(
+    folders: Mapping[str, str | Path], readout: str = "eval"
+) -> str:
+    """`finetune_budget_returns` as Markdown: a row per method and budget (scratch first, then
+    the others by name: raw returns are on each game's own scale), a column per game, each cell ``mean [lower, upper]`` over seeds, with the number of seeds
+    where it is fewer than the most any cell has."""
+    table = finetune_budget_returns(folders, readout)
+    if table.empty:
+        return "No agent has finished at every budget yet.\n"
+    games = sorted(table["game"].unique())
+    budgets = [b for b in folders if b in set(table["budget"])]
+    most = int(table["seeds"].max())
+    methods = sorted(set(table["method"]), key=lambda m: (m != "none", m))
+    header = ["method", "budget"] + [g.split("/")[-1] for g in games]
+    rows = []
+    for method in methods:
+        for budget in budgets:
+            cells = [method, budget]
+            for game in games:
+                cell = table[
+                    (table["method"] == method)
+                    & (table["budget"] == budget)
+                    & (table["game"] == game)
+                ]
+                if cell.empty:
+                    cells.append("-")
+                    continue
+                r = cell.iloc[0]
+                text = format_interval(r["value"], r["lower"], r["upper"], digits=2)
+                seeds = int(r["seeds"])
+                text += f" ({seeds} seed{'s' * (seeds != 1)})" if seeds < most else ""
+                cells.append(text)
+            rows.append(cells)
+    what = "the final evaluation" if readout == "eval" else "the mean of every training episode"
+    note = (
+        f"Raw returns, {what}: mean over seeds [95% t interval]; '-' where the budget has not "
+        "finished the game yet."
+    )
+    return table_markdown(header, rows, note)
+
+
 def budget_svg(curves: dict[str, pd.DataFrame], width: int = 520, height: int = 260) -> str:
     """Pretraining-budget curves (`budget_curve` per scheme: ``{"reduced lr": curve, ...}``) as
     a standalone SVG (GitHub shows it in a Markdown page): IQM against pretraining steps, one

@@ -438,6 +438,56 @@ def test_finetune_budget_reads_either_readout(tmp_path):
         ms.finetune_budget_runs(folders, readout="best")
 
 
+def test_finetune_budget_returns_show_every_game_each_budget_has_reached(tmp_path):
+    """Per game raw returns at both budgets: unlike the aggregates, a game only the 10k study
+    has finished (Breakout at 2x still running for SGI) is shown where it is, with the seeds it
+    has; a method only one budget has (s_g) is left out."""
+    study, twice = tmp_path / "study", tmp_path / "twice"
+    for g in GAMES:
+        for seed in range(3):
+            agent(study, "sgi_none", g, seed, 0.1 + 0.01 * seed, [(500, 1.0), (900, 3.0)])
+            agent(study, "reduced_lr__sgi", g, seed, 0.05)
+            agent(study, "reduced_lr__s_g", g, seed, 0.9)
+            agent(twice, "sgi_none_2x", g, seed, 0.3, [(500, 7.0)])
+            running = g == "minatar/breakout" and seed > 0
+            agent(twice, "reduced_lr_2x__sgi", g, seed, None if running else 0.4)
+    folders = {"10k steps": study, "20k steps": twice}
+
+    table = ms.finetune_budget_returns(folders).set_index(["budget", "method", "game"])
+    assert set(table.index.get_level_values("method")) == {"none", "sgi"}
+    # scratch at 10k on Asterix: returns 1.0, 1.1, 1.2 -> 1.1 +- t(2) 4.303 x 0.1 / sqrt(3)
+    row = table.loc[("10k steps", "none", "minatar/asterix")]
+    assert row["value"] == pytest.approx(1.1) and row["seeds"] == 3
+    assert row["upper"] - row["value"] == pytest.approx(4.3027 * 0.1 / np.sqrt(3), rel=1e-4)
+    row = table.loc[("20k steps", "sgi", "minatar/breakout")]
+    assert (row["value"], row["seeds"]) == (pytest.approx(4.0), 1)
+    training = ms.finetune_budget_returns(folders, readout="training")
+    training = training.set_index(["budget", "method", "game"])
+    assert training.loc[("10k steps", "none", "minatar/asterix"), "value"] == pytest.approx(2.0)
+    assert training.loc[("20k steps", "none", "minatar/breakout"), "value"] == pytest.approx(7.0)
+
+    text = ms.finetune_budget_returns_markdown(folders)
+    lines = text.splitlines()
+    assert "| method | budget | asterix | breakout |" in lines
+    rows = [line for line in lines if line.startswith("| none |") or line.startswith("| sgi |")]
+    assert [r.split(" | ")[:2] for r in rows] == [
+        ["| none", "10k steps"],
+        ["| none", "20k steps"],
+        ["| sgi", "10k steps"],
+        ["| sgi", "20k steps"],
+    ]
+    assert rows[0] == "| none | 10k steps | 1.10 [0.85, 1.35] | 1.10 [0.85, 1.35] |"
+    assert rows[3] == "| sgi | 20k steps | 4.00 [4.00, 4.00] | 4.00 (1 seed) |"
+    assert "s_g" not in text and "final evaluation" in text
+    assert "mean of every training episode" in ms.finetune_budget_returns_markdown(
+        folders, readout="training"
+    )
+    empty = ms.finetune_budget_returns_markdown({"10k steps": study, "20k": tmp_path / "none"})
+    assert empty.startswith("No agent has finished at every budget")
+    with pytest.raises(ValueError, match="readout 'best'"):
+        ms.finetune_budget_returns(folders, readout="best")
+
+
 def test_the_probe_section_is_over_the_games_of_the_complete_objectives(study, monkeypatch):
     """While s runs (Breakout seed 2), the probes beside the IQMs are the complete objectives'
     over both games, as their IQMs are, not over the one game s shares with them."""
