@@ -664,7 +664,11 @@ def finetune_budget_runs(folders: Mapping[str, str | Path], readout: str = "eval
 
 
 def finetune_budget_table(
-    folders: Mapping[str, str | Path], reps: int = 2000, seed: int = 0, readout: str = "eval"
+    folders: Mapping[str, str | Path],
+    reps: int = 2000,
+    seed: int = 0,
+    readout: str = "eval",
+    methods: Sequence[str] | None = None,
 ) -> pd.DataFrame:
     """Each method at each finetuning budget (`finetune_budget_runs`): IQM and mean with 95%
     stratified bootstrap CIs, P(improvement over none) with its CI, and each (game, seed) pair
@@ -672,10 +676,14 @@ def finetune_budget_table(
     ``level_none`` of ``pairs``, and the two-sided sign test's ``sign_p``). Over the methods
     every budget has and the games where each of them finished every seed at every budget, so
     that the budgets are compared on the same games; empty until two budgets share a method
-    besides none on a game. ``readout``: `finetune_budget_runs`'."""
+    besides none on a game. ``readout``: `finetune_budget_runs`'. ``methods``: only these
+    (scratch always), so that the methods done first are compared on every game they share
+    before the others catch up."""
     runs = finetune_budget_runs(folders, readout)
     if runs.empty:
         return pd.DataFrame()
+    if methods is not None:
+        runs = runs[runs["method"].isin({"none", *methods})]
     done = runs[runs["finished"]]
     seeds = sorted(done["seed"].unique())
     budgets = list(folders)
@@ -716,12 +724,14 @@ def finetune_budget_markdown(
     reps: int = 2000,
     table: pd.DataFrame | None = None,
     readout: str = "eval",
+    methods: Sequence[str] | None = None,
 ) -> str:
     """`finetune_budget_table` as Markdown (``table``: the caller's, already computed): a row
     per method, per budget its IQM, its P(improvement over none) and its seed pairs against
-    scratch (above / below / level, sign test p); ``readout``: `finetune_budget_runs`'."""
+    scratch (above / below / level, sign test p); ``readout`` and ``methods``:
+    `finetune_budget_table`'s."""
     if table is None:
-        table = finetune_budget_table(folders, reps=reps, readout=readout)
+        table = finetune_budget_table(folders, reps=reps, readout=readout, methods=methods)
     if table.empty:
         return "No method besides none has finished a common game at every budget yet.\n"
     budgets = [b for b in folders if b in set(table["budget"])]

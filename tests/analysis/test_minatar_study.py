@@ -406,6 +406,15 @@ def test_finetune_budget_compares_each_method_at_each_budget_on_the_same_games(t
     assert row[1].startswith("0.060 [") and row[3:5] == ["0 / 3 / 0", "0.25"]
     assert row[5].startswith("0.410 [") and row[7:9] == ["3 / 0 / 0", "0.25 |"]
     assert "s_g" not in text
+    # naive SGI alone with scratch: Breakout too, which SGI's running agent kept out above
+    only = ms.finetune_budget_table(folders, reps=200, methods=["sgi (naive)"])
+    only = only.set_index(["budget", "method"])
+    assert set(only.index) == {(b, m) for b in folders for m in ("none", "sgi (naive)")}
+    assert (only["games"] == 2).all() and (only["pairs"] == 6).all()
+    # at 20k naive 0.2, 0.2, 0.25 against scratch 0.3, 0.31, 0.32 on both games: 6 below
+    assert only.loc[("20k steps", "sgi (naive)"), "below_none"] == 6
+    text = ms.finetune_budget_markdown(folders, reps=200, methods=["sgi (naive)"])
+    assert "Over 2 games x 3 seeds" in text and "| sgi |" not in text
     alone = ms.finetune_budget_markdown({"10k steps": study, "20k steps": tmp_path / "none"})
     assert alone.startswith("No method besides none")
 
