@@ -678,11 +678,19 @@ def finetune_budget_table(
     that the budgets are compared on the same games; empty until two budgets share a method
     besides none on a game. ``readout``: `finetune_budget_runs`'. ``methods``: only these
     (scratch always), so that the methods done first are compared on every game they share
-    before the others catch up."""
+    before the others catch up.
+
+    Raises:
+        ValueError: an unknown ``readout``, or a name in ``methods`` no budget has (named, with
+            the methods there are)."""
     runs = finetune_budget_runs(folders, readout)
     if runs.empty:
         return pd.DataFrame()
     if methods is not None:
+        unknown = sorted(set(methods) - set(runs["method"]))
+        if unknown:
+            known = ", ".join(sorted(set(runs["method"])))
+            raise ValueError(f"methods {unknown}: not in these experiments (they have: {known})")
         runs = runs[runs["method"].isin({"none", *methods})]
     done = runs[runs["finished"]]
     seeds = sorted(done["seed"].unique())
@@ -802,8 +810,9 @@ def finetune_budget_returns_markdown(
     folders: Mapping[str, str | Path], readout: str = "eval"
 ) -> str:
     """`finetune_budget_returns` as Markdown: a row per method and budget (scratch first, then
-    the others by name: raw returns are on each game's own scale), a column per game, each cell ``mean [lower, upper]`` over seeds, with the number of seeds
-    where it is fewer than the most any cell has."""
+    the others by name: raw returns are on each game's own scale), a column per game, each cell
+    ``mean [lower, upper]`` over seeds, with the number of seeds where it is fewer than the most
+    any cell has."""
     table = finetune_budget_returns(folders, readout)
     if table.empty:
         return "No agent has finished at every budget yet.\n"

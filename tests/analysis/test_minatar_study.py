@@ -415,6 +415,8 @@ def test_finetune_budget_compares_each_method_at_each_budget_on_the_same_games(t
     assert only.loc[("20k steps", "sgi (naive)"), "below_none"] == 6
     text = ms.finetune_budget_markdown(folders, reps=200, methods=["sgi (naive)"])
     assert "Over 2 games x 3 seeds" in text and "| sgi |" not in text
+    with pytest.raises(ValueError, match=r"\['sgi naive'\]: not in .*sgi \(naive\)"):
+        ms.finetune_budget_table(folders, methods=["sgi naive"])
     alone = ms.finetune_budget_markdown({"10k steps": study, "20k steps": tmp_path / "none"})
     assert alone.startswith("No method besides none")
 
