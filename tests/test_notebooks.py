@@ -590,6 +590,8 @@ def test_ablations_notebook_on_minatar_runs(tmp_path):
     training = {(r["budget"], r["method"]): r for r in results["finetune_budgets_training"]}
     assert training["20k steps", "sgi"]["below_none"] == 2  # the other readout's verdict
     assert training["20k steps", "sgi"]["iqm"] == pytest.approx((2.0 - 0.416) / (10.0 - 0.416))
+    figure = (tmp_path / "run" / "figures" / "finetune_budgets.svg").read_text()
+    assert figure.startswith("<svg") and "10k steps" in figure and "20k steps" in figure
     returns = {(r["budget"], r["method"]): r for r in results["finetune_budget_returns"]}
     assert set(returns) == {(b, m) for b in budgets for m in ("none", "sgi")}
     assert returns["20k steps", "sgi"]["value"] == pytest.approx(3.5)  # raw: 10 x 0.35

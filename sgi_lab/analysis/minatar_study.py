@@ -848,11 +848,19 @@ def finetune_budget_returns_markdown(
     return table_markdown(header, rows, note)
 
 
-def budget_svg(curves: dict[str, pd.DataFrame], width: int = 520, height: int = 260) -> str:
+def budget_svg(
+    curves: dict[str, pd.DataFrame],
+    width: int = 520,
+    height: int = 260,
+    x_label: str = "SGI pretraining steps (batch 256; not to scale)",
+    ticks: Mapping[int, str] | None = None,
+) -> str:
     """Pretraining-budget curves (`budget_curve` per scheme: ``{"reduced lr": curve, ...}``) as
     a standalone SVG (GitHub shows it in a Markdown page): IQM against pretraining steps, one
     line per scheme with its 95% CI as error bars, the budgets equally spaced (0, 500, 2,000,
-    8,000 are not to scale), the from-scratch IQM as a dashed line across."""
+    8,000 are not to scale), the from-scratch IQM as a dashed line across. ``x_label`` and
+    ``ticks`` (``{steps: label}``; the steps with thousands separators where absent) let it
+    draw another budget (`finetune_budget_svg`)."""
     colours = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd")
     curves = {k: c for k, c in curves.items() if not c.empty}
     steps = sorted({int(s) for c in curves.values() for s in c["steps"]})
@@ -878,7 +886,7 @@ def budget_svg(curves: dict[str, pd.DataFrame], width: int = 520, height: int = 
         f'<polyline points="{pad_l},{pad_t} {pad_l},{height - pad_b} '
         f'{width - pad_r},{height - pad_b}" fill="none" stroke="#888"/>',
         f'<text x="{(pad_l + width - pad_r) / 2:.0f}" y="{height - 6}" text-anchor="middle">'
-        "SGI pretraining steps (batch 256; not to scale)</text>",
+        f"{html.escape(x_label)}</text>",
         f'<text x="{pad_l - 6}" y="{y_of(y1) + 4:.1f}" text-anchor="end">{y1:.2f}</text>',
         f'<text x="{pad_l - 6}" y="{y_of(y0) + 4:.1f}" text-anchor="end">{y0:.2f}</text>',
         f'<text x="12" y="{pad_t + 8}" transform="rotate(-90 12 {pad_t + 8})" '
@@ -887,7 +895,7 @@ def budget_svg(curves: dict[str, pd.DataFrame], width: int = 520, height: int = 
     for step in steps:
         parts.append(
             f'<text x="{x_of(step):.1f}" y="{height - pad_b + 14}" text-anchor="middle">'
-            f"{step:,}</text>"
+            f"{html.escape((ticks or {}).get(step, f'{step:,}'))}</text>"
         )
     scratch = next((c[c["steps"] == 0] for c in curves.values() if (c["steps"] == 0).any()), None)
     if scratch is not None and not scratch.empty:
@@ -918,6 +926,47 @@ def budget_svg(curves: dict[str, pd.DataFrame], width: int = 520, height: int = 
         )
     parts.append("</svg>")
     return "".join(parts)
+
+
+def finetune_budget_svg(table: pd.DataFrame) -> str:
+    """`finetune_budget_table` as a figure (`budget_svg`): each method's IQM with its 95% CI at
+    each finetuning budget, a line per method (scratch's too: its level moves with the budget),
+    the budgets in the table's order and equally spaced."""
+    budgets = list(dict.fromkeys(table["budget"]))
+    curves = {
+        method: rows.assign(steps=[budgets.index(b) + 1 for b in rows["budget"]])
+        for method, rows in table.groupby("method", sort=False)
+    }
+    curves = dict(sorted(curves.items(), key=lambda item: item[0] != "none"))
+    over = f"{int(table['games'].iloc[0])} games x {int(table['runs'].iloc[0])} seeds"
+    ticks = {i + 1: b for i, b in enumerate(budgets)}
+    return budget_svg(curves, x_label=f"finetuning budget ({over})", ticks=ticks)
+
+
+def write_finetune_budget_figure(
+    folders: Mapping[str, str | Path],
+    path: str | Path,
+    table: pd.DataFrame | None = None,
+    reps: int = 2000,
+    readout: str = "eval",
+) -> Path:
+    """`finetune_budget_svg` of ``folders`` (or of the caller's ``table``) written to ``path``
+    atomically, only over a figure of ours (`SVG_MARK`).
+
+    Raises:
+        FileExistsError: ``path`` holds something else (it is left as it is).
+        ValueError: no method besides scratch has finished a common game at every budget."""
+    path = Path(path)
+    if path.exists() and SVG_MARK not in path.read_text(errors="replace"):
+        raise FileExistsError(
+            f"{path}: exists and is not a budget figure of ours; choose another figure path"
+        )
+    if table is None:
+        table = finetune_budget_table(folders, reps=reps, readout=readout)
+    if table.empty:
+        raise ValueError("no method besides none has finished a common game at every budget yet")
+    atomic_write_text(path, finetune_budget_svg(table))
+    return path
 
 
 CURVES_MARK = "sgi-lab minatar_study.curves_svg"

@@ -421,6 +421,40 @@ def test_finetune_budget_compares_each_method_at_each_budget_on_the_same_games(t
     assert alone.startswith("No method besides none")
 
 
+def test_the_finetune_budget_figure_draws_a_line_per_method_and_keeps_foreign_files(tmp_path):
+    """Scratch at 0.1 (10k) then 0.3 (20k), SGI at 0.05 then 0.4 on Asterix: two lines of two
+    points, scratch's drawn first; the budgets are the ticks; a file of someone else's is left
+    alone and a folder with nothing to compare is refused."""
+    study, twice = tmp_path / "study", tmp_path / "twice"
+    for seed in range(3):
+        agent(study, "sgi_none", "minatar/asterix", seed, 0.1)
+        agent(study, "reduced_lr__sgi", "minatar/asterix", seed, 0.05)
+        agent(twice, "sgi_none_2x", "minatar/asterix", seed, 0.3)
+        agent(twice, "reduced_lr_2x__sgi", "minatar/asterix", seed, 0.4)
+    folders = {"10k steps": study, "20k steps": twice}
+    path = ms.write_finetune_budget_figure(folders, tmp_path / "budgets.svg", reps=100)
+    root = ET.fromstring(path.read_text())
+    ns = "{http://www.w3.org/2000/svg}"
+    texts = [t.text for t in root.iter(f"{ns}text")]
+    assert "finetuning budget (1 games x 3 seeds)" in texts
+    assert {"10k steps", "20k steps", "none", "sgi"} <= set(texts)
+    lines = [p.get("points") for p in root.iter(f"{ns}polyline") if p.get("stroke-width") == "2"]
+    assert len(lines) == 2
+    ys = [[float(xy.split(",")[1]) for xy in line.split()] for line in lines]
+    # scratch first: it rises less than SGI (0.1 -> 0.3 against 0.05 -> 0.4; y grows downwards)
+    assert ys[0][0] > ys[0][1] and ys[1][0] > ys[0][0] and ys[1][1] < ys[0][1]
+    assert "from scratch" not in texts  # scratch is a line here, not a level
+    ms.write_finetune_budget_figure(folders, path, reps=100)  # our own figure: redrawn
+    foreign = tmp_path / "mine.svg"
+    foreign.write_text("<svg>mine</svg>")
+    with pytest.raises(FileExistsError, match="mine.svg"):
+        ms.write_finetune_budget_figure(folders, foreign, reps=100)
+    assert foreign.read_text() == "<svg>mine</svg>"
+    with pytest.raises(ValueError, match="no method besides none"):
+        ms.write_finetune_budget_figure({"10k": study, "20k": tmp_path / "x"}, tmp_path / "n.svg")
+    assert not (tmp_path / "n.svg").exists()
+
+
 def test_finetune_budget_reads_either_readout(tmp_path):
     """At 20k steps SGI's final evaluations are above scratch's in every seed (0.4 against 0.3)
     but its training episodes below (mean 1.0 against 5.0): the training readout turns the
