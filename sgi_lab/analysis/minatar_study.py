@@ -231,6 +231,11 @@ READOUTS = ("eval", "training")
 """How a finished agent is scored: its final evaluation, or the mean of its training episodes."""
 
 
+def _check_readout(readout: str) -> None:
+    if readout not in READOUTS:
+        raise ValueError(f"readout {readout!r}: not one of {', '.join(READOUTS)}")
+
+
 def readout_runs(runs: pd.DataFrame, readout: str = "training") -> pd.DataFrame:
     """The finished agents of ``runs`` scored by ``readout`` (`READOUTS`, `_with_readouts`):
     ``score`` and ``normalized`` replaced by that readout's raw return and its normalised
@@ -241,8 +246,7 @@ def readout_runs(runs: pd.DataFrame, readout: str = "training") -> pd.DataFrame:
     Raises:
         ValueError: an unknown ``readout`` (named, with the known ones).
     """
-    if readout not in READOUTS:
-        raise ValueError(f"readout {readout!r}: not one of {', '.join(READOUTS)}")
+    _check_readout(readout)
     done = _with_readouts(runs)
     if done.empty:
         return done
@@ -645,8 +649,7 @@ def finetune_budget_runs(folders: Mapping[str, str | Path], readout: str = "eval
 
     Raises:
         ValueError: an unknown ``readout``."""
-    if readout not in READOUTS:
-        raise ValueError(f"readout {readout!r}: not one of {', '.join(READOUTS)}")
+    _check_readout(readout)
     frames = []
     for budget, folder in folders.items():
         runs = study_runs(folder)
@@ -790,8 +793,7 @@ def finetune_budget_returns(
 
     Raises:
         ValueError: an unknown ``readout``."""
-    if readout not in READOUTS:
-        raise ValueError(f"readout {readout!r}: not one of {', '.join(READOUTS)}")
+    _check_readout(readout)
     parts = []
     for budget, folder in folders.items():
         runs = finetune_budget_runs({budget: folder})
