@@ -21,6 +21,7 @@ from sgi_lab.experiments.graph import (
 )
 from sgi_lab.experiments.report import write_report
 from sgi_lab.experiments.scheduler import (
+    REBUILD_NEEDS_ARCHIVE,
     rebuild_graph,
     run_graph,
 )
@@ -70,6 +71,8 @@ def main_experiment(args: argparse.Namespace) -> int:
     graph = expand(experiment, out)
     if args.rebuild and args.report_only:
         raise ConfigError("--rebuild pretrains again; it does not go with --report-only")
+    if args.rebuild and args.dry_run and not args.archive:  # run_graph refuses the real run
+        raise ConfigError(REBUILD_NEEDS_ARCHIVE)
     if args.dry_run:
         if args.rebuild:  # what run_graph would run (it cuts the graph itself)
             graph = rebuild_graph(graph, args.rebuild)

@@ -110,6 +110,13 @@ class _Progress:
 STATES = ("pending", "running", "done", "failed", "blocked", "unneeded")
 
 
+REBUILD_NEEDS_ARCHIVE = (
+    "--rebuild: needs --archive DIR, the archive that restored those runs (their curves are "
+    "checked against it)"
+)
+"""Why a rebuild without an archive is refused (by `run_graph`, and by the CLI's dry run)."""
+
+
 def run_graph(
     graph: Graph,
     executor: str = "local",
@@ -176,10 +183,7 @@ def run_graph(
         raise ValueError("archive and storage together are not supported: choose one")
 
     if rebuild and archive is None:
-        raise ValueError(
-            "--rebuild: needs --archive DIR, the archive that restored those runs (their curves "
-            "are checked against it)"
-        )
+        raise ValueError(REBUILD_NEEDS_ARCHIVE)
     if rebuild:
         graph = rebuild_graph(graph, rebuild)
     order = branch_order(graph, first) if branch_first else first_order(graph, first)

@@ -492,6 +492,7 @@ def test_the_rebuild_flag_refuses_what_it_cannot_do_before_anything_is_written(
     base = ["experiment", str(STUDY), "--out", str(out)]
     for args, message in [
         (["--rebuild", "pretrain/s__*"], "--rebuild: needs --archive DIR"),
+        (["--rebuild", "pretrain/s__*", "--dry-run"], "--rebuild: needs --archive DIR"),
         (["--archive", str(dest), "--rebuild", "finetune/*"], "matches no pretraining task"),
         (
             ["--archive", str(dest), "--rebuild", "pretrain/s__*", "--report-only"],
