@@ -330,6 +330,11 @@ class FinetuneConfig(StageConfig):
         "predictor) at the base lr (sgim_finetune.sh)",
     )
     pretrained: str | None = F(None, "pretraining run folder to start from (None: SGI-None)")
+    pretrained_values: Literal["loaded", "initial"] = F(
+        "loaded",
+        "with pretrained: 'loaded' copies its tensors; 'initial' keeps this model's own "
+        "initialization for them, trained in the same groups at the same lrs (negative control)",
+    )
     eval_episodes: int = F(100, "evaluation episodes at the end", positive=True)
     eval_eps: float = F(0.001, "evaluation epsilon")
     eval_envs: int = F(8, "environments stepped together in evaluation", positive=True)

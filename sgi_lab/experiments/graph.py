@@ -269,6 +269,9 @@ def _pretrain_tasks(
             pretrain_configs[spec.name] = _reused_config(f"pretrain[{i}].run", pattern, experiment)
             reused[spec.name] = pattern
             continue
+        if spec.kind == "agent":
+            pretrain_configs[spec.name] = _agent_tasks(spec, experiment, out, tasks, params_files)
+            continue
         if spec.data in missing:
             continue
         config = load_config(PretrainConfig, spec.params, spec.set)
@@ -300,6 +303,47 @@ def _pretrain_tasks(
             )
 
     return pretrain_configs
+
+
+def _agent_tasks(
+    spec: Any,
+    experiment: Experiment,
+    out: Path,
+    tasks: list[Task],
+    params_files: dict[str, dict[str, Any]],
+) -> FinetuneConfig:
+    """A pretraining config of kind ``agent`` (the positive control's source): one task per
+    game training a from-scratch agent (``sgi-lab finetune``, seed from its config) into
+    ``pretrain/NAME__GAME``, which finetuning then loads as it loads a pretraining run
+    (`sgi_lab.train.transfer.agent_part`). Returns its config."""
+    config = load_config(FinetuneConfig, spec.params, {**spec.set, "pretrained": None})
+    meta = read_params(spec.params)
+    params_path = out / "params" / f"{run_name('agent', spec.name)}.yaml"
+    params_files[str(params_path)] = {
+        "name": spec.name,
+        "description": meta.get("description", ""),
+        "config": to_dict(config),
+    }
+    for game in experiment.games:
+        folder = out / "pretrain" / run_name(spec.name, game)
+        argv = ("finetune", "--params", str(params_path), "--game", game)
+        argv += ("--seed", str(config.seed), "--out", str(folder), "--no-progress")
+        tasks.append(
+            Task(
+                id=f"pretrain/{folder.name}",
+                kind="pretrain",
+                folder=folder,
+                deps=(),
+                argv=argv,
+                stage="finetune",
+                encoder=config.encoder,
+                steps=config.steps,
+                agents=((game, config.seed),),
+                agent_folders=(folder,),
+                resources=_resources(experiment, "finetune"),
+            )
+        )
+    return config
 
 
 def _reused_config(where: str, pattern: str, experiment: Experiment) -> PretrainConfig:
@@ -362,6 +406,7 @@ class _Branch:
     pattern: str | None
     configs: tuple[FinetuneConfig, ...]
     folder_of: dict[tuple[str, int], Path]
+    seeds: tuple[int, ...]
     reused: bool = False  # its pretrained runs are another experiment's (no task to wait for)
 
 
@@ -400,10 +445,9 @@ def _finetune_branches(
             pattern = (
                 None if scratch else reused.get(base) or str(out / "pretrain" / f"{base}__{{game}}")
             )
+            seeds = spec.seeds if spec.seeds is not None else experiment.seeds
             configs = population_configs(
-                dataclasses.replace(config, pretrained=pattern),
-                experiment.games,
-                experiment.seeds,
+                dataclasses.replace(config, pretrained=pattern), experiment.games, seeds
             )
             folder_of = dict(
                 zip(
@@ -423,6 +467,7 @@ def _finetune_branches(
                     pattern,
                     tuple(configs),
                     folder_of,
+                    tuple(seeds),
                     reused=base in reused,
                 )
             )
@@ -452,9 +497,9 @@ def _finetune_tasks(
             part
             for games in _same_observation(experiment.games, config)
             for part in (
-                [(games, list(experiment.seeds))]
+                [(games, list(branch.seeds))]
                 if experiment.max_agents is None
-                else split_population(games, experiment.seeds, experiment.max_agents)
+                else split_population(games, list(branch.seeds), experiment.max_agents)
             )
         ]
         for k, (games, seeds) in enumerate(parts):

@@ -21,6 +21,7 @@ from sgi_lab.config import (
     PretrainConfig,
     check_key_value,
     check_value,
+    load_config,
     load_yaml_mapping,
 )
 from sgi_lab.envs.factory import canonical_env_game
@@ -124,6 +125,20 @@ class PretrainSpec:
     """A pretraining configuration, run once per game on that game's dataset."""
 
     name: str = F(REQUIRED, "label, recorded as the run's params name (sgi_m, sgi_w, s_g...)")
+    kind: Literal["pretrain", "agent"] = F(
+        "pretrain",
+        "pretrain: sgi-lab pretrain on data; agent: a from-scratch agent (params: a "
+        "params/finetune file, no data) trained on each game, whose encoder, transition model, "
+        "head's first layers and predictor finetuning then loads: the positive control",
+    )
+    draws: int = F(
+        1,
+        "independent runs per game (seeds seed, seed+1, ...; runs NAME__dK): the finetuning "
+        "seeds are dealt to them in turn, so a method's arm spans several pretrained encoders",
+    )
+    draw_of: str | None = F(
+        None, "written when draws are expanded: the config this is a draw of (its arm's name)"
+    )
     params: str | None = F(None, "params/pretrain file (with data; or run)")
     data: str | None = F(None, "name of a data source of this experiment (with params)")
     set: dict[str, Any] = F({}, "overrides of the params file's config (steps, encoder...)")
@@ -148,6 +163,7 @@ class FinetuneSpec:
     set: dict[str, Any] = F(
         {}, "overrides of the params file's config (the encoder follows the pretraining config)"
     )
+    seeds: list[int] | None = F(None, "its finetuning seeds (null: the experiment's)")
 
 
 @dataclass(frozen=True)
@@ -178,6 +194,31 @@ class ProbeSpec:
 
 
 @dataclass(frozen=True)
+class QuestionSpec:
+    """A study's question, declared before it runs: the baseline arm, the primary contrasts,
+    the endpoint, the games that count and the error rate (docs/experiments.md, "A study's
+    question"). An arm is a finetuning label: ``NAME`` from scratch, ``NAME__PRETRAIN``
+    otherwise, pooled over the pretraining config's draws."""
+
+    text: str = F(REQUIRED, "the question, in one sentence")
+    baseline: str = F(REQUIRED, "the baseline arm (e.g. sgi_none)")
+    primary: list[str] = F(REQUIRED, "the primary contrasts: arms each compared with the baseline")
+    secondary: list[list[str]] = F(
+        [], "other declared contrasts, [arm, against] pairs: a Holm family of their own"
+    )
+    endpoint: Literal["p_improvement"] = F(
+        "p_improvement", "P(improvement) over the baseline, averaged over the games that count"
+    )
+    readout: Literal["final", "training"] = F(
+        "final", "an agent's score: its final evaluation's mean return, or its training episodes'"
+    )
+    games: list[str] = F([], "the games that count (empty: all the experiment's)")
+    alpha: float = F(0.05, "family-wise error rate, Holm across the primary contrasts")
+    resamples: int = F(10_000, "bootstrap resamples and permutations (at least 10,000)")
+    effect: float = F(0.25, "the effect the seeds are sized for: a relative gain of the IQM")
+
+
+@dataclass(frozen=True)
 class Experiment:
     """A table of the paper: data -> pretraining per game -> finetuning populations -> report."""
 
@@ -201,6 +242,9 @@ class Experiment:
         "agents per finetuning population: games x seeds beyond it become several tasks (each "
         "some games x some seeds, run in parallel where resources allow); null: one task each, "
         "which trains as many agents at a time as the device's memory holds (--max-agents auto)",
+    )
+    question: QuestionSpec | None = F(
+        None, "the study's question, declared before it runs (its primary test leads the report)"
     )
     share_populations: bool = F(
         False,
@@ -299,9 +343,151 @@ def load_experiment(
             for k, d in experiment.data.items()
         },
     )
+    if experiment.question is not None and experiment.question.games:
+        try:
+            games = [canonical_env_game(g) for g in experiment.question.games]
+        except UnknownGameError as exc:
+            raise ConfigError(f"{path}: question.games: {exc}") from None
+        question = dataclasses.replace(experiment.question, games=games)
+        experiment = dataclasses.replace(experiment, question=question)
     _check_references(experiment, path)
     _check_sets(experiment, path)
-    return experiment
+    return expand_draws(experiment)
+
+
+# -- a study's design: draws of a pretraining config, arms, the question ---------------------
+
+
+def draw_name(name: str, k: int) -> str:
+    """The pretraining config of draw ``k`` of ``name`` (its runs ``pretrain/NAME__dK__GAME``)."""
+    return f"{name}__d{k}"
+
+
+def draw_seeds(seeds: list[int], k: int, draws: int) -> list[int]:
+    """The finetuning seeds dealt to draw ``k`` of ``draws``: every ``draws``-th, from the k-th."""
+    return list(seeds[k::draws])
+
+
+def arm_labels(experiment: Experiment) -> dict[str, list[str]]:
+    """Each arm (a finetuning label: ``NAME`` from scratch, else ``NAME__PRETRAIN``) -> the
+    finetuning labels (run folders under ``finetune/``) it pools: one, or one per draw of its
+    pretraining config. Reads the experiment before or after `expand_draws`."""
+    configs = {p.name: p for p in experiment.pretrain}
+    arms: dict[str, list[str]] = {}
+    for spec in experiment.finetune:
+        for base in spec.pretrain:
+            if base == NO_PRETRAINING:
+                arms.setdefault(spec.name, []).append(spec.name)
+                continue
+            config = configs[base]
+            arm = f"{spec.name}__{config.draw_of or base}"
+            names = (
+                [draw_name(base, k) for k in range(config.draws)] if config.draws > 1 else [base]
+            )
+            arms.setdefault(arm, []).extend(f"{spec.name}__{n}" for n in names)
+    return arms
+
+
+def expand_draws(experiment: Experiment) -> Experiment:
+    """Each pretraining config with ``draws: N > 1`` as N configs ``NAME__dK`` (seed + k), the
+    finetuning configs that start from it as one config per draw, with the seeds dealt to that
+    draw (`draw_seeds`), and its probes as probes of each draw. An experiment without draws is
+    returned as it is; one expanded already too (its draws are 1)."""
+    drawn = {p.name: p for p in experiment.pretrain if p.draws > 1}
+    if not drawn:
+        return experiment
+    pretrain = []
+    for spec in experiment.pretrain:
+        if spec.name not in drawn:
+            pretrain.append(spec)
+            continue
+        cls = FinetuneConfig if spec.kind == "agent" else PretrainConfig
+        seed = load_config(cls, spec.params, spec.set).seed if spec.params else 0
+        pretrain += [
+            dataclasses.replace(
+                spec,
+                name=draw_name(spec.name, k),
+                draws=1,
+                draw_of=spec.name,
+                set={**spec.set, "seed": seed + k},
+            )
+            for k in range(spec.draws)
+        ]
+    finetune = []
+    for spec in experiment.finetune:
+        kept = [b for b in spec.pretrain if b not in drawn]
+        if kept:
+            finetune.append(dataclasses.replace(spec, pretrain=kept))
+        seeds = spec.seeds if spec.seeds is not None else experiment.seeds
+        for base in (b for b in spec.pretrain if b in drawn):
+            n = drawn[base].draws
+            finetune += [
+                dataclasses.replace(
+                    spec, pretrain=[draw_name(base, k)], seeds=draw_seeds(seeds, k, n)
+                )
+                for k in range(n)
+            ]
+    probe = [
+        dataclasses.replace(
+            spec,
+            pretrain=[
+                d
+                for b in spec.pretrain
+                for d in ([draw_name(b, k) for k in range(drawn[b].draws)] if b in drawn else [b])
+            ],
+        )
+        for spec in experiment.probe
+    ]
+    return dataclasses.replace(experiment, pretrain=pretrain, finetune=finetune, probe=probe)
+
+
+def _check_draws(experiment: Experiment, path: Path) -> None:
+    """A drawn pretraining config leaves every draw some seeds of each config finetuned from it."""
+    drawn = {p.name: p.draws for p in experiment.pretrain if p.draws > 1}
+    for i, spec in enumerate(experiment.finetune):
+        seeds = spec.seeds if spec.seeds is not None else experiment.seeds
+        for base in (b for b in spec.pretrain if b in drawn):
+            if len(seeds) < drawn[base]:
+                raise ConfigError(
+                    f"{path}: finetune[{i}]: {len(seeds)} seeds for the {drawn[base]} draws of "
+                    f"{base!r}; each draw needs at least one (seeds are dealt to them in turn)"
+                )
+
+
+def _check_question(experiment: Experiment, path: Path) -> None:
+    """The question's arms are finetuning labels of this experiment, its games its games, and
+    its error rate and resample count usable."""
+    question = experiment.question
+    if question is None:
+        return
+    arms = arm_labels(experiment)
+    named = [("question.baseline", question.baseline)]
+    named += [(f"question.primary[{i}]", a) for i, a in enumerate(question.primary)]
+    for i, pair in enumerate(question.secondary):
+        if len(pair) != 2:
+            raise ConfigError(f"{path}: question.secondary[{i}]: [arm, against], got {pair}")
+        named += [(f"question.secondary[{i}]", a) for a in pair]
+    for where, arm in named:
+        if arm not in arms:
+            raise ConfigError(
+                f"{path}: {where}: {arm!r} is not an arm of this experiment; arms: {sorted(arms)}"
+            )
+    if not question.primary or question.baseline in question.primary:
+        raise ConfigError(
+            f"{path}: question.primary: at least one arm, not the baseline {question.baseline!r}"
+        )
+    outside = [g for g in question.games if g not in experiment.games]
+    if outside:
+        raise ConfigError(f"{path}: question.games: {outside} are not the experiment's games")
+    if not 0 < question.alpha < 1:
+        raise ConfigError(f"{path}: question.alpha: in (0, 1), got {question.alpha}")
+    if question.resamples < 10_000:
+        raise ConfigError(
+            f"{path}: question.resamples: at least 10,000 (interval ends that hold to the "
+            f"second decimal), got {question.resamples}"
+        )
+    if question.effect <= 0:
+        raise ConfigError(f"{path}: question.effect: a relative gain > 0, got {question.effect}")
 
 
 def _check_sets(experiment: Experiment, path: Path) -> None:
@@ -309,7 +495,10 @@ def _check_sets(experiment: Experiment, path: Path) -> None:
     blamed on the experiment file and its entry (``exp.yaml: pretrain[0].set.bogus: ...``),
     not on the params file it overrides."""
 
-    entries = [(f"pretrain[{i}]", PretrainConfig, s.set) for i, s in enumerate(experiment.pretrain)]
+    entries = [
+        (f"pretrain[{i}]", FinetuneConfig if s.kind == "agent" else PretrainConfig, s.set)
+        for i, s in enumerate(experiment.pretrain)
+    ]
     entries += [
         (f"finetune[{i}]", FinetuneConfig, s.set) for i, s in enumerate(experiment.finetune)
     ]
@@ -405,6 +594,15 @@ def _check_references(experiment: Experiment, path: Path) -> None:
                     f"({len(experiment.games)} games), got {spec.run!r}"
                 )
             continue
+        if spec.draws < 1:
+            raise ConfigError(f"{path}: pretrain[{i}].draws: at least 1, got {spec.draws}")
+        if spec.kind == "agent":
+            if not spec.params or spec.data:
+                raise ConfigError(
+                    f"{path}: pretrain[{i}]: an agent is trained from scratch on each game: "
+                    "params (a params/finetune file) and no data"
+                )
+            continue
         for key in ("params", "data"):
             if not getattr(spec, key):
                 raise ConfigError(
@@ -425,6 +623,12 @@ def _check_references(experiment: Experiment, path: Path) -> None:
                     f"{path}: finetune[{i}].pretrain: {name!r} is not one of {names} "
                     f"(or '{NO_PRETRAINING}')"
                 )
+    for i, spec in enumerate(experiment.finetune):
+        if spec.seeds is not None and (not spec.seeds or duplicates(spec.seeds)):
+            raise ConfigError(f"{path}: finetune[{i}].seeds: distinct seeds, or null")
+    _check_draws(experiment, path)
+    _check_question(experiment, path)
+    agents = {p.name for p in experiment.pretrain if p.kind == "agent"}
     probe_names = [p.name for p in experiment.probe]
     if duplicates(probe_names):
         raise ConfigError(f"{path}: probe: repeated names {duplicates(probe_names)}")
@@ -440,6 +644,11 @@ def _check_references(experiment: Experiment, path: Path) -> None:
                 raise ConfigError(
                     f"{path}: probe[{i}].pretrain: {name!r} is not one of {names} "
                     f"(or '{NO_PRETRAINING}')"
+                )
+            if name in agents:
+                raise ConfigError(
+                    f"{path}: probe[{i}].pretrain: {name!r} is an agent, not a pretraining run; "
+                    "probe its model with sgi-lab probe RUN/model.pt"
                 )
             if name in reused:  # a probe writes its results into the run folder
                 raise ConfigError(

@@ -223,10 +223,11 @@ def pretrained_source(source: str | os.PathLike) -> Path:
     """The file a finetuning run may load its pretrained weights from.
 
     Args:
-        source: a pretraining run folder, or a model/checkpoint file named explicitly.
+        source: a pretraining run folder (or a finished finetuning agent's: the positive
+            control's source), or a model/checkpoint file named explicitly.
 
     Returns:
-        ``RUN/model.pt`` of a finished pretraining run, or the file itself when ``source`` is a
+        ``RUN/model.pt`` of a finished pretraining run (or agent), or the file itself when ``source`` is a
         file (an explicit choice, e.g. ``RUN/checkpoints/ckpt_00002000.pt``).
 
     Raises:
@@ -240,9 +241,11 @@ def pretrained_source(source: str | os.PathLike) -> Path:
     if not source.is_dir():
         raise ConfigError(f"pretrained: {source}: no such pretraining run folder or model file")
     kind = run_kind(source)
-    if kind not in ("pretrain", ""):
+    if kind not in ("pretrain", "finetune", ""):
         what = "not an sgi-lab run" if kind is None else f"a {kind} run"
-        raise ConfigError(f"pretrained: {source}: {what}, not a pretraining run")
+        raise ConfigError(
+            f"pretrained: {source}: {what}, not a pretraining run (or a finetuned agent's run)"
+        )
     status = read_status(source) or {}
     model = source / "model.pt"
     if status.get("state") == FINISHED and model.is_file():

@@ -131,6 +131,11 @@ def prepare_agents(agents: list[AgentRun]) -> int:
             + "; resume them as separate populations, or start over with --overwrite"
         )
     for a in agents:
+        if a.config.pretrained_values != "loaded" and not a.config.pretrained:
+            raise ConfigError(
+                f"pretrained_values: {a.config.pretrained_values!r} needs a pretrained run (its "
+                "tensors' names and learning-rate groups); this agent has none"
+            )
         if a.config.pretrained:
             a.pretrained = load_pretrained(a.config.pretrained)
             a.log(
@@ -177,7 +182,7 @@ def agent_model(a: AgentRun) -> SGIModel:
     if a.checkpoint is not None:
         model.load_state_dict(a.checkpoint["model"])
     elif a.pretrained is not None:
-        a.transfer = transfer_pretrained(model, a.pretrained)
+        a.transfer = transfer_pretrained(model, a.pretrained, a.config.pretrained_values)
     else:
         a.transfer = Transfer(loaded=(), fresh=tuple(model.state_dict()))
     if a.config.scheme == "frozen" and not a.transfer.loaded:

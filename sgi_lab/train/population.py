@@ -69,6 +69,7 @@ POPULATION_KEYS = (
     "encoder_lr_scale",
     "pretrained_lr_scale",
     "lr_groups",
+    "pretrained_values",
 )
 """Config keys that may differ between the agents of one population; all others are shared.
 The learning-rate keys only set each agent's rates (`Population.lr_factors`); a scheme that

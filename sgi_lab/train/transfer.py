@@ -7,6 +7,13 @@ ATC head) are ignored; a shared name with another shape is an error. The noisy l
 then reset (pretraining runs noise-free). A model with the RL head's own copy of the Q head's first
 layers (``rl_hidden.``, `FinetuneConfig.rl_head_hidden`) gets it from the pretrained first layers
 too. The learning-rate groups of each scheme are in `lr_group` and README.md.
+
+Two controls use the same path (docs/experiments.md, "A study's question"): a *finetuned agent*
+(a from-scratch agent's run folder, the positive control's source) is read like a pretraining
+run, its Q output layers left out, so that it provides exactly the tensors a pretraining run
+provides; and ``pretrained_values: initial`` (the negative control) keeps the finetuning model's
+own initialization for the tensors the pretrained model provides while they train in the same
+groups at the same learning rates.
 """
 
 from __future__ import annotations
@@ -28,12 +35,15 @@ from sgi_lab.runs.folder import foreign_model_problem
 from sgi_lab.runs.status import pretrained_source
 
 __all__ = [
+    "AGENT_KIND",
     "ARCHITECTURE_ARGS",
     "LR_GROUPS",
+    "PRETRAINED_VALUES",
     "PRETRAINED_TARGET_PREFIXES",
     "Pretrained",
     "PretrainedMismatchError",
     "Transfer",
+    "agent_part",
     "load_pretrained",
     "lr_group",
     "lr_scales",
@@ -98,6 +108,7 @@ class Pretrained:
     params: str | None = None
     config: dict[str, Any] | None = None
     target_state: dict[str, torch.Tensor] | None = None
+    source_kind: str = "pretrain"  # "pretrain", or "agent": a finetuned agent's model
 
     def build_model(self) -> SGIModel:
         """The pretrained SGIModel itself, in eval mode (for analysis notebooks)."""
@@ -131,10 +142,11 @@ def load_pretrained(source: str | Path, allow_unfinished: bool = False) -> Pretr
         path = checkpoints[-1]
     path = pretrained_source(path)
     payload = load_checkpoint(path, "cpu")
-    if payload.get("kind") not in ("pretrained_model", "pretrain"):
+    if payload.get("kind") not in (*PRETRAINED_KINDS, AGENT_KIND):
         raise CheckpointError(
             f"{path}: a {payload.get('kind')!r} file, expected a pretrained model "
-            "('pretrained_model' or a 'pretrain' checkpoint)"
+            f"('pretrained_model' or a 'pretrain' checkpoint) or a finetuned agent's "
+            f"({AGENT_KIND!r})"
         )
     for key in ("model", "model_args"):
         if not isinstance(payload.get(key), dict):
@@ -149,9 +161,10 @@ def load_pretrained(source: str | Path, allow_unfinished: bool = False) -> Pretr
     except (OSError, json.JSONDecodeError):
         status = {}
     target = payload.get("target")
+    agent = payload.get("kind") == AGENT_KIND
     return Pretrained(
         path=path,
-        state=payload["model"],
+        state=agent_part(payload["model"]) if agent else payload["model"],
         model_args=dict(payload["model_args"]),
         step=int(payload.get("step", 0)),
         game=payload.get("game"),
@@ -160,7 +173,23 @@ def load_pretrained(source: str | Path, allow_unfinished: bool = False) -> Pretr
         # older files hold the whole target: cut it as model.pt now does, so that a file's age
         # never changes where finetuning starts
         target_state=pretrained_target_part(target) if isinstance(target, dict) else None,
+        source_kind="agent" if agent else "pretrain",
     )
+
+
+PRETRAINED_KINDS = ("pretrained_model", "pretrain")
+AGENT_KIND = "finetuned_model"
+"""A finetuned agent's ``model.pt``: the positive control's source (`agent_part`)."""
+
+
+def agent_part(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """What finetuning loads of a finetuned agent's model: every tensor but the Q head's output
+    layers (``q_output``), i.e. the encoder, transition model, the head's first layers (SPR's
+    projection) and the predictor: the tensors an SGI pretraining run provides, so that a
+    positive control transfers exactly what the pretrained arm transfers, at the same learning
+    rates. The outputs are the agent's action values; loading them would transfer a policy,
+    not a representation."""
+    return {k: v for k, v in state.items() if parameter_group(k) != "q_output"}
 
 
 @dataclass(frozen=True)
@@ -172,28 +201,41 @@ class Transfer:
         fresh: names of the finetuning model left at their initialization.
         ignored: names only the pretrained model has.
         source: the file they came from (None: no pretraining).
+        values: ``"loaded"``, or ``"initial"``: the ``loaded`` names count as loaded (their
+            groups and learning rates) but kept the model's initialization (negative control).
+        source_kind: ``"pretrain"``, or ``"agent"``: a finetuned agent (positive control).
     """
 
     loaded: tuple[str, ...] = ()
     fresh: tuple[str, ...] = ()
     ignored: tuple[str, ...] = ()
     source: str | None = None
+    values: str = "loaded"  # "initial": the loaded names keep their initialization
+    source_kind: str = "pretrain"  # "agent": the source is a finetuned agent
 
     def to_json(self) -> dict[str, Any]:
         return {
             "source": self.source,
+            "source_kind": self.source_kind,
+            "values": self.values,
             "loaded": list(self.loaded),
             "fresh": list(self.fresh),
             "ignored": list(self.ignored),
         }
 
 
-def transfer_pretrained(model: SGIModel, pretrained: Pretrained) -> Transfer:
+def transfer_pretrained(
+    model: SGIModel, pretrained: Pretrained, values: str = "loaded"
+) -> Transfer:
     """Copy every tensor the two models share by name (shapes must agree), then reset the noisy
     layers' sigmas (pretraining runs without noise). A model with ``rl_hidden.`` (the RL head's
     copy of the first layers, docs/paper_vs_code.md row 40) then gets ``head.*_hidden.`` copied
     into it, sigmas reset, as the reference's ``copy_base_params`` starts both copies from the
     pretrained first layers; it counts as loaded (its learning rate is the projection's).
+
+    ``values="initial"`` (`FinetuneConfig.pretrained_values`, the negative control) copies
+    nothing: the same tensors count as loaded, and so train in the same groups at the same
+    learning rates, but keep the model's own initialization.
 
     Raises:
         PretrainedMismatchError: different encoders, or shared names with different shapes
@@ -224,8 +266,11 @@ def transfer_pretrained(model: SGIModel, pretrained: Pretrained) -> Transfer:
             f"{pretrained.path}: {len(mismatched)} tensor(s) differ in shape{hint}: "
             + "; ".join(mismatched)
         )
+    if values not in PRETRAINED_VALUES:
+        raise ValueError(f"values: one of {PRETRAINED_VALUES}, got {values!r}")
     loaded = tuple(k for k in own if k in theirs)
-    model.load_state_dict({**own, **{k: theirs[k] for k in loaded}})
+    if values == "loaded":
+        model.load_state_dict({**own, **{k: theirs[k] for k in loaded}})
     model.reset_noise_parameters()
     loaded += _copy_rl_hidden(model, frozenset(loaded))
     got = frozenset(loaded)
@@ -234,7 +279,12 @@ def transfer_pretrained(model: SGIModel, pretrained: Pretrained) -> Transfer:
         fresh=tuple(k for k in own if k not in got),
         ignored=tuple(k for k in theirs if k not in own),
         source=str(pretrained.path),
+        values=values,
+        source_kind=pretrained.source_kind,
     )
+
+
+PRETRAINED_VALUES = ("loaded", "initial")
 
 
 RL_HIDDEN = "rl_hidden."

@@ -96,7 +96,13 @@ def test_every_experiment_expands(file, tmp_path, monkeypatch):
     agents: dict[str, set] = {}
     finetunes = [t for t in graph.tasks if t.kind == "finetune"]
     folders = [f for t in finetunes for f in t.agent_folders]
-    assert len(folders) == len(set(folders)) == branches * len(games) * len(seeds)
+    # a config's own seeds (a drawn pretraining config deals the experiment's to its draws)
+    seeds_of = {
+        f"{f.name}__{b}" if b != "none" else f.name: f.seeds if f.seeds is not None else seeds
+        for f in experiment.finetune
+        for b in f.pretrain
+    }
+    assert len(folders) == len(set(folders)) == len(games) * sum(map(len, seeds_of.values()))
     for task in finetunes if experiment.share_populations else ():
         # configs that may share a population together, one observation spec each
         assert len({ex.graph.observation_spec(g) for g, _ in task.agents}) == 1
@@ -104,17 +110,20 @@ def test_every_experiment_expands(file, tmp_path, monkeypatch):
         assert "--agents" in task.argv and all(d.startswith("pretrain/") for d in task.deps)
     for task in finetunes if not experiment.share_populations else ():
         # all games of one observation spec x seeds as a population; every pair once
-        group = {g for g, _ in task.agents}
-        assert set(task.agents) == {(g, s) for g in group for s in seeds}
+        group, own = {g for g, _ in task.agents}, seeds_of[task.folder.name]
+        assert set(task.agents) == {(g, s) for g in group for s in own}
         assert len({ex.graph.observation_spec(g) for g in group}) == 1
-        assert len(task.agent_folders) == len(group) * len(seeds)
+        assert len(task.agent_folders) == len(group) * len(own)
         assert all(d.startswith("pretrain/") for d in task.deps)
         assert len(task.deps) in (0, len(group))
         config = agents.setdefault(task.folder.name, set())
         assert not config & set(task.agents)
         config |= set(task.agents)
     if not experiment.share_populations:
-        assert all(pairs == {(g, s) for g in games for s in seeds} for pairs in agents.values())
+        assert all(
+            pairs == {(g, s) for g in games for s in seeds_of[name]}
+            for name, pairs in agents.items()
+        )
     report = graph.task("report")
     assert set(report.deps) == {t.id for t in graph.tasks if t.kind in ("finetune", "probe")}
 
