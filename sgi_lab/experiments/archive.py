@@ -22,6 +22,7 @@ the archived run (`compare_rebuilt`); a rebuilt run is never archived.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -35,6 +36,7 @@ from typing import Any
 import yaml
 
 from sgi_lab.base.files import LOCK_FILE, RunFolderError, atomic_write, atomic_write_text
+from sgi_lab.config import FinetuneConfig, PretrainConfig
 from sgi_lab.experiments.graph import Graph, Task
 from sgi_lab.experiments.spec import EXPERIMENT_FILE
 from sgi_lab.experiments.state import task_done
@@ -72,16 +74,49 @@ def kept(rel: str | PurePosixPath) -> bool:
     )
 
 
-def task_fingerprint(graph: Graph, task: Task) -> str:
+def task_fingerprint(
+    graph: Graph, task: Task, archived: dict[str, dict[str, Any]] | None = None
+) -> str:
     """SHA-256 of what a task computes: its command and the params files it names, with the
-    experiment folder's path as ``{out}`` (an archive restores into another clone's folder)."""
+    experiment folder's path as ``{out}`` (an archive restores into another clone's folder).
+
+    ``archived`` (params file path -> the payload the archive holds for it) computes it as the
+    archive's code did: a config key the archived payload lacks, at its field's default, is left
+    out (`_as_archived`), so that a field added to a config since, which changes nothing of what
+    ran, does not make every archived task run again."""
     out = str(graph.out)
     parts = [" ".join(task.argv).replace(out, "{out}")]
     for arg in task.argv:
         if arg in graph.params_files:
-            text = yaml.safe_dump(graph.params_files[arg], sort_keys=True)
+            payload = graph.params_files[arg]
+            if archived is not None and arg in archived:
+                payload = _as_archived(payload, archived[arg])
+            text = yaml.safe_dump(payload, sort_keys=True)
             parts.append(text.replace(out, "{out}"))
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _as_archived(payload: dict[str, Any], archived: dict[str, Any]) -> dict[str, Any]:
+    """``payload`` without the config keys ``archived`` lacks that are at their default in
+    every stage config that has them (a field added since, which changes nothing); a key at
+    another value stays, so the fingerprints differ and the task runs again."""
+    config, old = payload.get("config"), archived.get("config")
+    if not isinstance(config, dict) or not isinstance(old, dict):
+        return payload
+    added = {k for k in set(config) - set(old) if _at_default(k, config[k])}
+    return {**payload, "config": {k: v for k, v in config.items() if k not in added}}
+
+
+def _at_default(key: str, value: Any) -> bool:
+    """Whether ``value`` is ``key``'s default in every stage config that has the field."""
+    defaults = [
+        f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        for cls in (PretrainConfig, FinetuneConfig)
+        for f in dataclasses.fields(cls)
+        if f.name == key
+        and (f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING)
+    ]
+    return bool(defaults) and all(d == value for d in defaults)
 
 
 def _task_folders(task: Task) -> list[Path]:
@@ -207,13 +242,23 @@ def archive(
     return [t.id for t in done]
 
 
-def _same(graph: Graph, index: dict[str, Any]) -> set[str]:
-    """The tasks the archive holds with their current `task_fingerprint`."""
+def _same(graph: Graph, index: dict[str, Any], source: Path) -> set[str]:
+    """The tasks the archive holds with their current `task_fingerprint`, or with the one the
+    archive's code computed (the archive's params files, `_as_archived`)."""
     tasks = index["tasks"]
+    archived: dict[str, dict[str, Any]] = {}
+    for path in graph.params_files:
+        rel = _rel(graph, Path(path))
+        if rel in index["files"] and (source / rel).is_file():
+            loaded = yaml.safe_load((source / rel).read_text())
+            if isinstance(loaded, dict):
+                archived[path] = loaded
     return {
         t.id
         for t in graph.tasks
-        if t.id in tasks and tasks[t.id].get("fingerprint") == task_fingerprint(graph, t)
+        if t.id in tasks
+        and tasks[t.id].get("fingerprint")
+        in (task_fingerprint(graph, t), task_fingerprint(graph, t, archived))
     }
 
 
@@ -239,7 +284,7 @@ def _folder_owners(graph: Graph, same: set[str]) -> dict[Path, tuple[list[Task],
 def archived_tasks(graph: Graph, source: str | os.PathLike) -> list[str]:
     """The tasks of ``graph`` a restore from ``source`` would bring back (read without writing
     or checking the files: the dry run's), assuming the experiment folder lacks them."""
-    owners = _folder_owners(graph, _same(graph, _read_index(Path(source))))
+    owners = _folder_owners(graph, _same(graph, _read_index(Path(source)), Path(source)))
     found = {t.id for tasks, ok in owners.values() if ok for t in tasks}
     return [t.id for t in graph.tasks if t.id in found]
 
@@ -273,7 +318,7 @@ def restore(graph: Graph, source: str | os.PathLike) -> dict[str, Any]:
                 f"archive {source}: {rel} is missing or differs from the SHA-256 {ARCHIVE_FILE} "
                 "records; restore it from git (git checkout -- PATH) before resuming"
             )
-    same = _same(graph, index)
+    same = _same(graph, index, source)
     changed = sorted(t.id for t in graph.tasks if t.id in index["tasks"] and t.id not in same)
     folders = _folder_owners(graph, same)
 

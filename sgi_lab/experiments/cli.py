@@ -19,6 +19,7 @@ from sgi_lab.experiments.graph import (
     Graph,
     expand,
 )
+from sgi_lab.experiments.question import power_markdown, power_report, question_plan
 from sgi_lab.experiments.report import write_report
 from sgi_lab.experiments.scheduler import (
     REBUILD_NEEDS_ARCHIVE,
@@ -86,7 +87,11 @@ def main_experiment(args: argparse.Namespace) -> int:
             for task_id in unneeded(graph, {t for t, x in left.items() if x == 0.0}):
                 left[task_id] = 0.0
         print(format_plan(graph, left))
+        if experiment.question is not None:
+            print("\n" + question_plan(experiment))
         return 0
+    if args.power:
+        return _print_power(args, experiment, graph)
     if args.report_only:
         check_experiment_folder(graph.out, experiment.name)
         if args.storage:
@@ -118,6 +123,22 @@ def main_experiment(args: argparse.Namespace) -> int:
     if (graph.out / "report.html").exists():
         print(f"report: {graph.out / 'report.html'}")
     return 1 if bad else 0
+
+
+def _print_power(args: argparse.Namespace, experiment: Any, graph: Graph) -> int:
+    """``--power``: what the question's design can detect, from a pilot (``--pilot``, else
+    ``--archive``, else the experiment folder); writes nothing."""
+    if experiment.question is None:
+        raise ConfigError(f"--power: {args.file} declares no question: (docs/experiments.md)")
+    pilot = args.pilot or args.archive or graph.out
+    if not (Path(pilot) / "finetune").is_dir():
+        raise ConfigError(f"--power: {pilot}: no finetune/ runs to use as a pilot (--pilot DIR)")
+    try:
+        report = power_report(pilot, experiment, args.pilot_arm, args.power_seeds)
+    except ValueError as exc:
+        raise ConfigError(f"--power: {exc}") from None
+    print(power_markdown(report))
+    return 0
 
 
 def _indent(text: str) -> str:
@@ -183,6 +204,33 @@ def add_experiment_parser(subparsers: Any) -> argparse.ArgumentParser:
         "archived one (its rebuilt.json; one that differs fails) and never archived",
     )
     p.add_argument("--report-only", action="store_true", help="write the report of what finished")
+    p.add_argument(
+        "--power",
+        action="store_true",
+        help="print what the question's design can detect (power, minimum detectable effect, "
+        "seeds needed, interval coverage), resampling a pilot's runs; runs nothing",
+    )
+    p.add_argument(
+        "--pilot",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="--power: an experiment folder or archive to resample (default: --archive, else "
+        "the experiment folder), e.g. docs/results/studies/minatar_objectives",
+    )
+    p.add_argument(
+        "--pilot-arm",
+        default=None,
+        metavar="LABEL",
+        help="--power: the pilot's finetuning label to resample (default: the question's baseline)",
+    )
+    p.add_argument(
+        "--power-seeds",
+        type=int,
+        default=None,
+        metavar="N",
+        help="--power: runs per arm and game to evaluate (default: the experiment's seeds)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress display")
     p.set_defaults(handler=main_experiment)
     return p

@@ -12,6 +12,7 @@ from sgi_lab.base.files import atomic_write_text
 from sgi_lab.experiments.graph import (
     Graph,
 )
+from sgi_lab.experiments.question import question_markdown
 from sgi_lab.experiments.spec import (
     STATE_FILE,
 )
@@ -109,6 +110,13 @@ def write_report(graph: Graph, reps: int = 2000) -> Path:
     return path
 
 
+EXPLORATORY = (
+    "Everything below is exploratory: not declared before the run, not adjusted for the many "
+    "intervals it draws from the same agents, and over whatever games and readouts each table "
+    "names. It can suggest the next study's question; it cannot answer this one."
+)
+
+
 def write_results_markdown(graph: Graph, reps: int = 2000) -> Path:
     """``results.md`` of a finetuning experiment (and ``curves.svg``, its learning curves): what
     docs/results pages are made of, regenerated with every report."""
@@ -122,6 +130,10 @@ def write_results_markdown(graph: Graph, reps: int = 2000) -> Path:
         per_seed=True,
     )
     e = graph.experiment
+    head = [f"# {e.name}", "", e.description, ""]
+    if e.question is not None:  # the declared answer first; every other table is exploratory
+        head += [question_markdown(graph.out, e), "## Exploratory", ""]
+        head += [EXPLORATORY, ""]
     path = graph.out / "results.md"
-    atomic_write_text(path, "\n".join([f"# {e.name}", "", e.description, "", tables]))
+    atomic_write_text(path, "\n".join([*head, tables]))
     return path
