@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from sgi_lab.analysis.minatar_study import readout_runs, study_runs, table_markdown
-from sgi_lab.experiments.spec import Experiment, QuestionSpec, arm_labels
+from sgi_lab.experiments.spec import NO_PRETRAINING, Experiment, QuestionSpec, arm_labels
 from sgi_lab.metrics.hypothesis import holm, iqm_of, p_improvement_test
 from sgi_lab.metrics.power import coverage, draw_studies, minimum_detectable_effect, power
 
@@ -25,6 +25,7 @@ __all__ = [
     "arm_runs",
     "arm_scores",
     "power_markdown",
+    "planned_runs",
     "power_report",
     "question_markdown",
     "question_plan",
@@ -74,6 +75,7 @@ def question_table(
     question = _question(experiment)
     games = _games(experiment)
     runs = arm_runs(folder, experiment)
+    planned = planned_runs(experiment)
     rng = np.random.default_rng(seed)
     families = [("primary", [(a, question.baseline) for a in question.primary])]
     families.append(("secondary", [tuple(pair) for pair in question.secondary]))
@@ -92,10 +94,13 @@ def question_table(
                     upper=test["upper"],
                     p=test["p"],
                     runs=f"{sum(test['runs_x'])} vs {sum(test['runs_y'])}",
+                    complete=sum(test["runs_x"]) == planned[arm] * len(games)
+                    and sum(test["runs_y"]) == planned[against] * len(games),
                 )
             found.append(row)
-        complete = [r for r in found if "p" in r]
-        # Holm only over a complete family: a partial one would adjust by too few contrasts
+        complete = [r for r in found if r.get("complete")]
+        # Holm only once every contrast of the family has all its runs: an interim answer
+        # is not the declared one, and a partial family would adjust by too few contrasts
         if complete and len(complete) == len(found):
             for r, adjusted in zip(complete, holm([r["p"] for r in complete]), strict=True):
                 r.update(p_holm=float(adjusted), reject=bool(adjusted <= question.alpha))
@@ -108,19 +113,38 @@ def question_table(
     return pd.DataFrame(rows), pd.DataFrame(arms)
 
 
-def _interval(row: pd.Series) -> str:
-    if pd.isna(row.get("p_improvement", np.nan)):
+def planned_runs(experiment: Experiment) -> dict[str, int]:
+    """Each arm's runs a game: the seeds of its finetuning labels together."""
+    seeds = {
+        f"{f.name}__{b}" if b != NO_PRETRAINING else f.name: f.seeds
+        for f in experiment.finetune
+        for b in f.pretrain
+    }
+    return {
+        arm: sum(len(seeds.get(label) or experiment.seeds) for label in labels)
+        for arm, labels in arm_labels(experiment).items()
+    }
+
+
+def _interval(row: Any) -> str:
+    value = getattr(row, "p_improvement", np.nan)
+    if pd.isna(value):
         return "running"
-    return f"{row['p_improvement']:.2f} [{row['lower']:.2f}, {row['upper']:.2f}]"
+    interim = "" if getattr(row, "complete", False) else " (interim)"
+    return f"{value:.2f} [{row.lower:.2f}, {row.upper:.2f}]{interim}"
 
 
-def _verdict(row: pd.Series, alpha: float) -> str:
-    if pd.isna(row.get("p_holm", np.nan)):
+def _verdict(row: Any, alpha: float) -> str:
+    if pd.isna(getattr(row, "p_holm", np.nan)):
         return "-"
-    if not row["reject"]:
-        return f"not separable from {row['against']} at {alpha:g}"
-    side = "above" if row["p_improvement"] > 0.5 else "below"
-    return f"**{side}** {row['against']}"
+    if not row.reject:
+        return f"not separable from {row.against} at {alpha:g}"
+    side = "above" if row.p_improvement > 0.5 else "below"
+    return f"**{side}** {row.against}"
+
+
+def _number(value: float) -> str:
+    return "-" if pd.isna(value) else f"{value:.4f}"
 
 
 def question_markdown(folder: str | Path, experiment: Experiment, seed: int = 0) -> str:
@@ -151,10 +175,10 @@ def question_markdown(folder: str | Path, experiment: Experiment, seed: int = 0)
                 f"`{r.arm}`",
                 f"`{r.against}`",
                 _interval(r),
-                "-" if pd.isna(r.get("p", np.nan)) else f"{r.p:.4f}",
-                "-" if pd.isna(r.get("p_holm", np.nan)) else f"{r.p_holm:.4f}",
+                _number(getattr(r, "p", np.nan)),
+                _number(getattr(r, "p_holm", np.nan)),
                 _verdict(r, question.alpha),
-                r.get("runs", "-") if isinstance(r.get("runs"), str) else "-",
+                r.runs if isinstance(getattr(r, "runs", None), str) else "-",
             ]
             for r in part.itertuples()
         ]
@@ -288,19 +312,13 @@ def question_plan(experiment: Experiment) -> str:
     if question is None:
         return ""
     arms = arm_labels(experiment)
-    seeds = {
-        f"{f.name}__{b}" if b != "none" else f.name: f.seeds
-        for f in experiment.finetune
-        for b in f.pretrain
-    }
+    planned = planned_runs(experiment)
     games = _games(experiment)
     lines = [f"question: {question.text}", f"  games that count: {', '.join(games)}"]
     named = dict.fromkeys([question.baseline, *question.primary, *sum(question.secondary, [])])
     for arm in named:
-        labels = arms[arm]
-        runs = sum(len(seeds.get(label) or experiment.seeds) for label in labels)
         role = "baseline" if arm == question.baseline else "arm"
-        lines.append(f"  {role} {arm}: {runs} runs a game ({', '.join(labels)})")
+        lines.append(f"  {role} {arm}: {planned[arm]} runs a game ({', '.join(arms[arm])})")
     primary = ", ".join(f"{a} vs {question.baseline}" for a in question.primary)
     lines.append(
         f"  primary test: P(improvement) of the {question.readout} readout, stratified "

@@ -66,7 +66,7 @@ def draw_studies(
 def _smoothed(scores: np.ndarray, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     """Draws from a pilot game's runs by the variance-corrected smoothed bootstrap: a run drawn
     with replacement plus Gaussian noise of Silverman's bandwidth, shrunk toward the mean so the
-    spread stays the pilot's (Efron and Tibshirani 1993, sec. 16.5). A plain bootstrap of 3
+    spread is the pilot's sample standard deviation (Efron and Tibshirani 1993, sec. 16.5). A plain bootstrap of 3
     runs has 3 values: baseline and treatment then tie often, and a multiplied tie always goes
     to the treatment, which inflates power several-fold."""
     mean, sd = scores.mean(), scores.std(ddof=1)
@@ -74,7 +74,9 @@ def _smoothed(scores: np.ndarray, rng: np.random.Generator, shape: tuple[int, ..
     if sd == 0:
         return drawn
     h = sd * (4 / (3 * scores.size)) ** 0.2
-    return mean + (drawn - mean + h * rng.standard_normal(shape)) / np.sqrt(1 + h**2 / sd**2)
+    # scaled so the draws' variance is the pilot's unbiased one (its plug-in variance + h^2)
+    scale = sd / np.sqrt(scores.var() + h**2)
+    return mean + (drawn - mean + h * rng.standard_normal(shape)) * scale
 
 
 def _rejections(draws: Draws, effect: float, alpha: float) -> np.ndarray:
