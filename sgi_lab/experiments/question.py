@@ -20,6 +20,7 @@ from sgi_lab.analysis.minatar_study import readout_runs, study_runs, table_markd
 from sgi_lab.experiments.spec import NO_PRETRAINING, Experiment, QuestionSpec, arm_labels
 from sgi_lab.metrics.hypothesis import holm, iqm_of, p_improvement_test
 from sgi_lab.metrics.power import coverage, draw_studies, minimum_detectable_effect, power
+from sgi_lab.viz.forest import ForestRow, forest_svg, write_forest_svg
 
 __all__ = [
     "arm_runs",
@@ -27,6 +28,7 @@ __all__ = [
     "power_markdown",
     "planned_runs",
     "power_report",
+    "question_figure",
     "question_markdown",
     "question_plan",
     "question_table",
@@ -147,12 +149,36 @@ def _number(value: float) -> str:
     return "-" if pd.isna(value) else f"{value:.4f}"
 
 
-def question_markdown(folder: str | Path, experiment: Experiment, seed: int = 0) -> str:
+def question_figure(contrasts: pd.DataFrame, alpha: float) -> str:
+    """The contrasts as a forest plot (`sgi_lab.viz.forest`): each family's P(improvement) and
+    interval, filled where the declared test rejects, the verdict beside it."""
+    rows = [
+        ForestRow(
+            f"{r.arm} vs {r.against}",
+            None if pd.isna(getattr(r, "p_improvement", np.nan)) else r.p_improvement,
+            None if pd.isna(getattr(r, "lower", np.nan)) else r.lower,
+            None if pd.isna(getattr(r, "upper", np.nan)) else r.upper,
+            _verdict(r, alpha).replace("**", "")
+            if not pd.isna(getattr(r, "p_holm", np.nan))
+            else ("interim" if not pd.isna(getattr(r, "p", np.nan)) else "running"),
+            strong=bool(getattr(r, "reject", False) is True),
+        )
+        for r in contrasts.itertuples()
+    ]
+    return forest_svg(rows, "The declared contrasts: P(improvement), 95 % interval")
+
+
+def question_markdown(
+    folder: str | Path, experiment: Experiment, seed: int = 0, figure: str | Path | None = None
+) -> str:
     """The pre-registered answer as Markdown: the question, a table per family (P(improvement)
     with its 95 % interval, the permutation p value and its Holm adjustment, the verdict at
-    the declared alpha), then each arm's runs and IQM."""
+    the declared alpha), then each arm's runs and IQM; with ``figure`` (an .svg path), the
+    contrasts' forest plot written there (`question_figure`) and linked."""
     question = _question(experiment)
     contrasts, arms = question_table(folder, experiment, seed)
+    if figure is not None:
+        write_forest_svg(figure, question_figure(contrasts, question.alpha))
     games = ", ".join(g.removeprefix("minatar/") for g in _games(experiment))
     lines = [
         "## The pre-registered question",
@@ -185,6 +211,8 @@ def question_markdown(folder: str | Path, experiment: Experiment, seed: int = 0)
         header = ["arm", "against", "P(improvement) [95 % CI]", "p", "p (Holm)", "verdict"]
         lines += [f"### {family.capitalize()} contrasts", ""]
         lines += [table_markdown([*header, "runs"], rows), ""]
+    if figure is not None:
+        lines += [f"![the declared contrasts]({Path(figure).name})", ""]
     arm_rows = [
         [f"`{r.arm}`", str(r.runs), "-" if pd.isna(r.iqm) else f"{r.iqm:.3f}"]
         for r in arms.itertuples()

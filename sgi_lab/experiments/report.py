@@ -132,7 +132,8 @@ def write_results_markdown(graph: Graph, reps: int = 2000) -> Path:
     e = graph.experiment
     head = [f"# {e.name}", "", e.description, ""]
     if e.question is not None:  # the declared answer first; every other table is exploratory
-        head += [question_markdown(graph.out, e), "## Exploratory", ""]
+        head += [question_markdown(graph.out, e, figure=graph.out / "question.svg")]
+        head += ["## Exploratory", ""]
         head += [EXPLORATORY, ""]
     path = graph.out / "results.md"
     atomic_write_text(path, "\n".join([*head, tables]))
