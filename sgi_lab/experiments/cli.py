@@ -134,7 +134,9 @@ def _print_power(args: argparse.Namespace, experiment: Any, graph: Graph) -> int
     if not (Path(pilot) / "finetune").is_dir():
         raise ConfigError(f"--power: {pilot}: no finetune/ runs to use as a pilot (--pilot DIR)")
     try:
-        report = power_report(pilot, experiment, args.pilot_arm, args.power_seeds)
+        report = power_report(
+            pilot, experiment, args.pilot_arm, args.power_seeds, alpha=args.power_alpha
+        )
     except ValueError as exc:
         raise ConfigError(f"--power: {exc}") from None
     print(power_markdown(report))
@@ -230,6 +232,14 @@ def add_experiment_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=None,
         metavar="N",
         help="--power: runs per arm and game to evaluate (default: the experiment's seeds)",
+    )
+    p.add_argument(
+        "--power-alpha",
+        type=float,
+        default=None,
+        metavar="A",
+        help="--power: test each contrast at level A (default: Holm's first, the question's "
+        "alpha over its primary contrasts)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress display")
     p.set_defaults(handler=main_experiment)

@@ -230,13 +230,15 @@ def power_report(
     sims: int = 400,
     permutations: int = 1000,
     seed: int = 0,
+    alpha: float | None = None,
 ) -> dict[str, Any]:
     """What the design can detect, from a pilot (an experiment folder or archive whose
     ``pilot_arm``, default the question's baseline, finished the question's games): power at
     the question's effect, the minimum detectable relative gain (80 % power, at Holm's first
     level alpha / primary contrasts), the seeds that effect needs, and the nominal 95 %
     intervals' coverage under no difference, at ``seeds`` runs per arm and game (default:
-    the experiment's seeds, or the pilot's own count when it is the pilot)."""
+    the experiment's seeds); ``alpha`` tests each contrast at another level (a single
+    contrast's 0.05, say) instead of Holm's first."""
     question = _question(experiment)
     games = _games(experiment)
     runs = study_runs(pilot)
@@ -251,7 +253,7 @@ def power_report(
             "at least 2 a game (--pilot-arm names another label)"
         )
     n = seeds or _seeds_per_game(experiment)
-    alpha = question.alpha / len(question.primary)
+    alpha = alpha or question.alpha / len(question.primary)
     draws = draw_studies(scores, n, sims, permutations, seed)
     mde = minimum_detectable_effect(draws, alpha)
     needed = {}
@@ -268,6 +270,7 @@ def power_report(
         "games": games,
         "seeds": n,
         "alpha": alpha,
+        "holm": alpha == question.alpha / len(question.primary),
         "effect": question.effect,
         "power": power(draws, question.effect, alpha),
         "mde_relative": mde,
@@ -300,7 +303,8 @@ def power_markdown(report: dict[str, Any]) -> str:
         f"{report['pilot_iqm']:.3f}). Simulated studies ({report['sims']}, "
         f"{report['permutations']} permutations each) draw each arm's runs from the pilot by a "
         "smoothed bootstrap, multiply the treatment's by 1 + effect, and apply the declared "
-        f"test at Holm's first level, {report['alpha']:.4f}.",
+        f"test at level {report['alpha']:.4f}"
+        f"{' (Holm' + chr(39) + 's first)' if report['holm'] else ''}.",
         "",
         table_markdown(
             ["at", "value"],
