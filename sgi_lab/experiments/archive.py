@@ -170,7 +170,27 @@ def _read_index(dest: Path) -> dict[str, Any]:
             f"archive {dest}: not empty and no readable {ARCHIVE_FILE} of ours; refusing to use "
             "it as an experiment archive"
         )
+    for rel in index["files"]:
+        problem = _unsafe_rel(rel)
+        if problem:
+            raise RunFolderError(
+                f"archive {dest}: {ARCHIVE_FILE} names the file {str(rel)[:120]!r}, {problem}; "
+                "an archive's files lie inside it and inside their run folders: refusing it"
+            )
     return index
+
+
+def _unsafe_rel(rel: Any) -> str | None:
+    """Why ``rel`` (a file name of ``archive.json``) could lead outside the folder it is
+    joined to, or None: it must be a relative POSIX path of plain parts (no ``..``, ``.``,
+    empty part, backslash, NUL or drive)."""
+    if not isinstance(rel, str) or not rel:
+        return "not a file name"
+    if "\\" in rel or "\0" in rel or rel.startswith("/") or ":" in rel.split("/")[0]:
+        return "not a relative POSIX path"
+    if any(part in ("", ".", "..") for part in rel.split("/")):
+        return "a path with '..', '.' or an empty part"
+    return None
 
 
 def _copy(source: Path, target: Path) -> None:
@@ -355,7 +375,13 @@ def restore(graph: Graph, source: str | os.PathLike) -> dict[str, Any]:
         if not missing and restored_files(folder) == files:
             continue  # restored before
         for rel in missing:
-            _copy(source / _rel(graph, folder) / rel, folder / rel)
+            target = folder / rel
+            if not target.resolve().is_relative_to(folder.resolve()):  # (a symlink inside)
+                raise RunFolderError(
+                    f"archive {source}: {rel!r} would be written to {target.resolve()}, outside "
+                    f"its run folder {folder}; refusing to restore it"
+                )
+            _copy(source / _rel(graph, folder) / rel, target)
         marker = {"from": str(source), "archived": index.get("updated"), "files": files}
         atomic_write_text(folder / RESTORED_FILE, json.dumps(marker, indent=1) + "\n")
     return {

@@ -63,6 +63,9 @@ class Task:
     agent_folders: tuple[Path, ...] = ()  # finetune: one run folder per agent
     resources: dict[str, float] = field(default_factory=dict)
     probe: dict[str, Any] = field(default_factory=dict)  # probe: store, settings, objective
+    # pretrain, finetune: the config each run folder must have recorded to count as this
+    # task's result (its game, seed and pretrained run aside; `sgi_lab.experiments.state`)
+    config: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -299,6 +302,7 @@ def _pretrain_tasks(
                     encoder=config.encoder,
                     samples=config.steps * config.batch_size,
                     resources=_resources(experiment, "pretrain"),
+                    config=to_dict(config),
                 )
             )
 
@@ -341,6 +345,7 @@ def _agent_tasks(
                 agents=((game, config.seed),),
                 agent_folders=(folder,),
                 resources=_resources(experiment, "finetune"),
+                config=to_dict(config),
             )
         )
     return config
@@ -533,6 +538,7 @@ def _finetune_tasks(
                     agents=tuple((c.game, c.seed) for c in part),
                     agent_folders=folders,
                     resources=_resources(experiment, "finetune"),
+                    config=to_dict(config),
                 )
             )
     return tasks

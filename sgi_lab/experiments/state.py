@@ -19,6 +19,7 @@ from sgi_lab.experiments.spec import (
 )
 from sgi_lab.experiments.storage import RunStorage
 from sgi_lab.probes.results import probe_done
+from sgi_lab.runs.folder import RUNTIME_KEYS, config_changes
 from sgi_lab.runs.status import read_status, restored_files
 
 # -- state of a task ----------------------------------------------------------------------------
@@ -60,12 +61,17 @@ def task_done(task: Task) -> bool:
         return task.folder.is_dir() and read_manifest(task.folder) is not None
     if task.kind == "pretrain":
         status = read_status(task.folder) or {}
-        return status.get("state") == "finished" and (task.folder / "model.pt").exists()
+        return (
+            status.get("state") == "finished"
+            and (task.folder / "model.pt").exists()
+            and not config_mismatch(task, task.folder)
+        )
     if task.kind == "finetune":
         return all(
             (read_status(f) or {}).get("state") == "finished"
             and (f / "eval.json").exists()
             and ((f / "model.pt").exists() or "eval.json" in restored_files(f))
+            and not config_mismatch(task, f)
             for f in task.agent_folders
         )
     if task.kind == "probe":
@@ -73,6 +79,23 @@ def task_done(task: Task) -> bool:
             return True
         return probe_done(task.folder, **{k: task.probe[k] for k in PROBE_KEYS})
     return (task.folder / "report.html").exists() and (task.folder / "results.csv").exists()
+
+
+AGENT_KEYS = frozenset({"game", "seed", "pretrained"})
+"""What the run folders of one task record differently (each its own game, seed and run)."""
+
+
+def config_mismatch(task: Task, folder: Path) -> dict[str, tuple[Any, Any]]:
+    """``{key: (recorded, the task's)}`` where the config a finished run folder recorded is not
+    the task's (an experiment file changed since the run: another budget, say): such a folder
+    is not this task's result, however finished. Empty when they agree, the task records no
+    config (a shared population's, whose agents differ), or the folder recorded none."""
+    if not task.config:
+        return {}
+    recorded = read_mapping(folder / "config.yaml")
+    if not recorded:
+        return {}
+    return config_changes(recorded, task.config, RUNTIME_KEYS | AGENT_KEYS)
 
 
 def unneeded(graph: Graph, done: set[str]) -> set[str]:

@@ -28,7 +28,7 @@ from sgi_lab.experiments.archive import (
 )
 from sgi_lab.experiments.state import task_done
 from sgi_lab.launch.cli import main
-from sgi_lab.runs.status import UnfinishedRunError, require_finished
+from sgi_lab.runs.status import UnfinishedRunError, file_sha256, require_finished
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDY = ROOT / "params" / "experiments" / "minatar_objectives.yaml"
@@ -196,6 +196,31 @@ def test_a_tampered_archive_is_refused_by_file_before_anything_is_restored(archi
     fresh = study(tmp_path / "clone")
     with pytest.raises(RunFolderError, match=r"minatar-breakout__s0/eval.json is missing or diff"):
         restore(fresh, dest)
+    assert not (fresh.out / "finetune").exists()
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "finetune/sgi_none/minatar-breakout__s0/../../../../payload.txt",
+        "/tmp/payload.txt",
+        "finetune/sgi_none/./x",
+        "finetune\\..\\payload.txt",
+    ],
+)
+def test_an_archive_naming_a_file_outside_its_folders_is_refused(archived, tmp_path, name):
+    """A copied archive whose archive.json names a path out of its run folder (with the
+    payload's true SHA-256, so the checksum check alone passes) restores nothing anywhere."""
+    _, dest = archived
+    payload = dest / "finetune/sgi_none/minatar-breakout__s0/payload.txt"
+    payload.write_text("payload")
+    index = json.loads((dest / ARCHIVE_FILE).read_text())
+    index["files"][name] = file_sha256(payload)
+    (dest / ARCHIVE_FILE).write_text(json.dumps(index))
+    fresh = study(tmp_path / "deep" / "e6")
+    with pytest.raises(RunFolderError, match="names the file .* refusing it"):
+        restore(fresh, dest)
+    assert not (tmp_path / "deep" / "payload.txt").exists()
     assert not (fresh.out / "finetune").exists()
 
 
