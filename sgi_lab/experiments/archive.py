@@ -223,6 +223,7 @@ def archive(
     dest = Path(dest)
     index = check_archive_folder(dest, graph)
     before = json.dumps({k: index.get(k) for k in ("tasks", "files")}, sort_keys=True)
+    old_tasks = dict(index["tasks"])
     chosen = graph.tasks if tasks is None else tuple(tasks)
     done = [
         t
@@ -247,13 +248,33 @@ def archive(
             "fingerprint": task_fingerprint(graph, task),
             "folders": [_rel(graph, f) for f in folders],
         }
-    for rel, path in dict(wanted).items():
-        if not path.is_file():
-            continue
-        sha = file_sha256(path)
-        if index["files"].get(rel) != sha or not (dest / rel).is_file():
-            _copy(path, dest / rel)
-        index["files"][rel] = sha
+    shas = {rel: file_sha256(path) for rel, path in dict(wanted).items() if path.is_file()}
+    replaced = [
+        rel
+        for rel, sha in shas.items()
+        if index["files"].get(rel) != sha or not (dest / rel).is_file()
+    ]
+    if any(rel in index["files"] for rel in replaced) or not (dest / ARCHIVE_FILE).exists():
+        # (a new archive gets its index first: a folder of copied files without one would
+        # read as someone else's folder ever after)
+        # The index never describes a file it does not hold: before a file it lists is
+        # replaced, an index without it is written, so a write cut short leaves an archive
+        # that restores (the file is missing from it, not wrong in it).
+        # (and without the tasks whose folders hold such a file, so none restores in part)
+        interim = {
+            **index,
+            "tasks": {
+                k: v
+                for k, v in old_tasks.items()
+                if not any(r.startswith(f + "/") for f in v.get("folders", []) for r in replaced)
+            },
+            "files": {k: v for k, v in index["files"].items() if k not in replaced},
+        }
+        dest.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(dest / ARCHIVE_FILE, json.dumps(interim, indent=1) + "\n")
+    for rel in replaced:
+        _copy(dict(wanted)[rel], dest / rel)
+    index["files"].update(shas)
     index["tasks"] = dict(sorted(index["tasks"].items()))
     index["files"] = dict(sorted(index["files"].items()))
     if json.dumps({k: index[k] for k in ("tasks", "files")}, sort_keys=True) != before:
@@ -321,7 +342,8 @@ def restore(graph: Graph, source: str | os.PathLike) -> dict[str, Any]:
 
     Returns:
         ``{"restored": [task ids], "changed": [task ids whose command or params differ from the
-        archive's], "conflicts": [run folders left as they were]}``.
+        archive's], "conflicts": [run folders left as they were, with the files that differ],
+        "left_alone": [those run folders' paths]}``.
 
     Raises:
         RunFolderError: ``source`` is not an archive of this experiment, or one of its files does
@@ -390,6 +412,7 @@ def restore(graph: Graph, source: str | os.PathLike) -> dict[str, Any]:
         "conflicts": [
             f"{_rel(graph, f)} ({', '.join(c)} differ)" for f, c in sorted(conflicts.items())
         ],
+        "left_alone": sorted(conflicts),
     }
 
 

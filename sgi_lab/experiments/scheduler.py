@@ -328,8 +328,9 @@ def _run_graph(
     rebuild=False,
 ):
     _write_inputs(graph, out)
+    conflicts: list[Path] = []
     if archive is not None:
-        _restore(graph, Path(archive), progress)
+        conflicts = _restore(graph, Path(archive), progress)
     if executor == "local":
         for note in _oversubscription(graph, max_parallel):
             warnings.warn(note, RuntimeWarning, stacklevel=2)
@@ -342,6 +343,7 @@ def _run_graph(
     run = _Run(graph, executor, store, storage, retries, on_event, archive)
     run.rebuild = bool(rebuild)
     run.skip_finished()
+    run.refuse_conflicts(conflicts)
     display = _Progress(len(graph.tasks), progress)
     run.display = display
     try:
@@ -370,10 +372,11 @@ def _run_graph(
     return run.save()
 
 
-def _restore(graph: Graph, archive: Path, progress: bool) -> None:
-    """`archives.restore` when the archive has an index yet, saying what it did."""
+def _restore(graph: Graph, archive: Path, progress: bool) -> list[Path]:
+    """`archives.restore` when the archive has an index yet, saying what it did; returns the
+    run folders it left as they were (their files differ from the archive's)."""
     if not (archive / archives.ARCHIVE_FILE).is_file():
-        return
+        return []
     result = archives.restore(graph, archive)
     lines = [f"restored {len(result['restored'])} tasks' results from {archive}"]
     if result["changed"]:
@@ -385,6 +388,7 @@ def _restore(graph: Graph, archive: Path, progress: bool) -> None:
         lines.append(f"  left as it is (its files differ from the archive's): {folder}")
     if progress or result["changed"] or result["conflicts"]:
         print("\n".join(lines), flush=True)
+    return list(result["left_alone"])
 
 
 def _write_inputs(graph: Graph, out: Path) -> None:
@@ -470,6 +474,30 @@ class _Run:
                 self.info[task.id]["skipped"] = True
                 self.emit("unneeded", task, self.info[task.id])
         self.keep()
+
+    def refuse_conflicts(self, folders: list[Path]) -> None:
+        """Fail, without running them, the unfinished tasks that would write into a run folder
+        the restore left as it was (its files differ from the archive's: someone's edits, or
+        another run's): running would overwrite what "left as it is" promised to keep."""
+        left = {Path(f).resolve() for f in folders}
+        for task in self.graph.tasks:
+            if self.states[task.id] != "pending" or task.kind == "report":
+                continue
+            folders = task.agent_folders if task.kind == "finetune" else (task.folder,)
+            # (a run --rebuild made differs from the archive's by design: it checks it itself)
+            mine = [
+                f
+                for f in folders
+                if f.resolve() in left and not (f / archives.REBUILT_FILE).exists()
+            ]
+            if mine:
+                self.states[task.id] = "failed"
+                self.info[task.id]["error"] = (
+                    f"{mine[0]} holds files that differ from the archive's and is left as it "
+                    "is; running this task would write over them: move the folder away (or "
+                    "restore its files with git) and run again"
+                )
+                self.emit("failed", task, self.info[task.id])
 
     def keep(self, tasks: list[Task] | None = None) -> None:
         """Archive the finished ``tasks`` (all by default) when the run has an archive; a

@@ -113,7 +113,9 @@ def test_a_restored_study_is_done_reads_the_same_and_needs_no_pretraining(archiv
     fresh = study(tmp_path / "clone")
     result = restore(fresh, dest)
     # SGI's pretraining runs have other readers (naive, frozen, probes) not archived: not restored
-    assert result == {"restored": [SGI, SCRATCH], "changed": [], "conflicts": []}
+    assert result == {
+        "restored": [SGI, SCRATCH], "changed": [], "conflicts": [], "left_alone": []
+    }  # fmt: skip
     assert task_done(fresh.task(SCRATCH)) and task_done(fresh.task(SGI))
     assert not (fresh.task("pretrain/sgi__minatar-asterix").folder).exists()
     assert not list(fresh.out.rglob("model.pt"))
@@ -188,6 +190,14 @@ def test_a_local_folder_that_differs_is_left_as_it_is_and_named(archived, tmp_pa
     assert result["conflicts"] == ["finetune/sgi_none/minatar-asterix__s1 (eval.json differ)"]
     assert (agent / "eval.json").read_text() == '{"mean": 1}'
     assert not (agent / RESTORED_FILE).exists() and SCRATCH not in result["restored"]
+    # "left as it is" holds: the task that would write into it fails before it runs, naming it
+    assert result["left_alone"] == [agent]
+    run = ex.scheduler._Run(fresh, "local", None, None, 1, None, dest)
+    run.skip_finished()
+    run.refuse_conflicts(result["left_alone"])
+    assert run.states[SCRATCH] == "failed"
+    assert f"{agent} holds files that differ" in run.info[SCRATCH]["error"]
+    assert run.states[SGI] == "done"  # the other task's folders came back whole
 
 
 def test_a_tampered_archive_is_refused_by_file_before_anything_is_restored(archived, tmp_path):
@@ -222,6 +232,38 @@ def test_an_archive_naming_a_file_outside_its_folders_is_refused(archived, tmp_p
         restore(fresh, dest)
     assert not (tmp_path / "deep" / "payload.txt").exists()
     assert not (fresh.out / "finetune").exists()
+
+
+def test_an_archive_write_cut_short_leaves_an_archive_that_restores(
+    archived, tmp_path, monkeypatch
+):
+    """A re-archive whose copying is cut after one changed file: the index on disk describes
+    only files it holds, so a fresh clone restores what it lists (and reruns the rest)."""
+    graph, dest = archived
+    for folder in graph.task(SCRATCH).agent_folders:  # the scratch agents' results change
+        evaluation = json.loads((folder / "eval.json").read_text())
+        (folder / "eval.json").write_text(json.dumps({**evaluation, "mean": 9.0}))
+    calls = []
+
+    def cut(source, target):
+        if calls:
+            raise KeyboardInterrupt  # the process killed mid-archive
+        calls.append(target)
+        shutil.copyfile(source, target)
+
+    monkeypatch.setattr(ex.archive, "_copy", cut)
+    with pytest.raises(KeyboardInterrupt):
+        archive(graph, dest)
+    monkeypatch.undo()
+    index = json.loads((dest / ARCHIVE_FILE).read_text())
+    for rel, sha in index["files"].items():  # every file it lists is there, as listed
+        assert file_sha256(dest / rel) == sha, rel
+    assert SCRATCH not in index["tasks"] and SGI in index["tasks"]
+    fresh = study(tmp_path / "clone")
+    result = restore(fresh, dest)
+    assert SGI in result["restored"] and SCRATCH not in result["restored"]
+    assert archive(graph, dest)  # the next archive completes it
+    assert SCRATCH in json.loads((dest / ARCHIVE_FILE).read_text())["tasks"]
 
 
 def test_an_archive_folder_of_someone_else_is_refused(archived, tmp_path):
