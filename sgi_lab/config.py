@@ -41,6 +41,12 @@ RangeCheck = Callable[[Any], "str | None"]
 """A field's own range rule: the problem with a value (``"must be positive"``), or None."""
 
 
+MAX_MINATAR_FRAMES = 16
+"""Stacked MinAtar grids at most: more is a typo, not an experiment (the memory grows with it)."""
+MAX_MINATAR_CHANNELS = 64
+"""Padded MinAtar channels at most (the games have 4-10)."""
+
+
 def F(  # noqa: N802 - reads like a declaration
     default: Any = dataclasses.MISSING,
     doc: str = "",
@@ -378,12 +384,20 @@ class FinetuneConfig(StageConfig):
         DIFFICULTY_RAMPING, "MinAtar only: the game speeds up over an episode (MinAtar's on)"
     )
     frames: int = F(
-        1, "MinAtar only: grids stacked into one observation (MinAtar's 1)", positive=True
+        1,
+        "MinAtar only: grids stacked into one observation (MinAtar's 1)",
+        positive=True,
+        check=lambda v: f"at most {MAX_MINATAR_FRAMES}" if v > MAX_MINATAR_FRAMES else None,
     )
     channels: int | None = F(
         None,
         "MinAtar only: pad each grid with empty channels up to this many (10: every game one "
         "input shape, so games of other channel counts share a population); None: the game's",
+        check=lambda v: (
+            None
+            if v is None or 1 <= v <= MAX_MINATAR_CHANNELS
+            else f"1 to {MAX_MINATAR_CHANNELS}, or null"
+        ),
     )
 
     # Finetuning reads spr_weight in SPR's convention, always (`spr_coefficient`).

@@ -406,3 +406,14 @@ def test_a_minatar_game_is_a_finetuning_game_with_its_own_protocol():
         assert load_config(PretrainConfig, root / f"params/pretrain/{name}.yaml").encoder == (
             "minatar"
         )
+
+
+def test_minatar_frames_and_channels_have_an_upper_bound_named_in_the_message():
+    from sgi_lab.config import FinetuneConfig
+
+    base = {"game": "minatar/breakout", "encoder": "minatar"}
+    with pytest.raises(ConfigError, match=r"channels: 1 to 64, or null, got 1000000"):
+        build_config(FinetuneConfig, {**base, "channels": 1_000_000})
+    with pytest.raises(ConfigError, match=r"frames: at most 16, got 100"):
+        build_config(FinetuneConfig, {**base, "frames": 100})
+    assert build_config(FinetuneConfig, {**base, "channels": 10, "frames": 4}).channels == 10

@@ -25,6 +25,7 @@ from sgi_lab.experiments.scheduler import (
     REBUILD_NEEDS_ARCHIVE,
     rebuild_graph,
     run_graph,
+    write_inputs,
 )
 from sgi_lab.experiments.spec import (
     EXECUTORS,
@@ -97,6 +98,10 @@ def main_experiment(args: argparse.Namespace) -> int:
         if args.storage:
             pull_results(graph, RunStorage(args.storage))
         if args.archive:
+            # the folder marked as this experiment's first (experiment.json), as a run marks
+            # it: a folder the restore fills is one the real run then goes on in
+            graph.out.mkdir(parents=True, exist_ok=True)
+            write_inputs(graph, graph.out)
             if (args.archive / ARCHIVE_FILE).is_file():
                 print(f"restored {len(restore(graph, args.archive)['restored'])} tasks")
             print(f"archived {len(archive_results(graph, args.archive))} tasks in {args.archive}")

@@ -327,7 +327,7 @@ def _run_graph(
     archive,
     rebuild=False,
 ):
-    _write_inputs(graph, out)
+    write_inputs(graph, out)
     conflicts: list[Path] = []
     if archive is not None:
         conflicts = _restore(graph, Path(archive), progress)
@@ -391,7 +391,7 @@ def _restore(graph: Graph, archive: Path, progress: bool) -> list[Path]:
     return list(result["left_alone"])
 
 
-def _write_inputs(graph: Graph, out: Path) -> None:
+def write_inputs(graph: Graph, out: Path) -> None:
     """``experiment.json`` (first: what marks the folder as ours), ``experiment.yaml`` and the
     resolved params files of the tasks."""
     if not (out / STATE_FILE).exists():

@@ -390,6 +390,15 @@ def _report(args: argparse.Namespace) -> int:
     missing = [did_you_mean(run, "run folder") for run in args.runs if not Path(run).exists()]
     if missing:
         raise FileNotFoundError("; ".join(missing))
+    if args.reps < 1:
+        raise ValueError(f"--reps: at least 1 bootstrap resample, got {args.reps}")
+    if args.csv is not None:  # both files it writes, before anything is computed or written
+        taken = [p for p in (args.csv, aggregates_csv_path(args.csv)) if Path(p).exists()]
+        if taken:
+            raise FileExistsError(
+                f"--csv: {', '.join(map(str, taken))} exists; name a new file (--csv X writes "
+                "X and X's .aggregates.csv; nothing is overwritten)"
+            )
     if args.curves is not None:
         _write_curves(args.runs, args.curves)
     # Runs with probe results only (pretraining runs, random encoders) go to the probe table.

@@ -77,7 +77,7 @@ def archived(tmp_path):
     pretraining runs), archived into ``tmp_path / "archive"``."""
     graph = study(tmp_path / "first")
     graph.out.mkdir(parents=True)
-    ex.scheduler._write_inputs(graph, graph.out)  # what run_graph writes first
+    ex.scheduler.write_inputs(graph, graph.out)  # what run_graph writes first
     finish_agents(graph, SCRATCH, 0.2)
     finish_agents(graph, SGI, 0.4)
     for game in ("asterix", "breakout"):
@@ -298,6 +298,12 @@ def test_report_only_with_an_archive_restores_archives_and_reports(archived, tmp
     printed = capsys.readouterr().out
     assert "restored 2 tasks" in printed and "archived 2 tasks" in printed
     assert "Finished agents: 12 of 180" in (out / "results.md").read_text()
+    # into a folder that does not exist yet: it becomes the experiment's, which a run goes on in
+    new = tmp_path / "new"
+    args = ["experiment", str(STUDY), "--out", str(new), "--archive", str(dest), "--report-only"]
+    assert main(args) == 0
+    assert json.loads((new / ex.STATE_FILE).read_text())["name"] == "minatar_objectives"
+    ex.state.check_experiment_folder(new, "minatar_objectives")  # the real run accepts it
 
 
 @pytest.mark.slow  # the smoke experiment for real: ~1-2 min
@@ -433,7 +439,7 @@ def rebuildable(tmp_path, monkeypatch):
 
     graph = study(tmp_path / "first")
     graph.out.mkdir(parents=True)
-    ex.scheduler._write_inputs(graph, graph.out)
+    ex.scheduler.write_inputs(graph, graph.out)
     for task_id in (ASTERIX, BREAKOUT):
         finish_pretraining(graph, task_id)
         (graph.task(task_id).folder / "config.yaml").write_text("encoder: minatar\nsteps: 2000\n")

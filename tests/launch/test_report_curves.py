@@ -46,3 +46,19 @@ def test_report_never_overwrites_a_curves_file_and_names_the_option(tmp_path, ca
     assert "--curves" in err and "Traceback" not in err
     assert main(["report", str(a), "--curves", str(tmp_path / "c.png")]) != 0
     assert "--curves" in capsys.readouterr().err
+
+
+def test_report_never_overwrites_a_csv_and_refuses_a_resample_count_below_one(tmp_path, capsys):
+    a = fake_run(tmp_path / "a", "Pong", 1, [-15.0], params="smoke", pretrain_params="smoke")
+    for taken in ("t.csv", "t.aggregates.csv"):  # either file --csv would write
+        path = tmp_path / taken
+        path.write_text("a user's table")
+        assert main(["report", str(a), "--reps", "50", "--csv", str(tmp_path / "t.csv")]) == 2
+        err = capsys.readouterr().err
+        assert f"--csv: {path} exists" in err and "Traceback" not in err
+        assert path.read_text() == "a user's table"
+        path.unlink()
+    for reps in ("0", "-5"):
+        assert main(["report", str(a), "--reps", reps]) == 2
+        err = capsys.readouterr().err
+        assert "--reps: at least 1" in err and "Traceback" not in err
