@@ -17,7 +17,8 @@ import numpy as np
 import pandas as pd
 
 from sgi_lab.analysis.minatar_study import readout_runs, study_runs, table_markdown
-from sgi_lab.experiments.spec import NO_PRETRAINING, Experiment, QuestionSpec, arm_labels
+from sgi_lab.experiments.design import NO_PRETRAINING, arm_labels
+from sgi_lab.experiments.spec import Experiment, QuestionSpec
 from sgi_lab.metrics.hypothesis import holm, iqm_of, p_improvement_test
 from sgi_lab.metrics.power import coverage, draw_studies, minimum_detectable_effect, power
 from sgi_lab.viz.forest import ForestRow, forest_svg, write_forest_svg

@@ -14,8 +14,8 @@ import yaml
 from sgi_lab import experiments as ex
 from sgi_lab.config import ConfigError
 from sgi_lab.experiments.archive import task_fingerprint
+from sgi_lab.experiments.design import arm_labels
 from sgi_lab.experiments.question import power_report, question_plan, question_table
-from sgi_lab.experiments.spec import arm_labels
 from sgi_lab.launch.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
