@@ -19,6 +19,7 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import signal
@@ -633,12 +634,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def unrecognized(extra: list[str]) -> str:
+    """argparse's message for arguments no option takes, with a hint where one is a config key
+    written as an option (``--device cuda``: ``--set device=cuda``)."""
+    from sgi_lab.config import FinetuneConfig, PretrainConfig  # lazy: no torch at CLI start
+
+    keys = {f.name for cls in (PretrainConfig, FinetuneConfig) for f in dataclasses.fields(cls)}
+    hints = []
+    for i, arg in enumerate(extra):
+        key = arg.removeprefix("--").split("=", 1)[0].replace("-", "_")
+        if arg.startswith("--") and key in keys:
+            value = arg.split("=", 1)[1] if "=" in arg else (extra[i + 1 : i + 2] or ["VALUE"])[0]
+            hints.append(f"--set {key}={value}")
+    message = "unrecognized arguments: " + " ".join(extra)
+    if hints:
+        message += f" ({', '.join(hints)}: config keys are set with --set KEY=VALUE)"
+    return message
+
+
 def main(argv: list[str] | None = None) -> int:
     # lazy: the CLI starts without torch; a command loads what it runs
     from sgi_lab.base.driver import die_with_driver
 
     die_with_driver()  # a task of an experiment ends with its driver
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        parser.error(unrecognized(extra))
     try:
         # lazy: as die_with_driver (the CLI starts without torch); a mistyped
         # SGI_LAB_TENSORBOARD / SGI_LAB_WANDB is refused before any run folder is touched

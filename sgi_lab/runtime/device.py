@@ -19,6 +19,8 @@ import functools
 
 import torch
 
+from sgi_lab.config import ConfigError
+
 # glibc mallopt parameters (malloc.h).
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
@@ -36,10 +38,31 @@ def cpu_has_native_bf16() -> bool:
 
 
 def resolve_device(name: str = "auto") -> torch.device:
-    """``auto`` -> CUDA when present, else CPU."""
+    """``auto`` -> CUDA when present, else CPU; a device named explicitly must exist here.
+
+    Raises:
+        ConfigError: ``device: 'cuda' ...`` naming why it is not usable (a torch built without
+            CUDA, no GPU visible, an index beyond the GPUs) and what to set instead.
+    """
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(
+            f"device: {name!r} is not a device; use 'auto', 'cpu' or 'cuda[:i]'"
+        ) from None
+    if device.type == "cuda":
+        if not torch.backends.cuda.is_built():
+            why = f"this torch ({torch.__version__}) was built without CUDA"
+        elif not torch.cuda.is_available():
+            why = "no CUDA GPU is visible (driver, CUDA_VISIBLE_DEVICES)"
+        elif device.index is not None and device.index >= torch.cuda.device_count():
+            why = f"this machine has {torch.cuda.device_count()} GPU(s)"
+        else:
+            return device
+        raise ConfigError(f"device: {name!r} is not usable here: {why}; set device=cpu or auto")
+    return device
 
 
 def use_bf16(device: torch.device, cuda: bool = True, cpu: bool | str = True) -> bool:

@@ -206,3 +206,35 @@ def test_use_bf16_is_the_one_decision(monkeypatch):
     assert use_bf16(cuda) and not use_bf16(cuda, cuda=False)
     assert not use_bf16(cpu, cpu=False) and not use_bf16(torch.device("meta"))
     assert use_bf16(cpu) == cpu_has_native_bf16()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the message of a machine without CUDA")
+def test_a_cuda_device_on_a_machine_without_one_is_one_line_naming_device(tmp_path, capsys):
+    from sgi_lab.config import ConfigError
+    from sgi_lab.launch.cli import main
+    from sgi_lab.runtime.device import resolve_device
+
+    for name in ("cuda", "cuda:1"):
+        with pytest.raises(ConfigError, match=f"device: '{name}' is not usable here: .*device=cpu"):
+            resolve_device(name)
+    with pytest.raises(ConfigError, match="device: 'tpu' is not a device"):
+        resolve_device("tpu")
+    assert resolve_device("cpu") == torch.device("cpu")
+    # through the CLI: one line, exit 2, nothing written (the run fails before its folder)
+    out = tmp_path / "run"
+    argv = ["finetune", "--params", "params/finetune/minatar_none.yaml", "--game",
+            "minatar/breakout", "--set", "device=cuda", "--set", "steps=10", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "device: 'cuda' is not usable here" in err and "Traceback" not in err
+    assert not out.exists()
+    assert "--set device=" in main_hint(capsys)
+
+
+def main_hint(capsys) -> str:
+    """What `sgi-lab pretrain --device cuda` (an option the command does not have) says."""
+    from sgi_lab.launch.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["pretrain", "--params", "p", "--data", "d", "--out", "o", "--device", "cuda"])
+    return capsys.readouterr().err
