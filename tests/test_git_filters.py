@@ -51,6 +51,7 @@ def _as_executed_in_lab(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """What JupyterLab saves after Run All: outputs, counts, timing and kernel metadata."""
     nb = copy.deepcopy(nb)
     nb.metadata.language_info.update(version="3.11.2", mimetype="text/x-python")
+    nb.metadata.kernelspec["display_name"] = "Python 3 (ipykernel)"  # what Lab's save writes
     nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {}}}
     for i, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
         cell.execution_count = i + 1
