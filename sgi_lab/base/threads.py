@@ -103,3 +103,34 @@ def user_oversubscription(
         f"run slows down several times); the setting is kept: use {name}={share}, or unset it "
         "to share the cores"
     )
+
+
+def busy_machine_threads(
+    environ: Mapping[str, str] | None = None,
+    load: float | None = None,
+    cores: int | None = None,
+) -> tuple[int, str] | None:
+    """``(1, why)`` when this machine is already busy before a run starts (its 1-minute load
+    average at least half its cores) and the user set no thread count; else None.
+
+    On a shared CPU, two torch threads per process run far slower than one (measured on a
+    2-core machine at load 7-8: 8.97 s against 0.95 s a pretraining step, issue of the demo's
+    3-hour run): the threads wait on each other while other work holds the cores. One thread
+    then is the faster choice; the message says so and how to override it.
+    """
+    environ = os.environ if environ is None else environ
+    if user_threads(environ) is not None:
+        return None
+    cores = cores or os.cpu_count() or 1
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except (OSError, AttributeError):  # no load average on this platform
+            return None
+    if cores < 2 or load < cores / 2:
+        return None
+    return 1, (
+        f"this machine is busy (load {load:.1f} on {cores} cores before starting): running one "
+        "torch thread a process, which is several times faster than two on shared cores; set "
+        "OMP_NUM_THREADS to choose another count"
+    )

@@ -28,6 +28,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from sgi_lab.base.files import atomic_write_text, provenance, read_jsonl, record_provenance
+from sgi_lab.base.threads import busy_machine_threads, thread_environment
 from sgi_lab.launch import demo_minatar
 from sgi_lab.launch.notebook_runner import (
     NotebookRunError,
@@ -693,6 +694,10 @@ def main(argv: list[str] | None = None) -> int:
         help="leave this stage out (repeatable), e.g. --skip minatar",
     )
     args = parser.parse_args(argv)
+    busy = busy_machine_threads()
+    if busy is not None:  # the stages' processes (and their kernels) inherit the count
+        os.environ.update(thread_environment(busy[0]))
+        print(f"sgi-lab demo: {busy[1]}")
     print(
         "sgi-lab demo: the whole SGI pipeline on Pong, then pretrained vs from-scratch on "
         "MinAtar Breakout, on this machine's CPU.\n"
