@@ -21,11 +21,11 @@ from sgi_lab.base.files import read_mapping
 from sgi_lab.base.paths import close_names
 from sgi_lab.envs import canonical_env_game
 from sgi_lab.metrics import (
-    METRIC_LABELS,
     aggregate_scores,
     aggregate_with_ci,
     compare_to_paper,
     human_normalized_score,
+    metric_label,
     normalization_name,
     normalized_score,
     paper_aggregates,
@@ -495,6 +495,7 @@ def _aggregate_rows(
             "upper": float(row["upper"]),
             "paper_same_games": float(same_games.get(row["metric"], np.nan)),
             "paper_reported": float(reported.get(row["metric"], np.nan)),
+            "normalization": families[0] if families else "HNS",
             "unfinished": int((~runs["finished"]).sum()),
             **stamp,
             "code": _codes(runs),
@@ -660,7 +661,8 @@ def format_aggregates(aggregates: pd.DataFrame, digits: int = 3) -> pd.DataFrame
     ]
     out["paper (same games)"] = [fmt_row(m, v) for m, v in zip(out.metric, out.paper_same_games)]
     out["paper (26 games)"] = [fmt_row(m, v) for m, v in zip(out.metric, out.paper_reported)]
-    out["metric"] = [METRIC_LABELS.get(m, m) for m in out.metric]
+    norms = out["normalization"] if "normalization" in out else ["HNS"] * len(out)
+    out["metric"] = [metric_label(m, n) for m, n in zip(out.metric, norms, strict=True)]
     columns = ["method", "paper_config", "metric", "ours", "paper (same games)", "paper (26 games)"]
     if "protocol" in out:
         out["evaluation"] = [

@@ -307,6 +307,8 @@ def test_minatar_runs_are_reported_with_the_minatar_score_and_say_so(tmp_path, c
     assert main(["report", *map(str, runs), "--reps", "50"]) == 0
     out = capsys.readouterr().out
     assert "MinAtar score in the hns column" in out and "Aggregates (MinAtar score;" in out
+    assert "#Games > DQN" in out and "#Games > Human" not in out  # a MinAtar 1 is DQN's
+    assert set(format_aggregates(aggregates)["metric"]) >= {"#Games > DQN", "IQM"}
     assert "the paper reports Atari only" in out and per_game["paper_score"].isna().all()
     pong = fake_run(tmp_path / "p", "Pong", 0, [-15.0], params="reduced_lr")
     with pytest.raises(ValueError, match="mix normalisations"):
