@@ -19,6 +19,7 @@ from typing import Any
 
 from sgi_lab.base.files import read_mapping
 from sgi_lab.data.store_format import read_manifest
+from sgi_lab.envs.minatar import is_minatar
 from sgi_lab.metrics import paper_column_for, paper_configs
 
 __all__ = ["DATA_NAMES", "PaperColumn", "paper_column", "paper_config", "run_label"]
@@ -203,6 +204,9 @@ def _column_from_config(
     )
 
 
+MINATAR_REASON = "the paper has no MinAtar results (it reports Atari 100k games only)"
+
+
 def paper_column(
     config: Mapping[str, Any] | None,
     params: str | None = None,
@@ -247,6 +251,8 @@ def paper_column(
                 + ", ".join(paper_configs())
             )
         return PaperColumn(chosen, "chosen in the paper_config parameter")
+    if is_minatar(str(config.get("game") or "")):  # whatever its names say
+        return PaperColumn(None, MINATAR_REASON)
     try:
         base_by_name = paper_column_for(pretrain_params) if pretrained and pretrain_params else None
     except KeyError:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sgi_lab.analysis.paper_column import PaperColumn, paper_column, run_label
+from sgi_lab.analysis.paper_column import MINATAR_REASON, PaperColumn, paper_column, run_label
 from sgi_lab.base.files import read_mapping
 from sgi_lab.base.paths import close_names
 from sgi_lab.envs import canonical_env_game
@@ -666,8 +666,10 @@ def format_aggregates(aggregates: pd.DataFrame, digits: int = 3) -> pd.DataFrame
     columns = ["method", "paper_config", "metric", "ours", "paper (same games)", "paper (26 games)"]
     if "protocol" in out:
         out["evaluation"] = [
-            p if ok else f"{p}: not comparable with the paper"
-            for p, ok in zip(out["protocol"], out["comparable"])
+            f"{p}: {MINATAR_REASON}"
+            if n == "MinAtar score"
+            else (p if ok else f"{p}: not comparable with the paper")
+            for p, ok, n in zip(out["protocol"], out["comparable"], norms, strict=True)
         ]
         columns.append("evaluation")
     return out[columns]

@@ -308,7 +308,10 @@ def test_minatar_runs_are_reported_with_the_minatar_score_and_say_so(tmp_path, c
     out = capsys.readouterr().out
     assert "MinAtar score in the hns column" in out and "Aggregates (MinAtar score;" in out
     assert "#Games > DQN" in out and "#Games > Human" not in out  # a MinAtar 1 is DQN's
-    assert set(format_aggregates(aggregates)["metric"]) >= {"#Games > DQN", "IQM"}
+    shown = format_aggregates(aggregates)
+    assert set(shown["metric"]) >= {"#Games > DQN", "IQM"}
+    assert all("the paper has no MinAtar results" in e for e in shown["evaluation"])
+    assert set(shown["paper_config"].isna()) == {True}  # no paper column, whatever the names
     assert "the paper reports Atari only" in out and per_game["paper_score"].isna().all()
     pong = fake_run(tmp_path / "p", "Pong", 0, [-15.0], params="reduced_lr")
     with pytest.raises(ValueError, match="mix normalisations"):
@@ -385,3 +388,16 @@ def test_minatar_runs_beside_no_paper_column_in_the_finetune_comparison(tmp_path
     assert compare_runs_to_paper([pong], PaperColumn("SGI-M", "x")).attrs["normalization"] == "HNS"
     with pytest.raises(ValueError, match="mix normalisations"):
         compare_runs_to_paper([*runs, pong], PaperColumn("SGI-M", "x"))
+
+
+def test_a_minatar_run_has_no_paper_column_whatever_its_names_say():
+    """A MinAtar run named like the paper's large-encoder config (sgi_m_l) is not SGI-M/L:
+    the paper has no MinAtar results; a column chosen by hand is still honoured."""
+    from sgi_lab.analysis.paper_column import MINATAR_REASON, paper_column
+
+    config = {"game": "minatar/breakout", "encoder": "minatar_l", "pretrained": "x", "scheme": "reduced_lr"}  # fmt: skip
+    column = paper_column(config, "reduced_lr", "sgi_m_l")
+    assert column.config is None and column.reason == MINATAR_REASON
+    atari = paper_column({**config, "game": "Pong", "encoder": "resnet_l"}, "reduced_lr", "sgi_m_l")
+    assert atari.config == "SGI-M/L"
+    assert paper_column(config, chosen="SGI-M").config == "SGI-M"
