@@ -236,3 +236,68 @@ def test_a_lazy_import_without_a_reason_is_found(tmp_path):
         "def g():\n    # lazy: a reason\n    from sgi_lab.runs import folder\n"
     )
     assert lazy_imports(source) == [(2, False), (7, True)]
+
+
+# -- sizes ---------------------------------------------------------------------------------------
+# A module is read whole and a function at a glance: at most MAX_FILE_LINES and
+# MAX_FUNCTION_LINES. The ones over it on 2026-11-29 are listed with their size then, as a
+# ceiling: they may shrink (and leave the list once under the limit, which the test asks for),
+# never grow; anything new over the limit fails.
+MAX_FILE_LINES = 650
+MAX_FUNCTION_LINES = 80
+OVERSIZE_FILES = {
+    "sgi_lab/analysis/minatar_study.py": 1226,
+    "sgi_lab/analysis/ablations.py": 955,
+    "sgi_lab/viz/training.py": 860,
+    "sgi_lab/config.py": 820,
+    "sgi_lab/probes/probe.py": 777,
+    "sgi_lab/train/population.py": 750,
+    "sgi_lab/experiments/graph.py": 735,
+    "sgi_lab/launch/demo.py": 717,
+    "sgi_lab/experiments/scheduler.py": 692,
+    "sgi_lab/launch/cli.py": 669,
+    "sgi_lab/train/finetune.py": 675,
+    "sgi_lab/analysis/report.py": 675,
+    "sgi_lab/data/population_replay.py": 662,
+}
+OVERSIZE_FUNCTIONS = {
+    "sgi_lab/launch/cli.py::build_parser": 171,
+    "sgi_lab/analysis/minatar_study.py::study_markdown": 120,
+    "sgi_lab/experiments/scheduler.py::run_graph": 95,
+    "sgi_lab/train/evaluate.py::evaluate": 86,
+}
+
+
+def sizes() -> tuple[dict[str, int], dict[str, int]]:
+    """Every module's lines, and every function's (``path::name``), over the whole package."""
+    files, functions = {}, {}
+    for path in modules().values():
+        rel = path.relative_to(PACKAGE.parent).as_posix()
+        text = path.read_text()
+        files[rel] = len(text.splitlines())
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                span = node.end_lineno - node.lineno + 1
+                key = f"{rel}::{node.name}"
+                functions[key] = max(span, functions.get(key, 0))
+    return files, functions
+
+
+@pytest.mark.parametrize(
+    ("limit", "listed", "kind"),
+    [
+        (MAX_FILE_LINES, OVERSIZE_FILES, "files"),
+        (MAX_FUNCTION_LINES, OVERSIZE_FUNCTIONS, "functions"),
+    ],
+)
+def test_no_module_or_function_grows_past_its_limit(limit, listed, kind):
+    found = sizes()[0 if kind == "files" else 1]
+    over = {name: n for name, n in found.items() if n > limit}
+    new = sorted(f"{name} ({n})" for name, n in over.items() if name not in listed)
+    grown = sorted(
+        f"{name} ({listed[name]} -> {n})" for name, n in over.items() if n > listed.get(name, n)
+    )
+    fixed = sorted(name for name in listed if found.get(name, 0) <= limit)
+    assert not new, f"{kind} over {limit} lines: {new}; split them"
+    assert not grown, f"{kind} over {limit} lines grew: {grown}; split them instead"
+    assert not fixed, f"{fixed} are under {limit} lines now: take them off the list"

@@ -200,6 +200,18 @@ def _copy(source: Path, target: Path) -> None:
         atomic_write(target, lambda fh: shutil.copyfileobj(src, fh), binary=True)
 
 
+def _copy_inside(source: Path, folder: Path, rel: str) -> None:
+    """`_copy` into ``folder / rel``, refused where that lands outside ``folder`` (a symlink
+    inside it; the names were checked when the index was read)."""
+    target = folder / rel
+    if not target.resolve().is_relative_to(folder.resolve()):
+        raise RunFolderError(
+            f"archive {source.parent}: {rel!r} would be written to {target.resolve()}, outside "
+            f"its run folder {folder}; refusing to restore it"
+        )
+    _copy(source, target)
+
+
 def archive(
     graph: Graph, dest: str | os.PathLike, tasks: Iterable[Task] | None = None
 ) -> list[str]:
@@ -254,24 +266,7 @@ def archive(
         for rel, sha in shas.items()
         if index["files"].get(rel) != sha or not (dest / rel).is_file()
     ]
-    if any(rel in index["files"] for rel in replaced) or not (dest / ARCHIVE_FILE).exists():
-        # (a new archive gets its index first: a folder of copied files without one would
-        # read as someone else's folder ever after)
-        # The index never describes a file it does not hold: before a file it lists is
-        # replaced, an index without it is written, so a write cut short leaves an archive
-        # that restores (the file is missing from it, not wrong in it).
-        # (and without the tasks whose folders hold such a file, so none restores in part)
-        interim = {
-            **index,
-            "tasks": {
-                k: v
-                for k, v in old_tasks.items()
-                if not any(r.startswith(f + "/") for f in v.get("folders", []) for r in replaced)
-            },
-            "files": {k: v for k, v in index["files"].items() if k not in replaced},
-        }
-        dest.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(dest / ARCHIVE_FILE, json.dumps(interim, indent=1) + "\n")
+    _before_replacing(dest, index, old_tasks, replaced)
     for rel in replaced:
         _copy(dict(wanted)[rel], dest / rel)
     index["files"].update(shas)
@@ -281,6 +276,29 @@ def archive(
         index["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")  # (only when something changed)
         atomic_write_text(dest / ARCHIVE_FILE, json.dumps(index, indent=1) + "\n")
     return [t.id for t in done]
+
+
+def _before_replacing(
+    dest: Path, index: dict[str, Any], old_tasks: dict[str, Any], replaced: list[str]
+) -> None:
+    """The index never describes a file it does not hold: before a file it lists is replaced,
+    an index without it (and without the tasks whose folders hold such a file, so none
+    restores in part) is written, so a write cut short leaves an archive that restores what it
+    lists. A new archive gets its index first: a folder of copied files without one would read
+    as someone else's folder ever after."""
+    if not any(rel in index["files"] for rel in replaced) and (dest / ARCHIVE_FILE).exists():
+        return
+    interim = {
+        **index,
+        "tasks": {
+            k: v
+            for k, v in old_tasks.items()
+            if not any(r.startswith(f + "/") for f in v.get("folders", []) for r in replaced)
+        },
+        "files": {k: v for k, v in index["files"].items() if k not in replaced},
+    }
+    dest.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(dest / ARCHIVE_FILE, json.dumps(interim, indent=1) + "\n")
 
 
 def _same(graph: Graph, index: dict[str, Any], source: Path) -> set[str]:
@@ -397,13 +415,7 @@ def restore(graph: Graph, source: str | os.PathLike) -> dict[str, Any]:
         if not missing and restored_files(folder) == files:
             continue  # restored before
         for rel in missing:
-            target = folder / rel
-            if not target.resolve().is_relative_to(folder.resolve()):  # (a symlink inside)
-                raise RunFolderError(
-                    f"archive {source}: {rel!r} would be written to {target.resolve()}, outside "
-                    f"its run folder {folder}; refusing to restore it"
-                )
-            _copy(source / _rel(graph, folder) / rel, target)
+            _copy_inside(source / _rel(graph, folder) / rel, folder, rel)
         marker = {"from": str(source), "archived": index.get("updated"), "files": files}
         atomic_write_text(folder / RESTORED_FILE, json.dumps(marker, indent=1) + "\n")
     return {

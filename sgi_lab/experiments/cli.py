@@ -152,6 +152,45 @@ def _indent(text: str) -> str:
     return "\n".join("    " + line for line in text.splitlines())
 
 
+def _add_power_options(p: argparse.ArgumentParser) -> None:
+    """``--power`` and the options that go with it (`_print_power`)."""
+    p.add_argument(
+        "--power",
+        action="store_true",
+        help="print what the question's design can detect (power, minimum detectable effect, "
+        "seeds needed, interval coverage), resampling a pilot's runs; runs nothing",
+    )
+    p.add_argument(
+        "--pilot",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="--power: an experiment folder or archive to resample (default: --archive, else "
+        "the experiment folder), e.g. docs/results/studies/minatar_objectives",
+    )
+    p.add_argument(
+        "--pilot-arm",
+        default=None,
+        metavar="LABEL",
+        help="--power: the pilot's finetuning label to resample (default: the question's baseline)",
+    )
+    p.add_argument(
+        "--power-seeds",
+        type=int,
+        default=None,
+        metavar="N",
+        help="--power: runs per arm and game to evaluate (default: the experiment's seeds)",
+    )
+    p.add_argument(
+        "--power-alpha",
+        type=float,
+        default=None,
+        metavar="A",
+        help="--power: test each contrast at level A (default: Holm's first, the question's "
+        "alpha over its primary contrasts)",
+    )
+
+
 def add_experiment_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``experiment`` on an argparse sub-parser set; the handler is ``args.handler``."""
     p = subparsers.add_parser(
@@ -211,41 +250,7 @@ def add_experiment_parser(subparsers: Any) -> argparse.ArgumentParser:
         "archived one (its rebuilt.json; one that differs fails) and never archived",
     )
     p.add_argument("--report-only", action="store_true", help="write the report of what finished")
-    p.add_argument(
-        "--power",
-        action="store_true",
-        help="print what the question's design can detect (power, minimum detectable effect, "
-        "seeds needed, interval coverage), resampling a pilot's runs; runs nothing",
-    )
-    p.add_argument(
-        "--pilot",
-        type=Path,
-        default=None,
-        metavar="DIR",
-        help="--power: an experiment folder or archive to resample (default: --archive, else "
-        "the experiment folder), e.g. docs/results/studies/minatar_objectives",
-    )
-    p.add_argument(
-        "--pilot-arm",
-        default=None,
-        metavar="LABEL",
-        help="--power: the pilot's finetuning label to resample (default: the question's baseline)",
-    )
-    p.add_argument(
-        "--power-seeds",
-        type=int,
-        default=None,
-        metavar="N",
-        help="--power: runs per arm and game to evaluate (default: the experiment's seeds)",
-    )
-    p.add_argument(
-        "--power-alpha",
-        type=float,
-        default=None,
-        metavar="A",
-        help="--power: test each contrast at level A (default: Holm's first, the question's "
-        "alpha over its primary contrasts)",
-    )
+    _add_power_options(p)
     p.add_argument("--no-progress", action="store_true", help="no progress display")
     p.set_defaults(handler=main_experiment)
     return p

@@ -433,22 +433,9 @@ def _check_names(experiment: Experiment, path: Path) -> None:
             check_name(f"{path}: {what}[{i}].name", spec.name)
 
 
-def _check_references(experiment: Experiment, path: Path) -> None:
-    def duplicates(items: Sequence[Any]) -> list[Any]:
-        return sorted({x for x in items if list(items).count(x) > 1}, key=str)
-
-    _check_names(experiment, path)
-    for what, items in (("games", experiment.games), ("seeds", experiment.seeds)):
-        if not items or duplicates(items):
-            raise ConfigError(f"{path}: {what}: empty, or repeated items {duplicates(items)}")
-    if not experiment.finetune and not experiment.probe:
-        raise ConfigError(f"{path}: finetune: at least one finetuning (or probe) configuration")
-    if experiment.max_agents is not None and experiment.max_agents < 1:
-        raise ConfigError(f"{path}: max_agents: at least 1, or null, got {experiment.max_agents}")
-    names = [p.name for p in experiment.pretrain]
-    if duplicates(names) or NO_PRETRAINING in names:
-        raise ConfigError(f"{path}: pretrain: repeated or reserved names {duplicates(names)}")
-    reused = {p.name for p in experiment.pretrain if p.run}
+def _check_pretrain_specs(experiment: Experiment, path: Path) -> None:
+    """Each pretraining config: runs to reuse given alone (with {game} for several games), or
+    params with data (an agent: params without data), and at least one draw."""
     for i, spec in enumerate(experiment.pretrain):
         if spec.run:
             given = [k for k in ("params", "data", "set") if getattr(spec, k)]
@@ -482,6 +469,25 @@ def _check_references(experiment: Experiment, path: Path) -> None:
                 f"{path}: pretrain[{i}].data: {spec.data!r} is not one of the data sources "
                 f"{sorted(experiment.data)}"
             )
+
+
+def _check_references(experiment: Experiment, path: Path) -> None:
+    def duplicates(items: Sequence[Any]) -> list[Any]:
+        return sorted({x for x in items if list(items).count(x) > 1}, key=str)
+
+    _check_names(experiment, path)
+    for what, items in (("games", experiment.games), ("seeds", experiment.seeds)):
+        if not items or duplicates(items):
+            raise ConfigError(f"{path}: {what}: empty, or repeated items {duplicates(items)}")
+    if not experiment.finetune and not experiment.probe:
+        raise ConfigError(f"{path}: finetune: at least one finetuning (or probe) configuration")
+    if experiment.max_agents is not None and experiment.max_agents < 1:
+        raise ConfigError(f"{path}: max_agents: at least 1, or null, got {experiment.max_agents}")
+    names = [p.name for p in experiment.pretrain]
+    if duplicates(names) or NO_PRETRAINING in names:
+        raise ConfigError(f"{path}: pretrain: repeated or reserved names {duplicates(names)}")
+    reused = {p.name for p in experiment.pretrain if p.run}
+    _check_pretrain_specs(experiment, path)
     pairs = [(f.name, p) for f in experiment.finetune for p in f.pretrain]
     if duplicates(pairs):
         raise ConfigError(f"{path}: finetune: (name, pretrain) pairs repeat {duplicates(pairs)}")
@@ -529,6 +535,12 @@ def _check_references(experiment: Experiment, path: Path) -> None:
             raise ConfigError(
                 f"{path}: resources.{kind}: kinds are {list(KINDS)}, keys {list(RESOURCE_KEYS)}"
             )
+    _check_data(experiment, path)
+
+
+def _check_data(experiment: Experiment, path: Path) -> None:
+    """Each data source's keys for its kind (env_protocol for random data, src, checkpoints
+    and runs for DQN Replay)."""
     for name, spec in experiment.data.items():
         if spec.env_protocol != "dopamine" and spec.source != "random":
             raise ConfigError(

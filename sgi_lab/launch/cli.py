@@ -19,7 +19,6 @@ Examples::
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
 import json
 import signal
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sgi_lab.base.errors import SgiLabError
+from sgi_lab.launch.hints import unrecognized
 
 # The CLI imports torch (through sgi_lab.runs.stopping) only when a command needs it.
 if TYPE_CHECKING:
@@ -632,24 +632,6 @@ def build_parser() -> argparse.ArgumentParser:
     add_sweep_parser(sub)
     add_experiment_parser(sub)
     return parser
-
-
-def unrecognized(extra: list[str]) -> str:
-    """argparse's message for arguments no option takes, with a hint where one is a config key
-    written as an option (``--device cuda``: ``--set device=cuda``)."""
-    from sgi_lab.config import FinetuneConfig, PretrainConfig  # lazy: no torch at CLI start
-
-    keys = {f.name for cls in (PretrainConfig, FinetuneConfig) for f in dataclasses.fields(cls)}
-    hints = []
-    for i, arg in enumerate(extra):
-        key = arg.removeprefix("--").split("=", 1)[0].replace("-", "_")
-        if arg.startswith("--") and key in keys:
-            value = arg.split("=", 1)[1] if "=" in arg else (extra[i + 1 : i + 2] or ["VALUE"])[0]
-            hints.append(f"--set {key}={value}")
-    message = "unrecognized arguments: " + " ".join(extra)
-    if hints:
-        message += f" ({', '.join(hints)}: config keys are set with --set KEY=VALUE)"
-    return message
 
 
 def main(argv: list[str] | None = None) -> int:
