@@ -258,7 +258,6 @@ OVERSIZE_FILES = {
     "sgi_lab/launch/cli.py": 669,
     "sgi_lab/train/finetune.py": 675,
     "sgi_lab/analysis/report.py": 675,
-    "sgi_lab/data/population_replay.py": 662,
 }
 OVERSIZE_FUNCTIONS = {
     "sgi_lab/launch/cli.py::build_parser": 171,

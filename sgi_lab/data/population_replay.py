@@ -13,7 +13,9 @@ and batches those of :class:`sgi_lab.data.sampler.SequenceSampler` (see its modu
 with every array carrying the agent axis first. One difference, on float round-off only: where
 the numpy sum tree's descent lands on a zero-priority leaf and the numpy replay redraws it
 uniformly, :meth:`BatchedSumTree.find` never enters an empty subtree and returns the nearest
-positive leaf, which keeps the sampling free of host synchronisation.
+positive leaf, which keeps the sampling free of host synchronisation. ``sampling`` chooses how a
+draw finds its leaf (`sgi_lab.data.batched_sum_tree`): the tree walk (the CPU's default, bit for
+bit the numpy tree's sums) or prefix sums (the GPU's: a few kernels instead of ~130).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from sgi_lab.data.batched_sum_tree import SAMPLING, BatchedSumTree
 from sgi_lab.data.replay import PrioritizedReplay
 from sgi_lab.envs.spec import ATARI_SPEC, ObservationSpec
 from sgi_lab.runtime.graphs import GraphedCall
@@ -65,109 +68,6 @@ class PopulationBatch(NamedTuple):
     goal_offset: torch.Tensor
     indices: torch.Tensor
     weights: torch.Tensor
-
-
-class BatchedSumTree:
-    """N binary sum trees over ``capacity`` priorities each, as one (N, 2 * size) float64 tensor.
-
-    Node 1 is a root, node j's children are 2j and 2j+1, leaves are ``size .. 2*size - 1``
-    (``size`` the power of two at or above ``capacity``), as in :class:`SumTree`, whose float64
-    sums this reproduces bit for bit.
-    """
-
-    def __init__(self, num_trees: int, capacity: int, device: torch.device | str = "cpu") -> None:
-        self.capacity = int(capacity)
-        size = 1
-        while size < self.capacity:
-            size *= 2
-        self.size = size
-        # Validate values on the host (free on a CPU; a synchronisation elsewhere, never
-        # inside a CUDA graph): `sgi_lab.runtime.graphs` turns it off to check the GPU's path.
-        self.host_checks = torch.device(device).type == "cpu"
-        self.levels = size.bit_length() - 1  # edges from the root to a leaf
-        self.tree = torch.zeros(num_trees, 2 * size, dtype=torch.float64, device=device)
-
-    @property
-    def total(self) -> torch.Tensor:
-        """(N,) total priority of each tree."""
-        return self.tree[:, 1]
-
-    def get(self, rows: torch.Tensor) -> torch.Tensor:
-        """(N, B) leaf priorities at ``rows`` (N, B)."""
-        return self.tree.gather(1, rows + self.size)
-
-    def update(self, rows: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-        """Set leaves and recompute their ancestors, level by level, for all trees at once.
-
-        A row repeated within a tree's batch takes the value of its last occurrence (as numpy
-        fancy assignment does in :class:`SumTree`). Values are validated on a CPU only, where
-        checking costs no device synchronisation.
-
-        Args:
-            rows: (N, B) int64 leaf indices per tree.
-            values: (N, B) new priorities (broadcastable), finite and non-negative.
-
-        Returns:
-            (N,) int64 change in each tree's count of positive leaves.
-        """
-        rows = torch.as_tensor(rows, dtype=torch.int64, device=self.tree.device)
-        values = torch.as_tensor(values, dtype=torch.float64, device=self.tree.device)
-        values = values.expand(rows.shape)
-        if self.host_checks and (
-            bool((values < 0).any()) or not bool(torch.isfinite(values).all())
-        ):
-            raise ValueError("priorities must be finite and non-negative")
-        # Scatter order among duplicate indices is unspecified (and differs on a GPU): give every
-        # duplicate the value of its last occurrence, so any write order ends the same.
-        rows, order = torch.sort(rows, dim=1, stable=True)
-        values = values.gather(1, order)
-        B = rows.shape[1]
-        is_last = torch.ones_like(rows, dtype=torch.bool)
-        is_last[:, :-1] = rows[:, 1:] != rows[:, :-1]
-        position = torch.arange(B, device=rows.device).expand_as(rows)
-        group_end = torch.where(is_last, position, B)
-        group_end = group_end.flip(1).cummin(1).values.flip(1)
-        values = values.gather(1, group_end)
-
-        nodes = rows + self.size
-        old = self.tree.gather(1, nodes)
-        positive_change = ((values > 0).long() - (old > 0).long()) * is_last
-        self.tree.scatter_(1, nodes, values)
-        for _ in range(self.levels):
-            # Siblings within a level are final before their parents are summed; duplicate
-            # parents read the same children and so write the same sum.
-            nodes = nodes // 2
-            sums = self.tree.gather(1, 2 * nodes) + self.tree.gather(1, 2 * nodes + 1)
-            self.tree.scatter_(1, nodes, sums)
-        return positive_change.sum(1)
-
-    def rebuild(self, tree: int, leaves: torch.Tensor) -> None:
-        """Replace all leaves of one tree (the first ``len(leaves)``; the rest 0) and its sums."""
-        t = self.tree[tree]
-        t.zero_()
-        t[self.size : self.size + len(leaves)] = leaves.to(t)
-        lo = self.size
-        while lo > 1:
-            hi, lo = lo, lo // 2
-            t[lo:hi] = t[2 * lo : 2 * hi : 2] + t[2 * lo + 1 : 2 * hi : 2]
-
-    def find(self, mass: torch.Tensor) -> torch.Tensor:
-        """(N, B) leaves whose prefix-sum interval contains ``mass`` (N, B) in ``[0, total)``.
-
-        The descent goes right when the mass reaches past the left subtree, as `SumTree.find`
-        does, but never into an empty subtree, so round-off near a tree's total still lands on a
-        positive leaf (the numpy replay redraws those instead).
-        """
-        mass = mass.to(torch.float64)
-        nodes = torch.ones_like(mass, dtype=torch.int64)
-        for _ in range(self.levels):
-            left = 2 * nodes
-            left_sum = self.tree.gather(1, left)
-            right_sum = self.tree.gather(1, left + 1)
-            go_right = (mass >= left_sum) & (right_sum > 0)
-            mass = torch.where(go_right, mass - left_sum, mass)
-            nodes = left + go_right.long()
-        return (nodes - self.size).clamp_(max=self.capacity - 1)
 
 
 class PopulationReplay:
@@ -217,6 +117,7 @@ class PopulationReplay:
         cuda_graphs: bool = False,
         first_after_terminal: bool = False,
         spec: ObservationSpec = ATARI_SPEC,
+        sampling: str = "auto",
     ) -> None:
         if K < 0 or n_step < 0 or goal_window < 0:
             raise ValueError("K, n_step and goal_window must be >= 0")
@@ -248,7 +149,9 @@ class PopulationReplay:
         # The row the next append writes, as device state too: the append reads it there, so
         # one captured graph serves every step (`_append_graph`).
         self.position = torch.zeros((), dtype=torch.int64, device=dev)
-        self.tree = BatchedSumTree(N, C, dev)
+        if sampling not in SAMPLING:
+            raise ValueError(f"sampling: one of {SAMPLING}, got {sampling!r}")
+        self.tree = BatchedSumTree(N, C, dev, None if sampling == "auto" else sampling)
         self.positive_leaves = torch.zeros(N, dtype=torch.int64, device=dev)
         self.max_priority = torch.ones(N, dtype=torch.float64, device=dev)
         # The importance-sampling exponent as device state: set before each sample (`sample`,

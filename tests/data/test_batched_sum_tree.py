@@ -1,0 +1,94 @@
+"""The two walks of the batched sum tree find the same leaves, write the same leaves and totals,
+and the prefix walk does it in a handful of operators (a GPU's kernels) instead of ~130."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from sgi_lab.data.batched_sum_tree import BatchedSumTree
+from sgi_lab.data.population_replay import PopulationReplay
+from sgi_lab.runtime.graphs import count_ops
+
+
+def trees(values: torch.Tensor, capacity: int) -> tuple[BatchedSumTree, BatchedSumTree]:
+    rows = torch.arange(values.shape[1]).expand(values.shape[0], -1)
+    walked = BatchedSumTree(values.shape[0], capacity, walk="tree")
+    prefixed = BatchedSumTree(values.shape[0], capacity, walk="prefix")
+    for tree in (walked, prefixed):
+        tree.update(rows, values)
+    return walked, prefixed
+
+
+def test_both_walks_find_the_same_leaves_where_sums_are_exact():
+    # integer priorities (zeros among them): every sum is exact in float64, so any mass in
+    # [0, total) lies in the same leaf's interval under both sums
+    g = torch.Generator().manual_seed(0)
+    values = torch.randint(0, 5, (3, 1000), generator=g).double()
+    values[1, 990:] = 0  # an empty tail: never returned
+    walked, prefixed = trees(values, 1000)
+    assert torch.equal(walked.total, prefixed.total)
+    mass = torch.rand(3, 4096, generator=g, dtype=torch.float64) * walked.total[:, None]
+    mass[:, 0] = 0.0
+    mass[:, 1] = walked.total - 0.5  # in the last positive leaf
+    found = prefixed.find(mass)
+    assert torch.equal(found, walked.find(mass))
+    assert bool((prefixed.get(found) > 0).all())
+    # a mass at the total (round-off between two sums) lands on the last positive leaf
+    at_total = prefixed.find(prefixed.total[:, None].clone())
+    assert at_total[1, 0] == 989 and bool((prefixed.get(at_total) > 0).all())
+
+
+def test_writes_keep_the_same_leaves_totals_and_positive_counts():
+    g = torch.Generator().manual_seed(1)
+    walked, prefixed = trees(torch.zeros(2, 300, dtype=torch.float64), 300)
+    for _ in range(20):
+        rows = torch.randint(0, 300, (2, 32), generator=g)  # duplicates within a batch
+        values = torch.randint(0, 4, (2, 32), generator=g).double() / 4
+        assert torch.equal(walked.update(rows, values), prefixed.update(rows, values))
+        assert torch.equal(walked.leaves, prefixed.leaves)
+        assert torch.equal(walked.total, prefixed.total)
+
+
+def test_a_replay_samples_the_same_batches_under_either_walk_with_far_fewer_operators():
+    def replay(sampling: str) -> PopulationReplay:
+        r = PopulationReplay(2, 400, K=2, n_step=3, seeds=[5, 6], sampling=sampling)
+        rng = np.random.default_rng(0)
+        for t in range(300):
+            r.append(
+                rng.integers(0, 255, (2, 84, 84), dtype=np.uint8),
+                rng.integers(0, 4, 2),
+                rng.normal(size=2).astype(np.float32),
+                rng.random(2) < 0.01,
+                np.full(2, t == 0),
+            )
+        return r
+
+    walked, prefixed = replay("tree"), replay("prefix")
+    for _ in range(3):
+        a, b = walked.sample(16, 0.4), prefixed.sample(16, 0.4)
+        assert torch.equal(a.indices, b.indices)
+        torch.testing.assert_close(a.weights, b.weights)
+        # priorities that are sums of powers of two stay exact: the next draws agree too
+        p = torch.randint(1, 8, a.indices.shape).double() / 8
+        walked.update_priorities(a.indices, p)
+        prefixed.update_priorities(b.indices, p)
+    ops = {
+        name: (
+            sum(count_ops(lambda r=r: r.sample_at_beta(16)).values()),
+            sum(count_ops(lambda r=r: r.update_priorities(r.sample(16, 0.4).indices, p)).values()),
+        )
+        for name, r in (("tree", walked), ("prefix", prefixed))
+    }
+    # the walk's 9 levels (400 rows) are gone from sampling, and from the priority write
+    assert ops["prefix"][0] <= ops["tree"][0] - 60
+    with pytest.raises(ValueError, match="sampling: one of"):
+        PopulationReplay(1, 10, sampling="heap")
+
+
+def test_the_default_walk_follows_the_device():
+    assert BatchedSumTree(1, 8).walk == "tree"
+    assert BatchedSumTree(1, 8, device="meta").walk == "tree"
+    with pytest.raises(ValueError, match="walk: one of"):
+        BatchedSumTree(1, 8, walk="heap")
