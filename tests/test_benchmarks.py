@@ -211,3 +211,16 @@ def test_the_recheck_job_asks_its_device_and_runs_every_part(tmp_path):
     assert "conv, autocast outside ->" in autocast
     assert {"checks_full.txt", "population26_nature.json"} <= {p.name for p in out.iterdir()}
     assert "minatar: 2 agents, median agent steps/s" in result.stdout
+
+
+def test_the_sum_tree_op_count_shows_the_prefix_walk_cheaper(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import sum_tree_ops
+
+    out = tmp_path / "ops.json"
+    sum_tree_ops.main(["--agents", "2", "--capacity", "300", "--json", str(out)])
+    (row,) = json.loads(out.read_text())
+    # 300 rows: a 9-level tree; the prefix walk's operators do not grow with the depth
+    assert row["prefix"]["find"] < row["tree"]["find"] / 5
+    assert row["prefix"]["write"] < row["tree"]["write"]
+    assert row["tree"]["total"] == 0 and row["prefix"]["total"] == 1
