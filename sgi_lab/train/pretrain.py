@@ -234,6 +234,9 @@ class _Loop:
             )
         torch.set_rng_state(checkpoint["torch_rng"])
         self.sampler.load_state_dict(checkpoint["sampler"])
+        # the logging window's steps since the last row (none in older checkpoints): a run
+        # resumed between rows logs the means an uninterrupted one logs
+        self.pending_window = dict(checkpoint.get("log_window") or {})
         return int(checkpoint["step"])
 
     def step_function(self) -> Callable[[PretrainBatch], dict[str, torch.Tensor]]:
@@ -249,7 +252,8 @@ class _Loop:
     def run(self, progress: bool, callback, stop: Deadline) -> Path:
         config, run = self.config, self.run_dir
         logger = run.metrics_logger(resume_step=self.step if self.resumed else None)
-        window = _Window(self.sampler.batch_size)
+        window = self.window = _Window(self.sampler.batch_size)
+        window.restore(getattr(self, "pending_window", {}))
         bar = tqdm(
             total=config.steps,
             initial=self.step,
@@ -318,6 +322,7 @@ class _Loop:
             "config": to_dict(config),
             "game": store.game,
             "data": str(store.path),
+            "log_window": self.window.state() if hasattr(self, "window") else {},
         }
         self.run_dir.save_checkpoint(self.step, payload, "pretrain")
         self.run_dir.set_status("running", step=self.step)
@@ -369,6 +374,21 @@ class _Window:
         self.steps += 1
         for key, value in logs.items():
             self.values[key].append(value.detach() if torch.is_tensor(value) else value)
+
+    def state(self) -> dict[str, torch.Tensor]:
+        """The steps logged since the last row, one float64 tensor per metric (what a checkpoint
+        keeps, so that a resumed run's next row is the uninterrupted run's)."""
+        return {
+            k: torch.stack([torch.as_tensor(x, dtype=torch.float64).reshape(()).cpu() for x in v])
+            for k, v in self.values.items()
+            if v
+        }
+
+    def restore(self, state: dict[str, torch.Tensor]) -> None:
+        """Put back the steps `state` kept (their clock is gone: the row's samples per second
+        counts the resumed steps only)."""
+        for key, values in state.items():
+            self.values[key] = list(values.to(torch.float64).unbind())
 
     def row(self) -> dict[str, float]:
         """The window's means; raises FloatingPointError on a non-finite total loss."""

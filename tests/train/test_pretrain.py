@@ -145,6 +145,39 @@ def test_a_stopped_run_checkpoints_where_it_stopped_and_resumes_to_the_same_mode
     assert [p.name for p in RunDir(tmp_path / "cli").checkpoints()] == ["ckpt_00000001.pt"]
 
 
+class StopAtStep(Deadline):
+    """A stop asked for after ``step`` steps (between two logged rows)."""
+
+    def __init__(self, step: int) -> None:
+        super().__init__()
+        self.calls, self.step = 0, step
+
+    def reason(self) -> str | None:
+        self.calls += 1
+        return "pre-empted" if self.calls == self.step else None
+
+
+def test_a_run_resumed_between_two_rows_logs_the_uninterrupted_runs_rows(dot_store, tmp_path):
+    """Stopped at step 17 with rows every 7 steps: the row at 21 is the mean over steps 15-21
+    as in the run never stopped (the window's steps 15-17 come back from the checkpoint), so a
+    rebuild of such a run compares equal (`compare_rebuilt`)."""
+    config = build_config(
+        PretrainConfig,
+        {**TINY, "steps": 21, "log_every": 7, "checkpoint_every": 100, "goal_weight": 0.0},
+    )
+    pretrain(config, dot_store, tmp_path / "straight", progress=False)
+    with pytest.raises(RunStopped, match="stopped at step 17"):
+        pretrain(config, dot_store, tmp_path / "run", progress=False, stop=StopAtStep(17))
+    pretrain(config, dot_store, tmp_path / "run", progress=False)
+    straight = RunDir(tmp_path / "straight").read_metrics()
+    resumed = RunDir(tmp_path / "run").read_metrics()
+    assert [r["step"] for r in resumed] == [7, 14, 21]
+    for a, b in zip(straight, resumed, strict=True):
+        for key in a:
+            if key.startswith(("losses/", "charts/")) and key != "charts/samples_per_s":
+                assert a[key] == b[key], (a["step"], key)
+
+
 def test_finished_run_is_not_rerun_and_config_change_is_refused(dot_store, tmp_path):
     config = build_config(PretrainConfig, {**TINY, "steps": 5, "goal_weight": 0.0})
     path = pretrain(config, dot_store, tmp_path / "run", progress=False)
