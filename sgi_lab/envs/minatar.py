@@ -276,6 +276,10 @@ class MinAtarEnv(gym.Env):
         if seed is not None:
             super().reset(seed=seed)
             self._env.seed(seed)
+            # minatar's reset keeps the last action, which a sticky action replays: a seeded
+            # reset is a fresh start, the same after any history (a resumed collection's new
+            # env, or the run that never stopped)
+            self._env.last_action = 0
         self._env.reset()
         self._steps = 0
         info = {"labels": self.labels()} if self.record_labels else {}

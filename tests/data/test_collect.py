@@ -178,3 +178,25 @@ def test_cli_collect_and_info(tmp_path, capsys):
     )
     err = capsys.readouterr().err
     assert "unknown Atari 100k game 'pongg'" in err and "MsPacman" in err
+
+
+def test_a_seeded_minatar_reset_is_the_same_fresh_start_after_any_history():
+    """What makes a killed MinAtar collection resume into the uninterrupted store: each chunk
+    starts from a seeded reset, and minatar's own reset keeps the last action, which a sticky
+    step replays. With every step sticky, the first steps after a seeded reset replay the last
+    action: 0 from a fresh env, and now from an env with any history too."""
+    pytest.importorskip("minatar")
+    from sgi_lab.envs.minatar import MinAtarEnv
+
+    def play(env, actions):
+        return [env.step(a)[0] for a in actions]
+
+    used = MinAtarEnv("minatar/breakout", seed=1, sticky_action_prob=0.0)
+    used.reset(seed=1)
+    play(used, [2] * 5)  # its last action: 2 (right)
+    used.sticky_action_prob = used._env.sticky_action_prob = 1.0
+    fresh = MinAtarEnv("minatar/breakout", seed=5, sticky_action_prob=1.0)
+    a, b = used.reset(seed=7)[0], fresh.reset(seed=7)[0]
+    np.testing.assert_array_equal(a, b)
+    for x, y in zip(play(used, [1] * 6), play(fresh, [1] * 6), strict=True):
+        np.testing.assert_array_equal(x, y)
