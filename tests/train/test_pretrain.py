@@ -158,20 +158,20 @@ class StopAtStep(Deadline):
 
 
 def test_a_run_resumed_between_two_rows_logs_the_uninterrupted_runs_rows(dot_store, tmp_path):
-    """Stopped at step 17 with rows every 7 steps: the row at 21 is the mean over steps 15-21
-    as in the run never stopped (the window's steps 15-17 come back from the checkpoint), so a
+    """Stopped at step 8 with rows every 3 steps: the row at 9 is the mean over steps 7-9 as
+    in the run never stopped (the window's steps 7-8 come back from the checkpoint), so a
     rebuild of such a run compares equal (`compare_rebuilt`)."""
     config = build_config(
         PretrainConfig,
-        {**TINY, "steps": 21, "log_every": 7, "checkpoint_every": 100, "goal_weight": 0.0},
+        {**TINY, "steps": 9, "log_every": 3, "checkpoint_every": 100, "goal_weight": 0.0},
     )
     pretrain(config, dot_store, tmp_path / "straight", progress=False)
-    with pytest.raises(RunStopped, match="stopped at step 17"):
-        pretrain(config, dot_store, tmp_path / "run", progress=False, stop=StopAtStep(17))
+    with pytest.raises(RunStopped, match="stopped at step 8"):
+        pretrain(config, dot_store, tmp_path / "run", progress=False, stop=StopAtStep(8))
     pretrain(config, dot_store, tmp_path / "run", progress=False)
     straight = RunDir(tmp_path / "straight").read_metrics()
     resumed = RunDir(tmp_path / "run").read_metrics()
-    assert [r["step"] for r in resumed] == [7, 14, 21]
+    assert [r["step"] for r in resumed] == [3, 6, 9]
     for a, b in zip(straight, resumed, strict=True):
         for key in a:
             if key.startswith(("losses/", "charts/")) and key != "charts/samples_per_s":
