@@ -15,9 +15,10 @@ setup: $(STAMP) git-filters  ## create .venv, install sgi-lab with its dev extra
 
 # nbstripout as this clone's git filter (.gitattributes names it): notebooks are committed
 # without outputs, execution counts or the kernel's version metadata, so a notebook run or
-# merely opened in JupyterLab is not a change (the kernel's display name, which Lab rewrites on
-# save, included). --keep-id: the committed cell ids stay stable.
-NBSTRIP_KEYS := metadata.papermill cell.metadata.papermill metadata.kernelspec.display_name $(foreach k,codemirror_mode \
+# merely opened in JupyterLab is not a change (the notebooks are committed with the display name
+# ipykernel's own kernel gives, which Lab writes on save). --keep-id: the committed cell ids stay
+# stable.
+NBSTRIP_KEYS := metadata.papermill cell.metadata.papermill $(foreach k,codemirror_mode \
 	file_extension mimetype nbconvert_exporter pygments_lexer version,metadata.language_info.$(k))
 NBSTRIP := "$(abspath $(PY))" -m nbstripout --keep-id --extra-keys "$(NBSTRIP_KEYS)"
 

@@ -60,6 +60,18 @@ def _as_executed_in_lab(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     return nb
 
 
+def test_notebooks_carry_the_kernel_name_lab_writes_and_are_valid():
+    """Committed with ipykernel's own display name ("Python 3 (ipykernel)"), which JupyterLab
+    writes when it saves one, so opening and saving a notebook changes nothing; and valid
+    against the notebook schema (which requires a display name)."""
+    from ipykernel.kernelspec import get_kernel_dict
+
+    for path in NOTEBOOKS:
+        nb = nbformat.read(path, as_version=4)
+        nbformat.validate(nb)
+        assert nb.metadata.kernelspec.display_name == get_kernel_dict()["display_name"], path
+
+
 def test_committed_notebooks_are_what_the_filter_makes_of_them(clone):
     for nb in NOTEBOOKS:
         committed = git(clone, "show", f"HEAD:notebooks/{nb.name}")
