@@ -217,3 +217,41 @@ def test_an_archive_survives_a_config_field_added_at_its_default(tmp_path):
     graph.params_files[params] = payload
     assert task_fingerprint(graph, task, {params: older_negative}) != archived
     assert old  # (spr_weight is not at its default here either: it stays in)
+
+
+@pytest.mark.slow  # the calibration study's graph at tiny budgets, for real: 4-6 min on 2 cores
+def test_a_tiny_calibration_study_runs_its_controls_and_leads_with_its_question(tmp_path):
+    text = CALIBRATION.read_text()
+    tiny = {
+        "steps: 100000, updates_per_step: 1, learning_starts: 1000, eval_episodes: 30, "
+        "checkpoint_every: 10000": "steps: 80, updates_per_step: 1, learning_starts: 20, "
+        "eval_episodes: 2, checkpoint_every: 40",
+        "steps: 10000, updates_per_step: 1, learning_starts: 1000, eval_episodes: 30, "
+        "checkpoint_every: 2500": "steps: 60, updates_per_step: 1, learning_starts: 20, "
+        "eval_episodes: 2, checkpoint_every: 30",
+        "set: {steps: 2000}": "set: {steps: 4, batch_size: 16, log_every: 2, checkpoint_every: 2}",
+        "    steps: 100000\n": "    steps: 600\n",
+        "seeds: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]": "seeds: [0, 1, 2]",
+    }
+    for old, new in tiny.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    path = tmp_path / "tiny.yaml"
+    path.write_text(text)
+    out = tmp_path / "out"
+    args = ["experiment", str(path), "--out", str(out), "--max-parallel", "2", "--no-progress"]
+    assert main(args) == 0
+    transfers = {
+        label: json.loads(
+            (out / "finetune" / label / "minatar-breakout__s0" / "transfer.json").read_text()
+        )
+        for label in ("reduced_lr__agent__d0", "negative_control__sgi__d0", "reduced_lr__sgi__d0")
+    }
+    loaded = {label: set(t["loaded"]) for label, t in transfers.items()}
+    assert len({frozenset(v) for v in loaded.values()}) == 1  # the same tensors, all three
+    assert [t["source_kind"] for t in transfers.values()] == ["agent", "pretrain", "pretrain"]
+    assert [t["values"] for t in transfers.values()] == ["loaded", "initial", "loaded"]
+    assert len({json.dumps(t["lr_groups"]) for t in transfers.values()}) == 1
+    results = (out / "results.md").read_text()
+    assert results.index("## The pre-registered question") < results.index("## Exploratory")
+    assert "reduced_lr__agent" in results and (out / "question.svg").is_file()
