@@ -34,7 +34,7 @@ from sgi_lab.analysis.probe_study import (
     rank_correlation_with_paper,
 )
 from sgi_lab.analysis.report import read_run
-from sgi_lab.base.files import atomic_write_text, read_jsonl
+from sgi_lab.base.files import atomic_write_text, check_ours, read_jsonl
 from sgi_lab.metrics.aggregate import (
     aggregate_with_ci,
     probability_of_improvement_with_ci,
@@ -591,10 +591,7 @@ def budget_study_markdown(
         lines += [_over(table), "", budget_markdown(curve), ""]
     if figure is not None and drawn:
         path = Path(figure)
-        if path.exists() and SVG_MARK not in path.read_text(errors="replace"):
-            raise FileExistsError(
-                f"{path}: exists and is not a budget figure of ours; choose another figure path"
-            )
+        check_ours(path, SVG_MARK, "a budget figure")
         atomic_write_text(path, budget_svg(drawn))
         lines += [f"![IQM by SGI pretraining budget, each scheme]({path.name})", ""]
     done = runs[runs["finished"]]
@@ -959,10 +956,7 @@ def write_finetune_budget_figure(
         FileExistsError: ``path`` holds something else (it is left as it is).
         ValueError: no method besides scratch has finished a common game at every budget."""
     path = Path(path)
-    if path.exists() and SVG_MARK not in path.read_text(errors="replace"):
-        raise FileExistsError(
-            f"{path}: exists and is not a budget figure of ours; choose another figure path"
-        )
+    check_ours(path, SVG_MARK, "a budget figure")
     if table is None:
         table = finetune_budget_table(folders, reps=reps, readout=readout)
     if table.empty:
@@ -1053,10 +1047,7 @@ def write_curves_figure(
         FileExistsError: ``path`` holds something else (it is left as it is).
     """
     path = Path(path)
-    if path.exists() and CURVES_MARK not in path.read_text(errors="replace"):
-        raise FileExistsError(
-            f"{path}: exists and is not a learning-curve figure of ours; choose another path"
-        )
+    check_ours(path, CURVES_MARK, "a learning-curve figure")
     atomic_write_text(path, curves_svg(learning_curves(runs[runs["finished"]], bin_steps), methods))
     return path
 

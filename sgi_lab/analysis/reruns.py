@@ -33,7 +33,7 @@ from sgi_lab.analysis.minatar_study import (
     table_markdown,
 )
 from sgi_lab.analysis.probe_study import format_interval
-from sgi_lab.base.files import atomic_write_text
+from sgi_lab.base.files import atomic_write_text, check_ours
 from sgi_lab.metrics.aggregate import seed_pairs
 from sgi_lab.metrics.minatar import normalization_name, normalized_score
 
@@ -489,9 +489,6 @@ def write_rerun_figure(
         FileExistsError: ``path`` holds something else (it is left as it is).
     """
     path = Path(path)
-    if path.exists() and RERUN_MARK not in path.read_text(errors="replace"):
-        raise FileExistsError(
-            f"{path}: exists and is not a rerun figure of ours; choose another path"
-        )
+    check_ours(path, RERUN_MARK, "a rerun figure")
     atomic_write_text(path, rerun_svg(first, second, names))
     return path

@@ -204,6 +204,18 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write(path, lambda fh: fh.write(text))
 
 
+def check_ours(path: str | os.PathLike, mark: str, what: str) -> None:
+    """Refuse to write over ``path`` unless it is missing or a file of ours: one that holds
+    ``mark`` (a figure's comment, say), so a user's file of the same name is never replaced.
+
+    Raises:
+        FileExistsError: ``{path}: exists and is not {what} of ours; choose another path``.
+    """
+    path = Path(path)
+    if path.exists() and mark not in path.read_text(errors="replace"):
+        raise FileExistsError(f"{path}: exists and is not {what} of ours; choose another path")
+
+
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
     """``torch.save`` to ``path`` atomically (see `atomic_write`), creating its folder."""
     path = Path(path)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from html import escape
 from pathlib import Path
 
-from sgi_lab.base.files import atomic_write_text
+from sgi_lab.base.files import atomic_write_text, check_ours
 
 __all__ = ["FOREST_MARK", "ForestRow", "forest_svg", "write_forest_svg"]
 
@@ -93,9 +93,6 @@ def write_forest_svg(path: str | Path, text: str) -> Path:
         FileExistsError: ``path`` holds something else (it is left as it is).
     """
     path = Path(path)
-    if path.exists() and FOREST_MARK not in path.read_text(errors="replace"):
-        raise FileExistsError(
-            f"{path}: exists and is not a forest plot of ours; choose another path"
-        )
+    check_ours(path, FOREST_MARK, "a forest plot")
     atomic_write_text(path, text)
     return path
