@@ -20,7 +20,13 @@ from sgi_lab.analysis.minatar_study import readout_runs, study_runs, table_markd
 from sgi_lab.experiments.design import NO_PRETRAINING, arm_labels
 from sgi_lab.experiments.spec import Experiment, QuestionSpec
 from sgi_lab.metrics.hypothesis import holm, iqm_of, p_improvement_test
-from sgi_lab.metrics.power import coverage, draw_studies, minimum_detectable_effect, power
+from sgi_lab.metrics.power import (
+    coverage,
+    draw_studies,
+    minimum_detectable_effect,
+    power,
+    seeds_needed,
+)
 from sgi_lab.viz.forest import ForestRow, forest_svg, write_forest_svg
 
 __all__ = [
@@ -257,11 +263,9 @@ def power_report(
     alpha = alpha or question.alpha / len(question.primary)
     draws = draw_studies(scores, n, sims, permutations, seed)
     mde = minimum_detectable_effect(draws, alpha)
-    needed = {}
-    for k in (3, 5, 10, 15, 20, 30, 40, 60):
-        needed[k] = power(draw_studies(scores, k, sims, permutations, seed), question.effect, alpha)
-        if needed[k] >= 0.8:
-            break
+    needed = seeds_needed(
+        scores, question.effect, alpha, sims=sims, permutations=permutations, seed=seed
+    )
     pilot_iqm = iqm_of(scores)
     return {
         "pilot": str(pilot),
