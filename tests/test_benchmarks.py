@@ -224,3 +224,26 @@ def test_the_sum_tree_op_count_shows_the_prefix_walk_cheaper(tmp_path, monkeypat
     assert row["prefix"]["find"] < row["tree"]["find"] / 5
     assert row["prefix"]["write"] < row["tree"]["write"]
     assert row["tree"]["total"] == 0 and row["prefix"]["total"] == 1
+
+
+def test_the_gpu_script_refuses_a_bad_job_cap_or_out_before_running_anything(tmp_path):
+    def run(*args: str, out: Path) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["bash", str(ROOT / "benchmarks" / "gpu" / "run.sh"), *args],
+            cwd=ROOT,
+            env={"PATH": "/usr/bin:/bin", "OUT": str(out), "SGI_REHEARSAL": "1"},
+            capture_output=True,
+            text=True,
+        )
+
+    bogus = run("bogus", out=tmp_path / "o")
+    assert bogus.returncode == 2 and "minatar_shared" in bogus.stdout  # every job listed
+    assert "Python" not in bogus.stdout  # refused before anything ran
+    for cap in ("-5", "0", "ten"):
+        result = run("minatar", cap, out=tmp_path / "o")
+        assert result.returncode == 2 and "whole number of seconds above 0" in result.stdout
+    taken = tmp_path / "file"
+    taken.write_text("mine")
+    result = run("minatar", "5", out=taken)
+    assert result.returncode == 2 and "is not a folder" in result.stdout
+    assert taken.read_text() == "mine"

@@ -53,7 +53,18 @@ set -uo pipefail
 what=${1:-slot}
 encoder=${2:-resnet}
 rehearsal=${SGI_REHEARSAL:-0}
-out=${OUT:-/tmp/out}; mkdir -p "$out"
+out=${OUT:-/tmp/out}
+if [ -e "$out" ] && [ ! -d "$out" ]; then
+  echo "OUT=$out exists and is not a folder; name a folder for the job's files"; exit 2
+fi
+mkdir -p "$out"
+JOBS="slot, curve, first, checks, phases, pretrain, sampling, vector_env, memory, population, benchmark26, minatar, minatar_shared, recheck, minatar_vmap_traceback"
+positive_cap() {  # a job's time cap: a whole number of seconds above 0
+  case "$1" in ''|*[!0-9]*|0) echo "$what: the cap must be a whole number of seconds above 0, got '$1'"; exit 2 ;; esac
+}
+# what is asked for is checked before anything is installed or run
+case ", $JOBS," in *", $what,"*) ;; *) echo "unknown job $what ($JOBS)"; exit 2 ;; esac
+case "$what" in minatar|minatar_shared) [ $# -ge 2 ] && positive_cap "$2" ;; esac
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 python3 -V
 if [ "$rehearsal" = 1 ]; then
@@ -228,6 +239,8 @@ for metrics in sorted(Path(sys.argv[1]).rglob("metrics.jsonl")):
     if last:
         rows[str(metrics.parent.relative_to(sys.argv[1]))] = {k: last[-1][k] for k in ("step", "charts/sps", "charts/ups")}
 json.dump(rows, open(sys.argv[2], "w"), indent=1)
+if not rows:
+    sys.exit("minatar: no agent logged a speed (see minatar.log): the job failed")
 sps = sorted(r["charts/sps"] for r in rows.values())
 if sps:
     per_agent = sps[len(sps) // 2]
@@ -378,5 +391,5 @@ case "$what" in
         --repeats 10 --precision bf16 --json "$out/population_$n.json" | tail -30
     done ;;
   benchmark26) benchmark26 ;;
-  *) echo "unknown job $what (slot, curve, first, checks, phases, pretrain, sampling, vector_env, memory, population, benchmark26)"; exit 2 ;;
+  *) echo "unknown job $what ($JOBS)"; exit 2 ;;
 esac
