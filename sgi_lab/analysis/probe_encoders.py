@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from sgi_lab.base.files import read_mapping
 from sgi_lab.config import ConfigError
 from sgi_lab.envs.spec import ObservationSpec
 from sgi_lab.nets import SGIModel
@@ -72,7 +73,7 @@ def load_probe_encoder(source: str | os.PathLike, allow_unfinished: bool = False
             return ProbeEncoder(
                 model, str(path), "finetune", path / PROBES_FILE, status.get("params"),
                 info.get("step"), stamp=file_stamp(file) if file else {"step": info.get("step")},
-                unfinished=unfinished,
+                unfinished=unfinished, game=read_mapping(path / "config.yaml").get("game"),
             )  # fmt: skip
         try:
             pretrained = load_pretrained(path, allow_unfinished=allow_unfinished)
@@ -82,7 +83,7 @@ def load_probe_encoder(source: str | os.PathLike, allow_unfinished: bool = False
         return ProbeEncoder(
             pretrained.build_model(), str(path), "pretrain", path / PROBES_FILE,
             pretrained.params, pretrained.step, stamp=file_stamp(pretrained.path),
-            unfinished=unfinished,
+            unfinished=unfinished, game=pretrained.game,
         )  # fmt: skip
     payload = load_checkpoint(path, "cpu")  # CheckpointError names a foreign file
     kind = payload.get("kind")
@@ -90,14 +91,14 @@ def load_probe_encoder(source: str | os.PathLike, allow_unfinished: bool = False
         pretrained = load_pretrained(path)
         return ProbeEncoder(
             pretrained.build_model(), str(path), "pretrain", probes_path(path),
-            pretrained.params, pretrained.step, stamp=file_stamp(path),
+            pretrained.params, pretrained.step, stamp=file_stamp(path), game=pretrained.game,
         )  # fmt: skip
     if kind in ("finetuned_model", "finetune") and isinstance(payload.get("model_args"), dict):
         model = SGIModel(**payload["model_args"])
         model.load_state_dict(payload["model"])
         return ProbeEncoder(
             model.eval(), str(path), "finetune", probes_path(path), None, payload.get("step"),
-            stamp=file_stamp(path),
+            stamp=file_stamp(path), game=payload.get("game"),
         )  # fmt: skip
     raise ProbeInputError(f"{path}: a {kind!r} file, not an encoder (no model weights to probe)")
 

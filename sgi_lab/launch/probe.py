@@ -11,6 +11,9 @@ from typing import Any
 
 from sgi_lab.analysis.probe_encoders import load_probe_encoder, random_probe_encoder
 from sgi_lab.analysis.probe_study import probe_frame
+from sgi_lab.config import encoder_problem
+from sgi_lab.envs.factory import canonical_env_game
+from sgi_lab.envs.minatar import is_minatar
 from sgi_lab.nets.encoders import ENCODERS
 from sgi_lab.probes import PROBES_FILE, ProbeInputError, ProbeSettings, check_probe_store, probe_run
 from sgi_lab.probes.linear import FEATURES, READOUTS
@@ -49,6 +52,32 @@ def check_probe_options(args: argparse.Namespace) -> None:
         )
 
 
+def check_encoder_reads_store(encoder: Any, store: Any) -> None:
+    """Refuse, before anything is computed, an encoder that cannot or should not read the
+    store: another input shape (channels, size) than its frames, or a run of another game
+    (its probes would be saved in the run's folder under the other game's name).
+
+    Raises:
+        ProbeInputError: naming the encoder, the store and what differs.
+    """
+    args = encoder.model.init_args
+    spec = store.observation_spec
+    theirs = (int(args["in_channels"]), int(args["image_size"]))
+    ours = (spec.input_channels, spec.height)
+    if theirs != ours:
+        raise ProbeInputError(
+            f"{encoder.source}: reads {theirs[0]} channels of {theirs[1]}x{theirs[1]}, the store "
+            f"{store.path} ({store.game}) gives {ours[0]} of {ours[1]}x{ours[1]}; probe a store "
+            "of its own game"
+        )
+    game = encoder.game
+    if game and canonical_env_game(game) != store.game:
+        raise ProbeInputError(
+            f"{encoder.source}: trained on {game}, the store {store.path} holds {store.game} "
+            "frames; probe a store of its own game"
+        )
+
+
 def main_probe(args: argparse.Namespace) -> int:
     import torch
 
@@ -62,6 +91,11 @@ def main_probe(args: argparse.Namespace) -> int:
             raise ProbeInputError(
                 "--random-init probes a fresh encoder into --out DIR; give --out and no RUN"
             )
+        problem = encoder_problem(args.random_init, is_minatar(store.game))
+        if problem:
+            raise ProbeInputError(
+                f"--random-init: {problem} (the store {args.data} is {store.game})"
+            )
         encoders = [
             random_probe_encoder(
                 args.out, store.num_actions, args.random_init, args.seed, store.observation_spec
@@ -73,6 +107,8 @@ def main_probe(args: argparse.Namespace) -> int:
         if args.out is not None:
             raise ProbeInputError("--out goes with --random-init; a run's probes go in its folder")
         encoders = [load_probe_encoder(run, args.allow_unfinished) for run in args.runs]
+    for encoder in encoders:
+        check_encoder_reads_store(encoder, store)
     settings = ProbeSettings(readout=args.readout, features=args.features)
     summaries: list[dict[str, Any]] = []
     for encoder in encoders:

@@ -113,6 +113,8 @@ class ProbeEncoder:
             probed again.
         unfinished: the weights came from a run that had not finished (``--allow-unfinished``);
             every view of the result marks it.
+        game: the game the weights were trained on, when the run or file records it (a probe
+            of another game's store is refused).
     """
 
     model: SGIModel
@@ -124,6 +126,7 @@ class ProbeEncoder:
     seed: int | None = None
     stamp: dict[str, Any] | None = None
     unfinished: bool = False
+    game: str | None = None  # the game its weights were trained on, when recorded
 
     def describe(self) -> dict[str, Any]:
         return {

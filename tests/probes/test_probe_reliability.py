@@ -408,3 +408,29 @@ def test_a_finetuning_folder_holding_another_configs_model_is_refused(tmp_path, 
     rc, _, err = run_cli(capsys, ["probe", other, "--data", store.path, "--no-progress"])
     assert rc == 2 and "not this run's model" in err and "spr_weight" in err, err
     assert not (other / "probes.json").exists()
+
+
+def test_a_probe_of_another_games_store_or_shape_is_refused_in_one_line(tmp_path, capsys):
+    """A Pong run on a Breakout store of the same shape (its probes would be saved in the Pong
+    run under Breakout's name), a random Atari encoder on a MinAtar store (a raw kernel-size
+    error before) and a run on a store of another shape: one line each, exit 2, nothing
+    written."""
+    pong = small_store(tmp_path / "pong")
+    breakout = small_store(tmp_path / "breakout", game="Breakout", actions=4)
+    run = tmp_path / "run"
+    pretrain(pong, run)
+    before = sorted(p.name for p in run.iterdir())
+    rc, _, err = run_cli(capsys, ["probe", run, "--data", breakout.path, "--no-progress"])
+    assert rc == 2 and "trained on Pong" in err and "holds Breakout frames" in err
+    assert sorted(p.name for p in run.iterdir()) == before  # no probes.json
+    pytest.importorskip("minatar")
+    from sgi_lab.data.collect import collect_random
+
+    grid = collect_random("minatar/breakout", 300, tmp_path / "grid", seed=0, progress=False)
+    out = tmp_path / "random"
+    argv = ["probe", "--random-init", "nature", "--data", grid.path, "--out", out]
+    rc, _, err = run_cli(capsys, [*argv, "--no-progress"])
+    assert rc == 2 and "--random-init: 'nature' is an Atari encoder" in err
+    assert not out.exists()
+    rc, _, err = run_cli(capsys, ["probe", run, "--data", grid.path, "--no-progress"])
+    assert rc == 2 and "reads 4 channels of 84x84" in err and "gives 4 of 10x10" in err
