@@ -24,6 +24,7 @@ from typing import Any
 
 from sgi_lab.base.files import lock_holder, read_mapping
 from sgi_lab.base.paths import did_you_mean
+from sgi_lab.metrics.protocol import comparability_note, protocol_of
 from sgi_lab.runs.checkpoints import CHECKPOINT_RE, checkpoint_files
 from sgi_lab.runs.status import has_final_model, read_status, restored_files, run_folders
 
@@ -207,11 +208,16 @@ def _evaluation(folder: Path) -> dict[str, Any] | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     normalized = evaluation.get("normalized_score", evaluation.get("hns"))
+    protocol = protocol_of(evaluation)
     return {
         "mean": mean,
         "episodes": evaluation.get("episodes"),
         "normalized": normalized if isinstance(normalized, (int, float)) else None,
         "normalization": str(evaluation.get("normalization") or "HNS"),
+        # an HNS from fewer episodes or shorter games than the paper's is no paper figure
+        "caveat": None
+        if protocol is not None and protocol.comparable
+        else comparability_note(protocol),
     }
 
 
@@ -221,6 +227,8 @@ def _evaluation_text(evaluation: dict[str, Any]) -> str:
     text = f"eval {evaluation['mean']:.4g}" + (f" over {episodes} episodes" if episodes else "")
     if evaluation["normalized"] is not None:
         text += f", {evaluation['normalization']} {evaluation['normalized']:.3f}"
+        if evaluation["normalization"] == "HNS" and evaluation.get("caveat"):
+            text += f" ({evaluation['caveat']})"
     return text
 
 

@@ -246,7 +246,11 @@ def test_a_finished_finetuning_run_shows_its_evaluation_score(tmp_path, capsys):
     done = _run(root / "ft" / "Pong__s0", "finished", 100, 100, [{"step": 100}], kind="finetune")
     (done / "model.pt").write_bytes(b"final model")
     evaluation = {"mean": -12.5, "episodes": 100, "hns": 0.2166, "normalization": "HNS"}
-    (done / "eval.json").write_text(json.dumps(evaluation))
+    (done / "eval.json").write_text(json.dumps({**evaluation, "max_frames": 108_000}))
+    capped = _run(root / "ft" / "Pong__s1", "finished", 100, 100, [{"step": 100}], kind="finetune")
+    (capped / "model.pt").write_bytes(b"final model")
+    smoke = {**evaluation, "episodes": 2, "max_frames": 2_000}  # the demo's capped evaluation
+    (capped / "eval.json").write_text(json.dumps(smoke))
     grid = _run(root / "ft" / "breakout", "finished", 100, 100, [{"step": 100}], kind="finetune")
     (grid / "model.pt").write_bytes(b"final model")
     minatar = {
@@ -266,11 +270,16 @@ def test_a_finished_finetuning_run_shows_its_evaluation_score(tmp_path, capsys):
         "episodes": 100,
         "normalized": 0.2166,
         "normalization": "HNS",
+        "caveat": None,  # the paper's protocol: 100 episodes capped at 108,000 frames
     }
     assert status.run_progress(torn)["evaluation"] is None
     assert main(["status", str(root)]) == 0
     out = capsys.readouterr().out
-    assert "eval -12.5 over 100 episodes, HNS 0.217" in out
+    paper = next(line for line in out.splitlines() if "Pong__s0" in line)
+    assert "eval -12.5 over 100 episodes, HNS 0.217" in paper and "comparable" not in paper
+    line = next(line for line in out.splitlines() if "Pong__s1" in line)
+    assert "eval -12.5 over 2 episodes, HNS 0.217 (2 episodes, cap 2,000 frames" in line
+    assert "not comparable with the paper" in line
     assert "eval 5.5 over 10 episodes, MinAtar score 0.530" in out
     seaquest = next(line for line in out.splitlines() if "Seaquest" in line)
     assert "eval" not in seaquest
