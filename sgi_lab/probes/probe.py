@@ -108,13 +108,10 @@ class ProbeEncoder:
         params: the run's params name (the objective: ``s``, ``sgi_m``...), when recorded.
         step: training steps behind the weights, when recorded.
         seed: the initialization seed of a random encoder.
-        stamp: size and modification time of the file the weights came from (None: a random
-            encoder): a result is reused only for the same file, so a run trained again is
-            probed again.
-        unfinished: the weights came from a run that had not finished (``--allow-unfinished``);
-            every view of the result marks it.
-        game: the game the weights were trained on, when the run or file records it (a probe
-            of another game's store is refused).
+        stamp: size and modification time of the weights' file (None: a random encoder): a
+            result is reused only for the same file, so a run trained again is probed again.
+        unfinished: from a run that had not finished (``--allow-unfinished``): every view says so.
+        game: the game the weights were trained on, when recorded (no other game's store).
     """
 
     model: SGIModel
@@ -126,7 +123,7 @@ class ProbeEncoder:
     seed: int | None = None
     stamp: dict[str, Any] | None = None
     unfinished: bool = False
-    game: str | None = None  # the game its weights were trained on, when recorded
+    game: str | None = None
 
     def describe(self) -> dict[str, Any]:
         return {
