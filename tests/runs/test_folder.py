@@ -177,8 +177,12 @@ def test_finetuning_from_an_unfinished_pretraining_run_needs_a_named_checkpoint(
     (run.path / "model.pt").write_bytes(b"m")
     run.finish(10)
     assert pretrained_source(run.path) == run.path / "model.pt"
-    other = started(tmp_path / "ft", kind="finetune")
-    with pytest.raises(ConfigError, match="a finetune run, not a pretraining run"):
+    # a finetuning agent is a source too (a study's positive control), once finished
+    agent = started(tmp_path / "ft", kind="finetune")
+    with pytest.raises(ConfigError, match="never finished"):
+        pretrained_source(agent.path)
+    other = started(tmp_path / "collected", kind="collect")
+    with pytest.raises(ConfigError, match="a collect run, not a pretraining run"):
         pretrained_source(other.path)
     with pytest.raises(ConfigError, match="no such"):
         pretrained_source(tmp_path / "typo")

@@ -283,10 +283,12 @@ def test_population_of_two_games_and_two_seeds_runs_resumes_and_reports(tmp_path
 def test_an_agent_trajectory_does_not_depend_on_its_population(tmp_path):
     """Agent (Pong, seed 0) takes the same actions alone and beside two other agents.
 
-    Greedy from the first step (epsilon 0), so the actions come from the network, and learning
-    starts at step 10, so they also depend on the batched updates: vmap's batched arithmetic may
-    round differently from a single agent's (the update equivalence tests above hold to 1e-4),
-    which over these 30 steps does not flip a greedy action."""
+    Greedy from the first step (epsilon 0), so the actions come from the network. Until
+    learning starts (step 10) nothing but its own random streams and its network decide them:
+    bit for bit the same. After, vmap's batched arithmetic may round differently from a single
+    agent's (the update equivalence tests above hold to 1e-4), which can flip a near-tied greedy
+    action (seen on a Zen 4 EPYC at step 14, on the code of 2026-11-27 as well), so those steps
+    are not compared."""
     from sgi_lab.runs.checkpoints import load_checkpoint
     from sgi_lab.train.finetune import finetune_population
 
@@ -308,8 +310,9 @@ def test_an_agent_trajectory_does_not_depend_on_its_population(tmp_path):
     finetune_population(crowd, [tmp_path / f"crowd{i}" for i in range(3)], progress=False)
     a = load_checkpoint(tmp_path / "alone/checkpoints/ckpt_00000030.pt")["replay"]
     b = load_checkpoint(tmp_path / "crowd0/checkpoints/ckpt_00000030.pt")["replay"]
-    torch.testing.assert_close(a["actions"], b["actions"], rtol=0, atol=0)
-    torch.testing.assert_close(a["frames"], b["frames"], rtol=0, atol=0)
+    before = base.learning_starts
+    torch.testing.assert_close(a["actions"][:before], b["actions"][:before], rtol=0, atol=0)
+    torch.testing.assert_close(a["frames"][:before], b["frames"][:before], rtol=0, atol=0)
 
 
 def test_population_evaluation_equals_each_agents_own_evaluation():
