@@ -63,9 +63,7 @@ class Task:
     agent_folders: tuple[Path, ...] = ()  # finetune: one run folder per agent
     resources: dict[str, float] = field(default_factory=dict)
     probe: dict[str, Any] = field(default_factory=dict)  # probe: store, settings, objective
-    # pretrain, finetune: the config each run folder must have recorded to count as this
-    # task's result (its game, seed and pretrained run aside; `sgi_lab.experiments.state`)
-    config: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)  # what its runs must record (state.py)
 
 
 @dataclass(frozen=True)
@@ -278,14 +276,8 @@ def _pretrain_tasks(
         if spec.data in missing:
             continue
         config = load_config(PretrainConfig, spec.params, spec.set)
-        meta = read_params(spec.params)
         pretrain_configs[spec.name] = config
-        params_path = out / "params" / f"{run_name('pretrain', spec.name)}.yaml"
-        params_files[str(params_path)] = {
-            "name": spec.name,
-            "description": meta.get("description", ""),
-            "config": to_dict(config),
-        }
+        params_path = _params_file(out, "pretrain", spec, config, params_files)
         for game in experiment.games:
             source = data_tasks[spec.data, game]
             data = source.folder if isinstance(source, Task) else source
@@ -309,6 +301,20 @@ def _pretrain_tasks(
     return pretrain_configs
 
 
+def _params_file(
+    out: Path, prefix: str, spec: Any, config: Any, params_files: dict[str, dict[str, Any]]
+) -> Path:
+    """A pretraining config's resolved params file, added to ``params_files`` (written later)."""
+    path = out / "params" / f"{run_name(prefix, spec.name)}.yaml"
+    description = read_params(spec.params).get("description", "")
+    params_files[str(path)] = {
+        "name": spec.name,
+        "description": description,
+        "config": to_dict(config),
+    }
+    return path
+
+
 def _agent_tasks(
     spec: Any,
     experiment: Experiment,
@@ -316,18 +322,11 @@ def _agent_tasks(
     tasks: list[Task],
     params_files: dict[str, dict[str, Any]],
 ) -> FinetuneConfig:
-    """A pretraining config of kind ``agent`` (the positive control's source): one task per
-    game training a from-scratch agent (``sgi-lab finetune``, seed from its config) into
-    ``pretrain/NAME__GAME``, which finetuning then loads as it loads a pretraining run
-    (`sgi_lab.train.transfer.agent_part`). Returns its config."""
+    """A pretraining config of kind ``agent`` (the positive control's source): a task per game
+    training a from-scratch agent (``sgi-lab finetune``) into ``pretrain/NAME__GAME``, which
+    finetuning loads as a pretraining run (`sgi_lab.train.transfer.agent_part`)."""
     config = load_config(FinetuneConfig, spec.params, {**spec.set, "pretrained": None})
-    meta = read_params(spec.params)
-    params_path = out / "params" / f"{run_name('agent', spec.name)}.yaml"
-    params_files[str(params_path)] = {
-        "name": spec.name,
-        "description": meta.get("description", ""),
-        "config": to_dict(config),
-    }
+    params_path = _params_file(out, "agent", spec, config, params_files)
     for game in experiment.games:
         folder = out / "pretrain" / run_name(spec.name, game)
         argv = ("finetune", "--params", str(params_path), "--game", game)

@@ -188,7 +188,7 @@ def question_markdown(
         write_forest_svg(figure, question_figure(contrasts, question.alpha))
     games = ", ".join(g.removeprefix("minatar/") for g in _games(experiment))
     lines = [
-        "## The pre-registered question",
+        "## The declared question",
         "",
         f"{question.text}",
         "",

@@ -170,7 +170,7 @@ def test_the_answer_pools_draws_and_holm_adjusts_the_primary_family(tmp_path):
     assert primary["p_holm"].isna().all() and not primary.loc["naive__sgi", "complete"]
     assert primary.loc["naive__sgi", "runs"] == "19 vs 20"  # an interim value, said as such
     text = ex.question.question_markdown(tmp_path, experiment)
-    assert text.startswith("## The pre-registered question") and "(interim)" in text
+    assert text.startswith("## The declared question") and "(interim)" in text
 
 
 def test_power_from_the_archived_study_and_the_cli(tmp_path, capsys):
@@ -253,5 +253,5 @@ def test_a_tiny_calibration_study_runs_its_controls_and_leads_with_its_question(
     assert [t["values"] for t in transfers.values()] == ["loaded", "initial", "loaded"]
     assert len({json.dumps(t["lr_groups"]) for t in transfers.values()}) == 1
     results = (out / "results.md").read_text()
-    assert results.index("## The pre-registered question") < results.index("## Exploratory")
+    assert results.index("## The declared question") < results.index("## Exploratory")
     assert "reduced_lr__agent" in results and (out / "question.svg").is_file()
