@@ -138,7 +138,7 @@ def _info(args: argparse.Namespace) -> int:
 
         problems = store.verify()
         claim = store_claim_problem(store)
-        if claim:  # what the manifest says of the game against the data (issue 35)
+        if claim:  # the manifest's game against what the data shows
             problems.append(f"{store.path / 'manifest.json'}: {claim}")
         for problem in problems:
             print(f"sgi-lab info: {problem}", file=sys.stderr)

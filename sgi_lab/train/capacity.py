@@ -28,7 +28,7 @@ from sgi_lab.train.transfer import model_args_for
 
 # One update's working memory per agent at batch 32 (measured, population_memory.py, CPU fp32).
 # MinAtar's: 37 MB of peak RSS for updates of the `minatar` encoder, hidden 128, batch 32, K 5
-# (2-core Intel Xeon, session 13); `minatar_l` counted at twice that, not measured.
+# (2-core Intel Xeon, 2026-11-26); `minatar_l` counted at twice that, not measured.
 UPDATE_BYTES_AT_BATCH_32 = {
     "nature": 264e6,
     "resnet": 810e6,

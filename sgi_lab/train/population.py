@@ -275,7 +275,7 @@ class Population:
         EMA for all). Config ``population_batching``; ``auto`` is vmap on a GPU, where it turns
         many small kernel launches into few, and on a CPU for MinAtar's small networks
         (`VMAP_ON_CPU`), whose updates are bound by per-operator overhead that vmap pays once
-        for all agents: on a 2-core Intel Xeon, fp32, batch 32, SPR K = 5 (session 16,
+        for all agents: on a 2-core Intel Xeon, fp32, batch 32, SPR K = 5 (2026-11-26,
         benchmarks/README.md) the ``minatar`` update took 14.1 ms an agent under vmap against
         23.6 in a loop at 6 agents and 2 threads (11.5 against 45 at 64 agents; 21.7 against
         29.1 at 6 agents on one thread), ``minatar_l`` 58 against 69. For Atari's encoders it
