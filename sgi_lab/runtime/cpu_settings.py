@@ -3,15 +3,23 @@
 Which of bf16 autocast and channels-last is fastest depends on the CPU, and no CPU flag tells
 (benchmarks/README.md, "Why the CPU runtime settings"). So with a config's ``cpu_amp`` /
 ``channels_last`` set to ``"auto"`` (the default) a run times a few real steps under each
-candidate setting and keeps the fastest. The figures are cached per CPU model, torch version,
-thread count and workload in ``~/.cache/sgi-lab/cpu_settings.json`` (or ``$SGI_LAB_CACHE``),
-so a machine measures once; an explicit true/false always wins.
+candidate setting and keeps the fastest. The figures are cached in
+``~/.cache/sgi-lab/cpu_settings.json`` (or ``$SGI_LAB_CACHE``) under a key naming the CPU model,
+torch version, thread count, workload and the installed code's folder (a clone or a virtualenv
+of its own measures for itself), so a machine measures once; an explicit true/false always wins.
+
+A cached time stands for the CPU, not for the load it met: a measurement taken while the
+machine was busy (a 1-minute load average of at least half its cores before timing, the rule
+`sgi_lab.base.threads.busy_machine_threads` applies) still chooses for the run that made it,
+but is not cached, and a one-line message says so. On a 2-core machine shared with a study,
+two MinAtar workloads once cached opposite ``channels_last`` choices from such noise.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -27,13 +35,22 @@ from sgi_lab.runtime.device import cpu_has_native_bf16
 __all__ = [
     "AUTO",
     "CpuChoice",
+    "busy_note",
     "cache_file",
+    "cache_key",
     "choose_cpu_settings",
+    "load_average",
     "settle",
     "time_step",
 ]
 
 AUTO = "auto"
+
+log = logging.getLogger(__name__)
+
+# The installed code's folder (a clone's sgi_lab/, or a virtualenv's site-packages copy): part
+# of the cache key, so clones and virtualenvs sharing one home never share measurements.
+CODE_FOLDER = str(Path(__file__).resolve().parents[1])
 
 
 def cache_file() -> Path:
@@ -55,7 +72,8 @@ class CpuChoice:
         channels_last: channels-last memory format.
         times: seconds per step of every candidate measured, ``"bf16=..,channels_last=.."``.
         source: ``"explicit"`` (nothing to choose), ``"measured"`` or ``"cache"``.
-        key: the cache entry (CPU model, torch version, threads, workload).
+        key: the cache entry (CPU model, torch version, threads, workload, code folder).
+        note: why a measurement was not cached (the machine was busy), else empty.
     """
 
     bf16: bool
@@ -63,19 +81,53 @@ class CpuChoice:
     times: dict[str, float] = field(default_factory=dict)
     source: str = "explicit"
     key: str = ""
+    note: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "bf16": self.bf16,
             "channels_last": self.channels_last,
             "times": self.times,
             "source": self.source,
             "key": self.key,
         }
+        if self.note:
+            out["note"] = self.note
+        return out
 
 
 def _label(bf16: bool, channels_last: bool) -> str:
     return f"bf16={bf16},channels_last={channels_last}"
+
+
+def load_average() -> float | None:
+    """This machine's 1-minute load average; None where the platform has none."""
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
+
+
+def busy_note(load: float | None, cores: int | None = None) -> str:
+    """Why a measurement taken at ``load`` (1-minute load average) is not cached: empty when the
+    machine was idle enough (load below half the ``cores``, default this machine's) or no load
+    is known."""
+    cores = cores or os.cpu_count() or 1
+    if load is None or load < cores / 2:
+        return ""
+    return (
+        f"cpu settings measured on a busy machine (load {load:.1f} on {cores} cores): used for "
+        "this run only, not cached; an idle machine's measurement is kept"
+    )
+
+
+def cache_key(workload: str) -> str:
+    """The cache entry of ``workload`` here: CPU model, torch version, threads, workload and
+    the installed code's folder (`CODE_FOLDER`)."""
+    return (
+        f"{cpu_model()}|torch {torch.__version__}|threads {torch.get_num_threads()}|{workload}"
+        f"|code {CODE_FOLDER}"
+    )
 
 
 def _read_cache(path: Path) -> dict[str, Any]:
@@ -105,6 +157,7 @@ def choose_cpu_settings(
     measure: Callable[[bool, bool], float],
     cache: Path | None = None,
     native_bf16: bool | None = None,
+    load: Callable[[], float | None] | None = None,
 ) -> CpuChoice:
     """Settle ``"auto"`` settings for ``workload`` on this CPU by measurement (or the cache).
 
@@ -120,9 +173,11 @@ def choose_cpu_settings(
             candidate missing from the cache).
         cache: the cache file (default `cache_file`).
         native_bf16: whether bf16 can pay here (default `cpu_has_native_bf16`).
+        load: reads the 1-minute load average before measuring (default `load_average`); a
+            measurement on a busy machine (`busy_note`) is used but not cached.
 
     Returns:
-        The fastest candidate, with every candidate's time.
+        The fastest candidate, with every candidate's time (and, measured busy, the note).
     """
     for name, value in (("cpu_amp", bf16), ("channels_last", channels_last)):
         if value != AUTO and not isinstance(value, bool):
@@ -135,19 +190,23 @@ def choose_cpu_settings(
     candidates = [(b, c) for b in bf16_options for c in layouts]
     if len(candidates) == 1:
         return CpuChoice(*candidates[0])
-    key = f"{cpu_model()}|torch {torch.__version__}|threads {torch.get_num_threads()}|{workload}"
+    key = cache_key(workload)
     path = cache or cache_file()
     known = _read_cache(path).get(key, {})
     times = {_label(*c): float(known[_label(*c)]) for c in candidates if _label(*c) in known}
-    source = "cache"
+    source, note = "cache", ""
     missing = [c for c in candidates if _label(*c) not in times]
     if missing:
         source = "measured"
+        note = busy_note((load or load_average)())
         for c in missing:
             times[_label(*c)] = float(measure(*c))
-        _write_cache(path, key, times)
+        if note:
+            log.warning("%s", note)
+        else:
+            _write_cache(path, key, times)
     best = min(candidates, key=lambda c: times[_label(*c)])
-    return CpuChoice(best[0], best[1], times, source, key)
+    return CpuChoice(best[0], best[1], times, source, key, note)
 
 
 OVERRIDE_ENV = "SGI_LAB_CPU_SETTINGS"

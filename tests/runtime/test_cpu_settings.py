@@ -7,7 +7,15 @@ import json
 import pytest
 
 from sgi_lab.base.files import cpu_model
-from sgi_lab.runtime.cpu_settings import choose_cpu_settings, time_step
+from sgi_lab.runtime import cpu_settings
+from sgi_lab.runtime.cpu_settings import busy_note, choose_cpu_settings, time_step
+
+
+@pytest.fixture(autouse=True)
+def idle_machine(monkeypatch):
+    """The tests below measure on a pretend idle machine unless they say otherwise (the real
+    load average of a shared test machine would keep every measurement out of the cache)."""
+    monkeypatch.setattr(cpu_settings, "load_average", lambda: 0.0)
 
 
 def fake_times(table):
@@ -40,6 +48,57 @@ def test_the_fastest_of_the_four_settings_wins_and_is_cached(tmp_path):
     measure, calls = fake_times(TABLE)
     choose_cpu_settings("other", "auto", "auto", measure, cache, native_bf16=True)
     assert len(calls) == 4
+
+
+def test_a_measurement_on_a_busy_machine_chooses_but_is_not_cached(tmp_path, caplog):
+    """Measured at load 3.0 on 2 cores: the fastest still wins for this run, but nothing is
+    written to the cache, a one-line warning and the choice's note say why, and the next run
+    (now idle) measures again and caches."""
+    cache = tmp_path / "cpu.json"
+    cores = __import__("os").cpu_count() or 1
+    measure, calls = fake_times(TABLE)
+    with caplog.at_level("WARNING", logger="sgi_lab.runtime.cpu_settings"):
+        choice = choose_cpu_settings(
+            "w", "auto", "auto", measure, cache, native_bf16=True, load=lambda: 2.0 * cores
+        )
+    assert (choice.bf16, choice.channels_last, choice.source) == (True, False, "measured")
+    assert len(calls) == 4 and not cache.exists()
+    assert choice.note.startswith("cpu settings measured on a busy machine (load ")
+    assert "not cached" in choice.note and "\n" not in choice.note
+    assert choice.to_json()["note"] == choice.note
+    assert [r.getMessage() for r in caplog.records] == [choice.note]
+    # An idle measurement is cached (and carries no note).
+    measure, calls = fake_times(TABLE)
+    idle = choose_cpu_settings("w", "auto", "auto", measure, cache, native_bf16=True)
+    assert len(calls) == 4 and idle.note == "" and "note" not in idle.to_json()
+    assert idle.key in json.loads(cache.read_text())
+    # Once cached, a busy machine reads the cache: nothing measured, nothing to warn about.
+    measure, calls = fake_times(TABLE)
+    busy = choose_cpu_settings(
+        "w", "auto", "auto", measure, cache, native_bf16=True, load=lambda: 9.0 * cores
+    )
+    assert calls == [] and busy.source == "cache" and busy.note == ""
+
+
+def test_the_busy_rule_is_half_the_cores():
+    assert busy_note(0.9, cores=2) == "" and busy_note(None, cores=2) == ""
+    assert "load 1.0 on 2 cores" in busy_note(1.0, cores=2)
+    assert busy_note(7.5, cores=16) == ""  # below half the cores: idle enough
+    assert busy_note(8.0, cores=16) != ""
+
+
+def test_the_cache_is_keyed_by_the_installed_code(tmp_path, monkeypatch):
+    """Two clones (or virtualenvs) sharing one home cache never share measurements."""
+    cache = tmp_path / "cpu.json"
+    monkeypatch.setattr(cpu_settings, "CODE_FOLDER", "/clone-a/sgi_lab")
+    measure, calls = fake_times(TABLE)
+    a = choose_cpu_settings("w", "auto", "auto", measure, cache, native_bf16=True)
+    assert a.key.endswith("|code /clone-a/sgi_lab") and "|threads " in a.key
+    monkeypatch.setattr(cpu_settings, "CODE_FOLDER", "/clone-b/sgi_lab")
+    measure, calls = fake_times(TABLE)
+    b = choose_cpu_settings("w", "auto", "auto", measure, cache, native_bf16=True)
+    assert len(calls) == 4 and b.source == "measured" and b.key != a.key
+    assert set(json.loads(cache.read_text())) == {a.key, b.key}
 
 
 def test_explicit_settings_win_and_emulated_bf16_is_never_a_candidate(tmp_path):
