@@ -44,8 +44,8 @@ from sgi_lab.notebook import (
 )
 from sgi_lab.runs.folder import RunDir
 from sgi_lab.runtime.cpu_settings import cache_file
+from sgi_lab.viz import learning, training
 from sgi_lab.viz.tables import format_number
-from sgi_lab.viz.training import compare_learning_curves, metric_title
 
 __all__ = [
     "STAGES",
@@ -363,7 +363,7 @@ def stage_summary(notebook: str, results: dict[str, Any]) -> list[str]:
             if key in ("run folder", "model", "config", "cosine_similarity", "encoders"):
                 continue
             if isinstance(value, (int, float, str)) and not isinstance(value, bool):
-                name = metric_title(key) if "/" in key else key.replace("_", " ")
+                name = training.metric_title(key) if "/" in key else key.replace("_", " ")
                 lines.append(f"{name}: {_short(value)}")
     return lines if notebook == MINATAR else lines[:6]
 
@@ -651,7 +651,7 @@ def run_minatar_stage(
         runs = {
             label: folder / "finetune" / name for label, (name, _) in demo_minatar.AGENTS.items()
         }
-        figure = compare_learning_curves(
+        figure = learning.compare_learning_curves(
             runs, window=20, title="MinAtar Breakout: training returns"
         )
         save_figure(figure, folder, "learning_curves")

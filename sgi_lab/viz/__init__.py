@@ -4,6 +4,7 @@ from sgi_lab.viz.ablations import ablation_figures, per_game_hns_figure
 from sgi_lab.viz.aggregates import aggregate_table, interval_plot, per_game_bar
 from sgi_lab.viz.datasets import coverage_figure, frame_strip, store_summary_figure
 from sgi_lab.viz.goal_rewards import frames_figure, goal_trajectory_figure, nearest_frames_figure
+from sgi_lab.viz.learning import compare_learning_curves, learning_curve
 from sgi_lab.viz.representations import (
     compare_stores_figure,
     diversity_figure,
@@ -17,10 +18,8 @@ from sgi_lab.viz.training import (
     PRETRAIN_CURVES,
     LiveCurves,
     LiveFigure,
-    compare_learning_curves,
     compare_runs,
     figure_widget_available,
-    learning_curve,
     summary_table,
     training_curves,
 )

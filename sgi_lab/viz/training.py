@@ -37,14 +37,12 @@ __all__ = [
     "PRETRAIN_CURVES",
     "LiveCurves",
     "LiveFigure",
-    "compare_learning_curves",
     "compare_runs",
     "FIGURE_MAX_WIDTH",
     "FULL_WIDTH_FROM_COLUMNS",
     "figure_widget_available",
     "figure_width",
     "widget_width",
-    "learning_curve",
     "runs_metrics",
     "summary_table",
     "training_curves",
@@ -691,127 +689,6 @@ def compare_runs(
         fig = go.Figure().update_layout(title=title, template="plotly_white", height=260)
         return no_data_message(fig, "none of these runs has logged metrics yet")
     return training_curves(df, keys, columns, title, runs="run")
-
-
-def compare_learning_curves(
-    run_dirs: Sequence[str | os.PathLike] | Mapping[str, str | os.PathLike],
-    key: str = "episode/return",
-    window: int = 10,
-    title: str | None = None,
-    reference: Mapping[str, float] | None = None,
-) -> go.Figure:
-    """Finetuning runs' learning curves overlaid (every agent of a population, or runs to
-    compare): each run's episode returns as faint points and their rolling mean as a line in
-    the run's colour.
-
-    Args:
-        run_dirs: finetuning run folders, or ``{label: folder}``.
-        key: the return column.
-        window: episodes in each rolling mean.
-        title: figure title.
-        reference: horizontal lines (``{"random": ..., "human": ...}``) for runs of one game.
-    """
-    df = runs_metrics(run_dirs)
-    data = df[["run", "step", key]].dropna() if key in df.columns else pd.DataFrame()
-    fig = go.Figure()
-    palette = ["#636efa", "#ef553b", "#00cc96", "#ab63fa", "#ffa15a", "#19d3f3", "#ff6692"]
-    for j, (run, part) in enumerate(data.groupby("run", sort=False) if len(data) else []):
-        color = palette[j % len(palette)]
-        fig.add_scatter(
-            x=part["step"], y=part[key], mode="markers", name=f"{run} episodes",
-            marker={"size": 4, "color": color, "opacity": 0.35}, legendgroup=str(run),
-            showlegend=False,
-        )  # fmt: skip
-        fig.add_scatter(
-            x=part["step"], y=part[key].rolling(window, min_periods=1).mean(), mode="lines",
-            name=str(run), line={"color": color}, legendgroup=str(run),
-        )  # fmt: skip
-    fig.update_layout(
-        title=title or f"learning curves, mean of {window} episodes ({key})",
-        xaxis_title="agent step",
-        yaxis_title=metric_axis_title(key),
-        template="plotly_white",
-        legend_title_text="run",
-    )
-    if not fig.data:
-        return no_data_message(fig, "no episode has finished yet in these runs")
-    fig.update_xaxes(rangemode="tozero")
-    _reference_lines(fig, reference)
-    return fig
-
-
-def _reference_lines(fig: go.Figure, reference: Mapping[str, float] | None) -> None:
-    # labelled at the left end, so a label never sits on a curve's end or the legend
-    for name, value in (reference or {}).items():
-        fig.add_hline(
-            y=value, line_dash="dot", line_color="gray", annotation_text=name,
-            annotation_position="bottom left",
-        )  # fmt: skip
-
-
-def learning_curve(
-    metrics: pd.DataFrame | Iterable[Mapping[str, Any]],
-    key: str = "episode/return",
-    window: int = 10,
-    x: str = "step",
-    title: str | None = None,
-    reference: Mapping[str, float] | None = None,
-    x_title: str = "agent step",
-) -> go.Figure:
-    """Episode returns during finetuning with a rolling mean.
-
-    Args:
-        metrics: finetuning metrics rows (those without ``key`` are ignored).
-        key: the return column.
-        window: episodes in the rolling mean.
-        x: x-axis column (agent steps).
-        title: figure title.
-        reference: horizontal lines to draw, e.g. ``{"random": -20.7, "human": 14.6}``.
-        x_title: the x axis's title.
-
-    Returns:
-        A figure with ``Scatter`` traces ``"episodes"`` and ``"mean of <window>"``; with no
-        finished episode, a message saying so instead of empty axes.
-    """
-    df = _as_frame(metrics)
-    data = df[[x, key]].dropna() if key in df.columns else pd.DataFrame({x: [], key: []})
-    fig = go.Figure(
-        [
-            go.Scatter(x=data[x], y=data[key], mode="markers", name="episodes", marker={"size": 5}),
-            go.Scatter(
-                x=data[x],
-                y=data[key].rolling(window, min_periods=1).mean(),
-                mode="lines",
-                name=f"mean of {window}",
-            ),
-        ]
-    )
-    fig.update_layout(
-        title=title or f"learning curve ({key})",
-        xaxis_title=x_title,
-        yaxis_title=metric_axis_title(key),
-        template="plotly_white",
-    )
-    if data.empty:
-        return no_data_message(fig, "no episode has finished yet")
-    # From step 0: a short run's few episodes sit where they ended, not on an axis of 961-963
-    fig.update_xaxes(rangemode="tozero")
-    if len(data) < 3:
-        fig.data[0].marker.size = 10
-        fig.add_annotation(
-            text=f"{len(data)} episode{'s' * (len(data) != 1)} finished in this run",
-            # above the plot area: inside it, the human or random line could strike it out
-            xref="paper",
-            yref="paper",
-            x=1.0,
-            y=1.0,
-            xanchor="right",
-            yanchor="bottom",
-            showarrow=False,
-            name="few episodes",
-        )
-    _reference_lines(fig, reference)
-    return fig
 
 
 def _cell(value: Any) -> str:

@@ -545,9 +545,9 @@ def test_training_figures_title_axes_and_say_when_empty():
     assert _axis_titles(live.figure, "y")[0] == "loss"
     empty = viz.training_curves([{"step": 1}], ["losses/total"])
     assert _annotations(empty) == ["no metrics logged yet"]
-    no_episode = viz.learning_curve(rows, reference={"human": 14.6})
-    assert _annotations(no_episode) == ["no episode has finished yet"]
-    assert not no_episode.layout.shapes  # no reference line over empty axes
+    nothing = viz.learning_curve([], reference={"human": 14.6})
+    assert _annotations(nothing) == ["no episode has finished yet"]
+    assert not nothing.layout.shapes  # no reference line over empty axes
     curve = viz.learning_curve([{"step": 5, "episode/return": -21.0}])
     assert curve.layout.xaxis.title.text == "agent step"
     assert curve.layout.yaxis.title.text == "episode return (raw score)"
@@ -668,6 +668,43 @@ def test_every_agents_learning_curve(tmp_path):
     np.testing.assert_allclose(lines[0].y, [1.0, 1.5, 2.5, 3.5])  # rolling mean of 2
     assert fig.layout.shapes[0].y0 == 3.0 and fig.layout.annotations[0].text == "human"
     assert not viz.compare_learning_curves([tmp_path / "none"]).data
+
+
+def test_a_run_without_a_finished_episode_shows_its_q_value_over_training():
+    """The notebook's 300-step smoke run on Pong ends no episode: the learning curve draws the
+    mean Q value over training steps (the loss when no Q was logged) on visible axes, and the
+    title says why; no return-scaled reference line over it."""
+    rows = [{"step": 50, "charts/sps": 9.0}] + [
+        {"step": s, "losses/total": 4.0 - s / 100, "charts/q_mean": s / 1000} for s in (150, 300)
+    ]
+    fig = viz.learning_curve(rows, title="Pong: episode returns", reference={"human": 14.6})
+    assert [t.name for t in fig.data] == ["Q value (mean)"]
+    assert list(fig.data[0].x) == [150, 300] and list(fig.data[0].y) == [0.15, 0.3]
+    assert fig.layout.title.text == (
+        "Pong: episode returns<br><sup>no episode finished in the 300 steps of this run: "
+        "Q value (mean) (the return the agent expects)</sup>"
+    )
+    assert fig.layout.yaxis.title.text == "Q value (mean)" and fig.layout.xaxis.visible is None
+    assert not fig.layout.shapes and not fig.layout.annotations
+    loss_only = viz.learning_curve([{"step": 80, "losses/total": 2.5}])
+    assert [list(t.y) for t in loss_only.data] == [[2.5]]
+    assert "total loss (what training minimizes)" in loss_only.layout.title.text
+    bare = viz.learning_curve([{"step": 80, "charts/sps": 9.0}])
+    assert _annotations(bare) == ["no episode finished in the 80 steps of this run"]
+    assert bare.layout.xaxis.visible is False
+
+
+def test_agents_without_a_finished_episode_show_their_q_values(tmp_path):
+    rows = [{"step": 60, "charts/q_mean": 0.5}, {"step": 120, "charts/q_mean": 0.7}]
+    pong = _metrics_run(tmp_path / "Pong__s0", rows)
+    breakout = _metrics_run(tmp_path / "Breakout__s0", [{"step": 120, "charts/q_mean": 0.1}])
+    fig = viz.compare_learning_curves([pong, breakout], title="2 agents")
+    assert [(t.name, list(t.y)) for t in fig.data] == [
+        ("Pong__s0", [0.5, 0.7]),
+        ("Breakout__s0", [0.1]),
+    ]
+    assert "no episode finished in the 120 steps of these runs" in fig.layout.title.text
+    assert fig.layout.showlegend is True
 
 
 def test_long_titles_wrap_instead_of_running_off_the_edge():
