@@ -22,13 +22,14 @@ from sgi_lab.analysis.representations import encode_rows, row_table, sample_rows
 from sgi_lab.data import TransitionStore
 from sgi_lab.nets import SGIModel, renormalize
 from sgi_lab.objectives.goal_rl import goal_reward, goal_similarity
-from sgi_lab.viz.goal_rewards import goal_trajectory_figure, nearest_frames_figure
+from sgi_lab.viz.goal_rewards import collapse_note, goal_trajectory_figure, nearest_frames_figure
 from sgi_lab.viz.training import LiveFigure
 
 __all__ = [
     "GOAL_KINDS",
     "Goal",
     "GoalExplorer",
+    "collapse_warning",
     "goal_analysis",
     "goal_q_values",
     "goal_summary",
@@ -164,8 +165,8 @@ def goal_analysis(
         latents: the (N, C, 7, 7) latents of ``rows`` when already computed.
 
     Returns:
-        The `row_table` columns plus ``similarity``; ``goal_reward`` for t -> t+1 (NaN on the
-        last row); ``q_0..q_{A-1}``, ``q_max`` and ``greedy_action`` when the model has a goal
+        The `row_table` columns plus ``cosine`` (cos(z_t, g)) and ``similarity``;
+        ``goal_reward`` for t -> t+1 (NaN on the last row); ``q_0..q_{A-1}``, ``q_max`` and ``greedy_action`` when the model has a goal
         head. ``df.attrs`` holds ``goal_label``, ``goal_row``, ``goal_kind`` and ``game``.
     """
     rows = np.asarray(rows, dtype=np.int64)
@@ -173,6 +174,8 @@ def goal_analysis(
     flat = z.flatten(1)
     g = goal.latent.reshape(1, -1)
     df = row_table(store, rows)
+    unit = F.normalize(flat.float(), dim=-1, eps=1e-3)  # as goal_similarity normalizes
+    df["cosine"] = (unit @ F.normalize(g.float(), dim=-1, eps=1e-3).T).squeeze(1).numpy()
     df["similarity"] = goal_similarity(flat, g, distance_scale).numpy()
     rewards = goal_reward(flat[:-1], flat[1:], g, reward_scale, distance_scale).numpy()
     df["goal_reward"] = np.append(rewards, np.nan)
@@ -328,6 +331,25 @@ class GoalExplorer:
         self.frames_view.show()
 
 
+def collapse_warning(analysis: pd.DataFrame, nearest: pd.DataFrame | None = None) -> str:
+    """One line on whether the goal reward means anything for this encoder: the spread of the
+    cosine to the goal along the trajectory (and over the frames searched for ``nearest``), or,
+    when every cosine lies within `sgi_lab.viz.goal_rewards.COLLAPSE_SPREAD` of the others, a
+    warning that the encoder has collapsed."""
+    note = collapse_note(analysis["cosine"], "state on the trajectory")
+    stats = nearest.attrs.get("searched_cosine") if nearest is not None else None
+    if not note and stats and stats.get("searched", 0) > 1:
+        spread = [stats["min"], stats["max"]]
+        note = collapse_note(spread, f"one of the {stats['searched']:,} frames searched")
+    if note:
+        return note
+    cosine = analysis["cosine"]
+    return (
+        f"cosine to the goal along the trajectory: {cosine.min():.4f} to {cosine.max():.4f} "
+        "(the encoder tells these states apart)"
+    )
+
+
 def goal_summary(analysis: pd.DataFrame, nearest: pd.DataFrame) -> dict[str, float]:
     """The numbers the goal-rewards notebook records for one goal.
 
@@ -337,7 +359,9 @@ def goal_summary(analysis: pd.DataFrame, nearest: pd.DataFrame) -> dict[str, flo
 
     Returns:
         ``goal_reward_sum``, ``similarity_start``, ``similarity_max``, ``positive_reward_share``
-        (share of the defined rewards that are positive) and ``nearest_cosine``.
+        (share of the defined rewards that are positive), ``nearest_cosine`` and, from a
+        ``cosine`` column, ``cosine_spread`` (max - min of the cosine to the goal along the
+        trajectory: below 1e-4, a collapsed encoder).
     """
     rewards = analysis["goal_reward"].dropna()
     return {
@@ -346,4 +370,5 @@ def goal_summary(analysis: pd.DataFrame, nearest: pd.DataFrame) -> dict[str, flo
         "similarity_max": float(analysis["similarity"].max()),
         "positive_reward_share": float((rewards > 0).mean()),
         "nearest_cosine": float(nearest["cosine"].iloc[0]),
+        **({"cosine_spread": float(np.ptp(analysis["cosine"]))} if "cosine" in analysis else {}),
     }

@@ -22,11 +22,51 @@ from sgi_lab.viz.common import (
 )
 
 __all__ = [
+    "COLLAPSE_SPREAD",
+    "collapse_note",
     "frames_figure",
     "goal_trajectory_figure",
     "nearest_frames_figure",
     "searched_cosine_note",
 ]
+
+
+COLLAPSE_SPREAD = 1e-4
+"""Cosines to the goal that all lie within this of each other (over a trajectory, or over the
+frames searched) mean a collapsed encoder: every state maps to one direction, the goal reward
+is about 0 everywhere and the "nearest" frames are ranked by rounding noise."""
+
+
+def collapse_note(cosines: Sequence[float] | np.ndarray, what: str) -> str:
+    """A one-line warning when every one of ``cosines`` (to the goal, one per ``what``: "state
+    of the trajectory", "frame searched") lies within `COLLAPSE_SPREAD` of the others; empty
+    otherwise (and for fewer than two finite values)."""
+    values = np.asarray(cosines, dtype=float)
+    values = values[np.isfinite(values)]
+    if len(values) < 2 or (spread := float(np.ptp(values))) >= COLLAPSE_SPREAD:
+        return ""
+    return (
+        f"warning: collapsed encoder: every {what} has the same cosine to the goal (spread "
+        f"{spread:.1e} < {COLLAPSE_SPREAD:.0e}), so the goal reward is ~0 everywhere and tells "
+        "nothing; a longer-trained encoder (watch its charts/cosine_similarity stay below 1) "
+        "gives a meaningful one"
+    )
+
+
+def _collapse_annotation(fig: go.Figure, note: str) -> None:
+    """The warning in red across the goal-reward panel (empty: every reward is ~0)."""
+    text = note.replace("warning: ", "").replace("), so ", ")<br>so ").replace("; ", "<br>")
+    fig.add_annotation(
+        text=f"<b>{text}</b>",
+        xref="x2 domain",
+        yref="y2 domain",
+        x=0.5,
+        y=0.5,
+        showarrow=False,
+        font={"color": "#d62728", "size": 12},
+        bgcolor="rgba(255,255,255,0.85)",
+        name="collapsed encoder",
+    )
 
 
 def goal_trajectory_figure(
@@ -45,7 +85,8 @@ def goal_trajectory_figure(
     Returns:
         A figure with traces ``"similarity"``, ``"goal reward"``, ``"Q(<action>)"`` for each
         action (when the model has a goal head) and ``"action taken"``; a dotted line marks the
-        goal's step when the goal is a state on the trajectory (never for a noise goal).
+        goal's step when the goal is a state on the trajectory (never for a noise goal); a red
+        warning across the reward panel when the ``cosine`` column is flat (`collapse_note`).
     """
     q_columns = [c for c in df.columns if c.startswith("q_") and c[2:].isdigit()]
     if df.empty:
@@ -79,6 +120,8 @@ def goal_trajectory_figure(
     if q_columns:
         _add_q_panel(fig, df, q_columns, action_names)
     _mark_goal_step(fig, df, panels)
+    if "cosine" in df.columns and (note := collapse_note(df["cosine"], "state on the trajectory")):
+        _collapse_annotation(fig, note)
     fig.update_xaxes(title_text="step in episode (agent steps)", row=panels, col=1)
     fig.update_yaxes(title_text="similarity (0 to 1)", row=1, col=1)
     fig.update_yaxes(title_text="goal reward", row=2, col=1)
@@ -223,6 +266,11 @@ def searched_cosine_note(stats: dict | None) -> str:
         f"cosine to the goal over the {stats['searched']:,} frames searched: "
         f"min {stats['min']:.4f}, median {stats['median']:.4f}, max {stats['max']:.4f}"
     )
-    if stats["min"] >= NEAR_ONE:
+    if stats["max"] - stats["min"] < COLLAPSE_SPREAD:
+        line += (
+            f": all within {COLLAPSE_SPREAD:.0e}, a collapsed encoder: this ranking is rounding "
+            "noise"
+        )
+    elif stats["min"] >= NEAR_ONE:
         line += ": every frame is near 1, so 'nearest' says little for this encoder"
     return line

@@ -153,6 +153,48 @@ def test_future_goal_without_noise_is_reached_on_its_own_row(small_store, model)
     )
 
 
+def test_a_collapsed_encoder_is_named_in_the_goal_figures_and_the_notebook_line(small_store):
+    """An encoder blind to its input (first conv's weights zeroed: every frame maps to one
+    latent) gives cosine 1 to the goal everywhere and a goal reward of 0: the trajectory figure
+    says so in red across the reward panel, the nearest frames' title calls the ranking noise,
+    and the notebook's line warns; a working encoder gets the cosine range instead."""
+    blind = representations.random_model(6, "nature", seed=0)
+    with torch.no_grad():
+        blind.encoder.layers[0].weight.zero_()
+    rows = goals.trajectory_rows(small_store, 0, 0, 20)
+    goal = goals.make_goal(blind, small_store, rows, "future", offset=8)
+    analysis = goals.goal_analysis(blind, small_store, rows, goal)
+    assert np.ptp(analysis["cosine"]) < 1e-6 and analysis["goal_reward"].abs().max() < 1e-5
+    fig = viz.goal_trajectory_figure(analysis)
+    [warning] = [a for a in fig.layout.annotations if a.name == "collapsed encoder"]
+    assert "collapsed encoder" in warning.text and warning.font.color == "#d62728"
+    assert (warning.xref, warning.yref) == ("x2 domain", "y2 domain")  # the reward panel
+    nearest = goals.nearest_to_goal(blind, small_store, goal, k=3)
+    title = viz.nearest_frames_figure(small_store, nearest, goal).layout.title.text
+    assert "a collapsed encoder: this ranking is rounding noise" in title
+    line = goals.collapse_warning(analysis, nearest)
+    assert line.startswith("warning: collapsed encoder: every state on the trajectory has ")
+    assert "\n" not in line and goals.goal_summary(analysis, nearest)["cosine_spread"] < 1e-4
+    # A working encoder: the range, no warning anywhere.
+    model = representations.random_model(6, "nature", seed=0)
+    goal = goals.make_goal(model, small_store, rows, "future", offset=8)
+    analysis = goals.goal_analysis(model, small_store, rows, goal)
+    assert analysis.loc[analysis["row"] == goal.row, "cosine"].item() == pytest.approx(
+        1.0, abs=1e-5
+    )
+    fig = viz.goal_trajectory_figure(analysis)
+    assert not [a for a in fig.layout.annotations if a.name == "collapsed encoder"]
+    assert goals.collapse_warning(analysis).startswith("cosine to the goal along the trajectory: ")
+
+
+def test_collapse_note_threshold():
+    from sgi_lab.viz.goal_rewards import collapse_note
+
+    assert collapse_note([0.99990, 0.99999], "frame") != ""  # spread 9e-5
+    assert collapse_note([0.9998, 0.99999], "frame") == ""  # spread 1.9e-4
+    assert collapse_note([1.0], "frame") == "" and collapse_note([1.0, np.nan], "frame") == ""
+
+
 def test_goal_kinds_and_noise(small_store, model):
     rows = goals.trajectory_rows(small_store, 0, 0, 10)
     other = goals.make_goal(model, small_store, rows, "other_episode", seed=3)
