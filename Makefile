@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-stamp
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,minatar]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,minatar,minari]'
 	touch $(STAMP)
 
 setup: $(STAMP) git-filters  ## create .venv, install sgi-lab with its dev extras, set git filters

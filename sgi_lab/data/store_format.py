@@ -45,6 +45,10 @@ SOURCE_STICKY_ACTION_PROB = {"dqn_replay": 0.25}
 # sgi-lab's collectors and the DQN Replay data had.
 ENV_PROTOCOLS = ("dopamine", "rlpyt", "minatar")
 DEFAULT_ENV_PROTOCOL = "dopamine"
+# Frames from no env of sgi-lab's (a Minari dataset of another environment, imported by
+# `sgi_lab.data.minari_exchange`): a store may hold them, no env plays them.
+EXTERNAL_PROTOCOL = "external"
+STORE_ENV_PROTOCOLS = (*ENV_PROTOCOLS, EXTERNAL_PROTOCOL)
 
 # name -> (dtype, per-row shape)
 FIELDS: dict[str, tuple[str, tuple[int, ...]]] = {
@@ -205,9 +209,9 @@ class StoreManifest:
         ):
             raise StoreError(f"{path}: 'sticky_action_prob' must be in [0, 1], got {sticky!r}")
         protocol = payload.get("env_protocol", DEFAULT_ENV_PROTOCOL)  # absent in older stores
-        if protocol not in ENV_PROTOCOLS:
+        if protocol not in STORE_ENV_PROTOCOLS:
             raise StoreError(
-                f"{path}: 'env_protocol' must be one of {', '.join(ENV_PROTOCOLS)}, "
+                f"{path}: 'env_protocol' must be one of {', '.join(STORE_ENV_PROTOCOLS)}, "
                 f"got {protocol!r}"
             )
         _check_observation(payload, path)

@@ -23,10 +23,10 @@ from sgi_lab.data.store_format import (
     ALL_FIELDS,
     DEFAULT_CHUNK_SIZE,
     DEFAULT_ENV_PROTOCOL,
-    ENV_PROTOCOLS,
     MANIFEST,
     OPTIONAL_FIELDS,
     PARTIAL_SUFFIX,
+    STORE_ENV_PROTOCOLS,
     StoreError,
     StoreFolderError,
     StoreManifest,
@@ -228,16 +228,17 @@ class TransitionStoreWriter:
         """Start a new store at ``path`` (built under ``path.partial``); ``sticky_action_prob``:
         the recording environment's repeat-action probability (None: unknown); ``ram``: the
         store holds the optional ``ram`` field (every append then passes it);
-        ``env_protocol``: the env that made the frames (`ENV_PROTOCOLS`);
+        ``env_protocol``: the env that made the frames (`STORE_ENV_PROTOCOLS`);
         ``observation_spec``: what one observation is (its frame is a row of ``frame``);
         ``label_names``: the store holds the optional ``labels`` field, one int16 column per
         name (a game's own state, every append then passes it)."""
         path = Path(path)
         if chunk_size < 1:
             raise ValueError(f"chunk_size: must be positive, got {chunk_size}")
-        if env_protocol not in ENV_PROTOCOLS:
+        if env_protocol not in STORE_ENV_PROTOCOLS:
             raise ValueError(
-                f"env_protocol: must be one of {', '.join(ENV_PROTOCOLS)}, got {env_protocol!r}"
+                f"env_protocol: must be one of {', '.join(STORE_ENV_PROTOCOLS)}, "
+                f"got {env_protocol!r}"
             )
         if path.exists():
             if not overwrite:

@@ -1,5 +1,5 @@
 r"""``sgi-lab`` command line: collect, import, info, pretrain, finetune, evaluate, report, status,
-probe, run, sweep, experiment.
+probe, run, sweep, experiment, export.
 
 Examples::
 
@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sgi_lab.base.errors import SgiLabError
+from sgi_lab.launch import exchange
 from sgi_lab.launch.hints import unrecognized
 
 # The CLI imports torch (through sgi_lab.runs.stopping) only when a command needs it.
@@ -68,21 +69,6 @@ def _collect(args: argparse.Namespace) -> int:
     )
     print(json.dumps(store.summary(), indent=2))
     return 0
-
-
-def _env_protocol_of_random_only(handler: Callable[[argparse.Namespace], int]):
-    """``collect``'s handler, refusing ``--env-protocol rlpyt`` for a policy that cannot play
-    it (the exploratory collector plays gymnasium's env) instead of ignoring it."""
-
-    def collect(args: argparse.Namespace) -> int:
-        if args.policy != "random" and args.env_protocol != "dopamine":
-            raise ValueError(
-                f"--env-protocol {args.env_protocol}: only `collect random` plays the authors' "
-                f"env; `collect {args.policy}` plays gymnasium's (dopamine)"
-            )
-        return handler(args)
-
-    return collect
 
 
 @command("import")
@@ -494,22 +480,21 @@ def build_parser() -> argparse.ArgumentParser:
         "dopamine (gymnasium's AtariPreprocessing) or rlpyt (the authors' env, "
         "docs/paper_vs_code.md rows 16-21)",
     )
-    p.set_defaults(handler=_env_protocol_of_random_only(p.get_default("handler")))
     p.add_argument("--overwrite", action="store_true")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     p = sub.add_parser("import", help="import external data into a TransitionStore")
-    p.add_argument("format", choices=["dqn-replay"])
+    p.add_argument("format", choices=["dqn-replay", "minari"])
     p.add_argument(
         "--src",
         type=Path,
         nargs="+",
         required=True,
-        help="folder of Dopamine checkpoint files (a run's replay_logs); several folders (DQN "
-        "runs) are imported one after another, e.g. Weak: checkpoint 0 of runs 1-5",
+        help="dqn-replay: folders of Dopamine checkpoint files (a run's replay_logs), imported one "
+        "after another, e.g. Weak: checkpoint 0 of runs 1-5; minari: one Minari dataset folder",
     )
-    p.add_argument("--game", required=True)
-    p.add_argument("--checkpoints", required=True, help="comma-separated numbers, e.g. 1,25,50")
+    p.add_argument("--game", help="dqn-replay: the game; minari: a foreign dataset's (its env's)")
+    p.add_argument("--checkpoints", help="dqn-replay: comma-separated numbers, e.g. 1,25,50")
     p.add_argument("--samples", type=int, default=None, help="transitions from each checkpoint")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--overwrite", action="store_true")
@@ -631,6 +616,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_parser(sub)
     add_sweep_parser(sub)
     add_experiment_parser(sub)
+    exchange.add_commands(sub, COMMANDS)  # export, import minari, report --export
     return parser
 
 

@@ -58,6 +58,11 @@ def collect(args: argparse.Namespace, random_handler: Callable[..., int]) -> int
     """``sgi-lab collect POLICY``: ``exploratory`` here, ``random`` by the CLI's own handler."""
     if args.policy != "exploratory":
         return random_handler(args)
+    if getattr(args, "env_protocol", "dopamine") != "dopamine":  # refused, never ignored
+        raise ValueError(
+            f"--env-protocol {args.env_protocol}: only `collect random` plays the authors' "
+            f"env; `collect {args.policy}` plays gymnasium's (dopamine)"
+        )
 
     store = collect_exploratory(
         args.game,

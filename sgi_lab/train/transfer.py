@@ -32,6 +32,7 @@ from sgi_lab.envs.spec import ObservationSpec
 from sgi_lab.nets import SGIModel, parameter_group
 from sgi_lab.runs.checkpoints import CheckpointError, load_checkpoint
 from sgi_lab.runs.folder import foreign_model_problem
+from sgi_lab.runs.hub import is_hub_folder, read_hub_folder
 from sgi_lab.runs.status import pretrained_source
 
 __all__ = [
@@ -118,14 +119,15 @@ class Pretrained:
 
 
 def load_pretrained(source: str | Path, allow_unfinished: bool = False) -> Pretrained:
-    """Read a pretrained model: a finished pretraining run's ``model.pt``, or a file named.
+    """Read a pretrained model: a finished pretraining run's ``model.pt``, a file named, or a
+    folder ``sgi-lab export hub`` wrote (`sgi_lab.runs.hub`).
 
     A run folder without ``model.pt`` has not finished: it is refused rather than quietly
     finetuning from whatever its last checkpoint holds. Name a checkpoint file
     (``RUN/checkpoints/ckpt_00001000.pt``) to use one on purpose.
 
     Args:
-        source: a pretraining run folder, or a model/checkpoint file.
+        source: a pretraining run folder, a model/checkpoint file, or a hub folder.
         allow_unfinished: for looking at a run (analysis notebooks), not finetuning from it:
             an unfinished run folder gives its newest checkpoint.
 
@@ -137,20 +139,14 @@ def load_pretrained(source: str | Path, allow_unfinished: bool = False) -> Pretr
         CheckpointError: a truncated or foreign file.
     """
     path = Path(source)
+    if is_hub_folder(path):  # `sgi-lab export hub`'s folder: its weights and what they are
+        payload = read_hub_folder(path)
+        return _pretrained(path, payload, payload["params"])
     checkpoints = sorted((path / "checkpoints").glob("ckpt_*.pt")) if path.is_dir() else []
     if allow_unfinished and path.is_dir() and not (path / "model.pt").is_file() and checkpoints:
         path = checkpoints[-1]
     path = pretrained_source(path)
     payload = load_checkpoint(path, "cpu")
-    if payload.get("kind") not in (*PRETRAINED_KINDS, AGENT_KIND):
-        raise CheckpointError(
-            f"{path}: a {payload.get('kind')!r} file, expected a pretrained model "
-            f"('pretrained_model' or a 'pretrain' checkpoint) or a finetuned agent's "
-            f"({AGENT_KIND!r})"
-        )
-    for key in ("model", "model_args"):
-        if not isinstance(payload.get(key), dict):
-            raise CheckpointError(f"{path}: no {key!r} entry; not a pretrained model")
     run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
     config = payload.get("config") if isinstance(payload.get("config"), dict) else None
     problem = foreign_model_problem(run_dir, path, config)
@@ -160,6 +156,21 @@ def load_pretrained(source: str | Path, allow_unfinished: bool = False) -> Pretr
         status = json.loads((run_dir / "status.json").read_text())
     except (OSError, json.JSONDecodeError):
         status = {}
+    return _pretrained(path, payload, status.get("params") if isinstance(status, dict) else None)
+
+
+def _pretrained(path: Path, payload: dict[str, Any], params: str | None) -> Pretrained:
+    """`Pretrained` of a model file's (or a hub folder's) payload, its kind checked."""
+    if payload.get("kind") not in (*PRETRAINED_KINDS, AGENT_KIND):
+        raise CheckpointError(
+            f"{path}: a {payload.get('kind')!r} file, expected a pretrained model "
+            f"('pretrained_model' or a 'pretrain' checkpoint) or a finetuned agent's "
+            f"({AGENT_KIND!r})"
+        )
+    for key in ("model", "model_args"):
+        if not isinstance(payload.get(key), dict):
+            raise CheckpointError(f"{path}: no {key!r} entry; not a pretrained model")
+    config = payload.get("config") if isinstance(payload.get("config"), dict) else None
     target = payload.get("target")
     agent = payload.get("kind") == AGENT_KIND
     return Pretrained(
@@ -168,7 +179,7 @@ def load_pretrained(source: str | Path, allow_unfinished: bool = False) -> Pretr
         model_args=dict(payload["model_args"]),
         step=int(payload.get("step", 0)),
         game=payload.get("game"),
-        params=status.get("params") if isinstance(status, dict) else None,
+        params=params,
         config=config,
         # older files hold the whole target: cut it as model.pt now does, so that a file's age
         # never changes where finetuning starts
