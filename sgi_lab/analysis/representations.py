@@ -24,8 +24,10 @@ import torch
 from sgi_lab.analysis.probe_study import (
     DEFAULT_READOUT,
     objective_summary,
+    probe_curves,
     probe_folders,
     probe_frame,
+    training_probe_curves,
 )
 from sgi_lab.analysis.probe_study import METRICS as STUDY_METRICS
 from sgi_lab.analysis.probe_study import summary_table as probe_summary_table
@@ -53,6 +55,9 @@ __all__ = [
     "load_encoders",
     "load_probes",
     "mean_pairwise_cosine",
+    "pretraining_probe_curves",
+    "probe_curve_hint",
+    "probe_hint",
     "probe_sources",
     "probe_table",
     "random_model",
@@ -359,16 +364,75 @@ def load_probes(
     return frame, objective_summary(frame, PROBE_METRICS)
 
 
-def probe_table(summary: pd.DataFrame, where: str = "") -> LiveTable:
+def probe_hint(run: str | os.PathLike = "", store: TransitionStore | None = None) -> str:
+    """How to get probe results for ``run`` on ``store``, as a command naming both (the one
+    that works on a run that kept no checkpoints, as the demo's: its final model)."""
+    if not run:
+        return "no pretraining run to probe: set pretrained (or probe_runs) to a run folder"
+    data = store.path if store is not None else "STORE"
+    return (
+        f"no probe results for {run} yet: sgi-lab probe {run} --data {data} probes its final "
+        "model (then run this section again), or set probe_runs"
+    )
+
+
+def probe_curve_hint(
+    runs: Sequence[str | os.PathLike], store: TransitionStore | None = None
+) -> str:
+    """What would draw probe F1 over pretraining for ``runs`` (nothing drawn yet), naming their
+    folders and ``store``: probing their checkpoints when they kept some; else (the demo keeps
+    ``model.pt`` only) the final model's probe, one point, and a run pretrained with
+    ``probe_every`` for a curve. Lines are joined with ``<br>`` (a figure's message)."""
+    if not runs:
+        return "no pretraining run to probe: set pretrained (or diversity_runs) to a run folder"
+    data = store.path if store is not None else "STORE"
+    kept = [Path(r) for r in runs if any((Path(r) / "checkpoints").glob("*.pt"))]
+    if kept:
+        return f"no checkpoint probes yet: sgi-lab probe {kept[0]}/checkpoints/*.pt --data {data}"
+    run, game = Path(runs[0]), store.game if store is not None else "GAME"
+    return "<br>".join(
+        [
+            f"{run} kept no checkpoints, so there is no curve to probe:",
+            f"sgi-lab probe {run} --data {data} probes its final model (one point);",
+            "for a curve, pretrain with --set probe_every=50 --set probe_data=STORE2",
+            f"(STORE2 other episodes: sgi-lab collect random --game {game} --seed 1 --out ...)",
+        ]
+    )
+
+
+def pretraining_probe_curves(runs: Sequence[str | os.PathLike]) -> pd.DataFrame:
+    """Probe F1 over pretraining for each of ``runs``: its checkpoints' and final model's
+    probes (`sgi_lab.analysis.probe_study.probe_curves`) when it has any, else the probes it
+    made of itself as it trained (``probe_every``: `training_probe_curves`); ``run, game,
+    step, overall, ...`` rows, empty when neither exists."""
+    frames = []
+    for run in runs:
+        probed = probe_curves([run])
+        frames.append(probed if not probed.empty else training_probe_curves([run]))
+    keep = ["run", "game", "step", "overall"]
+    # columns a source never fills (a metrics row has no split sizes) are left out, not NaN
+    frames = [
+        f[keep].join(f.drop(columns=keep).dropna(axis=1, how="all")) for f in frames if len(f)
+    ]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def probe_table(
+    summary: pd.DataFrame, where: str = "", store: TransitionStore | None = None
+) -> LiveTable:
     """The probe summary as a table (objective, then ``mean [lower, upper]`` per metric), or a
-    sentence saying there are no results for ``where`` and how to get them."""
+    sentence saying there are no results for ``where`` and the command that makes them
+    (`probe_hint`, with ``store`` named when given)."""
     frame = probe_summary_table(summary, PROBE_METRICS)
     if not frame.empty:
         frame = frame.reset_index()
-    empty = (
-        f"no probe results for {where or 'these encoders'} yet: "
-        "sgi-lab probe PRETRAINING_RUN --data STORE (a store with RAM), or set probe_runs"
-    )
+    if store is not None and where and "," not in where:
+        empty = probe_hint(where, store)
+    else:
+        empty = (
+            f"no probe results for {where or 'these encoders'} yet: "
+            "sgi-lab probe PRETRAINING_RUN --data STORE (a store with RAM), or set probe_runs"
+        )
     return LiveTable(frame, title="probe test F1 (95% CIs over seeds)", empty=empty)
 
 

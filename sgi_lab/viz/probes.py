@@ -105,14 +105,16 @@ def _reference_lines(fig: go.Figure, levels: dict[str, float], shown: list[str])
         )
 
 
-def probe_curve_figure(curves: pd.DataFrame, metric: str = "overall") -> go.Figure:
-    """Probe F1 against pretraining step, one line per (run, game) (`probe_curves` rows)."""
+def probe_curve_figure(
+    curves: pd.DataFrame, metric: str = "overall", empty: str | None = None
+) -> go.Figure:
+    """Probe F1 against pretraining step, one line per (run, game) (`probe_curves` rows); with
+    none, ``empty`` (what would draw them) across the figure."""
     fig = go.Figure()
     if curves.empty:
-        return no_data_message(
-            fig, "no checkpoint probes yet: sgi-lab probe RUN/checkpoints/*.pt --data STORE"
-        )
-    for (run, game), group in curves.groupby(["run", "game"], sort=False):
+        text = empty or "no checkpoint probes yet: sgi-lab probe RUN/checkpoints/*.pt --data STORE"
+        return no_data_message(fig, text).update_layout(height=300)
+    for (run, game), group in curves.groupby(["run", "game"], sort=False, dropna=False):
         fig.add_scatter(
             x=group["step"], y=group[metric], mode="lines+markers", name=f"{run} ({game})"
         )

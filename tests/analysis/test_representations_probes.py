@@ -6,6 +6,7 @@ similarity near 1 read against random init."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -74,6 +75,53 @@ def test_no_probe_results_is_a_sentence_not_an_empty_table_or_axes(tmp_path):
     for fig in (probe_bars(summary), probe_curve_figure(pd.DataFrame())):
         assert len(fig.data) == 0 and fig.layout.xaxis.visible is False
         assert "sgi-lab probe" in fig.layout.annotations[0].text
+
+
+class _Store:  # what the hints read of a TransitionStore
+    path = Path("outputs/demo/data/pong_random")
+    game = "Pong"
+
+
+def test_a_run_without_checkpoints_gets_hints_that_work_on_it(tmp_path):
+    """The demo keeps model.pt only: the curve's hint is not `RUN/checkpoints/*.pt` (no such
+    file) but the final model's probe and probe_every; the table names the run and the store."""
+    demo = tmp_path / "pretrain"
+    (demo / "checkpoints").mkdir(parents=True)  # the folder exists, empty
+    hint = representations.probe_curve_hint([demo], _Store())
+    assert "checkpoints/*.pt" not in hint and f"{demo} kept no checkpoints" in hint
+    assert f"sgi-lab probe {demo} --data outputs/demo/data/pong_random probes its final" in hint
+    assert "--set probe_every=50 --set probe_data=STORE2" in hint
+    assert "sgi-lab collect random --game Pong --seed 1" in hint
+    fig = probe_curve_figure(pd.DataFrame(), empty=hint)
+    assert fig.layout.annotations[0].text == hint and fig.layout.xaxis.visible is False
+    table = representations.probe_table(pd.DataFrame(), str(demo), _Store())
+    assert f"sgi-lab probe {demo} --data outputs/demo/data/pong_random" in table.html
+    # A run that kept checkpoints: probe them.
+    (demo / "checkpoints" / "ckpt_00000050.pt").write_bytes(b"")
+    assert representations.probe_curve_hint([demo], _Store()) == (
+        f"no checkpoint probes yet: sgi-lab probe {demo}/checkpoints/*.pt "
+        "--data outputs/demo/data/pong_random"
+    )
+    assert "set pretrained" in representations.probe_curve_hint([], _Store())
+
+
+def test_the_probe_curve_falls_back_on_the_probes_a_run_made_as_it_trained(tmp_path):
+    """A run pretrained with probe_every and never probed afterwards: its metrics' probe/f1
+    rows are the curve; a run with probes.json keeps its own."""
+    logged = tmp_path / "logged"
+    logged.mkdir()
+    (logged / "status.json").write_text(json.dumps({"state": "finished", "game": "Pong"}))
+    rows = [{"step": 50, "probe/f1": 0.31}, {"step": 60, "losses/total": 1.0}]
+    rows.append({"step": 100, "probe/f1": 0.42})
+    (logged / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    probed = _pretrained_run(tmp_path / "probed")
+    curves = representations.pretraining_probe_curves([logged, probed])
+    mine = curves[curves["run"] == "logged"]
+    assert mine["step"].tolist() == [50, 100] and mine["overall"].tolist() == [0.31, 0.42]
+    assert curves.loc[curves["run"] == "probed", "overall"].tolist() == [0.838]
+    fig = probe_curve_figure(curves)
+    assert [t.name for t in fig.data] == ["logged (Pong)", "probed (Pong)"]
+    assert representations.pretraining_probe_curves([tmp_path / "none"]).empty
 
 
 def test_probe_bars_draw_the_random_init_and_majority_references_over_overall():
