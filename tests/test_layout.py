@@ -255,7 +255,7 @@ OVERSIZE_FILES = {
     "sgi_lab/experiments/graph.py": 734,
     "sgi_lab/launch/demo.py": 717,
     "sgi_lab/experiments/scheduler.py": 692,
-    "sgi_lab/launch/cli.py": 669,
+    "sgi_lab/launch/cli.py": 655,
     "sgi_lab/train/finetune.py": 675,
     "sgi_lab/analysis/report.py": 675,
 }

@@ -43,6 +43,7 @@ __all__ = [
     "read_score_matrices",
     "score_matrices",
     "write_score_matrices",
+    "write_study_scores",
 ]
 
 FORMAT = "sgi-lab score matrices"
@@ -108,13 +109,17 @@ class ScoreMatrices:
 
 
 def score_matrices(
-    run_dirs: Sequence[str | os.PathLike], allow_unfinished: bool = False
+    run_dirs: Sequence[str | os.PathLike],
+    allow_unfinished: bool = False,
+    root: str | os.PathLike | None = None,
 ) -> ScoreMatrices:
     """The per-seed score matrices of finetuning runs (each with ``eval.json``).
 
     Args:
         run_dirs: finetuning run folders; a method is a run's label (`report.read_run`).
         allow_unfinished: include runs that never finished (else they are refused).
+        root: record the run folders relative to this folder (an experiment's), so that the
+            file names them wherever the experiment is.
 
     Raises:
         ValueError: the runs mix normalisations (Atari and MinAtar games in one file).
@@ -140,7 +145,7 @@ def score_matrices(
                 raw[method][i, j] = cell.score
                 normalized[method][i, j] = cell.hns
                 seeds[method][i, j] = -1 if pd.isna(cell.seed) else int(cell.seed)
-                folders[method][i][j] = cell.run
+                folders[method][i][j] = _relative(cell.run, root)
     episodes = runs["episodes"].dropna()
     return ScoreMatrices(
         games=games,
@@ -154,21 +159,36 @@ def score_matrices(
     )
 
 
+def _relative(run: str, root: str | os.PathLike | None) -> str:
+    if root is None:
+        return run
+    try:
+        return Path(run).resolve().relative_to(Path(root).resolve()).as_posix()
+    except ValueError:  # not under root
+        return run
+
+
 def _nan_to_none(matrix: np.ndarray) -> list[list[float | None]]:
     return [[None if math.isnan(x) else float(x) for x in row] for row in matrix]
 
 
-def write_score_matrices(matrices: ScoreMatrices, path: str | os.PathLike) -> Path:
+def write_score_matrices(
+    matrices: ScoreMatrices, path: str | os.PathLike, replace: bool = False
+) -> Path:
     """Write ``matrices`` to ``path`` (``.npz`` or ``.json``, by its suffix), atomically.
 
+    Args:
+        replace: replace a file there (an experiment's report regenerates its own files);
+            else an existing file is refused.
+
     Raises:
-        FileExistsError: ``path`` exists (nothing is overwritten).
+        FileExistsError: ``path`` exists and ``replace`` is false (nothing is overwritten).
         ValueError: another suffix.
     """
     path = Path(path)
     if path.suffix.lower() not in SUFFIXES:
         raise ValueError(f"{path}: a score matrix file ends in .npz or .json")
-    if path.exists():
+    if path.exists() and not replace:
         raise FileExistsError(f"{path} exists; name a new file (nothing is overwritten)")
     path.parent.mkdir(parents=True, exist_ok=True)
     meta = matrices.metadata()
@@ -191,6 +211,18 @@ def write_score_matrices(matrices: ScoreMatrices, path: str | os.PathLike) -> Pa
         arrays[f"seeds/{method}"] = matrices.seeds[method]
     atomic_write(path, lambda fh: np.savez(fh, **arrays), binary=True)
     return path
+
+
+def write_study_scores(
+    run_dirs: Sequence[str | os.PathLike], folder: str | os.PathLike
+) -> list[Path]:
+    """``scores.npz`` and ``scores.json`` of an experiment's finetuning runs in its folder,
+    the runs named relative to it; the report's own files, replaced each time it is written."""
+    matrices = score_matrices(run_dirs, root=folder)
+    return [
+        write_score_matrices(matrices, Path(folder) / name, replace=True)
+        for name in ("scores.npz", "scores.json")
+    ]
 
 
 def read_score_matrices(path: str | os.PathLike) -> ScoreMatrices:

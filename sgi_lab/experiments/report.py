@@ -8,6 +8,7 @@ from pathlib import Path
 from sgi_lab.analysis.minatar_study import study_markdown
 from sgi_lab.analysis.probe_report import write_probe_report
 from sgi_lab.analysis.report import format_aggregates, report
+from sgi_lab.analysis.score_matrices import write_study_scores
 from sgi_lab.base.files import atomic_write_text
 from sgi_lab.experiments.graph import (
     Graph,
@@ -32,8 +33,9 @@ def finished_agent_folders(graph: Graph) -> list[Path]:
 
 
 def write_report(graph: Graph, reps: int = 2000) -> Path:
-    """``report.html``, ``results.csv`` (per game) and ``results.aggregates.csv`` of the
-    experiment's finished finetuning runs, beside the paper's column for each configuration,
+    """``report.html``, ``results.csv`` (per game), ``results.aggregates.csv``, ``scores.npz``
+    and ``.json`` (`write_study_scores`) of the experiment's finished finetuning runs, beside
+    the paper's column for each configuration,
     and ``results.md``: the study's tables (`sgi_lab.analysis.minatar_study.study_markdown`:
     each objective's aggregates and probability of improvement over no pretraining, SGI's
     schemes, per game, per seed beside the same seed from scratch, raw returns under two
@@ -55,6 +57,7 @@ def write_report(graph: Graph, reps: int = 2000) -> Path:
         return write_probe_report(graph)
     runs = finished_agent_folders(graph)
     per_game, aggregates = report(runs, csv=out / "results.csv", reps=reps)
+    write_study_scores(runs, out)  # scores.npz, scores.json: per seed, rliable's shape
     figures = []
     ours = aggregates[["method", "metric", "value", "lower", "upper"]]
     paper = aggregates.dropna(subset=["paper_same_games"]).assign(

@@ -112,3 +112,14 @@ def test_report_exports_matrices_that_rliable_reads_unchanged(tmp_path, capsys):
     iqm = metrics.aggregate_iqm(scores["sgi_none"])
     assert iqm == pytest.approx(metrics.aggregate_iqm(by_hand), rel=1e-12)
     assert iqm == pytest.approx(np.mean(np.sort(by_hand.ravel())[1:3]), rel=1e-12)
+
+
+def test_an_experiments_report_writes_both_files_naming_runs_inside_it(tmp_path):
+    from sgi_lab.analysis.score_matrices import write_study_scores
+
+    runs = _runs(tmp_path / "finetune")
+    for _ in range(2):  # the report's own files: written again with every report
+        npz, js = write_study_scores(runs, tmp_path)
+    back = read_score_matrices(js)
+    assert back.runs["sgi_none"][0] == ["finetune/run3", "finetune/run0"]
+    np.testing.assert_array_equal(read_score_matrices(npz).raw["sgi_none"], back.raw["sgi_none"])

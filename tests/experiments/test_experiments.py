@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from conftest import kill_once_a_pretraining_run_finishes, run_mtimes
@@ -420,6 +421,9 @@ def test_smoke_experiment_end_to_end_killed_and_resumed(tmp_path):
     assert per_game["paper_score"].notna().all()
     aggregates = pd.read_csv(out / "results.aggregates.csv")
     assert {"iqm", "median", "mean"} <= set(aggregates["metric"])
+    scores = np.load(out / "scores.npz", allow_pickle=False)  # per seed, rliable's shape
+    assert set(scores["methods"]) == {"reduced_lr@sgi_r", "sgi_none"}
+    assert scores["normalized/sgi_none"].shape == (1, 2)  # 1 seed x (Breakout, Pong)
     html = (out / "report.html").read_text()
     assert "SGI-R" in html and "plotly" in html
     results = (out / "results.md").read_text()  # the study's tables, on Atari's HNS too
