@@ -530,8 +530,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--pretrained",
         default=None,
-        help="pretraining run folder (or a model/checkpoint file); {game} is filled in per "
-        "agent, e.g. 'outputs/runs/pretrain__sgi_m__{game}'",
+        help="pretraining run folder (or a model file, or a folder of `sgi-lab export hub`); "
+        "{game} is filled in per agent, e.g. 'outputs/runs/pretrain__sgi_m__{game}'",
     )
     p.add_argument(
         "--out",
