@@ -42,6 +42,7 @@ from sgi_lab.nets import SGIModel
 from sgi_lab.runtime.graphs import count_ops
 from sgi_lab.train.acting import act
 from sgi_lab.train.population import Population
+from sgi_lab.train.precision import update_precision
 from sgi_lab.train.transfer import model_args_for
 from sgi_lab.train.update import learn, staged_batch, update
 
@@ -197,70 +198,111 @@ def gpu_busy_fraction(fn: Callable[[], object], steps: int) -> float | None:
     return busy_us / 1e6 / wall
 
 
+PRECISIONS = {"default": {}, "fp32": {"amp": False}, "tf32": {"amp": False}, "bf16": {"amp": True}}
+"""``--precision``: the config's own, fp32 (TF32 off), TF32 matmuls and convolutions (amp off),
+or bf16 (amp: autocast, or the cast under a vmap autocast does not reach)."""
+
+
+def set_tf32(on: bool) -> None:
+    torch.backends.cuda.matmul.allow_tf32 = on
+    torch.backends.cudnn.allow_tf32 = on
+
+
+def kernel_table(fn: Callable[[], object], device: torch.device, top: int) -> dict:
+    """One call's kernels: on CUDA the profiler's kernel launches (count, names); elsewhere the
+    ATen operators a GPU would launch (`sgi_lab.runtime.graphs.count_ops`)."""
+    if device.type != "cuda":
+        ops = count_ops(fn)
+        return {"launches": sum(ops.values()), "top": ops.most_common(top), "source": "aten"}
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.key_averages() if e.device_type.name == "CUDA"]
+    kernels.sort(key=lambda e: e.count, reverse=True)
+    return {
+        "launches": sum(e.count for e in kernels),
+        "top": [(e.key[:120], e.count, round(e.device_time_total, 1)) for e in kernels[:top]],
+        "source": "cuda-profiler",
+    }
+
+
 def run(args: argparse.Namespace) -> list[dict]:
     base = read_params(args.params)["config"] if args.params else {}
     results = []
-    for encoder in args.encoders:
-        for batching in args.batching:
-            for n in args.agents:
-                config = build_config(
-                    FinetuneConfig,
-                    {
-                        **base,
-                        "encoder": encoder,
-                        "device": args.device,
-                        "batch_size": args.batch_size,
-                        "population_batching": batching,
-                        "cuda_graphs": not args.no_cuda_graphs,
-                        "pretrained": None,
-                    },
-                )
-                start = time.perf_counter()
-                phases = Phases(config, n, args.rows)
-                dev = phases.device
-                for _ in range(5):  # past the CUDA graph's capture
-                    phases.step()
-                row = {
-                    "encoder": encoder,
-                    "agents": n,
-                    "batching": phases.population.batching,
-                    "device": str(dev),
-                    "bf16": phases.population.update_amp,
-                    "cuda_graph": phases.population.uses_cuda_graph,
-                    "batch_size": config.batch_size,
-                    "updates_per_step": config.updates_per_step,
-                    "setup_s": time.perf_counter() - start,
-                }
-                for name in (
-                    "act",
-                    "append",
-                    "sample",
-                    "update",
-                    "write_priorities",
-                    "learn",
-                    "step",
-                ):
-                    fn = getattr(phases, name)
-                    row[name] = timed(fn, dev, args.steps)
-                    row[name]["ops"] = sum(count_ops(fn).values())
-                row["envs"] = (
-                    bench_envs(phases.games, args.env_workers, args.steps) if args.envs else None
-                )
-                row["gpu_busy"] = gpu_busy_fraction(phases.step, args.steps)
-                if dev.type == "cuda":
-                    row["max_memory_gb"] = torch.cuda.max_memory_allocated(dev) / 1e9
-                step_s = row["step"]["median_s"] + (row["envs"] or {}).get("median_s", 0.0)
-                row["agent_steps_per_s"] = n / step_s
-                row["projected_100k_min"] = step_s * FULL_RUN_STEPS / 60
-                results.append(row)
-                print(table_row(row), flush=True)
-                if args.json:  # row by row: a run stopped at its time limit keeps what it did
-                    args.json.parent.mkdir(parents=True, exist_ok=True)
-                    args.json.write_text(json.dumps(results, indent=1))
-                del phases
-                if dev.type == "cuda":
-                    torch.cuda.empty_cache()
-                    torch.cuda.reset_peak_memory_stats(dev)
+    cases = [
+        (e, b, n, p)
+        for e in args.encoders
+        for b in args.batching
+        for n in args.agents
+        for p in args.precision
+    ]
+    for encoder, batching, n, precision in cases:
+        set_tf32(precision == "tf32")
+        config = build_config(
+            FinetuneConfig,
+            {
+                **base,
+                "encoder": encoder,
+                "device": args.device,
+                "batch_size": args.batch_size,
+                "population_batching": batching,
+                "cuda_graphs": not args.no_cuda_graphs,
+                "pretrained": None,
+                **PRECISIONS[precision],
+            },
+        )
+        start = time.perf_counter()
+        phases = Phases(config, n, args.rows)
+        dev = phases.device
+        for _ in range(5):  # past the CUDA graph's capture
+            phases.step()
+        row = {
+            "encoder": encoder,
+            "agents": n,
+            "batching": phases.population.batching,
+            "device": str(dev),
+            "bf16": phases.population.update_amp,
+            "precision": update_precision(phases.population),
+            "tf32": torch.backends.cuda.matmul.allow_tf32,
+            "cuda_graph": phases.population.uses_cuda_graph,
+            "batch_size": config.batch_size,
+            "updates_per_step": config.updates_per_step,
+            "setup_s": time.perf_counter() - start,
+        }
+        for name in (
+            "act",
+            "append",
+            "sample",
+            "update",
+            "write_priorities",
+            "learn",
+            "step",
+        ):
+            fn = getattr(phases, name)
+            row[name] = timed(fn, dev, args.steps)
+            row[name]["ops"] = sum(count_ops(fn).values())
+        if args.kernels:
+            row["kernels"] = kernel_table(phases.learn, dev, args.kernels)
+        row["envs"] = bench_envs(phases.games, args.env_workers, args.steps) if args.envs else None
+        row["gpu_busy"] = gpu_busy_fraction(phases.step, args.steps)
+        if dev.type == "cuda":
+            row["max_memory_gb"] = torch.cuda.max_memory_allocated(dev) / 1e9
+        step_s = row["step"]["median_s"] + (row["envs"] or {}).get("median_s", 0.0)
+        row["agent_steps_per_s"] = n / step_s
+        row["projected_100k_min"] = step_s * FULL_RUN_STEPS / 60
+        results.append(row)
+        print(table_row(row), flush=True)
+        if args.json:  # row by row: a run stopped at its time limit keeps what it did
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(results, indent=1))
+        del phases
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(dev)
     return results
 
 
@@ -272,7 +314,7 @@ def table_row(row: dict) -> str:
     env_ms = f"{envs['median_s'] * 1e3:6.1f}" if envs else "     -"
     busy = f"{row['gpu_busy']:.0%}" if row.get("gpu_busy") is not None else "-"
     return (
-        f"{row['encoder']:7s} N={row['agents']:3d} {row['batching']:4s} "
+        f"{row['encoder']:7s} N={row['agents']:3d} {row['batching']:4s} {row['precision']:13s} "
         f"act {ms['act']:6.1f} append {ms['append']:5.1f} learn {ms['learn']:7.1f} "
         f"| step {ms['step']:7.1f} envs {env_ms} ms | "
         f"{row['agent_steps_per_s']:7.1f} agent-steps/s, 100k in {row['projected_100k_min']:6.1f} "
@@ -294,6 +336,8 @@ def main() -> None:
     parser.add_argument("--env-workers", type=int, default=min(8, os.cpu_count() or 1))
     parser.add_argument("--no-cuda-graphs", action="store_true")
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--precision", nargs="+", default=["default"], choices=list(PRECISIONS))
+    parser.add_argument("--kernels", type=int, default=0, help="keep a learn step's top kernels")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     if args.threads:

@@ -41,7 +41,7 @@ def test_gpu_scripts_parse():
 def test_every_command_parses_and_trains_without_what_the_gpu_image_lacks():
     """The GPU image has torch but no plotly, papermill, Jupyter or UMAP
     (benchmarks/gpu/image_site): `sgi-lab`'s parser and the training modules import there.
-    Session 13's slot would have lost its curve to a plotly import through the parser."""
+    The first H100 slot (2026-11-26) would have lost its curve to a plotly import via the parser."""
     import os
 
     code = (
@@ -247,3 +247,47 @@ def test_the_gpu_script_refuses_a_bad_job_cap_or_out_before_running_anything(tmp
     result = run("minatar", "5", out=taken)
     assert result.returncode == 2 and "is not a folder" in result.stdout
     assert taken.read_text() == "mine"
+
+
+@pytest.mark.slow
+def test_the_speedlab_job_runs_every_part(tmp_path):
+    """The GPU path's speed command, rehearsed on the CPU at toy sizes: anchors, the CUDA
+    checks, the learn step in three precisions with a kernel table each, ResNet's population
+    and MinAtar's, each leaving its file in $OUT."""
+    pytest.importorskip("minatar")
+    result = rehearse(["speedlab"], tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = tmp_path / "out"
+    anchors = json.loads((out / "anchors.json").read_text())
+    assert anchors["copy_gb_per_s"] > 0 and anchors["autocast_reaches_vmap"] in (True, False)
+    rows = json.loads((out / "speedlab_nature.json").read_text())
+    assert [r["kernels"]["launches"] > 0 for r in rows] == [True] * 3
+    assert "passed" in (out / "checks.txt").read_text()
+    assert json.loads((out / "speedlab_resnet.json").read_text())[0]["encoder"] == "resnet"
+    assert json.loads((out / "minatar.json").read_text())
+
+
+def test_learn_step_op_counts_by_phase_add_up_and_match_the_sum_tree_benchmark():
+    """benchmarks/learn_ops.py: the phases of one learn step add up to the whole, the update's
+    parts to the update; prefix sampling dispatches fewer operators than the tree walk by what
+    benchmarks/sum_tree_ops.py counts for the tree alone; counts do not depend on the batch."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import learn_ops
+        import sum_tree_ops
+    finally:
+        sys.path.pop(0)
+    rows = learn_ops.main(
+        ["--cases", "minatar:2", "--batch-size", "2", "--rows", "64", "--check-batch", "3"]
+    )
+    prefix, tree = rows
+    for row in rows:
+        assert row["learn"] == row["sample"] + row["update"] + row["priorities"]
+        assert row["update"] == sum(row["update_parts"].values())
+        assert row["update_parts"]["forward"] > 0 and row["update_parts"]["backward"] > 0
+        assert row["update_parts"]["adam"] >= 1 and row["act"] > 0
+    assert prefix["update"] == tree["update"]
+    ops = sum_tree_ops.tree_ops(2, 64, batch=2)
+    # the sample reads the total mass once: the tree's root (no operator) or a sum of leaves
+    saved = sum(ops["tree"][k] - ops["prefix"][k] for k in ("find", "write", "total"))
+    assert tree["learn"] - prefix["learn"] == saved

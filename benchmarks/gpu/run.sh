@@ -12,6 +12,11 @@
 # as it has it, so a run cut off still returns what it measured. The next slots follow the
 # order in docs/results/gpu.md ("next stages").
 #
+#   speedlab     the GPU path's levers (<= ~8 min): device anchors (copy bandwidth, matmul rates,
+#                launch cost, whether autocast reaches vmap; <= 40 s), the CUDA checks (<= 75 s),
+#                the Nature N = 26 learn step in fp32 / TF32 / bf16 with a kernel table each
+#                (<= 210 s), the ResNet N = 26 population with its environments (<= 60 s), the
+#                MinAtar population (<= 90 s); run it first whenever a GPU is lent
 #   slot         checks (<= 90 s), the 26-game population phase by phase (Nature <= 150 s,
 #                ResNet <= 45 s), pretraining samples/s (<= 45 s), and a pretraining budget
 #                curve on Random Pong with probes (the rest, <= 150 s)
@@ -23,7 +28,7 @@
 #   pretrain     the pretraining step (CUDA graph, and eager for comparison): samples/s
 #   curve        the pretraining budget curve alone (a Random Pong store with RAM, SGI and
 #                SPR-only at batch 256, probed at least 5 times on other episodes)
-#   minatar      the MinAtar track's finetuning population on the GPU (issue 33 item 9): 16 agents
+#   minatar      the MinAtar track's finetuning population on the GPU: 16 agents
 #                (Breakout and Asterix, 8 seeds each, SGI-None) for ~100 s, then agent steps/s
 #                and the projection of the study's finetuning; call it right after `slot`,
 #                while the machine is warm (~140 s)
@@ -58,7 +63,7 @@ if [ -e "$out" ] && [ ! -d "$out" ]; then
   echo "OUT=$out exists and is not a folder; name a folder for the job's files"; exit 2
 fi
 mkdir -p "$out"
-JOBS="slot, curve, first, checks, phases, pretrain, sampling, vector_env, memory, population, benchmark26, minatar, minatar_shared, recheck, minatar_vmap_traceback"
+JOBS="speedlab, slot, curve, first, checks, phases, pretrain, sampling, vector_env, memory, population, benchmark26, minatar, minatar_shared, recheck, minatar_vmap_traceback"
 positive_cap() {  # a job's time cap: a whole number of seconds above 0
   case "$1" in ''|*[!0-9]*|0) echo "$what: the cap must be a whole number of seconds above 0, got '$1'"; exit 2 ;; esac
 }
@@ -249,7 +254,7 @@ if sps:
 PY
 }
 minatar_shared() {
-  # The GPU command's first shared population (issue 33 item 9): minatar_objectives_full.yaml's
+  # The GPU command's first shared population: minatar_objectives_full.yaml's
   # Asterix + Breakout population (every reduced-lr objective, SGI naive and from scratch, 5
   # seeds: 110 agents at the paper's budget, 2 updates a step), the pretrained agents loading a
   # stand-in SGI run of their game (10 pretraining steps: speed does not depend on the weights),
@@ -323,6 +328,24 @@ PY
     2>&1 | tail -12
   minatar 90
 }
+speedlab() {
+  # Caps for the GPU machine's 10-minute command; a rehearsal on 2 cores gets 3x as long.
+  local k=1 n=26; [ "$rehearsal" = 1 ] && k=3 n=2
+  local size=8192 copy=1024; [ "$rehearsal" = 1 ] && size=256 copy=16
+  timeout $((40 * k)) python3 benchmarks/gpu/anchors.py --device "$device" --size "$size" \
+    --copy-mb "$copy" --json "$out/anchors.json" 2>&1 | tail -10
+  checks $((75 * k))
+  # learn step (sample + update + priorities) per precision, kernels counted per learn step
+  timeout $((210 * k)) python3 benchmarks/population_phases.py --device "$device" --agents "$n" \
+    --encoders nature --batching vmap --precision fp32 tf32 bf16 --kernels 25 --steps "$steps" \
+    --rows "$rows" --params params/finetune/sgi_none.yaml --json "$out/speedlab_nature.json" \
+    2>&1 | tail -6
+  timeout $((60 * k)) python3 benchmarks/population_phases.py --device "$device" --agents "$n" \
+    --encoders resnet --batching vmap --precision bf16 --kernels 25 --envs \
+    --env-workers "$workers" --steps "$steps" --rows "$rows" \
+    --params params/finetune/sgi_none.yaml --json "$out/speedlab_resnet.json" 2>&1 | tail -4
+  minatar $((90 * k))
+}
 minatar_vmap_traceback() {
   # The MinAtar population under vmap failed on CUDA (torch 2.11) with "NYI: querying
   # is_contiguous inside of vmap ..."; the CLI prints one line, so call its handler directly for
@@ -377,6 +400,7 @@ case "$what" in
   minatar_shared) minatar_shared "${2:-150}" ;;
   recheck) recheck ;;
   minatar_vmap_traceback) minatar_vmap_traceback ;;
+  speedlab) speedlab ;;
   first)
     # Caps for the GPU machine's 10-minute command; a rehearsal on 2 cores gets 3x as long.
     k=1; [ "$rehearsal" = 1 ] && k=3

@@ -467,8 +467,10 @@ class RunDir:
         return None
 
     # -- metrics ------------------------------------------------------------------------------
-    def metrics_logger(self, resume_step: int | None = None) -> MetricsLogger:
-        return MetricsLogger(self.metrics_path, resume_step=resume_step)
+    def metrics_logger(
+        self, resume_step: int | None = None, buffered: bool = False
+    ) -> MetricsLogger:
+        return MetricsLogger(self.metrics_path, resume_step=resume_step, buffered=buffered)
 
     def read_metrics(self) -> list[dict[str, Any]]:
         return read_jsonl(self.metrics_path)
@@ -483,6 +485,11 @@ class MetricsLogger:
             after that checkpoint, before the crash) are removed so no step appears twice, and
             so are damaged lines; every other row is kept, and a warning says what was dropped.
             ``None`` starts a fresh file.
+    buffered: rows wait in memory and are written together by `flush` (called at least every
+        `FLUSH_SECONDS`, and by the caller before each checkpoint, so that a resume finds
+        every row up to its step): one write and one tracker round per flush instead of per
+        row (a population logs a row per episode end, ~20 a step at 300 MinAtar agents, and
+        a flushed JSON row plus TensorBoard cost ~2.6 ms each on the GPU machine's host).
 
     Every row also goes, with the same keys and step, to TensorBoard event files beside the
     file (unless ``SGI_LAB_TENSORBOARD=0``) and, with ``SGI_LAB_WANDB=offline``, to a W&B run
@@ -490,8 +497,13 @@ class MetricsLogger:
     drops on resume is purged from TensorBoard too.
     """
 
-    def __init__(self, path: str | os.PathLike, resume_step: int | None = None) -> None:
+    FLUSH_SECONDS = 2.0
+
+    def __init__(
+        self, path: str | os.PathLike, resume_step: int | None = None, buffered: bool = False
+    ) -> None:
         self.path = Path(path)
+        self.buffered, self._pending, self._flushed_at = buffered, [], time.monotonic()
         tracking_settings()  # a mistyped SGI_LAB_TENSORBOARD / SGI_LAB_WANDB before any write
         if resume_step is None:
             atomic_write_text(self.path, "")
@@ -516,18 +528,32 @@ class MetricsLogger:
 
     def log(self, step: int, **values: Any) -> dict[str, Any]:
         row = {"step": int(step), **{k: jsonable(v) for k, v in values.items()}}
+        self._pending.append(row)
+        if not self.buffered or time.monotonic() - self._flushed_at >= self.FLUSH_SECONDS:
+            self.flush()
+        return row
+
+    def flush(self) -> None:
+        """Write the rows logged since the last flush (all at once) and hand them to the
+        trackers."""
+        rows, self._pending, self._flushed_at = self._pending, [], time.monotonic()
+        if not rows:
+            return
         try:
-            self._fh.write(json.dumps(row) + "\n")
+            self._fh.write("".join(json.dumps(row) + "\n" for row in rows))
             self._fh.flush()
         except OSError as exc:
             raise_if_disk_full(exc, self.path)
             raise
-        self.trackers.log(row)
-        return row
+        for row in rows:
+            self.trackers.log(row)
 
     def close(self) -> None:
-        self._fh.close()
-        self.trackers.close()
+        try:
+            self.flush()
+        finally:
+            self._fh.close()
+            self.trackers.close()
 
     def __enter__(self) -> MetricsLogger:
         return self

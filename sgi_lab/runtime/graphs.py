@@ -12,15 +12,16 @@ capture forbids.
 `ReplayTrace` records what a graph would fix (every computing operator, its non-tensor
 arguments, its tensors' shapes and dtypes, and the storage of each tensor that existed before
 the call) so that two calls' traces can be compared; `check_replayable` runs a step twice and
-names the first difference. It runs on a CPU, so the CUDA path's graph safety is tested where no
+names the first difference; `OpCounter` counts a call's operators by phase. It runs on a CPU, so the CUDA path's graph safety is tested where no
 GPU is available (tests/runtime/test_graphs.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -199,6 +200,36 @@ def count_ops(step: Callable[[], Any]) -> Counter[str]:
     """The computing ATen operators of one call of ``step`` by name (views excluded): on a GPU
     each is a kernel launch wherever nothing is captured in a graph."""
     return Counter(op[0].split(".")[1] for op in trace(step).ops)
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts the computing ATen operators (views excluded, as `count_ops`) dispatched while it
+    is active, by the phase named with `phase` (the innermost label wins; ``other`` outside
+    every label). Exact and load-independent: what a GPU launches per phase when nothing is
+    captured in a graph."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: dict[str, Counter[str]] = {}
+        self._phase = "other"
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        outer, self._phase = self._phase, name
+        try:
+            yield
+        finally:
+            self._phase = outer
+
+    def totals(self) -> dict[str, int]:
+        """``{phase: operators}`` in the order the phases first dispatched."""
+        return {k: sum(v.values()) for k, v in self.counts.items()}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        name = func.overloadpacket.__name__
+        if name not in _VIEWS:
+            self.counts.setdefault(self._phase, Counter())[name] += 1
+        return func(*args, **(kwargs or {}))
 
 
 def check_replayable(step: Callable[[], Any], calls: int = 2) -> None:

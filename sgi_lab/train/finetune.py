@@ -40,6 +40,7 @@ from sgi_lab.data.population_replay import PopulationReplay
 from sgi_lab.envs import canonical_env_game
 from sgi_lab.envs.games import UnknownGameError
 from sgi_lab.envs.pool import EnvPool
+from sgi_lab.metrics import score_meaning
 from sgi_lab.runs.folder import FinetuneRun, run_name, slug
 from sgi_lab.runs.stopping import Deadline, RunStopped, failure_reason, stop_on_signals
 from sgi_lab.runtime.device import resolve_device
@@ -512,7 +513,8 @@ def _train(
     last step. Raises `RunStopped`, checkpointed, once ``stop`` passes."""
     cfg = population.config
     for a in agents:
-        a.metrics = a.run.metrics_logger(resume_step=step if a.checkpoint is not None else None)
+        resume = step if a.checkpoint is not None else None
+        a.metrics = a.run.metrics_logger(resume_step=resume, buffered=True)
     # A resumed run cannot restore the emulator: new seed, fresh episode.
     spec = cfg.observation_spec  # one for all agents (Population.build checks)
 
@@ -586,6 +588,7 @@ def _checkpoint_all(
     agents: list[AgentRun], population: Population, replay: PopulationReplay, step: int
 ) -> None:
     for i, a in enumerate(agents):
+        a.metrics.flush()  # every row up to the checkpoint's step on disk before it
         save_checkpoint(a, i, population, replay, step)
     for a in agents:
         a.run.set_status("running", step=step)
@@ -606,10 +609,8 @@ class _Progress:
         self.bar.update(1)
         sps = [r["charts/sps"] for r in rows if "charts/sps" in r]
         returns = [r["episode/return"] for r in rows if "episode/return" in r]
-        if sps:
-            self.postfix["agent-steps/s"] = f"{sps[0] * self.n:.1f}"
-        if returns:
-            self.postfix["return"] = f"{np.mean(returns):.0f}"
+        self.postfix.update({"agent-steps/s": f"{sps[0] * self.n:.1f}"} if sps else {})
+        self.postfix.update({"return": f"{np.mean(returns):.0f}"} if returns else {})
         if sps or returns:
             self.bar.set_postfix(self.postfix, refresh=False)
 
@@ -666,10 +667,8 @@ def _evaluate(
         result["step"] = step
         atomic_write_text(a.run.path / "eval.json", json.dumps(result, indent=2))
         a.log(
-            "evaluation: %d episodes, mean %.2f (%s %.3f)",
-            result["episodes"],
-            result["mean"],
-            result["normalization"],
-            result["normalized_score"],
+            "evaluation: %d episodes, mean %.2f (%s %.3f; %s)",
+            *(result[k] for k in ("episodes", "mean", "normalization", "normalized_score")),
+            score_meaning(result["normalization"]),
         )
         a.run.finish(step, eval_mean=result["mean"], eval_hns=result["hns"])

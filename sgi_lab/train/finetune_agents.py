@@ -28,6 +28,7 @@ from sgi_lab.runs.checkpoints import CheckpointError, load_checkpoint, restore_g
 from sgi_lab.runs.folder import FinetuneRun
 from sgi_lab.runtime.cpu_settings import settle
 from sgi_lab.train.population import Population
+from sgi_lab.train.precision import update_precision
 from sgi_lab.train.transfer import (
     Pretrained,
     Transfer,
@@ -267,9 +268,11 @@ def restore_agent(a: AgentRun, i: int, population: Population, replay: Populatio
 
 def write_transfer(a: AgentRun, i: int, population: Population) -> None:
     """``transfer.json`` of agent ``i``: which tensors came from its pretrained model, its
-    learning rate of each group its parameters fall in."""
+    learning rate of each group its parameters fall in, and the update's precision
+    (`sgi_lab.train.precision.update_precision`: fp32, bf16-autocast or bf16-cast)."""
     groups = population.agent_lr_groups(i)
     info = {**a.transfer.to_json(), "lr_groups": groups, "scheme": a.config.scheme}
+    info["update_precision"] = update_precision(population)
     if a.pretrained is not None:
         info.update(pretrained_step=a.pretrained.step, pretrained_game=a.pretrained.game)
     atomic_write_text(a.run.path / "transfer.json", json.dumps(info, indent=2))

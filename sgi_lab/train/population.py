@@ -38,13 +38,9 @@ from sgi_lab.config import FinetuneConfig, to_dict
 from sgi_lab.nets import SGIModel
 from sgi_lab.nets.ema import lerp_
 from sgi_lab.nets.noisy import NoisyLinear
-from sgi_lab.runtime.device import (
-    autocast_reaches_vmap,
-    clip_gradients,
-    prepare_device,
-    use_bf16,
-)
+from sgi_lab.runtime.device import clip_gradients, prepare_device, use_bf16
 from sgi_lab.runtime.graphs import GraphedCall
+from sgi_lab.train.precision import update_precision
 from sgi_lab.train.stacking import own_shapes, pad_to, stack_agents, tree_map, tree_stack, unpad_to
 from sgi_lab.train.transfer import LR_GROUPS, lr_group, lr_scales
 
@@ -122,7 +118,9 @@ class Population:
         generators: per-agent torch random sources on ``device``.
         action_mask: (N, A) bool, the actions each agent's game has.
         device: where everything lives.
-        amp: bf16 autocast in the update.
+        amp: bf16 in the update (`sgi_lab.train.precision`: autocast, or casting under vmap).
+        bf16_cast: under a vmap autocast does not reach, cast to bf16 (True), stay fp32 (False),
+            or None: cast on CUDA with ``amp`` (`sgi_lab.train.precision.update_precision`).
         updates: gradient updates done (all agents move in lockstep).
         host_checks: read values on the host inside the update (the NaN check, whether any
             agent's gradient is clipped): free on a CPU (the default there), a synchronisation
@@ -142,6 +140,7 @@ class Population:
     action_mask: torch.Tensor
     device: torch.device
     amp: bool = False
+    bf16_cast: bool | None = None
     updates: int = 0
     host_checks: bool | None = None
     lr_factors: dict[str, torch.Tensor] = field(default_factory=dict)
@@ -299,10 +298,8 @@ class Population:
 
     @property
     def update_amp(self) -> bool:
-        """bf16 autocast in the update: ``amp``, except under vmap where autocast does not reach
-        (`sgi_lab.runtime.device.autocast_reaches_vmap`: a CPU, and CUDA with torch 2.11): a bf16
-        input would meet fp32 weights there, so it runs fp32."""
-        return self.amp and not (self.vmapped and not autocast_reaches_vmap(self.device.type))
+        """The update runs in bf16, by autocast or by casting (`sgi_lab.train.precision`)."""
+        return update_precision(self) != "fp32"
 
     def batched(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn`` over the agent axis: vmap, or a loop over the agents' slices (`batching`);

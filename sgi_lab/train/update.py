@@ -16,6 +16,7 @@ composition shared with pretraining (`sgi_lab.train.sgi_loss`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from collections.abc import Sequence
@@ -34,6 +35,7 @@ from sgi_lab.objectives import c51_kl, c51_loss, c51_target, goals_from_draws
 from sgi_lab.runtime.cpu_settings import time_step
 from sgi_lab.runtime.graphs import GraphedCall
 from sgi_lab.train.population import Population, masked_mean
+from sgi_lab.train.precision import cast_noise, cast_weights, fp32_norms, update_precision
 from sgi_lab.train.sgi_loss import SGITargets, finetuning_settings, sgi_loss_terms, weighted_sum
 
 __all__ = [
@@ -138,11 +140,15 @@ def update(
         return compute_losses(pop, online, x, targets, z0)
 
     q_target = pop.q_target if pop.q_target is not None else {}
-    with torch.autocast(pop.device.type, dtype=torch.bfloat16, enabled=pop.update_amp):
-        present = {k: v for k, v in x._asdict().items() if v is not None}
-        total, stats, priorities = pop.batched(agent_losses)(
-            pop.online, pop.spr_target, q_target, present
-        )
+    networks = (pop.online, pop.spr_target, q_target)
+    present = {k: v for k, v in x._asdict().items() if v is not None}
+    precision = update_precision(pop)
+    if precision == "bf16-cast":  # once for all agents, outside vmap (`sgi_lab.train.precision`)
+        networks = tuple(cast_weights(pop, n) for n in networks)
+        present.update({k: cast_noise(present[k]) for k in present if k.startswith("noise_")})
+    casting = fp32_norms(pop) if precision == "bf16-cast" else contextlib.nullcontext()
+    with casting, torch.autocast(pop.device.type, torch.bfloat16, precision == "bf16-autocast"):
+        total, stats, priorities = pop.batched(agent_losses)(*networks, present)
     if pop.host_checks:
         check_finite(pop, total)
 
@@ -228,11 +234,12 @@ def compute_targets(
         )
     else:
         target_logits = call({**online, **x.noise_target}, lambda m, z: m.q_logits(z, mask), z_boot)
-    online_probs = F.softmax(
-        call({**online, **x.noise_online}, lambda m, z: m.q_logits(z, mask), z_boot), -1
-    )
+    online_logits = call({**online, **x.noise_online}, lambda m, z: m.q_logits(z, mask), z_boot)
+    online_probs = F.softmax(online_logits.float(), -1)  # fp32 (as autocast) when bf16 is cast
     selection = online_probs if cfg.double_q else None
-    rl = c51_target(F.softmax(target_logits, -1), x.returns, x.discounts, support, selection)
+    rl = c51_target(
+        F.softmax(target_logits.float(), -1), x.returns, x.discounts, support, selection
+    )
     q_next = masked_mean((online_probs * support).sum(-1), mask)
     if cfg.uses_goal_rl:
         ssl = goal_rl_targets(pop, online, spr_target, q_target, x)
@@ -272,9 +279,12 @@ def goal_rl_targets(
         z = encode(torch.cat([obs, x.goal_obs[None]], 0))
         z, z_goal = z[:-1], z[-1]
     goals, _ = goals_from_draws(z_goal, x.goal_draws)
+    if update_precision(pop) == "bf16-cast":  # the networks' dtype (autocast casts it itself)
+        goals = goals.to(torch.bfloat16)
 
     def goal_probs(params: Tensors, z1: torch.Tensor) -> torch.Tensor:
-        return F.softmax(call(params, lambda m, z, g: m.goal_q_logits(z, g, mask), z1, goals), -1)
+        logits = call(params, lambda m, z, g: m.goal_q_logits(z, g, mask), z1, goals)
+        return F.softmax(logits.float(), -1)
 
     # The goal bootstrap at s_{t+1}: SPR's EMA target, or (the reference's agent target
     # model) the RL target with its noise sample, which is the online network when
@@ -323,7 +333,7 @@ def compute_losses(
     total = (x.weights * (rl + weighted_sum(ssl, settings))).mean()
     losses = {"rl": rl, **ssl}
     priorities = c51_kl(logits, actions[:, 0], targets.rl)
-    probs = F.softmax(logits, -1)
+    probs = F.softmax(logits.float(), -1)
     stats = {f"losses/{k}": v.detach().mean() for k, v in losses.items()}
     stats["charts/q_mean"] = masked_mean((probs * pop.template.support).sum(-1), mask).mean()
     stats["charts/q_next_mean"] = targets.q_next.mean()

@@ -238,3 +238,34 @@ def main_hint(capsys) -> str:
     with pytest.raises(SystemExit):
         main(["pretrain", "--params", "p", "--data", "d", "--out", "o", "--device", "cuda"])
     return capsys.readouterr().err
+
+
+@pytest.mark.parametrize("max_norm", [0.5, 1e9])
+def test_per_agent_clipping_is_each_agents_clip_grad_norm(max_norm):
+    """A population's stacked gradients clipped per agent equal each agent's own
+    ``clip_grad_norm_``; the norms are one multi-tensor pass (operators independent of the
+    number of tensors), the scaling one multiply per tensor."""
+    from sgi_lab.runtime.device import clip_gradients
+    from sgi_lab.runtime.graphs import count_ops
+
+    def agent_grads(seed):
+        torch.manual_seed(seed)
+        net = nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 2))
+        net(torch.randn(4, 6)).square().mul(10.0**seed).sum().backward()
+        return list(net.parameters())
+
+    agents = [agent_grads(s) for s in range(3)]
+    stacked = [torch.stack([a[t] for a in agents]).detach().requires_grad_() for t in range(4)]
+    for t, p in enumerate(stacked):
+        p.grad = torch.stack([a[t].grad for a in agents])
+    ops = count_ops(lambda: clip_gradients(stacked, max_norm, host_checks=False, per_agent=True))
+    for t, p in enumerate(stacked):  # the counted call clipped; start again from the raw grads
+        p.grad = torch.stack([a[t].grad for a in agents])
+    norms = clip_gradients(stacked, max_norm, host_checks=False, per_agent=True)
+    for i, params in enumerate(agents):
+        expected = torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
+        torch.testing.assert_close(norms[i], expected)
+        for t, p in enumerate(params):
+            torch.testing.assert_close(stacked[t].grad[i], p.grad)
+    assert ops["_foreach_norm"] == 1 and "linalg_vector_norm" in ops
+    assert ops["linalg_vector_norm"] == 1 and ops["mul_"] == len(stacked)

@@ -165,7 +165,7 @@ def test_naive_and_frozen_schemes(tmp_path):
 
 @pytest.mark.parametrize("scheme", ["reduced_lr", "naive", "frozen"])
 def test_a_pretrained_and_a_fresh_agent_in_one_population_each_learn_as_alone(tmp_path, scheme):
-    """Issue 33 item 8's population of two: an SGI-pretrained agent (its loaded layers at reduced
+    """The MinAtar demo's population of two: an SGI-pretrained agent (its loaded layers at reduced
     learning rates) beside one from scratch (every layer at the full rate) takes, update for
     update, each agent's own steps: the same weights, targets and Adam moments as each agent
     trained alone."""
@@ -540,7 +540,10 @@ def test_resume_after_a_crash_continues_at_the_checkpoint(tmp_path):
     steps = [r["step"] for r in read_jsonl(run.metrics_path)]
     assert steps == sorted(set(steps))  # strictly increasing: nothing logged twice
     assert {10, 20, 30, 40, 50, 60} <= set(steps)
-    assert "resuming" in (out / "log.txt").read_text()
+    log = (out / "log.txt").read_text()
+    assert "resuming" in log
+    # the evaluation's line says what its normalised score's 0 and 1 are
+    assert "(HNS " in log and "; 0 = a uniform random policy, 1 = the human player's score)" in log
 
     # A finished run is returned as it is; overwrite starts over.
     mtime = (out / "eval.json").stat().st_mtime_ns
@@ -648,8 +651,11 @@ def test_a_population_of_a_pretrained_and_a_fresh_agent_stops_and_resumes(tmp_pa
         assert run.status()["params"] == name
         assert "resuming at step 45" in (out / "log.txt").read_text()
         assert saved["optimizer"]["state"]  # each agent saved its own moments
-    sgi, scratch = (json.loads((o / "transfer.json").read_text())["lr_groups"] for o in outs)
+    transfers = [json.loads((o / "transfer.json").read_text()) for o in outs]
+    sgi, scratch = (t["lr_groups"] for t in transfers)
     assert sgi["encoder_transition"] == pytest.approx(1e-6) and scratch == {"fresh": 1e-4}
+    # Nature on a CPU: agents in a loop, fp32 (TINY's cpu_amp off), recorded
+    assert [t["update_precision"] for t in transfers] == ["fp32", "fp32"]
 
 
 def test_a_first_interrupt_stops_at_the_step_with_a_checkpoint(tmp_path):

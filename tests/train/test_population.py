@@ -376,7 +376,7 @@ def test_auto_batching_is_vmap_for_minatars_small_networks_on_a_cpu_too(encoder)
 def test_bf16_under_vmap_only_where_autocast_reaches_it(monkeypatch):
     """CUDA's autocast did not reach inside vmap either (torch 2.11, H100): the rule asks
     `autocast_reaches_vmap`, whatever the device, and a loop or a single agent keeps bf16."""
-    import sgi_lab.train.population as population_module
+    import sgi_lab.train.precision as population_module
     from sgi_lab.runtime.device import autocast_reaches_vmap
 
     with torch.autocast("cpu", dtype=torch.bfloat16):
