@@ -26,8 +26,8 @@ interleaved with eager updates so that load drifts hit both alike. Pretraining: 
 (`sgi_lab.train.pretrain_step.train_step`: ``params/pretrain/minatar_sgi.yaml``, batch 256, K = 5,
 goal RL with double Q, inverse dynamics) on random 0/255 Breakout grids, the median over
 ``--repeats`` after 3 warm-up steps, in fp32 and (where the CPU has native bf16) under bf16
-autocast, the two settings alternated for three rounds; the 5k-step figure of issue 33 is 5,000 x
-that median (the sampler adds ~1 ms a step). Needs
+autocast, the two settings alternated for three rounds; the time of 5k steps (its target: 5
+minutes) is 5,000 x that median (the sampler adds ~1 ms a step). Needs
 ``pip install 'sgi-lab[minatar]'``.
 """
 

@@ -65,7 +65,7 @@ else:  # versions before it: one agent and train_step
     "pretrain": """
 from types import SimpleNamespace
 from pretrain_speed import NUM_ACTIONS, make_config, synthetic_batch
-try:  # the step's own module and typed batch (since issue 25)
+try:  # the step's own module and typed batch (since 1dde72c, 2026-11-25)
     from sgi_lab.train.pretrain_step import PretrainBatch, build_state, train_step
 except ImportError:  # versions before it: the step in pretrain.py, a dict batch
     from sgi_lab.train.pretrain import build_state, train_step

@@ -110,7 +110,7 @@ def execute(name: str, tmp_path: Path, **parameters) -> dict:
         progress_bar=False,
         cwd=str(ROOT),
         # nbclient waits 4 s for a cell's last output by default: too little on a loaded
-        # 2-core machine (a MinAtar goal_rewards cell timed out so, session 13)
+        # 2-core machine (a MinAtar goal_rewards cell timed out so on 2026-11-26)
         iopub_timeout=60,
     )
     return json.loads((tmp_path / "run" / "results.json").read_text())
@@ -186,11 +186,11 @@ def test_pretrain_then_finetune_notebooks(tmp_path, pong_store):
     run = tmp_path / "pretrain" / "run"
     assert (run / "figures" / "training_curves.html").exists()
     executed = (tmp_path / "pretrain" / "pretrain.ipynb").read_text()
-    # no stale tqdm bar: the saved progress line says where training ended (issue 36, item 7)
+    # no stale tqdm bar: the saved progress line says where training ended
     assert "pretraining smoke: finished at step 10 of 10 in " in executed
     assert not re.search(r"[^0-9]0/10\b", executed)  # no bar saved at 0%
     # run again into the finished run: nothing is trained, and the notebook says so and shows
-    # the recorded curves rather than empty live panels; beside another run (issue 36, 13)
+    # the recorded curves rather than empty live panels; beside another run
     other = tmp_path / "other_run"
     other.mkdir()
     (other / "metrics.jsonl").write_text(json.dumps({"step": 5, "losses/total": 2.0}) + "\n")
@@ -239,7 +239,7 @@ def test_finetune_notebook_trains_a_population(tmp_path):
         evaluation = json.loads((tmp_path / "run" / f"{game}__s0" / "eval.json").read_text())
         assert evaluation["game"] == game and evaluation["step"] == 60
     assert (tmp_path / "run" / "figures" / "vs_paper.html").exists()
-    # every agent is shown, not agent 1 only (issue 36, item 13)
+    # every agent is shown, not agent 1 only
     executed = (tmp_path / "finetune.ipynb").read_text()
     assert "losses and charts of 2 agents" in executed
     for figure in ("training_curves", "runs_side_by_side"):
@@ -266,7 +266,7 @@ def test_representations_of_a_pretrained_run(tmp_path, pong_store):
 
     execute("pretrain", tmp_path / "pretrain", data=str(pong_store))
     run = tmp_path / "pretrain" / "run"
-    # what `sgi-lab probe RUN` writes: shown although probe_runs is empty (issue 36, item 1)
+    # what `sgi-lab probe RUN` writes: shown although probe_runs is empty
     entry = {"encoder": {"kind": "pretrain", "params": "smoke"}, "settings": {}, "overall": 0.7}
     write_probes(run / "probes.json", {**entry, "store": {"game": "Pong", "fingerprint": "f"}})
     results = execute(
@@ -360,7 +360,7 @@ def test_demo_results_in_words_and_why_it_ran_over_budget():
     assert "not crowded" in slow and "slower than the 2-core reference" in slow
 
 
-# -- runs the user already has (issue 17, item 4) ----------------------------------------------
+# -- runs the user already has -----------------------------------------------------------------
 
 
 def _finished(folder: Path, kind: str, game: str, result: str, age: float) -> Path:
@@ -452,7 +452,7 @@ def test_a_finished_full_run_beats_a_newer_smoke_run(tmp_path, capsys):
 
 def test_the_run_with_the_most_steps_run_is_picked_whatever_its_name(tmp_path, capsys):
     """A README example with tiny overrides makes ``pretrain__sgi_m__Pong__s0`` (3 steps, newest,
-    a full parameter set's name): the 200-step demo run is still picked (issue 36, item 2)."""
+    a full parameter set's name): the 200-step demo run is still picked."""
     from sgi_lab import notebook
 
     def finished(folder, step, age):
@@ -504,7 +504,7 @@ def test_open_store_collects_what_is_missing_and_says_so_in_lines(tmp_path, caps
     assert "collecting" not in capsys.readouterr().out
 
 
-# -- the laptop track: MinAtar games through the notebooks' parameters (issue 33 item 7) ------
+# -- the laptop track: MinAtar games through the notebooks' parameters ------------------------
 
 
 def _minatar_run(root: Path, method: str, game: str, seed: int, mean: float) -> Path:

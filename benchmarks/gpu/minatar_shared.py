@@ -1,4 +1,4 @@
-"""The GPU command's first shared population, measured (issue 33 item 9; run.sh minatar_shared).
+"""The GPU command's first shared population, measured (run.sh minatar_shared).
 
 ``agents ROOT``: expand ``params/experiments/minatar_objectives_full.yaml`` (share_populations)
 and write its first shared population's agents file (Asterix + Breakout: every reduced-lr

@@ -1,4 +1,4 @@
-"""The MinAtar objective study's results (issue 33; `params/experiments/minatar_objectives.yaml`,
+"""The MinAtar objective study's results (`params/experiments/minatar_objectives.yaml`,
 docs/results/minatar.md): each finished agent's normalised score, the objectives' aggregates
 with stratified bootstrap CIs, each one's probability of improvement over no pretraining, the
 per-game table, the Spearman correlation of the objectives' ranking with the paper's

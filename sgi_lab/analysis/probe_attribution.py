@@ -1,4 +1,4 @@
-"""The probe-drop attribution study (issue 34 items 1-3, ``params/experiments/probes_attribution.yaml``)
+"""The probe-drop attribution study (``params/experiments/probes_attribution.yaml``)
 as tables: each objective's change of probe F1 from its own initialisation (paired, step by
 step), and the readout table (every final encoder read by each readout and feature choice,
 beside random encoders on the same frames).

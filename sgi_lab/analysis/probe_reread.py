@@ -1,4 +1,4 @@
-"""The published probe study re-read (issue 34 item 2, ``params/experiments/probes.yaml``): every
+"""The published probe study re-read (``params/experiments/probes.yaml``): every
 encoder of the objective ablation read several ways (the published least squares on 10k frames,
 least squares on all frames, on the projection y, the logistic probe), as tables whose columns
 are the readings, so that a conclusion can be checked against each of them.

@@ -500,7 +500,7 @@ def paired_changes(curves: pd.DataFrame, metric: str = "overall") -> pd.DataFram
     if missing:
         raise ValueError(
             f"no step-0 probe in {', '.join(missing)}: a paired change needs each run's own "
-            "start (pretraining probes step 0 since session 13; probe_every > 0)"
+            "start (pretraining probes step 0 since 2026-11-26; probe_every > 0)"
         )
     later = curves[curves["step"] > 0].copy()
     later[metric] = later[metric].to_numpy() - later["run"].map(start).to_numpy()

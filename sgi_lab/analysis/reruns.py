@@ -254,8 +254,8 @@ def rerun_markdown(
     reps: int = 2000,
     table: pd.DataFrame | None = None,
 ) -> str:
-    """`rerun_table` as Markdown, ``names`` for the two runs' columns (``("sessions 13-20",
-    "session 21")``)."""
+    """`rerun_table` as Markdown, ``names`` for the two runs' columns (``("first run (2026-11-26)",
+    "restart (2026-11-27)")``)."""
     table = rerun_table(first, second, reps=reps) if table is None else table
     if table.empty:
         return "No method has finished a game on every seed in both runs yet.\n"

@@ -46,15 +46,15 @@ SPEEDS: tuple[Speed, ...] = (
     Speed("pretrain", "resnet_l", "cpu", 19.0, "Pretraining speed: one thread, busy machine"),
     Speed("finetune", "nature", "h100", 18.3, "Finetuning: whole loop on an H100, env steps/s"),
     Speed("finetune", "resnet", "h100", 10.1, "Finetuning: whole loop on an H100, env steps/s"),
-    Speed("finetune", "nature", "cpu", 5.24, "Finetuning: whole loop, 2 threads, session 4"),
-    Speed("finetune", "resnet", "cpu", 1.91, "Finetuning: whole loop, 2 threads, session 4"),
-    # Probes: frames/s of the probe store, one loaded thread (session 17's re-read: 20k frames
+    Speed("finetune", "nature", "cpu", 5.24, "Finetuning: whole loop, 2 threads, 2026-11-22"),
+    Speed("finetune", "resnet", "cpu", 1.91, "Finetuning: whole loop, 2 threads, 2026-11-22"),
+    # Probes: frames/s of the probe store, one loaded thread (the 2026-11-26/27 re-read: 20k frames
     # by least squares in 16-19 s, by the logistic probe in 86-169 s).
     Speed("probe", "nature", "cpu", 1100.0, "Probe readouts: the re-read's costs, least squares"),
     Speed(
         "probe", "nature", "cpu", 160.0, "Probe readouts: the re-read's costs", readout="logistic"
     ),
-    # MinAtar (session 13, 2-core Intel Xeon, one thread per task: two tasks at a time). The
+    # MinAtar (2026-11-26, 2-core Intel Xeon, one thread per task: two tasks at a time). The
     # finetuning rate is the whole loop at one update a step (the MinAtar study's budget);
     # at the paper's two it is about half.
     Speed("pretrain", "minatar", "cpu", 1500.0, "MinAtar: SGI pretraining, one thread, samples/s"),

@@ -100,7 +100,7 @@ STAGES: tuple[tuple[str, str, float], ...] = (
     (
         "minatar",
         "MinAtar Breakout: two SGI-pretrained agents and a from-scratch one finetuning side by side",
-        3.5,  # 204 s idle with three agents under vmap (session 16)
+        3.5,  # 204 s idle with three agents under vmap (2026-11-26)
     ),
 )
 MINATAR = "minatar"  # the stage that runs no notebook (sgi_lab.launch.demo_minatar)

@@ -1,4 +1,4 @@
-"""The demo's MinAtar stage (issue 33 item 8): the comparison the paper is about, at laptop size.
+"""The demo's MinAtar stage: the comparison the paper is about, at laptop size.
 
 On MinAtar Breakout (where learning shows within this budget: SGI-None reached 2.47 against
 the random 0.42 in 4,000 steps, 82 s on one thread of a 2-core Intel Xeon; the other games were

@@ -115,7 +115,7 @@ FULL_WIDTH_FROM_COLUMNS = 4
 """Figures with this many panels side by side or more take the cell's whole width (no set
 width: plotly sizes a static figure to its cell); narrower ones keep a set width, at which a
 panel or two stay readable rather than stretched across a wide screen. A 4-column figure at
-960 px filled only 60% of a cell in a 1,920 px window (issue 36, item 11)."""
+960 px filled only 60% of a cell in a 1,920 px window."""
 
 
 def figure_width(

@@ -81,7 +81,7 @@ def test_run_aggregates_have_cis_and_notes(runs):
 
 
 def test_a_method_without_every_selected_game_is_never_aggregated_beside_the_others(runs):
-    """A 1-game score is no 26-game aggregate (issue 36, item 4): left out of the comparison,
+    """A 1-game score is no 26-game aggregate: left out of the comparison,
     and the figure itself says "k of n games"."""
     from sgi_lab.viz.ablations import ablation_figures
 
@@ -358,7 +358,7 @@ def test_explorer_shows_probe_f1_beside_the_scores(probed_runs):
     bars = {t.name: t for t in explorer.probe_bars.figure.data}
     assert set(bars) == {"frozen", "mine", "random_init"}
     assert bars["frozen"].y[0] == pytest.approx(0.7)
-    # the same split's random-init and majority F1 drawn over the bars (issue 36, item 1)
+    # the same split's random-init and majority F1 drawn over the bars
     references = [s.name for s in explorer.probe_bars.figure.layout.shapes]
     assert any(r.startswith("random init 0.") for r in references), references
     assert any(r.startswith("majority class 0.") for r in references), references
@@ -389,7 +389,7 @@ def test_explorer_without_probe_results_says_how_to_get_them(runs):
 def test_a_capped_evaluation_is_marked_and_never_ranked_among_uncapped_rows(tmp_path):
     """The finetune smoke evaluation (2 episodes cut at 500 steps: Pong -13) is marked in the
     interval plot, the table and the per-game chart, and drawn below the paper's rows and the
-    uncapped runs, apart from them (issue 36, item 5)."""
+    uncapped runs, apart from them."""
     from sgi_lab.viz.ablations import ablation_figures
 
     root = tmp_path / "runs"
@@ -425,7 +425,7 @@ def test_no_game_selected_leaves_no_stale_figure(runs):
     assert "<table" not in explorer.table.html and "select at least one game" in explorer.table.html
 
 
-# -- MinAtar runs: the MinAtar score, named as such, never aggregated with HNS (issue 33) ------
+# -- MinAtar runs: the MinAtar score, named as such, never aggregated with HNS -----------------
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The published probe study re-read several ways (issue 34 item 2): one column per reading,
+"""The published probe study re-read several ways: one column per reading,
 counts of objectives below random init and the correlations with the paper, per reading."""
 
 from __future__ import annotations

@@ -152,7 +152,7 @@ def test_report_carries_the_evaluation_protocol(tmp_path):
 
 def test_a_capped_evaluation_is_marked_and_listed_after_whole_games(tmp_path):
     """The smoke evaluation (cut at 500 steps: Pong -13) is marked in the report and listed
-    after a method evaluated on whole games, never above it (issue 36, item 5)."""
+    after a method evaluated on whole games, never above it."""
     smoke = fake_run(tmp_path / "a" / "finetune__smoke__Pong__s0", "Pong", 0, [-13.0], "smoke")
     demo = fake_run(tmp_path / "b" / "finetune__demo__Pong__s0", "Pong", 0, [-20.0], "demo")
     for run, cap in ((smoke, 2000), (demo, None)):

@@ -1,7 +1,7 @@
-"""What the representations and ablations notebooks show about probes and collapse (issue 36,
-items 1, 6 and 10): the pretrained run's own probe results, the random-init and majority
-baselines drawn beside the bars, a sentence instead of empty axes or an empty table, and a
-similarity near 1 read against random init."""
+"""What the representations and ablations notebooks show about probes and collapse: the
+pretrained run's own probe results, the random-init and majority baselines drawn beside the
+bars, a sentence instead of empty axes or an empty table, and a similarity near 1 read against
+random init."""
 
 from __future__ import annotations
 

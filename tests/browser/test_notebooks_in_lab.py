@@ -426,7 +426,7 @@ def _screenshot(page, path: Path) -> None:
 
 INTERACTIONS = {"ablations": _interact_ablations, "goal_rewards": _interact_goal_rewards}
 
-# What the header line of a notebook that shows an earlier run must say (item 3 of issue 28)
+# What the header line of a notebook that shows an earlier run must say
 RUN_HEADERS = {
     "goal_rewards": ["pretraining run: pretrain", "steps", "finished", "picked automatically"],
     "representations": ["pretraining run: pretrain", "steps", "finished", "picked automatically"],

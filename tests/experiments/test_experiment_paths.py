@@ -1,4 +1,4 @@
-"""Issue 35 items 1, 8, 9: an experiment file cannot write outside its --out (names are one safe
+"""An experiment file cannot write outside its --out (names are one safe
 path part; every resolved path stays under --out), hostile YAML does not hang, and bad values
 are refused up front naming them. Each case: exit code, one line naming the culprit, no
 traceback, every file outside the run's own untouched."""

@@ -200,13 +200,13 @@ CASES = [
     ("finetune-max-agents-zero", lambda w: ["finetune", "--params", "params/finetune/smoke.yaml", "--game", "pong,breakout", "--max-agents", "0", "--out", str(w["root"] / "f2"), "--no-progress"], 2, "--max-agents"),
     ("finetune-lr-negative", lambda w: ["finetune", "--params", "params/finetune/smoke.yaml", "--set", "lr=-1.0", "--out", str(w["root"] / "f1"), "--no-progress"], 2, "lr"),
     ("run-unknown-parameter", lambda w: ["run", "pretrain", "-p", "unknown_name", "1", "--out-root", str(w["root"] / "nb")], 2, "unknown_name"),
-    # imprecise path messages (issue 27, item 10): say what the path is and what was expected
+    # imprecise path messages: say what the path is and what was expected
     ("evaluate-a-model-file", lambda w: ["evaluate", str(w["pre_done"] / "model.pt"), "--no-progress"], 2, "model.pt: a file, expected a finetuning run folder"),
     ("finetune-pretrained-text-file", lambda w: ["finetune", "--params", "params/finetune/smoke.yaml", "--pretrained", str(w["afile"]), "--out", str(w["root"] / "f3"), "--no-progress"], 2, "afile.txt: not a PyTorch checkpoint"),
     ("run-params-is-a-folder", lambda w: ["run", "pretrain", "-f", str(w["params_dir"]), "--out-root", str(w["root"] / "nb")], 2, "params_dir: a folder, expected a YAML parameters file"),
     ("run-seed-not-a-number", lambda w: ["run", "pretrain", "-p", "seed", "abc", "--out-root", str(w["root"] / "nb")], 2, "seed: expected an integer"),
     ("verify-manifest-claims-18-actions", lambda w: ["info", str(w["eighteen_actions"]), "--verify"], 1, "the manifest says 18 actions, but Pong has 6"),
-    # probes (issue 35 items 4, 7, 9): the store verified, every option named
+    # probes: the store verified, every option named
     ("probe-flipped-store", lambda w: ["probe", str(w["pre_done"]), "--data", str(w["flipped"])], 2, "damaged store, refusing to probe it"),
     ("probe-too-many-actions", lambda w: ["probe", str(w["pre_done"]), "--data", str(w["too_many_actions"])], 2, "too_many_actions"),
     ("probe-max-frames-0", lambda w: ["probe", str(w["pre_done"]), "--data", str(w["store"]), "--max-frames", "0"], 2, "--max-frames 0"),

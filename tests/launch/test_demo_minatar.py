@@ -1,4 +1,4 @@
-"""The demo's MinAtar stage (issue 33 item 8): its verdict sentence against hand-made scores,
+"""The demo's MinAtar stage: its verdict sentence against hand-made scores,
 its curves against hand-computed rolling means, the report's inline figure, and the stage end
 to end on the smoke budget: finished, then skipped with the same results; a failure recorded in
 one line with the report still written."""

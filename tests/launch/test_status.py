@@ -180,7 +180,7 @@ def test_save_figure_writes_static_images_offline(tmp_path):
     assert (tmp_path / "figures" / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-# -- what status says is true (issue 35 items 6, 7) ---------------------------------------------
+# -- what status says is true -------------------------------------------------------------------
 
 
 def test_status_tells_dead_torn_and_modelless_runs_as_interrupted(runs, tmp_path, capsys):

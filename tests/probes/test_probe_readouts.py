@@ -1,4 +1,4 @@
-"""The probes' readouts and features (issue 34): the logistic readout, the ridge regressions of
+"""The probes' readouts and features: the logistic readout, the ridge regressions of
 coordinates (R^2, accuracy within +-2 units) against their closed forms, the three feature
 choices, and readout and features recorded in probes.json, the CLI's summary, the listings and
 pretraining's probe metrics."""

@@ -1,6 +1,6 @@
-"""Issue 35 on probes: concurrent writers keep every entry (item 2), stale and unfinished
-results (item 3), stores verified before probing (item 4), the probe store's identity (item 5),
-one line naming the input (items 7, 9), a model from another run (item 10)."""
+"""Probes nothing loses or misreads: concurrent writers keep every entry, stale and unfinished
+results, stores verified before probing, the probe store's identity, one line naming the input,
+a model from another run."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 35 item 11: a folder's lock file is opened without following a symbolic link, and only
+"""A folder's lock file is opened without following a symbolic link, and only
 when it is a regular file (a `cp -rs` copy of a run, or a planted link, must not have a PID
 written into the file it points at); `lock_holder` tells a held lock from a free one."""
 

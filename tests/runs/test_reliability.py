@@ -1,4 +1,4 @@
-"""Nothing lost, nothing misread (issue 27): each case asserts the exit code, a message naming
+"""Nothing lost, nothing misread: each case asserts the exit code, a message naming
 the culprit, no traceback, and that every file outside the run's own is untouched.
 
 CLI commands run in-process (`sgi_lab.launch.cli.main`); runs are built by hand where the

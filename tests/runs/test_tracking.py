@@ -1,4 +1,4 @@
-"""The tools researchers already use (issue 36 item 14): TensorBoard event files beside
+"""The tools researchers already use: TensorBoard event files beside
 metrics.jsonl with its keys and steps, purged on resume as metrics.jsonl is; W&B offline as an
 option; both off or missing without stopping a run."""
 

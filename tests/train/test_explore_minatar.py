@@ -1,4 +1,4 @@
-"""Exploratory (IDF curiosity) collection on MinAtar (issue 33 item 4): networks sized from the
+"""Exploratory (IDF curiosity) collection on MinAtar: networks sized from the
 observation spec, an ordinary store with the game's (C, 10, 10) spec, its ``minatar`` protocol
 and its own state as labels, aligned with the frames the agent saw; bad combinations refused in
 one line before anything is created."""

@@ -1,5 +1,5 @@
 """The MinAtar track end to end: collect -> pretrain -> finetune a 2-game population -> evaluate,
-each stage on MinAtar's (C, 10, 10) observations (issue 33), and the refusals that keep the two
+each stage on MinAtar's (C, 10, 10) observations, and the refusals that keep the two
 families apart."""
 
 from __future__ import annotations

@@ -131,7 +131,7 @@ def test_per_game_bar_says_whether_the_protocol_is_the_papers():
 
 def test_interval_plot_marks_carry_their_legend_colours_and_counts_whole_games():
     """Every mark (CI bar and point) has its method's legend colour; a count axis ticks whole
-    games; HNS panels hold few ticks; the subtitle sits above the panel titles (issue 36, 9)."""
+    games; HNS panels hold few ticks; the subtitle sits above the panel titles."""
     fig = interval_plot(DF, title="aggregate HNS<br><sup>ours: 2 episodes</sup>")
     legend = {t.name: t.marker.color for t in fig.data if t.showlegend is not False}
     assert legend["SGI-M"] != legend["SGI-None"]
@@ -158,7 +158,7 @@ def test_capped_rows_are_set_apart_below_a_line():
 
 def test_per_game_hns_of_26_games_is_drawn_across_with_labels_apart():
     """26 games: one row per game, tall enough to read; the random and human labels at
-    opposite ends of their lines (issue 36, item 11). A few games stay as columns."""
+    opposite ends of their lines. A few games stay as columns."""
     from sgi_lab.envs.games import ATARI_100K_GAMES
     from sgi_lab.viz.ablations import per_game_hns_figure
 

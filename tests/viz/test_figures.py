@@ -271,7 +271,7 @@ def test_live_curves_of_a_run_finished_earlier_draw_its_recorded_curves(tmp_path
 
 
 def test_four_column_figures_take_the_whole_cell_width():
-    """Issue 36 item 11: a 4-column figure at 960 px filled 64% of a 1,488 px cell (a 1,920 px
+    """A 4-column figure at 960 px filled 64% of a 1,488 px cell (a 1,920 px
     window, measured in JupyterLab under Chromium); without a set width plotly fills the cell."""
     from sgi_lab.viz.training import figure_width, widget_width
 
@@ -368,7 +368,7 @@ def test_goal_figures(small_store, model):
     nearest = goals.nearest_to_goal(model, small_store, goal, k=4)
     frames = viz.nearest_frames_figure(small_store, nearest, goal)
     assert len(frames.data) == 5 and "goal" in frames.layout.annotations[0].text
-    # the context of "nearest": the cosine over every frame searched (issue 36, item 6)
+    # the context of "nearest": the cosine over every frame searched
     stats = nearest.attrs["searched_cosine"]
     assert stats["searched"] == len(small_store) and stats["min"] <= stats["median"]
     assert stats["max"] == pytest.approx(nearest["cosine"].iloc[0])
@@ -455,7 +455,7 @@ def _plotly_array(value):
 @pytest.mark.smoke
 def test_the_saved_notebook_shows_where_training_ended_not_a_stale_bar(tmp_path):
     """The progress line is one output updated in place: papermill saves its last state,
-    "finished at step 5 of 5", where a tqdm widget saves "0% 0/5" (issue 36, item 7)."""
+    "finished at step 5 of 5", where a tqdm widget saves "0% 0/5"."""
     import nbformat
     import papermill
 
@@ -526,7 +526,7 @@ def test_goal_summary():
     }
 
 
-# -- figures that explain themselves (issue 17, item 1) -----------------------------------------
+# -- figures that explain themselves ------------------------------------------------------------
 
 PONG_ACTIONS = ["NOOP", "FIRE", "RIGHT", "LEFT", "RIGHTFIRE", "LEFTFIRE"]
 
@@ -680,7 +680,7 @@ def _metrics_run(folder, rows):
 
 def test_runs_side_by_side_one_colour_per_run(tmp_path):
     """Several runs' curves overlaid, labelled by folder (agents of a population, whose
-    folders share a name pattern, by parent/name) (issue 36, item 13)."""
+    folders share a name pattern, by parent/name)."""
     from sgi_lab.viz.training import runs_metrics
 
     a = _metrics_run(
@@ -766,8 +766,7 @@ def test_long_titles_wrap_instead_of_running_off_the_edge():
 
 def test_empty_live_panels_say_so_in_words_and_the_final_figure_drops_them():
     """Probing off: the live probe F1 panel says why it is empty, never bare axes; a panel's
-    words go at its first value; the figure left in the notebook names what was not logged
-    (issue 36, item 10)."""
+    words go at its first value; the figure left in the notebook names what was not logged."""
     curves = viz.LiveCurves(["losses/total", "probe/f1", "episode/return"], columns=3)
     words = {a.name: a.text for a in curves.figure.layout.annotations if a.name}
     assert words["empty:probe/f1"].startswith("no probe yet (probing is off")

@@ -1,4 +1,4 @@
-"""MinAtar frames drawn as coloured channel grids (issue 33 item 7): each channel in its own
+"""MinAtar frames drawn as coloured channel grids: each channel in its own
 colour, several channels on one cell mixed, an empty cell white, a grid line between cells."""
 
 from __future__ import annotations
