@@ -18,7 +18,7 @@ import pandas as pd
 
 from sgi_lab.analysis.paper_column import MINATAR_REASON, PaperColumn, paper_column, run_label
 from sgi_lab.base.files import read_mapping
-from sgi_lab.base.paths import close_names
+from sgi_lab.base.paths import name_hint
 from sgi_lab.envs import canonical_env_game
 from sgi_lab.metrics import (
     aggregate_scores,
@@ -34,6 +34,7 @@ from sgi_lab.metrics import (
     paper_per_game,
     probability_of_improvement_with_ci,
     protocol_of,
+    score_meaning,
     seed_pairs,
 )
 from sgi_lab.metrics.paper import PER_GAME_TABLES
@@ -306,9 +307,8 @@ def columns_explained(run_dirs: Sequence[str | Path]) -> dict[str, str]:
         run = read_run(run_dir)
         if run.evaluation and run.label not in out:
             atari = run.game is None or normalization_name(run.game) == "HNS"
-            out[run.label] = (
-                str(run.paper_column) if atari else "none (the paper reports Atari only)"
-            )
+            why = f"the paper reports Atari only; MinAtar score: {score_meaning('MinAtar score')}"
+            out[run.label] = str(run.paper_column) if atari else f"none ({why})"
     return out
 
 
@@ -541,8 +541,8 @@ def improvement_over(
     runs = run_results(run_dirs, allow_unfinished=allow_unfinished)
     methods = list(dict.fromkeys(runs["method"]))
     if baseline not in methods:
-        close = close_names(baseline, methods)
-        hint = f"did you mean {' or '.join(close)}? " if close else ""
+        scratch = [m for m, r in zip(runs["method"], runs["run"]) if not read_run(r).pretrained]
+        hint = name_hint(baseline, methods, {"from scratch": scratch, "none": scratch})
         raise ValueError(
             f"--baseline {baseline!r} is none of the runs' methods: {hint}"
             f"methods: {', '.join(methods)}"

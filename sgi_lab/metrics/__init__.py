@@ -39,6 +39,7 @@ from sgi_lab.metrics.minatar import (
     minatar_reference_score,
     normalization_name,
     normalized_score,
+    score_meaning,
     score_references,
 )
 from sgi_lab.metrics.paper import (
@@ -83,6 +84,7 @@ __all__ = [
     "minatar_reference_score",
     "normalization_name",
     "normalized_score",
+    "score_meaning",
     "median_hns",
     "metric_label",
     "SCORE_TITLES",

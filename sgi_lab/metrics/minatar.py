@@ -39,6 +39,7 @@ __all__ = [
     "minatar_reference_score",
     "normalization_name",
     "normalized_score",
+    "score_meaning",
     "score_references",
 ]
 
@@ -106,6 +107,21 @@ SCORE_TITLES: dict[str, str] = {
 
 SCORE_TOP: dict[str, str] = {"HNS": "human", "MinAtar score": "DQN reference"}
 """What each normalisation's 1 is: the line drawn at 1, and "#Games > ..." in metric titles."""
+
+SCORE_MEANINGS: dict[str, str] = {
+    "HNS": "0 = a uniform random policy, 1 = the human player's score",
+    "MinAtar score": (
+        "0 = a uniform random policy, 1 = the MinAtar paper's DQN at the end of its training "
+        "(above 1 beats it)"
+    ),
+}
+"""What a normalised score's 0 and 1 are, in words, for lines that print one."""
+
+
+def score_meaning(normalization: str) -> str:
+    """``"0 = a uniform random policy, 1 = ..."`` for a `normalization_name` (``"HNS"`` or
+    ``"MinAtar score"``); empty for an unknown name."""
+    return SCORE_MEANINGS.get(normalization, "")
 
 
 def normalization_name(game: str) -> str:

@@ -313,6 +313,8 @@ def test_minatar_runs_are_reported_with_the_minatar_score_and_say_so(tmp_path, c
     assert all("the paper has no MinAtar results" in e for e in shown["evaluation"])
     assert set(shown["paper_config"].isna()) == {True}  # no paper column, whatever the names
     assert "the paper reports Atari only" in out and per_game["paper_score"].isna().all()
+    # what the score's 0 and 1 are, where the report prints it
+    assert "MinAtar score: 0 = a uniform random policy, 1 = the MinAtar paper's DQN" in out
     pong = fake_run(tmp_path / "p", "Pong", 0, [-15.0], params="reduced_lr")
     with pytest.raises(ValueError, match="mix normalisations"):
         report([*runs, pong], reps=50)
@@ -350,6 +352,9 @@ def test_probability_of_improvement_over_a_baseline(tmp_path, capsys):
     assert np.isnan(tiny.pairs)
     with pytest.raises(ValueError, match="'sgi_nope' is none of the runs' methods: did you "):
         improvement_over(runs, "sgi_nope", reps=10)
+    # a word for "from scratch" names the methods whose runs start from no pretrained model
+    with pytest.raises(ValueError, match=r"did you mean sgi_none or copy \(from scratch\)\? "):
+        improvement_over(runs, "scrtch", reps=10)
 
     assert main(["report", *map(str, runs[:12]), "--reps", "50", "--baseline", "sgi_none"]) == 0
     out = capsys.readouterr().out
