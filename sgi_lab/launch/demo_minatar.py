@@ -35,6 +35,7 @@ from sgi_lab.base.files import read_jsonl
 from sgi_lab.config import FinetuneConfig, PretrainConfig, load_config
 from sgi_lab.data.collect import collect_random
 from sgi_lab.metrics.minatar import minatar_random_score, minatar_reference_score
+from sgi_lab.runs.prune import prune_checkpoints
 from sgi_lab.train.finetune import finetune_population
 from sgi_lab.train.pretrain import pretrain
 
@@ -167,6 +168,9 @@ def run_minatar(
     results["random"] = minatar_random_score(GAME)
     results["reference"] = minatar_reference_score(GAME)
     results["verdict"] = verdict(results)
+    # every part has finished and is reused as it is, never resumed: its checkpoints (the
+    # finetuning ones carry their replay) only take disk, as the Pong stages' do not
+    prune_checkpoints([folder])
     return results
 
 

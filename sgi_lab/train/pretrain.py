@@ -261,6 +261,8 @@ class _Loop:
             desc="pretrain",
             unit="step",
         )
+        if progress and config.spr_weight > 0:  # the bar's "spr=-4.7" is meant: say why
+            tqdm.write(spr_loss_note(config.spr_steps, config.spr_weight))
         self.state.model.train()
         self.state.target.train()  # as the reference: target BN uses batch statistics
         step_fn = self.step_function()
@@ -277,7 +279,8 @@ class _Loop:
                 bar.update(1)
                 self.log(logger, window, bar, callback)
                 why = stop.reason() if self.step < config.steps else None
-                if self.step % config.checkpoint_every == 0 or self.step == config.steps or why:
+                # the last step's state goes to model.pt (save_model), not to a checkpoint too
+                if why or (self.step % config.checkpoint_every == 0 and self.step < config.steps):
                     self.checkpoint()
                 if why:
                     raise RunStopped(self.step, why)
@@ -355,6 +358,11 @@ class _Loop:
             model_path,
         )
         self.run_dir.finish(self.step, model=str(model_path))
+        # model.pt counts as the newest of the checkpoints kept: a finished run is returned as
+        # it is, never resumed (a 30-step smoke run kept two 318 MB checkpoints beside it)
+        checkpoints = self.run_dir.checkpoints()
+        for old in checkpoints[: max(0, len(checkpoints) - max(0, self.run_dir.keep - 1))]:
+            old.unlink(missing_ok=True)
         return model_path
 
 
@@ -480,6 +488,16 @@ def probe_metrics(result: dict[str, Any]) -> dict[str, float | str]:
     return {**row, **{k: str(v) for k, v in names.items() if v is not None}}
 
 
+def spr_loss_note(steps: int, weight: float) -> str:
+    """Why SPR's loss (and so the total) is negative, in one line: it is minus the cosine
+    similarity summed over the ``steps`` predicted (`sgi_lab.objectives.spr.spr_loss`)."""
+    return (
+        f"losses: spr is minus the cosine of prediction and target summed over the {steps} "
+        f"predicted steps, so it is negative by design: 0 for unrelated predictions, -{steps} "
+        f"when all match; the total adds {weight:g} x spr, so it goes below 0 too"
+    )
+
+
 def load_pretrained_model(run_dir: str | Path) -> SGIModel:
     """The pretrained SGIModel of a run folder, in eval mode: its ``model.pt``, or for a run
     still going, its newest checkpoint (`sgi_lab.train.transfer.load_pretrained`)."""
@@ -500,4 +518,5 @@ __all__ = [
     "load_pretrained_model",
     "pretrain",
     "probe_metrics",
+    "spr_loss_note",
 ]

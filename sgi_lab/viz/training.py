@@ -142,7 +142,7 @@ def widget_width(fig: go.Figure) -> go.Figure:
 
 METRIC_TITLES: dict[str, str] = {
     "losses/total": "total loss",
-    "losses/spr": "SPR loss",
+    "losses/spr": "SPR loss (−Σ cos, min −K)",
     "losses/goal": "goal-RL loss",
     "losses/inverse": "inverse-dynamics loss",
     "losses/rl": "RL (C51) loss",

@@ -131,6 +131,9 @@ def test_minatar_stage_runs_then_is_skipped_and_reported(tmp_path, one_thread, c
         agent = RunDir(folder / "finetune" / name).status()
         assert agent["population"] == 3 and agent["params"] == params, agent
     assert (folder / "figures" / "learning_curves.html").exists()
+    # finished parts are never resumed: no checkpoint is left (the docs say the demo keeps none)
+    assert not list(folder.rglob("ckpt_*.pt"))
+    assert (folder / "pretrain" / "model.pt").is_file()
     status = RunDir(folder).status()
     assert status["state"] == "finished" and status["results"]["verdict"] == results["verdict"]
     assert status["provenance"]

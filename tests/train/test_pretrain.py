@@ -110,6 +110,28 @@ def test_interrupted_run_resumes_at_the_right_step_and_matches(dot_store, tmp_pa
         torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-5, msg=name)
 
 
+def test_a_finished_run_keeps_model_pt_and_one_checkpoint_not_a_duplicate_of_it(
+    dot_store, tmp_path
+):
+    """30 steps, checkpoints every 10, two kept while running: the last step's state goes to
+    model.pt alone (no ckpt_30 beside it), and model.pt counts as one of the two kept, so the
+    finished run holds model.pt and ckpt_20 (the smoke run held two 318 MB checkpoints)."""
+    config = build_config(
+        PretrainConfig, {**TINY, "steps": 30, "goal_weight": 0.0, "hidden_size": 64}
+    )
+    seen = []
+
+    def watch(row):  # the checkpoints on disk at each logged step
+        seen.append([p.name for p in RunDir(tmp_path / "run").checkpoints()])
+
+    model = pretrain(config, dot_store, tmp_path / "run", progress=False, callback=watch)
+    run = RunDir(tmp_path / "run")
+    assert model.exists() and run.status()["state"] == "finished"
+    assert [p.name for p in run.checkpoints()] == ["ckpt_00000020.pt"]
+    assert seen[-1] == ["ckpt_00000010.pt", "ckpt_00000020.pt"]  # two while running
+    assert load_checkpoint(model, kind="pretrained_model")["step"] == 30
+
+
 def test_a_stopped_run_checkpoints_where_it_stopped_and_resumes_to_the_same_model(
     dot_store, tmp_path
 ):
@@ -217,13 +239,15 @@ def test_nan_loss_stops_with_a_clear_message_and_keeps_the_last_checkpoint(
 
 
 def test_load_pretrained_falls_back_to_checkpoint_and_rejects_foreign(dot_store, tmp_path):
-    config = build_config(PretrainConfig, {**TINY, "steps": 10, "goal_weight": 0.0})
+    config = build_config(
+        PretrainConfig, {**TINY, "steps": 10, "checkpoint_every": 5, "goal_weight": 0.0}
+    )
     pretrain(config, dot_store, tmp_path / "run", progress=False)
     # its own model: the config inside agrees with config.yaml (runtime keys settled apart)
     assert load_pretrained(tmp_path / "run").config["goal_weight"] == 0.0
-    (tmp_path / "run" / "model.pt").unlink()
+    (tmp_path / "run" / "model.pt").unlink()  # the last step's state was in model.pt alone
     pretrained = load_pretrained(tmp_path / "run", allow_unfinished=True)
-    assert pretrained.path.name == "ckpt_00000010.pt" and pretrained.step == 10
+    assert pretrained.path.name == "ckpt_00000005.pt" and pretrained.step == 5
     with pytest.raises(ConfigError, match="never finished"):
         load_pretrained(tmp_path / "run")  # finetuning from it must name the checkpoint
     model = load_pretrained_model(tmp_path / "run")
@@ -231,6 +255,22 @@ def test_load_pretrained_falls_back_to_checkpoint_and_rejects_foreign(dot_store,
     (tmp_path / "empty").mkdir()
     with pytest.raises(ConfigError, match="not an sgi-lab run"):
         load_pretrained_model(tmp_path / "empty")
+
+
+def test_a_run_with_a_progress_bar_says_why_the_spr_loss_is_negative(dot_store, tmp_path, capsys):
+    """The bar shows "spr=-4.7": a line before it says SPR's loss is minus a sum of K cosines
+    (0 to -K) and that the total follows it below 0."""
+    from sgi_lab.train.pretrain import spr_loss_note
+
+    note = spr_loss_note(5, 2.0)
+    assert "negative by design: 0 for unrelated predictions, -5 when all match" in note
+    assert "the total adds 2 x spr" in note and "\n" not in note
+    config = build_config(PretrainConfig, {**TINY, "steps": 1, "goal_weight": 0.0})
+    pretrain(config, dot_store, tmp_path / "bar", progress=True)
+    assert spr_loss_note(config.spr_steps, config.spr_weight) in capsys.readouterr().out
+    quiet = build_config(PretrainConfig, {**TINY, "steps": 1, "spr_weight": 0.0})
+    pretrain(quiet, dot_store, tmp_path / "no_spr", progress=True)
+    assert "losses: spr" not in capsys.readouterr().out
 
 
 def test_objective_weight_validation():
