@@ -19,10 +19,20 @@ from sgi_lab.viz.common import (
 
 def store_summary_figure(store: TransitionStore, title: str | None = None) -> go.Figure:
     """Action histogram, episode returns, episode lengths and reward density in one figure."""
+    # An episode the collection stopped in the middle of (no terminal at its end, the store's
+    # last one) would add a return and a length no whole episode has: left out, and said so.
+    whole = store.terminals[store.episode_ends] if len(store) else np.zeros(0, bool)
+    cut = int((~whole).sum())
+    left_out = f" ({cut} unfinished left out)" if cut else ""
     fig = make_subplots(
         rows=2,
         cols=2,
-        subplot_titles=("action counts", "episode returns", "episode lengths", "reward density"),
+        subplot_titles=(
+            "action counts",
+            f"returns of whole episodes{left_out}",
+            f"lengths of whole episodes{left_out}",
+            "reward density",
+        ),
     )
     title = title or (
         f"{store.game} — {store.manifest.source} ({len(store):,} transitions{_sticky(store)})"
@@ -32,8 +42,13 @@ def store_summary_figure(store: TransitionStore, title: str | None = None) -> go
     counts = np.bincount(store.actions, minlength=store.num_actions)
     names = action_labels(store.game, len(counts))
     fig.add_trace(go.Bar(x=names, y=counts, name="actions"), row=1, col=1)
-    fig.add_trace(go.Histogram(x=store.episode_returns(), name="returns"), row=1, col=2)
-    fig.add_trace(go.Histogram(x=store.episode_lengths(), name="lengths"), row=2, col=1)
+    returns, lengths = store.episode_returns()[whole], store.episode_lengths()[whole]
+    fig.add_trace(
+        go.Histogram(x=returns, name="returns", xbins=integer_bins(returns)), row=1, col=2
+    )
+    fig.add_trace(
+        go.Histogram(x=lengths, name="lengths", xbins=integer_bins(lengths)), row=2, col=1
+    )
     window = max(1, len(store) // 200)
     density = _rolling_density(store.rewards != 0, window=window)
     fig.add_trace(
@@ -55,6 +70,18 @@ def store_summary_figure(store: TransitionStore, title: str | None = None) -> go
         height=600,
     )
     return fig
+
+
+def integer_bins(values: np.ndarray, most: int = 30) -> dict[str, float] | None:
+    """Histogram bins centred on whole numbers for whole-number ``values`` (scores, lengths),
+    at most ``most`` of them: plotly's own bins can centre one below a game's lowest score
+    (Pong: a bar at -23, under its -21); None (plotly's bins) for other values."""
+    values = np.asarray(values, dtype=float)
+    if not len(values) or not np.all(values == np.round(values)):
+        return None
+    low, high = float(values.min()), float(values.max())
+    size = float(max(1, int(np.ceil((high - low + 1) / most))))
+    return {"start": low - size / 2, "end": high + size / 2, "size": size}
 
 
 def _sticky(store: TransitionStore) -> str:

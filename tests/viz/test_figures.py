@@ -565,6 +565,31 @@ def test_store_figures_title_their_axes_and_name_actions(small_store):
     assert all(_axis_titles(distance, "x")) and all(_axis_titles(distance, "y"))
 
 
+def test_the_store_histograms_count_whole_episodes_in_bins_centred_on_scores(tmp_path):
+    """Pong-like returns -21 and -20 and a last episode the collection cut off (-4 over 4
+    steps): the cut one is left out (and said so), and the return bins centre on -21 and -20,
+    never on a score below the game's lowest."""
+    writer = TransitionStoreWriter.create(
+        tmp_path / "s", game="Pong", source="synthetic", num_actions=6, chunk_size=16
+    )
+    episodes = ([-1.0] * 21, [-1.0] * 21 + [1.0], [-1.0] * 4)  # the last one cut off
+    for e, rewards in enumerate(episodes):
+        for t, reward in enumerate(rewards):
+            terminal = e < 2 and t == len(rewards) - 1
+            writer.append(np.zeros((84, 84), np.uint8), 0, reward, terminal, t == 0)
+    store = TransitionStore(writer.close())
+    fig = viz.store_summary_figure(store)
+    returns, lengths = fig.data[1], fig.data[2]
+    assert sorted(returns.x) == [-21.0, -20.0] and sorted(lengths.x) == [21, 22]
+    assert (returns.xbins.start, returns.xbins.size) == (-21.5, 1.0)
+    titles = [a.text for a in fig.layout.annotations]
+    assert "returns of whole episodes (1 unfinished left out)" in titles
+    from sgi_lab.viz.datasets import integer_bins
+
+    assert integer_bins(np.array([760, 1000])) == {"start": 755.5, "end": 1004.5, "size": 9.0}
+    assert integer_bins(np.array([0.5, 2.0])) is None  # not whole numbers: plotly's bins
+
+
 def test_frame_strips_keep_square_pixels(small_store):
     strip = viz.frame_strip(small_store, episode=0, count=3, stride=5)
     layout = strip.layout
