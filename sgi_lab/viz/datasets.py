@@ -19,10 +19,7 @@ from sgi_lab.viz.common import (
 
 def store_summary_figure(store: TransitionStore, title: str | None = None) -> go.Figure:
     """Action histogram, episode returns, episode lengths and reward density in one figure."""
-    # An episode the collection stopped in the middle of (no terminal at its end, the store's
-    # last one) would add a return and a length no whole episode has: left out, and said so.
-    whole = store.terminals[store.episode_ends] if len(store) else np.zeros(0, bool)
-    cut = int((~whole).sum())
+    returns, lengths, cut = whole_episodes(store)
     left_out = f" ({cut} unfinished left out)" if cut else ""
     fig = make_subplots(
         rows=2,
@@ -42,7 +39,6 @@ def store_summary_figure(store: TransitionStore, title: str | None = None) -> go
     counts = np.bincount(store.actions, minlength=store.num_actions)
     names = action_labels(store.game, len(counts))
     fig.add_trace(go.Bar(x=names, y=counts, name="actions"), row=1, col=1)
-    returns, lengths = store.episode_returns()[whole], store.episode_lengths()[whole]
     fig.add_trace(
         go.Histogram(x=returns, name="returns", xbins=integer_bins(returns)), row=1, col=2
     )
@@ -70,6 +66,17 @@ def store_summary_figure(store: TransitionStore, title: str | None = None) -> go
         height=600,
     )
     return fig
+
+
+def whole_episodes(store: TransitionStore) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(returns, lengths, left out)`` of the store's whole episodes: one the collection
+    stopped in the middle of (no terminal at its end: the store's last) would add a return and
+    a length no whole episode has, so it is left out and counted."""
+    if not len(store):
+        return np.zeros(0), np.zeros(0, np.int64), 0
+    whole = store.terminals[store.episode_ends]
+    cut = int((~whole).sum())
+    return store.episode_returns()[whole], store.episode_lengths()[whole], cut
 
 
 def integer_bins(values: np.ndarray, most: int = 30) -> dict[str, float] | None:

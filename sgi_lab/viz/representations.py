@@ -15,6 +15,7 @@ from plotly.subplots import make_subplots
 
 from sgi_lab.data import TransitionStore
 from sgi_lab.viz.common import action_labels, category_labels, no_data_message
+from sgi_lab.viz.datasets import integer_bins, whole_episodes
 from sgi_lab.viz.training import figure_width
 
 __all__ = [
@@ -332,16 +333,21 @@ def compare_stores_figure(
     Returns:
         A 2x2 figure; every trace is named after its store's label.
     """
+    whole = {label: whole_episodes(store) for label, store in stores.items()}
+    cut = sum(w[2] for w in whole.values())
+    left_out = f" ({cut} unfinished left out)" if cut else ""
     fig = make_subplots(
         rows=2,
         cols=2,
         subplot_titles=(
             "action frequency",
-            "episode returns",
-            "episode lengths",
+            f"returns of whole episodes{left_out}",
+            f"lengths of whole episodes{left_out}",
             "reward density (share of steps with r != 0)",
         ),
     )
+    # one set of bins for every store, centred on whole scores (`integer_bins`)
+    bins = [integer_bins(np.concatenate([w[i] for w in whole.values()] or [[]])) for i in (0, 1)]
     for k, (label, store) in enumerate(stores.items()):
         color = _PALETTE[k % len(_PALETTE)]
         counts = np.bincount(store.actions, minlength=store.num_actions)
@@ -355,16 +361,11 @@ def compare_stores_figure(
             row=1,
             col=1,
         )
-        fig.add_trace(
-            go.Histogram(x=store.episode_returns(), opacity=0.6, showlegend=False, **common),
-            row=1,
-            col=2,
-        )
-        fig.add_trace(
-            go.Histogram(x=store.episode_lengths(), opacity=0.6, showlegend=False, **common),
-            row=2,
-            col=1,
-        )
+        for i, (row, col) in enumerate(((1, 2), (2, 1))):  # returns, lengths
+            histogram = go.Histogram(
+                x=whole[label][i], xbins=bins[i], opacity=0.6, showlegend=False, **common
+            )
+            fig.add_trace(histogram, row=row, col=col)
         fig.add_trace(
             go.Bar(x=[label], y=[float((store.rewards != 0).mean())], showlegend=False, **common),
             row=2,

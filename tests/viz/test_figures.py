@@ -584,6 +584,10 @@ def test_the_store_histograms_count_whole_episodes_in_bins_centred_on_scores(tmp
     assert (returns.xbins.start, returns.xbins.size) == (-21.5, 1.0)
     titles = [a.text for a in fig.layout.annotations]
     assert "returns of whole episodes (1 unfinished left out)" in titles
+    both = viz.compare_stores_figure({"cut": store, "same": store})
+    assert [sorted(t.x) for t in both.data[1:3]] == [[-21.0, -20.0], [21, 22]]
+    assert both.data[1].xbins.start == -21.5
+    assert "returns of whole episodes (2 unfinished left out)" in _annotations(both)
     from sgi_lab.viz.datasets import integer_bins
 
     assert integer_bins(np.array([760, 1000])) == {"start": 755.5, "end": 1004.5, "size": 9.0}
