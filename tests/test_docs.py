@@ -6,7 +6,9 @@ never run), and every one in running text names a sub-command and options that e
 that exist; every ``python -m sgi_lab...`` names a module; every repository path written in
 backticks (``sgi_lab/...``, ``params/...``, ``notebooks/...``, ``benchmarks/...``,
 ``tests/...``, ``docs/...``) exists; every relative markdown link resolves. README.md stays one
-page: under 250 lines, with ``make demo`` and ``make test`` in its first 15 lines.
+page: under 250 lines, with ``make demo`` and ``make test`` in its first 15 lines. The project's
+text (docs, benchmarks, code, tests, params, notebooks) names no working session and none of
+its own issue numbers, but the date, commit or reason they stood for.
 """
 
 from __future__ import annotations
@@ -295,3 +297,80 @@ def test_the_check_catches_a_false_reference(tmp_path, text, problem):
     doc = _fake_repo(tmp_path, text)
     problems = doc_problems(doc, tmp_path)
     assert len(problems) == 1 and problem in problems[0], problems
+
+
+# -- text that speaks of the project, not of its history --------------------------------------
+
+# "session N", "sessions N-M", "issue N", "Issue #N": this project's own working history, which
+# says nothing to a reader of the tree (a date, a commit or a reason does). Another project's
+# tracker is allowed when its owner/repo is written just before ("pytorch/rl issue N");
+# "pytorch/rl #N" never matches, having no word before the number.
+HISTORY = re.compile(r"\b(?:session|issue)s? #?\d+", re.IGNORECASE)
+OTHER_TRACKER = re.compile(r"[\w.-]+/[\w.-]+ $")
+HISTORY_PLACES = (
+    "docs",
+    "benchmarks",
+    "sgi_lab",
+    "tests",
+    "params",
+    "notebooks",
+    "README.md",
+    "Makefile",
+)
+SKIPPED_DIRS = {"__pycache__", ".ipynb_checkpoints", ".pytest_cache"}
+
+
+def history_mentions(text: str) -> list[tuple[int, str]]:
+    """``(line number, the mention)`` for each "session N" / "issue N" in ``text`` that is not
+    another project's ``owner/repo issue N``."""
+    found = []
+    for number, line in enumerate(text.splitlines(), 1):
+        for m in HISTORY.finditer(line):
+            if not OTHER_TRACKER.search(line[: m.start()]):
+                found.append((number, m.group(0)))
+    return found
+
+
+def history_files(root: Path = ROOT) -> list[Path]:
+    """Every file under the places the project's text lives (archived studies included)."""
+    files = []
+    for place in HISTORY_PLACES:
+        path = root / place
+        if path.is_file():
+            files.append(path)
+            continue
+        for p in sorted(path.rglob("*")):
+            if p.is_file() and not SKIPPED_DIRS & set(p.relative_to(root).parts):
+                files.append(p)
+    return files
+
+
+def test_the_text_speaks_of_the_project_not_of_its_working_sessions_or_issues():
+    found = []
+    for path in history_files():
+        raw = path.read_bytes()
+        if b"\0" in raw[:8192]:
+            continue  # binary (an image, a checkpoint fixture)
+        text = raw.decode("utf-8", errors="replace")
+        found += [f"{path.relative_to(ROOT)}:{n}: {m!r}" for n, m in history_mentions(text)]
+    assert not found, (
+        "say the date, the commit or the reason instead of a working session or an issue "
+        "number:\n" + "\n".join(found)
+    )
+
+
+def test_the_history_check_finds_sessions_and_issues_and_allows_other_trackers():
+    # the words are built so that this file holds none of what it looks for
+    session, issue = "sess" + "ion", "iss" + "ue"
+    lines = [
+        f"measured in {session} 16, idle",  # a session
+        f"the runs of {session.title()}s 13-20 were lost",  # plural, capitalised
+        f"fixed ({issue} 33 item 9)",  # an issue
+        f"see {issue.title()} #34",  # with a hash
+        f"vmap needs pytorch/rl {issue} 3113",  # another project's tracker: allowed
+        "vmap needs pytorch/rl #3113",  # no word before the number: allowed
+        f"a {session} of its own, {issue}s of the past, {session}s13",  # no number after a space
+    ]
+    found = history_mentions("\n".join(lines))
+    assert [n for n, _ in found] == [1, 2, 3, 4]
+    assert found[1][1] == f"{session.title()}s 13"
