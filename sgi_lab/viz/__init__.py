@@ -2,6 +2,7 @@
 
 from sgi_lab.viz.ablations import ablation_figures, per_game_hns_figure
 from sgi_lab.viz.aggregates import aggregate_table, interval_plot, per_game_bar
+from sgi_lab.viz.common import chance_lines
 from sgi_lab.viz.datasets import coverage_figure, frame_strip, store_summary_figure
 from sgi_lab.viz.goal_rewards import frames_figure, goal_trajectory_figure, nearest_frames_figure
 from sgi_lab.viz.learning import compare_learning_curves, learning_curve
@@ -33,6 +34,7 @@ __all__ = [
     "ablation_figures",
     "aggregate_frame",
     "aggregate_table",
+    "chance_lines",
     "compare_learning_curves",
     "compare_runs",
     "compare_stores_figure",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,6 +22,7 @@ __all__ = [
     "add_channel_legend",
     "channel_image",
     "channel_names",
+    "chance_lines",
     "finite_or_none",
     "frame_trace",
     "no_data_message",
@@ -34,6 +35,29 @@ CELL_PIXELS = 12
 """Screen pixels per MinAtar cell: a 10x10 grid drawn 120 px wide, a grid line between cells."""
 _GRID = (225, 225, 225)
 _BACKGROUND = (255, 255, 255)
+
+
+def chance_lines(fig: go.Figure, levels: Mapping[str, float]) -> go.Figure:
+    """A dotted line labelled ``chance`` at ``levels[key]`` in every panel of ``fig`` that
+    draws metric ``key`` (a trace named ``key``, or ``key (run)`` for several runs), e.g. the
+    inverse-dynamics accuracy at 1 / number of actions, what guessing scores; ``fig`` back."""
+    done = set()
+    for trace in fig.data:
+        name = str(trace.name or "")
+        for key, level in levels.items():
+            axes = (trace.xaxis or "x", trace.yaxis or "y")
+            if (name == key or name.startswith(f"{key} (")) and (axes, key) not in done:
+                done.add((axes, key))
+                fig.add_shape(
+                    type="line", xref=f"{axes[0]} domain", x0=0, x1=1, yref=axes[1], y0=level,
+                    y1=level, line={"dash": "dot", "color": "gray", "width": 1}, name=f"chance:{key}",
+                )  # fmt: skip
+                fig.add_annotation(
+                    text=f"chance {level:.2f}", xref=f"{axes[0]} domain", x=1, xanchor="right",
+                    yref=axes[1], y=level, yanchor="bottom", showarrow=False,
+                    font={"color": "gray", "size": 10}, name=f"chance:{key}",
+                )  # fmt: skip
+    return fig
 
 
 def no_data_message(fig: go.Figure, text: str) -> go.Figure:

@@ -778,6 +778,24 @@ def test_agents_without_a_finished_episode_show_their_q_values(tmp_path):
     assert fig.layout.showlegend is True
 
 
+def test_inverse_dynamics_accuracy_has_its_chance_line():
+    """1 / number of actions, in the accuracy's own panel only (once with several runs)."""
+    rows = [{"step": s, "losses/total": 1.0, "charts/inverse_accuracy": 0.3} for s in (1, 2)]
+    fig = viz.training_curves(rows, ["losses/total", "charts/inverse_accuracy"])
+    viz.chance_lines(fig, {"charts/inverse_accuracy": 1 / 6})
+    [line] = fig.layout.shapes
+    assert (line.xref, line.yref, line.y0, line.y1) == ("x2 domain", "y2", 1 / 6, 1 / 6)
+    assert [
+        a.text for a in fig.layout.annotations if a.name == "chance:charts/inverse_accuracy"
+    ] == ["chance 0.17"]
+    two = viz.training_curves(
+        pd.DataFrame(rows * 2).assign(run=["a", "a", "b", "b"]),
+        ["charts/inverse_accuracy"],
+        runs="run",
+    )
+    assert len(viz.chance_lines(two, {"charts/inverse_accuracy": 0.25}).layout.shapes) == 1
+
+
 def test_long_titles_wrap_instead_of_running_off_the_edge():
     from sgi_lab.viz.training import wrap_title
 
