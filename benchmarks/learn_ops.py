@@ -114,10 +114,10 @@ def labelled(counter: OpCounter, name: str, fn: Any) -> Any:
     return wrapped
 
 
-def count_learn_step(pop: Population, replay: PopulationReplay) -> OpCounter:
+def count_learn_step(pop: Population, replay: PopulationReplay, views: bool = False) -> OpCounter:
     """One `learn_step`, its operators counted by phase (the library's functions wrapped
-    with labels for the count only)."""
-    counter = OpCounter()
+    with labels for the count only); ``views``: every dispatch, views included."""
+    counter = OpCounter(views)
     replay.set_beta(0.4)
     with ExitStack() as undo:
 
@@ -157,6 +157,7 @@ def measure(case: str, agents: int, batch_size: int, sampling: str, rows: int, t
     update_module.learn_step(pop, replay)  # warm: lazy state (optimizer moments) built
     learn = count_learn_step(pop, replay)
     act = count_act(pop)
+    dispatches = count_learn_step(pop, replay, views=True).totals()
     phases = learn.totals()
     update = {p: phases.get(f"update/{p}", 0) for p in (*UPDATE_PHASES, "rest")}
     every = Counter()
@@ -174,6 +175,10 @@ def measure(case: str, agents: int, batch_size: int, sampling: str, rows: int, t
         "priorities": phases.get("priorities", 0),
         "learn": sum(phases.values()),
         "act": act.totals().get("act", 0),
+        "dispatches": {
+            "learn": sum(dispatches.values()),
+            "update": sum(v for k, v in dispatches.items() if k.startswith("update/")),
+        },
         "top": every.most_common(top),
     }
 
@@ -183,7 +188,8 @@ def show(row: dict) -> str:
     return (
         f"{row['case']:7s} N={row['agents']:3d} {row['sampling']:6s} learn {row['learn']:5d} = "
         f"sample {row['sample']} + update {row['update']} ({parts}) + priorities "
-        f"{row['priorities']} | act {row['act']}"
+        f"{row['priorities']} | act {row['act']} | with views: learn "
+        f"{row['dispatches']['learn']}, update {row['dispatches']['update']}"
     )
 
 

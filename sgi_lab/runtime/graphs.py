@@ -206,12 +206,14 @@ class OpCounter(TorchDispatchMode):
     """Counts the computing ATen operators (views excluded, as `count_ops`) dispatched while it
     is active, by the phase named with `phase` (the innermost label wins; ``other`` outside
     every label). Exact and load-independent: what a GPU launches per phase when nothing is
-    captured in a graph."""
+    captured in a graph. ``views``: count views too (every dispatch: the host's work per op
+    where nothing is captured)."""
 
-    def __init__(self) -> None:
+    def __init__(self, views: bool = False) -> None:
         super().__init__()
         self.counts: dict[str, Counter[str]] = {}
         self._phase = "other"
+        self._skipped = frozenset() if views else _VIEWS
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -227,7 +229,7 @@ class OpCounter(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         name = func.overloadpacket.__name__
-        if name not in _VIEWS:
+        if name not in self._skipped:
             self.counts.setdefault(self._phase, Counter())[name] += 1
         return func(*args, **(kwargs or {}))
 
