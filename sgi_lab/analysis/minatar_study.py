@@ -42,6 +42,7 @@ from sgi_lab.metrics.aggregate import (
 )
 from sgi_lab.metrics.minatar import normalized_score
 from sgi_lab.runs.status import read_status
+from sgi_lab.viz.method_curves import method_curves_svg
 
 SCRATCH = {"sgi_none": "none", "sgi_none_2x": "none"}
 """Finetuning labels that start from scratch -> the objective name ``none``."""
@@ -974,64 +975,12 @@ def curves_svg(
     methods: Sequence[str] | None = None,
     panel: tuple[int, int] = (210, 150),
 ) -> str:
-    """Learning curves (`learning_curves`) as a standalone SVG: one panel per game, the
-    training episodes' return against agent steps, one line per method (mean over the seeds
-    that have an episode in the bin; ``methods``: which, in that order, default all), each
-    panel on its own scale with its maximum written at the top."""
-    colours = ("#7f7f7f", "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
-    if curves.empty:
-        return '<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10"/>'
-    frame = curves.assign(method=_method(curves))
-    methods = [
-        m for m in (methods or sorted(frame["method"].unique())) if m in set(frame["method"])
-    ]
-    games = sorted(frame["game"].unique())
-    w, h = panel
-    pad_l, pad_t, pad_b, legend = 34, 22, 26, 16 * len(methods) + 10
-    width, height = w * len(games), h + legend
-    last = int(frame["step"].max())
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        'font-size="10" font-family="sans-serif">',
-        f"<desc>{CURVES_MARK}</desc>",
-        f'<rect width="{width}" height="{height}" fill="white"/>',
-    ]
-    for g, game in enumerate(games):
-        part = frame[frame["game"] == game]
-        means = part.groupby(["method", "step"])["return"].mean()
-        top = max(float(means.max()), 1e-9) * 1.05
-        x0, x1 = g * w + pad_l, (g + 1) * w - 8
-        y0, y1 = h - pad_b, pad_t
-
-        def xy(step: float, value: float, x0=x0, x1=x1, y0=y0, y1=y1, top=top) -> str:
-            return f"{x0 + step / last * (x1 - x0):.1f},{y0 - value / top * (y0 - y1):.1f}"
-
-        parts += [
-            f'<text x="{(x0 + x1) / 2:.0f}" y="12" text-anchor="middle">'
-            f"{html.escape(str(game).removeprefix('minatar/'))}</text>",
-            f'<polyline points="{x0},{y1} {x0},{y0} {x1},{y0}" fill="none" stroke="#888"/>',
-            f'<text x="{x0 - 3}" y="{y1 + 4}" text-anchor="end">{top:.3g}</text>',
-            f'<text x="{x0 - 3}" y="{y0 + 3}" text-anchor="end">0</text>',
-            f'<text x="{x1}" y="{y0 + 12}" text-anchor="end">{last:,} steps</text>',
-        ]
-        for i, method in enumerate(methods):
-            if method not in means.index.get_level_values(0):
-                continue
-            line = means.loc[method].sort_index()
-            points = " ".join(xy(step, value) for step, value in line.items())
-            parts.append(
-                f'<polyline points="{points}" fill="none" stroke="{colours[i % len(colours)]}" '
-                'stroke-width="1.5"/>'
-            )
-    for i, method in enumerate(methods):
-        y = h + 8 + 16 * i
-        parts.append(
-            f'<line x1="{pad_l}" y1="{y}" x2="{pad_l + 18}" y2="{y}" '
-            f'stroke="{colours[i % len(colours)]}" stroke-width="2"/>'
-            f'<text x="{pad_l + 24}" y="{y + 4}">{html.escape(method)}</text>'
-        )
-    parts.append("</svg>")
-    return "".join(parts)
+    """Learning curves (`learning_curves`) as a standalone SVG
+    (`sgi_lab.viz.method_curves.method_curves_svg`): one panel per game, the training episodes'
+    return against agent steps, one line (colour, then dash) per method, the mean over the seeds
+    that have an episode in the bin; ``methods``: which, in that order, default all."""
+    frame = curves.assign(method=_method(curves)) if len(curves) else curves
+    return method_curves_svg(frame, methods, panel, CURVES_MARK)
 
 
 def write_curves_figure(
