@@ -14,8 +14,10 @@ import json
 import math
 import os
 import re
+import struct
 import time
 import warnings
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from typing import Any
 import yaml
 
 from sgi_lab.base.errors import SgiLabError
+from sgi_lab.base.files import atomic_write_text, read_jsonl
 
 TENSORBOARD_ENV = "SGI_LAB_TENSORBOARD"
 """``0`` (or ``false``, ``off``, ``no``) switches the TensorBoard event files off; on by default."""
@@ -32,6 +35,11 @@ TENSORBOARD_FLUSH_SECS = 30
 """How often the event files are flushed. The rows are already durable in ``metrics.jsonl``, so
 TensorBoard may lag by this much (and lose as much in a kill -9) for no write per row."""
 EVENT_FILE_RE = re.compile(r"^events\.out\.tfevents\.(\d{10})\.")
+WANDB_RUNS_FILE = "sgi_lab_runs.json"
+"""In ``RUN/wandb/``: the W&B runs made since the folder's last fresh start, oldest first (their
+folder names, and the step each resumed at), which a resume checks ``metrics.jsonl`` against
+(`WandbMirror`)."""
+WANDB_RUN_DIR_RE = re.compile(r"^(offline-)?run-[A-Za-z0-9_-]+$")
 
 _OFF = ("0", "false", "off", "no")
 _ON = ("", "1", "true", "on", "yes")
@@ -155,7 +163,14 @@ class WandbMirror:
     at its step, with the run's ``config.yaml`` as its config.
 
     W&B cannot take back what it logged: a resumed run is a new W&B run of the same group
-    (the folder's name) starting after the checkpoint's step.
+    (the folder's name). W&B writes its ``.wandb`` file in batches, so a kill -9 loses the rows
+    it had not written yet; a resume from step N therefore first replays the rows of
+    ``metrics.jsonl`` (all at steps up to N) that no W&B run since the folder's last fresh
+    start holds, then goes on after N. Those runs are listed in `WANDB_RUNS_FILE`; a run's rows
+    past a later resume's step are not counted (``metrics.jsonl`` dropped and rewrote them).
+
+    Attributes:
+        replayed: the steps replayed into this run when it started (empty for a fresh start).
     """
 
     def __init__(self, folder: Path, mode: str, resume_step: int | None) -> None:
@@ -177,12 +192,163 @@ class WandbMirror:
             # a population logs all its agents from one process: one W&B run per agent
             reinit="create_new",
         )
+        earlier = None if resume_step is None else wandb_history(folder)
+        runs = [*(earlier or []), (Path(self.run.dir).parent.name, resume_step)]
+        # listed before replaying: a kill during the replay leaves what it wrote counted
+        _write_wandb_history(folder, runs)
+        self.replayed = [] if resume_step is None else self._replay(earlier, resume_step)
+
+    def _replay(self, earlier: list[tuple[str, int | None]] | None, resume_step: int) -> list[int]:
+        """Log, at their steps, the rows of ``metrics.jsonl`` whose step none of the ``earlier``
+        W&B runs holds (all of them when the list is unknown); returns those steps."""
+        held: set[int] = set()
+        for k, (name, _) in enumerate(earlier or ()):
+            # its rows past a later resume's step were dropped from metrics.jsonl, then redone
+            valid_to = min([resume_step, *(s for _, s in earlier[k + 1 :] if s is not None)])
+            try:
+                steps = wandb_history_steps(self.folder / "wandb" / name)
+            except WandbFileError as exc:  # its rows are logged again rather than lost
+                _say(f"W&B: {exc}; its steps are replayed")
+                continue
+            held |= {s for s in steps if s <= valid_to}
+        rows = [r for r in read_jsonl(self.folder / "metrics.jsonl") if _step_of(r) is not None]
+        rows = [r for r in rows if _step_of(r) not in held and scalars(r)]
+        rows.sort(key=_step_of)  # W&B drops a step lower than one it has logged
+        for row in rows:
+            self.run.log(scalars(row), step=_step_of(row))
+        steps = sorted({_step_of(r) for r in rows})
+        if steps:
+            why = (
+                "that the folder's earlier W&B runs lack (a kill -9 loses what W&B had not written)"
+                if earlier is not None
+                else f"(no {WANDB_RUNS_FILE} names the folder's earlier W&B runs)"
+            )
+            _say(
+                f"W&B: replayed {len(rows)} row(s) of metrics.jsonl at {len(steps)} step(s) "
+                f"({_ranges(steps)}) {why} into {self.run.name}"
+            )
+        return steps
 
     def log(self, step: int, values: Mapping[str, float]) -> None:
         self.run.log(dict(values), step=step)
 
     def close(self) -> None:
         self.run.finish()
+
+
+class WandbFileError(SgiLabError, ValueError):
+    """A W&B run's ``.wandb`` file that cannot be read (another format, say)."""
+
+
+def wandb_history(folder: Path) -> list[tuple[str, int | None]] | None:
+    """The W&B runs of ``folder`` made since its last fresh start, oldest first, as (folder name
+    under ``RUN/wandb/``, the step it resumed at or None for the fresh start), from
+    `WANDB_RUNS_FILE`; None when that file is missing or unreadable (a folder written before it
+    existed, or with W&B off at its fresh start)."""
+    runs = _read_json(folder / "wandb" / WANDB_RUNS_FILE).get("runs")
+    if not isinstance(runs, list):
+        return None
+    # an entry edited into something else is not read: its steps are replayed, not lost
+    return [
+        (r["name"], r["resume_step"])
+        for r in runs
+        if isinstance(r, dict)
+        and isinstance(r.get("name"), str)
+        and WANDB_RUN_DIR_RE.match(r["name"])
+        and (r.get("resume_step") is None or _as_step(r["resume_step"]) is not None)
+    ]
+
+
+def _write_wandb_history(folder: Path, runs: list[tuple[str, int | None]]) -> None:
+    payload = {"runs": [{"name": name, "resume_step": step} for name, step in runs]}
+    atomic_write_text(folder / "wandb" / WANDB_RUNS_FILE, json.dumps(payload, indent=1))
+
+
+# The .wandb file: a header (":W&B", magic 0xBEE1, version 0), then LevelDB log blocks of
+# 32 KiB, each record in chunks with a header of crc32 (seeded by the chunk type), length, type.
+_WANDB_HEADER = struct.Struct("<4sHB")
+_CHUNK_HEADER = struct.Struct("<IHB")
+_BLOCK = 32768
+_FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
+_CHUNK_CRC = [zlib.crc32(bytes([kind])) for kind in range(5)]
+
+
+def wandb_records(path: Path) -> list[bytes]:
+    """The serialized records of a ``.wandb`` file, up to its first damaged or cut chunk (a
+    kill -9 leaves the file cut anywhere).
+
+    Raises:
+        WandbFileError: the file does not start with W&B's header (another format).
+    """
+    data = path.read_bytes()
+    if len(data) < _WANDB_HEADER.size or _WANDB_HEADER.unpack_from(data) != (b":W&B", 0xBEE1, 0):
+        raise WandbFileError(f"{path}: not a W&B transaction log this version can read")
+    records, parts, at = [], [], _WANDB_HEADER.size
+    while True:
+        if _BLOCK - at % _BLOCK < _CHUNK_HEADER.size:  # a block's tail too short for a header
+            at += _BLOCK - at % _BLOCK
+        if at + _CHUNK_HEADER.size > len(data):
+            return records
+        crc, length, kind = _CHUNK_HEADER.unpack_from(data, at)
+        chunk = data[at + _CHUNK_HEADER.size : at + _CHUNK_HEADER.size + length]
+        if kind > _LAST or len(chunk) < length or zlib.crc32(chunk, _CHUNK_CRC[kind]) != crc:
+            return records
+        at += _CHUNK_HEADER.size + length
+        if kind in (_FULL, _FIRST):
+            parts = [chunk]
+        elif parts:
+            parts.append(chunk)
+        if kind in (_FULL, _LAST) and parts:
+            records.append(b"".join(parts))
+            parts = []
+
+
+def wandb_history_steps(run_dir: Path) -> set[int]:
+    """The steps a W&B run folder's ``.wandb`` file holds history rows for (none when it has no
+    such file: deleted, or the run died before W&B made it).
+
+    Raises:
+        WandbFileError: a file this version cannot read.
+    """
+    try:  # lazy: wandb is optional
+        from wandb.proto.wandb_internal_pb2 import Record
+    except ImportError as exc:
+        raise WandbFileError(f"{run_dir}: cannot read without wandb's protobufs ({exc})") from exc
+    steps = set()
+    for path in sorted(run_dir.glob("run-*.wandb")):
+        for raw in wandb_records(path):
+            record = Record()
+            try:
+                record.ParseFromString(raw)
+            except Exception:  # a record of a newer wandb: the rest can still be read
+                continue
+            if record.WhichOneof("record_type") == "history":
+                steps.add(_history_step(record.history))
+    return steps
+
+
+def _history_step(history: Any) -> int:
+    """A W&B history record's step: its ``step.num``, or its ``_step`` item."""
+    if history.HasField("step"):
+        return int(history.step.num)
+    for item in history.item:
+        if item.key == "_step" or list(item.nested_key) == ["_step"]:
+            return int(json.loads(item.value_json))
+    return -1
+
+
+def _step_of(row: Mapping[str, Any]) -> int | None:
+    return _as_step(row.get("step"))
+
+
+def _as_step(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _ranges(steps: list[int], most: int = 8) -> str:
+    """``3, 6, 9`` (the first and last few of a long list)."""
+    shown = steps if len(steps) <= most else [*steps[:4], "...", *steps[-3:]]
+    return ", ".join(map(str, shown))
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -198,7 +364,8 @@ class Trackers:
 
     A fresh start (``resume_step`` None) deletes the folder's earlier event files, TensorBoard
     on or off, as ``metrics.jsonl`` is emptied (``--overwrite``, or a restart before the first
-    checkpoint). W&B runs already written stay: W&B cannot take back what it logged.
+    checkpoint), and forgets its W&B runs (`WANDB_RUNS_FILE`): W&B runs already written stay,
+    as W&B cannot take back what it logged, but a resume no longer counts their rows as held.
 
     Raises:
         TrackingSettingError: an unreadable `TENSORBOARD_ENV` or `WANDB_ENV` value.
@@ -211,6 +378,8 @@ class Trackers:
         if resume_step is None:  # metrics.jsonl starts empty: so do the curves, on or off
             for path in event_files(folder):
                 path.unlink()
+            with contextlib.suppress(FileNotFoundError):
+                (folder / "wandb" / WANDB_RUNS_FILE).unlink()
         wanted = []
         if tensorboard:
             wanted.append(("TensorBoard", "pip install tensorboard", TensorBoardMirror, ()))
