@@ -253,7 +253,7 @@ OVERSIZE_FILES = {
     "sgi_lab/probes/probe.py": 777,
     "sgi_lab/train/population.py": 750,
     "sgi_lab/experiments/graph.py": 734,
-    "sgi_lab/launch/demo.py": 717,
+    "sgi_lab/launch/demo.py": 702,
     "sgi_lab/experiments/scheduler.py": 692,
     "sgi_lab/launch/cli.py": 655,
     "sgi_lab/train/finetune.py": 675,

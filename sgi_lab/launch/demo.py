@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 from sgi_lab.base.files import atomic_write_text, provenance, read_jsonl, record_provenance
 from sgi_lab.base.threads import busy_machine_threads, thread_environment
 from sgi_lab.launch import demo_minatar
+from sgi_lab.launch.notebook_page import notebook_html
 from sgi_lab.launch.notebook_runner import (
     NotebookRunError,
     RunExistsError,
@@ -109,22 +110,6 @@ MINATAR = "minatar"  # the stage that runs no notebook (sgi_lab.launch.demo_mina
 def _params_file(root: Path, notebook: str, smoke: bool) -> Path:
     name = f"{notebook}_smoke.yaml" if smoke else f"demo_{notebook}.yaml"
     return root / "params" / "notebooks" / name
-
-
-def notebook_html(executed: Path) -> Path | None:
-    """Convert an executed notebook to a self-contained HTML page beside it (None on failure)."""
-    try:
-        import nbformat
-        from nbconvert import HTMLExporter
-    except ImportError:
-        return None
-    try:
-        body, _ = HTMLExporter().from_notebook_node(nbformat.read(executed, as_version=4))
-    except Exception:  # a report without one page beats no report
-        return None
-    target = executed.with_suffix(".html")
-    atomic_write_text(target, body)
-    return target
 
 
 class StepProgress:
