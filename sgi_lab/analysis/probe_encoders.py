@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import torch
+
 from sgi_lab.base.files import read_mapping
 from sgi_lab.config import ConfigError
 from sgi_lab.envs.spec import ObservationSpec
@@ -26,9 +28,34 @@ from sgi_lab.runs.folder import foreign_model_problem
 from sgi_lab.runs.status import read_status, require_finished
 from sgi_lab.runs.status import run_kind as kind_of
 from sgi_lab.train.evaluate import load_run_model
-from sgi_lab.train.transfer import load_pretrained, observation_args
+from sgi_lab.train.transfer import Pretrained, load_pretrained, observation_args
 
-__all__ = ["load_probe_encoder", "probes_path", "random_probe_encoder"]
+__all__ = ["initial_model", "load_probe_encoder", "probes_path", "random_probe_encoder"]
+
+INITIAL_SOURCE = (
+    "rebuilt: torch.manual_seed({seed}), SGIModel(**model_args), as pretraining builds it"
+)
+"""How a pretraining run's step-0 weights are recorded as obtained (`initial_model`)."""
+
+
+def initial_model(pretrained: Pretrained) -> tuple[SGIModel, str] | None:
+    """The weights a pretraining run started from (its step 0), and how they were obtained;
+    None when the file records no seed (or is a finetuned agent's, which started from a
+    scratch agent's initialisation, not this architecture's).
+
+    Pretraining saves no checkpoint at step 0, but it builds its model right after
+    ``torch.manual_seed(config.seed)`` (`sgi_lab.train.pretrain_step.build_state`), so the same
+    seed and recorded model arguments rebuild those weights exactly (tested against
+    `build_state`), as long as the network code has not changed since the run.
+    """
+    config = pretrained.config or {}
+    seed = config.get("seed")
+    if pretrained.source_kind != "pretrain" or not isinstance(seed, int):
+        return None
+    with torch.random.fork_rng(devices=[]):  # the caller's random stream is left as it was
+        torch.manual_seed(seed)
+        model = SGIModel(**pretrained.model_args)
+    return model.eval(), INITIAL_SOURCE.format(seed=seed)
 
 
 def probes_path(file: Path) -> Path:
@@ -80,19 +107,19 @@ def load_probe_encoder(source: str | os.PathLike, allow_unfinished: bool = False
         except (ConfigError, CheckpointError) as exc:
             raise ProbeInputError(f"{path}: not an encoder ({exc})") from exc
         check_model_of_run(path, pretrained.path, pretrained.config)
-        return ProbeEncoder(
+        return _with_initial(ProbeEncoder(
             pretrained.build_model(), str(path), "pretrain", path / PROBES_FILE,
             pretrained.params, pretrained.step, stamp=file_stamp(pretrained.path),
             unfinished=unfinished, game=pretrained.game,
-        )  # fmt: skip
+        ), pretrained)  # fmt: skip
     payload = load_checkpoint(path, "cpu")  # CheckpointError names a foreign file
     kind = payload.get("kind")
     if kind in ("pretrained_model", "pretrain"):
         pretrained = load_pretrained(path)
-        return ProbeEncoder(
+        return _with_initial(ProbeEncoder(
             pretrained.build_model(), str(path), "pretrain", probes_path(path),
             pretrained.params, pretrained.step, stamp=file_stamp(path), game=pretrained.game,
-        )  # fmt: skip
+        ), pretrained)  # fmt: skip
     if kind in ("finetuned_model", "finetune") and isinstance(payload.get("model_args"), dict):
         model = SGIModel(**payload["model_args"])
         model.load_state_dict(payload["model"])
@@ -101,6 +128,14 @@ def load_probe_encoder(source: str | os.PathLike, allow_unfinished: bool = False
             stamp=file_stamp(path), game=payload.get("game"),
         )  # fmt: skip
     raise ProbeInputError(f"{path}: a {kind!r} file, not an encoder (no model weights to probe)")
+
+
+def _with_initial(encoder: ProbeEncoder, pretrained: Pretrained) -> ProbeEncoder:
+    """``encoder`` with the weights its run started from (`initial_model`), when known."""
+    initial = initial_model(pretrained)
+    if initial is not None:
+        encoder.initial, encoder.initial_source = initial
+    return encoder
 
 
 def check_model_of_run(run: Path, model_file: Path, model_config: dict | None) -> None:

@@ -29,6 +29,7 @@ __all__ = [
     "PAPER_CONFIGS",
     "entry_row",
     "experiment_probe_frame",
+    "kind_columns",
     "format_interval",
     "load_probe_results",
     "markdown_table",
@@ -55,15 +56,20 @@ METRICS = (
     "overall",
     "across_categories",
     *CATEGORIES,
+    "state_r2",
     "coordinate_r2",
     "coordinate_within",
     "reward_f1",
     "majority",
+    "cosine",
 )
-"""The summarised metrics: ``overall`` is the mean F1 over every variable, ``across_categories``
-the mean of the category means (AtariARI's headline); ``coordinate_r2`` and
-``coordinate_within`` the ridge regressions' mean R^2 and accuracy within +-2 units over the
-coordinates."""
+"""The summarised metrics: ``overall`` is the mean F1 over every classified variable,
+``across_categories`` the mean of the category means (AtariARI's headline); ``state_r2`` the
+mean held-out R^2 over the labels read by regression (`sgi_lab.probes.kinds`: MinAtar's
+positions, counters and ramp; a MinAtar encoder's headline); ``coordinate_r2`` and
+``coordinate_within`` the coordinates' ridge regressions (mean R^2, accuracy within +-2 units);
+``cosine`` the collapse diagnostic (mean pairwise cosine of the projection). F1 and R^2 are
+separate metrics, never averaged together."""
 DEFAULT_READOUT = ("lstsq", "renormalized")
 """The readout and features of an entry that records neither (written before they were chosen),
 and of the default `ProbeSettings`."""
@@ -127,12 +133,45 @@ def entry_row(entry: dict[str, Any], folder: str | os.PathLike | None = None) ->
     row["coordinate_within"] = regression.get("within_accuracy")
     row["coordinate_f1"] = regression.get("f1")
     row["random_init"] = (entry.get("random_init") or {}).get("overall")
+    row.update(kind_columns(entry))
     row["reward_f1"] = entry.get("reward", {}).get("f1")
     row["action_accuracy"] = entry.get("action", {}).get("accuracy")
     row["action_majority"] = entry.get("action", {}).get("majority_accuracy")
     row["frames"] = sum(entry.get("split", {}).get("rows", {}).values())
     row["seconds"] = entry.get("seconds", {}).get("total")
     row["store"] = entry.get("store", {}).get("path")
+    return row
+
+
+def kind_columns(entry: dict[str, Any]) -> dict[str, Any]:
+    """What an entry holds beyond AtariARI's F1s (None in an entry made before it was recorded):
+    its headline and the metric it is (``f1`` or ``r2``), the mean R^2 of the labels read by
+    regression (``state_r2``, its per-kind means ``r2_<kind>``, the training-mean baseline's
+    ``state_r2_baseline``) and the random encoder's, the collapse diagnostic on the projection
+    (``cosine``, ``cosine_random_init``, ``cosine_step0``) and whether the test split held under
+    1,000 rows (``small_test``, ``test_rows``)."""
+    r2 = entry.get("r2") or {}
+    headline = entry.get("headline") or {}
+    random_init = entry.get("random_init") or {}
+    collapse = entry.get("collapse") or {}
+    split = entry.get("split") or {}
+    row = {
+        "headline_metric": headline.get("metric"),
+        "headline": headline.get("value"),
+        "state_r2": r2.get("mean"),
+        "state_r2_baseline": r2.get("baseline"),
+        "random_init_r2": (random_init.get("r2") or {}).get("mean"),
+        "small_test": split.get("small_test"),
+        "test_rows": (split.get("rows") or {}).get("test"),
+    }
+    for kind in ("coordinate", "counter", "ordinal"):
+        row[f"r2_{kind}"] = (r2.get("kinds") or {}).get(kind)
+    for name, column in (
+        ("encoder", "cosine"),
+        ("random_init", "cosine_random_init"),
+        ("step0", "cosine_step0"),
+    ):
+        row[column] = (collapse.get(name) or {}).get("projection")
     return row
 
 
@@ -540,10 +579,14 @@ def results_markdown(frame: pd.DataFrame, summary: pd.DataFrame) -> str:
         f"Encoders probed: {len(frame)} (games: {games}; seeds per objective: {seeds}; "
         f"readout: {readouts}).",
         "",
-        "Test F1, mean over seeds of each seed's mean over games [95% t interval over seeds]. "
-        "across_categories is the mean of the category means (AtariARI's headline), overall "
-        "the mean over every variable; coordinate_r2 and coordinate_within are the coordinates' "
-        "ridge regressions (R^2, accuracy within +-2 units):",
+        "Test scores, mean over seeds of each seed's mean over games [95% t interval over "
+        "seeds]. F1 of the classified labels: across_categories is the mean of the category "
+        "means (AtariARI's headline), overall the mean over every classified variable; "
+        "state_r2 is the mean held-out R^2 of the labels read by regression (MinAtar's "
+        "positions, counters and ramp: its headline), never averaged with an F1; "
+        "coordinate_r2 and coordinate_within are the coordinates' ridge regressions (R^2, "
+        "accuracy within +-2 units); cosine the collapse diagnostic (mean pairwise cosine of "
+        "the projection):",
         "",
         markdown_table(summary_table(summary)),
         "",

@@ -17,6 +17,7 @@ from sgi_lab.envs.minatar import is_minatar
 from sgi_lab.nets.encoders import ENCODERS
 from sgi_lab.probes import PROBES_FILE, ProbeInputError, ProbeSettings, check_probe_store, probe_run
 from sgi_lab.probes.linear import FEATURES, READOUTS
+from sgi_lab.probes.probe import split_rows
 
 __all__ = ["add_probe_parser", "main_probe"]
 
@@ -86,6 +87,14 @@ def main_probe(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     # Every input is checked before anything is computed or written.
     store = check_probe_store(args.data, state_probes=not args.no_state_probes)
+    if args.split_rows:
+        if args.runs or args.random_init:
+            raise ProbeInputError(
+                "--split-rows measures the store alone: give no RUN or --random-init"
+            )
+        record = split_rows(store, args.split_seed, args.max_frames)
+        print(json.dumps({"store": str(store.path), "game": store.game, **record}, indent=2))
+        return 0
     if args.random_init:
         if args.runs or args.out is None:
             raise ProbeInputError(
@@ -124,30 +133,50 @@ def main_probe(args: argparse.Namespace) -> int:
             device=args.device,
             progress=not args.no_progress,
         )
-        summaries.append(
-            {
-                "run": encoder.source if encoder.kind != "random_init" else str(args.out),
-                "probes": str(encoder.out),
-                "computed": computed,
-                "unfinished": encoder.unfinished,
-                "game": result["store"]["game"],
-                "readout": result.get("readout"),
-                "features": result.get("features"),
-                # AtariARI's headline is the mean of the category means; "overall" is the mean
-                # over every variable.
-                "category_mean_f1": result.get("across_categories"),
-                "overall_f1": result.get("overall"),
-                "categories": result.get("categories"),
-                "coordinates": result.get("regression"),
-                "majority_f1": result.get("majority", {}).get("overall"),
-                "random_init_f1": (result.get("random_init") or {}).get("overall"),
-                "reward_f1": result.get("reward", {}).get("f1"),
-                "action_accuracy": result.get("action", {}).get("accuracy"),
-                "seconds": result.get("seconds", {}).get("total"),
-            }
-        )
+        run = encoder.source if encoder.kind != "random_init" else str(args.out)
+        summaries.append({"run": run, **probe_summary(result, encoder, computed)})
     print(json.dumps(summaries[0] if len(summaries) == 1 else summaries, indent=2))
     return 0
+
+
+def probe_summary(result: dict[str, Any], encoder: Any, computed: bool) -> dict[str, Any]:
+    """What ``sgi-lab probe`` prints of one result: the headline and the metric it is, F1 of
+    the classified labels (AtariARI's category mean and the mean over variables), R^2 of the
+    labels read by regression (MinAtar's positions, counters and ramp; never averaged with an
+    F1), their baselines, the collapse diagnostic beside random init and the run's step 0, and
+    the warnings (a test split under 1,000 rows)."""
+    random_init = result.get("random_init") or {}
+    collapse = result.get("collapse") or {}
+    return {
+        "probes": str(encoder.out),
+        "computed": computed,
+        "unfinished": encoder.unfinished,
+        "game": result["store"]["game"],
+        "readout": result.get("readout"),
+        "features": result.get("features"),
+        "headline": result.get("headline"),
+        # AtariARI's headline is the mean of the category means; "overall" is the mean over
+        # every classified variable.
+        "category_mean_f1": result.get("across_categories"),
+        "overall_f1": result.get("overall"),
+        "categories": result.get("categories"),
+        "r2": result.get("r2"),
+        "coordinates": result.get("regression"),
+        "majority_f1": result.get("majority", {}).get("overall"),
+        "random_init_f1": random_init.get("overall"),
+        "random_init_r2": (random_init.get("r2") or {}).get("mean"),
+        "reward_f1": result.get("reward", {}).get("f1"),
+        "action_accuracy": result.get("action", {}).get("accuracy"),
+        # mean pairwise cosine of the projection: 1 is collapse; beside its references
+        "cosine": {
+            name: (collapse.get(name) or {}).get("projection")
+            for name in ("encoder", "random_init", "step0")
+            if name in collapse
+        },
+        "test_rows": result.get("split", {}).get("rows", {}).get("test"),
+        "warnings": result.get("warnings") or [],
+        "seconds": result.get("seconds", {}).get("total"),
+    }
 
 
 def add_probe_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -208,6 +237,12 @@ def add_probe_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="the reward and action probes only: for a store without RAM (a DQN Replay import) "
         "or a game AtariARI does not annotate",
     )
+    p.add_argument(
+        "--split-rows",
+        action="store_true",
+        help="print the rows each split of --data would hold (the test split after "
+        "de-duplication; under 1,000 is flagged) and stop: is the probe store big enough?",
+    )
     p.add_argument("--allow-unfinished", action="store_true", help="probe an unfinished run")
     p.add_argument("--overwrite", action="store_true", help="probe again what is done")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
@@ -234,29 +269,38 @@ def print_probes(runs: list[Path]) -> int:
     if frame.empty:
         return 0
     columns = [
-        "folder", "game", "objective", "seed", "readout", "features", "across_categories",
-        "overall", "agent_localization",
+        "folder", "game", "objective", "seed", "readout", "features", "headline_metric",
+        "across_categories", "overall", "agent_localization",
         "small_object_localization", "other_localization", "score_clock_lives_display",
-        "miscellaneous", "majority", "random_init", "coordinate_r2", "coordinate_within",
-        "reward_f1", "action_accuracy",
+        "miscellaneous", "majority", "random_init", "state_r2", "random_init_r2",
+        "coordinate_r2", "coordinate_within", "reward_f1", "action_accuracy", "cosine",
+        "cosine_random_init", "cosine_step0", "test_rows",
     ]  # fmt: skip
+    for column in columns:  # an entry made before a column was recorded has none
+        if column not in frame:
+            frame[column] = None
     names = frame["folder"].map(lambda f: Path(f).name)
     if "unfinished" in frame:  # a result of a run that had not finished says so
         names = names.where(~frame["unfinished"].astype(bool), names + " (unfinished)")
     shown = frame[columns].assign(folder=names)
-    for column in columns[6:]:
+    for column in columns[7:]:
         shown[column] = pd.to_numeric(shown[column])
     shown["seed"] = pd.to_numeric(shown["seed"]).astype("Int64")
     shown.columns = [
         c.replace("_localization", "_loc")
         .replace("score_clock_lives_display", "score_etc")
         .replace("across_categories", "category_mean")
+        .replace("headline_metric", "headline")
         for c in columns
     ]
-    with pd.option_context("display.width", 200, "display.max_columns", 20):
+    with pd.option_context("display.width", 250, "display.max_columns", 40):
         print(
-            "\nProbes (test F1 of linear probes on frozen encoders; sgi-lab probe; category_mean "
-            "= mean of category means, AtariARI's headline; overall = mean over variables)"
+            "\nProbes (linear probes on frozen encoders; sgi-lab probe). F1 of the classified "
+            "labels: category_mean = mean of category means, AtariARI's headline; overall = "
+            "mean over variables. state_r2 = mean held-out R^2 of the labels read by regression "
+            "(MinAtar's positions, counters, ramp), never averaged with an F1; headline = which "
+            "of the two leads. cosine = mean pairwise cosine of the projection (1: collapsed), "
+            "beside a random encoder's and the run's step 0"
         )
         print(shown.to_string(index=False, float_format=lambda x: f"{x:.3f}", na_rep="-"))
     return 0

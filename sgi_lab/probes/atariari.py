@@ -43,12 +43,15 @@ class UnannotatedGameError(SgiLabError, ValueError):
 
 @dataclass(frozen=True)
 class Variable:
-    """One annotated state variable: its name, RAM address (0-127) and category (None: counted
-    in the overall average only)."""
+    """One annotated state variable: its name, RAM address (0-127; a labels column for a store
+    with game-state labels), category (None: counted in the overall average only) and kind
+    (`sgi_lab.probes.kinds.KINDS`: how it is probed; AtariARI's protocol classifies every RAM
+    variable, so its variables are ``category``)."""
 
     name: str
     address: int
     category: str | None
+    kind: str = "category"
 
 
 @functools.cache

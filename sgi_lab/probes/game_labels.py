@@ -8,6 +8,12 @@ Invaders cannon_x) is agent localization; Breakout's ball_x/y small-object local
 and meters (Freeway time_left, Seaquest oxygen) score_clock_lives_display; counts of enemies and
 objects (enemies, gold, bricks, aliens, cars, divers_held), directions and the difficulty ramp
 miscellaneous (AtariARI's misc_keys hold counts and directions).
+
+Each label also has a kind (`sgi_lab.probes.kinds`), which decides how it is probed: positions
+are coordinates and counts, timers and meters counters (ridge regression, held-out R^2: Freeway's
+``time_left`` takes 2,501 values and Seaquest's ``oxygen`` 201, which a classifier would read
+as as many unrelated classes), the difficulty ramp ordinal (R^2 too), and directions and flags
+categories (classification, F1).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from sgi_lab.probes.atariari import Variable, annotations, labels_from_ram
 
 __all__ = [
     "MINATAR_LABEL_CATEGORIES",
+    "MINATAR_LABEL_KINDS",
     "label_variables",
     "state_labels",
     "state_variables",
@@ -54,11 +61,47 @@ MINATAR_LABEL_CATEGORIES: dict[str, str] = {
 """MinAtar's label names -> AtariARI's categories (a name not here: in no category, counted in
 the overall F1 only)."""
 
+MINATAR_LABEL_KINDS: dict[str, str] = {
+    # positions on the 10 x 10 grid
+    "player_x": "coordinate",
+    "player_y": "coordinate",
+    "paddle_x": "coordinate",
+    "chicken_y": "coordinate",
+    "sub_x": "coordinate",
+    "sub_y": "coordinate",
+    "cannon_x": "coordinate",
+    "ball_x": "coordinate",
+    "ball_y": "coordinate",
+    # timers, meters and counts
+    "time_left": "counter",
+    "oxygen": "counter",
+    "enemies": "counter",
+    "gold": "counter",
+    "bricks": "counter",
+    "aliens": "counter",
+    "cars": "counter",
+    "divers_held": "counter",
+    # the difficulty ramp: ordered steps
+    "ramp_index": "ordinal",
+    # directions and flags: a few unordered values
+    "ball_dir": "category",
+    "sub_facing_right": "category",
+    "alien_dir": "category",
+}
+"""MinAtar's label names -> their kinds (`sgi_lab.probes.kinds.KINDS`; a name not here is a
+``category``)."""
+
 
 def label_variables(label_names: tuple[str, ...] | list[str]) -> tuple[Variable, ...]:
-    """The variables of a store's ``labels`` columns: ``address`` is the column index."""
+    """The variables of a store's ``labels`` columns: ``address`` is the column index, the
+    category and kind those of `MINATAR_LABEL_CATEGORIES` and `MINATAR_LABEL_KINDS`."""
     return tuple(
-        Variable(name, column, MINATAR_LABEL_CATEGORIES.get(name))
+        Variable(
+            name,
+            column,
+            MINATAR_LABEL_CATEGORIES.get(name),
+            MINATAR_LABEL_KINDS.get(name, "category"),
+        )
         for column, name in enumerate(label_names)
     )
 

@@ -39,20 +39,18 @@ from sgi_lab.data.store import TransitionStore
 from sgi_lab.data.store_format import StoreError
 from sgi_lab.nets import SGIModel
 from sgi_lab.probes.atariari import annotations
+from sgi_lab.probes.collapse import collapse_record
 from sgi_lab.probes.game_labels import state_labels, state_variables
+from sgi_lab.probes.kinds import MIN_TEST_ROWS, small_test_warnings
 from sgi_lab.probes.linear import (
     ProbeSettings,
     accuracy,
-    category_averages,
     f1_weighted,
     fit_probes,
-    fit_ridge_regressions,
-    label_entropy,
     majority_predictions,
-    r_squared,
-    train_design,
-    within_accuracy,
 )
+from sgi_lab.probes.state_probes import COORDINATE_CATEGORIES, baseline_summary
+from sgi_lab.probes.state_probes import state_probes as probe_state_labels
 from sgi_lab.runtime.device import resolve_device
 
 __all__ = [
@@ -70,10 +68,13 @@ __all__ = [
     "probe_settings_key",
     "random_init_model",
     "split_episodes",
+    "split_rows",
 ]
 
 PROBES_FILE = "probes.json"
-FORMAT = 1
+FORMAT = 2
+"""2 (2026-11-29): labels probed by their kind (`sgi_lab.probes.kinds`), the collapse
+diagnostic, the small-test flags; a format-1 result is probed again."""
 SPLIT_FRACTIONS = (0.7, 0.1, 0.2)
 NON_RANDOM_SOURCES = ("exploratory", "dqn_replay")
 """Store sources (``manifest.source``) recorded from a policy worth imitating: the action probe
@@ -84,9 +85,6 @@ repeats with probability 2/3 + 1/3 * 1/A (0.72 for Pong's 6 actions; 0.721 measu
 motion, not a policy's choice, which is the question the action probe asks. (Uniform random
 actions are also inverse dynamics' best case: every action equally often, each visible in its
 effect on the next frames: not a case with nothing to learn.)"""
-COORDINATE_CATEGORIES = ("agent_localization", "small_object_localization", "other_localization")
-"""The categories whose variables are coordinates: they get a ridge regression beside their
-classifier."""
 
 
 # -- encoders -----------------------------------------------------------------------------------
@@ -112,6 +110,8 @@ class ProbeEncoder:
             result is reused only for the same file, so a run trained again is probed again.
         unfinished: from a run that had not finished (``--allow-unfinished``): every view says so.
         game: the game the weights were trained on, when recorded (no other game's store).
+        initial: the weights a pretraining run started from (its step 0), for the collapse
+            diagnostic; ``initial_source`` says where they came from.
     """
 
     model: SGIModel
@@ -124,6 +124,8 @@ class ProbeEncoder:
     stamp: dict[str, Any] | None = None
     unfinished: bool = False
     game: str | None = None
+    initial: SGIModel | None = None
+    initial_source: str | None = None
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -224,6 +226,33 @@ def _limit(rows: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray
     return np.sort(rng.choice(rows, size=count, replace=False))
 
 
+def split_rows(
+    store: TransitionStore, split_seed: int = 0, max_frames: int | None = None
+) -> dict[str, Any]:
+    """The rows a probe of ``store`` would split into, its test split after de-duplication, as
+    `probe_encoder` records them under ``split``, without an encoder (``sgi-lab probe --data
+    STORE --split-rows``: is a probe store big enough?). ``small_test``: under
+    `MIN_TEST_ROWS` test rows (0 when every test state also appears in training)."""
+    rng = np.random.default_rng(split_seed)
+    split = _subsample(split_episodes(store, split_seed), max_frames, rng)
+    rows = np.concatenate([split["train"], split["val"], split["test"]])
+    keys = [
+        _stack_key(s) for i in range(0, len(rows), 1024) for s in store.stack(rows[i : i + 1024])
+    ]
+    try:
+        positions, duplicates = _positions_without_seen_states(split, keys, store)
+    except ProbeInputError:  # every test state seen in training: no test row at all
+        positions = {"train": split["train"], "val": split["val"], "test": np.zeros(0, int)}
+        duplicates = len(split["test"])
+    record = _split_record(split, positions, duplicates, store)
+    return {**record, "small_test": record["rows"]["test"] < MIN_TEST_ROWS}
+
+
+def _stack_key(stack: np.ndarray) -> bytes:
+    """A frame stack's identity: two rows with the same key show the encoder the same input."""
+    return hashlib.blake2b(stack.tobytes(), digest_size=12).digest()
+
+
 # -- features -----------------------------------------------------------------------------------
 
 
@@ -247,7 +276,7 @@ def _features(
     with tqdm(total=len(rows), disable=not progress, desc=desc, unit="frame") as bar:
         for i in range(0, len(rows), batch_size):
             stacks = store.stack(rows[i : i + batch_size])
-            keys += [hashlib.blake2b(s.tobytes(), digest_size=12).digest() for s in stacks]
+            keys += [_stack_key(s) for s in stacks]
             x = encoder_features(model, torch.from_numpy(stacks).to(dev), features)
             if out is None:
                 out = np.zeros((len(rows), x.shape[1]), np.float32)
@@ -307,83 +336,6 @@ def _binary_f1(y_true: np.ndarray, y_pred: np.ndarray) -> float:
     from sklearn.metrics import f1_score
 
     return float(f1_score(y_true, y_pred, average="binary", zero_division=0))
-
-
-def _state_probes(features, labels, split, variables, settings) -> dict[str, Any]:
-    """Fit and score the state-variable probes (and the majority baseline); coordinates also
-    get a ridge regression (`_coordinate_regressions`)."""
-    train, val, test = (split[k] for k in ("train", "val", "test"))
-    entropy = {v.name: label_entropy(labels[train, i]) for i, v in enumerate(variables)}
-    keep = [i for i, v in enumerate(variables) if entropy[v.name] >= settings.entropy_threshold]
-    dropped = [v.name for v in variables if entropy[v.name] < settings.entropy_threshold]
-    if not keep:
-        return {"variables": {}, "dropped_low_entropy": dropped, **category_averages({}, {})}
-    y = labels[:, keep].astype(np.int64)
-    coordinates = [j for j, i in enumerate(keep) if variables[i].category in COORDINATE_CATEGORIES]
-    # One standardization and eigenbasis serves least squares and the ridge regressions.
-    design = train_design(features[train]) if settings.readout == "lstsq" or coordinates else None
-    probes = fit_probes(features[train], y[train], features[val], y[val], settings, design)
-    pred = probes.predict(features[test])
-    majority = majority_predictions(y[train], len(test))
-    regressions = _coordinate_regressions(features, y, split, coordinates, settings, design)
-    per_var, f1s, majority_f1s = {}, {}, {}
-    for j, i in enumerate(keep):
-        v = variables[i]
-        f1s[v.name] = f1_weighted(y[test, j], pred[:, j])
-        majority_f1s[v.name] = f1_weighted(y[test, j], majority[:, j])
-        per_var[v.name] = {
-            "category": v.category,
-            "address": v.address,
-            "f1": f1s[v.name],
-            "accuracy": accuracy(y[test, j], pred[:, j]),
-            "majority_f1": majority_f1s[v.name],
-            "classes": len(probes.classes[j]),
-            "entropy": entropy[v.name],
-            "steps": probes.steps[j],
-            **regressions.get(j, {}),
-        }
-    categories = {v.name: v.category for v in variables}
-    return {
-        "variables": per_var,
-        "dropped_low_entropy": dropped,
-        **category_averages(f1s, categories),
-        "majority": category_averages(majority_f1s, categories),
-        "regression": _regression_summary(per_var),
-    }
-
-
-def _coordinate_regressions(features, y, split, coordinates, settings, design) -> dict:
-    """``{column: {"r2", "within_accuracy", "ridge_alpha"}}``: each coordinate column's ridge
-    regression onto its value, scored on the test split."""
-    if not coordinates:
-        return {}
-    train, val, test = (split[k] for k in ("train", "val", "test"))
-    yc = y[:, coordinates].astype(np.float64)
-    ridge = fit_ridge_regressions(
-        features[train], yc[train], features[val], yc[val], settings, design
-    )
-    pred = ridge.predict(features[test])
-    return {
-        j: {
-            "r2": r_squared(yc[test, c], pred[:, c]),
-            "within_accuracy": within_accuracy(yc[test, c], pred[:, c], settings.within),
-            "ridge_alpha": ridge.alphas[c],
-        }
-        for c, j in enumerate(coordinates)
-    }
-
-
-def _regression_summary(per_var: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The coordinates' mean R^2 and within-tolerance accuracy, beside their mean F1."""
-    rows = [v for v in per_var.values() if "r2" in v]
-    if not rows:
-        return {"variables": 0}
-    return {
-        "variables": len(rows),
-        "r2": float(np.mean([v["r2"] for v in rows])),
-        "within_accuracy": float(np.mean([v["within_accuracy"] for v in rows])),
-        "f1": float(np.mean([v["f1"] for v in rows])),
-    }
 
 
 def _reward_probe(features, store, rows, split, settings, rng) -> dict[str, Any]:
@@ -463,11 +415,13 @@ def probe_encoder(
         progress: tqdm bars.
 
     Returns:
-        The result: the readout and features used (``settings``), per-variable scores (and the
-        coordinates' ridge R^2 and accuracy within +-2 units), category averages, ``overall``
-        (mean F1 over variables) and ``across_categories`` (mean of the category means,
-        AtariARI's headline), the majority and random-init baselines, the reward and action
-        probes, the split, timings.
+        The result: the readout and features used (``settings``), per-variable scores by each
+        label's kind (`sgi_lab.probes.state_probes`: F1 of the classified labels, with
+        ``overall``, ``across_categories`` and the category means over them; R^2 of the others
+        under ``r2``; the coordinates' ridge regressions; the ``headline``), the majority and
+        random-init baselines, the reward and action probes, the collapse diagnostic
+        (``collapse``), the split (``small_test``: under 1,000 test rows, with ``warnings``),
+        timings.
 
     Raises:
         UnannotatedGameError: AtariARI does not annotate the store's game (state probes).
@@ -507,6 +461,15 @@ def probe_encoder(
             seconds[name] = round(time.perf_counter() - since, 2)
             bar.update()
     seconds["total"] = round(time.perf_counter() - started, 2)
+    return _finished(result, seconds)
+
+
+def _finished(result: dict[str, Any], seconds: dict[str, float]) -> dict[str, Any]:
+    """The result with its small-test flags and warnings (each also warned), its timings, when
+    and by what code it was made, as JSON values."""
+    result["warnings"] = small_test_warnings(result)
+    for line in result["warnings"]:
+        warnings.warn(line, stacklevel=3)
     result["seconds"] = seconds
     result["created"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     result["provenance"] = provenance()
@@ -539,7 +502,7 @@ def _stages(
     x = inputs
     stages = {
         "state": lambda: (
-            _state_probes(x.features, x.labels, x.positions, x.variables, x.settings)
+            probe_state_labels(x.features, x.labels, x.positions, x.variables, x.settings)
             if x.labels is not None
             else {"state_probes": "skipped (--no-state-probes)"}
         ),
@@ -549,6 +512,9 @@ def _stages(
         "action": lambda: {
             "action": _action_probe(x.features, x.store, x.rows, x.positions, x.settings)
         },
+    }
+    stages["collapse"] = lambda: {
+        "collapse": _collapse(x, encoder, random_baseline_seed, batch_size, device)
     }
     if random_baseline_seed is not None:
         stages["random_init"] = lambda: {
@@ -633,28 +599,40 @@ def _random_init_baseline(
     """The state and reward probes of a random encoder of the same architecture on the same
     rows and split: what the probes read out of the frames with no training at all.
     ``encoder_args``: the probed model's `SGIModel.init_args` (its architecture)."""
-    architecture = {k: v for k, v in encoder_args.items() if k in ARCHITECTURE_ARGS}
-    model = random_init_model(store.num_actions, encoder_args["encoder"], seed, **architecture)
+    model = _random_model(seed, encoder_args, store)
     features, _ = _features(
         model, store, rows, batch_size, device, False, "random-init features", settings.features
     )
     base = (
-        _state_probes(features, labels, positions, variables, settings)
+        probe_state_labels(features, labels, positions, variables, settings)
         if labels is not None
-        else {"overall": None, "across_categories": None, "categories": {}, "variables": {}}
+        else {"categories": {}, "variables": {}}
     )
     reward = _reward_probe(
         features, store, rows, positions, settings, np.random.default_rng(split_seed)
     )
-    return {
-        "seed": seed,
-        "overall": base["overall"],
-        "across_categories": base["across_categories"],
-        "categories": base["categories"],
-        "variables": {k: v["f1"] for k, v in base["variables"].items()},
-        "regression": base.get("regression"),
-        "reward_f1": reward.get("f1"),
+    return {"seed": seed, **baseline_summary(base), "reward_f1": reward.get("f1")}
+
+
+def _random_model(seed: int, encoder_args: dict[str, Any], store: TransitionStore) -> SGIModel:
+    """A random encoder of the architecture of ``encoder_args`` (`SGIModel.init_args`)."""
+    architecture = {k: v for k, v in encoder_args.items() if k in ARCHITECTURE_ARGS}
+    return random_init_model(store.num_actions, encoder_args["encoder"], seed, **architecture)
+
+
+def _collapse(x: _ProbeInputs, encoder: ProbeEncoder, seed, batch_size, device) -> dict:
+    """The collapse diagnostic (`sgi_lab.probes.collapse`) of the encoder, a random encoder
+    of its architecture (seed ``seed``; None: none) and the weights it started from, if known."""
+    rows = x.rows[np.sort(np.concatenate(list(x.positions.values())))]
+    models = {
+        "encoder": encoder.model,
+        "random_init": None
+        if seed is None
+        else _random_model(seed, encoder.model.init_args, x.store),
+        "step0": encoder.initial,
     }
+    sources = {"step0": encoder.initial_source} if encoder.initial is not None else None
+    return collapse_record(models, x.store, rows, batch_size, device, sources)
 
 
 def probe_settings_key(

@@ -21,6 +21,7 @@ from test_probes import synthetic_store
 from sgi_lab.analysis.probe_study import objective_summary, probe_frame
 from sgi_lab.data import TransitionStoreWriter
 from sgi_lab.launch.cli import main
+from sgi_lab.probes.probe import FORMAT
 from sgi_lab.probes.results import read_probes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,7 +64,7 @@ def test_two_processes_writing_one_probes_file_keep_every_entry(tmp_path):
     entries = read_probes(run)
     fingerprints = sorted(e["store"]["fingerprint"] for e in entries)
     assert fingerprints == sorted(f"{t}-{i}" for t in "ab" for i in range(count))
-    assert json.loads((run / "probes.json").read_text())["format"] == 1
+    assert json.loads((run / "probes.json").read_text())["format"] == FORMAT
 
 
 # -- a small store and run ----------------------------------------------------------------------
@@ -147,7 +148,7 @@ def test_overwrite_clears_probe_files_and_stale_entries_are_never_read(tmp_path,
     (run / "probes.json").write_text(old)
     assert read_probes(run) == [] and len(read_probes(run, current_only=False)) == 1
     rc, out, _ = run_cli(capsys, ["report", run])
-    assert rc == 0 and "Probes (test F1" not in out
+    assert rc == 0 and "Probes (linear probes" not in out
     # ...and the probe runs again rather than taking it as done.
     rc, out, _ = run_cli(capsys, probe)
     assert rc == 0 and json.loads(out)["computed"] is True
@@ -180,7 +181,7 @@ def test_a_probe_of_an_unfinished_run_is_marked_and_stale_once_it_finishes(tmp_p
     (run / "status.json").write_text(json.dumps(status))
     assert read_probes(run) == []
     rc, out, _ = run_cli(capsys, ["report", run])
-    assert rc == 0 and "Probes (test F1" not in out and "(unfinished)" not in out
+    assert rc == 0 and "Probes (linear probes" not in out and "(unfinished)" not in out
 
 
 # -- item 7: a malformed entry ------------------------------------------------------------------
@@ -202,7 +203,7 @@ def test_a_malformed_entry_is_skipped_naming_the_file_and_entry(tmp_path, capsys
     with pytest.warns(UserWarning, match=r"probes.json: entry 1: 'store' is a str"):
         assert len(read_probes(run)) == 1
     rc, out, err = run_cli(capsys, ["report", run])
-    assert rc == 0 and "Probes (test F1" in out
+    assert rc == 0 and "Probes (linear probes" in out
     rc, out, err = run_cli(capsys, probe)
     assert rc == 0 and json.loads(out)["computed"] is False
 

@@ -277,7 +277,7 @@ def test_cli_probe_round_trip_and_skip(tmp_path, capsys):
     # sgi-lab report shows probe F1 of runs that have no finetuning score.
     assert main(["report", str(run), str(out)]) == 0
     shown = capsys.readouterr().out
-    assert "Probes (test F1" in shown and "random_init" in shown and "smoke" in shown
+    assert "Probes (linear probes" in shown and "random_init" in shown and "smoke" in shown
     assert f"{summary['overall_f1']:.3f}" in shown
 
 
