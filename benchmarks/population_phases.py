@@ -241,7 +241,6 @@ def run(args: argparse.Namespace) -> list[dict]:
         for p in args.precision
     ]
     for encoder, batching, n, precision in cases:
-        set_tf32(precision == "tf32")
         config = build_config(
             FinetuneConfig,
             {
@@ -257,6 +256,7 @@ def run(args: argparse.Namespace) -> list[dict]:
         )
         start = time.perf_counter()
         phases = Phases(config, n, args.rows)
+        set_tf32(precision == "tf32")  # after the build: prepare_device sets the defaults
         dev = phases.device
         for _ in range(5):  # past the CUDA graph's capture
             phases.step()

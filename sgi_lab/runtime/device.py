@@ -187,15 +187,33 @@ def clip_gradients(
     return norms
 
 
+TF32 = {"matmul": False, "cudnn": True}
+"""TF32 on CUDA, set at every training loop's start (PyTorch's own defaults, set explicitly so
+that no setting made elsewhere in the process, a notebook's or a library's, changes a run's
+numerics unseen): fp32 matmuls in full fp32, cuDNN's fp32 convolutions in TF32. `tf32_settings`
+reads what is in force; finetuning records it in each agent's transfer.json."""
+
+
+def tf32_settings() -> dict[str, bool]:
+    """The TF32 switches in force (CUDA matmuls, cuDNN convolutions)."""
+    return {
+        "matmul": bool(torch.backends.cuda.matmul.allow_tf32),
+        "cudnn": bool(torch.backends.cudnn.allow_tf32),
+    }
+
+
 def prepare_device(device: torch.device) -> None:
     """Process-wide settings for a training loop on ``device`` (idempotent).
 
-    CPU: :func:`keep_freed_memory`. CUDA: nothing; cuDNN autotuning (``cudnn.benchmark``) is
-    left off, as it made Nature pretraining and the finetuning loop slower on an H100
-    (benchmarks/README.md).
+    CPU: :func:`keep_freed_memory`. CUDA: the `TF32` switches; cuDNN autotuning
+    (``cudnn.benchmark``) is left off, as it made Nature pretraining and the finetuning loop
+    slower on an H100 (benchmarks/README.md).
     """
     if device.type == "cpu":
         keep_freed_memory()
+    elif device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = TF32["matmul"]
+        torch.backends.cudnn.allow_tf32 = TF32["cudnn"]
 
 
 __all__ = [
@@ -205,5 +223,6 @@ __all__ = [
     "cpu_has_native_bf16",
     "keep_freed_memory",
     "prepare_device",
+    "tf32_settings",
     "use_bf16",
 ]

@@ -27,6 +27,7 @@ from sgi_lab.nets import SGIModel
 from sgi_lab.runs.checkpoints import CheckpointError, load_checkpoint, restore_generator
 from sgi_lab.runs.folder import FinetuneRun
 from sgi_lab.runtime.cpu_settings import settle
+from sgi_lab.runtime.device import tf32_settings
 from sgi_lab.train.population import Population
 from sgi_lab.train.precision import update_precision
 from sgi_lab.train.transfer import (
@@ -273,6 +274,8 @@ def write_transfer(a: AgentRun, i: int, population: Population) -> None:
     groups = population.agent_lr_groups(i)
     info = {**a.transfer.to_json(), "lr_groups": groups, "scheme": a.config.scheme}
     info["update_precision"] = update_precision(population)
+    if population.device.type == "cuda":
+        info["tf32"] = tf32_settings()  # as prepare_device set them
     if a.pretrained is not None:
         info.update(pretrained_step=a.pretrained.step, pretrained_game=a.pretrained.game)
     atomic_write_text(a.run.path / "transfer.json", json.dumps(info, indent=2))

@@ -269,3 +269,22 @@ def test_per_agent_clipping_is_each_agents_clip_grad_norm(max_norm):
             torch.testing.assert_close(stacked[t].grad[i], p.grad)
     assert ops["_foreach_norm"] == 1 and "linalg_vector_norm" in ops
     assert ops["linalg_vector_norm"] == 1 and ops["mul_"] == len(stacked)
+
+
+def test_a_cuda_training_loop_sets_tf32_explicitly():
+    """Whatever a notebook or library set before, a CUDA loop starts with the `TF32` switches
+    (full fp32 matmuls, TF32 cuDNN convolutions); a CPU loop leaves them alone. Settable and
+    readable without a GPU."""
+    from sgi_lab.runtime.device import TF32, prepare_device, tf32_settings
+
+    before = tf32_settings()
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = not TF32["matmul"]
+        torch.backends.cudnn.allow_tf32 = not TF32["cudnn"]
+        prepare_device(torch.device("cpu"))
+        assert tf32_settings() == {k: not v for k, v in TF32.items()}
+        prepare_device(torch.device("cuda"))
+        assert tf32_settings() == TF32 == {"matmul": False, "cudnn": True}
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before["matmul"]
+        torch.backends.cudnn.allow_tf32 = before["cudnn"]
