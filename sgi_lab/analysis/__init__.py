@@ -6,6 +6,7 @@ run reader and the report tables (`report`), per-seed score matrices (`score_mat
 a Hub folder (`hub_export`), the one paper-column decision (`paper_column`), encoders loaded for
 probing (`probe_encoders`). Studies: probe results as tables (`probe_study`), the probe-drop
 attribution (`probe_attribution`), the published probe study re-read (`probe_reread`), a probe
-experiment's report (`probe_report`), the MinAtar objective study (`minatar_study`), a study run
+experiment's report (`probe_report`), tests over seeds, the independent unit
+(`probe_seed_tests`), the MinAtar objective study (`minatar_study`), a study run
 twice (`reruns`).
 """

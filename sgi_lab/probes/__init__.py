@@ -1,7 +1,9 @@
 """Linear probes of frozen encoders: AtariARI's game-state variables read from the console RAM
 (or a MinAtar store's recorded game state), a reward probe and an action probe (Anand et al.,
 2019; Zhang et al., 2022), with a least-squares or logistic readout on the renormalized conv
-map, the conv map or the projection, and ridge regressions of the coordinates."""
+map, the conv map or the projection, and ridge regressions of the coordinates; each label read
+by its kind (`kinds`: MinAtar's positions, counters and ramp by R^2, categories by F1), small
+test splits flagged, and the collapse diagnostic (`collapse`)."""
 
 from sgi_lab.probes.atariari import (
     CATEGORIES,
@@ -11,7 +13,9 @@ from sgi_lab.probes.atariari import (
     annotations,
     labels_from_ram,
 )
+from sgi_lab.probes.collapse import mean_pairwise_cosine
 from sgi_lab.probes.game_labels import state_labels, state_variables
+from sgi_lab.probes.kinds import KINDS, MIN_TEST_ROWS
 from sgi_lab.probes.linear import (
     FEATURES,
     READOUTS,
@@ -29,12 +33,15 @@ from sgi_lab.probes.probe import (
     check_probe_store,
     probe_encoder,
     split_episodes,
+    split_rows,
 )
 from sgi_lab.probes.results import probe_run, read_probes, write_probes
 
 __all__ = [
     "CATEGORIES",
     "FEATURES",
+    "KINDS",
+    "MIN_TEST_ROWS",
     "PROBES_FILE",
     "READOUTS",
     "ProbeEncoder",
@@ -51,10 +58,12 @@ __all__ = [
     "fit_probes",
     "fit_ridge_regressions",
     "labels_from_ram",
+    "mean_pairwise_cosine",
     "probe_encoder",
     "probe_run",
     "read_probes",
     "split_episodes",
+    "split_rows",
     "state_labels",
     "state_variables",
     "write_probes",

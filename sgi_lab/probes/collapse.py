@@ -5,8 +5,9 @@ same architecture and, for a pretraining run, the weights it started from (its s
 
 A value near 1 means every state maps to nearly the same direction: the latents have collapsed.
 A random encoder's value is the reference, not 0: its ReLU features are non-negative, so their
-cosines are positive however diverse the states (MinAtar's random encoder reads about 0.6-0.9,
-depending on the game).
+cosines are positive however diverse the states (a random MinAtar encoder's projection read
+0.51 on Freeway, 0.68-0.69 on Asterix, Seaquest and Space Invaders and 0.95 on Breakout on
+5k-10k-step Random stores, 2026-11-29).
 """
 
 from __future__ import annotations

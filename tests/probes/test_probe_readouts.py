@@ -368,6 +368,13 @@ def test_minatar_store_is_probed_on_its_game_state_labels(minatar_stores, tmp_pa
         "paddle_x" in summary["warnings"][0] and str(summary["test_rows"]) in summary["warnings"][0]
     )
     assert all(v["small_test"] for v in variables.values())
+    # --split-rows measures the same split without an encoder
+    assert main(["probe", "--data", str(store.path), "--split-rows"]) == 0
+    measured = json.loads(capsys.readouterr().out)
+    assert measured["rows"] == entry["split"]["rows"] and measured["small_test"] is True
+    assert measured["test_duplicates_removed"] == entry["split"]["test_duplicates_removed"]
+    assert main(["probe", str(out), "--data", str(store.path), "--split-rows"]) == 2
+    assert "--split-rows measures the store alone" in capsys.readouterr().err
     # the labels the probes read are the store's own, row for row
     from sgi_lab.probes.game_labels import state_labels, state_variables
 
@@ -399,6 +406,27 @@ def test_pretraining_probes_a_minatar_encoder_with_the_configs_readout(minatar_s
     curves = training_probe_curves([run])
     assert list(curves["readout"]) == ["logistic"] * 3
     assert list(curves["features"]) == ["projection"] * 3
+    # the run's step 0, rebuilt from its seed, is the encoder its step-0 probe read
+    from sgi_lab.analysis.probe_encoders import load_probe_encoder
+    from sgi_lab.probes import ProbeEncoder, ProbeSettings, probe_encoder
+
+    encoder = load_probe_encoder(run)
+    assert "torch.manual_seed(0)" in encoder.initial_source
+    settings = ProbeSettings(readout="logistic", features="projection")
+    again = probe_encoder(
+        ProbeEncoder(encoder.initial, "step0", "pretrain", tmp_path / "x.json"), probe, settings,
+        max_frames=300, random_baseline_seed=None, progress=False,
+    )  # fmt: skip
+    # (the run computed its features under its CPU settings, channels-last or not: the same
+    # weights give features equal to rounding, R^2 to about 1e-3 on these 18 test rows)
+    assert again["regression"]["r2"] == pytest.approx(probed[0]["probe/coordinate_r2"], abs=5e-3)
+    # sgi-lab probe shows the collapse diagnostic beside random init and that step 0
+    argv = ["probe", str(run), "--data", str(probe.path), "--max-frames", "300", "--no-progress"]
+    assert main(argv) == 0
+    (entry,) = json.loads((run / "probes.json").read_text())["entries"]
+    assert set(entry["collapse"]) >= {"encoder", "random_init", "step0", "rows", "sources"}
+    assert entry["collapse"]["sources"]["step0"] == encoder.initial_source
+    assert 0 < entry["collapse"]["step0"]["projection"] <= 1
 
 
 def test_paired_changes_subtract_each_runs_own_start():
