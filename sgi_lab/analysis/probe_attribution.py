@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from sgi_lab.analysis.probe_seed_tests import SEED_LEVEL_NOTE, reading_seed_table
 from sgi_lab.analysis.probe_study import (
     experiment_probe_frame,
     format_interval,
@@ -221,6 +222,15 @@ def attribution_markdown(graph: Any) -> str:
             "way, mean over seeds [95% t interval], and how many pairs fell:",
             "",
             markdown_table(table),
+            "",
+        ]
+    seeds = reading_seed_table(experiment_probe_frame(graph))
+    if not seeds.empty:
+        parts += [
+            "The objectives with inverse dynamics against those without, per reading, tested "
+            f"over seeds (exploratory). {SEED_LEVEL_NOTE}",
+            "",
+            markdown_table(seeds),
             "",
         ]
     for metric in READOUT_METRICS:

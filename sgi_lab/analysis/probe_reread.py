@@ -5,7 +5,10 @@ are the readings, so that a conclusion can be checked against each of them.
 
 `reread_markdown` writes what ``docs/results/probes.md`` shows: per objective and reading, the
 headline F1 and its change from the random encoder each run started from (paired by seed), the
-reward probe, and the Spearman correlation of each with the paper's ``tab:controls_hns`` median.
+reward probe, the objectives with inverse dynamics against those without tested over seeds
+(`sgi_lab.analysis.probe_seed_tests`: the seed is the unit, its encoders share an
+initialisation), and the Spearman correlation of each with the paper's ``tab:controls_hns``
+median.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from sgi_lab.analysis.probe_attribution import paired_readout_table, readout_table
+from sgi_lab.analysis.probe_seed_tests import SEED_LEVEL_NOTE, reading_seed_table
 from sgi_lab.analysis.probe_study import (
     experiment_probe_frame,
     markdown_table,
@@ -104,6 +108,12 @@ def reread_tables(graph: Any, frame: pd.DataFrame | None = None) -> list[tuple[s
             ),
         ]
     tables += [
+        (
+            "The objectives with inverse dynamics against those without, tested over seeds "
+            "(the change from each seed's random encoder, the mean of category means; "
+            f"exploratory). {SEED_LEVEL_NOTE}",
+            reading_seed_table(frame),
+        ),
         (
             "Objectives whose headline F1 is below random init's, per reading:",
             below_random_counts(graph, frame=frame),

@@ -21,10 +21,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sgi_lab.analysis.probe_study import mean_ci
+from sgi_lab.analysis.probe_study import mean_ci, readout_groups
 
 __all__ = [
     "SEED_LEVEL_NOTE",
+    "inverse_groups",
+    "paired_change_frame",
+    "reading_seed_table",
     "seed_level_table",
     "seed_level_test",
     "seed_means",
@@ -142,3 +145,58 @@ def seed_level_table(
             }
         )
     return pd.DataFrame(rows).set_index("comparison")
+
+
+def inverse_groups(objectives: Iterable[str]) -> dict[str, Any]:
+    """The probe studies' question as seed-level groups of ``objectives`` (names as
+    `objective_of` gives them): those with inverse dynamics (``i``, ``s_i``, ``g_i``, ``sgi``
+    and its variants), those of S and G without it (``s``, ``g``, ``s_g``), and the first minus
+    the second within each seed; a group with no objective present is left out."""
+    names = sorted(set(objectives) - {"random_init"})
+    with_i = [o for o in names if "i" in o.split("_") or o.startswith("sgi")]
+    without = [o for o in names if o in ("s", "g", "s_g")]
+    groups: dict[str, Any] = {}
+    if with_i:
+        groups["with inverse dynamics (" + ", ".join(with_i) + ")"] = with_i
+    if without:
+        groups["S, G, S+G (" + ", ".join(without) + ")"] = without
+    if with_i and without:
+        groups["with minus without, within a seed"] = (with_i, without)
+    return groups
+
+
+def paired_change_frame(frame: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Each encoder's ``metric`` minus that of its own seed's random encoder on the same game
+    and reading (a run of seed s starts from random encoder s), then its mean over games: one
+    row per ``reading, objective, seed`` with the change as ``value`` (an `experiment_probe_frame`
+    in, the rows `seed_level_table` takes out)."""
+    rows = []
+    for reading, part in readout_groups(frame):
+        means = part.groupby(["objective", "seed", "game"])[metric].mean()
+        if "random_init" not in means.index.get_level_values(0):
+            continue
+        start = means.loc["random_init"]
+        for objective in means.index.get_level_values(0).unique().drop("random_init"):
+            by_game = (means.loc[objective] - start).dropna()
+            for seed, value in by_game.groupby(level="seed").mean().items():
+                rows.append(
+                    {"reading": reading, "objective": objective, "seed": seed, "value": value}
+                )
+    return pd.DataFrame(rows, columns=["reading", "objective", "seed", "value"])
+
+
+def reading_seed_table(frame: pd.DataFrame, metric: str = "across_categories") -> pd.DataFrame:
+    """Per reading and `inverse_groups` group (rows): the seed-level test of the change from
+    each seed's random encoder (`paired_change_frame`, `seed_level_table`), the tests the probe
+    studies' "N of 12 pairs" counts stood for; empty without random encoders."""
+    changes = paired_change_frame(frame, metric)
+    tables = []
+    for reading, part in changes.groupby("reading", sort=False):
+        table = seed_level_table(part, inverse_groups(part["objective"]))
+        table.index = [f"{reading}: {label}" for label in table.index]
+        tables.append(table)
+    if not tables:
+        return pd.DataFrame()
+    out = pd.concat(tables)
+    out.index.name = f"reading: objectives ({metric} minus the seed's random init)"
+    return out

@@ -65,3 +65,10 @@ def test_reread_markdown_holds_every_table(graph):
     # i minus its seed's random encoder, published reading: -0.2 in both seeds
     assert "| i | -0.200 [-0.200, -0.200], 2/2 lower | +0.050 [+0.050, +0.050], 0/2 lower |" in text
     assert "Spearman correlation" in text and "below random init" in text
+    # tested over seeds: i's two seeds -0.2 each; s and g -0.1 and -0.05: within a seed
+    # -0.2 - (-0.075) = -0.125; two seeds cannot give a sign test below p = 0.5
+    assert "tested over seeds" in text
+    assert (
+        "| lstsq, renormalized, 10000 frames: with minus without, within a seed | 6 | "
+        "0: -0.125, 1: -0.125 | -0.125 [-0.125, -0.125] | 2 of 2 | 0.50 (at best 0.50) | - |"
+    ) in text

@@ -68,3 +68,46 @@ def test_the_table_tests_groups_and_contrasts_over_seeds():
     contrast = table.loc["with I minus G"]
     assert contrast["seed means"] == "0: -0.160, 1: -0.090, 2: -0.230"
     assert contrast["encoders"] == 9
+
+
+def test_each_encoder_is_paired_with_its_own_seeds_random_encoder_per_game_and_reading():
+    from sgi_lab.analysis.probe_seed_tests import (
+        inverse_groups,
+        paired_change_frame,
+        reading_seed_table,
+    )
+
+    # (objective, seed, game, across_categories): random encoders 0.80/0.90 (seed 0/1) on Pong,
+    # 0.60/0.70 on Boxing; I is 0.10 below its seed's on Pong and 0.20 on Boxing in seed 0,
+    # 0.04 and 0.06 in seed 1; S is level in seed 0 and 0.02 above in seed 1
+    values = [
+        ("random_init", 0, "Pong", 0.80), ("random_init", 0, "Boxing", 0.60),
+        ("random_init", 1, "Pong", 0.90), ("random_init", 1, "Boxing", 0.70),
+        ("i", 0, "Pong", 0.70), ("i", 0, "Boxing", 0.40),
+        ("i", 1, "Pong", 0.86), ("i", 1, "Boxing", 0.64),
+        ("s", 0, "Pong", 0.80), ("s", 0, "Boxing", 0.60),
+        ("s", 1, "Pong", 0.92), ("s", 1, "Boxing", 0.72),
+    ]  # fmt: skip
+    frame = pd.DataFrame(
+        [
+            {"objective": o, "seed": s, "game": g, "across_categories": v}
+            | {"readout": "lstsq", "features": "renormalized", "max_frames": None}
+            for o, s, g, v in values
+        ]
+    )
+    changes = paired_change_frame(frame, "across_categories").set_index(["objective", "seed"])
+    assert changes.loc[("i", 0), "value"] == pytest.approx(-0.15)  # mean of -0.10 and -0.20
+    assert changes.loc[("i", 1), "value"] == pytest.approx(-0.05)
+    assert changes.loc[("s", 1), "value"] == pytest.approx(0.02)
+    assert set(changes["reading"]) == {"lstsq, renormalized"}
+    assert inverse_groups(["random_init", "i", "s", "sgi_noaug", "bc"]) == {
+        "with inverse dynamics (i, sgi_noaug)": ["i", "sgi_noaug"],
+        "S, G, S+G (s)": ["s"],
+        "with minus without, within a seed": (["i", "sgi_noaug"], ["s"]),
+    }
+    table = reading_seed_table(frame)
+    row = table.loc["lstsq, renormalized: with inverse dynamics (i)"]
+    assert row["seed means"] == "0: -0.150, 1: -0.050" and row["seeds lower"] == "2 of 2"
+    assert row["sign test p"] == "0.50 (at best 0.50)"
+    contrast = table.loc["lstsq, renormalized: with minus without, within a seed"]
+    assert contrast["seed means"] == "0: -0.150, 1: -0.070"
