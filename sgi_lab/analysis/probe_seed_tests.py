@@ -25,6 +25,7 @@ from sgi_lab.analysis.probe_study import mean_ci, readout_groups
 
 __all__ = [
     "SEED_LEVEL_NOTE",
+    "encoder_game_table",
     "inverse_groups",
     "paired_change_frame",
     "reading_seed_table",
@@ -200,3 +201,21 @@ def reading_seed_table(frame: pd.DataFrame, metric: str = "across_categories") -
     out = pd.concat(tables)
     out.index.name = f"reading: objectives ({metric} minus the seed's random init)"
     return out
+
+
+def encoder_game_table(frame: pd.DataFrame, metric: str, digits: int = 3) -> pd.DataFrame:
+    """Each encoder's ``metric`` per game (columns, the games' short names), one row per
+    objective and seed (``objective, seed s`` where an objective has several): what a study
+    with one pretraining seed per objective can show, where no test over seeds exists; the
+    random encoders' rows give the spread between initialisations beside it."""
+    shown = frame.dropna(subset=[metric]).copy()
+    seeds = shown.groupby("objective")["seed"].transform("nunique")
+    shown["row"] = [
+        f"{o}, seed {int(s)}" if n > 1 else str(o)
+        for o, s, n in zip(shown["objective"], shown["seed"], seeds, strict=True)
+    ]
+    shown["game"] = shown["game"].map(lambda g: str(g).split("/")[-1])
+    table = shown.pivot_table(index="row", columns="game", values=metric, aggfunc="mean")
+    table = table.map(lambda v: "-" if pd.isna(v) else f"{v:.{digits}f}")
+    table.index.name = f"encoder ({metric})"
+    return table

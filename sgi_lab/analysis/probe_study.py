@@ -176,18 +176,23 @@ def kind_columns(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 def probe_frame(
-    folders: Iterable[str | os.PathLike], readout: str | None = None, features: str | None = None
+    folders: Iterable[str | os.PathLike],
+    readout: str | None = None,
+    features: str | None = None,
+    current_only: bool = True,
 ) -> pd.DataFrame:
     """Every probes.json entry of ``folders`` (run folders or probes files), one row each; an
     entry without a seed (a pretraining run's) gets its run's (``config.yaml``). ``readout``
     and ``features``: only the entries made with them (None: every one); when both are given,
     one reading is asked for, so an encoder probed on the same store and split with several
     probe-frame budgets (a study's 10k-frame reading beside its all-frames one) keeps only the
-    entry read on the most frames."""
+    entry read on the most frames. ``current_only=False`` also reads the entries of models no
+    longer there (an archived study keeps its runs' probes.json, not their model.pt:
+    `read_probes`)."""
     rows, keys = [], []
     for folder in folders:
         path = Path(folder)
-        for entry in read_probes(path):
+        for entry in read_probes(path, current_only):
             row = entry_row(entry, path)
             if readout is not None and row["readout"] != readout:
                 continue
@@ -415,13 +420,14 @@ def readout_groups(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     return [(label, frame[labels == label]) for label in order]
 
 
-def probe_folders(paths: Iterable[str | os.PathLike]) -> list[Path]:
+def probe_folders(paths: Iterable[str | os.PathLike], current_only: bool = True) -> list[Path]:
     """Folders holding probe results under ``paths`` (glob patterns expanded), in order, each
     once: the runs at each path (`sgi_lab.runs.status.run_folders`: the path itself when it is a
     run, else every run below it, an experiment's pretraining runs among them); the random
     encoders' folders of an experiment (``probes/*``) or a random encoder's folder given itself
     (``sgi-lab probe --random-init --out DIR``: probe results, not a run); a probes file. Only
-    those with probe results are kept."""
+    those with probe results are kept (``current_only=False``: results of models no longer
+    there count, as in an archived study)."""
     import glob
 
     folders: list[Path] = []
@@ -434,7 +440,7 @@ def probe_folders(paths: Iterable[str | os.PathLike]) -> list[Path]:
             folders += run_folders(match)
             if (match / "experiment.json").is_file():
                 folders += sorted(match.glob("probes/*"))
-    return [f for f in dict.fromkeys(folders) if read_probes(f)]
+    return [f for f in dict.fromkeys(folders) if read_probes(f, current_only)]
 
 
 def load_probe_results(

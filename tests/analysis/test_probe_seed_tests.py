@@ -111,3 +111,40 @@ def test_each_encoder_is_paired_with_its_own_seeds_random_encoder_per_game_and_r
     assert row["sign test p"] == "0.50 (at best 0.50)"
     contrast = table.loc["lstsq, renormalized: with minus without, within a seed"]
     assert contrast["seed means"] == "0: -0.150, 1: -0.070"
+
+
+def test_an_archived_studys_probes_are_read_without_their_models(tmp_path):
+    """An archive keeps a run's probes.json, not its model.pt: read on request, one row per
+    encoder and game, random encoders by seed."""
+    import json
+
+    from sgi_lab.analysis.probe_seed_tests import encoder_game_table
+    from sgi_lab.analysis.probe_study import probe_folders, probe_frame
+
+    def entry(kind, game, r2, seed=None, stamp=None):
+        return {
+            "encoder": {"kind": kind, "params": "sgi", "seed": seed, "stamp": stamp},
+            "store": {"game": game, "fingerprint": game},
+            "settings": {"split_seed": 0},
+            "regression": {"r2": r2},
+            "split": {"rows": {"train": 10, "val": 2, "test": 69}},
+        }
+
+    stamp = {"name": "model.pt", "size": 1, "mtime_ns": 1}  # the model is gone
+    for folder, entries in {
+        "pretrain/sgi": [entry("pretrain", "minatar/breakout", 0.9, stamp=stamp)],
+        "probes/r0": [entry("random_init", "minatar/breakout", 0.2, seed=0)],
+        "probes/r1": [entry("random_init", "minatar/breakout", 0.95, seed=1)],
+    }.items():
+        (tmp_path / folder).mkdir(parents=True)
+        payload = {"format": 2, "entries": entries}
+        (tmp_path / folder / "probes.json").write_text(json.dumps(payload))
+    (tmp_path / "pretrain/sgi/config.yaml").write_text("seed: 0\n")
+    paths = [tmp_path / "pretrain/*", tmp_path / "probes/*"]
+    assert len(probe_frame(probe_folders(paths))) == 2  # current only: the run's entry is stale
+    frame = probe_frame(probe_folders(paths, current_only=False), current_only=False)
+    assert len(frame) == 3 and list(frame["test_rows"]) == [69, 69, 69]
+    table = encoder_game_table(frame, "coordinate_r2")
+    assert table.to_dict() == {
+        "breakout": {"random_init, seed 0": "0.200", "random_init, seed 1": "0.950", "sgi": "0.900"}
+    }
