@@ -1,6 +1,13 @@
 """Probe results on disk: a run's ``probes.json`` (one entry per store and settings, written
 atomically), and `probe_run`, which probes an encoder unless its file already holds that result
 (what ``sgi-lab probe`` and an experiment's probe tasks do).
+
+An entry (format 2) holds each state label's ``kind``, ``metric`` (``f1`` or ``r2``) and
+``score``; F1 summaries over the classified labels (``overall``, ``across_categories``,
+``categories``) and R^2 over the regressed ones (``r2``), never averaged together, with the
+``headline`` naming which leads; the collapse diagnostic (``collapse``); and ``warnings`` with
+``split.small_test`` when the test split holds under 1,000 rows. A format-1 entry (every label
+classified) is read as it is and probed again by `probe_run`.
 """
 
 from __future__ import annotations
@@ -46,6 +53,9 @@ OPTIONAL_MAPPINGS = (
     "seconds",
     "random_init",
     "regression",
+    "r2",
+    "headline",
+    "collapse",
 )
 
 
