@@ -1,7 +1,11 @@
 """Data and results in the field's formats, from the command line:
 
 * ``sgi-lab export minari STORE OUT``: a store as a Minari dataset folder, lossless
-  (`sgi_lab.data.minari_exchange`); ``sgi-lab import minari --src DATASET --out STORE`` back;
+  (`sgi_lab.data.minari_exchange`), with a dataset card (`sgi_lab.data.dataset_card`);
+  ``sgi-lab import minari --src DATASET --out STORE`` back;
+* ``sgi-lab export replay RUN OUT``: a finished finetuning run's whole replay as a store
+  (`sgi_lab.data.replay_export`), and ``sgi-lab select STORE OUT --weak F | --mixed ROWS``
+  its Weak and Mixed selections (`sgi_lab.data.replay_select`);
 * ``sgi-lab export hub RUN OUT``: a finished run's model as a Hugging Face Hub folder
   (`sgi_lab.analysis.hub_export`), which ``sgi-lab finetune --pretrained OUT`` loads;
 * ``sgi-lab report RUNS --export scores.npz``: per-seed score matrices in rliable's shape
@@ -24,9 +28,11 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 def add_commands(subparsers: argparse._SubParsersAction, commands: dict[str, Handler]) -> None:
-    """Register ``export`` and extend the CLI's ``import`` (``minari``) and ``report``
-    (``--export``), whose own handlers are ``commands["import"]`` and ``commands["report"]``."""
+    """Register ``export`` and ``select``, and extend the CLI's ``import`` (``minari``) and
+    ``report`` (``--export``), whose own handlers are ``commands["import"]`` and
+    ``commands["report"]``."""
     add_export_parser(subparsers)
+    add_select_parser(subparsers)
     route_import(subparsers.choices["import"], commands["import"])
     add_export_option(subparsers.choices["report"], commands["report"])
 
@@ -35,19 +41,29 @@ def add_commands(subparsers: argparse._SubParsersAction, commands: dict[str, Han
 
 
 def add_export_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``export`` (``minari`` and ``hub``) on the CLI's sub-parsers."""
+    """Register ``export`` (``minari``, ``hub`` and ``replay``) on the CLI's sub-parsers."""
     p = subparsers.add_parser(
         "export",
-        help="a store as a Minari dataset, or a run's model as a Hugging Face Hub folder",
+        help="a store as a Minari dataset, a run's model as a Hugging Face Hub folder, or an "
+        "agent's whole replay as a store",
         description="minari: STORE -> a Minari dataset folder OUT (raw frames, never JPEG; the "
-        "store's manifest in its metadata; `sgi-lab import minari` reads it back bit for bit). "
+        "store's manifest in its metadata; `sgi-lab import minari` reads it back bit for bit) "
+        "with a dataset card OUT/README.md. "
         "hub: a finished run RUN -> OUT with model.safetensors, config.yaml, sgi_lab.json and a "
         "model card README.md (`huggingface-cli upload USER/NAME OUT` publishes it; "
-        "`sgi-lab finetune --pretrained OUT` loads it). OUT must be new or empty.",
+        "`sgi-lab finetune --pretrained OUT` loads it). OUT must be new or empty. "
+        "replay: a finished finetuning run RUN -> the store OUT of every transition its agent "
+        "lived, from its last checkpoint, the agent's config, score, checkpoints and learning "
+        "curve in the manifest (`sgi-lab select` takes Weak and Mixed from it).",
     )
-    p.add_argument("format", choices=["minari", "hub"])
-    p.add_argument("source", type=Path, help="minari: a store folder; hub: a finished run folder")
-    p.add_argument("out", type=Path, help="a new (or empty) folder")
+    p.add_argument("format", choices=["minari", "hub", "replay"])
+    p.add_argument(
+        "source", type=Path, help="minari: a store folder; hub, replay: a finished run folder"
+    )
+    p.add_argument("out", type=Path, help="minari, hub: a new (or empty) folder; replay: a store")
+    p.add_argument(
+        "--overwrite", action="store_true", help="replay: replace a store of ours at OUT"
+    )
     p.add_argument(
         "--dataset-id",
         default=None,
@@ -71,11 +87,18 @@ def export(args: argparse.Namespace) -> int:
 
         print(f"hub folder: {export_hub(args.source, args.out)}")
         return 0
+    if args.format == "replay":
+        # lazy: the CLI starts without torch; a command loads what it runs
+        from sgi_lab.data.replay_export import export_replay
+
+        return _print_store(export_replay(args.source, args.out, overwrite=args.overwrite), started)
     # lazy: Minari is an optional extra, imported by the command that needs it
+    from sgi_lab.data.dataset_card import write_dataset_card
     from sgi_lab.data.minari_exchange import export_minari, minari_metadata
 
     out = export_minari(args.source, args.out, dataset_id=args.dataset_id)
     meta = minari_metadata(out)
+    write_dataset_card(args.source, out, meta["dataset_id"])
     _print_speed(out, meta["dataset_id"], meta["total_steps"], meta["total_episodes"], started)
     return 0
 
@@ -89,6 +112,59 @@ def _print_speed(path: Path, name: str, steps: int, episodes: int, started: floa
         "transitions_per_s": round(steps / max(seconds, 1e-9)),
     }  # fmt: skip
     print(json.dumps(summary, indent=2))
+
+
+def _print_store(store, started: float) -> int:
+    """A written store's summary and the seconds it took, as JSON."""
+    summary = store.summary()
+    summary.update(path=str(store.path), seconds=round(time.perf_counter() - started, 3))
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+# -- select ------------------------------------------------------------------------------------
+
+
+def add_select_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register ``select`` (Weak and Mixed of an agent's replay) on the CLI's sub-parsers."""
+    p = subparsers.add_parser(
+        "select",
+        help="Weak or Mixed: a selection of an agent's replay store (sgi-lab export replay)",
+        description="Weak: the first FRACTION of the run's steps. Mixed: ROWS rows drawn "
+        "uniformly over the whole run in segments of --segment rows (each segment starts an "
+        "episode, so no K-step sequence crosses two). The selection's manifest records what "
+        "was selected, of which replay, and the agent that made it.",
+    )
+    p.add_argument("store", type=Path, help="an agent's replay store (source 'replay')")
+    p.add_argument("out", type=Path, help="the selection's store")
+    how = p.add_mutually_exclusive_group(required=True)
+    how.add_argument("--weak", type=float, metavar="FRACTION", help="the first FRACTION (0-1]")
+    how.add_argument("--mixed", type=int, metavar="ROWS", help="ROWS rows over the whole run")
+    p.add_argument("--seed", type=int, default=0, help="--mixed: which segments (default 0)")
+    p.add_argument("--segment", type=int, default=None, help="--mixed: rows a segment (1000)")
+    p.add_argument("--overwrite", action="store_true", help="replace a store of ours at OUT")
+    p.set_defaults(handler=select)
+    return p
+
+
+def select(args: argparse.Namespace) -> int:
+    """``sgi-lab select STORE OUT --weak FRACTION | --mixed ROWS [--seed S] [--segment L]``."""
+    if not args.store.exists():
+        raise FileNotFoundError(did_you_mean(args.store, "store"))
+    if args.weak is not None and args.segment is not None:
+        raise ConfigError("select: --segment is --mixed's; --weak keeps one piece")
+    started = time.perf_counter()
+    # lazy: the CLI starts without torch; a command loads what it runs
+    from sgi_lab.data.replay_select import DEFAULT_SEGMENT, select_mixed, select_weak
+
+    if args.weak is not None:
+        store = select_weak(args.store, args.out, args.weak, overwrite=args.overwrite)
+    else:
+        segment = DEFAULT_SEGMENT if args.segment is None else args.segment
+        store = select_mixed(
+            args.store, args.out, args.mixed, args.seed, segment, overwrite=args.overwrite
+        )
+    return _print_store(store, started)
 
 
 # -- import ------------------------------------------------------------------------------------
