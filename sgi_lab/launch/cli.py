@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING
 
 from sgi_lab.base.errors import SgiLabError
 from sgi_lab.launch import exchange
-from sgi_lab.launch.hints import unrecognized
+from sgi_lab.launch.collect_options import add_collect_options
+from sgi_lab.launch.hints import pretraining_params_problem, unrecognized
 
 # The CLI imports torch (through sgi_lab.runs.stopping) only when a command needs it.
 if TYPE_CHECKING:
@@ -242,11 +243,19 @@ def _finetune_population_args(args: argparse.Namespace) -> tuple[list, list[Path
     """``finetune --params``: the configs of every (game, seed) agent, their run folders and
     the params name."""
     # lazy: the CLI starts without torch; a command loads what it runs
-    from sgi_lab.config import FinetuneConfig, load_config, parse_overrides, read_params
+    from sgi_lab.config import (
+        ConfigError,
+        FinetuneConfig,
+        load_config,
+        parse_overrides,
+        read_params,
+    )
     from sgi_lab.runs.folder import run_name
     from sgi_lab.train.finetune import population_configs, population_folders
 
     params = read_params(args.params)
+    if problem := pretraining_params_problem(params, args.params):
+        raise ConfigError(problem)
     name = params.get("name") or Path(args.params).stem
     overrides = parse_overrides(args.set)
     # Top-level literals of the params file (game, seed, pretrained) are defaults; flags win.
@@ -464,24 +473,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     # --envs, --params, --set; routes `exploratory` to its collector, `random` back to ours.
     explore.add_arguments(p, COMMANDS["collect"])
-    p.add_argument("--game", required=True)
-    p.add_argument("--steps", type=int, required=True)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--hold-p", type=float, default=1 / 3, help="Geometric hold parameter")
-    p.add_argument("--chunk-size", type=int, default=100_000)
-    p.add_argument("--full-action-space", action="store_true")
-    p.add_argument("--terminal-on-life-loss", action="store_true")
-    p.add_argument(
-        "--env-protocol",
-        choices=["dopamine", "rlpyt"],
-        default="dopamine",
-        help="random: the Atari env played (make_env's preprocessing, recorded in the manifest): "
-        "dopamine (gymnasium's AtariPreprocessing) or rlpyt (the authors' env, "
-        "docs/paper_vs_code.md rows 16-21)",
-    )
-    p.add_argument("--overwrite", action="store_true")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_collect_options(p)
 
     p = sub.add_parser("import", help="import external data into a TransitionStore")
     p.add_argument("format", choices=["dqn-replay", "minari"])
@@ -509,7 +501,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="discard an existing run there")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
-    p = sub.add_parser("finetune", help="finetune on Atari 100k (Rainbow + SPR), then evaluate")
+    p = sub.add_parser(
+        "finetune", help="finetune on Atari 100k or MinAtar (Rainbow + SPR), then evaluate"
+    )
     p.add_argument("--params", type=Path, default=None, help="params/finetune/NAME.yaml")
     p.add_argument(
         "--agents",
@@ -523,8 +517,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--game",
         default=None,
-        help="Atari 100k game, or games a,b,c (default: the params file's); with several games "
-        "or seeds every (game, seed) pair is one agent of a population trained as one batch",
+        help="an Atari 100k game (pong) or a MinAtar one (minatar/breakout), or games a,b,c "
+        "(default: the params file's); with several games or seeds every (game, seed) pair is "
+        "one agent of a population trained as one batch",
     )
     p.add_argument("--seed", default=None, help="seed, or seeds 0,1,2")
     p.add_argument(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-__all__ = ["unrecognized"]
+__all__ = ["pretraining_params_problem", "unrecognized"]
 
 
 def unrecognized(extra: list[str]) -> str:
@@ -24,3 +24,22 @@ def unrecognized(extra: list[str]) -> str:
     if hints:
         message += f" ({', '.join(hints)}: config keys are set with --set KEY=VALUE)"
     return message
+
+
+def pretraining_params_problem(params: dict, path: object) -> str | None:
+    """What is wrong when ``finetune --params`` is given a pretraining params file (its config
+    keys are pretraining's, not finetuning's), or None."""
+    # lazy: the CLI starts without torch; a command loads what it runs
+    from sgi_lab.config import FinetuneConfig, PretrainConfig
+
+    keys = set(params.get("config") or {})
+    finetune = {f.name for f in dataclasses.fields(FinetuneConfig)}
+    pretrain = {f.name for f in dataclasses.fields(PretrainConfig)}
+    foreign = sorted(keys - finetune)
+    if not foreign or not set(foreign) <= pretrain:
+        return None
+    return (
+        f"--params {path}: a pretraining params file ({', '.join(foreign)} are pretraining "
+        "keys); finetune takes params/finetune/NAME.yaml, and the pretraining run with "
+        "--pretrained RUN"
+    )

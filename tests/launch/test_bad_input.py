@@ -198,6 +198,7 @@ CASES = [
     ("import-pickled-gz", lambda w: import_args(w, "pickled_src", "i1"), 2, "observation_ckpt.0.gz"),
     ("finetune-seed-negative", lambda w: ["finetune", "--params", "params/finetune/smoke.yaml", "--seed", "-1", "--out", str(w["root"] / "f0"), "--no-progress"], 2, "seed"),
     ("finetune-max-agents-zero", lambda w: ["finetune", "--params", "params/finetune/smoke.yaml", "--game", "pong,breakout", "--max-agents", "0", "--out", str(w["root"] / "f2"), "--no-progress"], 2, "--max-agents"),
+    ("finetune-pretraining-params", lambda w: ["finetune", "--params", "params/pretrain/minatar_sgi.yaml", "--out", str(w["root"] / "f4"), "--no-progress"], 2, "minatar_sgi.yaml: a pretraining params file"),
     ("finetune-lr-negative", lambda w: ["finetune", "--params", "params/finetune/smoke.yaml", "--set", "lr=-1.0", "--out", str(w["root"] / "f1"), "--no-progress"], 2, "lr"),
     ("run-unknown-parameter", lambda w: ["run", "pretrain", "-p", "unknown_name", "1", "--out-root", str(w["root"] / "nb")], 2, "unknown_name"),
     # imprecise path messages: say what the path is and what was expected
@@ -270,3 +271,21 @@ def test_a_sweep_with_a_bad_grid_key_creates_nothing(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "unknown notebook parameter(s) ['sede']" in err and "did you mean sede -> seed" in err
     assert not out.exists()
+
+
+def test_collect_and_finetune_help_name_every_option_and_minatar(capsys):
+    """Every collect option says what it does; finetune's help names MinAtar beside Atari."""
+    for argv in (["--help"], ["collect", "--help"], ["finetune", "--help"]):
+        with pytest.raises(SystemExit):
+            main(argv)
+    text = " ".join(capsys.readouterr().out.split())
+    for phrase in (
+        "transitions to collect",
+        "rows per chunk file",
+        "all 18 Atari actions",
+        "mark a life loss terminal",
+        "discard an existing store there",
+        "or a MinAtar one (minatar/breakout)",
+        "finetune on Atari 100k or MinAtar",
+    ):
+        assert phrase in text, phrase
