@@ -185,9 +185,13 @@ def add_probe_parser(subparsers: Any) -> argparse.ArgumentParser:
         "probe",
         help="linear probes of frozen encoders: AtariARI state variables, reward, action",
         description="Probe each run's frozen encoder on a store with RAM (an AtariARI-annotated "
-        "game): F1 per state variable, per category and overall, a reward probe, an action "
-        "probe on non-random data, beside the majority-class and random-init baselines. "
-        "Writes RUN/probes.json (re-run: what is done is skipped).",
+        "game) or with MinAtar's game-state labels: each label read by its kind (F1 of a "
+        "classifier for categories and AtariARI's variables; held-out R^2 of a ridge regression "
+        "for MinAtar's positions, counters and ramp, never averaged with F1), a reward probe, an "
+        "action probe on non-random data, beside the majority-class and random-init baselines, "
+        "and the collapse diagnostic (mean pairwise cosine of the latents) beside a random "
+        "encoder and the run's step 0; a test split under 1,000 rows is flagged. Writes "
+        "RUN/probes.json (re-run: what is done is skipped).",
     )
     p.add_argument(
         "runs",
