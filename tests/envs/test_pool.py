@@ -115,7 +115,7 @@ def test_workers_leave_sigterm_and_sigint_to_their_parent():
 
     with EnvPool(["Pong", "Breakout"], [0, 1], workers=2) as pool:
         pool.reset()
-        procs = list(pool._procs)
+        procs = list(pool._pool.procs)
         for proc in procs:
             os.kill(proc.pid, signal.SIGTERM)
             os.kill(proc.pid, signal.SIGINT)
