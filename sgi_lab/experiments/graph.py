@@ -9,8 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from sgi_lab.base.files import read_mapping
 from sgi_lab.config import (
     ConfigError,
@@ -22,11 +20,17 @@ from sgi_lab.config import (
     to_dict,
 )
 from sgi_lab.envs.factory import observation_spec
+from sgi_lab.experiments.data_tasks import (
+    data_task_fields,
+    data_used,
+    dependency_order,
+    needs_missing,
+)
+from sgi_lab.experiments.data_tasks import fill as _fill
 from sgi_lab.experiments.spec import (
     DEFAULT_RESOURCES,
     KINDS,
     NO_PRETRAINING,
-    DataSpec,
     Experiment,
 )
 from sgi_lab.probes.atariari import UnannotatedGameError
@@ -91,70 +95,8 @@ class Graph:
         return found
 
 
-def _fill(text: str, values: dict[str, Any]) -> str:
-    class Keep(dict):
-        def __missing__(self, key: str) -> str:
-            return "{" + key + "}"
-
-    return text.format_map(Keep({k: v for k, v in values.items()}))
-
-
-def _data_task(name: str, spec: DataSpec, game: str, out: Path, experiment: Experiment) -> Task:
-    folder = out / "data" / run_name(name, game)
-    values = {**experiment.parameters, "game": game}
-    common = ("--game", game, "--out", str(folder), "--no-progress")
-    if spec.source == "random":
-        argv = ("collect", "random", "--steps", str(spec.steps), "--seed", str(spec.seed))
-        argv = (*argv, "--env-protocol", spec.env_protocol, *common)
-        steps, stage = spec.steps, "collect_random"
-    elif spec.source == "exploratory":
-        extra = ("--params", spec.params) if spec.params else ()
-        sets = tuple(x for k, v in spec.set.items() for x in ("--set", f"{k}={_yaml_value(v)}"))
-        argv = ("collect", "exploratory", "--steps", str(spec.steps), "--seed", str(spec.seed))
-        argv = (*argv, *extra, *sets, *common)
-        steps, stage = spec.steps, "collect_exploratory"
-    else:  # dqn_replay
-        runs: list[int | None] = list(spec.runs) or [None]
-        srcs = tuple(
-            _fill(spec.src or "", values if r is None else {**values, "run": r}) for r in runs
-        )
-        argv = ("import", "dqn-replay", "--src", *srcs, "--checkpoints")
-        argv = (*argv, ",".join(map(str, spec.checkpoints)))
-        if spec.samples is not None:
-            argv = (*argv, "--samples", str(spec.samples))
-        argv = (*argv, *common)
-        per = spec.samples or 1_000_000
-        steps, stage = per * len(spec.checkpoints) * len(runs), "import_dqn_replay"
-    return Task(
-        id=f"data/{folder.name}",
-        kind="data",
-        folder=folder,
-        deps=(),
-        argv=argv,
-        stage=stage,
-        steps=steps,
-        resources=_resources(experiment, "data"),
-    )
-
-
-def _yaml_value(value: Any) -> str:
-    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
-
-
 def _resources(experiment: Experiment, kind: str) -> dict[str, float]:
     return {**DEFAULT_RESOURCES[kind], **experiment.resources.get(kind, {})}
-
-
-def _needs_missing(spec: DataSpec, parameters: dict[str, Any]) -> list[str]:
-    """The parameters a data source names in ``src`` that were not given (null)."""
-    import string
-
-    names = [
-        f
-        for _, f, _, _ in string.Formatter().parse(spec.src or "")
-        if f and f not in ("game", "run")
-    ]
-    return [n for n in names if parameters.get(n) is None]
 
 
 def expand(experiment: Experiment, out: str | os.PathLike) -> Graph:
@@ -176,14 +118,14 @@ def expand(experiment: Experiment, out: str | os.PathLike) -> Graph:
     missing = {
         name: needs
         for name, spec in experiment.data.items()
-        if (needs := _needs_missing(spec, experiment.parameters))
+        if (needs := needs_missing(spec, experiment.parameters))
     }
     for name, needs in missing.items():
         dropped.append(
             f"data {name!r} and the branches on it: give --param "
             + " --param ".join(f"{n}=..." for n in needs)
         )
-    used = {p.data for p in [*experiment.pretrain, *experiment.probe] if p.data not in missing}
+    used = data_used(experiment, missing)
     data_tasks: dict[tuple[str, str], Task | Path] = {}
     for name in (n for n in experiment.data if n in used):
         spec = experiment.data[name]
@@ -193,7 +135,8 @@ def expand(experiment: Experiment, out: str | os.PathLike) -> Graph:
                     _fill(spec.src or "", {**experiment.parameters, "game": game})
                 )
                 continue
-            task = _data_task(name, spec, game, out, experiment)
+            fields = data_task_fields(name, spec, game, out, experiment)
+            task = Task(**fields, resources=_resources(experiment, "data"))
             data_tasks[name, game] = task
             tasks.append(task)
 
@@ -220,7 +163,7 @@ def expand(experiment: Experiment, out: str | os.PathLike) -> Graph:
             resources=_resources(experiment, "report"),
         )
     )
-    graph = Graph(experiment, out, tuple(tasks), params_files, tuple(dropped))
+    graph = Graph(experiment, out, dependency_order(tasks), params_files, tuple(dropped))
     check_inside(graph)
     return graph
 

@@ -97,13 +97,17 @@ REQUIRED = dataclasses.MISSING
 class DataSpec:
     """One dataset per game: collected, imported or found in a folder (paper Sec. 3)."""
 
-    source: Literal["random", "exploratory", "dqn_replay", "folder"] = F(
+    source: Literal["random", "exploratory", "dqn_replay", "folder", "replay", "weak", "mixed"] = F(
         "random",
         "random: the Random collector; exploratory: the IDF agent (SGI-E); "
-        "dqn_replay: import Dopamine checkpoints (Weak, Mixed); folder: an existing store",
+        "dqn_replay: import Dopamine checkpoints (Weak, Mixed); folder: an existing store; "
+        "replay: an agent's whole replay (sgi-lab export replay); weak, mixed: selections of "
+        "a replay (sgi-lab select)",
     )
-    steps: int = F(6_000_000, "random/exploratory: transitions collected per game")
-    seed: int = F(0, "random/exploratory: collection seed")
+    steps: int = F(
+        6_000_000, "random/exploratory: transitions collected per game; mixed: rows selected"
+    )
+    seed: int = F(0, "random/exploratory: collection seed; mixed: which segments")
     env_protocol: Literal["dopamine", "rlpyt"] = F(
         "dopamine",
         "random: the Atari env played (sgi-lab collect --env-protocol): dopamine "
@@ -114,9 +118,13 @@ class DataSpec:
     set: dict[str, Any] = F({}, "exploratory: overrides of the params file's config")
     src: str | None = F(
         None,
-        "dqn_replay: the replay_logs folder; folder: the store; {game} and {PARAMETER} are "
-        "filled in (a null parameter drops every branch that needs this data)",
+        "dqn_replay: the replay_logs folder; folder: the store; replay: a pretraining config "
+        "of kind agent (each game's run) or a finished run folder; weak, mixed: a replay data "
+        "source or a replay store; {game} and {PARAMETER} are filled in (a null parameter "
+        "drops every branch that needs this data)",
     )
+    fraction: float = F(0.1, "weak: the first fraction of the agent's run kept")
+    segment: int = F(1000, "mixed: rows a segment (each starts an episode)")
     checkpoints: list[int] = F([], "dqn_replay: checkpoint numbers, in order")
     runs: list[int] = F(
         [], "dqn_replay: DQN runs filled in for {run} in src, imported one after another"
@@ -548,9 +556,9 @@ def _check_data(experiment: Experiment, path: Path) -> None:
                 f"'random' only ({spec.source!r} data is dopamine's; a folder's store records "
                 "its own, sgi-lab info)"
             )
-        needs = {"dqn_replay": "src", "folder": "src"}.get(spec.source)
-        if needs and not spec.src:
+        if spec.source in ("dqn_replay", "folder", "replay", "weak", "mixed") and not spec.src:
             raise ConfigError(f"{path}: data.{name}.src: required for source {spec.source!r}")
+        _check_replay_source(experiment, name, spec, path)
         if spec.source == "dqn_replay" and not spec.checkpoints:
             raise ConfigError(f"{path}: data.{name}.checkpoints: required for dqn_replay")
         names_run = "{run}" in (spec.src or "")
@@ -560,3 +568,27 @@ def _check_data(experiment: Experiment, path: Path) -> None:
             )
         if names_run and not spec.runs:
             raise ConfigError(f"{path}: data.{name}.runs: required, src names {{run}}")
+
+
+def _check_replay_source(experiment: Experiment, name: str, spec: DataSpec, path: Path) -> None:
+    """A replay names an agent (a pretraining config of kind agent, one draw) or a run folder;
+    a selection names a replay source or a store folder; the fraction and segment fit."""
+    where, src = f"{path}: data.{name}", spec.src or ""
+    agents = {p.name: p for p in experiment.pretrain}
+    if spec.source == "replay" and src in agents and agents[src].kind != "agent":
+        raise ConfigError(f"{where}.src: {src!r} is a pretraining config, not of kind agent")
+    if spec.source == "replay" and src in agents and agents[src].draws != 1:
+        raise ConfigError(f"{where}.src: {src!r} has {agents[src].draws} draws; one replay a game")
+    selected = experiment.data.get(src)
+    if spec.source in ("weak", "mixed") and selected and selected.source != "replay":
+        raise ConfigError(f"{where}.src: {src!r} is not a data source of kind replay")
+    named = src in agents if spec.source == "replay" else src in experiment.data
+    if spec.source in ("replay", "weak", "mixed") and not named and "/" not in src:
+        raise ConfigError(
+            f"{where}.src: {src!r} names no {'agent' if spec.source == 'replay' else 'replay'} "
+            "of this experiment, nor a folder (a path with '/', {game} filled in)"
+        )
+    if spec.source == "weak" and not 0 < spec.fraction <= 1:
+        raise ConfigError(f"{where}.fraction: in (0, 1], got {spec.fraction}")
+    if spec.source == "mixed" and (spec.segment < 2 or spec.steps < 1):
+        raise ConfigError(f"{where}: segment at least 2 and steps at least 1")

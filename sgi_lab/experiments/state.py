@@ -170,9 +170,9 @@ def storage_plan(graph: Graph, task: Task, uri: str) -> dict[str, Any]:
     name = _name(graph, task.folder)
     inputs: list[tuple[str, tuple[str, ...]]] = [("params", ())]
     for dep in map(graph.task, task.deps):
-        inputs.append(
-            (_name(graph, dep.folder), ("checkpoints",) if dep.kind == "pretrain" else ())
-        )
+        # an agent's replay is exported from its last checkpoint: a data task pulls them
+        skip = ("checkpoints",) if dep.kind == "pretrain" and task.kind != "data" else ()
+        inputs.append((_name(graph, dep.folder), skip))
     if task.kind == "data":
         outputs = [name, name + PARTIAL_SUFFIX]
     elif task.kind == "finetune":  # its agents' run folders: parts of one population share a folder

@@ -24,6 +24,7 @@ from conftest import kill_once_a_pretraining_run_finishes, run_mtimes
 from sgi_lab import experiments as ex
 from sgi_lab.base.files import FolderLock
 from sgi_lab.config import ConfigError
+from sgi_lab.experiments.data_tasks import data_used
 from sgi_lab.launch.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,7 +75,7 @@ def test_every_experiment_expands(file, tmp_path, monkeypatch):
             finished_pretraining_runs(spec.run, experiment.games)
     graph = ex.expand(experiment, tmp_path / "exp")
     games, seeds = experiment.games, experiment.seeds
-    used = {p.data for p in [*experiment.pretrain, *experiment.probe] if p.data}
+    used = data_used(experiment, {})  # what pretraining and probes read, and the replays
     collected = {d for d in used if experiment.data[d].source != "folder"}  # a folder: no task
     counts = graph.counts()
     assert counts["data"] == len(collected) * len(games)
