@@ -60,6 +60,10 @@ SPEEDS: tuple[Speed, ...] = (
     Speed("pretrain", "minatar", "cpu", 1500.0, "MinAtar: SGI pretraining, one thread, samples/s"),
     Speed("finetune", "minatar", "cpu", 39.0, "MinAtar: whole loop, one thread, 1 update/step"),
     Speed("probe", "minatar", "cpu", 270.0, "MinAtar: a probe of 20k frames in 73 s, loaded CPU"),
+    # An agent's replay as a store and its Weak selection, rows/s (2026-11-29, 200k MinAtar rows,
+    # a loaded 2-core AMD EPYC; the export's figure includes loading its 83 MB checkpoint).
+    Speed("export_replay", None, "cpu", 127_000.0, "docs/datasets.md: MinAtar-Replay, export"),
+    Speed("select_replay", None, "cpu", 154_000.0, "docs/datasets.md: MinAtar-Replay, select"),
 )
 """Measured speeds (benchmarks/README.md). Finetuning rates are one agent's; a population on a
 GPU batches its agents, so its figure is an upper bound on the time. No figure: DQN Replay
