@@ -62,3 +62,20 @@ def test_report_never_overwrites_a_csv_and_refuses_a_resample_count_below_one(tm
         assert main(["report", str(a), "--reps", reps]) == 2
         err = capsys.readouterr().err
         assert "--reps: at least 1" in err and "Traceback" not in err
+
+
+def test_curves_into_a_missing_folder_or_with_a_mistyped_baseline_write_nothing(tmp_path, capsys):
+    """--curves into a folder that does not exist names the folder (not a temporary file), and a
+    mistyped --baseline stops the report before the curves page is written."""
+    a = fake_run(tmp_path / "a", "Pong", 1, [-15.0], params="smoke", pretrain_params="smoke")
+    _log(a, [1.0])
+    missing = tmp_path / "nowhere" / "c.html"
+    assert main(["report", str(a), "--reps", "50", "--curves", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert f"{missing.parent} is not a folder" in err and ".tmp" not in err
+    assert not missing.parent.exists()
+    page = tmp_path / "c.html"
+    argv = ["report", str(a), "--reps", "50", "--baseline", "smokee", "--curves", str(page)]
+    assert main(argv) == 2
+    assert "smokee" in capsys.readouterr().err
+    assert not page.exists()
