@@ -250,7 +250,7 @@ OVERSIZE_FILES = {
     "sgi_lab/analysis/ablations.py": 955,
     "sgi_lab/viz/training.py": 737,
     "sgi_lab/config.py": 820,
-    "sgi_lab/probes/probe.py": 777,
+    "sgi_lab/probes/probe.py": 755,
     "sgi_lab/train/population.py": 750,
     "sgi_lab/experiments/graph.py": 734,
     "sgi_lab/launch/demo.py": 702,

@@ -35,7 +35,7 @@ from sgi_lab.nets import SGIModel
 from sgi_lab.probes.linear import ProbeSettings
 from sgi_lab.probes.probe import ProbeEncoder, check_probe_data, probe_encoder
 from sgi_lab.runs.checkpoints import restore_generator
-from sgi_lab.runs.folder import RunDir
+from sgi_lab.runs.folder import RunDir, recorded_config
 from sgi_lab.runs.stopping import Deadline, RunStopped, stop_on_signals
 from sgi_lab.runtime.cpu_settings import settle
 from sgi_lab.runtime.device import resolve_device
@@ -261,8 +261,8 @@ class _Loop:
             desc="pretrain",
             unit="step",
         )
-        if progress and config.spr_weight > 0:  # the bar's "spr=-4.7" is meant: say why
-            tqdm.write(spr_loss_note(config.spr_steps, config.spr_weight))
+        if progress and config.spr_coefficient > 0:  # the bar's "spr=-4.7" is meant: say why
+            tqdm.write(spr_loss_note(config.spr_steps, config.spr_coefficient))
         self.state.model.train()
         self.state.target.train()  # as the reference: target BN uses batch statistics
         step_fn = self.step_function()
@@ -474,8 +474,16 @@ class PeriodicProbe:
 
 def probe_metrics(result: dict[str, Any]) -> dict[str, float | str]:
     """A probes result's F1s (overall, across categories, per category), the coordinates'
-    regressions, the reward F1, and the readout and features it used, as metrics.jsonl keys."""
-    row = {"probe/f1": result.get("overall")}
+    regressions, the labels read by R^2 (mean, per kind: MinAtar's positions, counters and
+    ramp), the headline, the collapse diagnostic's cosines (the encoder's, by latent), the
+    reward F1, and the readout and features it used, as metrics.jsonl keys."""
+    row = {"probe/headline": (result.get("headline") or {}).get("value")}
+    r2 = result.get("r2") or {}
+    row["probe/r2"] = r2.get("mean")
+    row.update({f"probe/r2_{kind}": v for kind, v in (r2.get("kinds") or {}).items()})
+    cosines = (result.get("collapse") or {}).get("encoder") or {}
+    row.update({f"probe/cosine_{latent}": v for latent, v in cosines.items()})
+    row["probe/f1"] = result.get("overall")
     row["probe/f1_across_categories"] = result.get("across_categories")
     for category, value in (result.get("categories") or {}).items():
         row[f"probe/f1_{category}"] = value.get("f1") if isinstance(value, dict) else value
@@ -506,7 +514,7 @@ def load_pretrained_model(run_dir: str | Path) -> SGIModel:
 
 def config_from_run(run_dir: str | Path) -> PretrainConfig:
     """The resolved config a run folder was trained with."""
-    values = yaml.safe_load((Path(run_dir) / "config.yaml").read_text())
+    values = recorded_config(yaml.safe_load((Path(run_dir) / "config.yaml").read_text()))
     known = {f.name for f in dataclasses.fields(PretrainConfig)}
     return build_config(PretrainConfig, {k: v for k, v in values.items() if k in known})
 

@@ -280,6 +280,18 @@ def test_probe_metrics_record_the_headline_regressions_readout_and_features():
         "regression": {"variables": 2, "r2": 0.3, "within_accuracy": 0.6, "f1": 0.2},
         "reward": {"f1": 0.6},
     }
+    minatar = {
+        "headline": {"metric": "r2", "value": 0.7},
+        "r2": {"variables": 3, "mean": 0.7, "kinds": {"coordinate": 0.8, "counter": 0.5}},
+        "collapse": {"rows": 9, "encoder": {"projection": 0.9}, "random_init": {"projection": 0.5}},
+    }
+    assert probe_metrics(minatar) == {
+        "probe/headline": 0.7,
+        "probe/r2": 0.7,
+        "probe/r2_coordinate": 0.8,
+        "probe/r2_counter": 0.5,
+        "probe/cosine_projection": 0.9,
+    }
     assert probe_metrics(result) == {
         "probe/f1": 0.5,
         "probe/f1_across_categories": 0.4,
