@@ -7,10 +7,11 @@ A params file holds a ``config`` mapping that mirrors the stage's dataclass key 
     description: SGI-M pretraining (ResNet, S+G+I)
     config:
       encoder: resnet
-      spr_weight: 2.0
+      spr_coefficient: 0.4
 
 Unknown keys and wrong types are rejected with a message naming the key. Every field has a
-default (the paper's value), a type and a one-line doc in its metadata.
+default (the paper's value), a type and a one-line doc in its metadata. A key renamed since is
+still read, with a one-line warning (`read_old_spr_keys`: spr_weight, now spr_coefficient).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import dataclasses
 import os
 import types
 import typing
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,18 +100,16 @@ class StageConfig:
         non_negative=True,
         check=lambda v: None if v < SEED_LIMIT else "must be below 2**63",
     )
-    encoder: Encoder = F(
-        "resnet", "encoder architecture (minatar / minatar_l: MinAtar's 10x10 grids)"
-    )
-    hidden_size: int = F(
-        512, "width of the heads' hidden layers (MinAtar: 128 is enough)", positive=True
-    )
+    encoder: Encoder = F("resnet", "encoder network (minatar, minatar_l: MinAtar's 10x10 grids)")
+    hidden_size: int = F(512, "heads' hidden layer width (MinAtar: 128 is enough)", positive=True)
     steps: int = F(doc="training length (per stage: gradient steps or agent steps)", positive=True)
     batch_size: int = F(doc="sequences per batch", positive=True)
     n_step: int = F(doc="n of the n-step returns", positive=True)
     gamma: float = F(0.99, "discount")
-    spr_weight: float = F(
-        doc="weight of the SPR loss, read as the stage's convention says (0 disables)",
+    spr_coefficient: float = F(
+        2.0,
+        "lambda_SPR, what multiplies SPR's loss -sum_k cos (0 disables): 2 in the text and in "
+        "SPR's finetuning (its 5 on mean_k(2 - 2 cos)); 0.4 in the authors' pretraining (its 1)",
         non_negative=True,
     )
     spr_steps: int = F(5, "K: SPR's latent prediction steps", non_negative=True)
@@ -128,9 +128,7 @@ class StageConfig:
     goal_window: int = F(
         50, "goals are states 1..goal_window steps ahead in the episode", non_negative=True
     )
-    goal_reward_scale: float = F(
-        10.0, "scale of the potential-based goal reward", non_negative=True
-    )
+    goal_reward_scale: float = F(10.0, "goal reward scale (potential-based)", non_negative=True)
     goal_distance_scale: float = F(
         1.0,
         "c in the goal reward's s = exp(2c(cos - 1)): 1 the text's, 5 the reference code's",
@@ -174,12 +172,6 @@ class PretrainConfig(StageConfig):
     batch_size: int = stage_default(StageConfig, "batch_size", 256)
     n_step: int = stage_default(
         StageConfig, "n_step", 1, "of goal RL (1 as the reference; at most spr_steps)"
-    )
-    spr_weight: float = stage_default(StageConfig, "spr_weight", 2.0)
-    spr_weight_convention: Literal["text", "reference"] = F(
-        "text",
-        "'text': lambda_SPR on -sum_k cos (paper: 2); 'reference': the authors' script's weight "
-        "on mean_k(2 - 2 cos) (1), i.e. 2w/K on -sum_k cos (docs/paper_vs_code.md)",
     )
     goal_double_q: bool = stage_default(StageConfig, "goal_double_q", True)
     log_every: int = stage_default(StageConfig, "log_every", 100)
@@ -269,17 +261,9 @@ class FinetuneConfig(StageConfig):
     steps: int = stage_default(StageConfig, "steps", 100_000, "agent steps in the environment")
     batch_size: int = stage_default(StageConfig, "batch_size", 32, "the replay batch")
     n_step: int = stage_default(StageConfig, "n_step", 10)
-    spr_weight: float = stage_default(
-        StageConfig,
-        "spr_weight",
-        5.0,
-        "SPR's convention: the weight on mean_k(2 - 2 cos), i.e. 2w/K on -sum_k cos",
-    )
     goal_double_q: bool = stage_default(StageConfig, "goal_double_q", False)
     log_every: int = stage_default(StageConfig, "log_every", 1_000)
-    checkpoint_every: int = stage_default(
-        StageConfig, "checkpoint_every", 10_000, "replay included"
-    )
+    checkpoint_every: int = stage_default(StageConfig, "checkpoint_every", 10_000, "with replay")
     updates_per_step: int = F(
         2, "gradient updates per environment step (replay ratio 64)", non_negative=True
     )
@@ -400,9 +384,6 @@ class FinetuneConfig(StageConfig):
         ),
     )
 
-    # Finetuning reads spr_weight in SPR's convention, always (`spr_coefficient`).
-    spr_weight_convention = "reference"
-
     @property
     def rollout_steps(self) -> int:
         """K of the update's sequences: the transition model's steps (``spr_steps``), or 0
@@ -431,19 +412,15 @@ class FinetuneConfig(StageConfig):
     def __post_init__(self) -> None:
         # The one place a game name is canonicalised: "pong", "ALE/Pong-v5" and "Pong" are the
         # same config, so they name the same run folder and resume each other.
-        object.__setattr__(self, "game", _canonical_game("game", self.game))
+        try:
+            object.__setattr__(self, "game", canonical_env_game(self.game))
+        except UnknownGameError as exc:
+            raise UnknownGameError(f"game: {exc}") from None
         # A MinAtar game has one protocol: the Atari default reads as it, so a config names
         # its env the same however it was written (and a run folder resumes either way).
         if is_minatar(self.game) and self.env_protocol == "dopamine":
             object.__setattr__(self, "env_protocol", "minatar")
         validate(self)
-
-
-def _canonical_game(key: str, name: Any) -> str:
-    try:
-        return canonical_env_game(name)
-    except UnknownGameError as exc:
-        raise UnknownGameError(f"{key}: {exc}") from None
 
 
 STAGES: dict[str, type] = {"pretrain": PretrainConfig, "finetune": FinetuneConfig}
@@ -452,11 +429,6 @@ TOP_LEVEL_KEYS = {"name", "description", "config", "game", "seed", "data", "pret
 
 
 # -- validation --------------------------------------------------------------------------------
-
-
-def field_docs(cls: type) -> dict[str, str]:
-    """``{field: one-line doc}`` for a config class."""
-    return {f.name: f.metadata.get("doc", "") for f in dataclasses.fields(cls)}
 
 
 def check_value(
@@ -523,6 +495,7 @@ def build_config(cls: type, values: dict[str, Any] | None = None, **overrides: A
     merged = {**(values or {}), **overrides}
     if not isinstance(merged, dict):
         raise ConfigError(f"{cls.__name__}: expected a mapping of keys to values")
+    merged = read_old_spr_keys(cls, merged)
     hints = typing.get_type_hints(cls)
     check_known_keys(cls, merged)
     checked = {k: check_value(k, v, hints[k]) for k, v in merged.items()}
@@ -555,11 +528,8 @@ def check_key_value(cls: type, key: str, value: Any) -> Any:
 def validate(config: Any) -> None:
     """Every check of a config beyond its keys' types, run once, as the config is constructed
     (`build_config`, a direct call, ``dataclasses.replace``): each numeric field's range (the
-    rule beside the field, `F`), then the checks across fields of its stage.
-
-    Raises:
-        ConfigError: naming the key.
-    """
+    rule beside the field, `F`), then the checks across fields of its stage; a ConfigError
+    names the key."""
     for f in dataclasses.fields(config):
         _check_range(f, getattr(config, f.name))
     if isinstance(config, PretrainConfig):
@@ -568,16 +538,16 @@ def validate(config: Any) -> None:
         _check_finetune(config)
 
 
-OBJECTIVE_WEIGHTS = ("spr_weight", "goal_weight", "inverse_weight", "atc_weight", "bc_weight")
+OBJECTIVE_WEIGHTS = ("spr_coefficient", "goal_weight", "inverse_weight", "atc_weight", "bc_weight")
 """PretrainConfig's loss weights; at least one is positive."""
 
 
 def _check_pretrain(config: PretrainConfig) -> None:
     if not any(getattr(config, key) for key in OBJECTIVE_WEIGHTS):
         raise ConfigError(f"{', '.join(OBJECTIVE_WEIGHTS)}: every weight is 0, nothing to learn")
-    if config.uses_atc and (config.spr_weight or config.goal_weight or config.inverse_weight):
+    if config.uses_atc and (config.spr_coefficient or config.goal_weight or config.inverse_weight):
         raise ConfigError(
-            "atc_weight: ATC is a baseline on its own; set spr_weight, goal_weight and "
+            "atc_weight: ATC is a baseline on its own; set spr_coefficient, goal_weight and "
             "inverse_weight to 0"
         )
     if config.uses_goal_rl and not 1 <= config.n_step <= config.spr_steps:
@@ -685,11 +655,8 @@ def read_params(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def parse_value(raw: str) -> Any:
-    """A command-line value as YAML: ``3`` -> 3, ``true`` -> True, ``1e-4`` -> 0.0001.
-
-    Raises:
-        ConfigError: not a YAML value (quoted, cut short).
-    """
+    """A command-line value as YAML: ``3`` -> 3, ``true`` -> True, ``1e-4`` -> 0.0001; a
+    ConfigError for what is not a YAML value (quoted, cut short)."""
     try:
         value = load_yaml(raw, "value") if raw != "" else ""
     except YAMLInputError as exc:
@@ -739,8 +706,9 @@ def load_config(
         values = read_params(params).get("config", {})
     in_file = str(params) if isinstance(params, (str, os.PathLike)) else ""
     extra = {**(overrides or {}), **kw}
-    _check_keys_and_values(cls, values, in_file, ": ")
-    _check_keys_and_values(cls, extra, overrides_source, " ")
+    given = {**values, **extra} if isinstance(values, dict) else extra
+    values = _check_keys_and_values(cls, values, in_file, ": ", given)
+    extra = _check_keys_and_values(cls, extra, overrides_source, " ", given)
     try:
         return build_config(cls, values, **extra)
     except ConfigError as exc:
@@ -748,12 +716,13 @@ def load_config(
         raise ConfigError(f"{both}: {exc}" if both else str(exc)) from None
 
 
-def _check_keys_and_values(cls: type, values: dict[str, Any], source: str, sep: str) -> None:
-    """Each key known, each value's type and range, blamed on ``source``, ``sep`` before the
-    key (a params file: ``"p.yaml: steps: ..."``; overrides: ``"--set steps: ..."``)."""
+def _check_keys_and_values(cls: type, values: Any, source: str, sep: str, given: dict) -> dict:
+    """``values`` (old keys read), each key known, each value's type and range, blamed on
+    ``source``, ``sep`` before the key (``"p.yaml: steps: ..."``, ``"--set steps: ..."``)."""
     if not isinstance(values, dict):
         raise ConfigError(f"{source}: expected a mapping of {cls.__name__} keys to values")
     try:
+        values = read_old_spr_keys(cls, values, given, f"{source}{sep}" if source else "")
         check_known_keys(cls, values)
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}" if source else str(exc)) from None
@@ -764,11 +733,44 @@ def _check_keys_and_values(cls: type, values: dict[str, Any], source: str, sep: 
             if not source:
                 raise
             raise ConfigError(f"{source}{sep}{exc}") from None
+    return values
 
 
 def to_dict(config: Any) -> dict[str, Any]:
     """Plain dict of a config (for YAML/JSON)."""
     return dataclasses.asdict(config)
+
+
+OLD_SPR_KEYS = ("spr_weight", "spr_weight_convention")
+"""Replaced by spr_coefficient on 2026-11-29; old files still read (`read_old_spr_keys`)."""
+
+
+def read_old_spr_keys(cls, values, given=None, source: str = "", warn: bool = True) -> Any:
+    """``values`` with an old spr_weight read as the spr_coefficient it meant, by the old code's
+    arithmetic: itself ('text', pretraining's default convention) or 2 spr_weight / spr_steps
+    ('reference': the authors' weight on mean_k(2 - 2 cos), finetuning's always); with its
+    convention and K among ``given`` (every key given), and a one-line FutureWarning."""
+    old = {*OLD_SPR_KEYS} & {*values} if isinstance(values, dict) else None
+    if not old or cls not in STAGES.values():
+        return values
+    given = {"spr_steps": cls.__dataclass_fields__["spr_steps"].default, **values, **(given or {})}
+    default = "reference" if cls is FinetuneConfig else "text"
+    convention = given.get("spr_weight_convention", default)
+    if {"spr_coefficient", "spr_weight"} <= {*values} or "spr_weight" not in given:
+        raise ConfigError(
+            f"{'/'.join(sorted(old))}: replaced by spr_coefficient, the weight on -sum_k cos "
+            "(0.4: the authors' spr_weight 1 on mean_k(2 - 2 cos)); write that instead"
+        )
+    check_value("spr_weight_convention", convention, Literal["text", "reference"])
+    new = {k: v for k, v in values.items() if k not in OLD_SPR_KEYS}
+    if "spr_weight" in values:
+        w = check_value("spr_weight", values["spr_weight"], float)
+        k = check_key_value(cls, "spr_steps", given["spr_steps"])
+        new["spr_coefficient"] = c = w if convention == "text" else 2.0 * w / max(1, k)
+        if warn:
+            message = f"{source}spr_weight: {w:g} ({convention}) is spr_coefficient: {c:g}"
+            warnings.warn(f"{message}, the weight on -sum_k cos; write that", FutureWarning, 3)
+    return new
 
 
 @dataclass(frozen=True)
@@ -797,9 +799,7 @@ class ExploreConfig:
     hidden_size: int = F(512, "width of policy, inverse and forward MLPs (Burda: hidsize 512)")
     conv_width: int = F(32, "channels of the first conv; then 2x, 2x (Burda: 32/64/64)")
     forward_blocks: int = F(4, "residual blocks of the forward model (Burda: 4)")
-    ob_norm_steps: int = F(
-        10_000, "random-agent steps for the observation mean/std (Burda: 10,000)"
-    )
+    ob_norm_steps: int = F(10_000, "random-agent steps for observation mean/std (Burda: 10,000)")
     max_episode_frames: int = F(
         108_000, "raw-frame episode cap (house Atari 100k protocol; Burda capped at 18,000)"
     )

@@ -24,15 +24,20 @@ from sgi_lab.runs.folder import RunDir, run_name
 
 def test_defaults_follow_the_paper():
     p = PretrainConfig()
-    assert (p.batch_size, p.spr_weight, p.inverse_weight, p.goal_weight) == (256, 2.0, 1.0, 1.0)
+    assert (p.batch_size, p.spr_coefficient, p.inverse_weight, p.goal_weight) == (
+        256,
+        2.0,
+        1.0,
+        1.0,
+    )
     assert (p.lr, p.adam_eps, p.ema_tau) == (1e-4, 1.5e-4, 0.99)
     assert p.steps == 10 * 6_000_000 // 256
     f = FinetuneConfig()
-    assert (f.batch_size, f.n_step, f.num_atoms, f.spr_weight, f.learning_starts) == (
+    assert (f.batch_size, f.n_step, f.num_atoms, f.spr_coefficient, f.learning_starts) == (
         32,
         10,
         51,
-        5.0,
+        2.0,  # SPR's spr_weight 5 on mean_k(2 - 2 cos), K = 5
         2000,
     )
     assert (f.encoder_lr_scale, round(f.pretrained_lr_scale, 4)) == (0.01, 0.3333)
@@ -62,11 +67,11 @@ def test_wrong_types_are_named(key, value, message):
     "cls,values,message",
     [
         (PretrainConfig, {"batch_size": 0}, "batch_size: must be positive, got 0"),
-        (PretrainConfig, {"spr_weight": -1.0}, r"spr_weight: must be >= 0, got -1.0"),
+        (PretrainConfig, {"spr_coefficient": -1.0}, r"spr_coefficient: must be >= 0, got -1.0"),
         (
             PretrainConfig,
-            {"spr_weight": 0.0, "goal_weight": 0.0, "inverse_weight": 0.0},
-            "spr_weight, .*bc_weight: every weight is 0, nothing to learn",
+            {"spr_coefficient": 0.0, "goal_weight": 0.0, "inverse_weight": 0.0},
+            "spr_coefficient, .*bc_weight: every weight is 0, nothing to learn",
         ),
         (PretrainConfig, {"atc_weight": 1.0}, "atc_weight: ATC is a baseline on its own"),
         (PretrainConfig, {"n_step": 6}, r"n_step: must lie in 1..spr_steps \(5\).*got 6"),
@@ -87,7 +92,7 @@ def test_ranges_and_cross_field_checks_name_the_key_however_the_config_is_made(
 
 
 def test_cross_field_checks_accept_what_the_other_fields_allow():
-    atc = {"spr_weight": 0.0, "goal_weight": 0.0, "inverse_weight": 0.0, "atc_weight": 1.0}
+    atc = {"spr_coefficient": 0.0, "goal_weight": 0.0, "inverse_weight": 0.0, "atc_weight": 1.0}
     assert build_config(PretrainConfig, atc).atc_weight == 1.0
     assert build_config(PretrainConfig, {"n_step": 6, "spr_steps": 6}).n_step == 6
     assert build_config(PretrainConfig, {"n_step": 9, "goal_weight": 0.0}).n_step == 9
@@ -257,7 +262,7 @@ def test_the_stages_share_one_declaration_of_their_common_fields():
     assert shared == pretrain & finetune and len(shared) == 27  # hidden_size too
     assert issubclass(PretrainConfig, StageConfig) and issubclass(FinetuneConfig, StageConfig)
     # Only a stage default is restated; type, doc and range rule are the base's.
-    for name in ("batch_size", "steps", "n_step", "spr_weight", "log_every"):
+    for name in ("batch_size", "steps", "n_step", "log_every"):
         base = StageConfig.__dataclass_fields__[name].metadata
         for cls in (PretrainConfig, FinetuneConfig):
             assert cls.__dataclass_fields__[name].metadata["rules"] == base["rules"], name
@@ -265,6 +270,9 @@ def test_the_stages_share_one_declaration_of_their_common_fields():
     assert (PretrainConfig().batch_size, FinetuneConfig().batch_size) == (256, 32)
     assert (PretrainConfig().n_step, FinetuneConfig().n_step) == (1, 10)
     assert (PretrainConfig().goal_double_q, FinetuneConfig().goal_double_q) == (True, False)
+    # lambda_SPR is 2 in both stages' defaults: declared once, not restated
+    assert "spr_coefficient" not in PretrainConfig.__dict__ and "spr_coefficient" in shared
+    assert (PretrainConfig().spr_coefficient, FinetuneConfig().spr_coefficient) == (2.0, 2.0)
 
 
 @pytest.mark.parametrize(
@@ -294,19 +302,19 @@ def test_is_a_term_on_is_derived_once_on_the_config():
     # finetuning: ssl is the switch; goal_weight only weighs the term
     assert FinetuneConfig(ssl="all", goal_weight=0.0).uses_goal_rl
     assert (FinetuneConfig().rollout_steps, FinetuneConfig(ssl="none").rollout_steps) == (5, 0)
-    atc = {"spr_weight": 0.0, "goal_weight": 0.0, "inverse_weight": 0.0, "atc_weight": 0.5}
+    atc = {"spr_coefficient": 0.0, "goal_weight": 0.0, "inverse_weight": 0.0, "atc_weight": 0.5}
     assert PretrainConfig(**atc).uses_atc and not PretrainConfig().uses_atc
 
 
-def test_spr_coefficient_has_one_definition_for_both_stages():
-    import sgi_lab.train.pretrain_step as pretrain_step
-    import sgi_lab.train.sgi_loss as sgi_loss
+def test_the_spr_coefficient_is_what_multiplies_spr_in_both_stages():
+    from sgi_lab.train.sgi_loss import finetuning_settings, pretraining_settings
 
-    assert pretrain_step.spr_coefficient is sgi_loss.spr_coefficient
-    assert sgi_loss.spr_coefficient(PretrainConfig()) == 2.0  # text: lambda_SPR itself
-    ref = PretrainConfig(spr_weight=1.0, spr_weight_convention="reference")
-    assert sgi_loss.spr_coefficient(ref) == pytest.approx(0.4)  # 2 w / K
-    assert sgi_loss.spr_coefficient(FinetuneConfig()) == pytest.approx(2.0)  # 2 * 5 / 5
+    for config in (PretrainConfig(spr_coefficient=0.4), FinetuneConfig(spr_coefficient=0.4)):
+        settings = (
+            pretraining_settings if isinstance(config, PretrainConfig) else finetuning_settings
+        )(config)
+        assert settings.weight("spr") == config.spr_coefficient == 0.4  # as written, any K
+    assert pretraining_settings(PretrainConfig(spr_coefficient=0.0)).terms == {"goal_rl", "inverse"}
 
 
 # -- where a bad key or value came from ------------------------------------------------------

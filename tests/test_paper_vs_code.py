@@ -14,39 +14,33 @@ import torch.nn.functional as F
 from sgi_lab.config import ConfigError, PretrainConfig, build_config, load_config
 from sgi_lab.objectives import spr_loss
 from sgi_lab.objectives.goal_rl import goals_from_draws
-from sgi_lab.train.pretrain_step import spr_coefficient
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-# -- SPR weight convention ------------------------------------------------------------------
+# -- SPR's weight ---------------------------------------------------------------------------
 
 
-def test_spr_coefficient_text_and_reference():
-    text = build_config(PretrainConfig, {"spr_weight": 2.0})
-    assert text.spr_weight_convention == "text"
-    assert spr_coefficient(text) == 2.0
-    ref = build_config(PretrainConfig, {"spr_weight": 1.0, "spr_weight_convention": "reference"})
-    assert spr_coefficient(ref) == pytest.approx(0.4)  # 2 * 1 / K, K = 5
-    ref3 = build_config(
-        PretrainConfig, {"spr_weight": 1.0, "spr_weight_convention": "reference", "spr_steps": 2}
-    )
-    assert spr_coefficient(ref3) == pytest.approx(1.0)
-    with pytest.raises(ConfigError, match="spr_weight_convention"):
-        build_config(PretrainConfig, {"spr_weight_convention": "paper"})
+def test_spr_coefficient_is_the_weight_on_the_text_loss():
+    text = build_config(PretrainConfig, {"spr_coefficient": 2.0})
+    assert text.spr_coefficient == 2.0 and PretrainConfig().spr_coefficient == 2.0
+    # the authors' spr_weight 1 on mean_k(2 - 2 cos) is written as what it weighs -sum_k cos by
+    paper = load_config(PretrainConfig, ROOT / "params/pretrain/sgi_m.yaml")
+    assert paper.spr_coefficient == 2.0 * 1.0 / paper.spr_steps == 0.4
+    with pytest.raises(ConfigError, match="spr_coefficient: must be >= 0"):
+        build_config(PretrainConfig, {"spr_coefficient": -0.4})
 
 
-def test_reference_convention_matches_the_reference_loss_and_gradient():
+def test_reference_weight_matches_the_reference_loss_and_gradient():
     # K = 2 steps: cos = 1 and 1/sqrt(2). Text loss -sum_k cos = -1.7071; the reference's
-    # w * mean_k(2 - 2 cos) = (0 + 2 - sqrt(2)) / 2 = 0.2929 for w = 1, = 2w + (2w/K) * text.
+    # w * mean_k(2 - 2 cos) = (0 + 2 - sqrt(2)) / 2 = 0.2929 for w = 1, = 2w + (2w/K) * text:
+    # its w = 1 at K = 2 is spr_coefficient 1.
     pred = torch.tensor([[[1.0, 0.0], [1.0, 1.0]]], requires_grad=True)
     targ = torch.tensor([[[1.0, 0.0], [0.0, 1.0]]])
     text = spr_loss(pred, targ)
     assert text.item() == pytest.approx(-(1 + 1 / math.sqrt(2)), abs=1e-6)
-    config = build_config(
-        PretrainConfig, {"spr_weight": 1.0, "spr_weight_convention": "reference", "spr_steps": 2}
-    )
-    ours = spr_coefficient(config) * text.sum()
+    config = build_config(PretrainConfig, {"spr_coefficient": 2.0 * 1.0 / 2, "spr_steps": 2})
+    ours = config.spr_coefficient * text.sum()
     (g_ours,) = torch.autograd.grad(ours, pred)
     a, b = F.normalize(pred, dim=-1), F.normalize(targ, dim=-1)
     reference = 1.0 * (a - b).pow(2).sum(-1).mean(-1).sum()  # the authors' spr_loss
@@ -104,9 +98,8 @@ PAPER_PARAMS = sorted(p for p in (ROOT / "params/pretrain").glob("*.yaml") if p.
 @pytest.mark.parametrize("path", PAPER_PARAMS, ids=lambda p: p.stem)
 def test_paper_params_follow_the_reference_code(path):
     config = load_config(PretrainConfig, path)
-    if config.spr_weight > 0:
-        assert config.spr_weight_convention == "reference"
-        assert spr_coefficient(config) == pytest.approx(0.4)
+    if config.spr_coefficient > 0:
+        assert config.spr_coefficient == 0.4  # the authors' spr_weight 1 on mean_k(2 - 2 cos)
     if config.goal_weight > 0:
         assert (config.goal_noise, config.goal_offsets) == ("reference", "reference")
         assert config.goal_distance_scale == 5.0
@@ -114,11 +107,10 @@ def test_paper_params_follow_the_reference_code(path):
 
 def test_dataclass_defaults_are_the_text():
     c = PretrainConfig()
-    assert (c.spr_weight, c.spr_weight_convention) == (2.0, "text")
+    assert c.spr_coefficient == 2.0
     assert (c.goal_noise, c.goal_offsets, c.goal_distance_scale) == ("text", "text", 1.0)
     with pytest.raises(ConfigError, match="goal_distance_scale: must be positive"):
         build_config(PretrainConfig, {"goal_distance_scale": 0.0})
-    assert np.isfinite(spr_coefficient(c))
 
 
 # -- sticky actions recorded in a store's manifest ---------------------------------------------

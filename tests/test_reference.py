@@ -51,6 +51,10 @@ GRAD_RTOL = 1e-4
 UPDATE_RTOL = 1e-3
 STATISTICS = ("running_mean", "running_var", "num_batches_tracked")
 PRETRAIN_CASES = ["pretrain_nature", "pretrain_resnet", "pretrain_resnet_l"]
+# The authors' SPR weights on their loss mean_k(2 - 2 cos) (sgim_pretrain.sh's spr_weight=1,
+# sgim_finetune.sh's 5: benchmarks/reference/run_reference.py); sgi-lab's spr_coefficient on
+# -sum_k cos is 2 w / K of them, written so in the params files (0.4) and the default (2.0).
+REFERENCE_SPR_WEIGHT = {"pretrain": 1.0, "finetune": 5.0}
 
 
 def load(name: str, kind: str) -> dict[str, np.ndarray]:
@@ -129,7 +133,7 @@ def reference_pretrain_config(case: dict) -> PretrainConfig:
         return build_config(
             PretrainConfig,
             encoder=args["encoder"],
-            spr_weight=0.0,
+            spr_coefficient=0.0,
             goal_weight=0.0,
             inverse_weight=0.0,
             bc_weight=1.0,
@@ -145,8 +149,7 @@ def reference_pretrain_config(case: dict) -> PretrainConfig:
     return build_config(
         PretrainConfig,
         encoder=args["encoder"],
-        spr_weight=1.0,
-        spr_weight_convention="reference",
+        spr_coefficient=2.0 * REFERENCE_SPR_WEIGHT["pretrain"] / case["spr_steps"],
         goal_weight=1.0,
         inverse_weight=1.0,
         goal_noise="reference",
@@ -219,7 +222,8 @@ def run_pretrain_step(name: str, monkeypatch: pytest.MonkeyPatch, **overrides):
 def test_pretraining_losses_equal_the_reference(name, monkeypatch):
     config, logs, _, _, _, _, _, captured = one_update("pretrain", name, monkeypatch)
     ref = load(name, "reference")
-    K, w = config.spr_steps, config.spr_weight
+    K, w = config.spr_steps, REFERENCE_SPR_WEIGHT["pretrain"]
+    assert config.spr_coefficient == 2.0 * w / K == 0.4  # the paper params files' value, exactly
     # The reference's SPR term is mean_k(2 - 2 cos) = 2 + (2 / K) * (-sum_k cos).
     expected = {
         "losses/spr": (float(ref["loss/spr"]) - 2.0) * K / 2.0,
@@ -553,10 +557,12 @@ def test_finetuning_losses_and_priorities_equal_the_reference(name, monkeypatch)
     config, stats, priorities = run.config, run.stats, run.priorities
     ref = load(name, "reference")
     K, w = config.spr_steps, torch.from_numpy(load(name, "inputs")["is_weights"])
+    spr_weight = REFERENCE_SPR_WEIGHT["finetune"]
+    assert config.spr_coefficient == 2.0 * spr_weight / K  # the default, 2.0
     rl = torch.from_numpy(ref["rl_per_sample"])
     spr_steps = torch.from_numpy(ref["spr_per_step"])  # (K+1, B) of 2 - 2 cos
     spr_ref = spr_steps[1:].mean(0)  # mean_k(2 - 2 cos) per sample (no terminal inside K)
-    per_sample = rl + config.spr_weight * spr_ref
+    per_sample = rl + spr_weight * spr_ref
     expected = {
         "losses/rl": float(rl.mean()),
         "losses/spr": float(((spr_ref - 2.0) * K / 2.0).mean()),
@@ -571,9 +577,7 @@ def test_finetuning_losses_and_priorities_equal_the_reference(name, monkeypatch)
         assert float((w * goal).mean()) == pytest.approx(float(ref["loss/goal"]), rel=1e-6)
         assert float((w * inverse).mean()) == pytest.approx(float(ref["loss/inverse"]), rel=1e-6)
     # the reference's total adds the constant 2 w spr_weight that changes no gradient
-    expected["losses/total"] = float((w * per_sample).mean()) - 2.0 * config.spr_weight * float(
-        w.mean()
-    )
+    expected["losses/total"] = float((w * per_sample).mean()) - 2.0 * spr_weight * float(w.mean())
     for key, value in expected.items():
         got = float(stats[key][0])
         assert got == pytest.approx(value, rel=LOSS_RTOL, abs=1e-7), (

@@ -21,6 +21,7 @@ from sgi_lab.base.files import read_mapping
 from sgi_lab.data.store_format import read_manifest
 from sgi_lab.probes.results import read_probes
 from sgi_lab.runs.checkpoints import CheckpointError, load_checkpoint
+from sgi_lab.runs.folder import recorded_config
 from sgi_lab.runs.hub import write_hub_folder
 from sgi_lab.runs.status import pretrained_source
 from sgi_lab.train.transfer import AGENT_KIND, PRETRAINED_KINDS
@@ -29,7 +30,7 @@ __all__ = ["export_hub", "model_card"]
 
 # The objective's weights, in the paper's words (`sgi_lab.config.PretrainConfig`).
 OBJECTIVE_WEIGHTS = {
-    "spr_weight": "SPR",
+    "spr_coefficient": "SPR",
     "goal_weight": "goal-conditioned RL",
     "inverse_weight": "inverse dynamics",
     "atc_weight": "ATC",
@@ -75,7 +76,7 @@ def _probe_lines(entries: list[dict[str, Any]]) -> list[str]:
 
 def model_card(info: dict[str, Any]) -> str:
     """``README.md`` of a hub folder: Hub front matter, then what the weights are."""
-    config = info.get("config") or {}
+    config = recorded_config(info.get("config") or {})  # an old run's spr_weight too
     data = info.get("data") or {}
     game = str(info.get("game") or data.get("game") or "unknown")
     family = "minatar" if game.startswith("minatar/") else "atari"

@@ -21,6 +21,7 @@ from sgi_lab.base.files import read_mapping
 from sgi_lab.data.store_format import read_manifest
 from sgi_lab.envs.minatar import is_minatar
 from sgi_lab.metrics import paper_column_for, paper_configs
+from sgi_lab.runs.folder import recorded_config
 
 __all__ = ["DATA_NAMES", "PaperColumn", "paper_column", "paper_config", "run_label"]
 
@@ -121,7 +122,7 @@ def _data_letter(store: str | Path | None) -> str | None:
 
 def _pretraining_column(folder: Path) -> tuple[str | None, str]:
     """The paper's pretraining config nearest to a pretraining run folder, and why."""
-    config = read_mapping(folder / "config.yaml")
+    config = recorded_config(read_mapping(folder / "config.yaml"))  # old runs' spr_weight too
     status = read_mapping(folder / "status.json")
     letter = _data_letter(status.get("data"))
     data = f"{DATA_NAMES[letter]} data" if letter else "data of unrecorded kind"
@@ -134,7 +135,7 @@ def _pretraining_column(folder: Path) -> tuple[str | None, str]:
         return "BC-M", f"behavioural cloning on {data}{note}"
     objectives = [
         name
-        for name, key in (("S", "spr_weight"), ("G", "goal_weight"), ("I", "inverse_weight"))
+        for name, key in (("S", "spr_coefficient"), ("G", "goal_weight"), ("I", "inverse_weight"))
         if float(config.get(key, 1.0) or 0) > 0
     ]
     if not objectives:

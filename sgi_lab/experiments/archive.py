@@ -36,10 +36,11 @@ from typing import Any
 import yaml
 
 from sgi_lab.base.files import LOCK_FILE, RunFolderError, atomic_write, atomic_write_text
-from sgi_lab.config import FinetuneConfig, PretrainConfig
+from sgi_lab.config import OLD_SPR_KEYS, FinetuneConfig, PretrainConfig
 from sgi_lab.experiments.graph import Graph, Task
 from sgi_lab.experiments.spec import EXPERIMENT_FILE
 from sgi_lab.experiments.state import task_done
+from sgi_lab.runs.folder import recorded_config
 from sgi_lab.runs.status import REBUILT_FILE, RESTORED_FILE, file_sha256, restored_files
 
 __all__ = [
@@ -98,11 +99,16 @@ def task_fingerprint(
 
 def _as_archived(payload: dict[str, Any], archived: dict[str, Any]) -> dict[str, Any]:
     """``payload`` without the config keys ``archived`` lacks that are at their default in
-    every stage config that has them (a field added since, which changes nothing); a key at
-    another value stays, so the fingerprints differ and the task runs again."""
+    every stage config that has them (a field added since, which changes nothing), and with a
+    key renamed since (spr_weight, now spr_coefficient) as ``archived`` wrote it where it means
+    the same value (`recorded_config`); a key at another value stays, so the fingerprints
+    differ and the task runs again."""
     config, old = payload.get("config"), archived.get("config")
     if not isinstance(config, dict) or not isinstance(old, dict):
         return payload
+    renamed = {k: old[k] for k in OLD_SPR_KEYS if k in old and k not in config}
+    if renamed and recorded_config(old).get("spr_coefficient") == config.get("spr_coefficient"):
+        config = {**{k: v for k, v in config.items() if k != "spr_coefficient"}, **renamed}
     added = {k for k in set(config) - set(old) if _at_default(k, config[k])}
     return {**payload, "config": {k: v for k, v in config.items() if k not in added}}
 

@@ -40,7 +40,7 @@ from sgi_lab.base.files import (
     record_provenance,
 )
 from sgi_lab.base.yaml_io import load_yaml
-from sgi_lab.config import ConfigError
+from sgi_lab.config import ConfigError, FinetuneConfig, PretrainConfig, read_old_spr_keys
 from sgi_lab.runs.checkpoints import CHECKPOINT_RE, CheckpointError, load_checkpoint
 from sgi_lab.runs.status import FAILED, FINISHED, RUNNING, has_final_model, run_kind
 from sgi_lab.runs.stopping import failure_reason
@@ -124,10 +124,23 @@ def check_run_folder(path: str | os.PathLike, kind: str) -> bool:
     return True
 
 
+def recorded_config(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A config as a run or an archive recorded it (``config.yaml``, a params payload), a key
+    renamed since read as today's (`sgi_lab.config.read_old_spr_keys`: an old spr_weight as its
+    spr_coefficient), silently: a record is no file to fix. A finetuning record has a game."""
+    cls = FinetuneConfig if "game" in values else PretrainConfig
+    try:
+        return read_old_spr_keys(cls, dict(values), warn=False)
+    except (ConfigError, TypeError):
+        return dict(values)
+
+
 def config_changes(
     saved: Mapping[str, Any], config: Mapping[str, Any], runtime_keys=RUNTIME_KEYS
 ) -> dict[str, tuple[Any, Any]]:
-    """``{key: (saved, new)}`` for every non-runtime key whose value differs (the one check)."""
+    """``{key: (saved, new)}`` for every non-runtime key whose value differs (the one check),
+    each side's old keys read as today's (`recorded_config`)."""
+    saved, config = recorded_config(saved), recorded_config(config)
     keys = sorted((set(saved) | set(config)) - set(runtime_keys))
     missing = object()
     changes = {}

@@ -30,6 +30,7 @@ from sgi_lab.runtime.cpu_settings import settle
 from sgi_lab.runtime.device import tf32_settings
 from sgi_lab.train.population import Population
 from sgi_lab.train.precision import update_precision
+from sgi_lab.train.sgi_loss import finetuning_settings, loss_weights_note
 from sgi_lab.train.transfer import (
     Pretrained,
     Transfer,
@@ -169,6 +170,7 @@ def build_population(
     )
     replay = population_replay(population, agents)
     for i, a in enumerate(agents):
+        a.log(loss_weights_note(finetuning_settings(a.config)))  # what multiplies each term
         if a.checkpoint is None:
             start_spr_target(a, i, population)
         else:

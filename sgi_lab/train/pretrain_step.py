@@ -38,7 +38,6 @@ from sgi_lab.train.sgi_loss import (
     SGITargets,
     pretraining_settings,
     sgi_loss_terms,
-    spr_coefficient,
     weighted_sum,
 )
 from sgi_lab.train.transfer import observation_args
@@ -54,7 +53,6 @@ __all__ = [
     "measure_step",
     "model_args",
     "representation_similarity",
-    "spr_coefficient",
     "train_step",
 ]
 

@@ -33,28 +33,11 @@ __all__ = [
     "SGITargets",
     "TERMS",
     "finetuning_settings",
+    "loss_weights_note",
     "pretraining_settings",
     "sgi_loss_terms",
-    "spr_coefficient",
     "weighted_sum",
 ]
-
-
-def spr_coefficient(config: PretrainConfig | FinetuneConfig) -> float:
-    """Weight of `spr_loss` (-sum_k cos) for the config's ``spr_weight`` read in its
-    ``spr_weight_convention`` (finetuning: always ``"reference"``, SPR's).
-
-    ``"text"``: the weight is lambda_SPR on -sum_k cos (the paper's 2). ``"reference"``: it is
-    the authors' weight on mean_k(2 - 2 cos) (their pretraining script's 1, finetuning's 5),
-    whose gradient is 2 / K times that of -sum_k cos: 2 w / K. The constant 2 w the reference
-    loss adds changes no gradient, so it is left out (``losses/total`` is lower by it).
-    """
-    convention = config.spr_weight_convention
-    if convention == "reference":
-        return 2.0 * config.spr_weight / max(1, config.spr_steps)
-    if convention != "text":
-        raise ValueError(f"SPR weight convention must be 'text' or 'reference', got {convention!r}")
-    return config.spr_weight
 
 
 TERMS = ("spr", "goal_rl", "inverse", "bc")
@@ -70,7 +53,10 @@ class SGILossSettings:
 
     Attributes:
         terms: the terms learned (a subset of `TERMS`).
-        spr_coefficient: weight of `spr_loss` (`spr_coefficient`).
+        spr_coefficient: weight of `spr_loss` (-sum_k cos), the config's ``spr_coefficient``
+            as written (the authors' weight w on mean_k(2 - 2 cos) is 2 w / K of it; the
+            constant 2 w their loss adds changes no gradient and is left out, so
+            ``losses/total`` is lower by it).
         goal_weight: weight of goal-conditioned RL.
         inverse_weight: weight of inverse dynamics.
         bc_weight: weight of behavioural cloning.
@@ -111,14 +97,14 @@ def pretraining_settings(config: PretrainConfig) -> SGILossSettings:
     """Offline pretraining: a term is learned when its weight is positive (the S/G/I
     ablations set a weight to 0: the model then has no head for it)."""
     weights = {
-        "spr": config.spr_weight,
+        "spr": config.spr_coefficient,
         "inverse": config.inverse_weight,
         "bc": config.bc_weight,
     }
     terms = {term for term, weight in weights.items() if weight > 0}
     return SGILossSettings(
         terms=frozenset(terms | ({"goal_rl"} if config.uses_goal_rl else set())),
-        spr_coefficient=spr_coefficient(config),
+        spr_coefficient=config.spr_coefficient,
         goal_weight=config.goal_weight,
         inverse_weight=config.inverse_weight,
         bc_weight=config.bc_weight,
@@ -131,7 +117,7 @@ def pretraining_settings(config: PretrainConfig) -> SGILossSettings:
 
 
 def finetuning_settings(config: FinetuneConfig) -> SGILossSettings:
-    """Finetuning: SPR (in the reference's convention, SPR's ``spr_weight: 5``) unless
+    """Finetuning: SPR (``spr_coefficient``: 2, SPR's 5 on mean_k(2 - 2 cos)) unless
     ``ssl: none``; goal RL and inverse dynamics with ``ssl: all`` (`FinetuneConfig.uses_goal_rl`),
     whose goal reward and return are the config's (``goal_distance_scale``, ``goal_returns``:
     the text's by default, the reference's in ``params/finetune/all_ssl.yaml``); goal RL's n
@@ -141,7 +127,7 @@ def finetuning_settings(config: FinetuneConfig) -> SGILossSettings:
         terms |= {"goal_rl", "inverse"}
     return SGILossSettings(
         terms=frozenset(terms),
-        spr_coefficient=spr_coefficient(config),
+        spr_coefficient=config.spr_coefficient,
         goal_weight=config.goal_weight,
         inverse_weight=config.inverse_weight,
         gamma=config.gamma,
@@ -237,6 +223,15 @@ def sgi_loss_terms(
         losses["bc"] = bc_loss(logits, actions[:, 0])
         charts["charts/bc_accuracy"] = bc_accuracy(logits, actions[:, 0])
     return losses, charts
+
+
+def loss_weights_note(settings: SGILossSettings) -> str:
+    """The weights `weighted_sum` applies, in one line for a run's log: ``"SGI loss weights: 2
+    x spr (-sum_k cos, the config's spr_coefficient), 1 x goal_rl, 1 x inverse"``."""
+    shown = [f"{settings.weight(t):g} x {t}" for t in TERMS if t in settings.terms]
+    if "spr" in settings.terms:
+        shown[0] += " (-sum_k cos, the config's spr_coefficient)"
+    return "SGI loss weights: " + (", ".join(shown) or "none (no SGI loss is learned)")
 
 
 def weighted_sum(losses: dict[str, torch.Tensor], settings: SGILossSettings) -> torch.Tensor:

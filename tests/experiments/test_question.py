@@ -193,7 +193,10 @@ def test_an_archive_survives_a_config_field_added_at_its_default(tmp_path):
     params = task.argv[task.argv.index("--params") + 1]
     payload = graph.params_files[params]
     # as the archive's code wrote it: without the field added since
-    old = {**payload, "config": {k: v for k, v in payload["config"].items() if k != "spr_weight"}}
+    old = {
+        **payload,
+        "config": {k: v for k, v in payload["config"].items() if k != "spr_coefficient"},
+    }
     scratch = graph.task("finetune/sgi_none/part1of2")
     scratch_params = scratch.argv[scratch.argv.index("--params") + 1]
     scratch_payload = graph.params_files[scratch_params]
@@ -216,7 +219,7 @@ def test_an_archive_survives_a_config_field_added_at_its_default(tmp_path):
     archived = task_fingerprint(graph, task)
     graph.params_files[params] = payload
     assert task_fingerprint(graph, task, {params: older_negative}) != archived
-    assert old  # (spr_weight is not at its default here either: it stays in)
+    assert old  # (spr_coefficient is at its default: it would be left out)
 
 
 @pytest.mark.slow  # the calibration study's graph at tiny budgets, for real: 4-6 min on 2 cores

@@ -215,12 +215,12 @@ def test_a_model_from_another_run_is_refused_naming_the_keys(tmp_path, capsys):
     store = small_store(tmp_path / "s")
     run, other = tmp_path / "run", tmp_path / "other"
     pretrain(store, run)
-    pretrain(store, other, "--set", "spr_weight=0.0", "--set", "goal_weight=0.0")
+    pretrain(store, other, "--set", "spr_coefficient=0.0", "--set", "goal_weight=0.0")
     shutil.copy2(other / "model.pt", run / "model.pt")
     before = sorted(p.name for p in run.iterdir())
     rc, _, err = run_cli(capsys, ["probe", run, "--data", store.path, "--no-progress"])
     assert rc == 2 and len(err.splitlines()) == 1, err
-    assert "model.pt: not this run's model" in err and "spr_weight" in err, err
+    assert "model.pt: not this run's model" in err and "spr_coefficient" in err, err
     assert sorted(p.name for p in run.iterdir()) == before
 
 
@@ -403,11 +403,11 @@ def test_a_finetuning_folder_holding_another_configs_model_is_refused(tmp_path, 
     other = tmp_path / "other"
     shutil.copytree(run, other)
     config = yaml.safe_load((other / "config.yaml").read_text())
-    (other / "config.yaml").write_text(yaml.safe_dump({**config, "spr_weight": 99.0}))
+    (other / "config.yaml").write_text(yaml.safe_dump({**config, "spr_coefficient": 99.0}))
     store = small_store(tmp_path / "s", episodes=4)
     capsys.readouterr()
     rc, _, err = run_cli(capsys, ["probe", other, "--data", store.path, "--no-progress"])
-    assert rc == 2 and "not this run's model" in err and "spr_weight" in err, err
+    assert rc == 2 and "not this run's model" in err and "spr_coefficient" in err, err
     assert not (other / "probes.json").exists()
 
 

@@ -78,15 +78,15 @@ def test_foreign_model_problem_names_the_keys_and_ignores_runtime_ones(tmp_path)
 
     run = tmp_path / "run"
     run.mkdir()
-    (run / "config.yaml").write_text("steps: 10\nspr_weight: 2.0\ndevice: cpu\n")
+    (run / "config.yaml").write_text("steps: 10\nspr_coefficient: 2.0\ndevice: cpu\n")
     model = run / "model.pt"
     assert (
-        foreign_model_problem(run, model, {"steps": 10, "spr_weight": 2.0, "device": "cuda"})
+        foreign_model_problem(run, model, {"steps": 10, "spr_coefficient": 2.0, "device": "cuda"})
         is None
     )
     assert foreign_model_problem(run, model, None) is None  # an older file records none
-    problem = foreign_model_problem(run, model, {"steps": 10, "spr_weight": 0.0})
+    problem = foreign_model_problem(run, model, {"steps": 10, "spr_coefficient": 0.0})
     assert problem == (
         f"{model}: not this run's model: its config differs from {run / 'config.yaml'} in "
-        "['spr_weight'] (spr_weight: 2.0 vs 0.0)"
+        "['spr_coefficient'] (spr_coefficient: 2.0 vs 0.0)"
     )

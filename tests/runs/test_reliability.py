@@ -551,7 +551,7 @@ def test_experiment_set_accepts_keys_that_are_valid_only_together(tmp_path, caps
     is valid together (ATC alone: the S/G/I weights 0) is not refused key by key."""
     text = Path(EXPERIMENT_SMOKE).read_text()
     anchor = "    params: params/pretrain/smoke.yaml\n    data: random\n    set: {"
-    override = "{atc_weight: 1.0, spr_weight: 0.0, goal_weight: 0.0, inverse_weight: 0.0}"
+    override = "{atc_weight: 1.0, spr_coefficient: 0.0, goal_weight: 0.0, inverse_weight: 0.0}"
     text = text.replace(anchor, anchor.replace("set: {", f"set: {override}\n    old: {{"))
     text = text.replace("\n    old: {", "\n    # {")
     exp = tmp_path / "exp.yaml"

@@ -162,7 +162,7 @@ def test_a_pretraining_step_is_replayable(objective, tmp_path):
     values = {"encoder": "nature", "batch_size": 4, "prefetch": 0, "cpu_amp": False}
     if objective == "atc":
         values.update(atc_weight=1.0, atc_sequences=2)
-        values.update(spr_weight=0.0, goal_weight=0.0, inverse_weight=0.0)  # ATC alone
+        values.update(spr_coefficient=0.0, goal_weight=0.0, inverse_weight=0.0)  # ATC alone
     config = build_config(PretrainConfig, values)
     state = build_state(config, store.num_actions, torch.device("cpu"))
     state.model.train()

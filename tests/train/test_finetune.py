@@ -288,10 +288,8 @@ def test_schedules():
     assert ft.beta_at(0, config) == 0.4 and ft.beta_at(2_000, config) == 0.4
     assert ft.beta_at(6_000, config) == pytest.approx(0.7)
     assert ft.beta_at(10_000, config) == 1.0
-    # reference weight 5, K 5
-    assert finetuning_settings(FinetuneConfig()).spr_coefficient == pytest.approx(
-        2.0
-    )  # 5 on mean_k(2 - 2 cos)
+    # SPR's weight 5 on mean_k(2 - 2 cos) at K = 5, written as what it weighs -sum_k cos by
+    assert finetuning_settings(FinetuneConfig()).spr_coefficient == 2.0
 
 
 def test_update_targets_use_sampler_returns_and_discounts(monkeypatch):

@@ -38,9 +38,9 @@ def test_representation_similarity_hand_computed():
     [
         {},  # SGI
         {"goal_weight": 0.0, "inverse_weight": 0.0},  # S
-        {"spr_weight": 0.0, "inverse_weight": 0.0},  # G
-        {"spr_weight": 0.0, "goal_weight": 0.0, "inverse_weight": 0.0, "atc_weight": 1.0},
-        {"spr_weight": 0.0, "goal_weight": 0.0, "inverse_weight": 0.0, "bc_weight": 1.0},
+        {"spr_coefficient": 0.0, "inverse_weight": 0.0},  # G
+        {"spr_coefficient": 0.0, "goal_weight": 0.0, "inverse_weight": 0.0, "atc_weight": 1.0},
+        {"spr_coefficient": 0.0, "goal_weight": 0.0, "inverse_weight": 0.0, "bc_weight": 1.0},
     ],
     ids=["sgi", "s", "g", "atc", "bc"],
 )
@@ -50,7 +50,7 @@ def test_every_objective_runs_and_logs(dot_store, tmp_path, weights):
     rows = RunDir(tmp_path / "run").read_metrics()
     assert [r["step"] for r in rows] == [5]
     expected = {
-        "spr_weight": "losses/spr",
+        "spr_coefficient": "losses/spr",
         "goal_weight": "losses/goal",
         "inverse_weight": "losses/inverse",
         "atc_weight": "losses/atc",
@@ -267,8 +267,8 @@ def test_a_run_with_a_progress_bar_says_why_the_spr_loss_is_negative(dot_store, 
     assert "the total adds 2 x spr" in note and "\n" not in note
     config = build_config(PretrainConfig, {**TINY, "steps": 1, "goal_weight": 0.0})
     pretrain(config, dot_store, tmp_path / "bar", progress=True)
-    assert spr_loss_note(config.spr_steps, config.spr_weight) in capsys.readouterr().out
-    quiet = build_config(PretrainConfig, {**TINY, "steps": 1, "spr_weight": 0.0})
+    assert spr_loss_note(config.spr_steps, config.spr_coefficient) in capsys.readouterr().out
+    quiet = build_config(PretrainConfig, {**TINY, "steps": 1, "spr_coefficient": 0.0})
     pretrain(quiet, dot_store, tmp_path / "no_spr", progress=True)
     assert "losses: spr" not in capsys.readouterr().out
 
@@ -276,7 +276,9 @@ def test_a_run_with_a_progress_bar_says_why_the_spr_loss_is_negative(dot_store, 
 def test_objective_weight_validation():
     # The config refuses them as it is built (sgi_lab.config.validate), before any run folder.
     with pytest.raises(ConfigError, match="nothing to learn"):
-        build_config(PretrainConfig, {"spr_weight": 0.0, "goal_weight": 0.0, "inverse_weight": 0.0})
+        build_config(
+            PretrainConfig, {"spr_coefficient": 0.0, "goal_weight": 0.0, "inverse_weight": 0.0}
+        )
     with pytest.raises(ConfigError, match="baseline on its own"):
         build_config(PretrainConfig, {"atc_weight": 1.0})
 
@@ -301,7 +303,7 @@ def test_every_paper_params_file_loads():
     } <= names
     for name in names:
         load_config(PretrainConfig, f"params/pretrain/{name}.yaml")  # validated as it is built
-    assert load_config(PretrainConfig, "params/pretrain/g_i.yaml").spr_weight == 0.0
+    assert load_config(PretrainConfig, "params/pretrain/g_i.yaml").spr_coefficient == 0.0
 
 
 def test_cli_pretrain_smoke_and_bad_key(dot_store, tmp_path, capsys):

@@ -21,7 +21,7 @@ from sgi_lab.train.pretrain import load_pretrained_model, pretrain
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 TINY = dict(encoder="nature", batch_size=4, steps=3, log_every=3, checkpoint_every=3, prefetch=0)
-TINY.update(hidden_size=16, spr_weight=2.0, goal_weight=1.0, inverse_weight=1.0)
+TINY.update(hidden_size=16, spr_coefficient=2.0, goal_weight=1.0, inverse_weight=1.0)
 KEPT = ("encoder.", "head.advantage_hidden.", "head.value_hidden.")
 
 
