@@ -35,7 +35,7 @@ from sgi_lab.experiments.spec import (
 )
 from sgi_lab.probes.atariari import UnannotatedGameError
 from sgi_lab.probes.probe import ProbeInputError, check_probe_store
-from sgi_lab.runs.folder import run_name
+from sgi_lab.runs.folder import recorded_config, run_name
 from sgi_lab.runs.status import (
     REBUILT_FILE,
     has_final_model,
@@ -328,7 +328,7 @@ def _reused_config(where: str, pattern: str, experiment: Experiment) -> Pretrain
                 "archived beside it came from another encoder; rebuild it with the command "
                 "that made it (the same code, torch threads a task and SGI_LAB_CPU_SETTINGS)"
             )
-        values = read_mapping(folder / "config.yaml")
+        values = recorded_config(read_mapping(folder / "config.yaml"))
         known = {f.name for f in dataclasses.fields(PretrainConfig)}
         this = build_config(PretrainConfig, {k: v for k, v in values.items() if k in known})
         encoders[game] = this.encoder

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from sgi_lab.base.paths import did_you_mean
 from sgi_lab.base.yaml_io import short_repr
 from sgi_lab.config import (
+    OLD_SPR_KEYS,
     ConfigError,
     ExploreConfig,
     FinetuneConfig,
@@ -387,6 +388,8 @@ def _check_sets(experiment: Experiment, path: Path) -> None:
     for where, cls, overrides in entries:
         known = {f.name for f in dataclasses.fields(cls)}
         for key, value in overrides.items():
+            if key in OLD_SPR_KEYS and cls is not ExploreConfig:
+                continue  # read as spr_coefficient, with the params file, when it is built
             if key not in known:
                 raise ConfigError(
                     f"{path}: {where}.set.{key}: unknown key for {cls.__name__} "
