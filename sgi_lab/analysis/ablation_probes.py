@@ -1,5 +1,9 @@
-"""Probe F1 beside the ablation explorer's scores: how well linear probes read game state out of
-the encoders behind each method (`sgi_lab.probes`), with 95% confidence intervals over seeds.
+"""Probe scores beside the ablation explorer's scores: how well linear probes read game state out
+of the encoders behind each method (`sgi_lab.probes`), with 95% confidence intervals over seeds.
+Each result's headline keeps its metric (``headline_f1``: AtariARI's mean of category means of
+F1; ``headline_r2``: MinAtar's mean held-out R^2), with the R^2 per label kind and the collapse
+cosines beside random init and step 0 where the result has them; F1 and R^2 are never averaged
+together (results of probes.json format 1 have F1s only).
 
 * `load_probe_scores` gives one row per probe result behind a method: a finetuning run's
   method gets the results of the pretraining run it started from (``sgi-lab probe`` wrote them
@@ -9,7 +13,7 @@ the encoders behind each method (`sgi_lab.probes`), with 95% confidence interval
 * `probe_summary` turns them into the mean over seeds of each seed's mean over the selected
   games, per method and metric (`sgi_lab.analysis.probe_study.objective_summary`);
 * `probe_table` and `probe_figure` show that summary: ``mean (lower, upper)`` cells, and bars
-  per category with CI whiskers.
+  with CI whiskers, one panel per metric (F1, R^2, cosine: `sgi_lab.viz.probes.probe_bars`).
 """
 
 from __future__ import annotations
@@ -31,12 +35,13 @@ from sgi_lab.analysis.probe_study import (
 from sgi_lab.analysis.report import read_run
 from sgi_lab.envs import canonical_env_game
 from sgi_lab.probes.atariari import CATEGORIES
-from sgi_lab.viz.probes import NO_PROBES, probe_bars
+from sgi_lab.viz.probes import NO_PROBES, probe_bars, probe_panels
 from sgi_lab.viz.tables import aggregate_frame
 
 __all__ = [
     "PROBE_LABELS",
     "PROBE_METRICS",
+    "headline_columns",
     "load_probe_scores",
     "pretraining_probes",
     "probe_figure",
@@ -44,10 +49,29 @@ __all__ = [
     "probe_table",
 ]
 
-PROBE_METRICS = ("overall", *CATEGORIES, "reward_f1", "random_init", "majority")
-"""The explorer's probe columns: overall F1 (AtariARI's mean over variables), F1 per category,
-the reward probe's F1, and the same split's random-init and majority-class overall F1."""
+PROBE_METRICS = (
+    "headline_f1",
+    "overall",
+    *CATEGORIES,
+    "reward_f1",
+    "random_init",
+    "majority",
+    "headline_r2",
+    "r2_coordinate",
+    "r2_counter",
+    "r2_ordinal",
+    "random_init_r2",
+    "cosine",
+    "cosine_step0",
+    "cosine_random_init",
+)
+"""The explorer's probe columns: the headline where it is an F1 (AtariARI's mean of category
+means), overall F1 (the mean over classified variables), F1 per category, the reward probe's F1,
+the same split's random-init and majority-class overall F1; the headline where it is an R^2
+(MinAtar's mean held-out R^2), R^2 per label kind, the random encoder's mean R^2; the collapse
+diagnostic's cosines of the projection (the encoder, its run's step 0, a random encoder)."""
 PROBE_LABELS = {
+    "headline_f1": "headline F1 (category mean)",
     "overall": "F1 overall",
     "agent_localization": "agent loc.",
     "small_object_localization": "small objects",
@@ -57,6 +81,14 @@ PROBE_LABELS = {
     "reward_f1": "reward F1",
     "random_init": "random init (overall)",
     "majority": "majority (overall)",
+    "headline_r2": "headline R² (mean)",
+    "r2_coordinate": "R² coordinates",
+    "r2_counter": "R² counters",
+    "r2_ordinal": "R² ordinal",
+    "random_init_r2": "random init (R²)",
+    "cosine": "cosine",
+    "cosine_step0": "cosine step 0",
+    "cosine_random_init": "cosine random init",
 }
 SUMMARY_COLUMNS = ["method", "metric", "value", "lower", "upper", "seeds", "games"]
 
@@ -112,7 +144,19 @@ def load_probe_scores(
         return pd.DataFrame(columns=["method", "folder", "game", "seed", *PROBE_METRICS])
     rows = pd.concat(frames, ignore_index=True)
     rows = rows.drop_duplicates(["method", "folder", "store"], keep="last", ignore_index=True)
+    rows = headline_columns(rows)
     return rows[["method", *[c for c in rows.columns if c != "method"]]]
+
+
+def headline_columns(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` with each result's headline in the column of its metric: ``headline_f1`` where it
+    is an F1 (AtariARI's mean of category means), ``headline_r2`` where it is an R^2 (MinAtar's
+    mean held-out R^2), NaN in the other; so a summary never averages one with the other, and a
+    result without a headline (probes.json format 1) has neither."""
+    missing = pd.Series(None, index=rows.index, dtype=object)
+    metric = rows.get("headline_metric", missing)
+    value = pd.to_numeric(rows.get("headline", missing), errors="coerce")
+    return rows.assign(**{f"headline_{m}": value.where(metric == m) for m in ("f1", "r2")})
 
 
 def probe_summary(
@@ -158,10 +202,17 @@ def probe_table(summary: pd.DataFrame, methods: Sequence[str] | None = None) -> 
 
 def probe_figure(summary: pd.DataFrame, empty: str = NO_PROBES) -> go.Figure:
     """A `probe_summary` as grouped bars: one group per probe metric, one bar per method, 95% CI
-    whiskers, and the same split's random-init and majority-class overall F1 as reference lines
+    whiskers, one panel per metric with its name on the axis (F1, held-out R^2, the collapse
+    cosines beside random init and step 0, where the results have them), and the same split's
+    random-init and majority-class overall F1 (random init's R^2) as reference lines
     (`sgi_lab.viz.probes.probe_bars`); ``empty`` is said without results."""
+    summary = summary.rename(columns={"method": "objective"})
+    scores = ", ".join(
+        {"test F1": "F1", "held-out R²": "R²"}.get(axis, "cosines")
+        for axis, _ in probe_panels(summary)
+    )
     return probe_bars(
-        summary.rename(columns={"method": "objective"}),
-        title="probe F1 of the encoders behind each method (95% CIs over seeds)",
+        summary,
+        title=f"probe {scores or 'F1'} of the encoders behind each method (95% CIs over seeds)",
         empty=empty,
     )
