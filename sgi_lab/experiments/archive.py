@@ -54,6 +54,7 @@ __all__ = [
     "kept",
     "restore",
     "restored_files",
+    "verified_archive",
     "task_fingerprint",
 ]
 
@@ -158,6 +159,24 @@ def check_archive_folder(dest: Path, graph: Graph) -> dict[str, Any]:
             f"archive {dest}: holds experiment {index['experiment']!r}, not {name!r}; choose "
             "another archive folder"
         )
+    return index
+
+
+def verified_archive(source: Path, graph: Graph) -> dict[str, Any]:
+    """The index of the archive ``source`` of ``graph``'s experiment, every file it names
+    checked against its SHA-256 (what a restore and a dry run read first).
+
+    Raises:
+        RunFolderError: not this experiment's archive, or a file missing or changed (named).
+    """
+    index = check_archive_folder(source, graph)
+    for rel, sha in index["files"].items():
+        path = source / rel
+        if not path.is_file() or file_sha256(path) != sha:
+            raise RunFolderError(
+                f"archive {source}: {rel} is missing or differs from the SHA-256 {ARCHIVE_FILE} "
+                "records; restore it from git (git checkout -- PATH) before resuming"
+            )
     return index
 
 
@@ -376,14 +395,7 @@ def restore(graph: Graph, source: str | os.PathLike) -> dict[str, Any]:
     source = Path(source)
     if not (source / ARCHIVE_FILE).is_file():
         raise RunFolderError(f"archive {source}: no {ARCHIVE_FILE} (not an experiment archive)")
-    index = check_archive_folder(source, graph)
-    for rel, sha in index["files"].items():
-        path = source / rel
-        if not path.is_file() or file_sha256(path) != sha:
-            raise RunFolderError(
-                f"archive {source}: {rel} is missing or differs from the SHA-256 {ARCHIVE_FILE} "
-                "records; restore it from git (git checkout -- PATH) before resuming"
-            )
+    index = verified_archive(source, graph)
     same = _same(graph, index, source)
     changed = sorted(t.id for t in graph.tasks if t.id in index["tasks"] and t.id not in same)
     folders = _folder_owners(graph, same)

@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
+from sgi_lab.base.files import FolderLock
 from sgi_lab.config import ConfigError, parse_value
-from sgi_lab.experiments.archive import ARCHIVE_FILE, archived_tasks, restore
+from sgi_lab.experiments.archive import (
+    ARCHIVE_FILE,
+    archived_tasks,
+    restore,
+    verified_archive,
+)
 from sgi_lab.experiments.archive import archive as archive_results
 from sgi_lab.experiments.cost import (
     format_plan,
@@ -23,6 +30,8 @@ from sgi_lab.experiments.question import power_markdown, power_report, question_
 from sgi_lab.experiments.report import write_report
 from sgi_lab.experiments.scheduler import (
     REBUILD_NEEDS_ARCHIVE,
+    branch_order,
+    first_order,
     rebuild_graph,
     run_graph,
     write_inputs,
@@ -75,13 +84,19 @@ def main_experiment(args: argparse.Namespace) -> int:
         raise ConfigError("--rebuild pretrains again; it does not go with --report-only")
     if args.rebuild and args.dry_run and not args.archive:  # run_graph refuses the real run
         raise ConfigError(REBUILD_NEEDS_ARCHIVE)
+    if args.report_only and args.storage and args.archive:  # as run_graph refuses them
+        raise ConfigError("--archive is for local folders; with --storage it is refused")
     if args.dry_run:
         if args.rebuild:  # what run_graph would run (it cuts the graph itself)
             graph = rebuild_graph(graph, args.rebuild)
+        if args.first or args.branch_first:  # listed in the order the real run starts them
+            order = branch_order if args.branch_first else first_order
+            graph = dataclasses.replace(graph, tasks=order(graph, args.first or ()))
         # what is left, when the folder holds a run of this experiment (local folders only)
         started = not args.storage and (Path(graph.out) / STATE_FILE).is_file()
         left = {t.id: task_left(t) for t in graph.tasks} if started else None
         if args.archive and (args.archive / ARCHIVE_FILE).is_file():  # read, nothing restored
+            verified_archive(args.archive, graph)  # a damaged archive restores nothing
             left = left or {t.id: 1.0 for t in graph.tasks}
             left.update(dict.fromkeys(archived_tasks(graph, args.archive), 0.0))
         if left is not None:  # what restored tasks alone read is not run
@@ -95,18 +110,12 @@ def main_experiment(args: argparse.Namespace) -> int:
         return _print_power(args, experiment, graph)
     if args.report_only:
         check_experiment_folder(graph.out, experiment.name)
-        if args.storage:
-            pull_results(graph, RunStorage(args.storage))
-        if args.archive:
-            # the folder marked as this experiment's first (experiment.json), as a run marks
-            # it: a folder the restore fills is one the real run then goes on in
-            graph.out.mkdir(parents=True, exist_ok=True)
-            write_inputs(graph, graph.out)
-            if (args.archive / ARCHIVE_FILE).is_file():
-                print(f"restored {len(restore(graph, args.archive)['restored'])} tasks")
-            print(f"archived {len(archive_results(graph, args.archive))} tasks in {args.archive}")
-        print(f"wrote {write_report(graph)}")
-        return 0
+        graph.out.mkdir(parents=True, exist_ok=True)
+        lock = FolderLock(graph.out, f"the experiment {experiment.name!r}'s report", wait=0)
+        try:
+            return _report_only(args, graph)
+        finally:
+            lock.release()
     summary = run_graph(
         graph,
         executor=args.executor,
@@ -128,6 +137,22 @@ def main_experiment(args: argparse.Namespace) -> int:
     if (graph.out / "report.html").exists():
         print(f"report: {graph.out / 'report.html'}")
     return 1 if bad else 0
+
+
+def _report_only(args: argparse.Namespace, graph: Graph) -> int:
+    """``--report-only``: the report of what finished (results pulled from ``--storage``, or
+    restored from and archived into ``--archive``), the folder locked by the caller."""
+    if args.storage:
+        pull_results(graph, RunStorage(args.storage))
+    if args.archive:
+        # the folder marked as this experiment's first (experiment.json), as a run marks it: a
+        # folder the restore fills is one the real run then goes on in
+        write_inputs(graph, graph.out)
+        if (args.archive / ARCHIVE_FILE).is_file():
+            print(f"restored {len(restore(graph, args.archive)['restored'])} tasks")
+        print(f"archived {len(archive_results(graph, args.archive))} tasks in {args.archive}")
+    print(f"wrote {write_report(graph)}")
+    return 0
 
 
 def _print_power(args: argparse.Namespace, experiment: Any, graph: Graph) -> int:

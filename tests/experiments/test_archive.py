@@ -416,6 +416,60 @@ def test_the_dry_run_with_an_archive_says_what_a_restore_leaves_and_writes_nothi
     assert not out.exists()
 
 
+def test_the_dry_run_lists_tasks_in_the_order_first_gives_and_refuses_a_damaged_archive(
+    archived, tmp_path, capsys
+):
+    """--dry-run prints the tasks as --first / --branch-first start them, and an archive whose
+    files differ from its index is refused by file (a restore would refuse it: nothing in it
+    is "done"); nothing is written either way."""
+    _, dest = archived
+    out = tmp_path / "clone"
+    base = ["experiment", str(STUDY), "--out", str(out), "--dry-run"]
+    assert main([*base, "--first", "finetune/naive__sgi/*"]) == 0
+    plan = capsys.readouterr().out
+    lines = [
+        line.split()[0]
+        for line in plan.splitlines()
+        if line.startswith(("finetune/", "pretrain/", "data/"))
+    ]
+    first_finetune = next(line for line in lines if line.startswith("finetune/"))
+    assert first_finetune.startswith("finetune/naive__sgi/"), lines[:8]
+    assert main(base) == 0
+    default = capsys.readouterr().out
+    assert default != plan  # the order is the option's, not the graph's
+    (dest / "finetune/sgi_none/minatar-breakout__s0/eval.json").write_text("{}")
+    assert main([*base, "--archive", str(dest)]) == 2
+    err = capsys.readouterr().err
+    assert "minatar-breakout__s0/eval.json is missing or differs" in err
+    assert not out.exists()
+
+
+def test_report_only_refuses_storage_with_an_archive_and_locks_the_folder(
+    archived, tmp_path, capsys
+):
+    from sgi_lab.base.files import FolderLock
+
+    _, dest = archived
+    out = tmp_path / "clone"
+    base = ["experiment", str(STUDY), "--out", str(out), "--report-only"]
+    assert main([*base, "--archive", str(dest), "--storage", "memory://x"]) == 2
+    assert "with --storage it is refused" in capsys.readouterr().err
+    assert not out.exists()
+    out.mkdir()
+    (out / ex.STATE_FILE).write_text(json.dumps({"name": "minatar_objectives", "tasks": {}}))
+    lock = FolderLock(out, "a run of the experiment")
+    lock._key += ".other"  # as if held by another process: this one's lock table forgets it
+    import sgi_lab.base.files as files
+
+    files._HELD.pop(str(out.resolve() / files.LOCK_FILE), None)
+    try:
+        assert main([*base, "--archive", str(dest)]) == 2
+        assert "in use by another sgi-lab process" in capsys.readouterr().err
+        assert not (out / "results.md").exists()
+    finally:
+        lock._fh.close()
+
+
 # -- --rebuild: pretraining runs restored without their model, pretrained again ------------------
 
 ASTERIX, BREAKOUT = "pretrain/sgi__minatar-asterix", "pretrain/sgi__minatar-breakout"

@@ -5,6 +5,7 @@ and start finetuning's SPR target exactly as a new file does."""
 from __future__ import annotations
 
 import json
+from unittest import mock
 
 import pytest
 import torch
@@ -27,19 +28,29 @@ KEPT = ("encoder.", "head.advantage_hidden.", "head.value_hidden.")
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    """A finished SGI pretraining run (S + G + I, 3 steps) and its model.pt's payload."""
+    """A finished SGI pretraining run (S + G + I, 3 steps), its model.pt's payload and the
+    whole EMA target at its last step (what resuming would need: a finished run writes no
+    checkpoint at its last step, so it is caught on its way into model.pt)."""
+    import sgi_lab.train.pretrain as pretrain_module
+
     root = tmp_path_factory.mktemp("pre")
     store = moving_dot_store(root / "dot", rows=300, num_actions=6)
     config = build_config(PretrainConfig, TINY)
-    path = pretrain(config, store, root / "run", progress=False)
-    return path, load_checkpoint(path, kind="pretrained_model")
+    seen = {}
+    part = pretrain_module.pretrained_target_part
+
+    def keep_whole(state):
+        seen["whole"] = {k: v.clone() for k, v in state.items()}
+        return part(state)
+
+    with mock.patch.object(pretrain_module, "pretrained_target_part", keep_whole):
+        path = pretrain(config, store, root / "run", progress=False)
+    return path, load_checkpoint(path, kind="pretrained_model"), seen["whole"]
 
 
 def test_model_pt_keeps_the_online_model_and_sprs_part_of_the_target(run):
-    path, payload = run
+    path, payload, whole = run  # whole: the last step's EMA target, which resuming needs
     model, target = payload["model"], payload["target"]
-    # the same step's checkpoint holds the whole EMA target, which resuming needs
-    whole = load_checkpoint(path.parent / "checkpoints" / "ckpt_00000003.pt")["target"]
     assert set(target) == {k for k in whole if k.startswith(KEPT)}
     assert {k.split(".")[0] for k in whole} - {k.split(".")[0] for k in target} == {
         "transition",
@@ -56,8 +67,7 @@ def test_model_pt_keeps_the_online_model_and_sprs_part_of_the_target(run):
 
 def old_file(run, tmp_path):
     """The same run as sgi-lab wrote it before: model.pt with the whole EMA target."""
-    path, payload = run
-    whole = load_checkpoint(path.parent / "checkpoints" / "ckpt_00000003.pt")["target"]
+    path, payload, whole = run
     folder = tmp_path / "old"
     folder.mkdir()
     torch.save({**payload, "target": whole}, folder / "model.pt")
@@ -78,7 +88,7 @@ def finetuned_spr_target(pretrained: tr.Pretrained) -> dict[str, torch.Tensor]:
 
 
 def test_an_older_model_pt_with_the_whole_target_loads_and_finetunes_as_a_new_one(run, tmp_path):
-    path, payload = run
+    path, payload, _ = run
     folder, whole = old_file(run, tmp_path)
     old, new = tr.load_pretrained(folder), tr.load_pretrained(path.parent)
     assert set(old.state) == set(new.state) and set(old.target_state) == set(new.target_state)
@@ -104,7 +114,7 @@ def test_an_older_model_pt_with_the_whole_target_loads_and_finetunes_as_a_new_on
 
 
 def test_a_model_pt_without_a_target_still_loads(run, tmp_path):
-    path, payload = run
+    path, payload, _ = run
     folder = tmp_path / "oldest"
     folder.mkdir()
     torch.save({k: v for k, v in payload.items() if k != "target"}, folder / "model.pt")
