@@ -8,7 +8,7 @@ the update, the new priorities written back; replayed from one CUDA graph on a G
 
 Per agent, the losses are (paper Sec. 4, App. C; SPR's settings)::
 
-    total = mean_b w_b (C51_b + 2 * spr_weight / K * SPR_b [+ goal_weight * G_b + inverse_weight * I_b])
+    total = mean_b w_b (C51_b + spr_coefficient * SPR_b [+ goal_weight * G_b + inverse_weight * I_b])
 
 with w the importance-sampling weights; SPR, goal RL and inverse dynamics come from the SGI loss
 composition shared with pretraining (`sgi_lab.train.sgi_loss`).
