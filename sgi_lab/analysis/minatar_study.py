@@ -27,6 +27,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sgi_lab.analysis.minatar_probes import (
+    PROBE_COLUMNS,
+    PROBE_WORDS,
+    probe_finetune_table,
+    probe_metric,
+)
 from sgi_lab.analysis.probe_study import (
     experiment_probe_frame,
     format_interval,
@@ -358,49 +364,14 @@ def paper_rank_correlation(table: pd.DataFrame, metric: str = "iqm") -> dict[str
     return rank_correlation_with_paper(table[metric])
 
 
-def probe_finetune_table(
-    probes: pd.DataFrame,
-    table: pd.DataFrame,
-    metric: str = "across_categories",
-    games: list[str] | None = None,
-) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """Each objective's probe ``metric`` (`experiment_probe_frame` rows on the game-state
-    labels: the mean over the games it was probed on of its seeds' mean; random encoders
-    stand for ``none``) beside its finetuning IQM (`objective_table`), and Spearman's rank
-    correlation between the two over the objectives that have both: does an encoder that reads
-    better finetune better? Returns ``(frame: objective, probe, probe_games, iqm; rho dict:
-    rho, p, n)``. ``games``: only these games' probes (those the IQMs are over)."""
-    from scipy import stats
-
-    if games is not None and not probes.empty:
-        probes = probes[probes["game"].isin(games)]
-    if probes.empty or table.empty:
-        return pd.DataFrame(), {"rho": None, "p": None, "n": 0}
-    probes = probes.assign(objective=probes["objective"].replace({"random_init": "none"}))
-    per_game = probes.groupby(["objective", "game"])[metric].mean()
-    probe = per_game.groupby("objective").mean()
-    games = per_game.groupby("objective").size()
-    both = [o for o in table.index if o in probe.index]
-    frame = pd.DataFrame(
-        {
-            "probe": probe.reindex(both),
-            "probe_games": games.reindex(both),
-            "iqm": table["iqm"].reindex(both),
-        }
-    )
-    frame.index.name = "objective"
-    if len(both) < 3:
-        return frame, {"rho": None, "p": None, "n": len(both)}
-    rho, p = stats.spearmanr(frame["probe"], frame["iqm"])
-    return frame, {"rho": float(rho), "p": float(p), "n": len(both)}
-
-
 def _probe_lines(graph: Any, table: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
     """`probe_finetune_table`'s section of the study's Markdown ([] without probes)."""
     if graph is None or table.empty:
         return []
     _, games = _scheme_agents(runs, "reduced_lr")  # the games the IQMs are over
-    frame, corr = probe_finetune_table(experiment_probe_frame(graph), table, games=games)
+    probes = experiment_probe_frame(graph)
+    metric = probe_metric(probes)  # the R^2 headline where the results have it, else F1
+    frame, corr = probe_finetune_table(probes, table, metric, games=games)
     if frame.empty:
         return []
     rho = (
@@ -410,14 +381,13 @@ def _probe_lines(graph: Any, table: pd.DataFrame, runs: pd.DataFrame) -> list[st
     )
     rows = frame.assign(
         probe=frame["probe"].map("{:.3f}".format), iqm=frame["iqm"].map("{:.3f}".format)
-    )
+    ).rename(columns={"probe": PROBE_COLUMNS[metric]})
     return [
         "### Probes beside finetuning",
         "",
-        "Each encoder's linear probe on the game-state labels (mean of category means, least "
-        "squares; random encoders for none), on the games the IQMs are over, beside its "
-        "reduced-lr finetuning IQM. Spearman rho "
-        f"between the two: {rho}.",
+        f"Each encoder's linear probe on the game-state labels ({PROBE_WORDS[metric]}; random "
+        "encoders for none), on the games the IQMs are over, beside its reduced-lr finetuning "
+        f"IQM. Spearman rho between the two: {rho}.",
         "",
         _markdown(rows),
         "",

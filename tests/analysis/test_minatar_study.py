@@ -568,3 +568,27 @@ def test_an_experiment_at_twice_the_budget_reads_as_the_study(tmp_path):
     assert "| none | 0.310 [" in objectives and "| sgi | 0.210 [" in objectives
     assert "| sgi (naive) | 0.400 [" in text.split("### SGI's finetuning schemes")[1]
     assert "| sgi | 2 | 6 | 0 / 6 / 0 |" in text and "| sgi (naive) | 2 | 6 | 6 / 0 / 0 |" in text
+
+
+def test_the_probe_section_reads_the_r2_headline_and_says_so(study, monkeypatch):
+    """Results of probes.json format 2 on MinAtar lead with a held-out R^2: the section reads it
+    (never the category-mean F1 beside it) and names it in its header and sentence."""
+    import pandas as pd
+
+    probes = pd.DataFrame(
+        [  # (objective, game, seed, headline metric, R^2, F1 of the classified labels)
+            ("random_init", "minatar/asterix", 0, "r2", 0.70, 0.99),
+            ("random_init", "minatar/breakout", 0, "r2", 0.50, 0.99),
+            ("sgi", "minatar/asterix", 0, "r2", 0.90, 0.10),
+            ("sgi", "minatar/breakout", 0, "r2", 0.30, 0.10),
+        ],
+        columns=["objective", "game", "seed", "headline_metric", "state_r2", "across_categories"],
+    )
+    monkeypatch.setattr(ms, "experiment_probe_frame", lambda graph: probes)
+    text = ms.study_markdown(study, reps=200, graph=object())
+    section = text.split("### Probes beside finetuning")[1].split("###")[0]
+    assert "| objective | probe R² | probe_games | iqm |" in section
+    assert "mean held-out R² of the labels read by regression" in section
+    assert "| none | 0.600 | 2 | 0.110 |" in section  # (0.70 + 0.50) / 2
+    assert "| sgi | 0.600 | 2 | 0.110 |" in section
+    assert "mean of category means" not in section
