@@ -6,7 +6,7 @@ and R^2 are never drawn on one axis)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -19,11 +19,15 @@ from sgi_lab.viz.common import no_data_message
 __all__ = [
     "COSINE_METRICS",
     "NO_PROBES",
+    "PROBE_AXIS_UNITS",
     "PROBE_REFERENCES",
+    "PROBE_UNITS",
     "R2_METRICS",
     "R2_REFERENCES",
+    "fit_probe_panel",
     "probe_bars",
     "probe_curve_figure",
+    "probe_panel_keys",
     "probe_panels",
     "reference_levels",
 ]
@@ -75,6 +79,12 @@ _REFERENCE_STYLE = {
     "random_init_r2": ("#d62728", "dash"),
 }
 NO_PROBES = "no probe results yet: sgi-lab probe PRETRAINING_RUN --data STORE"
+
+PROBE_UNITS = {"probe/r2": "held-out R² (linear probe)", "probe/cosine": "cosine similarity"}
+"""The y-axis titles of pretraining's probe metrics that are no F1 (``probe/r2``,
+``probe/r2_<kind>``, ``probe/cosine_<latent>``: `sgi_lab.viz.training` matches prefixes)."""
+PROBE_AXIS_UNITS = {"probe/r2": "R²", "probe/cosine": "cosine"}
+"""Their short y-axis titles (a live panel's)."""
 
 
 def reference_levels(
@@ -236,3 +246,45 @@ def _axis_of(metric: str) -> str:
     if metric in R2_METRICS or "r2" in metric:
         return AXES[1]
     return AXES[2] if metric.startswith("cosine") else AXES[0]
+
+
+def probe_panel_keys(keys: Sequence[str], logged: Collection[str]) -> list[str]:
+    """The pretraining panels ``keys`` with the probe's fitted to what a run ``logged``: a run
+    that logs a held-out R^2 (``probe/r2``: MinAtar's headline, its positions, counters and
+    ramp) shows it where the probe F1 (``probe/f1``) was, with that F1 (of the classified labels
+    only) beside it where logged, and no ``probe/headline`` panel (the same R^2, which would be
+    drawn on an F1 axis); every other run's keys are as given (an Atari run's headline is F1)."""
+    if "probe/r2" not in logged:
+        return list(keys)
+    keys = [k for k in keys if k != "probe/headline"]
+    probe = [k for k in keys if k in ("probe/f1", "probe/r2")]
+    if not probe:
+        return keys
+    at = keys.index(probe[0])
+    rest = [k for k in keys if k not in probe]
+    panel = ["probe/r2", *(["probe/f1"] if "probe/f1" in logged else [])]
+    return [*rest[:at], *panel, *rest[at:]]
+
+
+def fit_probe_panel(
+    fig: go.Figure,
+    keys: list[str],
+    row: Mapping[str, object],
+    title_of: Callable[[str], str],
+    unit_of: Callable[[str], str],
+) -> None:
+    """A live figure's probe panel (``probe/f1`` among ``keys``, one panel each, titled by
+    ``title_of`` with its y axis by ``unit_of``) turned into the held-out R^2's at the first
+    ``row`` that logs one (``probe/r2``: a MinAtar run), so that its headline is drawn rather than
+    the F1 of its few classified labels; ``keys`` is changed in place. Other rows: nothing."""
+    if "probe/r2" not in row or "probe/f1" not in keys:
+        return
+    at = keys.index("probe/f1")
+    keys[at] = "probe/r2"
+    fig.data[at].name = "probe/r2"
+    fig.layout[f"yaxis{at + 1 if at else ''}"].title.text = unit_of("probe/r2")
+    for note in fig.layout.annotations:
+        if note.text == title_of("probe/f1"):
+            note.text = title_of("probe/r2")
+        if note.name == "empty:probe/f1":  # removed at the panel's first value, by its new key
+            note.name = "empty:probe/r2"

@@ -31,6 +31,7 @@ from plotly.subplots import make_subplots
 from sgi_lab.base.files import read_jsonl
 from sgi_lab.runs.status import read_status
 from sgi_lab.viz.common import no_data_message
+from sgi_lab.viz.probes import PROBE_AXIS_UNITS, PROBE_UNITS, fit_probe_panel, probe_panel_keys
 
 __all__ = [
     "FINETUNE_CURVES",
@@ -60,8 +61,8 @@ PRETRAIN_CURVES: tuple[str, ...] = (
     "probe/f1",
     "charts/samples_per_s",
 )
-"""The pretraining metrics shown by default (those a run did not log are skipped): the probe
-F1 (``probe_every``) beside the latent similarity, as the paper's Fig. 4 pairs them."""
+"""The pretraining metrics shown by default (those a run did not log are skipped): the probe F1
+(``probe_every``; R^2 where logged: `probe_panel_keys`) beside the latent similarity (Fig. 4)."""
 
 FINETUNE_CURVES: tuple[str, ...] = (
     "episode/return",
@@ -85,12 +86,13 @@ METRIC_UNITS: dict[str, str] = {
     "charts/goal_reward_mean": "goal reward (mean)",
     "charts/cosine_similarity": "cosine similarity",
     "probe/": "F1 (linear probe)",
+    **PROBE_UNITS,
     "charts/samples_per_s": "samples / s",
     "charts/sps": "agent steps / s",
     "charts/q_mean": "Q value (mean)",
     "charts/epsilon": "epsilon",
 }
-"""The y-axis title of a metric key (a key or a ``prefix/`` of keys); others show the key."""
+"""The y-axis title of a metric key (a key, or the longest prefix of it); others show the key."""
 
 X_TITLES: dict[str, str] = {
     "step": "step",
@@ -156,6 +158,7 @@ METRIC_TITLES: dict[str, str] = {
     "charts/cosine_similarity": "latent cosine similarity",
     "probe/f1": "probe F1 (AtariARI state, overall)",
     "probe/reward_f1": "probe F1 (reward)",
+    "probe/r2": "probe R² (state labels, headline)",
     "charts/samples_per_s": "throughput (samples/s)",
     "charts/sps": "speed (agent steps/s)",
     "charts/q_mean": "Q value (mean)",
@@ -172,6 +175,7 @@ AXIS_UNITS: dict[str, str] = {
     "charts/goal_reward_mean": "reward",
     "charts/cosine_similarity": "cosine",
     "probe/": "F1",
+    **PROBE_AXIS_UNITS,
     "charts/samples_per_s": "samples/s",
     "charts/sps": "steps/s",
     "charts/q_mean": "Q",
@@ -186,13 +190,13 @@ def metric_title(key: str) -> str:
     return METRIC_TITLES.get(key) or key.rsplit("/", 1)[-1].replace("_", " ")
 
 
+def _by_longest_prefix(table: Mapping[str, str], key: str, default: str) -> str:
+    prefixes = [prefix for prefix in table if key.startswith(prefix)]
+    return table[max(prefixes, key=len)] if prefixes else default
+
+
 def _axis_unit(key: str) -> str:
-    if key in AXIS_UNITS:
-        return AXIS_UNITS[key]
-    for prefix, unit in AXIS_UNITS.items():
-        if prefix.endswith("/") and key.startswith(prefix):
-            return unit
-    return ""
+    return _by_longest_prefix(AXIS_UNITS, key, "")
 
 
 def _subplots(keys: Sequence[str], columns: int) -> go.Figure:
@@ -214,12 +218,7 @@ def _subplots(keys: Sequence[str], columns: int) -> go.Figure:
 
 def metric_axis_title(key: str) -> str:
     """The y-axis title for a metrics key: its unit (`METRIC_UNITS`), else the key itself."""
-    if key in METRIC_UNITS:
-        return METRIC_UNITS[key]
-    for prefix, title in METRIC_UNITS.items():
-        if prefix.endswith("/") and key.startswith(prefix):
-            return title
-    return key
+    return _by_longest_prefix(METRIC_UNITS, key, key)
 
 
 def _title_axes(fig: go.Figure, keys: Sequence[str], columns: int, x_title: str) -> None:
@@ -502,6 +501,7 @@ class LiveCurves:
         if self._first is None and isinstance(x, (int, float)):
             self._first = (time.monotonic(), float(x))
         fig = self.figure
+        fit_probe_panel(fig, self.keys, row, metric_title, _axis_unit)  # R^2 on MinAtar
         with fig.batch_update() if self._widget is not None else contextlib.nullcontext():
             filled = []
             for trace, key in zip(fig.data, self.keys):
@@ -611,8 +611,8 @@ def training_curves(
         keys = [
             c for c in df.columns if c not in (x, runs) and pd.api.types.is_numeric_dtype(df[c])
         ]
-    asked = list(keys)
-    keys = [k for k in keys if k in df.columns and df[k].notna().any()]
+    asked = probe_panel_keys(keys, df.columns[df.notna().any()])  # R^2 where logged
+    keys = [k for k in asked if k in df.columns and df[k].notna().any()]
     if not keys:
         fig = go.Figure().update_layout(title=title, template="plotly_white", height=260)
         return no_data_message(fig, "no metrics logged yet")

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from sgi_lab.viz.probes import probe_bars, probe_curve_figure, probe_panels
+from sgi_lab.viz.probes import probe_bars, probe_curve_figure, probe_panel_keys, probe_panels
+from sgi_lab.viz.training import PRETRAIN_CURVES, LiveCurves, metric_axis_title, training_curves
 
 F1_LABELS = {"overall", "reward f1", "headline: category mean", "agent localization"}
 R2_LABELS = {"headline: mean R²", "mean R² (headline)", "coordinates", "counters", "ordinal"}
@@ -162,3 +163,102 @@ def test_the_probe_curve_reads_the_r2_headline_where_the_curves_have_it():
     fig = probe_curve_figure(atari)
     assert list(fig.data[0].y) == [0.3, 0.4] and fig.layout.yaxis.title.text == "test F1"
     assert probe_curve_figure(atari, "coordinate_r2").layout.yaxis.title.text == "held-out R²"
+
+
+# -- pretraining's probe panels (``probe_every``) ----------------------------------------------
+
+
+def _pretraining_rows(r2: bool, f1: bool) -> list[dict]:
+    rows = []
+    for step in (0, 50, 100):
+        row = {"step": step, "losses/total": 1.0 / (step + 1), "charts/cosine_similarity": 0.5}
+        if r2:
+            row |= {"probe/headline": step / 200, "probe/r2": step / 200, "probe/r2_counter": -0.1}
+            row |= {"probe/cosine_projection": 0.7}
+        if f1:
+            row["probe/f1"] = 0.9
+        rows.append(row)
+    return rows
+
+
+def _panels(fig) -> dict[str, tuple[str, list]]:
+    """``{panel title: (y-axis title, y values)}`` of a one-trace-per-panel figure."""
+    titles = [a.text for a in fig.layout.annotations]
+    out = {}
+    for i, trace in enumerate(fig.data):
+        axis = fig.layout[f"yaxis{i + 1 if i else ''}"]
+        out[titles[i]] = (axis.title.text, list(trace.y))
+    return out
+
+
+def test_probe_panel_keys_put_the_r2_headline_where_the_f1_was():
+    keys = list(PRETRAIN_CURVES)
+    at = keys.index("probe/f1")
+    minatar = probe_panel_keys(keys, {"probe/r2", "probe/f1", "losses/total"})
+    assert minatar[at : at + 2] == ["probe/r2", "probe/f1"] and len(minatar) == len(keys) + 1
+    assert probe_panel_keys(minatar, {"probe/r2", "probe/f1"}) == minatar  # idempotent
+    freeway = probe_panel_keys(keys, {"probe/r2"})  # no classified label: no F1 logged
+    assert freeway[at] == "probe/r2" and "probe/f1" not in freeway
+    assert probe_panel_keys(keys, {"probe/f1"}) == keys  # Atari: as before
+    assert probe_panel_keys(["losses/total"], {"probe/r2"}) == ["losses/total"]  # not asked
+    assert probe_panel_keys(["probe/headline"], {"probe/r2"}) == []  # MinAtar: it is probe/r2
+    assert probe_panel_keys(["probe/headline"], {"probe/f1"}) == ["probe/headline"]  # Atari
+
+
+def test_pretraining_curves_of_a_minatar_run_draw_r2_and_f1_on_their_own_axes():
+    fig = training_curves(_pretraining_rows(r2=True, f1=True), PRETRAIN_CURVES, title="t")
+    panels = _panels(fig)
+    assert panels["probe R² (state labels, headline)"] == ("R²", [0.0, 0.25, 0.5])
+    assert panels["probe F1 (AtariARI state, overall)"] == ("F1", [0.9, 0.9, 0.9])
+    titles = list(panels)
+    assert titles.index("probe R² (state labels, headline)") == (
+        titles.index("latent cosine similarity") + 1
+    )
+    # Freeway: R^2 alone, and no "not logged" note for an F1 it cannot have
+    fig = training_curves(_pretraining_rows(r2=True, f1=False), PRETRAIN_CURVES, title="t")
+    assert "probe R² (state labels, headline)" in _panels(fig)
+    assert "probe F1" not in fig.layout.title.text
+    # Atari (F1 only): as before
+    fig = training_curves(_pretraining_rows(r2=False, f1=True), PRETRAIN_CURVES)
+    assert ("F1", [0.9, 0.9, 0.9]) in _panels(fig).values()
+    assert not any("R²" in t for t in _panels(fig))
+
+
+def test_every_probe_metric_gets_its_own_unit_on_its_axis():
+    fig = training_curves(_pretraining_rows(r2=True, f1=True), columns=3)
+    units = {
+        t.name: fig.layout[f"yaxis{i + 1 if i else ''}"].title.text for i, t in enumerate(fig.data)
+    }
+    assert "probe/headline" not in units  # the same R^2 as probe/r2 here, not drawn twice
+    assert units["probe/r2"] == "R²" and units["probe/r2_counter"] == "R²"
+    assert units["probe/cosine_projection"] == "cosine" and units["probe/f1"] == "F1"
+    assert metric_axis_title("probe/r2_coordinate") == "held-out R² (linear probe)"
+    assert metric_axis_title("probe/f1_miscellaneous") == "F1 (linear probe)"
+    assert metric_axis_title("losses/spr") == "loss" and metric_axis_title("x/y") == "x/y"
+
+
+def test_the_live_probe_panel_turns_to_r2_at_a_minatar_runs_first_probe():
+    curves = LiveCurves(PRETRAIN_CURVES, title="pretraining x")
+    at = list(PRETRAIN_CURVES).index("probe/f1")
+    axis = f"yaxis{at + 1}"
+    assert curves.figure.layout[axis].title.text == "F1"
+    rows = _pretraining_rows(r2=True, f1=True)
+    curves.update({"step": 10, "losses/total": 0.5})  # no probe yet: the panel waits as F1
+    assert curves.keys[at] == "probe/f1"
+    for row in rows:
+        curves.update(row)
+    layout = curves.figure.layout
+    assert curves.keys[at] == "probe/r2" and curves.figure.data[at].name == "probe/r2"
+    assert layout[axis].title.text == "R²"
+    assert list(curves.figure.data[at].y) == [0.0, 0.25, 0.5]
+    texts = [a.text for a in layout.annotations]
+    assert "probe R² (state labels, headline)" in texts
+    assert "probe F1 (AtariARI state, overall)" not in texts
+    assert not any(a.name and "probe" in a.name for a in layout.annotations)  # no "no probe yet"
+    final = curves.finish()  # the static figure keeps the F1 beside
+    assert {"probe R² (state labels, headline)", "probe F1 (AtariARI state, overall)"} <= set(
+        _panels(final)
+    )
+    atari = LiveCurves(PRETRAIN_CURVES)
+    atari.update(_pretraining_rows(r2=False, f1=True)[0])
+    assert atari.keys == list(PRETRAIN_CURVES)  # an Atari run's panel stays F1
