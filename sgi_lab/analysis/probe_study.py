@@ -480,8 +480,8 @@ def probe_curves(runs: Iterable[str | os.PathLike]) -> pd.DataFrame:
 def training_probe_curves(runs: Iterable[str | os.PathLike]) -> pd.DataFrame:
     """The probes a pretraining run made of its own encoder as it trained (``probe_every``:
     the ``probe/`` keys of its metrics.jsonl), one row per (run, step): ``run, objective, seed,
-    game, step, readout, features, overall, across_categories, coordinate_r2,
-    coordinate_within, reward_f1`` and the categories AtariARI's variables fall in (a row
+    game, step, readout, features, overall, state_r2 (MinAtar's labels read by R^2),
+    across_categories, coordinate_r2, coordinate_within, reward_f1`` and the categories AtariARI's variables fall in (a row
     written before the readout was recorded takes the run's config, else the default)."""
 
     rows = []
@@ -491,8 +491,8 @@ def training_probe_curves(runs: Iterable[str | os.PathLike]) -> pd.DataFrame:
         params = status.get("params") or run.name.split("__")[0]
         config = read_mapping(run / "config.yaml")
         for metrics in read_jsonl(run / "metrics.jsonl"):
-            if "probe/f1" not in metrics:
-                continue
+            if "probe/f1" not in metrics and "probe/r2" not in metrics:
+                continue  # a MinAtar game with no classified label logs R^2 only
             row = {
                 "run": run.name,
                 "objective": objective_of(params),
@@ -503,7 +503,8 @@ def training_probe_curves(runs: Iterable[str | os.PathLike]) -> pd.DataFrame:
                 or config.get("probe_readout", DEFAULT_READOUT[0]),
                 "features": metrics.get("probe/features")
                 or config.get("probe_features", DEFAULT_READOUT[1]),
-                "overall": metrics["probe/f1"],
+                "overall": metrics.get("probe/f1"),
+                "state_r2": metrics.get("probe/r2"),
                 "across_categories": metrics.get("probe/f1_across_categories"),
                 "coordinate_r2": metrics.get("probe/coordinate_r2"),
                 "coordinate_within": metrics.get("probe/coordinate_within"),

@@ -335,9 +335,19 @@ def diversity_curves(
 # -- probes of the encoders ---------------------------------------------------------------------
 
 
-PROBE_METRICS = (*STUDY_METRICS, "random_init")
+PROBE_METRICS = (
+    *STUDY_METRICS,
+    "random_init",
+    "random_init_r2",
+    "r2_coordinate",
+    "r2_counter",
+    "r2_ordinal",
+    "cosine_random_init",
+    "cosine_step0",
+)
 """What the representations notebook summarises: the probe study's metrics and, beside the
-majority class, the same split's random-init encoder."""
+majority class, the same split's random-init encoder (its F1 and R²); MinAtar's R² per label
+kind; the collapse diagnostic's cosines of a random init and of the run's step 0."""
 
 
 def probe_sources(

@@ -182,3 +182,22 @@ def test_training_probe_curves_and_their_summary(tmp_path):
         mean, half = (a + b) / 2, 12.706 * abs(a - b) / 2**0.5 / 2**0.5
         assert row["value"] == pytest.approx(mean)
         assert row["upper"] - mean == pytest.approx(half, rel=1e-3)
+
+
+def test_training_probe_curves_read_a_minatar_run_that_logs_r2_only(tmp_path):
+    """Freeway and Asterix have no classified label: their rows carry probe/r2 and no
+    probe/f1, and are points of the R^2 curve all the same."""
+    import json
+
+    from sgi_lab.analysis.probe_study import curve_summary, training_probe_curves
+
+    run = tmp_path / "sgi_seed0__minatar-freeway"
+    run.mkdir()
+    (run / "config.yaml").write_text("seed: 0\n")
+    (run / "status.json").write_text(json.dumps({"params": "sgi", "game": "minatar/freeway"}))
+    rows = [{"step": 0, "probe/r2": 0.25, "probe/headline": 0.25}, {"step": 50, "probe/r2": 0.5}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    curves = training_probe_curves([run])
+    assert list(curves["step"]) == [0, 50] and list(curves["state_r2"]) == [0.25, 0.5]
+    assert curves["overall"].isna().all()
+    assert list(curve_summary(curves, "state_r2")["value"]) == [0.25, 0.5]
