@@ -596,6 +596,7 @@ def test_compare_rebuilt_reads_every_logged_value_but_timings(tmp_path):
     (b / "metrics.jsonl").write_text(curve(-1.0, 9.0) + "not json\n")
     assert compare_rebuilt(a, b) == {
         "same": True, "steps": 2, "max_difference": 0.0, "first_difference": None,
+        "across_resumes": [],
     }  # fmt: skip
     (b / "metrics.jsonl").write_text(curve(-1.0, 9.0).replace('"grad_norm": 0.5, ', ""))
     result = compare_rebuilt(a, b)  # a key one run logged and the other did not
@@ -609,6 +610,30 @@ def test_compare_rebuilt_reads_every_logged_value_but_timings(tmp_path):
     }
     (b / "metrics.jsonl").write_text(curve(-1.0 + 1e-7, 9.0))  # within the tolerance
     assert compare_rebuilt(a, b)["same"] is True
+
+
+def test_a_rebuild_forgives_only_the_row_logged_across_a_resume_of_the_archived_run(tmp_path):
+    """The archived run resumed at step 150 (between its logged 100 and 200), before the
+    logging window was checkpointed: its row 200 is a mean over 50 steps and may differ; every
+    other row, and a resume at a logged step, is compared as ever."""
+    from sgi_lab.experiments.archive import compare_rebuilt
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    (a / "metrics.jsonl").write_text(curve(-1.0, 1.0))
+    (b / "metrics.jsonl").write_text(
+        curve(-1.0, 1.0).replace('"losses/spr": -200.0', '"losses/spr": -190.0')
+    )
+    assert compare_rebuilt(a, b)["first_difference"]["step"] == 200  # no resume recorded
+    for resumed_at, same in ((150, True), (100, False)):
+        provenance = [{"step": 0}, {"step": resumed_at}]
+        (b / "status.json").write_text(json.dumps({"state": "finished", "provenance": provenance}))
+        result = compare_rebuilt(a, b)
+        assert result["same"] is same, result
+        assert result["across_resumes"] == ([200] if same else [])
+    (b / "metrics.jsonl").write_text(curve(-2.0, 1.0))  # row 100 differs too: not forgiven
+    (b / "status.json").write_text(json.dumps({"provenance": [{"step": 0}, {"step": 150}]}))
+    assert compare_rebuilt(a, b)["first_difference"]["step"] == 100
 
 
 def test_the_rebuild_flag_refuses_what_it_cannot_do_before_anything_is_written(
