@@ -349,8 +349,9 @@ def _execute(
 class TrainingProgress:
     """A text bar of the training inside a run folder while its notebook runs: the newest
     ``metrics.jsonl`` below the folder (a population's agent 1 among them), its last ``step``
-    of the ``steps`` in the ``config.yaml`` beside it, and the rate; "running cells" before
-    any training has logged. A thread polls every ``every`` seconds; nothing is written."""
+    of the ``steps`` in the ``config.yaml`` beside it, and the rate; before any training has
+    logged, "running cells" and the time elapsed (no counter that cannot move). A thread polls
+    every ``every`` seconds; nothing is written."""
 
     def __init__(self, folder: Path, label: str, every: float = 2.0, file: Any = None) -> None:
         self.folder, self.label, self.every = Path(folder), label, every
@@ -375,10 +376,12 @@ class TrainingProgress:
         """Move the bar to the training's last step (the rate is tqdm's)."""
         found = self.latest()
         if found is None:
+            self.bar.refresh()  # the elapsed time moves while the cells before training run
             return
         step, steps = found
         if not self._training or self.bar.total != steps:
             self._training = True
+            self.bar.bar_format = None  # tqdm's own: step of steps, rate, time left
             self.bar.reset(total=steps)
             self.bar.set_description(f"{self.label}: training step", refresh=False)
         self.bar.update(step - self.bar.n)
@@ -391,7 +394,12 @@ class TrainingProgress:
     def __enter__(self) -> TrainingProgress:
         from tqdm import tqdm
 
-        self.bar = tqdm(total=None, desc=f"{self.label}: running cells", file=self.file)
+        self.bar = tqdm(
+            total=None,
+            desc=f"{self.label}: running cells (no training step logged yet)",
+            bar_format="{desc}, {elapsed}",
+            file=self.file,
+        )
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
         return self

@@ -458,5 +458,9 @@ def test_training_progress_follows_the_newest_metrics_file(tmp_path):
         p.poll()
         assert (p.bar.n, p.bar.total) == (120, 200)
     assert "pretrain: training step" in out.getvalue() and "120/200" in out.getvalue()
-    with notebook_runner.TrainingProgress(tmp_path / "none", "x", every=60, file=out) as idle:
-        assert idle.latest() is None  # no training yet: "running cells"
+    idle_out = io.StringIO()
+    with notebook_runner.TrainingProgress(tmp_path / "none", "x", every=60, file=idle_out) as idle:
+        assert idle.latest() is None  # no training yet: "running cells" and the time, no "0it"
+        idle.poll()
+    shown = idle_out.getvalue()
+    assert "x: running cells (no training step logged yet), 00:00" in shown and "0it" not in shown
