@@ -6,9 +6,12 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: setup git-filters demo test test-all test-browser lint format lab
 
+# The first install downloads torch and the extras (several minutes on a fresh clone): pip's
+# own progress is shown, so a long install is never a silent one.
 $(STAMP): pyproject.toml
+	@echo "installing sgi-lab and its dependencies into $(VENV) (once; several minutes on a fresh clone)"
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,minatar,minari]'
+	$(PY) -m pip install --progress-bar on --disable-pip-version-check -e '.[dev,minatar,minari]'
 	touch $(STAMP)
 
 setup: $(STAMP) git-filters  ## create .venv, install sgi-lab with its dev extras, set git filters

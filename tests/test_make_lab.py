@@ -56,3 +56,21 @@ def test_make_lab_command_starts_jupyterlab_as_root(tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_the_first_install_says_what_it_does_and_shows_pip_progress(tmp_path):
+    """A fresh clone's first `make demo`/`make test` installs for minutes: it says so first and
+    lets pip show its progress (no --quiet), so a long install is never a silent one."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    venv = tmp_path / "venv"  # no stamp there: the install recipe is what make would run
+    dry = subprocess.run(
+        ["make", "--no-print-directory", "-n", f"{venv}/.installed-stamp", f"VENV={venv}"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.splitlines()
+    install = next(line for line in dry if "pip install" in line)
+    assert dry[0].startswith("echo ") and "several minutes" in dry[0]
+    assert "--quiet" not in install and "--progress-bar on" in install
