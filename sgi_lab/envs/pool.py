@@ -27,7 +27,7 @@ import signal
 import warnings
 import weakref
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -320,7 +320,7 @@ class EnvPool:
         self._waiting = False
         return answers
 
-    def _fail(self, i: int, message: str | None) -> None:
+    def _fail(self, i: int, message: str | None) -> NoReturn:
         """Close the pool and raise the one line that says which worker and why."""
         proc, part = self._pool.procs[i], self._slices[i]
         proc.join(timeout=2)

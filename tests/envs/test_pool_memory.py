@@ -3,6 +3,7 @@ arrays the caller owns, and no segment left in /dev/shm whatever way the pool en
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -211,3 +212,24 @@ def test_a_step_interrupted_before_its_answers_leaves_the_pool_refusing_steps(mo
                 pool.step(np.zeros(2, np.int64))
         with pytest.raises(RuntimeError, match="a step was interrupted before its end"):
             pool.step(np.zeros(2, np.int64))
+
+
+@pytest.mark.smoke
+def test_the_transport_benchmark_times_both_ways(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import pool_transport
+
+    out = tmp_path / "transport.json"
+    argv = ["pool_transport.py", "--families", "atari", "--envs", "2", "--block", "20"]
+    argv += ["--rounds", "1", "--active", "0.5", "--json", str(out)]
+    monkeypatch.setattr(sys, "argv", argv)
+    pool_transport.main()
+    result = json.loads(out.read_text())
+    (row,) = result["rows"]
+    assert row["family"] == "atari" and row["envs"] == 2 and row["steps_per_block"] == 10
+    for kind in ("pipes", "shared memory"):
+        assert row[kind]["env_steps_per_s"] > 0 and len(row[kind]["blocks_wall_s"]) == 1
+    assert row["speedup"] == pytest.approx(
+        row["pipes"]["ms_per_step"] / row["shared memory"]["ms_per_step"], rel=0.01
+    )
+    assert result["cpu"] and result["cpus"] >= 1
