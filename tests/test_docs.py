@@ -196,7 +196,7 @@ def link_problems(text: str, doc: Path) -> list[str]:
 
 def doc_problems(doc: Path, root: Path = ROOT) -> list[str]:
     """Every false reference in one markdown file, as ``file:problem``."""
-    parser = build_parser()
+    parser = build_parser(complete=True)
     blocks, prose = split_text(doc.read_text())
     problems: list[str] = []
     for line in blocks:

@@ -22,7 +22,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-import torch
 import yaml
 
 from sgi_lab.base.errors import SgiLabError
@@ -78,6 +77,7 @@ def provenance() -> dict[str, Any]:
     from importlib import metadata
 
     import numpy as np
+    import torch  # lazy: the CLI's parser and `--help` import this module and must not pay for torch
 
     try:
         version = metadata.version("sgi-lab")
@@ -218,6 +218,8 @@ def check_ours(path: str | os.PathLike, mark: str, what: str) -> None:
 
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
     """``torch.save`` to ``path`` atomically (see `atomic_write`), creating its folder."""
+    import torch  # lazy: as in `provenance`, the module loads without torch
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, lambda fh: torch.save(obj, fh), binary=True)

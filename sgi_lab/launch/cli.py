@@ -25,7 +25,7 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sgi_lab.base.errors import SgiLabError
 from sgi_lab.launch import exchange, report_command
@@ -356,6 +356,71 @@ def _evaluate(args: argparse.Namespace) -> int:
 # -- parser ------------------------------------------------------------------------------------
 
 
+# Commands whose options are defined beside their handler, in modules that load torch, scipy or
+# pandas (several seconds): `sgi-lab --help`, a mistyped command and the other commands never
+# import them; each is imported when its command is named. Name -> the one line of `--help`.
+DEFERRED = {
+    "status": "how far the runs under a folder have got: stage, step, rate, time left, metrics",
+    "probe": "linear probes of frozen encoders: AtariARI state variables, reward, action",
+    "run": "execute a notebook with papermill into its own run folder",
+    "sweep": "run a notebook over a grid of parameters (locally or on Ray)",
+    "experiment": "run a table of the paper (params/experiments/*.yaml) as a task graph",
+}
+
+
+class _CommandParser(argparse.ArgumentParser):
+    """A command's parser; a `DEFERRED` one is filled (``fill(self)``) when it first parses."""
+
+    def __init__(
+        self,
+        *args: Any,
+        fill: Callable[[argparse.ArgumentParser], None] | None = None,
+        **kwargs: Any,
+    ):
+        super().__init__(*args, **kwargs)
+        self._fill = fill
+
+    def parse_known_args(self, args=None, namespace=None):  # noqa: ANN001 (argparse's own)
+        fill, self._fill = self._fill, None
+        if fill is not None:
+            fill(self)
+        return super().parse_known_args(args, namespace)
+
+
+class _Into:
+    """Stands in for the sub-parser set a module's ``add_X_parser(subparsers)`` registers on:
+    the parser it asks for is the one already registered under that name."""
+
+    def __init__(self, parser: argparse.ArgumentParser):
+        self.parser = parser
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        kwargs.pop("help", None)  # the listing's line is DEFERRED's
+        for key, value in kwargs.items():  # description, formatter_class, epilog
+            setattr(self.parser, key, value)
+        return self.parser
+
+
+def _fill_deferred(name: str, parser: argparse.ArgumentParser) -> None:
+    """Add `DEFERRED` command ``name``'s options from its module (which sets its ``handler``)."""
+    if name == "status":
+        # lazy: a command's module, and torch through it, loads when the command is named
+        from sgi_lab.launch.status import add_status_parser as add
+    elif name == "probe":
+        # lazy: as above
+        from sgi_lab.launch.probe import add_probe_parser as add
+    elif name == "run":
+        # lazy: as above
+        from sgi_lab.launch.notebook_runner import add_run_parser as add
+    elif name == "sweep":
+        # lazy: as above
+        from sgi_lab.launch.sweep import add_sweep_parser as add
+    else:
+        # lazy: as above
+        from sgi_lab.experiments import add_experiment_parser as add
+    add(_Into(parser))
+
+
 def _add_stop_after(p: argparse.ArgumentParser, what: str, evaluation: bool = False) -> None:
     p.add_argument(
         "--stop-after",
@@ -368,11 +433,13 @@ def _add_stop_after(p: argparse.ArgumentParser, what: str, evaluation: bool = Fa
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(complete: bool = False) -> argparse.ArgumentParser:
+    """The ``sgi-lab`` parser. The `DEFERRED` commands get their options when one is named (or
+    all at once with ``complete``, for whoever reads every command's options, as the docs' check)."""
     parser = argparse.ArgumentParser(
         prog="sgi-lab", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_CommandParser)
 
     p = sub.add_parser("collect", help="collect an offline dataset into a TransitionStore")
     p.add_argument(
@@ -511,18 +578,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="run or study folders")
     p.add_argument("--dry-run", action="store_true", help="list what would go, delete nothing")
-    # Notebook runs and sweeps register their own sub-parsers (handler in args.handler).
-    from sgi_lab.experiments import add_experiment_parser
-    from sgi_lab.launch.notebook_runner import add_run_parser
-    from sgi_lab.launch.probe import add_probe_parser
-    from sgi_lab.launch.status import add_status_parser
-    from sgi_lab.launch.sweep import add_sweep_parser
-
-    add_status_parser(sub)
-    add_probe_parser(sub)
-    add_run_parser(sub)
-    add_sweep_parser(sub)
-    add_experiment_parser(sub)
+    # Commands whose options live beside their handler register their parser when named.
+    for name, help_text in DEFERRED.items():
+        fill = functools.partial(_fill_deferred, name)
+        p = sub.add_parser(name, help=help_text, fill=None if complete else fill)
+        if complete:
+            fill(p)
     exchange.add_commands(sub, COMMANDS)  # export, import minari, report --export
     return parser
 

@@ -18,7 +18,6 @@ from pathlib import Path
 
 from sgi_lab.config import ExploreConfig, load_config, parse_overrides
 from sgi_lab.envs import is_minatar
-from sgi_lab.train.explore import collect_exploratory
 
 DEFAULT_PARAMS = Path("params/collect/exploratory.yaml")
 MINATAR_PARAMS = Path("params/collect/exploratory_minatar.yaml")
@@ -63,6 +62,9 @@ def collect(args: argparse.Namespace, random_handler: Callable[..., int]) -> int
             f"--env-protocol {args.env_protocol}: only `collect random` plays the authors' "
             f"env; `collect {args.policy}` plays gymnasium's (dopamine)"
         )
+
+    # lazy: the agent's module imports torch, which `--help` and the parser must not pay for
+    from sgi_lab.train.explore import collect_exploratory
 
     store = collect_exploratory(
         args.game,

@@ -24,7 +24,6 @@ from typing import Any
 
 from sgi_lab.base.files import lock_holder, read_mapping
 from sgi_lab.base.paths import did_you_mean
-from sgi_lab.metrics.protocol import comparability_note, protocol_of
 from sgi_lab.runs.checkpoints import CHECKPOINT_RE, checkpoint_files
 from sgi_lab.runs.status import has_final_model, read_status, restored_files, run_folders
 
@@ -208,6 +207,9 @@ def _evaluation(folder: Path) -> dict[str, Any] | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     normalized = evaluation.get("normalized_score", evaluation.get("hns"))
+    # lazy: the metrics package loads scipy (seconds), which `sgi-lab status --help` must not
+    from sgi_lab.metrics.protocol import comparability_note, protocol_of
+
     protocol = protocol_of(evaluation)
     return {
         "mean": mean,

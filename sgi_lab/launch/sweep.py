@@ -29,7 +29,6 @@ from typing import Any
 
 from sgi_lab.base.files import atomic_write_text
 from sgi_lab.base.threads import thread_environment, thread_share, user_oversubscription
-from sgi_lab.experiments.executors import RayExecutor
 from sgi_lab.launch.notebook_runner import (
     NotebookRunError,
     RunExistsError,
@@ -156,6 +155,8 @@ def _run_point(
 def _ray_executor() -> Any:
     """The experiments' `RayExecutor` on the cluster ``ray start`` runs on this machine, else
     on a private local one (no dashboard, token authentication)."""
+    # lazy: the experiments package loads torch, which `sgi-lab sweep --help` must not pay for
+    from sgi_lab.experiments.executors import RayExecutor
 
     try:
         return RayExecutor("auto", log_to_driver=True)

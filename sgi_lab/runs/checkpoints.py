@@ -12,11 +12,14 @@ import pickle
 import re
 import zipfile
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from sgi_lab.base.errors import SgiLabError
+
+# torch is imported by the functions that load: the run lifecycle, `sgi-lab status` and the
+# CLI's parser import this module for the names alone, and must not pay for torch.
+if TYPE_CHECKING:
+    import torch
 
 CHECKPOINT_RE = re.compile(r"ckpt_(\d{8})\.pt$")
 
@@ -72,6 +75,8 @@ def load_checkpoint(
     if path.is_dir():
         raise CheckpointError(f"{path}: a folder, expected a checkpoint or model file (.pt)")
     verify_checksums(path)
+    import torch  # lazy: see the module's imports
+
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError:
@@ -103,6 +108,8 @@ def checkpoint_kind(path: str | os.PathLike) -> str | None:
     """The ``kind`` recorded in a folder's newest readable checkpoint of ours, or None.
 
     Only the checkpoint's small index is read (``mmap``: its tensors stay on disk)."""
+    import torch  # lazy: see the module's imports
+
     for ckpt in reversed(checkpoint_files(path)):
         try:
             payload = torch.load(ckpt, map_location="cpu", weights_only=True, mmap=True)
@@ -121,6 +128,8 @@ def restore_generator(generator: torch.Generator, state: torch.Tensor) -> bool:
     reseeded from the saved state's bytes, which keeps the resumed run deterministic but not
     identical to an uninterrupted one. The caller says so in its log.
     """
+    import torch  # lazy: see the module's imports
+
     state = state.detach().to("cpu", torch.uint8)
     try:
         generator.set_state(state)

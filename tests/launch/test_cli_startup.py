@@ -1,0 +1,77 @@
+"""`sgi-lab --help`, a mistyped command and a wrong option answer without importing torch.
+
+Importing torch costs ~3.5 s of CPU (more on a loaded machine) before the CLI can say anything;
+each case runs in a fresh interpreter and reports the heavy packages it ended up importing.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from sgi_lab.launch.cli import DEFERRED, build_parser
+
+PROBE = """
+import json, sys
+from sgi_lab.launch.cli import build_parser, main
+code = None
+try:
+    code = main(sys.argv[1:]) if sys.argv[1:] else build_parser() and 0
+except SystemExit as exc:
+    code = exc.code
+heavy = [m for m in ("torch", "scipy", "pandas") if m in sys.modules]
+print(json.dumps({"code": code, "heavy": heavy}))
+"""
+
+
+def cli_imports(*argv: str) -> tuple[int, list[str], str]:
+    """Exit status, heavy packages imported and stderr of ``sgi-lab ARGV`` in a fresh Python."""
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, timeout=120
+    )
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    return report["code"], report["heavy"], done.stderr
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        (),  # the parser alone
+        ("--help",),
+        ("pretrian",),  # a mistyped command
+        ("pretrain", "--help"),
+        ("pretrain", "--device", "cuda"),  # an option the command does not have
+        ("finetune", "--help"),
+        ("collect", "--help"),
+        ("status", "--help"),
+        ("run", "--help"),
+        ("sweep", "--help"),
+    ],
+    ids=lambda argv: " ".join(argv) or "build_parser",
+)
+def test_help_and_mistakes_never_import_torch(argv):
+    code, heavy, stderr = cli_imports(*argv)
+    assert code in (0, 2), stderr[-2000:]
+    assert "torch" not in heavy, f"sgi-lab {' '.join(argv)} imported torch"
+    if argv == ("pretrian",):
+        assert "invalid choice: 'pretrian'" in stderr
+
+
+def test_help_lists_every_deferred_command_before_loading_it():
+    parser = build_parser()
+    listing = parser.format_help()
+    for name, line in DEFERRED.items():
+        assert name in listing and line[:40] in " ".join(listing.split())
+
+
+def test_a_deferred_command_gets_its_options_when_named():
+    # what its own module defines (here `status --state`), and its handler
+    args = build_parser().parse_args(["status", "outputs", "--state", "running"])
+    assert args.state == "running" and args.folder == "outputs"
+    assert args.handler.__module__ == "sgi_lab.launch.status"
+    complete = build_parser(complete=True)
+    status = complete._subparsers._group_actions[0].choices["status"]
+    assert "--state" in status._option_string_actions  # filled without parsing
