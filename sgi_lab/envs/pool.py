@@ -14,7 +14,13 @@ Workers write their rows (observations, rewards, flags) into one shared-memory s
 allocates (`sgi_lab.envs.pool_memory`), so a step sends each a short command and reads back an
 acknowledgement; ``shared_memory=False`` pickles the rows through the pipes instead (the same
 numbers, slower: evaluation's 2,600 Atari environments are 73 MB a step). Arrays a step returns
-are the caller's own either way. The segment is unlinked by `EnvPool.close`, when a worker dies
+are the caller's own either way; `EnvPool.observations` is the pool's own newest observation of
+every environment, which evaluation reads in place (no frame copied per step). Without workers
+the environments are stepped into the same rows, kept in this process's memory.
+
+`EnvPool.send` starts a step and `EnvPool.receive` ends it (`step` is both): between the two the
+workers play while the caller does other work, the finetuning loop its learn step
+(``env_overlap``). Without workers the environments are stepped in `receive`. The segment is unlinked by `EnvPool.close`, when a worker dies
 (the pool closes itself and raises `EnvWorkerError`, one line) and at interpreter exit, which
 also ends the workers of a pool nobody closed.
 """
@@ -234,6 +240,7 @@ class EnvPool:
         self._envs: list = []
         self._pool = _Workers()
         self._waiting = False  # commands sent whose answers are not all read
+        self._pending: tuple[np.ndarray | None] | None = None  # a sent step's mask, until received
         self._last: np.ndarray | None = None  # the newest observation of every environment
         if self.workers == 0:
             self._envs = [
@@ -334,20 +341,42 @@ class EnvPool:
         raise EnvWorkerError(f"{who} {why}; the pool is closed") from None
 
     def reset(self) -> np.ndarray:
-        """First observations, (N, 4, 84, 84) uint8."""
+        """First observations, (N, *observation shape): (N, 4, 84, 84) uint8 for Atari."""
         rows = self._pool.rows
+        if self._pending is not None:
+            raise RuntimeError("EnvPool: reset while a step is sent and not received")
         if self.workers == 0:
-            obs = np.stack([env.reset()[0] for env in self._envs])
+            first = [env.reset()[0] for env in self._envs]
+            if rows is None:  # sized by the first observations, kept for the pool's life
+                rows = self._pool.rows = self._local_rows(first)
+            rows.obs[:] = first
         elif rows is not None:
             self._send([("reset", None)] * self.workers)
             self._replies()
-            self._last = rows.obs  # the workers keep it the newest of every environment
-            return rows.obs.copy()
         else:
             self._send([("reset", None)] * self.workers)
             obs = np.concatenate(self._replies())
-        self._last = obs.copy()
-        return obs
+            self._last = obs.copy()
+            return obs
+        self._last = rows.obs  # stepping keeps it the newest of every environment
+        return rows.obs.copy()
+
+    def _local_rows(self, first: list[np.ndarray]) -> SharedRows:
+        """The rows a pool without workers steps its environments into."""
+        kinds = {(np.shape(o), np.asarray(o).dtype.str) for o in first}
+        if len(kinds) > 1:
+            raise ValueError(f"EnvPool: environments with different observations: {kinds}")
+        shape, dtype = kinds.pop()
+        return SharedRows.local(self.num_envs, shape, dtype)
+
+    @property
+    def observations(self) -> np.ndarray:
+        """The newest observation of every environment, (N, *observation shape): the pool's
+        own memory (the shared segment itself with workers), not a copy. Read it before the
+        next step, which overwrites it, and never write to it."""
+        if self._last is None:
+            raise RuntimeError("EnvPool: reset the pool before reading its observations")
+        return self._last
 
     def step(self, actions: np.ndarray, active: np.ndarray | None = None) -> PoolStep:
         """One step of every environment, or of the ``active`` ones (see `PoolStep`): the
@@ -364,35 +393,63 @@ class EnvPool:
             return rows
         return PoolStep((self._last.copy(), *(spread(part, mask) for part in rows[1:])))
 
-    def step_active(self, actions: np.ndarray, active: np.ndarray | None = None) -> PoolStep:
+    def step_active(
+        self, actions: np.ndarray, active: np.ndarray | None = None, observations: bool = True
+    ) -> PoolStep:
         """`step`, returning the rows of the ``active`` environments only, in their order:
         with thousands of evaluation environments of which a few are still playing, nothing
-        is copied for the others."""
+        is copied for the others. ``observations=False``: None in place of the observations
+        (read `observations` in place instead)."""
+        self.send(actions, active)
+        return self.receive(observations)
+
+    def send(self, actions: np.ndarray, active: np.ndarray | None = None) -> None:
+        """Start a step of every environment, or of the ``active`` ones, with ``actions``
+        (as `step`); `receive` ends it. With workers they play while this process goes on;
+        without, `receive` steps them."""
+        if self._pending is not None:
+            raise RuntimeError("EnvPool: a step was sent and not received; receive it first")
         actions = np.asarray(actions)
         mask = None if active is None else np.asarray(active, bool)
         if mask is not None and self._last is None:
             raise RuntimeError("reset the pool before stepping some of its environments")
-        shared = self._pool.rows
-        if self.workers == 0:
-            rows = _step_slice(self._envs, actions, mask)
-        elif shared is not None:
-            shared.actions[:] = actions
+        rows = self._pool.rows
+        if self.workers == 0 and not self._envs:
+            raise RuntimeError("EnvPool: used after close()")
+        if self.workers == 0 and rows is None:
+            raise RuntimeError("EnvPool: reset the pool before stepping it")
+        if rows is not None:
+            rows.actions[:] = actions
             if mask is not None:
-                shared.active[:] = mask
+                rows.active[:] = mask
+        if self.workers and rows is not None:
             self._send([("step", mask is not None)] * self.workers)
-            self._replies()
-            return PoolStep(shared.step_rows(mask))  # copies: ``_last`` is ``shared.obs``
-        else:
+        elif self.workers:
             parts = [(actions[part], None if mask is None else mask[part]) for part in self._slices]
             self._send([("step", part) for part in parts])
-            replies = self._replies()
-            rows = tuple(np.concatenate([p[i] for p in replies]) for i in range(6))
+        self._pending = (mask,)
+
+    def receive(self, observations: bool = True) -> PoolStep:
+        """The rows of the step `send` started (those of its ``active`` environments only, as
+        `step_active`), once every environment has played it."""
+        if self._pending is None:
+            raise RuntimeError("EnvPool: receive without a step sent")
+        (mask,), self._pending = self._pending, None
+        rows = self._pool.rows
+        if self.workers == 0:
+            _step_into(self._envs, rows, 0, masked=mask is not None)
+        elif rows is not None:
+            self._replies()
+        if rows is not None:  # copies: ``_last`` is ``rows.obs``
+            return PoolStep(rows.step_rows(mask, observations))
+        replies = self._replies()
+        parts = tuple(np.concatenate([p[i] for p in replies]) for i in range(6))
         # The pool's own copy of the newest observations (arrays handed out are never changed).
         if mask is None:
-            self._last = rows[0].copy()
+            self._last = parts[0].copy()
         else:
-            self._last[mask] = rows[0]
-        return PoolStep(rows)
+            self._last[mask] = parts[0]
+        return PoolStep(parts if observations else (None, *parts[1:]))
 
     def close(self) -> None:
         """End the workers and unlink the shared segment (or close the environments here).
@@ -400,6 +457,7 @@ class EnvPool:
         for env in self._envs:
             env.close()
         self._envs = []
+        self._pending = None
         self._last = None  # may be a view of the segment, which closes next
         self._pool.release()
         if self.workers:

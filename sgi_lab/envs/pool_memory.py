@@ -71,7 +71,7 @@ class SharedRows:
 
     def __init__(
         self,
-        shm: shared_memory.SharedMemory,
+        shm: shared_memory.SharedMemory | None,
         num_envs: int,
         obs_shape: tuple[int, ...],
         obs_dtype: Any,
@@ -82,9 +82,11 @@ class SharedRows:
         self.num_envs = num_envs
         self.obs_shape = tuple(obs_shape)
         self.obs_dtype = np.dtype(obs_dtype)
+        placed, size = _layout(num_envs, self.obs_shape, self.obs_dtype)
+        buffer = shm.buf if shm is not None else bytearray(size)
         self._names = []
-        for name, dtype, shape, offset in _layout(num_envs, self.obs_shape, self.obs_dtype)[0]:
-            setattr(self, name, np.ndarray(shape, dtype, buffer=shm.buf, offset=offset))
+        for name, dtype, shape, offset in placed:
+            setattr(self, name, np.ndarray(shape, dtype, buffer=buffer, offset=offset))
             self._names.append(name)
 
     @classmethod
@@ -96,6 +98,12 @@ class SharedRows:
         return cls(shm, num_envs, obs_shape, obs_dtype, owner=True)
 
     @classmethod
+    def local(cls, num_envs: int, obs_shape: tuple[int, ...], obs_dtype: Any) -> SharedRows:
+        """The same rows in this process's own memory (a pool without workers steps its
+        environments into them, so both paths hand out rows the same way)."""
+        return cls(None, num_envs, obs_shape, obs_dtype, owner=False)
+
+    @classmethod
     def attach(cls, spec: tuple[str, int, tuple[int, ...], str]) -> SharedRows:
         """The segment a `spec` names, seen from another process (which never unlinks it)."""
         name, num_envs, obs_shape, obs_dtype = spec
@@ -104,6 +112,8 @@ class SharedRows:
 
     @property
     def name(self) -> str:
+        if self._shm is None:
+            raise ValueError("SharedRows.local rows have no segment to name")
         return self._shm.name
 
     @property
@@ -111,19 +121,29 @@ class SharedRows:
         """What `attach` needs, small and picklable."""
         return self.name, self.num_envs, self.obs_shape, self.obs_dtype.str
 
-    def step_rows(self, mask: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+    def step_rows(
+        self, mask: np.ndarray | None = None, observations: bool = True
+    ) -> tuple[np.ndarray | None, ...]:
         """Copies of ``(obs, rewards, terminated, truncated, raw_rewards, terminals)``, of the
-        ``mask`` rows only where given: nothing handed out is overwritten by the next step."""
-        arrays = (self.obs, *(getattr(self, name) for name, _ in _STEP_FIELDS))
+        ``mask`` rows only where given: nothing handed out is overwritten by the next step.
+        ``observations=False``: None in place of ``obs`` (a caller reading ``obs`` in place
+        copies no frame)."""
+        arrays = [getattr(self, name) for name, _ in _STEP_FIELDS]
+        if observations:
+            arrays.insert(0, self.obs)
         if mask is None:
-            return tuple(a.copy() for a in arrays)
-        return tuple(a[mask] for a in arrays)  # boolean indexing copies
+            rows = [a.copy() for a in arrays]
+        else:
+            rows = [a[mask] for a in arrays]  # boolean indexing copies
+        return tuple(rows) if observations else (None, *rows)
 
     def close(self) -> None:
         """Drop the views and the mapping; the owner also unlinks the segment. Twice is fine."""
         for name in self._names:
             setattr(self, name, None)
         self._names = []
+        if self._shm is None:
+            return
         try:
             self._shm.close()
         except BufferError:  # a view someone else kept: the mapping goes with it

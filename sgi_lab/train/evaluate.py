@@ -9,7 +9,8 @@ emptying the frame stack; the cap ends an episode after 27,001 steps).
 
 The N environments of every agent are stepped together (an `sgi_lab.envs.pool.EnvPool`, in
 worker processes where there are cores to spare: `eval_workers`) and their observations go
-through the network in one batched forward. Each environment gets a fixed quota of episodes
+through the network in one batched forward, read where the pool keeps them (the workers'
+shared-memory segment): no frame is pickled through a pipe or copied per step. Each environment gets a fixed quota of episodes
 (``episodes`` split as evenly as possible); an environment that has played its quota is not
 stepped any more. With fixed quotas the returned episodes do not depend on how long they are,
 whereas "the first ``episodes`` episodes to finish" over-samples short (usually bad) games. The
@@ -19,11 +20,12 @@ used before.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -126,21 +128,9 @@ def evaluate(
     """
     device = torch.device(device) if device is not None else next(model.parameters()).device
     amp = (device.type == "cuda") if amp is None else amp
-    was_training = model.training
-    noise_was = [layer.noise_enabled for layer in model.noisy_layers()]
-    model.eval()
-    model.set_noise(False)
-
-    @torch.no_grad()
-    def policy(obs: np.ndarray) -> np.ndarray:
-        x = torch.from_numpy(obs[0]).to(device, non_blocking=True)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
-            q = model.q_values(model.encode(x))
-        return q.argmax(-1).cpu().numpy()[None]
-
-    try:
+    with _noise_free(model):
         return play_episodes(
-            policy,
+            _model_policy(model, device, amp),
             [game],
             [model.num_actions],
             episodes=episodes,
@@ -153,10 +143,35 @@ def evaluate(
             env_protocol=env_protocol,
             env_options=env_options,
         )[0]
+
+
+@contextlib.contextmanager
+def _noise_free(model: SGIModel) -> Iterator[None]:
+    """``model`` in eval mode with its noisy-net noise off; its mode and noise switches as they
+    were afterwards."""
+    was_training = model.training
+    noise_was = [layer.noise_enabled for layer in model.noisy_layers()]
+    model.eval()
+    model.set_noise(False)
+    try:
+        yield
     finally:
         model.train(was_training)
         for layer, flag in zip(model.noisy_layers(), noise_was):
             layer.noise_enabled = flag
+
+
+def _model_policy(model: SGIModel, device: torch.device, amp: bool) -> Policy:
+    """One model's greedy actions as a `Policy` of one agent (bf16 autocast with ``amp``)."""
+
+    @torch.no_grad()
+    def policy(obs: np.ndarray) -> np.ndarray:
+        x = torch.from_numpy(obs[0]).to(device, non_blocking=True)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+            q = model.q_values(model.encode(x))
+        return q.argmax(-1).cpu().numpy()[None]
+
+    return policy
 
 
 def eval_workers(num_envs: int, asynchronous: bool | None = None) -> int:
@@ -280,19 +295,19 @@ def _play_until_quotas(
     """Step every environment that has not played its quota until all have, counting the
     episodes in ``tally``; a stop request raises `RunStopped`."""
     n, num_envs = tally.done.shape
-    # Every environment's newest stack, updated in place for the ones stepped; ``obs`` is the
-    # same memory seen per agent.
-    newest = pool.reset()
-    obs = newest.reshape(n, num_envs, *newest.shape[1:])
+    pool.reset()
     while (tally.done < quotas).any():
         if stop is not None and stop.requested:
             raise RunStopped(None, stop.requested)
         active = tally.done < quotas
+        # Every environment's newest stack where the pool keeps it (with workers, the shared
+        # segment they write), seen per agent: no frame is copied or pickled per step.
+        newest = pool.observations
+        obs = newest.reshape(n, num_envs, *newest.shape[1:])
         actions = _epsilon_greedy(policy, obs, active, rngs, num_actions, eps)
-        # Environments that played their quota are not stepped (nor copied) any more.
+        # Environments that played their quota are not stepped any more.
         flat = active.reshape(-1)
-        stepped = pool.step_active(actions.reshape(-1), flat)
-        newest[flat] = stepped[0]
+        stepped = pool.step_active(actions.reshape(-1), flat, observations=False)
         rewards, terminated, truncated = (
             spread(part, flat).reshape(n, num_envs) for part in stepped[1:4]
         )

@@ -124,3 +124,38 @@ def test_workers_leave_sigterm_and_sigint_to_their_parent():
     for proc in procs:
         proc.join(timeout=10)
         assert proc.exitcode == 0  # ended by the pool's close, not by a signal
+
+
+@pytest.mark.parametrize(
+    "workers, shared", [(0, True), (1, True), (1, False)], ids=["in_process", "shared", "pipes"]
+)
+def test_send_then_receive_is_a_step_and_observations_are_the_newest(workers, shared):
+    """A step split in two (the finetuning loop learns between them) gives exactly `step`'s
+    rows; `observations` is every environment's newest observation, masked steps included."""
+    games, seeds = ["minatar/breakout", "minatar/breakout", "minatar/asterix"], [0, 1, 2]
+    rng = np.random.default_rng(1)
+    actions = rng.integers(0, 3, (60, 3))
+    masks = rng.random((60, 3)) < 0.7
+    kw = {"train": True, "channels": 10}
+    with (
+        EnvPool(games, seeds, **kw) as alone,
+        EnvPool(games, seeds, workers=workers, shared_memory=shared, **kw) as split,
+    ):
+        np.testing.assert_array_equal(alone.reset(), split.reset())
+        for t in range(60):
+            mask = None if t % 2 else masks[t]
+            expected = alone.step_active(actions[t], mask)
+            split.send(actions[t], mask)
+            with pytest.raises(RuntimeError, match="sent and not received"):
+                split.send(actions[t], mask)
+            got = split.receive(observations=t % 3 != 0)
+            if t % 3 == 0:
+                assert got[0] is None
+                got = (expected[0], *got[1:])
+            for x, y in zip(expected, got, strict=True):
+                np.testing.assert_array_equal(x, y)
+            np.testing.assert_array_equal(split.observations, alone.observations)
+        with pytest.raises(RuntimeError, match="receive without a step sent"):
+            split.receive()
+        if workers == 0 or shared:  # the rows the environments are stepped into, not a copy
+            assert np.shares_memory(split.observations, split._pool.rows.obs)

@@ -173,3 +173,79 @@ def test_greedy_actions_for_active_environments_only():
     np.testing.assert_array_equal(greedy[active], obs[..., 0, 0, 0][active])
     everything = ev._greedy_for_active(policy, obs, np.ones((3, 5), bool), np.arange(3)[:, None])
     np.testing.assert_array_equal(everything, obs[..., 0, 0, 0])
+
+
+def _obs_keyed_policy(num_actions):
+    """A deterministic policy of the observations' pixels (so a wrong frame changes actions)."""
+
+    def policy(obs):
+        flat = obs.reshape(*obs.shape[:2], -1).astype(np.int64)
+        return (flat * np.arange(flat.shape[-1]) % 7).sum(-1) % num_actions
+
+    return policy
+
+
+# (games, action counts, seeds, play_episodes options) -> per agent (scores, lengths), as the
+# evaluation played them when it copied every stepped frame twice (2026-11-29, before reading
+# the pool's observations in place): the same seeds must give the same episodes bit for bit.
+EVALUATIONS_BEFORE = {
+    "minatar": (
+        (["minatar/breakout", "minatar/space_invaders"], [3, 4], [3, 11]),
+        {"episodes": 5, "num_envs": 3, "eps": 0.05, "env_options": {"channels": 10}},
+        [
+            ([0.0, 0.0, 1.0, 2.0, 1.0], [6, 6, 16, 28, 16]),
+            ([0.0, 0.0, 0.0, 0.0, 1.0], [17, 27, 37, 96, 57]),
+        ],
+    ),
+    "atari": (
+        (["Pong", "Breakout"], [6, 4], [0, 5]),
+        {"episodes": 3, "num_envs": 2, "eps": 0.05, "max_frames": 400},
+        [([-2.0, -2.0, -2.0], [100, 100, 100]), ([1.0, 2.0, 0.0], [100, 100, 100])],
+    ),
+}
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["in_process", "workers"])
+@pytest.mark.parametrize("family", sorted(EVALUATIONS_BEFORE))
+def test_fixed_seeds_give_the_episodes_they_gave_before_in_either_pool(family, asynchronous):
+    (games, actions, seeds), options, before = EVALUATIONS_BEFORE[family]
+    results = ev.play_episodes(
+        _obs_keyed_policy(min(actions)),
+        games,
+        actions,
+        seeds=seeds,
+        progress=False,
+        asynchronous=asynchronous,
+        **options,
+    )
+    assert [(r["scores"], r["lengths"]) for r in results] == before
+
+
+def test_the_policy_reads_the_workers_shared_frames_in_place(monkeypatch):
+    """With workers, the policy's observations are the shared segment the workers write (no
+    copy out of it, none pickled), and every frame it sees is the environment's own."""
+    import sgi_lab.envs.pool as pool_module
+
+    pools, seen = [], []
+    real_pool = ev.EnvPool
+
+    def spy_pool(*args, **kwargs):
+        pools.append(real_pool(*args, **kwargs))
+        return pools[-1]
+
+    def policy(obs):
+        rows = pools[0]._pool.rows
+        seen.append((np.shares_memory(obs, rows.obs), obs.copy()))
+        return np.zeros(obs.shape[:2], np.int64)
+
+    monkeypatch.setattr(ev, "EnvPool", spy_pool)
+    kw = {"episodes": 2, "num_envs": 2, "eps": 0.0, "progress": False, "seeds": [4]}
+    ev.play_episodes(policy, ["minatar/breakout"], [3], asynchronous=True, **kw)
+    assert pools[0].workers == 1 and pools[0].shared_memory
+    assert seen and all(shared for shared, _ in seen[:5])  # both environments still playing
+    # The same frames as two lone environments playing action 0 from the same seeds.
+    envs = [pool_module.make_env("minatar/breakout", seed=4 + j, train=False) for j in range(2)]
+    expected = np.stack([env.reset()[0] for env in envs])
+    for _, obs in seen[:5]:
+        np.testing.assert_array_equal(obs[0], expected)
+        expected = np.stack([env.step(0)[0] for env in envs])
