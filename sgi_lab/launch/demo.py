@@ -19,15 +19,12 @@ import json
 import os
 import shutil
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
-from sgi_lab.base.files import atomic_write_text, provenance, read_jsonl, record_provenance
+from sgi_lab.base.files import atomic_write_text, provenance, record_provenance
 from sgi_lab.base.threads import busy_machine_threads, thread_environment
 from sgi_lab.launch import demo_minatar
 from sgi_lab.launch.notebook_page import notebook_html
@@ -44,6 +41,7 @@ from sgi_lab.notebook import (
     static_export_problem,
 )
 from sgi_lab.runs.folder import RunDir
+from sgi_lab.runs.progress import ProgressBar
 from sgi_lab.runtime.cpu_settings import cache_file
 from sgi_lab.viz import learning, training
 from sgi_lab.viz.tables import format_number
@@ -52,7 +50,6 @@ __all__ = [
     "STAGES",
     "Stage",
     "STAGE_NOTES",
-    "StepProgress",
     "budget_note",
     "main",
     "notebook_html",
@@ -110,51 +107,6 @@ MINATAR = "minatar"  # the stage that runs no notebook (sgi_lab.launch.demo_mina
 def _params_file(root: Path, notebook: str, smoke: bool) -> Path:
     name = f"{notebook}_smoke.yaml" if smoke else f"demo_{notebook}.yaml"
     return root / "params" / "notebooks" / name
-
-
-class StepProgress:
-    """A tqdm bar of a training stage's steps, read from its run folder's metrics.jsonl every
-    ``interval`` seconds on a background thread (papermill's own bar counts cells only)."""
-
-    def __init__(self, folder: Path, total: int, desc: str, interval: float = 2.0) -> None:
-        self.metrics = folder / "metrics.jsonl"
-        self.total, self.desc, self.interval = int(total), desc, interval
-        self._stop = threading.Event()
-
-    def __enter__(self) -> StepProgress:
-        self.bar = tqdm(total=self.total, desc=self.desc, unit="step", dynamic_ncols=True)
-        self._thread = threading.Thread(target=self._watch, daemon=True)
-        self._thread.start()
-        return self
-
-    def _watch(self) -> None:
-        while not self._stop.wait(self.interval):
-            self._update()
-
-    def _update(self) -> None:
-        rows = read_jsonl(self.metrics)
-        step = max((int(r.get("step", 0)) for r in rows), default=0)
-        self.bar.update(max(0, min(step, self.total) - self.bar.n))
-        last = rows[-1] if rows else {}
-        if step >= self.total:
-            note = "training done, evaluating and plotting"
-        elif not rows:
-            note = "starting: kernel, data, first steps"
-        elif last.get("charts/updates"):
-            # once learning starts a step costs an update too: say so, the step rate drops
-            note = f"{int(last['charts/updates'])} updates"
-            if last.get("charts/ups"):
-                note += f" at {last['charts/ups']:.1f}/s"
-        else:
-            note = ""
-        self.bar.set_postfix_str(note, refresh=False)
-        self.bar.refresh()  # the elapsed time moves even while no step was logged
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._update()
-        self.bar.close()
 
 
 def _timings_file() -> Path:
@@ -578,7 +530,7 @@ def run_stage(stage: Stage, params_file: Path, out_root: Path, progress: bool) -
     t0 = time.perf_counter()
     steps = _training_steps(params_file) if stage.notebook in TRAINING else None
     watch = (
-        StepProgress(out_root / stage.notebook, steps, stage.notebook)
+        ProgressBar(out_root / stage.notebook, stage.notebook, steps)
         if progress and steps and not (out_root / stage.notebook / "results.json").exists()
         else contextlib.nullcontext()
     )

@@ -16,7 +16,6 @@ import json
 import os
 import shutil
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import Any
 import yaml
 
 from sgi_lab.base.errors import SgiLabError
-from sgi_lab.base.files import atomic_write_text, jsonable, read_mapping, record_provenance
+from sgi_lab.base.files import atomic_write_text, jsonable, record_provenance
 from sgi_lab.base.paths import close_names, did_you_mean
 from sgi_lab.config import ConfigError, load_yaml_mapping, parse_value
 from sgi_lab.notebook import (
@@ -39,13 +38,13 @@ from sgi_lab.notebook import (
 )
 from sgi_lab.runs.checkpoints import CHECKPOINT_RE
 from sgi_lab.runs.folder import RunDir
+from sgi_lab.runs.progress import ProgressBar
 from sgi_lab.viz.training import STATIC_FIGURES_ENV
 
 __all__ = [
     "KEEP_CHECKPOINTS",
     "NotebookRunError",
     "RunExistsError",
-    "TrainingProgress",
     "add_run_parser",
     "main_run",
     "notebook_defaults",
@@ -222,7 +221,8 @@ def run_notebook(
         out_root: where run folders go.
         overwrite: run again from scratch over a finished run (its folder is emptied).
         name: the run folder's name; default ``<notebook>__<config>__<game>__s<seed>``.
-        progress: a bar of the training's step and rate (`TrainingProgress`), on stderr.
+        progress: a bar of the training's step, rate and time left (`sgi_lab.runs.progress`),
+            on stderr.
         kernel_name: Jupyter kernel; default the notebook's own (``python3``).
         keep_checkpoints: once the run finishes, the newest checkpoints kept in each of its
             ``checkpoints/`` folders (a population's agents included); None keeps all. A failed
@@ -332,8 +332,8 @@ def _execute(
     # Static figures in the kernel: the executed notebook and its HTML page keep them.
 
     # papermill's own bar counts cells (stuck on the training cell for minutes): the bar shown
-    # follows the training's metrics.jsonl instead, its step and rate.
-    follow = TrainingProgress(out_nb.parent, nb_path.stem) if progress else None
+    # follows the training's metrics.jsonl instead, its step, rate and time left.
+    follow = ProgressBar(out_nb.parent, nb_path.stem) if progress else None
     with _environment({STATIC_FIGURES_ENV: "1"}), follow or contextlib.nullcontext():
         papermill.execute_notebook(
             str(nb_path),
@@ -344,89 +344,6 @@ def _execute(
             cwd=str(find_project_root(nb_path.parent) or Path.cwd()),
             **_kernel_manager(),
         )
-
-
-class TrainingProgress:
-    """A text bar of the training inside a run folder while its notebook runs: the newest
-    ``metrics.jsonl`` below the folder (a population's agent 1 among them), its last ``step``
-    of the ``steps`` in the ``config.yaml`` beside it, and the rate; before any training has
-    logged, "running cells" and the time elapsed (no counter that cannot move). A thread polls
-    every ``every`` seconds; nothing is written."""
-
-    def __init__(self, folder: Path, label: str, every: float = 2.0, file: Any = None) -> None:
-        self.folder, self.label, self.every = Path(folder), label, every
-        self.file = file if file is not None else sys.stderr
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._training = False
-        self.bar: Any = None
-
-    def latest(self) -> tuple[int, int | None] | None:
-        """``(step, steps)`` of the newest metrics.jsonl below the folder, or None."""
-        files = sorted(self.folder.rglob("metrics.jsonl"), key=lambda p: p.stat().st_mtime)
-        if not files:
-            return None
-        step = _last_step(files[-1])
-        if step is None:
-            return None
-        steps = read_mapping(files[-1].parent / "config.yaml").get("steps")
-        return step, int(steps) if isinstance(steps, int) else None
-
-    def poll(self) -> None:
-        """Move the bar to the training's last step (the rate is tqdm's)."""
-        found = self.latest()
-        if found is None:
-            self.bar.refresh()  # the elapsed time moves while the cells before training run
-            return
-        step, steps = found
-        if not self._training or self.bar.total != steps:
-            self._training = True
-            self.bar.bar_format = None  # tqdm's own: step of steps, rate, time left
-            self.bar.reset(total=steps)
-            self.bar.set_description(f"{self.label}: training step", refresh=False)
-        self.bar.update(step - self.bar.n)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.every):
-            with contextlib.suppress(OSError, ValueError):
-                self.poll()
-
-    def __enter__(self) -> TrainingProgress:
-        from tqdm import tqdm
-
-        self.bar = tqdm(
-            total=None,
-            desc=f"{self.label}: running cells (no training step logged yet)",
-            bar_format="{desc}, {elapsed}",
-            file=self.file,
-        )
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        with contextlib.suppress(OSError, ValueError):
-            self.poll()
-        self.bar.close()
-
-
-def _last_step(path: Path) -> int | None:
-    """The ``step`` of a JSON-lines file's last complete row (a row being written is skipped)."""
-    with path.open("rb") as handle:
-        handle.seek(0, os.SEEK_END)
-        handle.seek(max(0, handle.tell() - 65536))
-        lines = handle.read().decode("utf-8", "replace").splitlines()
-    for line in reversed(lines):
-        try:
-            step = json.loads(line).get("step")
-        except (ValueError, AttributeError):
-            continue
-        if isinstance(step, int):
-            return step
-    return None
 
 
 def _mark_finished(run: RunDir, keep_checkpoints: int | None, started: float) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 from sgi_lab.base.files import lock_holder, read_mapping
 from sgi_lab.base.paths import did_you_mean
 from sgi_lab.runs.checkpoints import CHECKPOINT_RE, checkpoint_files
+from sgi_lab.runs.progress import eta_seconds, last_rows, logged_rate
 from sgi_lab.runs.status import has_final_model, read_status, restored_files, run_folders
 
 __all__ = [
@@ -69,41 +70,6 @@ def _timestamp(text: Any) -> float | None:
         return time.mktime(time.strptime(str(text), "%Y-%m-%dT%H:%M:%S"))
     except (TypeError, ValueError):
         return None
-
-
-def _last_rows(path: Path, count: int = 20) -> list[dict[str, Any]]:
-    """The last ``count`` rows of a metrics.jsonl (read from its end: runs log a lot)."""
-    import json
-
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - 64 * 1024))
-            lines = fh.read().decode(errors="replace").splitlines()
-    except OSError:
-        return []
-    rows = []
-    for line in lines[-count:]:
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue  # a torn first or last line
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
-
-
-def _rate(rows: list[dict[str, Any]], config: dict[str, Any]) -> float | None:
-    """Steps per second from the run's own throughput metric (the newest row that has it)."""
-    for row in reversed(rows):
-        if isinstance(row.get("charts/sps"), (int, float)):
-            return float(row["charts/sps"])
-        samples = row.get("charts/samples_per_s")
-        batch = config.get("batch_size")
-        if isinstance(samples, (int, float)) and isinstance(batch, int) and batch > 0:
-            return float(samples) / batch
-    return None
 
 
 def _count(value: Any) -> int | None:
@@ -157,7 +123,7 @@ def run_progress(folder: str | os.PathLike, now: float | None = None) -> dict[st
     recorded = read_status(folder)
     status = recorded or {}
     config = read_mapping(folder / "config.yaml")
-    rows = _last_rows(folder / "metrics.jsonl")
+    rows = last_rows(folder / "metrics.jsonl")
     state, why = _true_state(folder, recorded)
     step = _count(status.get("step"))
     logged = _count(rows[-1].get("step")) if rows else None
@@ -168,11 +134,9 @@ def run_progress(folder: str | os.PathLike, now: float | None = None) -> dict[st
         newest = checkpoint_files(folder)
         step = int(CHECKPOINT_RE.search(newest[-1].name).group(1)) if newest else None
     steps = _count(config.get("steps"))
-    rate = _rate(rows, config)
+    rate = logged_rate(rows, config)
     age = max(0.0, now - max(_updated(folder, status), _mtime(folder / "metrics.jsonl")))
-    eta = None
-    if state == "running" and rate and steps and step is not None and rate > 0:
-        eta = max(0.0, (steps - step) / rate)
+    eta = eta_seconds(step, steps, rate) if state == "running" else None
     metrics: dict[str, Any] = {}
     for row in reversed(rows):
         for key in SHOWN_METRICS:

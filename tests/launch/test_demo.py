@@ -3,12 +3,6 @@ moves and counts updates, and a re-run that skips every stage keeping the first 
 
 from __future__ import annotations
 
-import io
-import json
-
-import pytest
-from tqdm import tqdm
-
 from sgi_lab.base.files import provenance, record_provenance
 from sgi_lab.launch import demo
 from sgi_lab.launch.notebook_runner import RunExistsError
@@ -55,26 +49,6 @@ def test_estimate_comes_from_this_machines_measured_times(tmp_path, monkeypatch)
     stages = [demo.Stage(n, t, m, state="finished", seconds=30.0) for n, t, m in demo.STAGES]
     demo._record_seconds(stages)
     assert f"about {0.5 * len(demo.STAGES):.1f} minutes" in demo.estimate(tmp_path / "elsewhere")
-
-
-@pytest.mark.parametrize(
-    "rows, note",
-    [
-        ([], "starting"),
-        ([{"step": 100}], ""),
-        ([{"step": 700, "charts/updates": 1}, {"step": 710, "charts/updates": 11, "charts/ups": 2.5}], "11 updates at 2.5/s"),
-        ([{"step": 1500, "charts/updates": 801}], "training done"),
-    ],
-)  # fmt: skip
-def test_step_progress_counts_steps_and_updates(tmp_path, rows, note):
-    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    progress = demo.StepProgress(tmp_path, 1500, "finetune")
-    out = io.StringIO()
-    progress.bar = tqdm(total=1500, file=out, unit="step")
-    progress._update()
-    assert progress.bar.n == (rows[-1]["step"] if rows else 0)
-    assert note in out.getvalue()
-    assert "step/s" in out.getvalue() or "?step/s" in out.getvalue()  # rate and ETA shown
 
 
 def test_demo_finetune_logs_often_enough_for_the_bar_to_move_while_learning():

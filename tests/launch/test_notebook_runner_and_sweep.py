@@ -440,27 +440,3 @@ def test_a_mistyped_notebook_or_params_file_gets_a_did_you_mean(tmp_path):
     (tmp_path / "pretrain_smoke.yaml").write_text("seed: 1\n")
     with pytest.raises(FileNotFoundError, match="did you mean .*pretrain_smoke.yaml\\?"):
         notebook_runner.read_param_file(tmp_path / "pretrain_smok.yaml")
-
-
-def test_training_progress_follows_the_newest_metrics_file(tmp_path):
-    """`sgi-lab run` shows the training's step of its steps, not papermill's cell counter."""
-    import io
-
-    agent = tmp_path / "run" / "Pong__s0"
-    agent.mkdir(parents=True)
-    (agent / "config.yaml").write_text("steps: 200\n")
-    rows = [{"step": 50, "loss": 1.0}, {"step": 120, "loss": 0.5}]
-    torn = '{"step": 130, "lo'  # a row being written
-    (agent / "metrics.jsonl").write_text("\n".join(map(json.dumps, rows)) + "\n" + torn)
-    out = io.StringIO()
-    with notebook_runner.TrainingProgress(tmp_path / "run", "pretrain", every=60, file=out) as p:
-        assert p.latest() == (120, 200)
-        p.poll()
-        assert (p.bar.n, p.bar.total) == (120, 200)
-    assert "pretrain: training step" in out.getvalue() and "120/200" in out.getvalue()
-    idle_out = io.StringIO()
-    with notebook_runner.TrainingProgress(tmp_path / "none", "x", every=60, file=idle_out) as idle:
-        assert idle.latest() is None  # no training yet: "running cells" and the time, no "0it"
-        idle.poll()
-    shown = idle_out.getvalue()
-    assert "x: running cells (no training step logged yet), 00:00" in shown and "0it" not in shown
