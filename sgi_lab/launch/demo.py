@@ -88,17 +88,20 @@ class Stage:
     results: dict[str, Any] = field(default_factory=dict)
 
 
+# Minutes each stage took on an idle 2-core CPU (2026-11-26, the Xeon of docs/setup.md: 8, 37,
+# 19, 7, 84, 6 and 204 s): the demo's one announced time, about 6 minutes, is their sum (README.md
+# and docs/setup.md say the same; a test holds them to it). Loaded machines: see `estimate`.
 STAGES: tuple[tuple[str, str, float], ...] = (
-    ("datasets", "the Random Pong dataset, beside a second one collected on the fly", 0.5),
-    ("pretrain", "SGI pretraining (Nature CNN, S + G + I) with live loss curves", 1.0),
-    ("representations", "latents of the pretrained encoder beside a random one (UMAP)", 0.5),
-    ("goal_rewards", "goal rewards and goal-conditioned Q values along a trajectory", 0.25),
-    ("finetune", "Rainbow + SPR finetuning from the pretrained encoder, then evaluation", 2.0),
-    ("ablations", "the run's aggregate HNS beside the paper's rows", 0.25),
+    ("datasets", "the Random Pong dataset, beside a second one collected on the fly", 0.15),
+    ("pretrain", "SGI pretraining (Nature CNN, S + G + I) with live loss curves", 0.6),
+    ("representations", "latents of the pretrained encoder beside a random one (UMAP)", 0.3),
+    ("goal_rewards", "goal rewards and goal-conditioned Q values along a trajectory", 0.1),
+    ("finetune", "Rainbow + SPR finetuning from the pretrained encoder, then evaluation", 1.4),
+    ("ablations", "the run's aggregate HNS beside the paper's rows", 0.1),
     (
         "minatar",
         "MinAtar Breakout: two SGI-pretrained agents and a from-scratch one finetuning side by side",
-        3.5,  # 204 s idle with three agents under vmap (2026-11-26)
+        3.4,  # three agents as one population under vmap
     ),
 )
 MINATAR = "minatar"  # the stage that runs no notebook (sgi_lab.launch.demo_minatar)

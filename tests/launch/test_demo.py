@@ -1,5 +1,6 @@
-"""The demo's own page and progress: estimates from this machine's measured times, a bar that
-moves and counts updates, and a re-run that skips every stage keeping the first run's times."""
+"""The demo's own page and estimates: from this machine's measured times, one announced time
+everywhere, and a re-run that skips every stage keeping the first run's times (its progress
+bar: tests/runs/test_progress.py)."""
 
 from __future__ import annotations
 
@@ -99,3 +100,23 @@ def test_thumbnails_link_each_figure_with_a_png_and_the_environment_is_restored(
     demo.run_pipeline(root, progress=False, skip=("minatar",))
     assert seen["formats"] == "png"
     assert FIGURE_FORMATS_ENV not in __import__("os").environ
+
+
+def test_the_demo_announces_one_time_everywhere():
+    """README.md, docs/setup.md and the demo's own estimate give the same idle minutes: the sum
+    of the stages' measured minutes."""
+    import re
+
+    from sgi_lab.notebook import find_project_root
+
+    minutes = sum(m for _, _, m in demo.STAGES)
+    root = find_project_root()
+    said = []
+    for doc in ("README.md", "docs/setup.md"):
+        text = (root / doc).read_text()
+        said += re.findall(r"make demo .*\(~(\d+) min on 2 idle", text)
+        said += re.findall(r"idle: the demo about (\d+) minutes", " ".join(text.split()))
+    assert len(said) >= 3 and {int(n) for n in said} == {round(minutes)}
+    assert f"about {minutes:.1f} minutes on an idle 2-core CPU" in demo.estimate(
+        "/nonexistent", smoke=True
+    )
