@@ -1,4 +1,4 @@
-"""Plotly figures of TransitionStores: frames, actions, returns, lengths, reward density."""
+"""Plotly figures of TransitionStores: frames, actions, returns, lengths, reward rates."""
 
 from __future__ import annotations
 
@@ -16,56 +16,118 @@ from sgi_lab.viz.common import (
     square_pixels,
 )
 
+# The 2x2 summary's geometry: the gap between its rows holds row 1's tick labels (action names
+# may turn 45 degrees), its axis titles and row 2's panel titles (a test measures it in pixels).
+SUMMARY_HEIGHT, SUMMARY_MARGIN, SUMMARY_SPACING, SUMMARY_TITLE_SIZE = 720, (90, 60), 0.2, 13
+
 
 def store_summary_figure(store: TransitionStore, title: str | None = None) -> go.Figure:
-    """Action histogram, episode returns, episode lengths and reward density in one figure."""
+    """Action histogram, episode returns, episode lengths and the reward rate in one figure."""
     returns, lengths, cut = whole_episodes(store)
     left_out = f" ({cut} unfinished left out)" if cut else ""
+    rates = reward_rates(store.rewards)
     fig = make_subplots(
         rows=2,
         cols=2,
+        vertical_spacing=SUMMARY_SPACING,
         subplot_titles=(
             "action counts",
             f"returns of whole episodes{left_out}",
             f"lengths of whole episodes{left_out}",
-            "reward density",
+            f"rewards per 1,000 transitions (mean {rates['mean']:.3g})"
+            if len(store)
+            else "rewards per 1,000 transitions",
         ),
     )
+    fig.update_annotations(font_size=SUMMARY_TITLE_SIZE)
     title = title or (
         f"{store.game} — {store.manifest.source} ({len(store):,} transitions{_sticky(store)})"
     )
+    top, bottom = SUMMARY_MARGIN
+    fig.update_layout(
+        title=title, showlegend=False, height=SUMMARY_HEIGHT, margin={"t": top, "b": bottom}
+    )
     if len(store) == 0:
-        return no_data_message(fig.update_layout(title=title), "the store holds no transitions")
+        return no_data_message(fig, "the store holds no transitions")
     counts = np.bincount(store.actions, minlength=store.num_actions)
     names = action_labels(store.game, len(counts))
-    fig.add_trace(go.Bar(x=names, y=counts, name="actions"), row=1, col=1)
+    fig.add_trace(go.Bar(x=names, y=counts, name="actions", showlegend=False), row=1, col=1)
     fig.add_trace(
-        go.Histogram(x=returns, name="returns", xbins=integer_bins(returns)), row=1, col=2
-    )
-    fig.add_trace(
-        go.Histogram(x=lengths, name="lengths", xbins=integer_bins(lengths)), row=2, col=1
-    )
-    window = max(1, len(store) // 200)
-    density = _rolling_density(store.rewards != 0, window=window)
-    fig.add_trace(
-        go.Scatter(x=np.arange(len(density)) * window, y=density, mode="lines", name="reward rate"),
-        row=2,
+        go.Histogram(x=returns, name="returns", xbins=integer_bins(returns), showlegend=False),
+        row=1,
         col=2,
     )
+    fig.add_trace(
+        go.Histogram(x=lengths, name="lengths", xbins=integer_bins(lengths), showlegend=False),
+        row=2,
+        col=1,
+    )
+    _add_reward_rates(fig, rates, row=2, col=2)
     fig.update_xaxes(title_text="action", row=1, col=1)
     fig.update_yaxes(title_text="transitions", row=1, col=1)
     fig.update_xaxes(title_text="episode return (raw score)", row=1, col=2)
     fig.update_yaxes(title_text="episodes", row=1, col=2)
     fig.update_xaxes(title_text="episode length (agent steps)", row=2, col=1)
     fig.update_yaxes(title_text="episodes", row=2, col=1)
-    fig.update_xaxes(title_text=f"row of the store (windows of {window:,})", row=2, col=2)
-    fig.update_yaxes(title_text="reward ≠ 0 (fraction)", row=2, col=2)
-    fig.update_layout(
-        title=title,
-        showlegend=False,
-        height=600,
+    fig.update_xaxes(
+        title_text=f"row of the store (windows of {rates['window']:,} rows)", row=2, col=2
     )
+    fig.update_yaxes(title_text="rewards per 1k transitions", rangemode="tozero", row=2, col=2)
     return fig
+
+
+def reward_rates(rewards: np.ndarray, points: int = 100, per_window: int = 10) -> dict:
+    """Rewards of each sign per 1,000 transitions, in consecutive windows of the store's rows.
+
+    A window is at least ``len // points`` rows (at most ``points`` windows) and long enough to
+    hold ``per_window`` rewards on average (a shorter one draws a comb of 0s and single rewards).
+
+    Returns:
+        ``window`` (rows per window), ``starts`` (each window's first row), ``positive`` and
+        ``negative`` (rewards > 0 and < 0 per 1,000 rows of each window), ``mean`` (rewards
+        != 0 per 1,000 rows over the whole store).
+    """
+    rewards = np.asarray(rewards, dtype=float)
+    n = len(rewards)
+    nonzero = int(np.count_nonzero(rewards))
+    mean = 1000.0 * nonzero / n if n else 0.0
+    window = max(1, n // points)
+    if nonzero:
+        window = max(window, int(np.ceil(per_window * n / nonzero)))
+    window = min(window, max(1, n))
+    usable = n // window * window
+    blocks = rewards[:usable].reshape(-1, window)
+    return {
+        "window": window,
+        "starts": np.arange(len(blocks)) * window,
+        "positive": 1000.0 * (blocks > 0).mean(axis=1),
+        "negative": 1000.0 * (blocks < 0).mean(axis=1),
+        "mean": mean,
+    }
+
+
+def _add_reward_rates(fig: go.Figure, rates: dict, row: int, col: int) -> None:
+    """The reward-rate panel: a step line per sign that occurs, green r > 0 and red r < 0."""
+    for key, name, color in (("positive", "r > 0", "#2ca02c"), ("negative", "r < 0", "#d62728")):
+        if not np.any(rates[key]):
+            continue
+        fig.add_trace(
+            go.Scatter(
+                x=rates["starts"],
+                y=rates[key],
+                mode="lines",
+                line={"shape": "hv", "color": color},
+                name=name,
+                showlegend=True,
+                legendgroup="rewards",
+            ),
+            row=row,
+            col=col,
+        )
+    if any(t.legendgroup == "rewards" for t in fig.data):
+        fig.update_layout(
+            showlegend=True, legend={"x": 1.0, "xanchor": "right", "y": 0.36, "yanchor": "top"}
+        )
 
 
 def whole_episodes(store: TransitionStore) -> tuple[np.ndarray, np.ndarray, int]:
@@ -98,11 +160,6 @@ def _sticky(store: TransitionStore) -> str:
     if p is None:
         return ""
     return f", sticky actions p={p:g}" if p > 0 else ", no sticky actions"
-
-
-def _rolling_density(mask: np.ndarray, window: int) -> np.ndarray:
-    usable = len(mask) // window * window
-    return mask[:usable].reshape(-1, window).mean(axis=1)
 
 
 def frame_strip(
