@@ -252,7 +252,6 @@ OVERSIZE_FILES = {
     "sgi_lab/probes/probe.py": 755,
     "sgi_lab/train/population.py": 747,
     "sgi_lab/experiments/graph.py": 677,
-    "sgi_lab/launch/demo.py": 702,
     "sgi_lab/experiments/scheduler.py": 692,
     "sgi_lab/train/finetune.py": 674,
     "sgi_lab/analysis/report.py": 675,
