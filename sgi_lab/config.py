@@ -326,6 +326,11 @@ class FinetuneConfig(StageConfig):
         "processes stepping the agents' environments (0: the learner's own process)",
         non_negative=True,
     )
+    env_overlap: bool = F(
+        False,
+        "step the environments while the learner updates: an update does not see the "
+        "transition being played (a one-step lag, docs/populations.md); faster with env_workers",
+    )
     population_batching: Literal["auto", "vmap", "loop"] = F(
         "auto", "how a population's networks run together: vmap, a loop over agents, or auto"
     )

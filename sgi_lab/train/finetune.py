@@ -3,10 +3,12 @@
 `finetune_population` trains N agents (games x seeds) in lockstep: every step each agent acts in
 its own environment (one batched forward for all), appends to its own prioritized replay, and
 after ``learning_starts`` every agent takes ``updates_per_step`` updates of the batched learner
-(`sgi_lab.train.population.Population`). Each agent writes its own ordinary run folder, through the
-run lifecycle of `sgi_lab.runs.folder.RunDir`: ``config.yaml``, ``status.json``, ``metrics.jsonl``,
-``transfer.json``, ``log.txt``, ``checkpoints/``, ``model.pt`` and ``eval.json``. `finetune` runs
-one agent: a population of one, the same code path.
+(`sgi_lab.train.population.Population`); the loop itself, and how ``env_overlap`` overlaps the
+environments with the learner, is `sgi_lab.train.finetune_loop`. Each agent writes its own
+ordinary run folder, through the run lifecycle of `sgi_lab.runs.folder.RunDir`: ``config.yaml``,
+``status.json``, ``metrics.jsonl``, ``transfer.json``, ``log.txt``, ``checkpoints/``,
+``model.pt`` and ``eval.json``. `finetune` runs one agent: a population of one, the same code
+path.
 
 Re-running into the same folders resumes every agent from its last checkpoint (all agents
 checkpoint at the same steps; after a kill between two agents' checkpoints the population
@@ -22,29 +24,24 @@ import json
 import logging
 import os
 import signal
-import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import yaml
-from tqdm.auto import tqdm
 
 from sgi_lab.base.files import atomic_torch_save, atomic_write_text
 from sgi_lab.base.threads import oversubscribed
 from sgi_lab.config import ConfigError, FinetuneConfig, load_config, read_params, to_dict
-from sgi_lab.data.population_replay import PopulationReplay
 from sgi_lab.envs import canonical_env_game
 from sgi_lab.envs.games import UnknownGameError
-from sgi_lab.envs.pool import EnvPool
 from sgi_lab.metrics import score_meaning
 from sgi_lab.runs.folder import FinetuneRun, run_name, slug
 from sgi_lab.runs.stopping import Deadline, RunStopped, failure_reason, stop_on_signals
 from sgi_lab.runtime.device import resolve_device
-from sgi_lab.train.acting import act, greedy
+from sgi_lab.train.acting import greedy
 from sgi_lab.train.capacity import max_agents as fitting
 from sgi_lab.train.capacity import split_agents, split_population
 from sgi_lab.train.evaluate import play_episodes
@@ -52,11 +49,10 @@ from sgi_lab.train.finetune_agents import (
     AgentRun,
     build_population,
     prepare_agents,
-    save_checkpoint,
     write_transfer,
 )
+from sgi_lab.train.finetune_loop import Callback, beta_at, epsilon_at, train_agents
 from sgi_lab.train.population import Population, check_compatible
-from sgi_lab.train.update import learn
 
 __all__ = [
     "FinetuneRun",
@@ -71,25 +67,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("sgi_lab.finetune")
-
-Callback = Callable[[int, Population], None]
-
-
-def epsilon_at(step: int, config: FinetuneConfig) -> float:
-    """Linear from eps_start to eps_end at eps_steps, then constant; the annealing starts at
-    step 0, or with ``eps_from: learning_starts`` at learning_starts (rlpyt's schedule, which
-    the reference uses: with its 2,000 and 2,001, epsilon is 1 until learning starts, then 0)."""
-    start = config.learning_starts if config.eps_from == "learning_starts" else 0
-    frac = min(1.0, max(0, step - start) / max(1, config.eps_steps - start))
-    return config.eps_start + frac * (config.eps_end - config.eps_start)
-
-
-def beta_at(step: int, config: FinetuneConfig) -> float:
-    """Importance-sampling exponent: linear from priority_beta_start when learning starts to 1
-    at the last step (rlpyt's schedule, which SPR uses)."""
-    span = max(1, config.steps - config.learning_starts)
-    frac = min(1.0, max(0.0, (step - config.learning_starts) / span))
-    return config.priority_beta_start + frac * (1.0 - config.priority_beta_start)
 
 
 def population_configs(
@@ -389,7 +366,7 @@ def finetune_population(
             # A first Ctrl-C (or a notebook's interrupt) stops at the next step, checkpointed.
             stop = stop if stop is not None else Deadline()
             with stop_on_signals(stop, signal.SIGINT):
-                step = _train(agents, population, replay, step, progress, callback, stop)
+                step = train_agents(agents, population, replay, step, progress, callback, stop)
                 _stop_before_evaluation(stop, step)
                 _save_models(agents, population, step)
                 _evaluate(agents, population, step, progress, stop)
@@ -464,158 +441,6 @@ def _start(
         a.log("started at step %d in a population of %d", step, len(agents))
         if a.checkpoint is None:
             write_transfer(a, i, population)
-
-
-# -- the loop ----------------------------------------------------------------------------------
-
-
-class _Window:
-    """Running sums of per-agent update stats between metrics rows (device tensors, synced at
-    log time)."""
-
-    def __init__(self) -> None:
-        self.sums: dict[str, torch.Tensor] = {}
-        self.updates = 0
-        self.steps = 0
-        self.start = time.perf_counter()
-
-    def add(self, stats: dict[str, torch.Tensor]) -> None:
-        for k, v in stats.items():
-            self.sums[k] = self.sums[k] + v if k in self.sums else v.clone()
-        self.updates += 1
-
-    def rows(self, n: int) -> list[dict[str, float]]:
-        seconds = max(time.perf_counter() - self.start, 1e-9)
-        means = {k: (v / self.updates).tolist() for k, v in self.sums.items()}
-        for k, v in means.items():
-            bad = [i for i, x in enumerate(v) if not np.isfinite(x)]
-            if bad and k == "losses/total":
-                raise FloatingPointError(f"non-finite loss for agent(s) {bad}")
-        rows = []
-        for i in range(n):
-            row = {k: v[i] for k, v in means.items()}
-            row["charts/sps"] = self.steps / seconds
-            row["charts/ups"] = self.updates / seconds
-            rows.append(row)
-        return rows
-
-
-def _train(
-    agents: list[AgentRun],
-    population: Population,
-    replay: PopulationReplay,
-    step: int,
-    progress: bool,
-    callback: Callback | None,
-    stop: Deadline,
-) -> int:
-    """Every agent from ``step`` to ``steps``: act, store, learn, log, checkpoint; returns the
-    last step. Raises `RunStopped`, checkpointed, once ``stop`` passes."""
-    cfg = population.config
-    for a in agents:
-        resume = step if a.checkpoint is not None else None
-        a.metrics = a.run.metrics_logger(resume_step=resume, buffered=True)
-    # A resumed run cannot restore the emulator: new seed, fresh episode.
-    spec = cfg.observation_spec  # one for all agents (Population.build checks)
-
-    def newest(obs: np.ndarray) -> np.ndarray:
-        """The newest frame of each agent's observation: (N, *spec.frame_shape)."""
-        return obs.reshape(len(obs), spec.frames, *spec.frame_shape)[:, -1]
-
-    pool = EnvPool(
-        [a.game for a in agents],
-        [a.config.seed + step for a in agents],
-        train=True,
-        workers=cfg.env_workers,
-        preprocessing=cfg.env_protocol,
-        **cfg.env_options,  # a MinAtar game's sticky actions, ramping, frames and channels
-    )
-    obs = pool.reset()
-    window = _Window()
-    bar = _Progress(agents, cfg.steps, step, progress)
-    try:
-        while step < cfg.steps:
-            eps = epsilon_at(step, cfg)
-            actions = act(population, obs, [eps] * len(agents), [a.rng for a in agents])
-            # Environments whose episode ended come back already reset (EnvPool).
-            next_obs, rewards, terminated, truncated, raw, terminal = pool.step(actions)
-            replay.append(newest(obs), actions, raw, terminal, [a.first for a in agents])
-            rows = [a.record(float(raw[i]), float(rewards[i]), terminated[i] or truncated[i])
-                    for i, a in enumerate(agents)]  # fmt: skip
-            obs = next_obs
-            step += 1
-            window.steps += 1
-            if step >= cfg.learning_starts and replay.ready():
-                beta = beta_at(step, cfg)
-                for _ in range(cfg.updates_per_step):
-                    window.add(learn(population, replay, beta))
-            if step % cfg.log_every == 0 or step == cfg.steps:
-                window = _add_window_stats(rows, window, population, step, eps)
-            for a, row in zip(agents, rows, strict=True):
-                if row:
-                    a.metrics.log(step, **row)
-            if step % cfg.checkpoint_every == 0 or step == cfg.steps:
-                _checkpoint_all(agents, population, replay, step)
-            bar.show(rows)
-            if callback is not None:
-                callback(step, population)
-            why = stop.reason() if step < cfg.steps else None
-            if why:
-                if step % cfg.checkpoint_every:
-                    _checkpoint_all(agents, population, replay, step)
-                raise RunStopped(step, why)
-    finally:
-        bar.close()
-        pool.close()
-    return step
-
-
-def _add_window_stats(
-    rows: list[dict[str, Any]], window: _Window, population: Population, step: int, eps: float
-) -> _Window:
-    """At a logging step: the window's per-agent update means into the agents' rows, and a new
-    window."""
-    cfg = population.config
-    for row, stats in zip(rows, window.rows(len(rows)), strict=True):
-        row.update(stats)
-        row["charts/epsilon"] = eps
-        row["charts/beta"] = beta_at(step, cfg)
-        row["charts/updates"] = population.updates
-    return _Window()
-
-
-def _checkpoint_all(
-    agents: list[AgentRun], population: Population, replay: PopulationReplay, step: int
-) -> None:
-    for i, a in enumerate(agents):
-        a.metrics.flush()  # every row up to the checkpoint's step on disk before it
-        save_checkpoint(a, i, population, replay, step)
-    for a in agents:
-        a.run.set_status("running", step=step)
-
-
-class _Progress:
-    """The loop's tqdm bar: agent-steps per second and the mean return of finished episodes."""
-
-    def __init__(self, agents: list[AgentRun], steps: int, step: int, progress: bool) -> None:
-        n = len(agents)
-        label = agents[0].game if n == 1 else f"{n} agents"
-        self.n, self.postfix = n, {}
-        self.bar = tqdm(
-            total=steps, initial=step, desc=f"finetune {label}", disable=not progress, unit="step"
-        )
-
-    def show(self, rows: list[dict[str, Any]]) -> None:
-        self.bar.update(1)
-        sps = [r["charts/sps"] for r in rows if "charts/sps" in r]
-        returns = [r["episode/return"] for r in rows if "episode/return" in r]
-        self.postfix.update({"agent-steps/s": f"{sps[0] * self.n:.1f}"} if sps else {})
-        self.postfix.update({"return": f"{np.mean(returns):.0f}"} if returns else {})
-        if sps or returns:
-            self.bar.set_postfix(self.postfix, refresh=False)
-
-    def close(self) -> None:
-        self.bar.close()
 
 
 def _stop_before_evaluation(stop: Deadline, step: int) -> None:
