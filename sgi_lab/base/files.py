@@ -16,9 +16,10 @@ import math
 import os
 import platform
 import re
+import shutil
 import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -202,6 +203,27 @@ def file_digest(path: str | os.PathLike, digest: Any, block: int = 16 << 20) -> 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` to ``path`` atomically (see `atomic_write`)."""
     atomic_write(path, lambda fh: fh.write(text))
+
+
+@contextlib.contextmanager
+def atomic_folder(out: str | os.PathLike) -> Iterator[Path]:
+    """The one atomic folder write: yields a new temporary folder beside ``out``
+    (``.NAME.PID.partial``, absolute) to fill; when the block ends it is renamed to ``out``, or,
+    on any error, removed, ``out`` left as it was. ``out`` may be missing or an empty folder
+    (replaced); a folder with files is never touched: the rename fails (OSError) and the temp
+    folder goes. A reader sees no folder or a whole one, never half of it."""
+    out = Path(out)
+    temp = out.absolute().with_name(f".{out.name}.{os.getpid()}.partial")
+    shutil.rmtree(temp, ignore_errors=True)  # this process's own leftover
+    temp.mkdir(parents=True)
+    try:
+        yield temp
+        if out.is_dir() and not out.is_symlink():
+            out.rmdir()  # empty, or OSError: files of someone's are never replaced
+        os.replace(temp, out)
+    except BaseException:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise
 
 
 def check_ours(path: str | os.PathLike, mark: str, what: str) -> None:

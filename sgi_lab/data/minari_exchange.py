@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from sgi_lab.base.errors import SgiLabError
+from sgi_lab.base.files import atomic_folder
 from sgi_lab.data.store import TransitionStore
 from sgi_lab.data.store_format import (
     EXTERNAL_PROTOCOL,
@@ -153,12 +153,9 @@ def export_minari(
     _target(out, "export")
     m = store.manifest
     dataset_id = dataset_id or default_dataset_id(m)
-    # absolute: Minari sizes a dataset by joining the paths it globs to its own (a bug with
-    # relative ones)
-    temp = out.absolute().with_name(f".{out.name}.{os.getpid()}.partial")
-    shutil.rmtree(temp, ignore_errors=True)
-    temp.mkdir(parents=True)
-    try:
+    # (the temp folder is absolute: Minari sizes a dataset by joining the paths it globs to its
+    # own, a bug with relative ones)
+    with atomic_folder(out) as temp:
         storage = MinariStorage.new(
             temp / "data",
             observation_space=gym.spaces.Box(0, 255, store.frame_shape, np.uint8),
@@ -189,12 +186,6 @@ def export_minari(
                 batch, size = [], 0
         if batch:
             storage.update_episodes(batch)
-        if out.exists():  # an empty folder, checked above
-            out.rmdir()
-        os.replace(temp, out)
-    except BaseException:
-        shutil.rmtree(temp, ignore_errors=True)
-        raise
     return out
 
 

@@ -20,13 +20,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from sgi_lab.base.files import atomic_write_text, file_digest
+from sgi_lab.base.files import atomic_folder, atomic_write_text, file_digest
 from sgi_lab.runs.checkpoints import CheckpointError
 
 __all__ = [
@@ -90,10 +89,7 @@ def write_hub_folder(
     out = Path(out)
     if out.exists() and not (out.is_dir() and not any(out.iterdir())):
         raise FileExistsError(f"{out} exists and is not empty; export into a new folder")
-    temp = out.absolute().with_name(f".{out.name}.{os.getpid()}.partial")
-    shutil.rmtree(temp, ignore_errors=True)
-    temp.mkdir(parents=True)
-    try:
+    with atomic_folder(out) as temp:
         save_file(_plain(payload["model"]), str(temp / WEIGHTS), metadata={"format": "pt"})
         files = [WEIGHTS]
         if isinstance(payload.get("target"), dict):
@@ -109,12 +105,6 @@ def write_hub_folder(
             "sha256": {name: _sha256(temp / name) for name in [*files, CONFIG, CARD]},
         }
         atomic_write_text(temp / HUB_FILE, json.dumps(described, indent=2, default=str) + "\n")
-        if out.exists():  # an empty folder, checked above
-            out.rmdir()
-        os.replace(temp, out)
-    except BaseException:
-        shutil.rmtree(temp, ignore_errors=True)
-        raise
     return out
 
 
