@@ -18,6 +18,7 @@ import numpy as np
 import yaml
 
 from sgi_lab.base.files import read_mapping
+from sgi_lab.base.yaml_io import front_matter
 from sgi_lab.data.store_format import read_manifest
 from sgi_lab.probes.results import read_probes
 from sgi_lab.runs.checkpoints import CheckpointError, load_checkpoint
@@ -108,9 +109,7 @@ def model_card(info: dict[str, Any]) -> str:
         ("exported", info.get("exported")),
     ]  # fmt: skip
     parts = [
-        "---",
-        yaml.safe_dump(front, sort_keys=False).strip(),
-        "---",
+        front_matter(front),
         "",
         f"# {info.get('params') or 'sgi-lab'} on {game}",
         "",

@@ -10,6 +10,8 @@
 
 `short_repr` cuts a value quoted in a message to a few dozen characters, at bounded cost.
 
+`front_matter` writes the other way: a card's YAML header (a model's or a dataset's README.md).
+
 Low in the house: nothing of sgi_lab imported.
 """
 
@@ -149,3 +151,17 @@ def load_yaml(text_or_path: str | os.PathLike, source: str | None = None) -> Any
         raise YAMLInputError(f"{source}: nested too deeply") from None
     finally:
         loader.dispose()
+
+
+def front_matter(fields: dict[str, Any]) -> str:
+    """The YAML front matter a Hub card (a model's or a dataset's ``README.md``) opens with:
+    ``fields`` between two ``---`` lines, in their order, no newline after the last line.
+
+    >>> print(front_matter({"license": "mit", "tags": ["rl"]}))
+    ---
+    license: mit
+    tags:
+    - rl
+    ---
+    """
+    return "---\n" + yaml.safe_dump(fields, sort_keys=False).strip() + "\n---"

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from sgi_lab.base.files import atomic_write_text
+from sgi_lab.base.yaml_io import front_matter
 from sgi_lab.data.store import TransitionStore
 
 __all__ = ["CARD", "dataset_card", "game_code_licence", "write_dataset_card"]
@@ -132,9 +132,7 @@ def dataset_card(store: TransitionStore, dataset_id: str) -> str:
         ("store fingerprint", store.fingerprint),
     ]  # fmt: skip
     parts = [
-        "---",
-        yaml.safe_dump(front, sort_keys=False).strip(),
-        "---",
+        front_matter(front),
         "",
         f"# {dataset_id}",
         "",
