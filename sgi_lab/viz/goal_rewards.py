@@ -3,6 +3,7 @@ reward, the goal-conditioned Q values, and the stored frames nearest to the goal
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 
 import numpy as np
@@ -30,6 +31,9 @@ __all__ = [
     "searched_cosine_note",
 ]
 
+
+TITLE_WRAP = 90
+"""Characters in a line of a figure's subtitle: about the width of a 900-px figure."""
 
 COLLAPSE_SPREAD = 1e-4
 """Cosines to the goal that all lie within this of each other (over a trajectory, or over the
@@ -131,7 +135,8 @@ def goal_trajectory_figure(
         title=title or df.attrs.get("goal_label", "goal"),
         template="plotly_white",
         height=260 * panels,
-        legend={"orientation": "h", "y": -0.08},
+        # beside the panels: a row below them would sit on the x axis's title
+        legend={"x": 1.02, "xanchor": "left", "y": 1.0, "yanchor": "top"},
     )
     return fig
 
@@ -246,9 +251,9 @@ def nearest_frames_figure(store: TransitionStore, nearest: pd.DataFrame, goal=No
     frames = store.gather_frames(np.asarray(rows, dtype=np.int64))
     label = goal.label if goal is not None else "goal"
     title = f"stored frames nearest to the {label}"
-    context = searched_cosine_note(nearest.attrs.get("searched_cosine"))
-    if context:
-        title += f"<br><sup>{context}</sup>"
+    # a line a part, each wrapped: one long line is cut at the figure's edges, never wrapped
+    for part in _searched_cosine_lines(nearest.attrs.get("searched_cosine")):
+        title += "".join(f"<br><sup>{line}</sup>" for line in textwrap.wrap(part, TITLE_WRAP))
     return frames_figure(frames, titles, title=title, game=store.game)
 
 
@@ -260,17 +265,21 @@ def searched_cosine_note(stats: dict | None) -> str:
     """What the nearest frames' cosines are worth, in one line: the cosine over every frame
     searched, and when even the farthest is near 1, that nearness says little here (a random
     or barely trained encoder maps every frame close to every other)."""
+    return ": ".join(_searched_cosine_lines(stats))
+
+
+def _searched_cosine_lines(stats: dict | None) -> list[str]:
+    """`searched_cosine_note` in its parts: the cosines, then what they are worth (if said)."""
     if not stats or not stats.get("searched"):
-        return ""
-    line = (
+        return []
+    lines = [
         f"cosine to the goal over the {stats['searched']:,} frames searched: "
         f"min {stats['min']:.4f}, median {stats['median']:.4f}, max {stats['max']:.4f}"
-    )
+    ]
     if stats["max"] - stats["min"] < COLLAPSE_SPREAD:
-        line += (
-            f": all within {COLLAPSE_SPREAD:.0e}, a collapsed encoder: this ranking is rounding "
-            "noise"
+        lines.append(
+            f"all within {COLLAPSE_SPREAD:.0e}, a collapsed encoder: this ranking is rounding noise"
         )
     elif stats["min"] >= NEAR_ONE:
-        line += ": every frame is near 1, so 'nearest' says little for this encoder"
-    return line
+        lines.append("every frame is near 1, so 'nearest' says little for this encoder")
+    return lines
