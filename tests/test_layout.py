@@ -251,15 +251,12 @@ OVERSIZE_FILES = {
     "sgi_lab/viz/training.py": 737,
     "sgi_lab/probes/probe.py": 755,
     "sgi_lab/train/population.py": 747,
-    "sgi_lab/experiments/graph.py": 677,
-    "sgi_lab/experiments/scheduler.py": 692,
     "sgi_lab/train/finetune.py": 674,
     "sgi_lab/analysis/report.py": 675,
 }
 OVERSIZE_FUNCTIONS = {
     "sgi_lab/launch/cli.py::build_parser": 157,
     "sgi_lab/analysis/minatar_study.py::study_markdown": 120,
-    "sgi_lab/experiments/scheduler.py::run_graph": 95,
     "sgi_lab/train/evaluate.py::evaluate": 86,
 }
 

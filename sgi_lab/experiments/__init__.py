@@ -21,12 +21,14 @@ measured in ``benchmarks/README.md`` (`SPEEDS`).
 The package, in the order a task flows through it:
 
 - `spec`: the experiment file's dataclasses and `load_experiment`;
-- `graph`: `Task`, `Graph` and `expand`;
+- `graph`: `Task`, `Graph` and `expand` (data sources as tasks: `data_tasks`; probes as
+  tasks: `probe_tasks`);
 - `cost`: the measured speeds, `estimate_cost` and the ``--dry-run`` plan;
 - `state`: whether a task is done (locally or in a storage URI), what a worker pulls and pushes;
 - `executors`: one task as an ``sgi-lab`` subprocess, `LocalExecutor` and `RayExecutor`;
-- `scheduler`: `run_graph`, `first_order` (what ``--first`` starts first), `branch_order`
-  (``--branch-first``), `rebuild_graph` (``--rebuild``);
+- `order`: `first_order` (what ``--first`` starts first), `branch_order` (``--branch-first``),
+  `rebuild_graph` (``--rebuild``), `run_order` (all three, as a run takes them);
+- `scheduler`: `run_graph`;
 - `report`: ``report.html`` and ``results.csv``;
 - `cli`: ``sgi-lab experiment``.
 """
@@ -57,15 +59,9 @@ from sgi_lab.experiments.executors import (
     run_command,
 )
 from sgi_lab.experiments.graph import Graph, Task, expand
+from sgi_lab.experiments.order import branch_order, first_order, rebuild_graph, run_order
 from sgi_lab.experiments.report import finished_agent_folders, write_report
-from sgi_lab.experiments.scheduler import (
-    STATES,
-    _oversubscription,
-    branch_order,
-    first_order,
-    rebuild_graph,
-    run_graph,
-)
+from sgi_lab.experiments.scheduler import STATES, _oversubscription, run_graph
 from sgi_lab.experiments.spec import (
     EXECUTORS,
     EXPERIMENT_FILE,
@@ -135,6 +131,7 @@ __all__ = [
     "first_order",
     "rebuild_graph",
     "run_graph",
+    "run_order",
     "storage_plan",
     "stored_task_done",
     "task_left",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
@@ -26,16 +25,10 @@ from sgi_lab.experiments.graph import (
     Graph,
     expand,
 )
+from sgi_lab.experiments.order import REBUILD_NEEDS_ARCHIVE, run_order
 from sgi_lab.experiments.question import power_markdown, power_report, question_plan
 from sgi_lab.experiments.report import write_report
-from sgi_lab.experiments.scheduler import (
-    REBUILD_NEEDS_ARCHIVE,
-    branch_order,
-    first_order,
-    rebuild_graph,
-    run_graph,
-    write_inputs,
-)
+from sgi_lab.experiments.scheduler import run_graph, write_inputs
 from sgi_lab.experiments.spec import (
     EXECUTORS,
     EXPERIMENT_FILE,
@@ -87,11 +80,8 @@ def main_experiment(args: argparse.Namespace) -> int:
     if args.report_only and args.storage and args.archive:  # as run_graph refuses them
         raise ConfigError("--archive is for local folders; with --storage it is refused")
     if args.dry_run:
-        if args.rebuild:  # what run_graph would run (it cuts the graph itself)
-            graph = rebuild_graph(graph, args.rebuild)
-        if args.first or args.branch_first:  # listed in the order the real run starts them
-            order = branch_order if args.branch_first else first_order
-            graph = dataclasses.replace(graph, tasks=order(graph, args.first or ()))
+        # what run_graph would run, listed in the order the real run starts them
+        graph = run_order(graph, args.first or (), args.branch_first, args.rebuild or ())
         # what is left, when the folder holds a run of this experiment (local folders only)
         started = not args.storage and (Path(graph.out) / STATE_FILE).is_file()
         left = {t.id: task_left(t) for t in graph.tasks} if started else None

@@ -27,14 +27,13 @@ from sgi_lab.experiments.data_tasks import (
     needs_missing,
 )
 from sgi_lab.experiments.data_tasks import fill as _fill
+from sgi_lab.experiments.probe_tasks import probe_task_fields
 from sgi_lab.experiments.spec import (
     DEFAULT_RESOURCES,
     KINDS,
     NO_PRETRAINING,
     Experiment,
 )
-from sgi_lab.probes.atariari import UnannotatedGameError
-from sgi_lab.probes.probe import ProbeInputError, check_probe_store
 from sgi_lab.runs.folder import recorded_config, run_name
 from sgi_lab.runs.status import (
     REBUILT_FILE,
@@ -146,7 +145,8 @@ def expand(experiment: Experiment, out: str | os.PathLike) -> Graph:
     )
     tasks += _finetune_tasks(experiment, out, pretrain_configs, params_files, dropped, reused)
     # Each probe right after its inputs: an experiment cut short has probed what it pretrained.
-    for probe in _probe_tasks(experiment, out, data_tasks, pretrain_configs, missing, dropped):
+    probes = probe_task_fields(experiment, out, data_tasks, pretrain_configs, missing, dropped)
+    for probe in (Task(**f, resources=_resources(experiment, "probe")) for f in probes):
         after = [i for i, t in enumerate(tasks) if t.id in probe.deps]
         at = max(after) + 1 if after else 0
         while at < len(tasks) and tasks[at].kind == "probe":
@@ -579,99 +579,3 @@ def _same_observation(games: list[str], config: FinetuneConfig) -> list[list[str
     for game in games:  # (an Atari game's spec ignores MinAtar's frames and channels)
         groups.setdefault(observation_spec(game, config.frames, config.channels), []).append(game)
     return list(groups.values())
-
-
-def _check_folder_store(store: Path, where: str, game: str) -> None:
-    """An existing folder store a probe reads, checked up front (before collection and
-    pretraining run): a store of this game, with RAM, whose manifest's claims hold. Its
-    checksums are verified by the probe itself; a folder not made yet is the probe's to refuse.
-
-    Raises:
-        ConfigError: naming the data source, the store and what is wrong.
-    """
-    if not store.exists():
-        return
-    try:
-        opened = check_probe_store(store, option=where, verify=False)
-    except (ProbeInputError, UnannotatedGameError) as exc:
-        raise ConfigError(str(exc) if str(exc).startswith(where) else f"{where}: {exc}") from None
-    if opened.game != game:
-        raise ConfigError(f"{where}: {store} holds {opened.game} frames, not {game}'s")
-
-
-def _probe_tasks(
-    experiment: Experiment,
-    out: Path,
-    data_tasks: dict[tuple[str, str], Task | Path],
-    pretrain_configs: dict[str, Any],
-    missing: dict[str, list[str]],
-    dropped: list[str],
-) -> list[Task]:
-    """One probe task per (probe config, pretraining config or random seed, game): ``sgi-lab
-    probe`` of the pretraining run (its probes.json) or of a random encoder (a folder under
-    ``probes/``), on the data source's store of that game."""
-    tasks = []
-    for spec in experiment.probe:
-        if spec.data in missing:
-            dropped.append(f"probe {spec.name} (its data {spec.data!r} was dropped)")
-            continue
-        options = ["--split-seed", str(spec.split_seed), "--no-progress"]
-        options += ["--readout", spec.readout, "--features", spec.features]
-        if spec.max_frames is not None:
-            options += ["--max-frames", str(spec.max_frames)]
-        if not spec.random_baseline:
-            options.append("--no-random-baseline")
-        for base in spec.pretrain:
-            if base != NO_PRETRAINING and base not in pretrain_configs:
-                dropped.append(f"probe {spec.name}@{base} (its pretraining was dropped)")
-                continue
-            for game in experiment.games:
-                source = data_tasks[spec.data, game]
-                store = source.folder if isinstance(source, Task) else source
-                data_deps = (source.id,) if isinstance(source, Task) else ()
-                if not isinstance(source, Task):
-                    _check_folder_store(store, f"data.{spec.data}", game)
-                key = {
-                    "store": str(store),
-                    "split_seed": spec.split_seed,
-                    "max_frames": spec.max_frames,
-                    "random_baseline_seed": 0 if spec.random_baseline else None,
-                    "readout": spec.readout,
-                    "features": spec.features,
-                }
-                if base == NO_PRETRAINING:
-                    encoders = [
-                        (
-                            out / "probes" / run_name(spec.name, "random_init", f"s{seed}", game),
-                            ("--random-init", spec.encoder, "--seed", str(seed)),
-                            (),
-                            spec.encoder,
-                            seed,
-                        )
-                        for seed in spec.seeds
-                    ]
-                else:
-                    folder = out / "pretrain" / run_name(base, game)
-                    config = pretrain_configs[base]
-                    encoders = [(folder, (), (f"pretrain/{folder.name}",), config.encoder, None)]
-                for folder, how, deps, encoder, seed in encoders:
-                    if how:
-                        argv = ("probe", *how, "--out", str(folder))
-                    else:
-                        argv = ("probe", str(folder))
-                    label = base if seed is None else f"{base}__s{seed}"
-                    tasks.append(
-                        Task(
-                            id=f"probe/{run_name(spec.name, label, game)}",
-                            kind="probe",
-                            folder=folder,
-                            deps=(*deps, *data_deps),
-                            argv=(*argv, "--data", str(store), *options),
-                            stage="probe",
-                            encoder=encoder,
-                            steps=spec.max_frames or getattr(source, "steps", 0),
-                            resources=_resources(experiment, "probe"),
-                            probe={**key, "objective": base, "seed": seed, "game": game},
-                        )
-                    )
-    return tasks

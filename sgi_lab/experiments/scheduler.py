@@ -1,12 +1,11 @@
-"""The scheduler: `run_graph` runs every unfinished task of a graph in dependency order,
-retrying failures and recording each task's state in ``experiment.json``."""
+"""The scheduler: `run_graph` runs every unfinished task of a graph in dependency order (or
+the order `sgi_lab.experiments.order` gives), retrying failures and recording each task's state
+in ``experiment.json``."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fnmatch
-import glob
 import json
 import os
 import signal
@@ -32,6 +31,7 @@ from sgi_lab.experiments.graph import (
     Task,
     check_inside,
 )
+from sgi_lab.experiments.order import REBUILD_NEEDS_ARCHIVE, run_order
 from sgi_lab.experiments.report import write_report
 from sgi_lab.experiments.spec import (
     EXECUTORS,
@@ -110,13 +110,6 @@ class _Progress:
 STATES = ("pending", "running", "done", "failed", "blocked", "unneeded")
 
 
-REBUILD_NEEDS_ARCHIVE = (
-    "--rebuild: needs --archive DIR, the archive that restored those runs (their curves are "
-    "checked against it)"
-)
-"""Why a rebuild without an archive is refused (by `run_graph`, and by the CLI's dry run)."""
-
-
 def run_graph(
     graph: Graph,
     executor: str = "local",
@@ -163,43 +156,28 @@ def run_graph(
             done; datasets and pretraining runs that only they read are ``unneeded``), then
             every finished task's results are archived, each as it finishes.
         rebuild: pretraining task-id patterns (``pretrain/s__*``; needs ``archive``): run only
-            those pretraining runs, and what they read, again where the archive restored them
-            without their model (`rebuild_graph`): another experiment reuses them (``run:``).
-            Each rebuilt run's curve is compared with the archived run's
-            (`sgi_lab.experiments.archive.compare_rebuilt`, recorded in its ``rebuilt.json``);
-            one that differs is reported failed (the experiment's results came from another
-            encoder) and a ``run:`` reusing it is refused. A rebuilt run is never archived.
-            ``experiment.json`` then records those tasks only, until the next whole run.
+            those, with what they read, again where the archive restored them without their
+            model, for another experiment to reuse (``run:``; `rebuild_graph`); each is checked
+            against the archived run's curve (`_Run.check_rebuilt`: one that differs fails and
+            a ``run:`` refuses it), never archived; ``experiment.json`` then records those
+            tasks only, until the next whole run.
 
     Returns:
         The ``experiment.json`` payload: per task its state (done, failed or blocked: an input
         failed), attempts, seconds, error (the log's tail) and log; ``counts`` per state.
     """
-    if executor not in EXECUTORS:
-        raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
-    if max_parallel < 1 or retries < 0:
-        raise ValueError("max_parallel must be >= 1 and retries >= 0")
-    if archive is not None and storage:
-        raise ValueError("archive and storage together are not supported: choose one")
-
-    if rebuild and archive is None:
-        raise ValueError(REBUILD_NEEDS_ARCHIVE)
-    if rebuild:
-        graph = rebuild_graph(graph, rebuild)
-    order = branch_order(graph, first) if branch_first else first_order(graph, first)
-    graph = dataclasses.replace(graph, tasks=order)
-    out = graph.out
+    _check_settings(executor, max_parallel, retries, storage, archive, rebuild)
+    graph = run_order(graph, first, branch_first, rebuild)
     check_inside(graph)  # a graph built by hand gets the check `expand` makes
-    check_experiment_folder(out, graph.experiment.name)
+    check_experiment_folder(graph.out, graph.experiment.name)
     if archive is not None:  # refused before anything is written
         archives.check_archive_folder(Path(archive), graph)
-    out.mkdir(parents=True, exist_ok=True)
-    lock = FolderLock(out, f"the experiment {graph.experiment.name!r}", wait=0)
+    graph.out.mkdir(parents=True, exist_ok=True)
+    lock = FolderLock(graph.out, f"the experiment {graph.experiment.name!r}", wait=0)
     try:
         with _terminate_as_interrupt():
             return _run_graph(
                 graph,
-                out,
                 executor,
                 max_parallel,
                 retries,
@@ -212,6 +190,18 @@ def run_graph(
             )
     finally:
         lock.release()
+
+
+def _check_settings(executor, max_parallel, retries, storage, archive, rebuild) -> None:
+    """`run_graph`'s settings that cannot go together, refused before anything is written."""
+    if executor not in EXECUTORS:
+        raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
+    if max_parallel < 1 or retries < 0:
+        raise ValueError("max_parallel must be >= 1 and retries >= 0")
+    if archive is not None and storage:
+        raise ValueError("archive and storage together are not supported: choose one")
+    if rebuild and archive is None:
+        raise ValueError(REBUILD_NEEDS_ARCHIVE)
 
 
 class Terminated(KeyboardInterrupt):
@@ -240,83 +230,8 @@ def _terminate_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def first_order(graph: Graph, patterns: Sequence[str]) -> tuple[Task, ...]:
-    """The graph's tasks with those matching ``patterns`` (``fnmatch`` on task ids), and the
-    tasks they depend on, first: the first pattern's group, then the next pattern's (less what
-    is already placed), then everything else; each group keeps the graph's (dependency) order,
-    so the whole stays a dependency order.
-
-    Raises:
-        ValueError: a pattern that matches no task, naming it and some task ids.
-    """
-    by_id = {t.id: t for t in graph.tasks}
-    placed: set[str] = set()
-    order: list[Task] = []
-    for pattern in patterns:
-        hits = [t.id for t in graph.tasks if fnmatch.fnmatchcase(t.id, pattern)]
-        if not hits:
-            some = ", ".join(t.id for t in graph.tasks if t.kind in ("finetune", "pretrain"))
-            raise ValueError(
-                f"--first {pattern!r} matches no task of {graph.experiment.name!r} "
-                f"(task ids look like: {some[:300]}...)"
-            )
-        group = set(hits) - placed
-        todo = list(group)
-        while todo:  # everything the chosen tasks read
-            for dep in by_id[todo.pop()].deps:
-                if dep not in group and dep not in placed:
-                    group.add(dep)
-                    todo.append(dep)
-        order += [t for t in graph.tasks if t.id in group]
-        placed |= group
-    return tuple(order) + tuple(t for t in graph.tasks if t.id not in placed)
-
-
-def rebuild_graph(graph: Graph, patterns: Sequence[str]) -> Graph:
-    """The graph cut down to the pretraining tasks whose ids match ``patterns`` (``fnmatch``)
-    and what they read (their datasets): ``--rebuild``'s, which pretrains again the runs an
-    archive restored without their model. Nothing reads them in the cut graph, so a restore
-    brings their archived results back, and they run on top of them from step 0.
-
-    Raises:
-        ValueError: a pattern that matches no pretraining task, naming it and the task ids.
-    """
-    by_id = {t.id: t for t in graph.tasks}
-    chosen: set[str] = set()
-    for pattern in patterns:
-        hits = {
-            t.id for t in graph.tasks if t.kind == "pretrain" and fnmatch.fnmatchcase(t.id, pattern)
-        }
-        if not hits:
-            ids = ", ".join(t.id for t in graph.tasks if t.kind == "pretrain") or "none"
-            raise ValueError(
-                f"--rebuild {pattern!r} matches no pretraining task of "
-                f"{graph.experiment.name!r} (its pretraining tasks: {ids[:400]})"
-            )
-        chosen |= hits
-    for task_id in list(chosen):
-        chosen |= set(by_id[task_id].deps)
-    tasks = tuple(t for t in graph.tasks if t.id in chosen)
-    return dataclasses.replace(graph, tasks=tasks)
-
-
-def branch_order(graph: Graph, first: Sequence[str] = ()) -> tuple[Task, ...]:
-    """`first_order`, then each finetuning task with what it reads, one after another in the
-    graph's order (``--branch-first``): a long study's branches (an objective's pretraining and
-    populations) land whole, one after another, instead of every pretraining run first; each
-    probe right after the encoders it reads. A dependency order still."""
-    patterns = [*first, *(glob.escape(t.id) for t in graph.tasks if t.kind == "finetune")]
-    ordered = [t for t in first_order(graph, patterns) if t.kind != "probe"]
-    for probe in (t for t in graph.tasks if t.kind == "probe"):
-        ids = [t.id for t in ordered]
-        after = [ids.index(d) for d in probe.deps if d in ids]
-        ordered.insert(max(after) + 1 if after else 0, probe)
-    return tuple(ordered)
-
-
 def _run_graph(
     graph,
-    out,
     executor,
     max_parallel,
     retries,
@@ -327,6 +242,7 @@ def _run_graph(
     archive,
     rebuild=False,
 ):
+    out = graph.out
     write_inputs(graph, out)
     conflicts: list[Path] = []
     if archive is not None:
