@@ -11,6 +11,7 @@ takes the run's own logged throughput instead (`logged_rate`).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import os
@@ -80,17 +81,17 @@ class RateMeter:
     """
 
     window_s: float = 120.0
-    changes: list[tuple[float, int]] = field(default_factory=list)
+    changes: collections.deque[tuple[float, int]] = field(default_factory=collections.deque)
 
     def observe(self, now: float, step: int) -> None:
         if not self.changes or step != self.changes[-1][1]:
             self.changes.append((now, step))
         cutoff = now - 2 * self.window_s  # older changes are never used again
         while len(self.changes) > 2 and self.changes[1][0] < cutoff:
-            self.changes.pop(0)
+            self.changes.popleft()
 
     def restart(self, now: float, step: int) -> None:
-        self.changes = [(now, step)]
+        self.changes = collections.deque([(now, step)])
 
     def rate(self) -> float | None:
         """Steps/s between the oldest change inside the window and the newest; None until two
@@ -98,7 +99,7 @@ class RateMeter:
         if len(self.changes) < 2:
             return None
         t_new, s_new = self.changes[-1]
-        inside = [c for c in self.changes[:-1] if c[0] >= t_new - self.window_s]
+        inside = [c for c in list(self.changes)[:-1] if c[0] >= t_new - self.window_s]
         t_old, s_old = inside[0] if inside else self.changes[-2]
         if t_new <= t_old or s_new <= s_old:
             return None
@@ -155,7 +156,7 @@ class MetricsPoller:
         now = self.clock()
         path = self.metrics_file()
         if path is None:
-            note = "starting: kernel, imports, the dataset (no training step yet)"
+            note = "running cells: kernel, imports, data (no training step logged yet)"
             return Progress(None, self.steps, None, None, note)
         config = read_mapping(path.parent / "config.yaml")
         steps = self.steps or _count(config.get("steps"))

@@ -83,7 +83,7 @@ def test_last_rows_skip_a_torn_line_and_rows_without_a_step(tmp_path):
 def test_the_poller_says_what_the_run_does_before_its_first_row(tmp_path):
     clock = Clock()
     poller = MetricsPoller(tmp_path / "run", clock=clock)
-    assert poller.poll().note.startswith("starting: kernel, imports, the dataset")
+    assert poller.poll().note.startswith("running cells: kernel, imports, data")
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "config.yaml").write_text("steps: 2000\nlog_every: 100\n")
     write_rows(tmp_path / "run", [])
@@ -137,7 +137,7 @@ def test_the_poller_follows_the_newest_metrics_file_below_a_folder(tmp_path):
 def test_the_bar_shows_step_rate_and_time_left_never_tqdms_guess(tmp_path):
     clock, run, out = Clock(), tmp_path / "run", io.StringIO()
     with ProgressBar(run, "pretrain", steps=2000, every=60, file=out, clock=clock) as bar:
-        assert "pretrain [00:00, starting" in out.getvalue() and "0it" not in out.getvalue()
+        assert "pretrain [00:00, running cells" in out.getvalue() and "0it" not in out.getvalue()
         write_rows(run, [{"step": 100}])
         clock.now = 10.0
         bar.poll()
