@@ -216,8 +216,7 @@ class ProgressBar:
         if progress.step is None or not progress.steps:
             bar.bar_format = self.BEFORE
         else:
-            if bar.total != progress.steps:
-                bar.reset(total=progress.steps)
+            bar.total = progress.steps  # set, not reset: the elapsed time runs on
             bar.bar_format = self.FORMAT
             bar.n = min(progress.step, progress.steps)
         left = "" if progress.eta_s is None else f", ~{_duration(progress.eta_s)} left"
