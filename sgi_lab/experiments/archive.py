@@ -9,7 +9,7 @@ archive folder meant for git (``docs/results/studies/NAME``), their SHA-256 in
 them (a fresh clone, a wiped disk), marking each restored run folder with ``restored.json``;
 the tasks they complete count as done (`restored_files`), so the experiment goes on from there
 instead of from zero. An archive reads as an experiment folder too: its ``experiment.yaml`` and
-run folders are where the study tables look (`sgi_lab.analysis.minatar_study`).
+run folders are where the study tables look (`sgi_lab.studies.finetune_study`).
 
 A task is restored only while its command and params are the archived ones (its
 `task_fingerprint`): change a budget and its tasks run again. Nothing restored replaces a file
@@ -237,8 +237,16 @@ def _copy_inside(source: Path, folder: Path, rel: str) -> None:
     _copy(source, target)
 
 
+class ArchivedFileChangedError(RunFolderError):
+    """An archived file would be replaced by one of other content where that is not asked for
+    (``--report-only`` re-archives from the working tree)."""
+
+
 def archive(
-    graph: Graph, dest: str | os.PathLike, tasks: Iterable[Task] | None = None
+    graph: Graph,
+    dest: str | os.PathLike,
+    tasks: Iterable[Task] | None = None,
+    replace_changed: bool = True,
 ) -> list[str]:
     """Copy the results of the finished tasks of ``graph`` (all, or ``tasks``) into ``dest``.
 
@@ -251,11 +259,18 @@ def archive(
     A run folder that ``--rebuild`` pretrained again (its ``rebuilt.json``) is not archived:
     the archive keeps the results of the run its readers read (`compare_rebuilt`).
 
+    ``replace_changed`` False refuses, before anything is written, to replace a file the
+    archive holds with other content: ``--report-only`` writes the experiment's inputs from the
+    working tree, whose params may differ from those the archived runs ran with (a field added
+    since, a key renamed), and the archive would then say the runs ran with those.
+
     Returns:
         The ids of the tasks archived (finished ones only: `sgi_lab.experiments.state.task_done`).
 
     Raises:
         RunFolderError: ``dest`` is a user's folder or another experiment's archive.
+        ArchivedFileChangedError: with ``replace_changed`` False, naming the first archived
+            file whose content differs.
     """
     dest = Path(dest)
     index = check_archive_folder(dest, graph)
@@ -291,6 +306,13 @@ def archive(
         for rel, sha in shas.items()
         if index["files"].get(rel) != sha or not (dest / rel).is_file()
     ]
+    changed = [rel for rel in replaced if rel in index["files"] and (dest / rel).is_file()]
+    if changed and not replace_changed:
+        raise ArchivedFileChangedError(
+            f"{dest / changed[0]}: archived with other content than {dict(wanted)[changed[0]]}"
+            f" ({len(changed)} such file(s)); refusing to overwrite the archive (pass "
+            "--overwrite-archive to replace them)"
+        )
     _before_replacing(dest, index, old_tasks, replaced)
     for rel in replaced:
         _copy(dict(wanted)[rel], dest / rel)

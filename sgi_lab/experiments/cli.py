@@ -77,6 +77,8 @@ def main_experiment(args: argparse.Namespace) -> int:
         raise ConfigError("--rebuild pretrains again; it does not go with --report-only")
     if args.rebuild and args.dry_run and not args.archive:  # run_graph refuses the real run
         raise ConfigError(REBUILD_NEEDS_ARCHIVE)
+    if args.overwrite_archive and not (args.report_only and args.archive):
+        raise ConfigError("--overwrite-archive goes with --report-only --archive DIR only")
     if args.report_only and args.storage and args.archive:  # as run_graph refuses them
         raise ConfigError("--archive is for local folders; with --storage it is refused")
     if args.dry_run:
@@ -140,7 +142,10 @@ def _report_only(args: argparse.Namespace, graph: Graph) -> int:
         write_inputs(graph, graph.out)
         if (args.archive / ARCHIVE_FILE).is_file():
             print(f"restored {len(restore(graph, args.archive)['restored'])} tasks")
-        print(f"archived {len(archive_results(graph, args.archive))} tasks in {args.archive}")
+        # the inputs just written are the working tree's: an archived file they differ from
+        # (params the archived runs ran with) is replaced only when asked
+        done = archive_results(graph, args.archive, replace_changed=args.overwrite_archive)
+        print(f"archived {len(done)} tasks in {args.archive}")
     print(f"wrote {write_report(graph)}")
     return 0
 
@@ -265,6 +270,12 @@ def add_experiment_parser(subparsers: Any) -> argparse.ArgumentParser:
         "archived one (its rebuilt.json; one that differs fails) and never archived",
     )
     p.add_argument("--report-only", action="store_true", help="write the report of what finished")
+    p.add_argument(
+        "--overwrite-archive",
+        action="store_true",
+        help="--report-only --archive: replace archived files whose content differs from the "
+        "experiment folder's (default: refuse, naming the first)",
+    )
     _add_power_options(p)
     p.add_argument("--no-progress", action="store_true", help="no progress display")
     p.set_defaults(handler=main_experiment)
