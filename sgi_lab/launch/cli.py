@@ -108,7 +108,7 @@ def _info(args: argparse.Namespace) -> int:
     if not Path(args.store).exists():
         raise FileNotFoundError(did_you_mean(args.store, "store"))
     if read_status(args.store) is not None:  # a run folder, not a store: how far it has got
-        from sgi_lab.launch.status import run_progress, status_table
+        from sgi_lab.launch.status_command import run_progress, status_table
 
         print(f"{args.store} is a run folder, not a store (sgi-lab status shows every run):")
         print(status_table([run_progress(args.store)]))
@@ -405,7 +405,7 @@ def _fill_deferred(name: str, parser: argparse.ArgumentParser) -> None:
     """Add `DEFERRED` command ``name``'s options from its module (which sets its ``handler``)."""
     if name == "status":
         # lazy: a command's module, and torch through it, loads when the command is named
-        from sgi_lab.launch.status import add_status_parser as add
+        from sgi_lab.launch.status_command import add_status_parser as add
     elif name == "probe":
         # lazy: as above
         from sgi_lab.launch.probe import add_probe_parser as add

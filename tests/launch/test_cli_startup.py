@@ -71,7 +71,7 @@ def test_a_deferred_command_gets_its_options_when_named():
     # what its own module defines (here `status --state`), and its handler
     args = build_parser().parse_args(["status", "outputs", "--state", "running"])
     assert args.state == "running" and args.folder == "outputs"
-    assert args.handler.__module__ == "sgi_lab.launch.status"
+    assert args.handler.__module__ == "sgi_lab.launch.status_command"
     complete = build_parser(complete=True)
     status = complete._subparsers._group_actions[0].choices["status"]
     assert "--state" in status._option_string_actions  # filled without parsing

@@ -11,7 +11,7 @@ import pytest
 from sgi_lab.base.files import FolderLock
 from sgi_lab.config import ConfigError, read_params
 from sgi_lab.envs.games import UnknownGameError, canonical_game
-from sgi_lab.launch import status
+from sgi_lab.launch import status_command
 from sgi_lab.launch.cli import main
 
 
@@ -62,14 +62,14 @@ def runs(tmp_path):
 
 
 def test_run_progress_rate_eta_and_metrics(runs):
-    p = status.run_progress(runs / "runs" / "pretrain__sgi_m__Pong__s0")
+    p = status_command.run_progress(runs / "runs" / "pretrain__sgi_m__Pong__s0")
     assert (p["stage"], p["state"], p["step"], p["steps"]) == ("pretrain", "running", 1000, 5000)
     assert p["rate"] == pytest.approx(200.0)  # 6400 samples/s at batch 32, the newest row
     assert p["eta_s"] == pytest.approx(20.0)  # 4000 steps left at 200 steps/s
     assert p["metrics"] == {"losses/total": 2.0} and not p["stale"]
-    silent = status.run_progress(runs / "runs" / "finetune__x" / "Pong__s0")
+    silent = status_command.run_progress(runs / "runs" / "finetune__x" / "Pong__s0")
     assert silent["stale"] and silent["eta_s"] == pytest.approx(3000.0)
-    assert status.run_progress(runs / "demo" / "pretrain")["eta_s"] is None
+    assert status_command.run_progress(runs / "demo" / "pretrain")["eta_s"] is None
 
 
 def test_a_running_run_that_logs_between_checkpoints_is_not_silent(tmp_path):
@@ -88,7 +88,7 @@ def test_a_running_run_that_logs_between_checkpoints_is_not_silent(tmp_path):
     os.utime(folder / "metrics.jsonl")  # logged just now
     lock = FolderLock(folder, "a finetune run")
     try:
-        p = status.run_progress(folder)
+        p = status_command.run_progress(folder)
     finally:
         lock.release()
     assert (p["state"], p["step"]) == ("running", 6700)
@@ -205,11 +205,14 @@ def test_status_tells_dead_torn_and_modelless_runs_as_interrupted(runs, tmp_path
     assert "20/100" in shown["runs/torn"] and "torn" in shown["runs/torn"]
     assert "30/100" in shown["runs/empty"]
     assert "model.pt is missing" in shown["runs/nomodel"]
-    p = status.run_progress(dead)
+    p = status_command.run_progress(dead)
     assert p["state"] == "interrupted" and p["eta_s"] is None
     # The live runs are still running; the finished one with its model is finished.
-    assert status.run_progress(runs / "runs" / "pretrain__sgi_m__Pong__s0")["state"] == "running"
-    assert status.run_progress(runs / "demo" / "pretrain")["state"] == "finished"
+    assert (
+        status_command.run_progress(runs / "runs" / "pretrain__sgi_m__Pong__s0")["state"]
+        == "running"
+    )
+    assert status_command.run_progress(runs / "demo" / "pretrain")["state"] == "finished"
     assert {p: p.stat().st_mtime_ns for p in runs.rglob("*")} == before  # status only reads
 
 
@@ -265,14 +268,14 @@ def test_a_finished_finetuning_run_shows_its_evaluation_score(tmp_path, capsys):
     )
     (torn / "model.pt").write_bytes(b"final model")
     (torn / "eval.json").write_text('{"mean": ')
-    assert status.run_progress(done)["evaluation"] == {
+    assert status_command.run_progress(done)["evaluation"] == {
         "mean": -12.5,
         "episodes": 100,
         "normalized": 0.2166,
         "normalization": "HNS",
         "caveat": None,  # the paper's protocol: 100 episodes capped at 108,000 frames
     }
-    assert status.run_progress(torn)["evaluation"] is None
+    assert status_command.run_progress(torn)["evaluation"] is None
     assert main(["status", str(root)]) == 0
     out = capsys.readouterr().out
     paper = next(line for line in out.splitlines() if "Pong__s0" in line)
@@ -298,7 +301,7 @@ def test_a_run_stopped_cleanly_is_listed_as_stopped_not_failed(tmp_path, capsys)
     )
     _run(root / "ctrl_c", "failed", 5, 2000, [], message=failure_reason(KeyboardInterrupt()))
     _run(root / "broken", "failed", 10, 2000, [], message="FloatingPointError: loss is nan")
-    states = {f.name: status.run_progress(f)["state"] for f in root.iterdir()}
+    states = {f.name: status_command.run_progress(f)["state"] for f in root.iterdir()}
     assert states == {
         "stopped": "stopped",
         "evaluation": "stopped",
@@ -325,11 +328,11 @@ def test_a_run_restored_from_an_archive_is_listed_as_restored_with_its_score(tmp
     (run / "eval.json").write_text(json.dumps(evaluation | {"normalization": "MinAtar score"}))
     files = {n: file_sha256(run / n) for n in ("status.json", "eval.json")}
     (run / RESTORED_FILE).write_text(json.dumps({"files": files}))
-    progress = status.run_progress(run)
+    progress = status_command.run_progress(run)
     assert progress["state"] == "restored" and progress["error"] is None
     assert progress["evaluation"]["normalized"] == 0.28
     assert main(["status", str(root), "--state", "restored"]) == 0
     assert "restored  100/100 (100%)" in (out := capsys.readouterr().out)
     assert "eval 3 over 30 episodes, MinAtar score 0.280" in out
     (run / "eval.json").write_text(json.dumps(evaluation | {"mean": 9.0}))
-    assert status.run_progress(run)["state"] == "interrupted"
+    assert status_command.run_progress(run)["state"] == "interrupted"
