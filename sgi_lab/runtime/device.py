@@ -180,8 +180,15 @@ def clip_gradients(
         return norms  # also NaN and inf are multiplied below, as the library function does
     coef = (max_norm / (norms + 1e-6)).clamp(max=1.0)
     if per_agent:
+        # One multi-tensor product (one dispatch where a loop made one per tensor), each
+        # gradient times the agents' coefficients shaped to broadcast over it (one view per
+        # rank and dtype). CUDA's multi-tensor kernel wants equal shapes, so there PyTorch
+        # still launches one product per tensor; only flat gradient buffers would change that.
+        factors: dict[tuple[int, torch.dtype], torch.Tensor] = {}
         for g in grads:
-            g.mul_(coef.view(-1, *([1] * (g.dim() - 1))).to(g.dtype))
+            if (g.dim(), g.dtype) not in factors:
+                factors[g.dim(), g.dtype] = coef.view(-1, *([1] * (g.dim() - 1))).to(g.dtype)
+        torch._foreach_mul_(grads, [factors[g.dim(), g.dtype] for g in grads])
     else:
         torch._foreach_mul_(grads, coef.to(grads[0].dtype))
     return norms

@@ -159,9 +159,9 @@ def update(
     if cfg.spr_target_update == "before_step":  # toward the weights the losses used
         pop.update_spr_target()
     pop.step_optimizer()
-    with torch.no_grad():
-        for k, v in x.noise_online.items():  # acting uses the update's noise
-            pop.online[k].copy_(v)
+    with torch.no_grad():  # acting uses the update's noise (one multi-tensor copy)
+        noise = list(x.noise_online)
+        torch._foreach_copy_([pop.online[k] for k in noise], [x.noise_online[k] for k in noise])
     if cfg.spr_target_update == "after_step":
         pop.update_spr_target()
     if count:
