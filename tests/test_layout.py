@@ -23,15 +23,16 @@ PACKAGE = Path(sgi_lab.__file__).resolve().parent
 # sits below data: the population replay places its tensors by it. The probes (labels, linear
 # readouts, probing one encoder) sit below train, so that pretraining can probe its encoder
 # every N steps; loading encoders from runs and the probe studies are analysis. metrics sits
-# below train (evaluate scores its returns with metrics.hns); viz below analysis (the analysis
-# models draw with viz figures). experiments, the notebook API and launch sit on top.
+# below train (evaluate scores its returns with metrics.hns); exploratory (the IDF curiosity
+# agent that collects the Exploratory data, a training run) beside train; viz below analysis (the
+# analysis models draw with viz figures). experiments, the notebook API and launch sit on top.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("sgi_lab.envs", "sgi_lab.base"),
     ("sgi_lab", "sgi_lab.config", "sgi_lab.config_values", "sgi_lab.runs"),
     ("sgi_lab.runtime",),
     ("sgi_lab.data", "sgi_lab.nets", "sgi_lab.objectives", "sgi_lab.augment"),
     ("sgi_lab.metrics", "sgi_lab.probes"),
-    ("sgi_lab.train",),
+    ("sgi_lab.train", "sgi_lab.exploratory"),
     ("sgi_lab.viz",),
     ("sgi_lab.analysis",),
     ("sgi_lab.studies",),

@@ -1,6 +1,6 @@
 """The Exploratory dataset (SGI-E): the IDF curiosity agent's first ``steps`` steps, a training run.
 
-The agent (`sgi_lab.train.idf_agent`) acts in N parallel envs, and every transition is written,
+The agent (`sgi_lab.exploratory.idf_agent`) acts in N parallel envs, and every transition is written,
 as it happens, into a ``TransitionStore`` (`sgi_lab.data.explore.EpisodeBuffers`: whole
 episodes, so frame stacks never cross envs or episodes). The store is built in ``OUT.partial``;
 the agent is an ordinary run folder inside it, ``OUT.partial/agent/`` (`sgi_lab.runs.folder.RunDir`,
@@ -14,7 +14,7 @@ Both families: an Atari 100k game (its store records the console RAM of every ro
 MinAtar game, ``minatar/<game>`` (its store has the game's (C, 10, 10) observation spec, the
 ``minatar`` env protocol with MinAtar's sticky actions and difficulty ramping, and the game's
 own state as ``labels``); the agent's networks size themselves from the observation
-(`sgi_lab.nets.curiosity.small_convnet`).
+(`sgi_lab.exploratory.networks.small_convnet`).
 
 Differences from Burda et al., all deliberate: the environment is the house Atari 100k
 protocol (no sticky actions either way; 108k-frame cap instead of 18k) or MinAtar's own, and
@@ -48,8 +48,8 @@ from sgi_lab.envs import (
     observation_spec,
 )
 from sgi_lab.envs.minatar import DIFFICULTY_RAMPING, LABEL_NAMES, STICKY_ACTION_PROB
+from sgi_lab.exploratory.idf_agent import KIND, ExploreAgent, Rollout, ppo_update
 from sgi_lab.runs.folder import MetricsLogger, RunDir
-from sgi_lab.train.idf_agent import KIND, ExploreAgent, Rollout, ppo_update
 
 __all__ = [
     "AGENT_DIR",

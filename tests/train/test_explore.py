@@ -13,10 +13,15 @@ import torch
 
 from sgi_lab.config import ConfigError, ExploreConfig, build_config, load_config
 from sgi_lab.data import StoreError, TransitionStore
-from sgi_lab.objectives.ppo import gae, ppo_clip_loss
+from sgi_lab.exploratory.idf_agent import (
+    ExploreAgent,
+    IntrinsicReturnNormalizer,
+    Rollout,
+    ppo_update,
+)
+from sgi_lab.exploratory.ppo import gae, ppo_clip_loss
 from sgi_lab.runs.folder import RunDir
 from sgi_lab.train.explore import collect_exploratory
-from sgi_lab.train.idf_agent import ExploreAgent, IntrinsicReturnNormalizer, Rollout, ppo_update
 
 TINY = ExploreConfig(
     num_envs=4,

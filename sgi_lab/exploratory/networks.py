@@ -1,6 +1,6 @@
 """The IDF curiosity agent's networks (Burda et al. 2018, ``openai/large-scale-curiosity``): an
 actor-critic, and features trained by inverse dynamics with a forward model on them, whose
-error is the intrinsic reward. The agent that trains them is `sgi_lab.train.idf_agent`.
+error is the intrinsic reward. The agent that trains them is `sgi_lab.exploratory.idf_agent`.
 
 Both conv nets size themselves from the observation shape ``(C, H, W)`` (the env's
 `sgi_lab.envs.spec.ObservationSpec.stacked_shape`): Burda et al.'s strided kernels on frames at

@@ -1,7 +1,7 @@
 """PPO pieces: generalized advantage estimation and the clipped surrogate objective.
 
 Pure functions of arrays/tensors, as in Burda et al. 2018's ``cppo_agent.py`` (the IDF curiosity
-agent that makes the Exploratory dataset uses them; see ``sgi_lab.train.idf_agent``).
+agent that makes the Exploratory dataset uses them; see `sgi_lab.exploratory.idf_agent`).
 """
 
 from __future__ import annotations

@@ -35,8 +35,8 @@ import torch
 
 from sgi_lab.base.files import atomic_torch_save
 from sgi_lab.config import ExploreConfig
-from sgi_lab.nets.curiosity import IDFModel, PolicyNet
-from sgi_lab.objectives.ppo import gae, ppo_clip_loss, value_loss
+from sgi_lab.exploratory.networks import IDFModel, PolicyNet
+from sgi_lab.exploratory.ppo import gae, ppo_clip_loss, value_loss
 from sgi_lab.runs.checkpoints import load_checkpoint
 
 __all__ = [

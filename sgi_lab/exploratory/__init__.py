@@ -1,0 +1,6 @@
+"""The Exploratory data (SGI-E): the IDF curiosity agent of Burda et al. 2018 that collects it.
+
+The agent's networks (`networks`: actor-critic, inverse-dynamics features and the forward model
+whose error is the intrinsic reward), PPO's pieces (`ppo`: GAE and the clipped objective), the
+agent's state and its PPO update (`idf_agent`).
+"""
