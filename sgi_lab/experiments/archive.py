@@ -259,10 +259,9 @@ def archive(
     A run folder that ``--rebuild`` pretrained again (its ``rebuilt.json``) is not archived:
     the archive keeps the results of the run its readers read (`compare_rebuilt`).
 
-    ``replace_changed`` False refuses, before anything is written, to replace a file the
-    archive holds with other content: ``--report-only`` writes the experiment's inputs from the
-    working tree, whose params may differ from those the archived runs ran with (a field added
-    since, a key renamed), and the archive would then say the runs ran with those.
+    ``replace_changed`` False refuses, before anything is written, to replace an archived file
+    of other content (``--report-only``'s inputs come from the working tree, whose params may
+    differ from those the archived runs ran with: a field added since, a key renamed).
 
     Returns:
         The ids of the tasks archived (finished ones only: `sgi_lab.experiments.state.task_done`).
