@@ -95,6 +95,8 @@ def main_experiment(args: argparse.Namespace) -> int:
             for task_id in unneeded(graph, {t for t, x in left.items() if x == 0.0}):
                 left[task_id] = 0.0
         print(format_plan(graph, left))
+        for line in graph.missing_data:  # the real run refuses until they are made
+            print(f"not made yet: {line}")
         if experiment.question is not None:
             print("\n" + question_plan(experiment))
         return 0

@@ -21,7 +21,14 @@ from sgi_lab.config import FinetuneConfig, load_config
 from sgi_lab.experiments.spec import DataSpec, Experiment
 from sgi_lab.runs.folder import run_name
 
-__all__ = ["data_task_fields", "data_used", "dependency_order", "fill", "needs_missing"]
+__all__ = [
+    "data_task_fields",
+    "data_used",
+    "dependency_order",
+    "fill",
+    "fill_values",
+    "needs_missing",
+]
 
 SELECTIONS = ("weak", "mixed")
 
@@ -36,6 +43,13 @@ def fill(text: str, values: dict[str, Any]) -> str:
     return text.format_map(Keep({k: v for k, v in values.items()}))
 
 
+def fill_values(experiment: Experiment, game: str) -> dict[str, Any]:
+    """What a data source's ``src`` (and ``make``) fill in for ``game``: the experiment's
+    parameters, ``{game}`` as written (``minatar/breakout``) and ``{game_folder}`` as run
+    folders spell it (``minatar-breakout``: another experiment's ``data/weak__{game_folder}``)."""
+    return {**experiment.parameters, "game": game, "game_folder": run_name(game)}
+
+
 def _yaml_value(value: Any) -> str:
     return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
 
@@ -45,7 +59,7 @@ def needs_missing(spec: DataSpec, parameters: dict[str, Any]) -> list[str]:
     names = [
         f
         for _, f, _, _ in string.Formatter().parse(spec.src or "")
-        if f and f not in ("game", "run")
+        if f and f not in ("game", "game_folder", "run")
     ]
     return [n for n in names if parameters.get(n) is None]
 
@@ -89,7 +103,7 @@ def _agent_steps(experiment: Experiment, name: str) -> int:
 
 def _replay_fields(spec: DataSpec, game: str, out: Path, experiment: Experiment, folder: Path):
     """``(argv, deps, rows)`` of a replay's export or a selection of one."""
-    values = {**experiment.parameters, "game": game}
+    values = fill_values(experiment, game)
     agents = {p.name for p in experiment.pretrain}
     if spec.source == "replay":
         if spec.src in agents:
@@ -118,7 +132,7 @@ def data_task_fields(
     """The `sgi_lab.experiments.graph.Task` fields of data source ``name`` for ``game``, but
     its resources: id, kind, folder, deps, argv, stage and steps (rows written)."""
     folder = out / "data" / run_name(name, game)
-    values = {**experiment.parameters, "game": game}
+    values = fill_values(experiment, game)
     common = ("--game", game, "--out", str(folder), "--no-progress")
     deps: tuple[str, ...] = ()
     if spec.source == "random":

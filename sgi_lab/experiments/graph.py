@@ -24,6 +24,7 @@ from sgi_lab.experiments.data_tasks import (
     data_task_fields,
     data_used,
     dependency_order,
+    fill_values,
     needs_missing,
 )
 from sgi_lab.experiments.data_tasks import fill as _fill
@@ -78,6 +79,7 @@ class Graph:
     tasks: tuple[Task, ...]
     params_files: dict[str, dict[str, Any]]  # path -> params payload, written when it runs
     dropped: tuple[str, ...] = ()  # branches left out (a data parameter not given)
+    missing_data: tuple[str, ...] = ()  # folder stores not made yet: what makes each (`make`)
 
     def task(self, task_id: str) -> Task:
         return next(t for t in self.tasks if t.id == task_id)
@@ -126,13 +128,19 @@ def expand(experiment: Experiment, out: str | os.PathLike) -> Graph:
         )
     used = data_used(experiment, missing)
     data_tasks: dict[tuple[str, str], Task | Path] = {}
+    unmade: dict[str, str] = {}  # folder source of `make` -> a line on its missing store
     for name in (n for n in experiment.data if n in used):
         spec = experiment.data[name]
         for game in experiment.games:
             if spec.source == "folder":
-                data_tasks[name, game] = Path(
-                    _fill(spec.src or "", {**experiment.parameters, "game": game})
-                )
+                values = fill_values(experiment, game)
+                data_tasks[name, game] = store = Path(_fill(spec.src or "", values))
+                if spec.make and not store.exists():  # the first game's missing store
+                    unmade.setdefault(
+                        name,
+                        f"data.{name}: {store} is not made yet; make it first with: "
+                        + _fill(spec.make, values),
+                    )
                 continue
             fields = data_task_fields(name, spec, game, out, experiment)
             task = Task(**fields, resources=_resources(experiment, "data"))
@@ -164,6 +172,7 @@ def expand(experiment: Experiment, out: str | os.PathLike) -> Graph:
         )
     )
     graph = Graph(experiment, out, dependency_order(tasks), params_files, tuple(dropped))
+    graph = dataclasses.replace(graph, missing_data=tuple(unmade.values()))
     check_inside(graph)
     return graph
 

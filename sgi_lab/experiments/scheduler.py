@@ -20,6 +20,7 @@ import yaml
 
 from sgi_lab.base.files import FolderLock, atomic_write_text
 from sgi_lab.base.threads import oversubscribed, thread_share, user_oversubscription
+from sgi_lab.config import ConfigError
 from sgi_lab.experiments import archive as archives
 from sgi_lab.experiments.executors import (
     LocalExecutor,
@@ -166,7 +167,7 @@ def run_graph(
         The ``experiment.json`` payload: per task its state (done, failed or blocked: an input
         failed), attempts, seconds, error (the log's tail) and log; ``counts`` per state.
     """
-    _check_settings(executor, max_parallel, retries, storage, archive, rebuild)
+    _check_settings(graph, executor, max_parallel, retries, storage, archive, rebuild)
     graph = run_order(graph, first, branch_first, rebuild)
     check_inside(graph)  # a graph built by hand gets the check `expand` makes
     check_experiment_folder(graph.out, graph.experiment.name)
@@ -192,8 +193,11 @@ def run_graph(
         lock.release()
 
 
-def _check_settings(executor, max_parallel, retries, storage, archive, rebuild) -> None:
-    """`run_graph`'s settings that cannot go together, refused before anything is written."""
+def _check_settings(graph, executor, max_parallel, retries, storage, archive, rebuild) -> None:
+    """`run_graph`'s settings that cannot go together, and data the graph reads that is not
+    made yet (`Graph.missing_data`), refused before anything is written."""
+    if graph.missing_data:
+        raise ConfigError(graph.missing_data[0])
     if executor not in EXECUTORS:
         raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
     if max_parallel < 1 or retries < 0:

@@ -121,7 +121,8 @@ class DataSpec:
         None,
         "dqn_replay: the replay_logs folder; folder: the store; replay: a pretraining config "
         "of kind agent (each game's run) or a finished run folder; weak, mixed: a replay data "
-        "source or a replay store; {game} and {PARAMETER} are filled in (a null parameter "
+        "source or a replay store; {game}, {game_folder} (as run folders spell it: "
+        "minatar-breakout) and {PARAMETER} are filled in (a null parameter "
         "drops every branch that needs this data)",
     )
     fraction: float = F(0.1, "weak: the first fraction of the agent's run kept")
@@ -131,6 +132,11 @@ class DataSpec:
         [], "dqn_replay: DQN runs filled in for {run} in src, imported one after another"
     )
     samples: int | None = F(None, "dqn_replay: transitions taken from each checkpoint")
+    make: str | None = F(
+        None,
+        "folder: the command that makes the store (filled in as src); a run "
+        "refuses while a store is missing, naming it (--dry-run notes it)",
+    )
 
 
 @dataclass(frozen=True)
@@ -561,6 +567,8 @@ def _check_data(experiment: Experiment, path: Path) -> None:
             )
         if spec.source in ("dqn_replay", "folder", "replay", "weak", "mixed") and not spec.src:
             raise ConfigError(f"{path}: data.{name}.src: required for source {spec.source!r}")
+        if spec.make and spec.source != "folder":
+            raise ConfigError(f"{path}: data.{name}.make: for source 'folder' only")
         _check_replay_source(experiment, name, spec, path)
         if spec.source == "dqn_replay" and not spec.checkpoints:
             raise ConfigError(f"{path}: data.{name}.checkpoints: required for dqn_replay")
