@@ -1,5 +1,5 @@
-"""Collection speed of the IDF curiosity agent (``sgi_lab.train.explore``): agent steps/s with
-learning, Burda et al.'s networks and rollouts, at a few env counts; projects a 6M-step run.
+"""Collection speed of the IDF curiosity agent (``sgi_lab.exploratory.collector``): agent steps/s
+with learning, Burda et al.'s networks and rollouts, at a few env counts; projects a 6M-step run.
 
     .venv/bin/python benchmarks/explore_speed.py --game breakout --envs 4 8 --updates 3
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from sgi_lab.base.files import cpu_model
 from sgi_lab.config import ExploreConfig
-from sgi_lab.train.explore import collect_exploratory
+from sgi_lab.exploratory.collector import collect_exploratory
 
 
 def main() -> None:

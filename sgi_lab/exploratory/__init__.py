@@ -2,5 +2,7 @@
 
 The agent's networks (`networks`: actor-critic, inverse-dynamics features and the forward model
 whose error is the intrinsic reward), PPO's pieces (`ppo`: GAE and the clipped objective), the
-agent's state and its PPO update (`idf_agent`).
+agent's state and its PPO update (`idf_agent`), the collection, a training run that writes
+every transition into a store (`collector`, ``sgi-lab collect exploratory``), and the episode
+writer it writes through (`episodes`).
 """

@@ -19,7 +19,7 @@ al.'s code (``openai/large-scale-curiosity``) where the paper is silent (``Explo
   random agent before learning starts.
 
 The networks use PyTorch's default initialisation (a deliberate difference from Burda et al.).
-`sgi_lab.train.explore` runs the agent and records what it does.
+`sgi_lab.exploratory.collector` runs the agent and records what it does.
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ def collect(args: argparse.Namespace, random_handler: Callable[..., int]) -> int
         )
 
     # lazy: the agent's module imports torch, which `--help` and the parser must not pay for
-    from sgi_lab.train.explore import collect_exploratory
+    from sgi_lab.exploratory.collector import collect_exploratory
 
     store = collect_exploratory(
         args.game,

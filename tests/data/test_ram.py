@@ -11,13 +11,13 @@ import torch
 
 import sgi_lab.data.collect as collect_module
 import sgi_lab.envs as envs_module
-import sgi_lab.train.explore as explore_module
+import sgi_lab.exploratory.collector as explore_module
 from sgi_lab.config import ExploreConfig
 from sgi_lab.data import StoreError, TransitionStore
 from sgi_lab.data.collect import RandomHoldPolicy, collect
 from sgi_lab.data.store_writer import TransitionStoreWriter
+from sgi_lab.exploratory.collector import collect_exploratory
 from sgi_lab.launch.cli import main
-from sgi_lab.train.explore import collect_exploratory
 
 
 class RamRecordingPolicy(RandomHoldPolicy):

@@ -1,14 +1,14 @@
 """The Exploratory dataset (SGI-E): the IDF curiosity agent's first ``steps`` steps, a training run.
 
-The agent (`sgi_lab.exploratory.idf_agent`) acts in N parallel envs, and every transition is written,
-as it happens, into a ``TransitionStore`` (`sgi_lab.data.explore.EpisodeBuffers`: whole
-episodes, so frame stacks never cross envs or episodes). The store is built in ``OUT.partial``;
-the agent is an ordinary run folder inside it, ``OUT.partial/agent/`` (`sgi_lab.runs.folder.RunDir`,
-kind ``explore``: ``config.yaml``, ``status.json``, ``metrics.jsonl`` with one row per PPO
-update, and ``checkpoints/`` every ``checkpoint_every`` updates; a step is one env step of one
-env, as the ``steps`` collected). An interrupted collection resumes after the store's last
-finished chunk with the agent's last checkpoint and freshly reset envs; the finished store keeps
-``agent/``.
+The agent (`sgi_lab.exploratory.idf_agent`) acts in N parallel envs, and every transition is
+written, as it happens, into a ``TransitionStore`` (`sgi_lab.exploratory.episodes.EpisodeBuffers`:
+whole episodes, so frame stacks never cross envs or episodes). The store is built in
+``OUT.partial``; the agent is an ordinary run folder inside it, ``OUT.partial/agent/``
+(`sgi_lab.runs.folder.RunDir`, kind ``explore``: ``config.yaml``, ``status.json``,
+``metrics.jsonl`` with one row per PPO update, and ``checkpoints/`` every ``checkpoint_every``
+updates; a step is one env step of one env, as the ``steps`` collected). An interrupted
+collection resumes after the store's last finished chunk with the agent's last checkpoint and
+freshly reset envs; the finished store keeps ``agent/``.
 
 Both families: an Atari 100k game (its store records the console RAM of every row) or a
 MinAtar game, ``minatar/<game>`` (its store has the game's (C, 10, 10) observation spec, the
@@ -36,7 +36,6 @@ import torch
 from tqdm.auto import tqdm
 
 from sgi_lab.config import ExploreConfig
-from sgi_lab.data.explore import EpisodeBuffers
 from sgi_lab.data.store import TransitionStore
 from sgi_lab.data.store_writer import TransitionStoreWriter
 from sgi_lab.envs import (
@@ -48,6 +47,7 @@ from sgi_lab.envs import (
     observation_spec,
 )
 from sgi_lab.envs.minatar import DIFFICULTY_RAMPING, LABEL_NAMES, STICKY_ACTION_PROB
+from sgi_lab.exploratory.episodes import EpisodeBuffers
 from sgi_lab.exploratory.idf_agent import KIND, ExploreAgent, Rollout, ppo_update
 from sgi_lab.runs.folder import MetricsLogger, RunDir
 

@@ -14,9 +14,9 @@ import torch
 
 from sgi_lab.config import ExploreConfig, load_config
 from sgi_lab.data import TransitionStore
+from sgi_lab.exploratory.collector import collect_exploratory
 from sgi_lab.exploratory.networks import IDFModel, PolicyNet, small_convnet
 from sgi_lab.runs.folder import RunDir
-from sgi_lab.train.explore import collect_exploratory
 
 pytest.importorskip("minatar")
 

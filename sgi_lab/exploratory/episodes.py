@@ -1,12 +1,13 @@
 """The Exploratory dataset's writing: whole episodes of parallel environments into a store.
 
-The IDF curiosity agent that acts (`sgi_lab.train.explore`, a training run) steps N environments
-at once. Each env keeps its current episode in memory, and `EpisodeBuffers` writes it as one
-contiguous block through the store's writer when the episode ends, so a frame stack rebuilt
-from the store never crosses envs or episodes (an episode longer than ``max_buffered_steps`` is
-written in parts; each part restarts the stack). Writing is chunked and crash-safe like
-``collect``. Each row carries what the store records beside the frame: Atari's console RAM
-(``ram``) or a MinAtar game's own state (``labels``).
+The IDF curiosity agent that acts (`sgi_lab.exploratory.collector`, a training run) steps N
+environments at once. Each env keeps its current episode in memory, and `EpisodeBuffers` writes
+it as one contiguous block through the store's writer when the episode ends, so a frame stack
+rebuilt from the store never crosses envs or episodes (an episode longer than
+``max_buffered_steps`` is written in parts; each part restarts the stack). Writing is chunked
+and crash-safe like the Random collector (`sgi_lab.data.collect`). Each row carries what the
+store records beside the frame: Atari's console RAM (``ram``) or a MinAtar game's own state
+(``labels``).
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ import torch
 
 from sgi_lab.config import ConfigError, ExploreConfig, build_config, load_config
 from sgi_lab.data import StoreError, TransitionStore
+from sgi_lab.exploratory.collector import collect_exploratory
 from sgi_lab.exploratory.idf_agent import (
     ExploreAgent,
     IntrinsicReturnNormalizer,
@@ -21,7 +22,6 @@ from sgi_lab.exploratory.idf_agent import (
 )
 from sgi_lab.exploratory.ppo import gae, ppo_clip_loss
 from sgi_lab.runs.folder import RunDir
-from sgi_lab.train.explore import collect_exploratory
 
 TINY = ExploreConfig(
     num_envs=4,
