@@ -130,3 +130,22 @@ def test_the_serial_loop_learns_from_the_newest_transition_and_the_lag_changes_o
     # The learner's inputs differ from the first update on, so the weights do.
     model, lagged_model = checkpoint["model"], lagged["model"]
     assert any(not torch.equal(model[k], lagged_model[k]) for k in model)
+
+
+@pytest.mark.smoke
+def test_the_overlap_benchmark_times_both_loops_in_interleaved_rounds(tmp_path, monkeypatch):
+    import sys
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import env_overlap
+
+    out = tmp_path / "overlap.json"
+    argv = ["env_overlap.py", "--small", "--seeds", "0", "--rounds", "2", "--steps", "3"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--learning-starts", "30", "--json", str(out)])
+    env_overlap.main()
+    result = json.loads(out.read_text())
+    assert result["agents"] == 2 and result["workers"] == 1 and len(result["rounds"]) == 2
+    for r in result["rounds"]:
+        assert r["ratio"] == pytest.approx(r["serial_ms"] / r["overlapped_ms"])
+    assert result["pool_step_alone_ms"] > 0 and result["cpu"]
