@@ -133,11 +133,15 @@ def update(
     # 2-3. Targets under no_grad, then the losses; per agent, all agents at once.
     def agent_losses(online: Tensors, spr_target: Tensors, q_target: Tensors, fields: dict):
         x = UpdateInputs(**fields)  # vmap maps tensors only: the absent fields travel as absent
-        # s_t's online latent first: with batch norm, the running statistics then move in the
-        # reference's order (s_t, then the bootstrap state).
-        z0 = pop.call(online, lambda m, o: m.encode(o, prepared=True), x.obs[0])
-        targets = compute_targets(pop, online, spr_target, q_target, x)
-        return compute_losses(pop, online, x, targets, z0)
+        if shared_online_pass(pop):
+            z0, logits, boot = online_pass(pop, online, x)
+        else:
+            # s_t's online latent first: with batch norm, the running statistics then move in
+            # the reference's order (s_t, then the bootstrap state).
+            z0 = pop.call(online, lambda m, o: m.encode(o, prepared=True), x.obs[0])
+            logits, boot = None, None
+        targets = compute_targets(pop, online, spr_target, q_target, x, boot)
+        return compute_losses(pop, online, x, targets, z0, logits)
 
     q_target = pop.q_target if pop.q_target is not None else {}
     networks = (pop.online, pop.spr_target, q_target)
@@ -210,9 +214,41 @@ def update_inputs(pop: Population, staged: StagedBatch) -> UpdateInputs:
     )
 
 
+def shared_online_pass(pop: Population) -> bool:
+    """Whether the online network reads s_t and the bootstrap state in one pass
+    (`online_pass`): under vmap (where each pass is a kernel per operator for all agents) and
+    with an encoder without batch norm, whose latents are per-sample functions (a batch norm's
+    statistics would mix the two batches)."""
+    return pop.vmapped and not pop.template.encoder_has_batch_norm
+
+
+def online_pass(
+    pop: Population, online: Tensors, x: UpdateInputs
+) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """One agent's online encoder and Q head (the update's noise) over s_t and the bootstrap
+    state together, one pass of each where there were two: s_t's latent (B, C, H, W) and logits
+    (B, A, Z) with their gradient, and the bootstrap state's latent and logits, detached (the
+    targets read them under no_grad, so no gradient reaches the parameters through them)."""
+    batch = x.boot_obs.shape[0]
+    mask = x.mask
+
+    def encode_and_score(m: SGIModel, o: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        z = m.encode(o, prepared=True)
+        return z, m.q_logits(z, mask)
+
+    both = torch.cat([x.obs[0], x.boot_obs])
+    z, logits = pop.call({**online, **x.noise_online}, encode_and_score, both)
+    return z[:batch], logits[:batch], (z[batch:].detach(), logits[batch:].detach())
+
+
 @torch.no_grad()
 def compute_targets(
-    pop: Population, online: Tensors, spr_target: Tensors, q_target: Tensors, x: UpdateInputs
+    pop: Population,
+    online: Tensors,
+    spr_target: Tensors,
+    q_target: Tensors,
+    x: UpdateInputs,
+    boot: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> UpdateTargets:
     """One agent's targets (runs under vmap): the C51 n-step target distribution and the SSL
     losses' `SGITargets`.
@@ -221,11 +257,15 @@ def compute_targets(
     noise sample unless there is a separate copy); with double Q the action is picked by the
     online network with the update's noise. SPR's targets are the EMA target's projections of
     s_{t+1..t+K}, encoded in one time-major pass (with s_t and the goal observations for
-    ``ssl: all``, `goal_rl_targets`).
+    ``ssl: all``, `goal_rl_targets`). ``boot``: the online latent and logits of the bootstrap
+    state where `online_pass` computed them with s_t's.
     """
     cfg, call, mask = pop.config, pop.call, x.mask
     support = pop.template.support
-    z_boot = call(online, lambda m, o: m.encode(o, prepared=True), x.boot_obs)
+    if boot is None:
+        z_boot = call(online, lambda m, o: m.encode(o, prepared=True), x.boot_obs)
+    else:
+        z_boot = boot[0]
     if q_target:
         target_logits = call(
             {**q_target, **x.noise_target},
@@ -234,7 +274,10 @@ def compute_targets(
         )
     else:
         target_logits = call({**online, **x.noise_target}, lambda m, z: m.q_logits(z, mask), z_boot)
-    online_logits = call({**online, **x.noise_online}, lambda m, z: m.q_logits(z, mask), z_boot)
+    if boot is None:
+        online_logits = call({**online, **x.noise_online}, lambda m, z: m.q_logits(z, mask), z_boot)
+    else:
+        online_logits = boot[1]
     online_probs = F.softmax(online_logits.float(), -1)  # fp32 (as autocast) when bf16 is cast
     selection = online_probs if cfg.double_q else None
     rl = c51_target(
@@ -316,15 +359,20 @@ def goal_rl_targets(
 
 
 def compute_losses(
-    pop: Population, online: Tensors, x: UpdateInputs, targets: UpdateTargets, z0: torch.Tensor
+    pop: Population,
+    online: Tensors,
+    x: UpdateInputs,
+    targets: UpdateTargets,
+    z0: torch.Tensor,
+    q_logits: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, Tensors, torch.Tensor]:
     """One agent's weighted loss (scalar), stats and new priorities (B,) from the online latent
-    ``z0`` of s_t (with gradient); runs under vmap."""
+    ``z0`` of s_t (with gradient) and its logits where `online_pass` has them; runs under vmap."""
     cfg, mask, actions = pop.config, x.mask, x.actions
     settings = finetuning_settings(cfg)
 
     def forward(m: SGIModel) -> tuple[torch.Tensor, torch.Tensor, Tensors]:
-        logits = m.q_logits(z0, mask)
+        logits = m.q_logits(z0, mask) if q_logits is None else q_logits
         ssl, _ = sgi_loss_terms(m, z0, actions, x.valid, targets.ssl, settings, mask)
         return logits, c51_loss(logits, actions[:, 0], targets.rl), ssl
 
