@@ -448,10 +448,10 @@ def build_parser(complete: bool = False) -> argparse.ArgumentParser:
         help="random: the paper's Random policy; exploratory: the IDF curiosity agent (SGI-E)",
     )
     # lazy: the CLI starts without torch; a command loads what it runs
-    from sgi_lab.launch import explore
+    from sgi_lab.launch import collect_exploratory
 
     # --envs, --params, --set; routes `exploratory` to its collector, `random` back to ours.
-    explore.add_arguments(p, COMMANDS["collect"])
+    collect_exploratory.add_arguments(p, COMMANDS["collect"])
     add_collect_options(p)
 
     p = sub.add_parser("import", help="import external data into a TransitionStore")

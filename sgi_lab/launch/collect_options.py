@@ -10,7 +10,7 @@ __all__ = ["add_collect_options"]
 
 def add_collect_options(p: argparse.ArgumentParser) -> None:
     """The options ``collect random`` and ``collect exploratory`` share (the exploratory ones:
-    `sgi_lab.launch.explore.add_arguments`)."""
+    `sgi_lab.launch.collect_exploratory.add_arguments`)."""
     p.add_argument(
         "--game",
         required=True,

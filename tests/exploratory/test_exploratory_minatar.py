@@ -58,7 +58,7 @@ def test_networks_size_themselves_from_the_observation():
 
 def test_minatar_params_file_is_burdas_with_envs_in_process():
     from sgi_lab.launch.cli import build_parser
-    from sgi_lab.launch.explore import explore_config
+    from sgi_lab.launch.collect_exploratory import explore_config
 
     minatar = load_config(ExploreConfig, "params/collect/exploratory_minatar.yaml")
     assert minatar == dataclasses.replace(ExploreConfig(), asynchronous=False)
