@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup git-filters demo test test-all test-browser lint format lab
+.PHONY: setup git-filters demo test test-notebooks test-all test-browser lint format lab
 
 # The first install downloads torch and the extras (several minutes on a fresh clone): pip's
 # own progress is shown, so a long install is never a silent one.
@@ -54,13 +54,17 @@ $(EXPORT_STAMP): $(STAMP) pyproject.toml
 demo: $(STAMP) $(EXPORT_STAMP) $(FILTERS)  ## the whole pipeline on the embedded default (Pong, then MinAtar Breakout; CPU)
 	$(PY) -m sgi_lab.launch.demo $(DEMO_ARGS)
 
-# Both suites run on one worker per core (pytest-xdist), each worker and its children on one
-# torch thread (tests/conftest.py). On 2 cores: the default suite 5-6 min instead of 10.5, the
-# slow tier 15 min. The browser tier stays serial (make test-browser).
+# The suites run on one worker per core (pytest-xdist), each worker and its children on one
+# torch thread (tests/conftest.py). The browser tier stays serial (make test-browser).
 TEST_WORKERS ?= auto
 XDIST := -n $(TEST_WORKERS) --dist worksteal
-test: $(STAMP) $(FILTERS)  ## the default (fast) test suite
+test: $(STAMP) $(FILTERS)  ## the default (fast) test suite: everything but the notebooks, slow and browser tiers
 	$(PY) -m pytest $(XDIST)
+
+# Every test that executes a notebook (a Jupyter kernel each: the smoke runs of notebooks/ and
+# the notebook runner's own tests) is marked `notebooks`; CI runs them after the default suite.
+test-notebooks: $(STAMP) $(FILTERS)  ## the notebooks tier: the tests that execute notebooks (slow ones aside)
+	$(PY) -m pytest $(XDIST) -m "notebooks and not slow and not browser"
 
 # The slow tier starts real local Ray clusters: the `sweep` extra (Ray, fsspec) comes with it.
 SWEEP_STAMP := $(VENV)/.sweep-stamp
@@ -68,7 +72,7 @@ $(SWEEP_STAMP): $(STAMP) pyproject.toml
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,sweep]'
 	touch $(SWEEP_STAMP)
 
-test-all: $(SWEEP_STAMP)  ## everything but the browser tier, slow tests (and Ray's) included
+test-all: $(SWEEP_STAMP)  ## everything but the browser tier: the default suite, the notebooks tier, slow tests (and Ray's)
 	$(PY) -m pytest $(XDIST) -m "not browser"
 
 CHROMIUM ?= /usr/bin/chromium

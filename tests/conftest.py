@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
 import os
+import sys
 import tempfile
 
 # Under pytest-xdist (`make test` runs two workers on a 2-core machine) each worker and every
@@ -206,3 +209,79 @@ def kill_once_a_pretraining_run_finishes(proc, root, timeout: float = 300) -> No
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+# -- the notebooks tier ------------------------------------------------------------------------
+# Executing a notebook starts a Jupyter kernel that imports torch, plotly and sgi_lab again, then
+# runs the notebook's cells: the default suite's costliest tests. They are the `notebooks` tier
+# (`make test-notebooks`, which CI runs after the default suite), and a test that executes a
+# notebook without that marker (or the browser tier's) fails, named: papermill's engine, through
+# which every notebook execution in a test's process passes, is guarded once papermill is
+# imported (importing it here would cost every worker a second). tests/test_suite_rules.py
+# checks the guard.
+NOTEBOOK_TIERS = ("notebooks", "browser")
+UNMARKED_EXECUTION = pytest.StashKey[str]()
+_running: list[pytest.Item] = []  # the test whose setup, call or teardown is running
+
+
+def refuse_notebook_executions_outside_the_tier(engines_class) -> None:
+    """Wrap ``engines_class.execute_notebook_with_engine`` (papermill's ``PapermillEngines``):
+    a test without a notebook tier's marker that executes a notebook fails, named."""
+    execute = engines_class.execute_notebook_with_engine
+
+    def guarded(self, *args, **kwargs):
+        item = _running[-1] if _running else None
+        if item is not None and not any(item.get_closest_marker(m) for m in NOTEBOOK_TIERS):
+            item.stash[UNMARKED_EXECUTION] = (
+                f"{item.nodeid} executes a notebook without the notebooks marker: mark it "
+                "@pytest.mark.notebooks (the tier make test-notebooks runs, and CI after the "
+                "default suite)"
+            )
+            pytest.fail(item.stash[UNMARKED_EXECUTION], pytrace=False)
+        return execute(self, *args, **kwargs)
+
+    engines_class.execute_notebook_with_engine = guarded
+
+
+class _GuardPapermillOnImport(importlib.abc.MetaPathFinder):
+    """Guards papermill's engines as the module ``papermill.engines`` is first imported."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "papermill.engines":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None:
+            return None
+        load = spec.loader.exec_module
+
+        def exec_module(module):
+            load(module)
+            refuse_notebook_executions_outside_the_tier(module.PapermillEngines)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+if "papermill.engines" in sys.modules:
+    refuse_notebook_executions_outside_the_tier(sys.modules["papermill.engines"].PapermillEngines)
+else:
+    sys.meta_path.insert(0, _GuardPapermillOnImport())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    _running.append(item)
+    try:
+        yield
+    finally:
+        _running.pop()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A test whose code caught the guard's failure fails all the same."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" and report.passed and UNMARKED_EXECUTION in item.stash:
+        report.outcome, report.longrepr = "failed", item.stash[UNMARKED_EXECUTION]

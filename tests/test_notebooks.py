@@ -117,6 +117,7 @@ def execute(name: str, tmp_path: Path, **parameters) -> dict:
 
 
 @pytest.mark.smoke
+@pytest.mark.notebooks
 def test_datasets_notebook(tmp_path, pong_store):
     results = execute("datasets", tmp_path, data=str(pong_store), compare_collect_steps=300)
     assert len(results["stores"]) == 2
@@ -124,6 +125,7 @@ def test_datasets_notebook(tmp_path, pong_store):
 
 
 @pytest.mark.smoke
+@pytest.mark.notebooks
 def test_goal_rewards_notebook(tmp_path, pong_store):
     results = execute(
         "goal_rewards", tmp_path, data=str(pong_store), bank_size=200, search_roots=[]
@@ -134,6 +136,7 @@ def test_goal_rewards_notebook(tmp_path, pong_store):
 
 
 @pytest.mark.smoke
+@pytest.mark.notebooks
 def test_representations_notebook_with_pca(tmp_path, pong_store):
     from sgi_lab.probes.results import write_probes
 
@@ -157,6 +160,7 @@ def test_representations_notebook_with_pca(tmp_path, pong_store):
 
 
 @pytest.mark.smoke
+@pytest.mark.notebooks
 def test_ablations_notebook_with_a_run(tmp_path):
     from sgi_lab.probes.results import write_probes
 
@@ -177,6 +181,7 @@ def test_ablations_notebook_with_a_run(tmp_path):
 
 
 @pytest.mark.smoke
+@pytest.mark.notebooks
 def test_pretrain_then_finetune_notebooks(tmp_path, pong_store):
     """The training notebooks end to end: pretrain (10 steps), then finetune from that run."""
     pretrain = execute(
@@ -222,6 +227,7 @@ def test_pretrain_then_finetune_notebooks(tmp_path, pong_store):
 
 
 @pytest.mark.smoke
+@pytest.mark.notebooks
 def test_finetune_notebook_trains_a_population(tmp_path):
     """games x seeds: one run folder per agent, compared with the paper; with max_agents 1 as
     two populations of one, one after another, into the folders one population would use."""
@@ -253,6 +259,7 @@ def test_finetune_notebook_trains_a_population(tmp_path):
 @pytest.mark.slow
 @pytest.mark.smoke
 @pytest.mark.parametrize("name", NOTEBOOKS)
+@pytest.mark.notebooks
 def test_every_notebook_with_its_smoke_set(name, tmp_path, pong_store):
     """Exactly the smoke sets (UMAP included), data aside."""
     extra = {} if name in ("ablations", "finetune") else {"data": str(pong_store)}
@@ -261,6 +268,7 @@ def test_every_notebook_with_its_smoke_set(name, tmp_path, pong_store):
 
 @pytest.mark.slow
 @pytest.mark.smoke
+@pytest.mark.notebooks
 def test_representations_of_a_pretrained_run(tmp_path, pong_store):
     from sgi_lab.probes.results import write_probes
 
@@ -281,6 +289,7 @@ def test_representations_of_a_pretrained_run(tmp_path, pong_store):
 
 @pytest.mark.slow
 @pytest.mark.smoke
+@pytest.mark.notebooks
 def test_demo_pipeline_with_smoke_sets(tmp_path):
     from sgi_lab.launch.demo import STAGES, run_pipeline
 
@@ -479,6 +488,7 @@ def test_the_run_with_the_most_steps_run_is_picked_whatever_its_name(tmp_path, c
 
 
 @pytest.mark.smoke
+@pytest.mark.notebooks
 def test_ablations_notebook_discovers_runs(tmp_path):
     runs = tmp_path / "found"
     folder = write_finetune_run(runs, "frozen", "Pong", 0, -10.0)
@@ -530,6 +540,7 @@ def test_every_notebook_has_a_minatar_parameter_set():
 
 
 @pytest.mark.smoke
+@pytest.mark.notebooks
 def test_ablations_notebook_on_minatar_runs(tmp_path):
     """MinAtar runs: the MinAtar score named in the figures, no paper row, and each method's
     probability of improvement over the baseline (SGI's runs all above: 1)."""
@@ -663,6 +674,7 @@ def _minatar_set(notebook: str, **parameters) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.smoke
+@pytest.mark.notebooks
 def test_goal_rewards_notebook_on_minatar(tmp_path, minatar_store, minatar_pretrained):
     results = execute(
         "goal_rewards",
@@ -677,6 +689,7 @@ def test_goal_rewards_notebook_on_minatar(tmp_path, minatar_store, minatar_pretr
 
 @pytest.mark.slow
 @pytest.mark.smoke
+@pytest.mark.notebooks
 def test_finetune_notebook_on_minatar(tmp_path):
     """The MinAtar parameter set with a tiny budget: a live learning curve with the game's
     random and DQN-reference lines, the MinAtar score recorded, no paper column."""
@@ -694,6 +707,7 @@ def test_finetune_notebook_on_minatar(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.smoke
+@pytest.mark.notebooks
 def test_datasets_notebook_on_minatar(tmp_path, minatar_store):
     results = execute(
         "datasets",
@@ -707,6 +721,7 @@ def test_datasets_notebook_on_minatar(tmp_path, minatar_store):
 
 @pytest.mark.slow
 @pytest.mark.smoke
+@pytest.mark.notebooks
 def test_representations_notebook_on_minatar(tmp_path, minatar_store, minatar_pretrained):
     results = execute(
         "representations",
@@ -720,6 +735,7 @@ def test_representations_notebook_on_minatar(tmp_path, minatar_store, minatar_pr
 
 @pytest.mark.slow
 @pytest.mark.smoke
+@pytest.mark.notebooks
 def test_pretrain_notebook_on_minatar(tmp_path, minatar_store):
     tiny = {"hidden_size": 32, "steps": 4, "batch_size": 8, "spr_steps": 3, "n_step": 3,
             "goal_window": 10, "log_every": 2, "checkpoint_every": 2}  # fmt: skip

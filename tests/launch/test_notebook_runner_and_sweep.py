@@ -44,6 +44,7 @@ def tiny_notebook(tmp_path):
     return write_notebook(tmp_path / "tiny.ipynb", BODY, PARAMETERS)
 
 
+@pytest.mark.notebooks
 def test_run_notebook_writes_a_finished_run_folder(tiny_notebook, tmp_path):
     folder = run_notebook(
         tiny_notebook, parameters={"x": 3}, out_root=tmp_path / "runs", progress=False
@@ -60,6 +61,7 @@ def test_run_notebook_writes_a_finished_run_folder(tiny_notebook, tmp_path):
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="Unix sockets")
+@pytest.mark.notebooks
 def test_the_kernel_talks_over_private_unix_sockets_and_leaves_nothing(
     tmp_path, monkeypatch, capfd
 ):
@@ -111,6 +113,7 @@ def test_a_normal_kernel_shutdown_sends_no_interrupt(monkeypatch):
     assert interrupts == [1] and not manager.has_kernel
 
 
+@pytest.mark.notebooks
 def test_refuses_to_overwrite_a_finished_run_unless_asked(tiny_notebook, tmp_path):
     root = tmp_path / "runs"
     folder = run_notebook(tiny_notebook, parameters={"x": 1}, out_root=root, progress=False)
@@ -125,6 +128,7 @@ def test_refuses_to_overwrite_a_finished_run_unless_asked(tiny_notebook, tmp_pat
     assert RunDir(folder).status()["results"]["x"] == 5
 
 
+@pytest.mark.notebooks
 def test_failed_run_is_marked_and_then_resumed(tiny_notebook, tmp_path):
     root = tmp_path / "runs"
     with pytest.raises(NotebookRunError, match="boom 7") as info:
@@ -147,6 +151,7 @@ def test_failed_run_is_marked_and_then_resumed(tiny_notebook, tmp_path):
     assert status["error"] is None
 
 
+@pytest.mark.notebooks
 def test_params_file_and_parameters_precedence(tiny_notebook, tmp_path):
     params_file = tmp_path / "tiny_smoke.yaml"
     params_file.write_text("x: 10\nseed: 3\n")
@@ -199,6 +204,7 @@ def test_run_dir_for(tmp_path):
     assert folder == tmp_path / "pretrain__sgi_m__Pong__s0" and folder.is_dir()
 
 
+@pytest.mark.notebooks
 def test_cli_run_handler(tiny_notebook, tmp_path, capsys):
     parser = argparse.ArgumentParser()
     notebook_runner.add_run_parser(parser.add_subparsers(dest="command"))
@@ -217,6 +223,7 @@ def test_cli_run_handler(tiny_notebook, tmp_path, capsys):
     assert "tiny.ipynb" in capsys.readouterr().err
 
 
+@pytest.mark.notebooks
 def test_sweep_local_executor(tiny_notebook, tmp_path):
     summary = sweep.sweep(
         str(tiny_notebook),
@@ -254,6 +261,7 @@ def test_sweep_ray_executor_without_ray_says_how_to_install(tiny_notebook, tmp_p
 
 
 @pytest.mark.slow
+@pytest.mark.notebooks
 def test_sweep_on_ray_runs_its_points_through_the_experiments_ray_executor(
     tiny_notebook, tmp_path, monkeypatch
 ):
@@ -303,6 +311,7 @@ def test_cli_sweep_parser(tmp_path):
     assert args.grid == ["game=Pong,Breakout"] and args.executor == "ray"
 
 
+@pytest.mark.notebooks
 def test_sweep_population_folds_games_and_seeds_into_one_run_per_point(tmp_path):
     assert sweep.population_grid({"game": ["Pong"], "seed": [0, 1]}) == (
         {},
@@ -413,6 +422,7 @@ def test_oversubscribed_counts_threads_and_busy_workers():
     assert thread_share(3, cores=8) == 2 and thread_share(16, cores=8) == 1
 
 
+@pytest.mark.notebooks
 def test_sweep_kernels_start_with_the_users_thread_setting(tmp_path, monkeypatch):
     """End to end: two kernels running at once both see the user's OMP_NUM_THREADS (one more
     than their share of the cores, so the share would differ), and the thread variables the user

@@ -8,7 +8,7 @@ from conftest import write_notebook
 from sgi_lab.launch.demo import notebook_html
 from sgi_lab.launch.notebook_runner import run_notebook
 
-pytestmark = pytest.mark.smoke
+pytestmark = [pytest.mark.smoke, pytest.mark.notebooks]
 
 # The first line of every copy of plotly.js (plotly.offline.get_plotlyjs()).
 PLOTLYJS_MARK = "* plotly.js v"

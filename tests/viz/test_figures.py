@@ -419,6 +419,7 @@ def test_recorded_results_show_as_a_short_table(tmp_path):
 
 
 @pytest.mark.smoke
+@pytest.mark.notebooks
 def test_live_curves_leave_one_updated_output_in_an_executed_notebook(tmp_path):
     """Display-handle updates replace the figure (plotly's own display would append outputs)."""
     import nbformat
@@ -453,6 +454,7 @@ def _plotly_array(value):
 
 
 @pytest.mark.smoke
+@pytest.mark.notebooks
 def test_the_saved_notebook_shows_where_training_ended_not_a_stale_bar(tmp_path):
     """The progress line is one output updated in place: papermill saves its last state,
     "finished at step 5 of 5", where a tqdm widget saves "0% 0/5"."""
