@@ -63,12 +63,28 @@ def dueling_combine(
     if action_mask is None:
         return value + advantage - advantage.mean(dim=1, keepdim=True)
     mask = action_mask.view(*action_mask.shape[:-1], -1, 1)  # (..., A, 1)
-    count = mask.sum(dim=-2, keepdim=True).to(advantage.dtype)
-    mean = advantage.masked_fill(~mask, 0).sum(dim=1, keepdim=True) / count
+    # The mask as 0/1 numbers (advantage x 1 is advantage, x 0 is 0: the masked sum's bits),
+    # and the invalid actions' logits a constant: 8 operators where masked_fill and a freshly
+    # filled row took 11.
+    kept = mask.to(advantage.dtype)
+    mean = (advantage * kept).sum(dim=1, keepdim=True) / kept.sum(dim=-2, keepdim=True)
     logits = value + advantage - mean
-    invalid = torch.full_like(logits[..., :1, :], INVALID_ACTION_LOGIT)
-    invalid[..., 0] = 0.0
-    return torch.where(mask, logits, invalid)
+    return torch.where(mask, logits, _invalid_logits(logits.shape[-1], logits.dtype, logits.device))
+
+
+_INVALID: dict[tuple[int, torch.dtype, torch.device], torch.Tensor] = {}
+
+
+def _invalid_logits(atoms: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """(Z,) logits of an action a game does not have: 0 on the lowest atom, `INVALID_ACTION_LOGIT`
+    on the others; made once per shape, dtype and device (never written to)."""
+    key = (atoms, dtype, device)
+    if key not in _INVALID:
+        with torch.inference_mode(False), torch.no_grad():  # an ordinary tensor, whoever asks first
+            row = torch.full((atoms,), INVALID_ACTION_LOGIT, dtype=dtype, device=device)
+            row[0] = 0.0
+        _INVALID[key] = row
+    return _INVALID[key]
 
 
 def film_layer_norm(
