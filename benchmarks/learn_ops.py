@@ -103,6 +103,7 @@ def build(case: str, agents: int, batch_size: int, sampling: str, rows: int) -> 
             np.full(agents, t == 0),
         )
     pop.host_checks = replay.tree.host_checks = False  # as on a GPU: no host checks
+    pop.lean_kernels = True  # and fewer operators for more FLOPs (`update.lean_kernels`)
     return pop, replay
 
 

@@ -11,7 +11,9 @@ its own ``sgi_lab`` through PYTHONPATH), so each round compares the two versions
 machine state. It prints, per round and version, the fastest and the median step, and the
 per-round ratio of medians.
 
-Jobs: ``finetune`` times one update of a population of one (`sgi_lab.train.population.Population`; `train_step` in versions before it) (batch 32, RL + SPR with K = 5,
+Jobs: ``learn`` times `sgi_lab.train.update.learn_step` of a vmap'd population of ``--agents``
+(batch 32, `benchmarks/learn_ops.py`'s random replay; ``--encoders minatar nature``);
+``finetune`` times one update of a population of one (`sgi_lab.train.population.Population`; `train_step` in versions before it) (batch 32, RL + SPR with K = 5,
 from a replay of real Pong transitions); ``pretrain`` times `sgi_lab.train.pretrain_step.train_step`
 (batch 256, all three objectives, the synthetic batch of ``pretrain_speed.py``).
 """
@@ -78,13 +80,30 @@ state.target.train()
 batch = PretrainBatch(**synthetic_batch(256))
 step = lambda: train_step(config, state, batch)["losses/total"].item()
 """,
+    "learn": """
+import learn_ops
+from sgi_lab.train.update import learn_step
+# a vmap'd population of {agents} agents (learn_ops.build: random rows, as on a GPU) with the
+# CPU's own settings: host checks on, the replay's tree sampling
+pop, replay = learn_ops.build("{encoder}", {agents}, 32, "tree", 600)
+pop.host_checks = replay.tree.host_checks = True
+vars(pop).pop("lean_kernels", None)  # the CPU's own path (learn_ops.build sets a GPU's)
+replay.set_beta(0.4)
+step = lambda: learn_step(pop, replay)
+""",
 }
 
 
 def time_version(
-    checkout: Path, job: str, encoder: str, steps: int, threads: int, clock: str = "wall"
+    checkout: Path,
+    job: str,
+    encoder: str,
+    steps: int,
+    threads: int,
+    clock: str = "wall",
+    agents: int = 16,
 ) -> dict:
-    setup = SETUP[job].format(encoder=encoder, steps=steps)
+    setup = SETUP[job].format(encoder=encoder, steps=steps, agents=agents)
     timer = {"wall": "perf_counter", "cpu": "process_time"}[clock]
     code = CHILD.format(setup=setup, steps=steps, threads=threads, clock=timer)
     env = {**os.environ, "PYTHONPATH": str(checkout)}
@@ -107,6 +126,7 @@ def main() -> None:
     parser.add_argument("--job", choices=sorted(SETUP), default="finetune")
     parser.add_argument("--steps", type=int, default=20, help="timed steps per process")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--agents", type=int, default=16, help="population size (job learn)")
     parser.add_argument(
         "--clock",
         choices=["wall", "cpu"],
@@ -130,7 +150,13 @@ def main() -> None:
                         versions.reverse()
                     for name, checkout in versions:
                         timing = time_version(
-                            checkout, args.job, encoder, args.steps, args.threads, args.clock
+                            checkout,
+                            args.job,
+                            encoder,
+                            args.steps,
+                            args.threads,
+                            args.clock,
+                            args.agents,
                         )
                         row[f"{name}_min_s"] = round(timing["min"], 4)
                         row[f"{name}_median_s"] = round(timing["median"], 4)

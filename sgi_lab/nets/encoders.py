@@ -23,7 +23,10 @@ that happens in :class:`sgi_lab.nets.SGIModel`, not in the encoders.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -45,14 +48,36 @@ def renormalize(x: torch.Tensor, start_dim: int = -3, eps: float = 1e-6) -> torc
     Returns:
         Tensor of the same shape with per-sample minimum 0 and maximum 1.
 
-    The gradient is `_Renormalize`'s closed form: 11 operators where autograd's chain through
-    amin, amax, two subtractions, the clamp and the division dispatches 24 (under vmap, per
-    call, and there are 8 calls in a finetuning update).
+    Within `closed_form_gradients` the gradient is `_Renormalize`'s closed form: 11 operators
+    where autograd's chain through amin, amax, two subtractions, the clamp and the division
+    dispatches 24 (under vmap, per call, and there are 8 calls in a finetuning update).
     """
     if start_dim < 0:
         start_dim += x.dim()
     flat = x.flatten(start_dim)
-    return _Renormalize.apply(flat, eps)[0].view(x.shape)
+    if _CLOSED_FORM.get():
+        return _Renormalize.apply(flat, eps)[0].view(x.shape)
+    lo = flat.amin(dim=-1, keepdim=True)
+    hi = flat.amax(dim=-1, keepdim=True)
+    flat = (flat - lo) / (hi - lo).clamp_min(eps)
+    return flat.view(x.shape)
+
+
+_CLOSED_FORM = contextvars.ContextVar("renormalize_closed_form", default=False)
+
+
+@contextlib.contextmanager
+def closed_form_gradients(enabled: bool = True) -> Iterator[None]:
+    """Within the block, `renormalize` builds its gradient in closed form (`_Renormalize`):
+    fewer operators, for devices that launch a kernel per operator (a GPU population's update,
+    `sgi_lab.train.update.lean_kernels`). On a CPU under vmap the autograd Function's Python
+    costs more than the operators it saves (MinAtar, 16 agents: +3 % a learn step), so
+    autograd's chain stays the default."""
+    token = _CLOSED_FORM.set(enabled)
+    try:
+        yield
+    finally:
+        _CLOSED_FORM.reset(token)
 
 
 class _Renormalize(torch.autograd.Function):

@@ -7,7 +7,15 @@ import torch
 import torch.nn.functional as F
 from torch.func import vmap
 
-from sgi_lab.nets.encoders import renormalize
+from sgi_lab.nets.encoders import closed_form_gradients
+from sgi_lab.nets.encoders import renormalize as plain_renormalize
+from sgi_lab.nets.heads import INVALID_ACTION_LOGIT, dueling_combine
+
+
+def renormalize(x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+    """`sgi_lab.nets.encoders.renormalize` with its closed-form gradient (a GPU update's)."""
+    with closed_form_gradients():
+        return plain_renormalize(x, *args, **kwargs)
 
 
 def autograd_renormalize(x: torch.Tensor, start_dim: int = -3, eps: float = 1e-6) -> torch.Tensor:
@@ -92,3 +100,39 @@ def test_renormalize_gradient_is_autograds_to_the_bit_without_ties() -> None:
     assert torch.equal(y, y_ref)
     positive = x > 0  # the ties at 0 get the ReLU's zero gradient either way
     assert torch.equal(grad * positive, grad_ref * positive)
+
+
+def masked_fill_dueling_combine(value, advantage, action_mask):
+    """The masked dueling combination as it was written before (masked_fill, a filled row)."""
+    mask = action_mask.view(*action_mask.shape[:-1], -1, 1)
+    count = mask.sum(dim=-2, keepdim=True).to(advantage.dtype)
+    mean = advantage.masked_fill(~mask, 0).sum(dim=1, keepdim=True) / count
+    logits = value + advantage - mean
+    invalid = torch.full_like(logits[..., :1, :], INVALID_ACTION_LOGIT)
+    invalid[..., 0] = 0.0
+    return torch.where(mask, logits, invalid)
+
+
+def test_dueling_combine_is_the_masked_fill_formula_to_the_bit_under_vmap() -> None:
+    torch.manual_seed(5)
+    value = torch.randn(3, 4, 1, 7, requires_grad=True)
+    advantage = torch.randn(3, 4, 6, 7, requires_grad=True)
+    mask = torch.tensor([[True] * 6, [True] * 4 + [False] * 2, [True] * 3 + [False] * 3])
+    g = torch.randn(3, 4, 6, 7)
+    outs = []
+    for fn in (dueling_combine, masked_fill_dueling_combine):
+        out = vmap(fn)(value, advantage, mask)
+        outs.append((out, *torch.autograd.grad((out * g).sum(), (value, advantage))))
+    for a, b in zip(*outs, strict=True):
+        assert torch.equal(a, b)
+    with torch.inference_mode():  # acting's context first: the constant stays usable in training
+        dueling_combine(value[1], advantage[1], mask[1])
+    assert torch.equal(dueling_combine(value[1], advantage[1], mask[1]), outs[1][0][1])
+
+
+def test_renormalize_outside_the_switch_is_autograds_formula() -> None:
+    """Outside `closed_form_gradients` (a CPU's default) autograd differentiates the formula."""
+    x = torch.rand(2, 3, 4, 4, requires_grad=True)
+    assert plain_renormalize(x).grad_fn.name() == "ViewBackward0"
+    assert plain_renormalize(x).grad_fn.next_functions[0][0].name() == "DivBackward0"
+    assert renormalize(x).grad_fn.next_functions[0][0].name() != "DivBackward0"

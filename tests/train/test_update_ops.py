@@ -36,24 +36,25 @@ def test_acting_keeps_the_updates_online_noise(monkeypatch):
 
 
 @pytest.mark.parametrize("ssl", ["spr", "all"])
-def test_one_online_pass_over_s_t_and_the_bootstrap_state_equals_two(monkeypatch, ssl):
-    """Under vmap the online encoder and Q head read s_t and the bootstrap state in one pass
-    (`online_pass`): the same losses, priorities, gradients and new weights as two passes."""
+def test_the_lean_update_equals_the_cpus(ssl):
+    """With `lean_kernels` (a GPU's update: the online encoder and Q head over s_t and the
+    bootstrap state in one pass, `online_pass`; renormalize's closed-form gradient) the update
+    gives the same losses, priorities and new weights as the CPU's."""
     configs = [
         make_config(seed=s, encoder="nature", ssl=ssl, population_batching="vmap") for s in range(2)
     ]
     batches = [fake_batch(c, 6, 10 + i) for i, c in enumerate(configs)]
     weights = [np.linspace(0.5, 1.0, c.batch_size).astype(np.float32) for c in configs]
 
-    def one_update(shared: bool):
-        monkeypatch.setattr(update_module, "shared_online_pass", lambda pop: shared)
+    def one_update(lean: bool):
         pop = population(configs, [6, 4])
+        pop.lean_kernels = lean
+        assert update_module.shared_online_pass(pop) == lean
         stats, priorities = update(pop, stage(pop, batches, weights))
         return pop, stats, priorities
 
+    assert not update_module.lean_kernels(population(configs, [6, 4]))  # a CPU's default
     pop, stats, priorities = one_update(True)
-    monkeypatch.undo()
-    assert update_module.shared_online_pass(pop)  # a Nature population under vmap shares it
     ref_pop, ref_stats, ref_priorities = one_update(False)
     torch.testing.assert_close(priorities, ref_priorities, rtol=1e-5, atol=1e-6)
     for k, v in ref_stats.items():
