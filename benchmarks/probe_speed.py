@@ -35,8 +35,9 @@ from sgi_lab.base.files import cpu_model
 from sgi_lab.data import TransitionStore
 from sgi_lab.data.collect import collect_random
 from sgi_lab.probes import ProbeSettings, annotations, labels_from_ram, probe_encoder
+from sgi_lab.probes.encoder_probe import _features
 from sgi_lab.probes.linear import f1_weighted, fit_logistic_probes, label_entropy
-from sgi_lab.probes.probe import _features, _subsample, split_episodes
+from sgi_lab.probes.splits import split_episodes, subsample
 
 
 def main() -> None:
@@ -124,7 +125,7 @@ def compare_logistic(
     from sklearn.preprocessing import StandardScaler
 
     rng = np.random.default_rng(0)
-    split = _subsample(split_episodes(store, 0), frames, rng)
+    split = subsample(split_episodes(store, 0), frames, rng)
     rows = np.concatenate([split[k] for k in ("train", "val", "test")])
     model = random_probe_encoder(Path("unused"), store.num_actions, encoder_name).model
     started = time.perf_counter()

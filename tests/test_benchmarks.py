@@ -48,7 +48,7 @@ def test_every_command_parses_and_trains_without_what_the_gpu_image_lacks():
         "from sgi_lab.launch.cli import build_parser\n"
         "build_parser()\n"
         "import sgi_lab.train.pretrain, sgi_lab.train.finetune, sgi_lab.train.population\n"
-        "import sgi_lab.base.driver, sgi_lab.probes.probe\n"
+        "import sgi_lab.base.driver, sgi_lab.probes.encoder_probe\n"
         "import sys\n"
         "print(sorted(m for m in ('papermill', 'nbformat', 'ipywidgets', 'umap') if m in sys.modules))\n"
     )

@@ -651,7 +651,7 @@ def _experiment_agent(
     root: Path, label: str, game: str, seed: int, score: float, training: float | None = None
 ) -> None:
     """A finished finetuning agent of an experiment folder (``finetune/<label>/<game>__s<seed>``)
-    with its MinAtar score, as `sgi_lab.analysis.minatar_study.study_runs` reads it, and one
+    with its MinAtar score, as `sgi_lab.studies.finetune_study.study_runs` reads it, and one
     training episode of raw return ``training`` when given."""
     folder = root / "finetune" / label / f"{game.replace('/', '-')}__s{seed}"
     folder.mkdir(parents=True)

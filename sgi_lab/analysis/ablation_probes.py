@@ -108,7 +108,7 @@ def load_probe_scores(
     """One row per probe result behind the explorer's methods.
 
     Args:
-        run_dirs: finetuning run folders (labelled as `sgi_lab.analysis.ablations.load_run_scores`
+        run_dirs: finetuning run folders (labelled as `sgi_lab.analysis.run_scores.load_run_scores`
             labels them), or ``{method: folders}``: each method gets the probe results of the
             pretraining runs its runs started from (their config's ``pretrained``), each
             pretraining run once.

@@ -1,7 +1,7 @@
 """Loading the frozen encoders that probes read: a pretraining run's, a finetuning run's, a model
 or checkpoint file's, or a random initialization's, and where each one's results go
 (``RUN/probes.json``, ``RUN/probes_ckpt_N.json`` for a checkpoint). The loaders use the training
-stages' readers, so they sit above them; `sgi_lab.probes.probe` (the probing) needs no training
+stages' readers, so they sit above them; `sgi_lab.probes.encoder_probe` (the probing) needs no training
 code and pretraining can call it.
 """
 
@@ -16,13 +16,8 @@ from sgi_lab.base.files import read_mapping
 from sgi_lab.config import ConfigError
 from sgi_lab.envs.spec import ObservationSpec
 from sgi_lab.nets import SGIModel
-from sgi_lab.probes.probe import (
-    PROBES_FILE,
-    ProbeEncoder,
-    ProbeInputError,
-    file_stamp,
-    random_init_model,
-)
+from sgi_lab.probes.encoder_probe import PROBES_FILE, ProbeEncoder, random_init_model
+from sgi_lab.probes.probe_data import ProbeInputError, file_stamp
 from sgi_lab.runs.checkpoints import CheckpointError, load_checkpoint
 from sgi_lab.runs.folder import foreign_model_problem
 from sgi_lab.runs.status import read_status, require_finished

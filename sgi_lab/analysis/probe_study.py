@@ -3,7 +3,7 @@
 
 `probe_frame` reads probes.json files (``sgi-lab report``, ``representations.ipynb``);
 `experiment_probe_frame` reads an experiment's probe tasks (``params/experiments/probes.yaml``);
-`sgi_lab.analysis.probe_report` writes its report.
+`sgi_lab.studies.probe_report` writes its report.
 """
 
 from __future__ import annotations
@@ -19,21 +19,20 @@ import pandas as pd
 
 from sgi_lab.base.files import read_jsonl, read_mapping
 from sgi_lab.data.store_format import read_manifest
+from sgi_lab.metrics.aggregate import mean_ci
 from sgi_lab.metrics.paper import paper_aggregates
 from sgi_lab.probes.atariari import CATEGORIES
-from sgi_lab.probes.probe import PROBES_FILE
+from sgi_lab.probes.encoder_probe import PROBES_FILE
 from sgi_lab.probes.results import read_probes
 from sgi_lab.runs.status import read_status, run_folders
+from sgi_lab.viz.markdown import format_interval, markdown_table
 
 __all__ = [
     "PAPER_CONFIGS",
     "entry_row",
     "experiment_probe_frame",
     "kind_columns",
-    "format_interval",
     "load_probe_results",
-    "markdown_table",
-    "mean_ci",
     "objective_of",
     "objective_summary",
     "overall_by_objective",
@@ -261,21 +260,6 @@ def experiment_probe_frame(graph: Any) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def mean_ci(values: Iterable[float], level: float = 0.95) -> tuple[float, float, float]:
-    """Mean and Student-t confidence interval ``(mean, lower, upper)``; NaN bounds for one
-    value."""
-    from scipy import stats
-
-    x = np.asarray([v for v in values if v is not None and np.isfinite(v)], dtype=float)
-    if len(x) == 0:
-        return (float("nan"),) * 3
-    mean = float(x.mean())
-    if len(x) < 2:
-        return mean, float("nan"), float("nan")
-    half = float(stats.t.ppf(0.5 + level / 2, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x)))
-    return mean, mean - half, mean + half
-
-
 def objective_summary(
     frame: pd.DataFrame, metrics: Iterable[str] = METRICS, by: str = "objective"
 ) -> pd.DataFrame:
@@ -380,20 +364,6 @@ def rank_correlation_with_paper(values: pd.Series, paper_metric: str = "median")
         return {"rho": None, "p": None, "n": len(pairs), "pairs": pairs}
     rho, p = stats.spearmanr([a for _, a, _ in pairs], [b for _, _, b in pairs])
     return {"rho": float(rho), "p": float(p), "n": len(pairs), "pairs": pairs}
-
-
-def format_interval(
-    value: Any, lower: Any, upper: Any, digits: int = 3, signed: bool = False
-) -> str:
-    """``value [lower, upper]`` to ``digits`` decimals (``+``-signed for changes); the value
-    alone without bounds (one seed), ``-`` without a value."""
-    if value is None or pd.isna(value):
-        return "-"
-    sign = "+" if signed else ""
-    text = f"{value:{sign}.{digits}f}"
-    if lower is None or pd.isna(lower):
-        return text
-    return f"{text} [{lower:{sign}.{digits}f}, {upper:{sign}.{digits}f}]"
 
 
 def summary_table(summary: pd.DataFrame, metrics: Iterable[str] = METRICS) -> pd.DataFrame:
@@ -559,16 +529,6 @@ def overall_by_objective(summary: pd.DataFrame, metric: str = "overall") -> dict
         return {}
     rows = summary[summary["metric"] == metric]
     return {str(k): float(v) for k, v in zip(rows["objective"], rows["value"], strict=True)}
-
-
-def markdown_table(frame: pd.DataFrame) -> str:
-    """A DataFrame as a GitHub markdown table (index as the first column)."""
-    frame = frame.reset_index()
-    lines = ["| " + " | ".join(map(str, frame.columns)) + " |"]
-    lines.append("|" + "---|" * len(frame.columns))
-    for row in frame.itertuples(index=False):
-        lines.append("| " + " | ".join("-" if pd.isna(v) else str(v) for v in row) + " |")
-    return "\n".join(lines)
 
 
 def results_markdown(frame: pd.DataFrame, summary: pd.DataFrame) -> str:

@@ -49,7 +49,6 @@ __all__ = [
     "compare_runs_to_paper",
     "evaluation_protocol",
     "format_aggregates",
-    "format_improvement",
     "improvement_over",
     "read_run",
     "report",
@@ -585,48 +584,10 @@ def improvement_over(
 
 def scores_by_seed(runs: pd.DataFrame, games: Sequence[str]) -> pd.Series:
     """A method's runs on ``games`` (rows with ``game``, ``seed`` and ``hns``: `run_results`,
-    `sgi_lab.analysis.ablations.load_run_scores`) as normalised scores indexed by (game, seed),
+    `sgi_lab.analysis.run_scores.load_run_scores`) as normalised scores indexed by (game, seed),
     what `sgi_lab.metrics.seed_pairs` pairs."""
     chosen = runs[runs["game"].isin(games)]
     return chosen.set_index(["game", "seed"])["hns"]
-
-
-def format_improvement(table: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
-    """A printable `improvement_over` table: ``P(method > baseline)`` as ``value (lower,
-    upper)``, with the games and runs it rests on."""
-    out = pd.DataFrame(
-        {
-            "method": table["method"],
-            f"P(> {table['baseline'].iloc[0]})" if len(table) else "P(improvement)": [
-                "-" if pd.isna(v) else f"{v:.{digits}f} ({lo:.{digits}f}, {hi:.{digits}f})"
-                for v, lo, hi in zip(table["value"], table["lower"], table["upper"])
-            ],
-            "score": table["normalization"],
-            "games": table["games"],
-            "runs": [
-                "-" if pd.isna(r) else f"{int(r)} vs {int(b)}"
-                for r, b in zip(table["runs"], table["baseline_runs"])
-            ],
-            "same seed: above / below / level (sign test p)": seed_pair_cells(table),
-            "note": table["note"],
-        }
-    )
-    return out
-
-
-def seed_pair_cells(table: pd.DataFrame) -> list[str]:
-    """A table's ``pairs, above, below, level`` and sign test p (``sign_p``) as one text cell
-    per row (``3 / 1 / 0 (p = 0.62)``; ``-`` where nothing was paired)."""
-    cells = []
-    for row in table.to_dict("records"):
-        pairs = row.get("pairs")
-        if pairs is None or pd.isna(pairs) or not pairs:
-            cells.append("-")
-            continue
-        p = row.get("sign_p")
-        tail = "" if p is None or pd.isna(p) else f" (p = {p:.2f})"
-        cells.append(f"{int(row['above'])} / {int(row['below'])} / {int(row['level'])}{tail}")
-    return cells
 
 
 def aggregates_csv_path(csv: str | Path) -> Path:

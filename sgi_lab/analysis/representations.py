@@ -35,7 +35,7 @@ from sgi_lab.base.files import read_jsonl
 from sgi_lab.data import TransitionStore
 from sgi_lab.envs.spec import ObservationSpec
 from sgi_lab.nets import SGIModel
-from sgi_lab.probes.probe import random_init_model
+from sgi_lab.probes.encoder_probe import random_init_model
 from sgi_lab.runtime.device import resolve_device
 from sgi_lab.train.pretrain import load_pretrained_model
 from sgi_lab.train.pretrain_step import representation_similarity
@@ -82,7 +82,7 @@ def random_model(
     spec: ObservationSpec | None = None,
 ) -> SGIModel:
     """A randomly initialized SGIModel (eval mode), built like a pretraining one, with the goal
-    head by default (`sgi_lab.probes.probe.random_init_model`, the probes' random-init baseline),
+    head by default (`sgi_lab.probes.encoder_probe.random_init_model`, the probes' random-init baseline),
     sized for observations of ``spec`` (default: Atari's 84x84 frames)."""
     sizes = observation_args(spec) if spec is not None else {}
     return random_init_model(num_actions, encoder, seed, goal_head, **sizes)

@@ -10,7 +10,7 @@ from typing import Any
 from sgi_lab.config import ConfigError
 from sgi_lab.experiments.spec import NO_PRETRAINING, Experiment
 from sgi_lab.probes.atariari import UnannotatedGameError
-from sgi_lab.probes.probe import ProbeInputError, check_probe_store
+from sgi_lab.probes.probe_data import ProbeInputError, check_probe_store
 from sgi_lab.runs.folder import run_name
 
 __all__ = ["check_folder_store", "probe_task_fields"]

@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sgi_lab.analysis.minatar_study import readout_runs, study_runs, table_markdown
 from sgi_lab.experiments.design import NO_PRETRAINING, arm_labels
 from sgi_lab.experiments.spec import Experiment, QuestionSpec
 from sgi_lab.metrics.hypothesis import holm, iqm_of, p_improvement_test
@@ -27,7 +26,9 @@ from sgi_lab.metrics.power import (
     power,
     seeds_needed,
 )
+from sgi_lab.studies.finetune_study import readout_runs, study_runs
 from sgi_lab.viz.forest import ForestRow, forest_svg, write_forest_svg
+from sgi_lab.viz.markdown import table_markdown
 
 __all__ = [
     "arm_runs",
@@ -42,7 +43,7 @@ __all__ = [
 ]
 
 READOUT = {"final": "eval", "training": "training"}
-"""The question's readout -> `sgi_lab.analysis.minatar_study.READOUTS`'."""
+"""The question's readout -> `sgi_lab.studies.finetune_study.READOUTS`'."""
 
 
 def _question(experiment: Experiment) -> QuestionSpec:

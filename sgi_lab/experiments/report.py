@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sgi_lab.analysis.minatar_study import study_markdown
-from sgi_lab.analysis.probe_report import write_probe_report
 from sgi_lab.analysis.report import format_aggregates, report
 from sgi_lab.analysis.score_matrices import write_study_scores
 from sgi_lab.base.files import atomic_write_text
@@ -18,6 +16,8 @@ from sgi_lab.experiments.spec import (
     STATE_FILE,
 )
 from sgi_lab.runs.status import read_status
+from sgi_lab.studies.finetune_report import study_markdown
+from sgi_lab.studies.probe_report import write_probe_report
 
 # -- the report ---------------------------------------------------------------------------------
 
@@ -36,7 +36,7 @@ def write_report(graph: Graph, reps: int = 2000) -> Path:
     """``report.html``, ``results.csv`` (per game), ``results.aggregates.csv``, ``scores.npz``
     and ``.json`` (`write_study_scores`) of the experiment's finished finetuning runs, beside
     the paper's column for each configuration,
-    and ``results.md``: the study's tables (`sgi_lab.analysis.minatar_study.study_markdown`:
+    and ``results.md``: the study's tables (`sgi_lab.studies.finetune_report.study_markdown`:
     each objective's aggregates and probability of improvement over no pretraining, SGI's
     schemes, per game, per seed beside the same seed from scratch, raw returns under two
     readouts) with the learning curves drawn in ``curves.svg``.

@@ -122,7 +122,7 @@ def _info(args: argparse.Namespace) -> int:
         )
     if args.verify:
         # lazy: the claim check loads the ALE for the game's action count (--verify only)
-        from sgi_lab.probes.probe import store_claim_problem
+        from sgi_lab.probes.probe_data import store_claim_problem
 
         problems = store.verify()
         claim = store_claim_problem(store)

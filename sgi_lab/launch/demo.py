@@ -45,6 +45,7 @@ from sgi_lab.runs.folder import RunDir
 from sgi_lab.runs.progress import ProgressBar
 from sgi_lab.runtime.cpu_settings import cache_file
 from sgi_lab.viz import learning
+from sgi_lab.viz.episode_curves import episode_curves_svg
 
 __all__ = [
     "STAGES",
@@ -248,7 +249,7 @@ def write_report(
         if stage.notebook == MINATAR and folder.exists():
             curves = demo_minatar.learning_curves(folder)
             random_score = stage.results.get("random")
-            results += "<br>" + demo_minatar.curves_svg(curves, random_score) if curves else ""
+            results += "<br>" + episode_curves_svg(curves, random_score) if curves else ""
         if stage.notebook in STAGE_NOTES and stage.state in ("finished", "skipped"):
             results += f'<p class="note">{html.escape(STAGE_NOTES[stage.notebook])}</p>'
         error = f"<br><code>{html.escape(stage.error)}</code>" if stage.error else ""

@@ -17,7 +17,7 @@ from sgi_lab.envs.minatar import is_minatar
 from sgi_lab.nets.encoders import ENCODERS
 from sgi_lab.probes import PROBES_FILE, ProbeInputError, ProbeSettings, check_probe_store, probe_run
 from sgi_lab.probes.linear import FEATURES, READOUTS
-from sgi_lab.probes.probe import split_rows
+from sgi_lab.probes.splits import split_rows
 
 __all__ = ["add_probe_parser", "main_probe"]
 

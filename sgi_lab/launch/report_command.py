@@ -39,12 +39,12 @@ def run_report(args: argparse.Namespace) -> int:
         aggregates_csv_path,
         columns_explained,
         format_aggregates,
-        format_improvement,
         improvement_over,
         report,
     )
     from sgi_lab.base.paths import did_you_mean
     from sgi_lab.launch.probe import print_probes, split_probed
+    from sgi_lab.viz.report_tables import format_improvement
 
     missing = [did_you_mean(run, "run folder") for run in args.runs if not Path(run).exists()]
     if missing:

@@ -1,4 +1,7 @@
-"""Human-normalized scores (Atari) and the MinAtar score (`sgi_lab.metrics.minatar`), aggregate metrics with bootstrap CIs, and the paper's own tables.
+"""Scores and their statistics: human-normalized scores and the comparison with the paper
+(`hns`), the MinAtar score (`minatar`), aggregate metrics with bootstrap CIs, seed pairs and t
+intervals (`aggregate`), the paper's own tables (`paper`), the evaluation protocol
+(`protocol`), a study's pre-registered test (`hypothesis`) and its power (`power`).
 
 Typical use: build a ``(num_runs, num_games)`` HNS matrix from raw returns with `hns_matrix`,
 aggregate it with `aggregate_with_ci`, and set it beside the paper with `paper_aggregates` /

@@ -29,6 +29,7 @@ __all__ = [
     "iqm",
     "mean_hns",
     "median_hns",
+    "mean_ci",
     "metric_label",
     "optimality_gap",
     "probability_of_improvement",
@@ -391,3 +392,16 @@ def seed_pairs(x: pd.Series, y: pd.Series) -> dict[str, float]:
     p = scipy.stats.binomtest(above, above + below).pvalue if above + below else float("nan")
     level = len(both) - above - below
     return {"pairs": len(both), "above": above, "below": below, "level": level, "sign_p": float(p)}
+
+
+def mean_ci(values: Iterable[float], level: float = 0.95) -> tuple[float, float, float]:
+    """Mean and Student-t confidence interval ``(mean, lower, upper)`` of the finite values (None
+    and NaN left out); NaN bounds for one value, all NaN for none."""
+    x = np.asarray([v for v in values if v is not None and np.isfinite(v)], dtype=float)
+    if len(x) == 0:
+        return (float("nan"),) * 3
+    mean = float(x.mean())
+    if len(x) < 2:
+        return mean, float("nan"), float("nan")
+    half = float(scipy.stats.t.ppf(0.5 + level / 2, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x)))
+    return mean, mean - half, mean + half

@@ -21,15 +21,9 @@ from typing import Any
 from sgi_lab.base.files import FolderLock, atomic_write_text
 from sgi_lab.data.store import TransitionStore
 from sgi_lab.data.store_format import read_manifest
+from sgi_lab.probes.encoder_probe import PROBES_FILE, ProbeEncoder, probe_encoder
 from sgi_lab.probes.linear import ProbeSettings
-from sgi_lab.probes.probe import (
-    FORMAT,
-    PROBES_FILE,
-    ProbeEncoder,
-    file_stamp,
-    probe_encoder,
-    probe_settings_key,
-)
+from sgi_lab.probes.probe_data import FORMAT, file_stamp, probe_settings_key
 from sgi_lab.runs.checkpoints import CHECKPOINT_RE
 
 __all__ = [

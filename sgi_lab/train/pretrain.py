@@ -32,8 +32,9 @@ from sgi_lab.data import StoreError, TransitionStore
 from sgi_lab.data.sampler import valid_start_mask
 from sgi_lab.envs import is_minatar
 from sgi_lab.nets import SGIModel
+from sgi_lab.probes.encoder_probe import ProbeEncoder, probe_encoder
 from sgi_lab.probes.linear import ProbeSettings
-from sgi_lab.probes.probe import ProbeEncoder, check_probe_data, probe_encoder
+from sgi_lab.probes.probe_data import check_probe_data
 from sgi_lab.runs.checkpoints import restore_generator
 from sgi_lab.runs.folder import RunDir, recorded_config
 from sgi_lab.runs.stopping import Deadline, RunStopped, stop_on_signals
@@ -438,7 +439,7 @@ class PeriodicProbe:
     @classmethod
     def of(cls, config: PretrainConfig, training: TransitionStore) -> PeriodicProbe | None:
         """The config's probe, or None when ``probe_every`` is 0: its store checked against
-        the ``training`` data (`sgi_lab.probes.probe.check_probe_data`: probe-able, the same
+        the ``training`` data (`sgi_lab.probes.probe_data.check_probe_data`: probe-able, the same
         game, a warning when it is the training data itself).
 
         Raises:

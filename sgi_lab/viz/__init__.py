@@ -1,4 +1,16 @@
-"""Plotly figures used by the notebooks; each takes the frames that `sgi_lab` computes."""
+"""Figures and tables, each a function of the frames that `sgi_lab` computes.
+
+Plotly figures used by the notebooks: training curves, live or from metrics.jsonl (`training`),
+finetuning learning curves (`learning`), aggregate scores (`aggregates`), the ablation
+explorer's (`ablations`), stores (`datasets`), goal rewards (`goal_rewards`), representations
+(`representations`), probe scores (`probes`), what they share (`common`), HTML tables
+(`tables`) and a report's printable tables (`report_tables`). Standalone SVG figures that render
+on GitHub beside a study's Markdown, each written by the one writer that replaces only a figure
+of its own kind (`svg`): the forest plot of a study's contrasts (`forest`), learning curves per
+method (`method_curves`), IQM by budget (`budget_figure`), a study run twice (`rerun_figure`),
+the demo's curves (`episode_curves`). Markdown tables (`markdown`) and a finetuning study's
+tables (`study_tables`).
+"""
 
 from sgi_lab.viz.ablations import ablation_figures, per_game_hns_figure
 from sgi_lab.viz.aggregates import aggregate_table, interval_plot, per_game_bar

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from html import escape
 from pathlib import Path
 
-from sgi_lab.base.files import atomic_write_text, check_ours
+from sgi_lab.viz.svg import write_svg
 
 __all__ = ["FOREST_MARK", "ForestRow", "forest_svg", "write_forest_svg"]
 
@@ -92,7 +92,4 @@ def write_forest_svg(path: str | Path, text: str) -> Path:
     Raises:
         FileExistsError: ``path`` holds something else (it is left as it is).
     """
-    path = Path(path)
-    check_ours(path, FOREST_MARK, "a forest plot")
-    atomic_write_text(path, text)
-    return path
+    return write_svg(path, text, FOREST_MARK, "a forest plot")

@@ -7,8 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from sgi_lab.analysis import ablations
+from sgi_lab.analysis import ablation_explorer, ablations, run_scores
 from sgi_lab.metrics import human_normalized_score, paper_per_game
+from sgi_lab.viz.ablations import ablation_figures
 
 
 def _run(root, name, game, seed, mean, method=None):
@@ -43,30 +44,30 @@ def test_find_runs_walks_run_folders(runs):
     (run / "checkpoints" / "old").mkdir(parents=True)  # inside a run's checkpoints/: not a run
     (run / "checkpoints" / "old" / "status.json").write_text(json.dumps({"state": "finished"}))
     (run / "checkpoints" / "old" / "eval.json").write_text(json.dumps({"mean": 0.0}))
-    found = ablations.find_runs(runs)
+    found = run_scores.find_runs(runs)
     assert len(found) == 8 and copy not in found
-    assert ablations.find_runs(run) == [run]  # a run folder given itself
-    assert [p.name for p in ablations.find_runs(runs, "*frozen__Breakout*")] == [
+    assert run_scores.find_runs(run) == [run]  # a run folder given itself
+    assert [p.name for p in run_scores.find_runs(runs, "*frozen__Breakout*")] == [
         f"finetune__frozen__Breakout__s{s}" for s in range(3)
     ]
-    assert ablations.find_runs(runs / "missing") == []
+    assert run_scores.find_runs(runs / "missing") == []
 
 
 def test_load_run_scores(runs):
-    found = ablations.find_runs(runs)
+    found = run_scores.find_runs(runs)
     assert len(found) == 8  # the folder without eval.json is not a run
-    scores = ablations.load_run_scores(found)
+    scores = run_scores.load_run_scores(found)
     assert set(scores["method"]) == {"frozen", "mine"}
     pong = scores[(scores["method"] == "frozen") & (scores["game"] == "Pong")]
     assert sorted(pong["seed"]) == [0, 1, 2]
     assert pong.set_index("seed")["hns"][1] == pytest.approx(human_normalized_score("Pong", 0.0))
-    explicit = ablations.load_run_scores({"renamed": found[:1]})
+    explicit = run_scores.load_run_scores({"renamed": found[:1]})
     assert explicit["method"].tolist() == ["renamed"]
 
 
 def test_run_aggregates_have_cis_and_notes(runs):
-    scores = ablations.load_run_scores(ablations.find_runs(runs))
-    df, notes = ablations.run_aggregates(scores, ["Pong", "Breakout"], reps=200)
+    scores = run_scores.load_run_scores(run_scores.find_runs(runs))
+    df, notes = run_scores.run_aggregates(scores, ["Pong", "Breakout"], reps=200)
     frozen = df[df["method"] == "frozen"].set_index("metric")
     hns = np.array(
         [
@@ -85,9 +86,9 @@ def test_a_method_without_every_selected_game_is_never_aggregated_beside_the_oth
     and the figure itself says "k of n games"."""
     from sgi_lab.viz.ablations import ablation_figures
 
-    scores = ablations.load_run_scores(ablations.find_runs(runs))
+    scores = run_scores.load_run_scores(run_scores.find_runs(runs))
     pong_only = scores[~((scores["method"] == "mine") & (scores["game"] == "Breakout"))]
-    df, notes = ablations.run_aggregates(pong_only, ["Pong", "Breakout"], reps=50)
+    df, notes = run_scores.run_aggregates(pong_only, ["Pong", "Breakout"], reps=50)
     assert set(df["method"]) == {"frozen"}
     assert "mine: runs on 1 of 2 selected games (Pong): left out of the aggregates" in notes[0]
 
@@ -119,7 +120,9 @@ def test_paper_rows_printed_for_all_games_recomputed_for_a_subset():
 
 
 def test_model_select(runs):
-    model = ablations.AblationModel(ablations.load_run_scores(ablations.find_runs(runs)), reps=100)
+    model = ablations.AblationModel(
+        run_scores.load_run_scores(run_scores.find_runs(runs)), reps=100
+    )
     assert model.default_games() == ["Breakout", "Pong"]
     assert model.default_paper()[:3] == ["SGI-M", "SGI-None", "Frozen"]
     view = model.select(metrics=["iqm"])
@@ -132,8 +135,10 @@ def test_model_select(runs):
 
 
 def test_explorer_callbacks_change_the_figures(runs):
-    model = ablations.AblationModel(ablations.load_run_scores(ablations.find_runs(runs)), reps=100)
-    explorer = ablations.AblationExplorer(model, paper=["SGI-M"], metrics=["iqm", "mean"])
+    model = ablations.AblationModel(
+        run_scores.load_run_scores(run_scores.find_runs(runs)), reps=100
+    )
+    explorer = ablation_explorer.AblationExplorer(model, paper=["SGI-M"], metrics=["iqm", "mean"])
     rows = list(explorer.interval.figure.data[0].y)
     assert rows == ["frozen", "mine", "SGI-M (paper)"]
     # (CI bar, point) x 2 metrics, then a legend entry per row
@@ -166,8 +171,8 @@ def _header_cells(html: str) -> list[str]:
 def test_explorer_table_follows_every_metric_change(runs):
     """The table has one column per chosen metric, named, a row per method (the paper's
     included), and new values whenever the metrics change, even when their number does not."""
-    model = ablations.AblationModel(ablations.load_run_scores(ablations.find_runs(runs)), reps=50)
-    explorer = ablations.AblationExplorer(model, paper=["SGI-M", "Frozen"])
+    model = ablations.AblationModel(run_scores.load_run_scores(run_scores.find_runs(runs)), reps=50)
+    explorer = ablation_explorer.AblationExplorer(model, paper=["SGI-M", "Frozen"])
     assert _header_cells(explorer.table.html) == ["Method", "IQM", "Median", "Mean"]
     methods = ["frozen", "mine", "SGI-M (paper)", "Frozen (paper)"]
     assert list(explorer.table.frame["Method"]) == methods
@@ -191,10 +196,10 @@ def test_explorer_table_follows_every_metric_change(runs):
 
 
 def test_a_long_protocol_note_is_wrapped_not_cut(runs):
-    model = ablations.AblationModel(ablations.load_run_scores(ablations.find_runs(runs)), reps=20)
+    model = ablations.AblationModel(run_scores.load_run_scores(run_scores.find_runs(runs)), reps=20)
     view = model.select(metrics=["iqm"])
     assert len(view.protocol_note) > 80
-    title = ablations.ablation_figures(view)["interval"].layout.title.text
+    title = ablation_figures(view)["interval"].layout.title.text
     assert all(len(line) <= 90 for line in title.replace("</sup>", "").split("<br>")[1:])
 
 
@@ -205,8 +210,8 @@ def test_paper_objective_ablations_are_paper_configs():
 
 
 def test_explorer_is_right_on_first_display(runs):
-    model = ablations.AblationModel(ablations.load_run_scores(ablations.find_runs(runs)), reps=50)
-    explorer = ablations.AblationExplorer(model, paper=["SGI-M", "Frozen"], metrics=["iqm"])
+    model = ablations.AblationModel(run_scores.load_run_scores(run_scores.find_runs(runs)), reps=50)
+    explorer = ablation_explorer.AblationExplorer(model, paper=["SGI-M", "Frozen"], metrics=["iqm"])
     for view in (explorer.interval, explorer.per_game):
         # plotly.io.to_json writes NaN as NaN (invalid JSON) unless the figure holds none
         assert "NaN" not in view.figure.to_json() and "Infinity" not in view.figure.to_json()
@@ -226,11 +231,11 @@ def test_explorer_is_right_on_first_display(runs):
 def test_no_runs_says_where_it_looked(tmp_path):
     root = tmp_path / "nothing"
     model = ablations.AblationModel(
-        ablations.load_run_scores(ablations.find_runs(root)), reps=50, source=root
+        run_scores.load_run_scores(run_scores.find_runs(root)), reps=50, source=root
     )
     view = model.select(metrics=["iqm"])
     assert view.notes[0].startswith(f"no finetuning runs under {root}")
-    explorer = ablations.AblationExplorer(model, metrics=["iqm"])
+    explorer = ablation_explorer.AblationExplorer(model, metrics=["iqm"])
     assert f"no finetuning runs under {root}" in explorer.notes.value
     assert "SGI-M (paper)" in view.methods  # the paper's rows still show
 
@@ -241,11 +246,11 @@ def test_scores_carry_their_protocol(tmp_path):
     (run / "eval.json").write_text(
         json.dumps({"game": "Pong", "mean": -20.0, "episodes": 2, "max_frames": 2000})
     )
-    scores = ablations.load_run_scores([run])
+    scores = run_scores.load_run_scores([run])
     assert scores[["episodes", "max_frames"]].iloc[0].tolist() == [2, 2000]
     view = ablations.AblationModel(scores, reps=50).select(metrics=["iqm"])
     assert "not comparable" in view.protocol_note
-    figures = ablations.ablation_figures(view)
+    figures = ablation_figures(view)
     assert "not comparable" in figures["interval"].layout.title.text
 
 
@@ -305,7 +310,7 @@ def test_probe_scores_follow_finetuning_runs_to_their_pretraining_runs(probed_ru
     from sgi_lab.analysis.ablation_probes import load_probe_scores, probe_summary, probe_table
 
     root, study = probed_runs
-    runs = ablations.find_runs(root)
+    runs = run_scores.find_runs(root)
     probes = load_probe_scores(runs, [str(study / "random_s*")])
     assert sorted(set(probes["method"])) == ["frozen", "mine", "random_init"]
     frozen = probes[probes["method"] == "frozen"]
@@ -339,13 +344,13 @@ def test_explorer_shows_probe_f1_beside_the_scores(probed_runs):
     from sgi_lab.analysis.ablation_probes import load_probe_scores
 
     root, study = probed_runs
-    runs = ablations.find_runs(root)
+    runs = run_scores.find_runs(root)
     model = ablations.AblationModel(
-        ablations.load_run_scores(runs), reps=20, probes=load_probe_scores(runs, [f"{study}/*"])
+        run_scores.load_run_scores(runs), reps=20, probes=load_probe_scores(runs, [f"{study}/*"])
     )
     assert model.methods == ["frozen", "mine", "random_init"]  # the probe-only objective too
     assert model.default_games() == ["Pong"]  # the game every method has
-    explorer = ablations.AblationExplorer(
+    explorer = ablation_explorer.AblationExplorer(
         model, games=["Breakout", "Pong"], paper=["SGI-M"], metrics=["iqm"]
     )
     table = explorer.probe_table.frame.set_index("Method")
@@ -379,8 +384,8 @@ def test_explorer_shows_probe_f1_beside_the_scores(probed_runs):
 
 
 def test_explorer_without_probe_results_says_how_to_get_them(runs):
-    model = ablations.AblationModel(ablations.load_run_scores(ablations.find_runs(runs)), reps=20)
-    explorer = ablations.AblationExplorer(model, paper=["SGI-M"], metrics=["iqm"])
+    model = ablations.AblationModel(run_scores.load_run_scores(run_scores.find_runs(runs)), reps=20)
+    explorer = ablation_explorer.AblationExplorer(model, paper=["SGI-M"], metrics=["iqm"])
     assert explorer.probe_table.frame.empty
     assert "sgi-lab probe" in explorer.probe_table.html
     assert not any("probe" in n for n in explorer.view.notes)
@@ -397,9 +402,9 @@ def test_a_capped_evaluation_is_marked_and_never_ranked_among_uncapped_rows(tmp_
         folder = _run(root, f"finetune__{name}__Pong__s0", "Pong", 0, mean, method=name)
         evaluation = {"game": "Pong", "mean": mean, "episodes": 2, "max_frames": cap}
         (folder / "eval.json").write_text(json.dumps(evaluation))
-    scores = ablations.load_run_scores(ablations.find_runs(root))
-    assert ablations.capped_steps(ablations.method_protocols(scores)["smoke"]) == 500
-    assert ablations.capped_steps(ablations.method_protocols(scores)["full"]) is None
+    scores = run_scores.load_run_scores(run_scores.find_runs(root))
+    assert run_scores.capped_steps(run_scores.method_protocols(scores)["smoke"]) == 500
+    assert run_scores.capped_steps(run_scores.method_protocols(scores)["full"]) is None
     model = ablations.AblationModel(scores, reps=20)
     view = model.select(["Pong"], ["smoke", "full"], ["SGI-M"], ["iqm"])
     marked = "smoke (capped at 500 steps)"
@@ -415,8 +420,8 @@ def test_a_capped_evaluation_is_marked_and_never_ranked_among_uncapped_rows(tmp_
 
 
 def test_no_game_selected_leaves_no_stale_figure(runs):
-    model = ablations.AblationModel(ablations.load_run_scores(ablations.find_runs(runs)), reps=20)
-    explorer = ablations.AblationExplorer(model, paper=["SGI-M"], metrics=["iqm"])
+    model = ablations.AblationModel(run_scores.load_run_scores(run_scores.find_runs(runs)), reps=20)
+    explorer = ablation_explorer.AblationExplorer(model, paper=["SGI-M"], metrics=["iqm"])
     assert explorer.interval.figure.data
     explorer.games.value = ()
     message = "select at least one game and one metric"
@@ -444,7 +449,7 @@ def minatar_runs(tmp_path):
 def test_minatar_runs_carry_the_minatar_score_and_its_name(minatar_runs):
     from sgi_lab.metrics import minatar_random_score, minatar_reference_score
 
-    scores = ablations.load_run_scores(ablations.find_runs(minatar_runs))
+    scores = run_scores.load_run_scores(run_scores.find_runs(minatar_runs))
     row = scores[(scores["run"] == "ft__sgi__breakout__s1")].iloc[0]
     low, high = (f("minatar/breakout") for f in (minatar_random_score, minatar_reference_score))
     assert row["normalization"] == "MinAtar score"
@@ -484,14 +489,14 @@ def test_minatar_runs_carry_the_minatar_score_and_its_name(minatar_runs):
     ):
         model.select(baseline="nne")
     with pytest.raises(ValueError, match="baseline 'nne' is none of your methods"):
-        ablations.AblationExplorer(model, baseline="nne")
+        ablation_explorer.AblationExplorer(model, baseline="nne")
 
 
 def test_minatar_figures_and_tables_say_minatar_score_never_hns(minatar_runs):
     from sgi_lab.viz.ablations import ablation_figures
 
     model = ablations.AblationModel(
-        ablations.load_run_scores(ablations.find_runs(minatar_runs)), reps=50
+        run_scores.load_run_scores(run_scores.find_runs(minatar_runs)), reps=50
     )
     view = model.select(metrics=["iqm", "games_above_human"])
     figures = ablation_figures(view)
@@ -511,7 +516,7 @@ def test_minatar_figures_and_tables_say_minatar_score_never_hns(minatar_runs):
         text = json.dumps(shown, default=str)
         assert "human" not in text.lower() and "HNS" not in text
 
-    explorer = ablations.AblationExplorer(model, metrics=["iqm", "games_above_human"])
+    explorer = ablation_explorer.AblationExplorer(model, metrics=["iqm", "games_above_human"])
     assert explorer.table.title.startswith("aggregate MinAtar scores")
     assert list(explorer.table.frame.columns) == ["Method", "IQM", "#Games > DQN"]
     assert explorer.improvement.frame.empty and "pick a baseline" in explorer.improvement.html
@@ -527,10 +532,10 @@ def test_minatar_figures_and_tables_say_minatar_score_never_hns(minatar_runs):
 
 def test_atari_and_minatar_games_are_never_aggregated_together(minatar_runs):
     model = ablations.AblationModel(
-        ablations.load_run_scores(ablations.find_runs(minatar_runs)), reps=50
+        run_scores.load_run_scores(run_scores.find_runs(minatar_runs)), reps=50
     )
     view = model.select(["Pong", "minatar/breakout"], methods=["sgi"], paper=["SGI-M"])
     assert view.aggregates.empty and view.per_game.empty
     assert any("mix Atari (HNS) and MinAtar (minatar/breakout" in n for n in view.notes)
-    df, notes = ablations.run_aggregates(model.scores, ["Pong", "minatar/breakout"])
+    df, notes = run_scores.run_aggregates(model.scores, ["Pong", "minatar/breakout"])
     assert df.empty and "one aggregate never mixes the two" in notes[0]

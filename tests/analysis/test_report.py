@@ -266,7 +266,7 @@ def test_paper_column_from_the_run_its_pretraining_and_data(tmp_path):
 
 def test_notebook_explorer_and_report_agree_on_the_paper_column(tmp_path, capsys):
     """The same run gets the same column in the ablation explorer and `sgi-lab report`."""
-    from sgi_lab.analysis import ablations
+    from sgi_lab.analysis import ablations, run_scores
     from sgi_lab.launch import cli
 
     random = _store(tmp_path / "random", "random")
@@ -279,7 +279,7 @@ def test_notebook_explorer_and_report_agree_on_the_paper_column(tmp_path, capsys
     (run / "eval.json").write_text(
         json.dumps({"game": "Pong", "mean": -21.0, "scores": [-21.0], "episodes": 1})
     )
-    model = ablations.AblationModel(ablations.load_run_scores([run]), reps=10)
+    model = ablations.AblationModel(run_scores.load_run_scores([run]), reps=10)
     assert model.default_paper() == ["SGI-M", "SGI-None", "SGI-M/S"]
     assert any("demo@" not in n and "paper column SGI-M/S" in n for n in model.select().notes)
     assert cli.main(["report", str(run), "--reps", "10"]) == 0

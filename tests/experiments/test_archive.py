@@ -15,7 +15,6 @@ import pandas as pd
 import pytest
 
 from sgi_lab import experiments as ex
-from sgi_lab.analysis.minatar_study import per_seed_markdown, study_runs
 from sgi_lab.base.files import RunFolderError
 from sgi_lab.config import ConfigError
 from sgi_lab.experiments.archive import (
@@ -29,6 +28,7 @@ from sgi_lab.experiments.archive import (
 from sgi_lab.experiments.state import task_done
 from sgi_lab.launch.cli import main
 from sgi_lab.runs.status import UnfinishedRunError, file_sha256, require_finished
+from sgi_lab.studies.finetune_study import per_seed_markdown, study_runs
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDY = ROOT / "params" / "experiments" / "minatar_objectives.yaml"

@@ -511,7 +511,7 @@ def test_smoke_experiment_on_a_local_ray_cluster(tmp_path):
 
 
 def test_ablations_find_runs_of_an_experiment_folder(tmp_path):
-    from sgi_lab.analysis import ablations
+    from sgi_lab.analysis import run_scores
 
     out = tmp_path / "exp"
     tasks = {"finetune/reduced_lr__sgi_r": {"kind": "finetune"}, "report": {"kind": "report"}}
@@ -528,18 +528,18 @@ def test_ablations_find_runs_of_an_experiment_folder(tmp_path):
     stray.mkdir(parents=True)
     (stray / "eval.json").write_text(json.dumps({"game": "Pong", "mean": 0.0}))
     (stray / "status.json").write_text(json.dumps({"state": "finished"}))
-    found = ablations.find_runs(out)
+    found = run_scores.find_runs(out)
     assert [p.name for p in found] == ["Breakout__s0", "Pong__s0"]
-    scores = ablations.load_run_scores(found)
+    scores = run_scores.load_run_scores(found)
     assert set(scores["method"]) == {"reduced_lr@sgi_r"}
-    assert ablations.find_runs(out, "Pong*") == [found[1]]
-    assert ablations.experiment_finetune_folders(tmp_path) is None  # not an experiment
-    assert len(ablations.find_runs(tmp_path)) == 3  # a plain root is searched recursively
+    assert run_scores.find_runs(out, "Pong*") == [found[1]]
+    assert run_scores.experiment_finetune_folders(tmp_path) is None  # not an experiment
+    assert len(run_scores.find_runs(tmp_path)) == 3  # a plain root is searched recursively
     # a population split into parts (max_agents): both parts write into one folder
     parts = {f"finetune/reduced_lr__sgi_r/part{k}of2": {"kind": "finetune"} for k in (1, 2)}
     (out / "experiment.json").write_text(json.dumps({"tasks": {**parts, **tasks}}))
-    assert ablations.experiment_finetune_folders(out) == [out / "finetune" / "reduced_lr__sgi_r"]
-    assert [p.name for p in ablations.find_runs(out)] == ["Breakout__s0", "Pong__s0"]
+    assert run_scores.experiment_finetune_folders(out) == [out / "finetune" / "reduced_lr__sgi_r"]
+    assert [p.name for p in run_scores.find_runs(out)] == ["Breakout__s0", "Pong__s0"]
 
 
 def test_a_refused_ray_connection_says_how_to_authenticate(monkeypatch):

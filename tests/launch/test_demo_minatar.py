@@ -14,6 +14,7 @@ import torch
 
 from sgi_lab.launch import demo, demo_minatar
 from sgi_lab.runs.folder import RunDir
+from sgi_lab.viz.episode_curves import episode_curves_svg
 
 SCRATCH, SGI, NAIVE = "from scratch", "SGI, reduced lr", "SGI, naive"
 
@@ -83,12 +84,12 @@ def test_learning_curves_are_rolling_means_of_episode_returns(tmp_path):
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     curves = demo_minatar.learning_curves(tmp_path, window=2)
     assert curves == {SGI: ([20.0, 30.0, 40.0, 50.0], [1.0, 1.5, 2.5, 3.5])}
-    svg = demo_minatar.curves_svg(curves, random=0.416)
+    svg = episode_curves_svg(curves, random=0.416)
     assert svg.count("<polyline") == 3  # axes, random line, one agent
     assert ">SGI, reduced lr</text>" in svg and ">random</text>" in svg
     assert "50 agent steps" in svg
-    assert "No finished training episode" in demo_minatar.curves_svg({})
-    flat = demo_minatar.curves_svg({SCRATCH: ([1.0, 2.0], [0.0, 0.0])})  # no return yet
+    assert "No finished training episode" in episode_curves_svg({})
+    flat = episode_curves_svg({SCRATCH: ([1.0, 2.0], [0.0, 0.0])})  # no return yet
     assert ">1.0</text>" in flat and "nan" not in flat
 
 

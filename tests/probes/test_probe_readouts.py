@@ -24,6 +24,7 @@ from sgi_lab.analysis.probe_study import (
 from sgi_lab.launch.cli import main
 from sgi_lab.nets.encoders import renormalize
 from sgi_lab.probes import probe_encoder
+from sgi_lab.probes.encoder_probe import encoder_features, random_init_model
 from sgi_lab.probes.linear import (
     ProbeSettings,
     fit_logistic_probes,
@@ -33,7 +34,6 @@ from sgi_lab.probes.linear import (
     train_design,
     within_accuracy,
 )
-from sgi_lab.probes.probe import encoder_features, random_init_model
 from sgi_lab.probes.results import probe_done, write_probes
 from sgi_lab.train.pretrain import probe_metrics
 

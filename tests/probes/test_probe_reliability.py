@@ -21,7 +21,7 @@ from test_probes import synthetic_store
 from sgi_lab.analysis.probe_study import objective_summary, probe_frame
 from sgi_lab.data import TransitionStoreWriter
 from sgi_lab.launch.cli import main
-from sgi_lab.probes.probe import FORMAT
+from sgi_lab.probes.probe_data import FORMAT
 from sgi_lab.probes.results import read_probes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -364,7 +364,7 @@ def test_a_folder_store_a_probe_cannot_read_is_refused_at_dry_run(tmp_path, caps
 def test_probe_data_of_another_game_is_refused_the_training_data_warned_and_recorded(tmp_path):
     from sgi_lab.config import ConfigError
     from sgi_lab.probes import ProbeInputError
-    from sgi_lab.probes.probe import check_probe_data
+    from sgi_lab.probes.probe_data import check_probe_data
     from sgi_lab.runs.folder import RunDir
 
     training = small_store(tmp_path / "train")

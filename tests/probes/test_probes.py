@@ -324,10 +324,10 @@ def _fake_entry(game: str, kind: str, params: str | None, seed: int | None, over
 def test_objective_summary_ci_correlation_and_figure(tmp_path):
     from sgi_lab.analysis.probe_study import (
         load_probe_results,
-        mean_ci,
         paper_rank_correlation,
         summary_table,
     )
+    from sgi_lab.metrics.aggregate import mean_ci
     from sgi_lab.probes.results import write_probes
     from sgi_lab.viz.probes import probe_bars
 

@@ -11,7 +11,8 @@ import torch
 from sgi_lab.config import ConfigError, PretrainConfig, build_config
 from sgi_lab.data import TransitionStore, TransitionStoreWriter
 from sgi_lab.probes.atariari import annotations
-from sgi_lab.probes.probe import ProbeEncoder, ProbeInputError, probe_encoder
+from sgi_lab.probes.encoder_probe import ProbeEncoder, probe_encoder
+from sgi_lab.probes.probe_data import ProbeInputError
 from sgi_lab.runs.checkpoints import load_checkpoint
 from sgi_lab.runs.folder import RunDir
 from sgi_lab.train.pretrain import pretrain, probe_metrics

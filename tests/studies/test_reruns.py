@@ -1,4 +1,4 @@
-"""A study run twice (sgi_lab.analysis.reruns): the first run's per-seed CSV read back as the
+"""A study run twice (sgi_lab.studies.reruns): the first run's per-seed CSV read back as the
 published tables, and the two runs compared by hand-computed numbers."""
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from sgi_lab.analysis.minatar_study import objective_table
-from sgi_lab.analysis.reruns import (
+from sgi_lab.metrics.minatar import minatar_normalized_score
+from sgi_lab.studies.finetune_study import objective_table
+from sgi_lab.studies.reruns import (
     RERUN_MARK,
     baseline_markdown,
     baseline_table,
@@ -23,7 +24,6 @@ from sgi_lab.analysis.reruns import (
     rerun_table,
     write_rerun_figure,
 )
-from sgi_lab.metrics.minatar import minatar_normalized_score
 
 ROOT = Path(__file__).resolve().parents[2]
 SESSIONS_13_20 = ROOT / "docs/results/studies/minatar_objectives_sessions13-20.csv"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from sgi_lab.analysis.minatar_probes import probe_finetune_table, probe_metric
+from sgi_lab.studies.finetune_probes import probe_finetune_table, probe_metric
 
 COLUMNS = ["objective", "game", "seed", "headline_metric", "state_r2", "across_categories"]
 

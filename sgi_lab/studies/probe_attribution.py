@@ -16,17 +16,16 @@ from typing import Any
 
 import pandas as pd
 
-from sgi_lab.analysis.probe_seed_tests import SEED_LEVEL_NOTE, reading_seed_table
 from sgi_lab.analysis.probe_study import (
     experiment_probe_frame,
-    format_interval,
-    markdown_table,
-    mean_ci,
     objective_summary,
     paired_changes,
     readout_groups,
     training_probe_curves,
 )
+from sgi_lab.metrics.aggregate import mean_ci
+from sgi_lab.studies.probe_seed_tests import SEED_LEVEL_NOTE, reading_seed_table
+from sgi_lab.viz.markdown import format_interval, markdown_table
 
 __all__ = [
     "CHANGE_METRICS",

@@ -1,5 +1,5 @@
 """The MinAtar study's probes beside its finetuning: each objective's probe score next to its
-IQM, and the rank correlation of the two (`sgi_lab.analysis.minatar_study` puts the table in the
+IQM, and the rank correlation of the two (`sgi_lab.studies.finetune_study` puts the table in the
 study's Markdown).
 
 A MinAtar probe result of probes.json format 2 leads with the mean held-out R^2 of the labels

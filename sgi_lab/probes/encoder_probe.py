@@ -21,8 +21,6 @@ is the headline AtariARI reports.
 
 from __future__ import annotations
 
-import hashlib
-import os
 import time
 import warnings
 from dataclasses import dataclass
@@ -33,15 +31,12 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from sgi_lab.base.errors import SgiLabError
 from sgi_lab.base.files import jsonable, provenance
 from sgi_lab.data.store import TransitionStore
-from sgi_lab.data.store_format import StoreError
 from sgi_lab.nets import SGIModel
-from sgi_lab.probes.atariari import annotations
 from sgi_lab.probes.collapse import collapse_record
 from sgi_lab.probes.game_labels import state_labels, state_variables
-from sgi_lab.probes.kinds import MIN_TEST_ROWS, small_test_warnings
+from sgi_lab.probes.kinds import small_test_warnings
 from sgi_lab.probes.linear import (
     ProbeSettings,
     accuracy,
@@ -49,49 +44,32 @@ from sgi_lab.probes.linear import (
     fit_probes,
     majority_predictions,
 )
-from sgi_lab.probes.state_probes import COORDINATE_CATEGORIES, baseline_summary
+from sgi_lab.probes.probe_data import (
+    NON_RANDOM_SOURCES,
+    check_store,
+    probe_settings_key,
+    store_record,
+)
+from sgi_lab.probes.splits import (
+    positions_without_seen_states,
+    split_episodes,
+    split_record,
+    stack_key,
+    subsample,
+)
+from sgi_lab.probes.state_probes import baseline_summary
 from sgi_lab.probes.state_probes import state_probes as probe_state_labels
 from sgi_lab.runtime.device import resolve_device
 
 __all__ = [
-    "COORDINATE_CATEGORIES",
-    "NON_RANDOM_SOURCES",
     "PROBES_FILE",
     "ProbeEncoder",
-    "ProbeInputError",
-    "check_probe_data",
-    "check_probe_store",
-    "check_store",
     "encoder_features",
-    "file_stamp",
     "probe_encoder",
-    "probe_settings_key",
     "random_init_model",
-    "split_episodes",
-    "split_rows",
 ]
 
 PROBES_FILE = "probes.json"
-FORMAT = 2
-"""2 (2026-11-29): labels probed by their kind (`sgi_lab.probes.kinds`), the collapse
-diagnostic, the small-test flags; a format-1 result is probed again."""
-SPLIT_FRACTIONS = (0.7, 0.1, 0.2)
-NON_RANDOM_SOURCES = ("exploratory", "dqn_replay")
-"""Store sources (``manifest.source``) recorded from a policy worth imitating: the action probe
-runs on these only. The Random collector's actions are not independent of the frames: each is
-held for Geometric(1/3) steps, so the previous action, visible as motion in the frame stack,
-repeats with probability 2/3 + 1/3 * 1/A (0.72 for Pong's 6 actions; 0.721 measured on a
-50k-step Random Pong store). A probe of them would measure how well the encoder shows that
-motion, not a policy's choice, which is the question the action probe asks. (Uniform random
-actions are also inverse dynamics' best case: every action equally often, each visible in its
-effect on the next frames: not a case with nothing to learn.)"""
-
-
-# -- encoders -----------------------------------------------------------------------------------
-
-
-class ProbeInputError(SgiLabError, ValueError):
-    """A run, file or store that cannot be probed; the message names it."""
 
 
 @dataclass
@@ -140,15 +118,6 @@ class ProbeEncoder:
         }
 
 
-def file_stamp(path: str | os.PathLike) -> dict[str, Any] | None:
-    """``{"name", "size", "mtime_ns"}`` of a model file (None if it does not exist)."""
-    try:
-        info = Path(path).stat()
-    except OSError:
-        return None
-    return {"name": Path(path).name, "size": info.st_size, "mtime_ns": info.st_mtime_ns}
-
-
 ARCHITECTURE_ARGS = ("in_channels", "image_size", "hidden_size", "width_scale")
 """The `SGIModel` arguments besides the encoder that fix the features' shapes: a random-init
 baseline takes the probed model's."""
@@ -180,82 +149,6 @@ def random_init_model(
     return model.eval()
 
 
-# -- the split ----------------------------------------------------------------------------------
-
-
-def split_episodes(
-    store: TransitionStore, seed: int = 0, fractions: tuple[float, float, float] = SPLIT_FRACTIONS
-) -> dict[str, np.ndarray]:
-    """Episodes shuffled (seeded) and dealt to train/val/test until each holds its fraction of
-    the rows; no episode is in two splits.
-
-    Returns:
-        ``{"train": rows, "val": rows, "test": rows}``, each sorted.
-
-    Raises:
-        ProbeInputError: fewer than 3 episodes (a split would be empty).
-    """
-    count = store.num_episodes
-    if count < 3:
-        raise ProbeInputError(
-            f"{store.path}: {count} episode(s); the probes split episodes into train, "
-            "validation and test, so at least 3 are needed (collect more steps)"
-        )
-    order = np.random.default_rng(seed).permutation(count)
-    lengths = store.episode_lengths()[order]
-    ends = np.cumsum(lengths) / lengths.sum()
-    # Episode k goes to the first split whose cumulative fraction its midpoint falls under,
-    # keeping at least one episode in each.
-    bounds = np.cumsum(fractions)
-    mid = ends - lengths / lengths.sum() / 2
-    which = np.searchsorted(bounds, mid, side="right").clip(0, 2)
-    which[0], which[-1] = 0, 2
-    if not (which == 1).any():
-        which[1] = 1
-    splits = {}
-    for k, name in enumerate(("train", "val", "test")):
-        episodes = order[which == k]
-        rows = [np.arange(store.episode_starts[e], store.episode_ends[e] + 1) for e in episodes]
-        splits[name] = np.sort(np.concatenate(rows))
-    return splits
-
-
-def _limit(rows: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
-    if len(rows) <= count:
-        return rows
-    return np.sort(rng.choice(rows, size=count, replace=False))
-
-
-def split_rows(
-    store: TransitionStore, split_seed: int = 0, max_frames: int | None = None
-) -> dict[str, Any]:
-    """The rows a probe of ``store`` would split into, its test split after de-duplication, as
-    `probe_encoder` records them under ``split``, without an encoder (``sgi-lab probe --data
-    STORE --split-rows``: is a probe store big enough?). ``small_test``: under
-    `MIN_TEST_ROWS` test rows (0 when every test state also appears in training)."""
-    rng = np.random.default_rng(split_seed)
-    split = _subsample(split_episodes(store, split_seed), max_frames, rng)
-    rows = np.concatenate([split["train"], split["val"], split["test"]])
-    keys = [
-        _stack_key(s) for i in range(0, len(rows), 1024) for s in store.stack(rows[i : i + 1024])
-    ]
-    try:
-        positions, duplicates = _positions_without_seen_states(split, keys, store)
-    except ProbeInputError:  # every test state seen in training: no test row at all
-        positions = {"train": split["train"], "val": split["val"], "test": np.zeros(0, int)}
-        duplicates = len(split["test"])
-    record = _split_record(split, positions, duplicates, store)
-    return {**record, "small_test": record["rows"]["test"] < MIN_TEST_ROWS}
-
-
-def _stack_key(stack: np.ndarray) -> bytes:
-    """A frame stack's identity: two rows with the same key show the encoder the same input."""
-    return hashlib.blake2b(stack.tobytes(), digest_size=12).digest()
-
-
-# -- features -----------------------------------------------------------------------------------
-
-
 @torch.no_grad()
 def _features(
     model: SGIModel,
@@ -276,7 +169,7 @@ def _features(
     with tqdm(total=len(rows), disable=not progress, desc=desc, unit="frame") as bar:
         for i in range(0, len(rows), batch_size):
             stacks = store.stack(rows[i : i + batch_size])
-            keys += [_stack_key(s) for s in stacks]
+            keys += [stack_key(s) for s in stacks]
             x = encoder_features(model, torch.from_numpy(stacks).to(dev), features)
             if out is None:
                 out = np.zeros((len(rows), x.shape[1]), np.float32)
@@ -302,25 +195,6 @@ def encoder_features(model: SGIModel, obs: torch.Tensor, features: str) -> torch
     if features != "renormalized":
         raise ValueError(f"features {features!r}: one of renormalized, conv, projection")
     return z.flatten(1)
-
-
-# -- probing ------------------------------------------------------------------------------------
-
-
-def check_store(store: TransitionStore) -> None:
-    """Refuse, naming it, a store the state probes cannot read: one without game-state labels
-    (MinAtar's) whose game AtariARI does not annotate (`UnannotatedGameError`) or that holds no
-    RAM (`ProbeInputError`)."""
-    if store.has_labels:  # the game's own state per step (MinAtar): the labels themselves
-        return
-    annotations(store.game)  # UnannotatedGameError names the game
-    if not store.has_ram:
-        raise ProbeInputError(
-            f"{store.path}: this store holds no RAM (source {store.manifest.source!r}, made "
-            "before RAM was recorded or imported without it), so there are no state labels; "
-            "collect it again with `sgi-lab collect ... --overwrite`, or probe reward and action "
-            "only (--no-state-probes)"
-        )
 
 
 def _balanced(rows: np.ndarray, labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -432,13 +306,13 @@ def probe_encoder(
     if state_probes:
         check_store(store)
     rng = np.random.default_rng(split_seed)  # subsamples the split, then balances the reward probe
-    split = _subsample(split_episodes(store, split_seed), max_frames, rng)
+    split = subsample(split_episodes(store, split_seed), max_frames, rng)
     rows = np.concatenate([split["train"], split["val"], split["test"]])
     features, keys = _features(
         encoder.model, store, rows, batch_size, device, progress, f"features {store.game}",
         settings.features,
     )  # fmt: skip
-    positions, duplicates = _positions_without_seen_states(split, keys, store)
+    positions, duplicates = positions_without_seen_states(split, keys, store)
     seconds = {"features": round(time.perf_counter() - started, 2)}
     variables = state_variables(store) if state_probes else ()
     labels = state_labels(store, rows, variables) if state_probes else None
@@ -446,11 +320,11 @@ def probe_encoder(
         "encoder": encoder.describe(),
         "readout": settings.readout,
         "features": settings.features,
-        "store": _store_record(store),
+        "store": store_record(store),
         "settings": probe_settings_key(
             settings, split_seed, max_frames, random_baseline_seed, state_probes
         ),
-        "split": _split_record(split, positions, duplicates, store),
+        "split": split_record(split, positions, duplicates, store),
     }
     inputs = _ProbeInputs(store, rows, positions, features, labels, variables, settings, rng)
     stages = _stages(inputs, encoder, random_baseline_seed, split_seed, batch_size, device)
@@ -535,63 +409,6 @@ def _stages(
     return stages
 
 
-def _subsample(
-    split: dict[str, np.ndarray], max_frames: int | None, rng: np.random.Generator
-) -> dict[str, np.ndarray]:
-    """Each split's rows subsampled in proportion so that all hold about ``max_frames``."""
-    if max_frames is None:
-        return split
-    total = sum(len(r) for r in split.values())
-    return {k: _limit(r, max(1, round(max_frames * len(r) / total)), rng) for k, r in split.items()}
-
-
-def _positions_without_seen_states(
-    split: dict[str, np.ndarray], keys: list[bytes], store: TransitionStore
-) -> tuple[dict[str, np.ndarray], int]:
-    """Where each split's rows sit among the features (train, then val, then test), the test
-    rows whose frame stack training or validation also holds left out (AtariARI's
-    ``remove_duplicates``); and how many were left out.
-
-    Raises:
-        ProbeInputError: every test state also appears in training.
-    """
-    positions, offset = {}, 0
-    for name in ("train", "val", "test"):
-        positions[name] = np.arange(offset, offset + len(split[name]))
-        offset += len(split[name])
-    seen = set(keys[: len(split["train"]) + len(split["val"])])
-    unseen = np.array([keys[p] not in seen for p in positions["test"]], dtype=bool)
-    positions["test"] = positions["test"][unseen]
-    if len(positions["test"]) == 0:
-        raise ProbeInputError(f"{store.path}: every test state also appears in training")
-    return positions, int((~unseen).sum())
-
-
-def _split_record(
-    split: dict[str, np.ndarray],
-    positions: dict[str, np.ndarray],
-    duplicates: int,
-    store: TransitionStore,
-) -> dict[str, Any]:
-    """What a result records of its split: rows and episodes per split, test rows left out."""
-    return {
-        "rows": {k: int(len(v)) for k, v in positions.items()},
-        "episodes": {k: int(len(np.unique(store.episode_index[r]))) for k, r in split.items()},
-        "test_duplicates_removed": duplicates,
-    }
-
-
-def _store_record(store: TransitionStore) -> dict[str, Any]:
-    """What a result records of the store it was probed on (its fingerprint finds it again)."""
-    return {
-        "path": str(store.path),
-        "game": store.game,
-        "source": store.manifest.source,
-        "fingerprint": store.fingerprint,
-        "transitions": len(store),
-    }
-
-
 def _random_init_baseline(
     seed, encoder_args, store, rows, positions, labels, variables, settings, split_seed,
     batch_size, device,
@@ -633,123 +450,3 @@ def _collapse(x: _ProbeInputs, encoder: ProbeEncoder, seed, batch_size, device) 
     }
     sources = {"step0": encoder.initial_source} if encoder.initial is not None else None
     return collapse_record(models, x.store, rows, batch_size, device, sources)
-
-
-def probe_settings_key(
-    settings: ProbeSettings,
-    split_seed: int,
-    max_frames: int | None,
-    baseline: int | None,
-    state_probes: bool = True,
-) -> dict[str, Any]:
-    key = {
-        **settings.to_json(),
-        "split_seed": split_seed,
-        "split_fractions": list(SPLIT_FRACTIONS),
-        "max_frames": max_frames,
-        "random_baseline_seed": baseline,
-        "format": FORMAT,
-    }
-    if not state_probes:
-        key["state_probes"] = False
-    return key
-
-
-def check_probe_store(
-    store_path: str | os.PathLike,
-    state_probes: bool = True,
-    option: str = "--data",
-    verify: bool = True,
-) -> TransitionStore:
-    """Open a store for probing, refusing (naming ``option``, the setting that named it: ``--data``,
-    ``probe_data``, an experiment's ``data.NAME``) a store that is missing, damaged (its
-    checksums and counts, `TransitionStore.verify`), whose manifest's claims its data belie
-    (`store_claim_problem`), or (for the state probes) one without RAM or of an unannotated
-    game."""
-    try:
-        store = TransitionStore(store_path)
-    except StoreError as exc:
-        raise ProbeInputError(f"{option}: {exc}") from exc
-    problems = store.verify() if verify else []
-    if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise ProbeInputError(
-            f"{option}: {store.path}: damaged store, refusing to probe it: {problems[0]}{more}; "
-            f"sgi-lab info {store.path} --verify lists them"
-        )
-    claim = store_claim_problem(store)
-    if claim:
-        raise ProbeInputError(f"{option}: {store.path}: {claim}")
-    if state_probes:
-        check_store(store)
-    return store
-
-
-def check_probe_data(
-    probe_data: str | os.PathLike, training: TransitionStore, option: str = "probe_data"
-) -> tuple[TransitionStore, dict[str, str]]:
-    """The probe store of a pretraining run (``probe_every``), checked before the run starts:
-    `check_probe_store` (named ``option``), of the game the run trains on, and a warning when
-    it is the training data itself (the probes would read states the encoder trained on).
-
-    Returns:
-        (the store, ``{"probe_data": its fingerprint}``): the identity to record with the run's
-        inputs (`sgi_lab.runs.folder.RunDir.open`), so that a resume on another store at the
-        same path (one curve from two stores) is refused naming it.
-
-    Raises:
-        ProbeInputError: naming ``option``: a store that cannot be probed, or of another game.
-    """
-    store = check_probe_store(probe_data, option=option)
-    if store.game != training.game:
-        raise ProbeInputError(
-            f"{option}: {store.path} holds {store.game} frames, but the run trains on "
-            f"{training.game} ({training.path}); probe a store of the same game"
-        )
-    if store.fingerprint == training.fingerprint:
-        warnings.warn(
-            f"{option}: {store.path} is the training data itself: the probes read states the "
-            "encoder trained on (a held-out store of the same game says more)",
-            stacklevel=2,
-        )
-    return store, {probe_data_key(option): store.fingerprint}
-
-
-def probe_data_key(option: str = "probe_data") -> str:
-    """The name a probe store's fingerprint goes under in a run's inputs."""
-    return option.lstrip("-").replace("-", "_")
-
-
-def store_claim_problem(store: TransitionStore) -> str | None:
-    """What a store's manifest claims that its data or its game belie, or None: the recorded
-    actions must fit the manifest's action count, and that count must be the game's (its
-    minimal action set, or 18 when recorded with the full one). A game edited into the manifest
-    of another game's frames usually fails one of these. Games the ALE does not know (MinAtar
-    stores) get the first check only."""
-    manifest = store.manifest
-    claimed = store.num_actions
-    largest = int(store.actions.max()) if len(store) else -1
-    if largest >= claimed:
-        return (
-            f"the data hold action {largest}, but the manifest says {claimed} action(s): the "
-            "manifest does not describe these frames"
-        )
-    expected = _game_action_counts(manifest.game, bool(manifest.params.get("full_action_space")))
-    if expected is not None and manifest.num_actions is not None and claimed not in expected:
-        return (
-            f"the manifest says {claimed} actions, but {manifest.game} has "
-            f"{' or '.join(map(str, expected))}: the manifest's game or action count is wrong"
-        )
-    return None
-
-
-def _game_action_counts(game: str, full_action_space: bool) -> tuple[int, ...] | None:
-    """The action counts a store of ``game`` may hold; None when the ALE does not know it."""
-    # lazy: gymnasium and ale-py load only when a store is checked (an Atari game's count)
-    from sgi_lab.envs.atari import num_actions
-
-    try:
-        minimal = num_actions(game)
-    except Exception:  # an unknown or MinAtar game, or no ALE here: nothing to compare with
-        return None
-    return (18,) if full_action_space else (minimal,)

@@ -6,7 +6,7 @@ are the readings, so that a conclusion can be checked against each of them.
 `reread_markdown` writes what ``docs/results/probes.md`` shows: per objective and reading, the
 headline F1 and its change from the random encoder each run started from (paired by seed), the
 reward probe, the objectives with inverse dynamics against those without tested over seeds
-(`sgi_lab.analysis.probe_seed_tests`: the seed is the unit, its encoders share an
+(`sgi_lab.studies.probe_seed_tests`: the seed is the unit, its encoders share an
 initialisation), and the Spearman correlation of each with the paper's ``tab:controls_hns``
 median.
 """
@@ -17,15 +17,15 @@ from typing import Any
 
 import pandas as pd
 
-from sgi_lab.analysis.probe_attribution import paired_readout_table, readout_table
-from sgi_lab.analysis.probe_seed_tests import SEED_LEVEL_NOTE, reading_seed_table
 from sgi_lab.analysis.probe_study import (
     experiment_probe_frame,
-    markdown_table,
     objective_summary,
     paper_rank_correlation,
     readout_groups,
 )
+from sgi_lab.studies.probe_attribution import paired_readout_table, readout_table
+from sgi_lab.studies.probe_seed_tests import SEED_LEVEL_NOTE, reading_seed_table
+from sgi_lab.viz.markdown import markdown_table
 
 __all__ = ["below_random_counts", "rank_correlation_table", "reread_markdown", "reread_tables"]
 

@@ -1,4 +1,4 @@
-"""The probe attribution tables (sgi_lab.analysis.probe_attribution) on hand-made runs: paired
+"""The probe attribution tables (sgi_lab.studies.probe_attribution) on hand-made runs: paired
 changes from each run's own step 0, and the readout table's cells."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import json
 import pandas as pd
 import pytest
 
-from sgi_lab.analysis import probe_attribution
-from sgi_lab.analysis.probe_attribution import (
+from sgi_lab.studies import probe_attribution
+from sgi_lab.studies.probe_attribution import (
     change_curve_table,
     change_table,
     per_run_table,
@@ -191,7 +191,7 @@ def test_a_pretraining_run_of_seed_s_starts_from_random_encoder_s(objective):
     import torch
 
     from sgi_lab.config import PretrainConfig, load_config
-    from sgi_lab.probes.probe import random_init_model
+    from sgi_lab.probes.encoder_probe import random_init_model
     from sgi_lab.train.pretrain_step import build_state
 
     config = load_config(

@@ -1,4 +1,4 @@
-"""The MinAtar study's results (sgi_lab.analysis.minatar_study) on a hand-made experiment
+"""The MinAtar study's results (sgi_lab.studies.finetune_study) on a hand-made experiment
 folder whose scores make every statistic checkable by hand."""
 
 from __future__ import annotations
@@ -12,8 +12,12 @@ import numpy as np
 import pytest
 import yaml
 
-from sgi_lab.analysis import minatar_study as ms
 from sgi_lab.metrics.minatar import normalized_score
+from sgi_lab.studies import finetune_budgets as fb
+from sgi_lab.studies import finetune_probes as fp
+from sgi_lab.studies import finetune_report as fr
+from sgi_lab.studies import finetune_study as ms
+from sgi_lab.viz.study_tables import paired_markdown
 
 GAMES = ["minatar/asterix", "minatar/breakout"]
 
@@ -87,7 +91,7 @@ def test_objective_table_has_cis_and_probability_of_improvement_over_none(study)
 def test_markdown_says_how_much_finished_and_shows_schemes(study):
     """s is still running (Breakout seed 2): none and sgi are tabled over both games, s beside
     them over the one game all three finished; once s finishes, one table over both games."""
-    text = ms.study_markdown(study, planned=30, reps=200)
+    text = fr.study_markdown(study, planned=30, reps=200)
     assert "Finished agents: 23 of 30 (MinAtar score:" in text
     objectives = text.split("### SGI's finetuning schemes")[0]
     complete, running = objectives.split("With the objectives still running")
@@ -102,7 +106,7 @@ def test_markdown_says_how_much_finished_and_shows_schemes(study):
 
     shutil.rmtree(study / "finetune" / "reduced_lr__s" / "minatar-breakout__s2")
     agent(study, "reduced_lr__s", "minatar/breakout", 2, 0.52)
-    text = ms.study_markdown(study, planned=30, reps=200)
+    text = fr.study_markdown(study, planned=30, reps=200)
     assert "still running" not in text and "Over 2 games x 3 seeds" in text
     assert "| s | 0.510 [" in text
     assert "median HNS: rho = " in text and "(p = " in text and "3 objectives)" in text
@@ -125,10 +129,10 @@ def test_an_episode_ending_on_a_bin_edge_is_in_the_bin_it_ends(tmp_path):
 def test_the_curves_figure_draws_each_game_and_method_and_keeps_foreign_files(study, tmp_path):
     runs = ms.study_runs(study)
     path = tmp_path / "curves.svg"
-    ms.write_curves_figure(runs, path, methods=["none", "s", "sgi (naive)"], bin_steps=1000)
+    fr.write_curves_figure(runs, path, methods=["none", "s", "sgi (naive)"], bin_steps=1000)
     root = ET.fromstring(path.read_text())  # well-formed
     text = path.read_text()
-    assert ms.CURVES_MARK in text and "asterix" in text and "breakout" in text
+    assert fr.CURVES_MARK in text and "asterix" in text and "breakout" in text
     # none has returns on both games: one line per game; s and naive log no episodes
     lines = [e for e in root.iter("{http://www.w3.org/2000/svg}polyline")]
     coloured = [e for e in lines if e.get("stroke") != "#888"]
@@ -139,11 +143,11 @@ def test_the_curves_figure_draws_each_game_and_method_and_keeps_foreign_files(st
     legend = [e.text for e in root.iter("{http://www.w3.org/2000/svg}text")]
     assert "none" in legend and "3.15" in legend
     assert "s" not in legend  # a method without training episodes is left out of the legend
-    ms.write_curves_figure(runs, path)  # ours: redrawn
+    fr.write_curves_figure(runs, path)  # ours: redrawn
     foreign = tmp_path / "mine.svg"
     foreign.write_text("<svg/>")
     with pytest.raises(FileExistsError, match="not a learning-curve figure of ours"):
-        ms.write_curves_figure(runs, foreign)
+        fr.write_curves_figure(runs, foreign)
     assert foreign.read_text() == "<svg/>"
 
 
@@ -158,7 +162,7 @@ def test_per_game_returns_give_the_evaluation_and_the_training_mean_with_t_inter
     assert (row["value"], row["lower"], row["upper"], row["seeds"]) == (2.0, 2.0, 2.0, 3)
     assert ("sgi (naive)", "minatar/breakout", "eval") in returns.index
     assert returns.loc[("s", "minatar/breakout", "eval")]["seeds"] == 2  # one still running
-    text = ms.study_markdown(study, planned=30, reps=200)
+    text = fr.study_markdown(study, planned=30, reps=200)
     assert "| method | asterix eval | asterix training | breakout eval |" in text
     assert "| none | 1.10 [0.85, 1.35] | 2.00 [2.00, 2.00] |" in text
 
@@ -179,15 +183,15 @@ def test_probe_finetune_table_pairs_each_objectives_probe_with_its_iqm():
         columns=["objective", "game", "seed", "across_categories"],
     )
     table = pd.DataFrame({"iqm": [0.5, 0.3, 0.1]}, index=["s", "none", "sgi"])
-    frame, corr = ms.probe_finetune_table(probes, table)
+    frame, corr = fp.probe_finetune_table(probes, table)
     assert list(frame.index) == ["s", "none", "sgi"]
     assert frame.loc["none", "probe"] == pytest.approx((0.71 + 0.80) / 2)  # games' means
     assert frame.loc["s", "probe_games"] == 2 and frame.loc["sgi", "probe_games"] == 1
     # probe ranks s 0.80 > none 0.755 > sgi 0.60; IQM ranks the same: rho = 1
     assert corr["n"] == 3 and corr["rho"] == pytest.approx(1.0)
-    asterix, _ = ms.probe_finetune_table(probes, table, games=["minatar/asterix"])
+    asterix, _ = fp.probe_finetune_table(probes, table, games=["minatar/asterix"])
     assert asterix.loc["none", "probe"] == pytest.approx(0.71)
-    _, few = ms.probe_finetune_table(probes, table.loc[["s", "sgi"]])
+    _, few = fp.probe_finetune_table(probes, table.loc[["s", "sgi"]])
     assert few["rho"] is None and few["n"] == 2
 
 
@@ -201,7 +205,7 @@ def test_budget_curve_reads_steps_from_names_with_none_at_zero(tmp_path):
             agent(tmp_path, "reduced_lr__sgi_2000", g, seed, 0.3 + 0.01 * seed)
     agent(tmp_path, "frozen__sgi_500", GAMES[0], 0, None)  # first in folder order, running
     table = ms.objective_table(ms.study_runs(tmp_path), reps=200)
-    curve = ms.budget_curve(table)
+    curve = fb.budget_curve(table)
     assert curve[["objective", "steps", "method"]].values.tolist() == [
         ["sgi", 0, "none"],
         ["sgi", 500, "sgi_500"],
@@ -209,12 +213,12 @@ def test_budget_curve_reads_steps_from_names_with_none_at_zero(tmp_path):
     ]
     assert curve["iqm"].tolist() == pytest.approx([0.11, 0.11, 0.31])
     assert curve["p_improve_value"].tolist()[1:] == pytest.approx([0.5, 1.0])
-    text = ms.study_markdown(tmp_path, reps=200)
+    text = fr.study_markdown(tmp_path, reps=200)
     assert "Finished agents: 18 of 19 (MinAtar score: 0 = uniform random" in text
     assert "| sgi | 0 | 0.110 [" in text and "| - |" in text
     assert "| sgi | 2,000 | 0.310 [" in text and "| 1.00 [1.00, 1.00] |" in text
     # One budget per objective is no curve.
-    assert ms.budget_curve(table.drop(index="sgi_500")).empty
+    assert fb.budget_curve(table.drop(index="sgi_500")).empty
 
 
 def test_per_seed_markdown_puts_each_seed_beside_the_same_seed_from_scratch(study):
@@ -244,12 +248,12 @@ def test_paired_table_counts_each_seed_against_scratch_under_both_readouts(tmp_p
     assert (x["above"], x["below"], x["sign_p"]) == (0, 6, pytest.approx(2 / 64))
     assert ("y", "training") not in table.index  # no training episode to compare
     assert table.loc[("y", "eval")][["pairs", "above"]].tolist() == [1, 1]
-    text = ms.paired_markdown(ms.paired_table(ms.study_runs(tmp_path)), ["y", "x"])
+    text = paired_markdown(ms.paired_table(ms.study_runs(tmp_path)), ["y", "x"])
     lines = text.splitlines()
     assert lines[0].startswith("| method | games | pairs | final evaluation: above / below")
     assert lines[2:] == ["| y | 1 | 1 | 1 / 0 / 0 | 1.00 | - | - |",
                          "| x | 2 | 6 | 4 / 1 / 1 | 0.38 | 0 / 6 / 0 | 0.03 |"]  # fmt: skip
-    assert text in ms.study_markdown(tmp_path, reps=200, methods=["y", "x"])
+    assert text in fr.study_markdown(tmp_path, reps=200, methods=["y", "x"])
 
 
 def test_readout_runs_rescore_agents_by_their_training_episodes(tmp_path):
@@ -301,12 +305,12 @@ def test_budget_runs_take_zero_and_2000_steps_from_the_study_and_show_each_schem
                 agent(budget, f"{scheme}__sgi_8000", g, seed, base + 0.5 + 0.01 * seed)
     agent(budget, "sgi_none", GAMES[0], 0, 0.1)  # an older budget experiment's own scratch agent
 
-    runs = ms.budget_runs(budget, study)
+    runs = fb.budget_runs(budget, study)
     assert sorted(runs["objective"].unique()) == ["none", "sgi_2000", "sgi_500", "sgi_8000"]
     assert len(runs) == 2 * 3 * (4 + 2 + 1) and runs["finished"].all()
     assert (runs["objective"] == "none").sum() == 6  # not 7: the budget folder's own is kept
 
-    naive = ms.budget_curve(ms.objective_table(runs, "naive", reps=200))
+    naive = fb.budget_curve(ms.objective_table(runs, "naive", reps=200))
     assert naive[["steps", "method"]].values.tolist() == [
         [0, "none"],
         [500, "sgi_500"],
@@ -314,12 +318,12 @@ def test_budget_runs_take_zero_and_2000_steps_from_the_study_and_show_each_schem
         [8000, "sgi_8000"],
     ]
     assert naive["iqm"].tolist() == pytest.approx([0.11, 0.46, 0.31, 0.91])
-    reduced = ms.budget_curve(ms.objective_table(runs, "reduced_lr", reps=200))
+    reduced = fb.budget_curve(ms.objective_table(runs, "reduced_lr", reps=200))
     assert reduced["iqm"].tolist() == pytest.approx([0.11, 0.06, 0.21, 0.51])
     assert reduced["p_improve_value"].tolist()[1:] == pytest.approx([0.0, 1.0, 1.0])
 
     assert "frozen" not in set(runs["scheme"])
-    text = ms.budget_study_markdown(budget, study, reps=200)
+    text = fb.budget_study_markdown(budget, study, reps=200)
     assert "frozen" not in text
     assert "### Finetuned with reduced learning rates (the paper's scheme)" in text
     assert "### Finetuned naively (every rate the same)" in text
@@ -335,7 +339,7 @@ def test_budget_runs_take_zero_and_2000_steps_from_the_study_and_show_each_schem
     assert "| sgi_500 (naive) | 2 | 6 | 6 / 0 / 0 | 0.03 |" in text
     # The figure: one line per scheme, a point and an error bar per budget, scratch dashed.
     figure = tmp_path / "budget.svg"
-    text = ms.budget_study_markdown(budget, study, reps=200, figure=figure)
+    text = fb.budget_study_markdown(budget, study, reps=200, figure=figure)
     assert "![IQM by SGI pretraining budget, each scheme](budget.svg)" in text
     svg = ET.fromstring(figure.read_text())
     ns = "{http://www.w3.org/2000/svg}"
@@ -347,15 +351,15 @@ def test_budget_runs_take_zero_and_2000_steps_from_the_study_and_show_each_schem
     # The naive line's 8,000-step point is above its 2,000-step one (IQM 0.91 against 0.31):
     naive = [float(xy.split(",")[1]) for xy in lines[1].get("points").split()]
     assert naive[3] < naive[2]  # SVG's y grows downwards
-    ms.budget_study_markdown(budget, study, reps=200, figure=figure)  # its own: redrawn
+    fb.budget_study_markdown(budget, study, reps=200, figure=figure)  # its own: redrawn
     for theirs in ("my notes", '<svg xmlns="http://www.w3.org/2000/svg"><circle r="1"/></svg>'):
         other = tmp_path / "theirs.svg"
         other.write_text(theirs)
         with pytest.raises(FileExistsError, match="not a budget figure of ours"):
-            ms.budget_study_markdown(budget, study, reps=200, figure=other)
+            fb.budget_study_markdown(budget, study, reps=200, figure=other)
         assert other.read_text() == theirs
     # Without the study, the budget folder alone has no 2,000-step point but still a curve.
-    alone = ms.budget_runs(budget)
+    alone = fb.budget_runs(budget)
     assert "sgi_2000" not in set(alone["objective"])
 
 
@@ -377,11 +381,11 @@ def test_finetune_budget_compares_each_method_at_each_budget_on_the_same_games(t
             agent(twice, "naive_2x__sgi", g, seed, 0.2 + 0.05 * (seed == 2))  # 0.2, 0.2, 0.25
     folders = {"10k steps": study, "20k steps": twice}
 
-    runs = ms.finetune_budget_runs(folders)
+    runs = fb.finetune_budget_runs(folders)
     assert set(runs["method"]) == {"none", "sgi", "sgi (naive)", "s_g"}
     assert set(runs.loc[runs["budget"] == "20k steps", "method"]) == {"none", "sgi", "sgi (naive)"}
 
-    table = ms.finetune_budget_table(folders, reps=200).set_index(["budget", "method"])
+    table = fb.finetune_budget_table(folders, reps=200).set_index(["budget", "method"])
     assert set(table.index) == {(b, m) for b in folders for m in ("none", "sgi", "sgi (naive)")}
     assert (table["games"] == 1).all() and (table["runs"] == 3).all()  # Asterix only
     assert table.loc[("10k steps", "sgi"), "iqm"] == pytest.approx(0.06)
@@ -399,7 +403,7 @@ def test_finetune_budget_compares_each_method_at_each_budget_on_the_same_games(t
     assert table.loc[("20k steps", "sgi"), "p_improve_value"] == pytest.approx(1.0)
     assert (table["pairs"] == 3).all()
 
-    text = ms.finetune_budget_markdown(folders, reps=200)
+    text = fb.finetune_budget_markdown(folders, reps=200)
     assert "Over 1 games x 3 seeds at each budget" in text
     assert "| method | 10k steps: IQM | 10k steps: P(improvement over none) |" in text
     row = next(line for line in text.splitlines() if line.startswith("| sgi |")).split(" | ")
@@ -407,17 +411,17 @@ def test_finetune_budget_compares_each_method_at_each_budget_on_the_same_games(t
     assert row[5].startswith("0.410 [") and row[7:9] == ["3 / 0 / 0", "0.25 |"]
     assert "s_g" not in text
     # naive SGI alone with scratch: Breakout too, which SGI's running agent kept out above
-    only = ms.finetune_budget_table(folders, reps=200, methods=["sgi (naive)"])
+    only = fb.finetune_budget_table(folders, reps=200, methods=["sgi (naive)"])
     only = only.set_index(["budget", "method"])
     assert set(only.index) == {(b, m) for b in folders for m in ("none", "sgi (naive)")}
     assert (only["games"] == 2).all() and (only["pairs"] == 6).all()
     # at 20k naive 0.2, 0.2, 0.25 against scratch 0.3, 0.31, 0.32 on both games: 6 below
     assert only.loc[("20k steps", "sgi (naive)"), "below_none"] == 6
-    text = ms.finetune_budget_markdown(folders, reps=200, methods=["sgi (naive)"])
+    text = fb.finetune_budget_markdown(folders, reps=200, methods=["sgi (naive)"])
     assert "Over 2 games x 3 seeds" in text and "| sgi |" not in text
     with pytest.raises(ValueError, match=r"\['sgi naive'\]: not in .*sgi \(naive\)"):
-        ms.finetune_budget_table(folders, methods=["sgi naive"])
-    alone = ms.finetune_budget_markdown({"10k steps": study, "20k steps": tmp_path / "none"})
+        fb.finetune_budget_table(folders, methods=["sgi naive"])
+    alone = fb.finetune_budget_markdown({"10k steps": study, "20k steps": tmp_path / "none"})
     assert alone.startswith("No method besides none")
 
 
@@ -432,7 +436,7 @@ def test_the_finetune_budget_figure_draws_a_line_per_method_and_keeps_foreign_fi
         agent(twice, "sgi_none_2x", "minatar/asterix", seed, 0.3)
         agent(twice, "reduced_lr_2x__sgi", "minatar/asterix", seed, 0.4)
     folders = {"10k steps": study, "20k steps": twice}
-    path = ms.write_finetune_budget_figure(folders, tmp_path / "budgets.svg", reps=100)
+    path = fb.write_finetune_budget_figure(folders, tmp_path / "budgets.svg", reps=100)
     root = ET.fromstring(path.read_text())
     ns = "{http://www.w3.org/2000/svg}"
     texts = [t.text for t in root.iter(f"{ns}text")]
@@ -444,14 +448,14 @@ def test_the_finetune_budget_figure_draws_a_line_per_method_and_keeps_foreign_fi
     # scratch first: it rises less than SGI (0.1 -> 0.3 against 0.05 -> 0.4; y grows downwards)
     assert ys[0][0] > ys[0][1] and ys[1][0] > ys[0][0] and ys[1][1] < ys[0][1]
     assert "from scratch" not in texts  # scratch is a line here, not a level
-    ms.write_finetune_budget_figure(folders, path, reps=100)  # our own figure: redrawn
+    fb.write_finetune_budget_figure(folders, path, reps=100)  # our own figure: redrawn
     foreign = tmp_path / "mine.svg"
     foreign.write_text("<svg>mine</svg>")
     with pytest.raises(FileExistsError, match="mine.svg"):
-        ms.write_finetune_budget_figure(folders, foreign, reps=100)
+        fb.write_finetune_budget_figure(folders, foreign, reps=100)
     assert foreign.read_text() == "<svg>mine</svg>"
     with pytest.raises(ValueError, match="no method besides none"):
-        ms.write_finetune_budget_figure({"10k": study, "20k": tmp_path / "x"}, tmp_path / "n.svg")
+        fb.write_finetune_budget_figure({"10k": study, "20k": tmp_path / "x"}, tmp_path / "n.svg")
     assert not (tmp_path / "n.svg").exists()
 
 
@@ -467,20 +471,20 @@ def test_finetune_budget_reads_either_readout(tmp_path):
         agent(twice, "sgi_none_2x", g, seed, 0.3, [(500, 5.0)])
         agent(twice, "reduced_lr_2x__sgi", g, seed, 0.4, [(500, 0.0), (900, 2.0)])  # 1.0
     folders = {"10k steps": study, "20k steps": twice}
-    final = ms.finetune_budget_table(folders, reps=200).set_index(["budget", "method"])
+    final = fb.finetune_budget_table(folders, reps=200).set_index(["budget", "method"])
     assert final.loc[("20k steps", "sgi"), "above_none"] == 3
     assert final.loc[("20k steps", "sgi"), "p_improve_value"] == pytest.approx(1.0)
-    table = ms.finetune_budget_table(folders, reps=200, readout="training")
+    table = fb.finetune_budget_table(folders, reps=200, readout="training")
     table = table.set_index(["budget", "method"])
     assert table.loc[("20k steps", "sgi"), "below_none"] == 3
     assert table.loc[("20k steps", "sgi"), "p_improve_value"] == pytest.approx(0.0)
     assert table.loc[("10k steps", "sgi"), "below_none"] == 3
     none = normalized_score(g, 5.0)  # the training readout's score, normalised as eval's is
     assert table.loc[("20k steps", "none"), "iqm"] == pytest.approx(none)
-    text = ms.finetune_budget_markdown(folders, reps=200, readout="training")
+    text = fb.finetune_budget_markdown(folders, reps=200, readout="training")
     assert "scored by the mean return of its training episodes" in text
     with pytest.raises(ValueError, match="readout 'best'"):
-        ms.finetune_budget_runs(folders, readout="best")
+        fb.finetune_budget_runs(folders, readout="best")
 
 
 def test_finetune_budget_returns_show_every_game_each_budget_has_reached(tmp_path):
@@ -498,7 +502,7 @@ def test_finetune_budget_returns_show_every_game_each_budget_has_reached(tmp_pat
             agent(twice, "reduced_lr_2x__sgi", g, seed, None if running else 0.4)
     folders = {"10k steps": study, "20k steps": twice}
 
-    table = ms.finetune_budget_returns(folders).set_index(["budget", "method", "game"])
+    table = fb.finetune_budget_returns(folders).set_index(["budget", "method", "game"])
     assert set(table.index.get_level_values("method")) == {"none", "sgi"}
     # scratch at 10k on Asterix: returns 1.0, 1.1, 1.2 -> 1.1 +- t(2) 4.303 x 0.1 / sqrt(3)
     row = table.loc[("10k steps", "none", "minatar/asterix")]
@@ -506,12 +510,12 @@ def test_finetune_budget_returns_show_every_game_each_budget_has_reached(tmp_pat
     assert row["upper"] - row["value"] == pytest.approx(4.3027 * 0.1 / np.sqrt(3), rel=1e-4)
     row = table.loc[("20k steps", "sgi", "minatar/breakout")]
     assert (row["value"], row["seeds"]) == (pytest.approx(4.0), 1)
-    training = ms.finetune_budget_returns(folders, readout="training")
+    training = fb.finetune_budget_returns(folders, readout="training")
     training = training.set_index(["budget", "method", "game"])
     assert training.loc[("10k steps", "none", "minatar/asterix"), "value"] == pytest.approx(2.0)
     assert training.loc[("20k steps", "none", "minatar/breakout"), "value"] == pytest.approx(7.0)
 
-    text = ms.finetune_budget_returns_markdown(folders)
+    text = fb.finetune_budget_returns_markdown(folders)
     lines = text.splitlines()
     assert "| method | budget | asterix | breakout |" in lines
     rows = [line for line in lines if line.startswith("| none |") or line.startswith("| sgi |")]
@@ -524,13 +528,13 @@ def test_finetune_budget_returns_show_every_game_each_budget_has_reached(tmp_pat
     assert rows[0] == "| none | 10k steps | 1.10 [0.85, 1.35] | 1.10 [0.85, 1.35] |"
     assert rows[3] == "| sgi | 20k steps | 4.00 [4.00, 4.00] | 4.00 (1 seed) |"
     assert "s_g" not in text and "final evaluation" in text
-    assert "mean of every training episode" in ms.finetune_budget_returns_markdown(
+    assert "mean of every training episode" in fb.finetune_budget_returns_markdown(
         folders, readout="training"
     )
-    empty = ms.finetune_budget_returns_markdown({"10k steps": study, "20k": tmp_path / "none"})
+    empty = fb.finetune_budget_returns_markdown({"10k steps": study, "20k": tmp_path / "none"})
     assert empty.startswith("No agent has finished at every budget")
     with pytest.raises(ValueError, match="readout 'best'"):
-        ms.finetune_budget_returns(folders, readout="best")
+        fb.finetune_budget_returns(folders, readout="best")
 
 
 def test_the_probe_section_is_over_the_games_of_the_complete_objectives(study, monkeypatch):
@@ -547,8 +551,8 @@ def test_the_probe_section_is_over_the_games_of_the_complete_objectives(study, m
         ],
         columns=["objective", "game", "seed", "across_categories"],
     )
-    monkeypatch.setattr(ms, "experiment_probe_frame", lambda graph: probes)
-    text = ms.study_markdown(study, reps=200, graph=object())
+    monkeypatch.setattr(fr, "experiment_probe_frame", lambda graph: probes)
+    text = fr.study_markdown(study, reps=200, graph=object())
     section = text.split("### Probes beside finetuning")[1].split("###")[0]
     assert "| none | 0.800 | 2 | 0.110 |" in section  # (0.70 + 0.90) / 2 over both games
     assert "| sgi | 0.700 | 2 | 0.110 |" in section
@@ -562,7 +566,7 @@ def test_an_experiment_at_twice_the_budget_reads_as_the_study(tmp_path):
             agent(tmp_path, "sgi_none_2x", g, seed, 0.3 + 0.01 * seed)
             agent(tmp_path, "reduced_lr_2x__sgi", g, seed, 0.2 + 0.01 * seed)
             agent(tmp_path, "naive_2x__sgi", g, seed, 0.4)
-    text = ms.study_markdown(tmp_path, reps=200)
+    text = fr.study_markdown(tmp_path, reps=200)
     objectives = text.split("### Objectives (reduced-lr finetuning)")[1].split("###")[0]
     assert "Over 2 games x 3 seeds" in objectives
     assert "| none | 0.310 [" in objectives and "| sgi | 0.210 [" in objectives
@@ -584,8 +588,8 @@ def test_the_probe_section_reads_the_r2_headline_and_says_so(study, monkeypatch)
         ],
         columns=["objective", "game", "seed", "headline_metric", "state_r2", "across_categories"],
     )
-    monkeypatch.setattr(ms, "experiment_probe_frame", lambda graph: probes)
-    text = ms.study_markdown(study, reps=200, graph=object())
+    monkeypatch.setattr(fr, "experiment_probe_frame", lambda graph: probes)
+    text = fr.study_markdown(study, reps=200, graph=object())
     section = text.split("### Probes beside finetuning")[1].split("###")[0]
     assert "| objective | probe R² | probe_games | iqm |" in section
     assert "mean held-out R² of the labels read by regression" in section

@@ -1,6 +1,6 @@
 """A probe experiment's report (``params/experiments/probes.yaml``): ``report.html``,
 ``results.csv``, ``results.aggregates.csv`` and ``results.md``, one summary per reading, and the
-readings side by side (`sgi_lab.analysis.probe_reread`) when the encoders were read several
+readings side by side (`sgi_lab.studies.probe_reread`) when the encoders were read several
 ways."""
 
 from __future__ import annotations
@@ -12,10 +12,8 @@ from typing import Any
 
 import pandas as pd
 
-from sgi_lab.analysis.probe_reread import reread_tables
 from sgi_lab.analysis.probe_study import (
     experiment_probe_frame,
-    markdown_table,
     objective_summary,
     paper_rank_correlation,
     readout_groups,
@@ -23,6 +21,8 @@ from sgi_lab.analysis.probe_study import (
     summary_table,
 )
 from sgi_lab.base.files import atomic_write_text
+from sgi_lab.studies.probe_reread import reread_tables
+from sgi_lab.viz.markdown import markdown_table
 
 __all__ = ["write_probe_report"]
 

@@ -8,16 +8,15 @@ a rounding difference grows into another trajectory. So the second run is anothe
 
 `published_runs` reads a first run's final returns from a CSV (``objective, scheme, game, seed,
 score``: a results page's per-seed table, the mean evaluation return to two decimals) as
-`sgi_lab.analysis.minatar_study.study_runs` rows; `rerun_table` compares the two runs method by
+`sgi_lab.studies.finetune_study.study_runs` rows; `rerun_table` compares the two runs method by
 method; `rerun_markdown` writes it; `baseline_table` sets every method of one run against each
 run's scratch agents (does a conclusion drawn against one draw of scratch survive another?);
-`rerun_svg` draws each (method, game, seed) of the second run against the first
-(`write_rerun_figure`).
+`write_rerun_figure` draws each (method, game, seed) of the second run against the first
+(`sgi_lab.viz.rerun_figure.rerun_svg`).
 """
 
 from __future__ import annotations
 
-import html
 import itertools
 from pathlib import Path
 from typing import Any
@@ -25,17 +24,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sgi_lab.analysis.minatar_study import (
-    _method,
+from sgi_lab.metrics.aggregate import seed_pairs
+from sgi_lab.metrics.minatar import normalization_name, normalized_score
+from sgi_lab.studies.finetune_study import (
+    method_labels,
     objective_table,
     readout_runs,
     study_runs,
-    table_markdown,
 )
-from sgi_lab.analysis.probe_study import format_interval
-from sgi_lab.base.files import atomic_write_text, check_ours
-from sgi_lab.metrics.aggregate import seed_pairs
-from sgi_lab.metrics.minatar import normalization_name, normalized_score
+from sgi_lab.viz.markdown import format_interval, table_markdown
+from sgi_lab.viz.rerun_figure import RERUN_MARK, rerun_svg
+from sgi_lab.viz.svg import write_svg
 
 __all__ = [
     "baseline_markdown",
@@ -44,13 +43,9 @@ __all__ = [
     "load_runs",
     "published_runs",
     "rerun_markdown",
-    "rerun_svg",
     "rerun_table",
     "write_rerun_figure",
 ]
-
-RERUN_MARK = "sgi-lab reruns.rerun_svg"
-"""Inside every figure `rerun_svg` draws: what `write_rerun_figure` may overwrite."""
 
 COLUMNS = ("objective", "scheme", "game", "seed", "score")
 
@@ -172,7 +167,7 @@ def compare_runs(sources: dict[str, str | Path], reps: int = 2000) -> dict[str, 
 def _complete(runs: pd.DataFrame, seeds: list[int]) -> dict[str, set[str]]:
     """{method: games where it finished every seed}."""
     done = runs[runs["finished"]]
-    done = done.assign(method=_method(done))
+    done = done.assign(method=method_labels(done))
     full = done[done["seed"].isin(seeds)].groupby(["method", "game"])["seed"].nunique()
     full = full[full == len(seeds)].reset_index()
     return full.groupby("method")["game"].apply(set).to_dict()
@@ -223,7 +218,7 @@ def rerun_table(
         scores = {}
         for name, runs in (("first", first), ("second", second)):
             done = runs[runs["finished"] & runs["game"].isin(games) & runs["seed"].isin(seeds)]
-            done = done.assign(objective=_method(done), scheme="all")
+            done = done.assign(objective=method_labels(done), scheme="all")
             keep = [method, "none"] if with_none else [method]
             table = objective_table(done[done["objective"].isin(keep)], None, reps=reps, seed=seed)
             for k in ("", "_lower", "_upper"):
@@ -232,7 +227,7 @@ def rerun_table(
             row[f"gap_{name}"] = row[f"iqm_{name}"] - none_iqm if method != "none" else np.nan
             part = rounded[name]  # seed by seed at the coarser run's precision
             part = part[part["finished"] & part["game"].isin(games) & part["seed"].isin(seeds)]
-            part = part[_method(part) == method]
+            part = part[method_labels(part) == method]
             scores[name] = part.groupby(["game", "seed"])["normalized"].mean()
         pairs = seed_pairs(scores["second"], scores["first"])
         row.update({k: pairs[k] for k in ("above", "below", "level", "sign_p")})
@@ -331,7 +326,7 @@ def baseline_table(
             if method == "none" or not games:
                 continue
             done = runs[runs["finished"] & runs["game"].isin(games)]
-            done = done[_method(done) == method].assign(objective=method, scheme="all")
+            done = done[method_labels(done) == method].assign(objective=method, scheme="all")
             # each draw a run of its own, as many draws as it has on every (game, seed), so
             # that every game has the same runs
             draws = done.groupby(["game", "seed"]).cumcount()
@@ -415,66 +410,9 @@ def _pairs(first: pd.DataFrame, second: pd.DataFrame) -> pd.DataFrame:
     frames = []
     for name, runs in (("first", first), ("second", second)):
         done = runs[runs["finished"]]
-        done = done.assign(method=_method(done))
+        done = done.assign(method=method_labels(done))
         frames.append(done.groupby(["method", "game", "seed"])["normalized"].mean().rename(name))
     return pd.concat(frames, axis=1, join="inner").dropna().reset_index()
-
-
-def rerun_svg(
-    first: pd.DataFrame, second: pd.DataFrame, names: tuple[str, str] = ("first", "second")
-) -> str:
-    """Each (method, game, seed) both runs finished, as a point: its normalised score in the
-    first run (x) against the second (y), coloured by game, with the diagonal (a seed that
-    pinned its run would sit on it). A standalone SVG (GitHub shows it in a Markdown page)."""
-    pairs = _pairs(first, second)
-    width, pad_l, pad_r, pad_t, pad_b = 420, 48, 130, 12, 40
-    side = width - pad_l - pad_r  # a square plot
-    height = pad_t + side + pad_b
-    if pairs.empty:
-        return f'<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10"><desc>{RERUN_MARK}</desc></svg>'
-    values = pairs[["first", "second"]].to_numpy()
-    lo, hi = min(0.0, float(values.min())), float(values.max()) * 1.05 or 1.0
-
-    def at(value: float) -> float:
-        return (value - lo) / (hi - lo) * side
-
-    x0, y0 = pad_l, pad_t + side  # the axes' origin, at (lo, lo)
-    colours = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
-    games = sorted(pairs["game"].unique())
-    one, two = (html.escape(n) for n in names)
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        'font-size="11" font-family="sans-serif">',
-        f"<desc>{RERUN_MARK}</desc>",
-        f'<rect width="{width}" height="{height}" fill="white"/>',
-        f'<polyline points="{x0},{pad_t} {x0},{y0} {x0 + side},{y0}" fill="none" stroke="#888"/>',
-        f'<line x1="{x0}" y1="{y0}" x2="{x0 + side}" y2="{pad_t}" stroke="#bbb" '
-        'stroke-dasharray="4 3"/>',
-        f'<text x="{x0 + side / 2:.0f}" y="{height - 6}" text-anchor="middle">'
-        f"MinAtar score, {one}</text>",
-        f'<text x="12" y="{pad_t + side / 2:.0f}" transform="rotate(-90 12 {pad_t + side / 2:.0f})" '
-        f'text-anchor="middle">MinAtar score, {two}</text>',
-        f'<text x="{x0 - 4}" y="{pad_t + 8}" text-anchor="end">{hi:.2f}</text>',
-        f'<text x="{x0 - 4}" y="{y0}" text-anchor="end">{lo:.2f}</text>',
-        f'<text x="{x0 + side}" y="{y0 + 14}" text-anchor="end">{hi:.2f}</text>',
-    ]
-    for row in pairs.itertuples():
-        colour = colours[games.index(row.game) % len(colours)]
-        parts.append(
-            f'<circle cx="{x0 + at(row.first):.1f}" cy="{y0 - at(row.second):.1f}" r="3" '
-            f'fill="{colour}" fill-opacity="0.7"><title>{html.escape(row.method)}, '
-            f"{html.escape(row.game)}, seed {int(row.seed)}: {row.first:.3f} / "
-            f"{row.second:.3f}</title></circle>"
-        )
-    for i, game in enumerate(games):
-        y = pad_t + 14 + 16 * i
-        parts.append(
-            f'<circle cx="{width - pad_r + 14}" cy="{y - 4}" r="4" '
-            f'fill="{colours[i % len(colours)]}"/><text x="{width - pad_r + 22}" y="{y}">'
-            f"{html.escape(game.removeprefix('minatar/'))}</text>"
-        )
-    parts.append("</svg>")
-    return "".join(parts)
 
 
 def write_rerun_figure(
@@ -488,7 +426,4 @@ def write_rerun_figure(
     Raises:
         FileExistsError: ``path`` holds something else (it is left as it is).
     """
-    path = Path(path)
-    check_ours(path, RERUN_MARK, "a rerun figure")
-    atomic_write_text(path, rerun_svg(first, second, names))
-    return path
+    return write_svg(path, rerun_svg(_pairs(first, second), names), RERUN_MARK, "a rerun figure")

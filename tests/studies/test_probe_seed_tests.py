@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from sgi_lab.analysis.probe_seed_tests import (
+from sgi_lab.studies.probe_seed_tests import (
     seed_level_table,
     seed_level_test,
     seed_means,
@@ -71,7 +71,7 @@ def test_the_table_tests_groups_and_contrasts_over_seeds():
 
 
 def test_each_encoder_is_paired_with_its_own_seeds_random_encoder_per_game_and_reading():
-    from sgi_lab.analysis.probe_seed_tests import (
+    from sgi_lab.studies.probe_seed_tests import (
         inverse_groups,
         paired_change_frame,
         reading_seed_table,
@@ -118,8 +118,8 @@ def test_an_archived_studys_probes_are_read_without_their_models(tmp_path):
     encoder and game, random encoders by seed."""
     import json
 
-    from sgi_lab.analysis.probe_seed_tests import encoder_game_table
     from sgi_lab.analysis.probe_study import probe_folders, probe_frame
+    from sgi_lab.studies.probe_seed_tests import encoder_game_table
 
     def entry(kind, game, r2, seed=None, stamp=None):
         return {

@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sgi_lab.analysis.probe_study import mean_ci, readout_groups
+from sgi_lab.analysis.probe_study import readout_groups
+from sgi_lab.metrics.aggregate import mean_ci
 
 __all__ = [
     "SEED_LEVEL_NOTE",
