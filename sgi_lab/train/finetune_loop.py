@@ -228,11 +228,13 @@ class _Progress:
 
     def show(self, rows: list[dict[str, Any]]) -> None:
         self.bar.update(1)
-        sps = [r["charts/sps"] for r in rows if "charts/sps" in r]
         returns = [r["episode/return"] for r in rows if "episode/return" in r]
-        self.postfix.update({"agent-steps/s": f"{sps[0] * self.n:.1f}"} if sps else {})
+        # tqdm's smoothed rate of the last steps: a logged row's window held the fast
+        # acting-only steps before learning for minutes (85 agent-steps/s shown at 2.1)
+        rate = None if self.bar.disable else self.bar.format_dict.get("rate")
+        self.postfix.update({"agent-steps/s": f"{rate * self.n:.1f}"} if rate else {})
         self.postfix.update({"return": f"{np.mean(returns):.0f}"} if returns else {})
-        if sps or returns:
+        if self.postfix:
             self.bar.set_postfix(self.postfix, refresh=False)
 
     def close(self) -> None:
