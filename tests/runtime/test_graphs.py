@@ -66,17 +66,26 @@ def test_trace_records_operators_shapes_and_state():
 
 
 @pytest.mark.parametrize(
-    ("ssl", "batching"), [("spr", "vmap"), ("all", "vmap"), ("spr", "loop"), ("none", "vmap")]
+    ("ssl", "batching", "encoder"),
+    [
+        ("spr", "vmap", "resnet"),
+        ("all", "vmap", "resnet"),
+        ("spr", "loop", "resnet"),
+        ("none", "vmap", "resnet"),
+        ("spr", "vmap", "nature"),  # one online pass over s_t and the bootstrap state
+    ],
 )
-def test_population_update_is_replayable_on_the_gpu_path(ssl, batching):
-    """The update a CUDA graph captures (`sgi_lab.train.update.update`, host checks off as on a GPU) does
-    the same work on the same tensors at every call: captured once, replays stay right."""
+def test_population_update_is_replayable_on_the_gpu_path(ssl, batching, encoder):
+    """The update a CUDA graph captures (`sgi_lab.train.update.update`, host checks off and
+    lean kernels on, as on a GPU) does the same work on the same tensors at every call:
+    captured once, replays stay right."""
     configs = [
-        make_config(seed=s, game=g, ssl=ssl, population_batching=batching)
+        make_config(seed=s, game=g, ssl=ssl, population_batching=batching, encoder=encoder)
         for s, g in enumerate(["Pong", "Breakout"])
     ]
     pop = population(configs, [6, 4])
     pop.host_checks = False
+    pop.lean_kernels = True
     staged = stage(
         pop,
         [fake_batch(c, 4, seed=i) for i, c in enumerate(configs)],
