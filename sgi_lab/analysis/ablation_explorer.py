@@ -18,8 +18,8 @@ from sgi_lab.metrics import (
     METRICS,
 )
 from sgi_lab.viz.ablations import ablation_figures
+from sgi_lab.viz.live import LiveFigure
 from sgi_lab.viz.tables import LiveTable, aggregate_frame
-from sgi_lab.viz.training import LiveFigure
 
 __all__ = ["AblationExplorer"]
 

@@ -23,7 +23,7 @@ from sgi_lab.data import TransitionStore
 from sgi_lab.nets import SGIModel, renormalize
 from sgi_lab.objectives.goal_rl import goal_reward, goal_similarity
 from sgi_lab.viz.goal_rewards import collapse_note, goal_trajectory_figure, nearest_frames_figure
-from sgi_lab.viz.training import LiveFigure
+from sgi_lab.viz.live import LiveFigure
 
 __all__ = [
     "GOAL_KINDS",

@@ -3,7 +3,7 @@
 
 `probe_frame` reads probes.json files (``sgi-lab report``, ``representations.ipynb``);
 `experiment_probe_frame` reads an experiment's probe tasks (``params/experiments/probes.yaml``);
-`sgi_lab.studies.probe_report` writes its report.
+`sgi_lab.studies.probe_report` writes its report and the study's Markdown.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from sgi_lab.probes.atariari import CATEGORIES
 from sgi_lab.probes.encoder_probe import PROBES_FILE
 from sgi_lab.probes.results import read_probes
 from sgi_lab.runs.status import read_status, run_folders
-from sgi_lab.viz.markdown import format_interval, markdown_table
+from sgi_lab.viz.markdown import format_interval
 
 __all__ = [
     "PAPER_CONFIGS",
@@ -45,7 +45,6 @@ __all__ = [
     "reading_label",
     "reading_labels",
     "readout_groups",
-    "results_markdown",
     "training_probe_curves",
     "curve_summary",
     "summary_table",
@@ -529,43 +528,3 @@ def overall_by_objective(summary: pd.DataFrame, metric: str = "overall") -> dict
         return {}
     rows = summary[summary["metric"] == metric]
     return {str(k): float(v) for k, v in zip(rows["objective"], rows["value"], strict=True)}
-
-
-def results_markdown(frame: pd.DataFrame, summary: pd.DataFrame) -> str:
-    """The study's numbers as markdown (for docs/results/probes.md): F1 per objective and
-    category with 95% CIs over seeds, the baselines, and the Spearman correlation with the
-    paper's tab:controls_hns (median and mean HNS)."""
-    games = ", ".join(sorted(frame["game"].unique())) if not frame.empty else "-"
-    seeds = summary.groupby("objective")["seeds"].max().to_dict() if not summary.empty else {}
-    readouts = (
-        ", ".join(sorted({f"{r} on {f}" for r, f in zip(frame["readout"], frame["features"])}))
-        if {"readout", "features"} <= set(frame.columns)
-        else "-"
-    )
-    parts = [
-        f"Encoders probed: {len(frame)} (games: {games}; seeds per objective: {seeds}; "
-        f"readout: {readouts}).",
-        "",
-        "Test scores, mean over seeds of each seed's mean over games [95% t interval over "
-        "seeds]. F1 of the classified labels: across_categories is the mean of the category "
-        "means (AtariARI's headline), overall the mean over every classified variable; "
-        "state_r2 is the mean held-out R^2 of the labels read by regression (MinAtar's "
-        "positions, counters and ramp: its headline), never averaged with an F1; "
-        "coordinate_r2 and coordinate_within are the coordinates' ridge regressions (R^2, "
-        "accuracy within +-2 units); cosine the collapse diagnostic (mean pairwise cosine of "
-        "the projection):",
-        "",
-        markdown_table(summary_table(summary)),
-        "",
-    ]
-    for metric in ("across_categories", "overall", "reward_f1"):
-        for paper_metric in ("median", "mean"):
-            corr = paper_rank_correlation(summary, metric, paper_metric)
-            pairs = ", ".join(f"{n} {ours:.3f}/{paper:.3f}" for n, ours, paper in corr["pairs"])
-            rho = "n/a" if corr["rho"] is None else f"{corr['rho']:.3f} (p = {corr['p']:.3f})"
-            parts.append(
-                f"Spearman rho of {metric} F1 with the paper's {paper_metric} HNS "
-                f"(tab:controls_hns, n = {corr['n']}): {rho}; ours/paper: {pairs}"
-            )
-            parts.append("")
-    return "\n".join(parts)

@@ -1,7 +1,7 @@
 """A probe experiment's report (``params/experiments/probes.yaml``): ``report.html``,
 ``results.csv``, ``results.aggregates.csv`` and ``results.md``, one summary per reading, and the
 readings side by side (`sgi_lab.studies.probe_reread`) when the encoders were read several
-ways."""
+ways; `results_markdown`, the study's numbers as docs/results/probes.md shows them."""
 
 from __future__ import annotations
 
@@ -17,14 +17,13 @@ from sgi_lab.analysis.probe_study import (
     objective_summary,
     paper_rank_correlation,
     readout_groups,
-    results_markdown,
     summary_table,
 )
 from sgi_lab.base.files import atomic_write_text
 from sgi_lab.studies.probe_reread import reread_tables
 from sgi_lab.viz.markdown import markdown_table
 
-__all__ = ["write_probe_report"]
+__all__ = ["results_markdown", "write_probe_report"]
 
 
 def write_probe_report(graph: Any) -> Path:
@@ -105,3 +104,43 @@ def write_probe_report(graph: Any) -> Path:
     path = out / "report.html"
     atomic_write_text(path, "\n".join(parts))
     return path
+
+
+def results_markdown(frame: pd.DataFrame, summary: pd.DataFrame) -> str:
+    """The study's numbers as markdown (for docs/results/probes.md): F1 per objective and
+    category with 95% CIs over seeds, the baselines, and the Spearman correlation with the
+    paper's tab:controls_hns (median and mean HNS)."""
+    games = ", ".join(sorted(frame["game"].unique())) if not frame.empty else "-"
+    seeds = summary.groupby("objective")["seeds"].max().to_dict() if not summary.empty else {}
+    readouts = (
+        ", ".join(sorted({f"{r} on {f}" for r, f in zip(frame["readout"], frame["features"])}))
+        if {"readout", "features"} <= set(frame.columns)
+        else "-"
+    )
+    parts = [
+        f"Encoders probed: {len(frame)} (games: {games}; seeds per objective: {seeds}; "
+        f"readout: {readouts}).",
+        "",
+        "Test scores, mean over seeds of each seed's mean over games [95% t interval over "
+        "seeds]. F1 of the classified labels: across_categories is the mean of the category "
+        "means (AtariARI's headline), overall the mean over every classified variable; "
+        "state_r2 is the mean held-out R^2 of the labels read by regression (MinAtar's "
+        "positions, counters and ramp: its headline), never averaged with an F1; "
+        "coordinate_r2 and coordinate_within are the coordinates' ridge regressions (R^2, "
+        "accuracy within +-2 units); cosine the collapse diagnostic (mean pairwise cosine of "
+        "the projection):",
+        "",
+        markdown_table(summary_table(summary)),
+        "",
+    ]
+    for metric in ("across_categories", "overall", "reward_f1"):
+        for paper_metric in ("median", "mean"):
+            corr = paper_rank_correlation(summary, metric, paper_metric)
+            pairs = ", ".join(f"{n} {ours:.3f}/{paper:.3f}" for n, ours, paper in corr["pairs"])
+            rho = "n/a" if corr["rho"] is None else f"{corr['rho']:.3f} (p = {corr['p']:.3f})"
+            parts.append(
+                f"Spearman rho of {metric} F1 with the paper's {paper_metric} HNS "
+                f"(tab:controls_hns, n = {corr['n']}): {rho}; ours/paper: {pairs}"
+            )
+            parts.append("")
+    return "\n".join(parts)

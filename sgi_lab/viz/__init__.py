@@ -1,7 +1,7 @@
 """Figures and tables, each a function of the frames that `sgi_lab` computes.
 
-Plotly figures used by the notebooks: training curves, live or from metrics.jsonl (`training`),
-finetuning learning curves (`learning`), aggregate scores (`aggregates`), the ablation
+Plotly figures used by the notebooks: training curves from metrics.jsonl (`training`) or live
+(`live`), finetuning learning curves (`learning`), aggregate scores (`aggregates`), the ablation
 explorer's (`ablations`), stores (`datasets`), goal rewards (`goal_rewards`), representations
 (`representations`), probe scores (`probes`), what they share (`common`), HTML tables
 (`tables`) and a report's printable tables (`report_tables`). Standalone SVG figures that render
@@ -18,6 +18,7 @@ from sgi_lab.viz.common import chance_lines
 from sgi_lab.viz.datasets import coverage_figure, frame_strip, store_summary_figure
 from sgi_lab.viz.goal_rewards import frames_figure, goal_trajectory_figure, nearest_frames_figure
 from sgi_lab.viz.learning import compare_learning_curves, learning_curve
+from sgi_lab.viz.live import LiveCurves, LiveFigure
 from sgi_lab.viz.representations import (
     compare_stores_figure,
     diversity_figure,
@@ -29,8 +30,6 @@ from sgi_lab.viz.tables import LiveTable, aggregate_frame, results_frame
 from sgi_lab.viz.training import (
     FINETUNE_CURVES,
     PRETRAIN_CURVES,
-    LiveCurves,
-    LiveFigure,
     compare_runs,
     figure_widget_available,
     summary_table,

@@ -18,7 +18,6 @@ from sgi_lab.analysis.probe_encoders import random_probe_encoder
 from sgi_lab.analysis.probe_study import (
     objective_summary,
     probe_frame,
-    results_markdown,
     training_probe_curves,
 )
 from sgi_lab.launch.cli import main
@@ -35,6 +34,7 @@ from sgi_lab.probes.linear import (
     within_accuracy,
 )
 from sgi_lab.probes.results import probe_done, write_probes
+from sgi_lab.studies.probe_report import results_markdown
 from sgi_lab.train.pretrain import probe_metrics
 
 

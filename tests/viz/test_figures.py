@@ -479,10 +479,10 @@ def test_the_saved_notebook_shows_where_training_ended_not_a_stale_bar(tmp_path)
 
 
 def test_progress_line_says_step_of_total_and_rate(monkeypatch):
-    from sgi_lab.viz import training
+    from sgi_lab.viz import live
 
     clock = iter([0.0, 0.0, 10.0, 10.0, 10.0, 20.0, 20.0, 20.0, 20.0])
-    monkeypatch.setattr(training.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(live.time, "monotonic", lambda: next(clock))
     curves = viz.LiveCurves(["loss"], total=200, label="pretraining")  # started at 0
     assert curves.progress_line() == "pretraining: starting, 200 steps"
     curves.update({"step": 20, "loss": 1.0})  # first row at t=10
@@ -492,7 +492,8 @@ def test_progress_line_says_step_of_total_and_rate(monkeypatch):
 
 def test_static_figures_env_switches_off_figure_widgets(monkeypatch):
     from sgi_lab.launch.notebook_runner import _environment
-    from sgi_lab.viz.training import STATIC_FIGURES_ENV, LiveCurves, figure_widget_available
+    from sgi_lab.viz.live import LiveCurves
+    from sgi_lab.viz.training import STATIC_FIGURES_ENV, figure_widget_available
 
     monkeypatch.delenv(STATIC_FIGURES_ENV, raising=False)
     widgets = figure_widget_available()  # True where anywidget is installed

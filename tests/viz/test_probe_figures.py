@@ -7,8 +7,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from sgi_lab.viz.live import LiveCurves
 from sgi_lab.viz.probes import probe_bars, probe_curve_figure, probe_panel_keys, probe_panels
-from sgi_lab.viz.training import PRETRAIN_CURVES, LiveCurves, metric_axis_title, training_curves
+from sgi_lab.viz.training import PRETRAIN_CURVES, metric_axis_title, training_curves
 
 F1_LABELS = {"overall", "reward f1", "headline: category mean", "agent localization"}
 R2_LABELS = {"headline: mean R²", "mean R² (headline)", "coordinates", "counters", "ordinal"}
