@@ -102,7 +102,7 @@ class AblationExplorer:
             description="baseline",
         )
         self.notes = widgets.HTML()
-        self.interval = LiveFigure()
+        self.interval = LiveFigure(widget=False)
         self.table = LiveTable(
             title=AGGREGATE_TABLE_TITLE["HNS"],
             empty="no aggregate to show: select at least one game and one metric",
@@ -111,13 +111,13 @@ class AblationExplorer:
             title=IMPROVEMENT_TITLE,
             empty="pick a baseline to see each method's probability of improvement over it",
         )
-        self.per_game = LiveFigure()
+        self.per_game = LiveFigure(widget=False)
         self.probe_table = LiveTable(
             title=PROBE_TABLE_TITLE,
             empty="no probe results for these runs' encoders (sgi-lab probe PRETRAINING_RUN "
             "--data STORE, or probe_runs: a probe study's folder)",
         )
-        self.probe_bars = LiveFigure()
+        self.probe_bars = LiveFigure(widget=False)
         for control in (self.games, self.methods, self.paper, self.metrics, self.baseline):
             control.observe(self._on_change, names="value")
         self.widget = widgets.VBox(

@@ -288,8 +288,8 @@ class GoalExplorer:
         )  # fmt: skip
         self.seed = widgets.IntText(value=seed, description="seed", style=style)
         self.status = widgets.HTML()
-        self.trajectory_view = LiveFigure()
-        self.frames_view = LiveFigure()
+        self.trajectory_view = LiveFigure(widget=False)
+        self.frames_view = LiveFigure(widget=False)
         for control in (self.kind, self.offset, self.alpha, self.seed):
             control.observe(self._on_change, names="value")
         self.widget = widgets.VBox(

@@ -44,11 +44,15 @@ class LiveFigure:
 
     Args:
         figure: the initial figure (default: empty).
+        widget: False: always the display handle. plotly's FigureWidget sends its 5 MB
+            plotly.js bundle as each widget's ESM, and anywidget (0.11) gives a model 2 s to
+            load it (``AbortSignal.timeout(2000)``): on a loaded machine the figure stays
+            blank ("[anywidget] Failed to initialize model"); a display handle does not.
     """
 
-    def __init__(self, figure: go.Figure | None = None) -> None:
+    def __init__(self, figure: go.Figure | None = None, widget: bool = True) -> None:
         figure = figure if figure is not None else go.Figure()
-        if figure_widget_available():
+        if widget and figure_widget_available():
             self.figure = go.FigureWidget(widget_width(go.Figure(figure)))
             self.widget = self.figure
         else:

@@ -539,3 +539,20 @@ def test_atari_and_minatar_games_are_never_aggregated_together(minatar_runs):
     assert any("mix Atari (HNS) and MinAtar (minatar/breakout" in n for n in view.notes)
     df, notes = run_scores.run_aggregates(model.scores, ["Pong", "minatar/breakout"])
     assert df.empty and "one aggregate never mixes the two" in notes[0]
+
+
+def test_explorer_figures_never_wait_on_anywidget(runs, monkeypatch):
+    """anywidget gives a FigureWidget 2 s to load plotly's 5 MB bundle; a loaded machine overran
+    it and the interval plot stayed blank. The explorer's figures are display handles, with
+    their traces from the first render on, whether or not anywidget is installed."""
+    from sgi_lab.viz import live
+    from sgi_lab.viz.training import STATIC_FIGURES_ENV
+
+    monkeypatch.delenv(STATIC_FIGURES_ENV, raising=False)
+    monkeypatch.setattr(live, "figure_widget_available", lambda: True)
+    assert live.LiveFigure().widget is not None  # a FigureWidget where one is asked for
+    model = ablations.AblationModel(run_scores.load_run_scores(run_scores.find_runs(runs)), reps=20)
+    explorer = ablation_explorer.AblationExplorer(model, paper=["SGI-M"], metrics=["iqm"])
+    for view in (explorer.interval, explorer.per_game, explorer.probe_bars):
+        assert view.widget is None
+    assert len(explorer.interval.figure.data) > 0
