@@ -1,5 +1,15 @@
 """Networks: encoders, SPR transition model, C51 dueling noisy heads with FiLM goal
-conditioning, inverse-dynamics and ATC heads, composed in :class:`SGIModel`."""
+conditioning, inverse-dynamics and ATC heads, composed in :class:`SGIModel`.
+
+- `encoders`: the Nature CNN, the ResNets of the paper and the MinAtar CNNs (`make_encoder`),
+  and `renormalize`;
+- `transition`: SPR's latent transition model h(z, a) -> z';
+- `heads`: the distributional dueling Q head, FiLM goal conditioning, the inverse-dynamics
+  model and ATC's contrast head;
+- `noisy`: the noisy linear layer (factorised Gaussian noise);
+- `model`: `SGIModel`, all of them in one module under stable parameter names;
+- `ema`: target networks and the one EMA step.
+"""
 
 from sgi_lab.nets.ema import ema_update, make_target
 from sgi_lab.nets.encoders import (

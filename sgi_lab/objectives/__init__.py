@@ -1,6 +1,14 @@
 """Losses, one module each; pure functions of tensors returning per-sample losses (B,).
 
 The trainer weights and reduces them (SGI pretraining: 2 x SPR + 1 x inverse + 1 x goal RL).
+
+- `spr`: SPR's prediction of future latent projections (`spr_loss`);
+- `inverse`: inverse dynamics, the action between two latents (`inverse_dynamics_loss`);
+- `goal_rl`: hindsight goals in latent space, potential-based rewards and the C51 loss through
+  the FiLM goal-conditioned Q head (`goal_rl_loss`);
+- `rainbow`: the C51 n-step pieces shared with finetuning (`project_distribution`, `c51_loss`);
+- `atc`: augmented temporal contrast, the contrastive baseline (`atc_loss`);
+- `bc`: behavioural cloning, the baseline (`bc_loss`).
 """
 
 from sgi_lab.objectives.atc import atc_accuracy, atc_logits, atc_loss
