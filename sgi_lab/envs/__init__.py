@@ -1,6 +1,18 @@
 """Environments behind one factory: Atari 100k (gymnasium + ale-py, the table of the 26 games)
 and MinAtar (``minatar/<game>``, the optional ``minatar`` package), each with its observation
-spec."""
+spec.
+
+- `games`: the 26 Atari 100k games, their random and human scores, name normalization;
+- `factory`: `make_env`, one factory for both families, picked by the game's name;
+- `spec`: what one observation is (`ObservationSpec`), read without importing an emulator;
+- `atari`: Atari 100k on gymnasium + ale-py with the SimPLe/DER/SPR protocol;
+- `rlpyt_frames`: the authors' frame protocol, rlpyt's ``AtariEnv`` as SPR and SGI modified it;
+- `minatar`: the five MinAtar games behind the same interface;
+- `vector`: N Atari environments stepped together on gymnasium's vector envs;
+- `pool`: a population's environments, each its own game and seed, stepped here or in workers
+  (`EnvPool`);
+- `pool_memory`: the shared-memory rows the pool's workers write instead of pickling them.
+"""
 
 from sgi_lab.envs.factory import (
     ENV_PROTOCOLS,
