@@ -408,24 +408,14 @@ def code_names(text: str) -> set[str]:
     return names
 
 
-# Packages whose docstring and layout row had not been brought to name every module on
-# 2026-11-29: take a package off once it names them all; add none.
-NOT_YET_NAMED = {
-    "sgi_lab/experiments",
-    "sgi_lab/launch",
-}
-
-
-def unnamed_modules(root: Path = ROOT, skip: frozenset[str] | set[str] = frozenset()) -> list[str]:
+def unnamed_modules(root: Path = ROOT) -> list[str]:
     """Every module its package's docstring or its docs/layout.md row does not name (in inline
-    code: `name`, `sgi_lab.pkg.name`, `name.py`), packages in ``skip`` left out."""
+    code: `name`, `sgi_lab.pkg.name`, `name.py`)."""
     rows = layout_rows((root / "docs" / "layout.md").read_text())
     problems = []
     for init in sorted((root / "sgi_lab").glob("*/__init__.py")):
         package = init.parent
         rel = package.relative_to(root).as_posix()
-        if rel in skip:
-            continue
         docstring = code_names(ast.get_docstring(ast.parse(init.read_text())) or "")
         row = rows.get(rel)
         if row is None:
@@ -440,7 +430,7 @@ def unnamed_modules(root: Path = ROOT, skip: frozenset[str] | set[str] = frozens
 
 
 def test_every_module_is_named_by_its_package_and_the_layout():
-    problems = unnamed_modules(skip=NOT_YET_NAMED)
+    problems = unnamed_modules()
     assert not problems, "\n".join(problems)
 
 

@@ -21,6 +21,8 @@ measured in ``benchmarks/README.md`` (`SPEEDS`).
 The package, in the order a task flows through it:
 
 - `spec`: the experiment file's dataclasses and `load_experiment`;
+- `design`: a study's design and its checks: a pretraining config drawn several times (its
+  finetuning seeds dealt to the draws), the arms a question compares;
 - `graph`: `Task`, `Graph` and `expand` (data sources as tasks: `data_tasks`; probes as
   tasks: `probe_tasks`);
 - `cost`: the measured speeds, `estimate_cost` and the ``--dry-run`` plan;
@@ -30,6 +32,10 @@ The package, in the order a task flows through it:
   `rebuild_graph` (``--rebuild``), `run_order` (all three, as a run takes them);
 - `scheduler`: `run_graph`;
 - `report`: ``report.html`` and ``results.csv``;
+- `question`: a study's declared question answered (P(improvement) over the baseline with
+  intervals and Holm-adjusted permutation p values) and the power its design had;
+- `archive`: `archive` and `restore`, a finished experiment's small result files in a folder
+  meant for git;
 - `cli`: ``sgi-lab experiment``.
 """
 
