@@ -36,10 +36,10 @@ The package, in the order a task flows through it:
   intervals and Holm-adjusted permutation p values) and the power its design had;
 - `archive`: `archive` and `restore`, a finished experiment's small result files in a folder
   meant for git;
-- `cli`: ``sgi-lab experiment``.
+- `command`: ``sgi-lab experiment``, its options and handler.
 """
 
-from sgi_lab.experiments.cli import (
+from sgi_lab.experiments.command import (
     add_experiment_parser,
     load_graph,
     main_experiment,

@@ -680,7 +680,7 @@ def test_branch_first_lands_whole_objectives_one_after_another(tmp_path):
 
 
 def test_the_branch_first_flag_reaches_the_scheduler(monkeypatch, tmp_path):
-    import sgi_lab.experiments.cli as experiment_cli
+    import sgi_lab.experiments.command as experiment_cli
 
     seen = {}
     monkeypatch.setattr(

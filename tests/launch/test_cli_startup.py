@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -75,3 +76,11 @@ def test_a_deferred_command_gets_its_options_when_named():
     complete = build_parser(complete=True)
     status = complete._subparsers._group_actions[0].choices["status"]
     assert "--state" in status._option_string_actions  # filled without parsing
+
+
+def test_one_module_is_named_cli():
+    # `sgi_lab/launch/cli.py` is the command line; a command's own module is named after what
+    # it does (`experiments/command.py`), so a search for "cli.py" finds one file
+    package = Path(__file__).resolve().parents[2] / "sgi_lab"
+    found = sorted(str(p.relative_to(package)) for p in package.rglob("cli.py"))
+    assert found == ["launch/cli.py"]

@@ -1,4 +1,5 @@
-"""``sgi-lab experiment``: the command line, and `run_experiment` / `load_graph`."""
+"""``sgi-lab experiment``: its options (`add_experiment_parser`), its handler (`main_experiment`),
+and `run_experiment` / `load_graph` for notebooks and tests."""
 
 from __future__ import annotations
 
