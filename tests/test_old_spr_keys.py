@@ -104,10 +104,11 @@ def test_old_keys_mix_with_new_ones_across_a_file_and_its_overrides(tmp_path):
 
 
 def test_every_archived_run_config_loads_with_the_coefficient_it_ran_with():
-    """The archived studies' run folders (config.yaml) and resolved params files: read as
-    records (silently), each gives the old code's coefficient and builds its stage's config."""
-    paths = sorted((ROOT / "docs/results/studies").rglob("config.yaml"))
-    paths += sorted((ROOT / "docs/results/studies").glob("*/params/*.yaml"))
+    """The archived studies' run folders under results/ (config.yaml) and resolved params files:
+    read as records (silently), each gives the old code's coefficient and builds its stage's
+    config."""
+    paths = sorted((ROOT / "results").rglob("config.yaml"))
+    paths += sorted((ROOT / "results").glob("*/params/*.yaml"))
     seen = {"pretrain": set(), "finetune": set()}
     for path in paths:
         payload = read_mapping(path)

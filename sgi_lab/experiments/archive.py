@@ -4,7 +4,7 @@ An experiment folder (``outputs/experiments/NAME``) holds gigabytes: stores, mod
 checkpoints. What its tables and figures read is small: each finished agent's ``status.json``,
 ``config.yaml``, ``eval.json`` and ``metrics.jsonl``, each probe's ``probes.json``, each
 pretraining run's config and curves. `archive` copies those files of every finished task into an
-archive folder meant for git (``docs/results/studies/NAME``), their SHA-256 in
+archive folder meant for git (``results/NAME``), their SHA-256 in
 ``archive.json``, written last. `restore` copies them back into an experiment folder that lacks
 them (a fresh clone, a wiped disk), marking each restored run folder with ``restored.json``;
 the tasks they complete count as done (`restored_files`), so the experiment goes on from there
@@ -146,7 +146,7 @@ def check_archive_folder(dest: Path, graph: Graph) -> dict[str, Any]:
     if dest_abs == out or out in dest_abs.parents or dest_abs in out.parents:
         raise RunFolderError(
             f"archive {dest}: inside the experiment folder {graph.out} or holding it; an archive "
-            "is a folder of its own (docs/results/studies/NAME)"
+            "is a folder of its own (results/NAME)"
         )
     name = graph.experiment.name
     if dest.exists() and not dest.is_dir():

@@ -152,7 +152,7 @@ def run_graph(
         branch_first: after ``first``, each finetuning task and what it reads before the next
             (`branch_order`): whole branches land one after another.
         archive: a folder that keeps the experiment's results for a fresh clone
-            (`sgi_lab.experiments.archive`, e.g. ``docs/results/studies/NAME`` in git): first
+            (`sgi_lab.experiments.archive`, e.g. ``results/NAME`` in git): first
             restored into ``graph.out`` where they are missing (the tasks they complete are
             done; datasets and pretraining runs that only they read are ``unneeded``), then
             every finished task's results are archived, each as it finishes.

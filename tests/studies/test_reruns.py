@@ -26,13 +26,13 @@ from sgi_lab.studies.reruns import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-SESSIONS_13_20 = ROOT / "docs/results/studies/minatar_objectives_sessions13-20.csv"
+FIRST_RUN = ROOT / "results/minatar_objectives_first_run.csv"
 
 
 def test_the_published_per_seed_csv_gives_the_published_aggregates():
     """docs/results/minatar.md's objectives table (five games, reduced lrs) and SGI's schemes,
     from the CSV of its per-seed table (returns to two decimals: IQMs within 0.002)."""
-    runs = published_runs(SESSIONS_13_20)
+    runs = published_runs(FIRST_RUN)
     assert len(runs) == 141  # the agents finished before the 2026-11-27 restart
     table = objective_table(runs[runs["objective"] != "g_i"])  # G+I: two games only
     published = {"none": 0.145, "sgi": 0.116, "s_i": 0.093, "s_g": 0.081, "s": 0.070, "g": 0.053}
@@ -165,10 +165,10 @@ def test_a_method_against_each_draw_of_scratch_and_both_pooled():
 
 def test_compare_runs_takes_two_runs_of_a_folder_or_csv_and_names_a_bad_one(tmp_path):
     with pytest.raises(ValueError, match="give two runs of one study"):
-        compare_runs({"only": SESSIONS_13_20})
+        compare_runs({"only": FIRST_RUN})
     with pytest.raises(ValueError, match="neither an experiment folder"):
-        compare_runs({"first": SESSIONS_13_20, "second": tmp_path})
-    same = compare_runs({"a": SESSIONS_13_20, "b": SESSIONS_13_20}, reps=50)
+        compare_runs({"first": FIRST_RUN, "second": tmp_path})
+    same = compare_runs({"a": FIRST_RUN, "b": FIRST_RUN}, reps=50)
     rerun = same["rerun"].set_index("method")
     assert (rerun["same_seed"] == 0).all() and (rerun["level"] == 15).loc["s"]  # a run is itself
     assert "### Each method of a against each draw of scratch" in same["markdown"]
