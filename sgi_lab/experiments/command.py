@@ -189,7 +189,7 @@ def _add_power_options(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="DIR",
         help="--power: an experiment folder or archive to resample (default: --archive, else "
-        "the experiment folder), e.g. docs/results/studies/minatar_objectives",
+        "the experiment folder), e.g. results/minatar_objectives",
     )
     p.add_argument(
         "--pilot-arm",
@@ -258,7 +258,7 @@ def add_experiment_parser(subparsers: Any) -> argparse.ArgumentParser:
         type=Path,
         default=None,
         metavar="DIR",
-        help="keep the results (no models or data) in DIR, e.g. docs/results/studies/NAME in "
+        help="keep the results (no models or data) in DIR, e.g. results/NAME in "
         "git: restored first where the experiment folder lacks them (a fresh clone goes on "
         "from there), then each task's as it finishes",
     )
