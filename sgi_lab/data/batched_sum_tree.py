@@ -57,6 +57,7 @@ class BatchedSumTree:
         self.host_checks = torch.device(device).type == "cpu"
         self.levels = size.bit_length() - 1  # edges from the root to a leaf
         self.tree = torch.zeros(num_trees, 2 * size, dtype=torch.float64, device=device)
+        self._arange = torch.zeros(0, dtype=torch.int64, device=device)
 
     @property
     def total(self) -> torch.Tensor:
@@ -72,10 +73,11 @@ class BatchedSumTree:
 
     def get(self, rows: torch.Tensor) -> torch.Tensor:
         """(N, B) leaf priorities at ``rows`` (N, B)."""
-        return self.tree.gather(1, rows + self.size)
+        return self.leaves.gather(1, rows)
 
-    def update(self, rows: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-        """Set leaves and recompute their ancestors, level by level, for all trees at once.
+    def update(self, rows: torch.Tensor, values: torch.Tensor) -> None:
+        """Set leaves (and, for the tree walk, recompute their ancestors level by level), for
+        all trees at once.
 
         A row repeated within a tree's batch takes the value of its last occurrence (as numpy
         fancy assignment does in :class:`SumTree`). Values are validated on a CPU only, where
@@ -84,42 +86,41 @@ class BatchedSumTree:
         Args:
             rows: (N, B) int64 leaf indices per tree.
             values: (N, B) new priorities (broadcastable), finite and non-negative.
-
-        Returns:
-            (N,) int64 change in each tree's count of positive leaves.
         """
         rows = torch.as_tensor(rows, dtype=torch.int64, device=self.tree.device)
         values = torch.as_tensor(values, dtype=torch.float64, device=self.tree.device)
         values = values.expand(rows.shape)
-        if self.host_checks and (
-            bool((values < 0).any()) or not bool(torch.isfinite(values).all())
-        ):
-            raise ValueError("priorities must be finite and non-negative")
+        if self.host_checks:
+            low, high = torch.aminmax(values)  # NaN propagates to both
+            if not (float(low) >= 0 and float(high) < float("inf")):
+                raise ValueError("priorities must be finite and non-negative")
         # Scatter order among duplicate indices is unspecified (and differs on a GPU): give every
-        # duplicate the value of its last occurrence, so any write order ends the same.
-        rows, order = torch.sort(rows, dim=1, stable=True)
-        values = values.gather(1, order)
-        B = rows.shape[1]
-        is_last = torch.ones_like(rows, dtype=torch.bool)
-        is_last[:, :-1] = rows[:, 1:] != rows[:, :-1]
-        position = torch.arange(B, device=rows.device).expand_as(rows)
-        group_end = torch.where(is_last, position, B)
-        group_end = group_end.flip(1).cummin(1).values.flip(1)
-        values = values.gather(1, group_end)
-
-        nodes = rows + self.size
-        old = self.tree.gather(1, nodes)
-        positive_change = ((values > 0).long() - (old > 0).long()) * is_last
-        self.tree.scatter_(1, nodes, values)
+        # duplicate the value of its last occurrence, so any write order ends the same. The
+        # last occurrence of row b is the largest b' with the same row: a (B, B) comparison,
+        # three operators whatever the batch (a sort and its run bookkeeping took eleven).
+        same = rows[:, :, None] == rows[:, None, :]
+        values = values.gather(1, (same * self._positions(rows.shape[1])).amax(2))
+        self.leaves.scatter_(1, rows, values)
         if self.walk == "prefix":  # the leaves are all the prefix walk reads
-            return positive_change.sum(1)
+            return
+        nodes = rows + self.size
         for _ in range(self.levels):
             # Siblings within a level are final before their parents are summed; duplicate
             # parents read the same children and so write the same sum.
             nodes = nodes // 2
             sums = self.tree.gather(1, 2 * nodes) + self.tree.gather(1, 2 * nodes + 1)
             self.tree.scatter_(1, nodes, sums)
-        return positive_change.sum(1)
+
+    def _positions(self, count: int) -> torch.Tensor:
+        """``arange(count)`` on the tree's device, made once (a constant of every write)."""
+        if len(self._arange) < count:
+            self._arange = torch.arange(count, device=self.tree.device)
+        return self._arange[:count]
+
+    def positive_counts(self) -> torch.Tensor:
+        """(N,) int64 number of positive leaves in each tree (a pass over every leaf: for
+        bookkeeping and tests, not for a learn step)."""
+        return (self.leaves > 0).sum(1)
 
     def rebuild(self, tree: int, leaves: torch.Tensor) -> None:
         """Replace all leaves of one tree (the first ``len(leaves)``; the rest 0) and its sums."""

@@ -152,7 +152,6 @@ class PopulationReplay:
         if sampling not in SAMPLING:
             raise ValueError(f"sampling: one of {SAMPLING}, got {sampling!r}")
         self.tree = BatchedSumTree(N, C, dev, None if sampling == "auto" else sampling)
-        self.positive_leaves = torch.zeros(N, dtype=torch.int64, device=dev)
         self.max_priority = torch.ones(N, dtype=torch.float64, device=dev)
         # The importance-sampling exponent as device state: set before each sample (`sample`,
         # `set_beta`), read by `sample_at_beta`, so a captured graph reads the current value.
@@ -174,6 +173,11 @@ class PopulationReplay:
 
     def __len__(self) -> int:
         return self.size
+
+    @property
+    def positive_leaves(self) -> torch.Tensor:
+        """(N,) int64 each agent's count of rows with a positive priority (its valid starts)."""
+        return self.tree.positive_counts()
 
     def _tensor(self, x: Any, dtype: torch.dtype) -> torch.Tensor:
         return torch.as_tensor(np.asarray(x) if not torch.is_tensor(x) else x).to(
@@ -253,7 +257,7 @@ class PopulationReplay:
         gets_successor = ~first & ~previous_terminal & (t > 0)
         new = torch.stack([gets_successor, terminal], 1)
         values = torch.where(new, self._power(self.max_priority)[:, None], self.tree.get(rows))
-        self.positive_leaves += self.tree.update(rows, values)
+        self.tree.update(rows, values)
         self.position += 1
 
     # -- sampling -------------------------------------------------------------------------------
@@ -302,9 +306,10 @@ class PopulationReplay:
         strata = torch.arange(batch_size, device=self.device) + uniforms
         bounds = strata * (total / batch_size)
         starts = self.tree.find(bounds)
-        probs = self.tree.get(starts) / total
-        weights = (self.positive_leaves[:, None] * probs) ** (-self.beta)
-        weights = (weights / weights.max(1, keepdim=True).values).float()
+        # (count * P(j)) ** -beta over the batch's largest: the count and the total cancel,
+        # leaving (smallest sampled priority / priority) ** beta.
+        priorities = self.tree.get(starts)
+        weights = ((priorities.min(1, keepdim=True).values / priorities) ** self.beta).float()
         return self.batch_at(starts, offsets)._replace(weights=weights)
 
     def _draw_goal_offsets(self, batch_size: int) -> torch.Tensor | None:
@@ -450,7 +455,7 @@ class PopulationReplay:
         rows = self._tensor(indices, torch.int64)
         p = self._tensor(priorities, torch.float64) + 1e-6
         torch.maximum(self.max_priority, p.max(1).values, out=self.max_priority)
-        self.positive_leaves += self.tree.update(rows, self._power(p))
+        self.tree.update(rows, self._power(p))
 
     def _power(self, p: torch.Tensor) -> torch.Tensor:
         """``p ** alpha``. numpy (hence `PrioritizedReplay`) computes ``** 0.5`` as a correctly
@@ -515,7 +520,6 @@ class PopulationReplay:
         self.episodes[i] = int(firsts.sum())
         priorities = state["priorities"].to(dev, torch.float64)
         self.tree.rebuild(i, priorities)
-        self.positive_leaves[i] = (priorities > 0).sum()
         self.max_priority[i] = float(state["max_priority"])
         self._numpy_rng_states[i] = state["rng"]
         if "torch_rng" in state:

@@ -150,11 +150,11 @@ def test_batched_sum_tree_matches_numpy_sum_tree():
     N, capacity = 3, 37  # not a power of two: padded leaves stay empty
     batched = BatchedSumTree(N, capacity)
     trees = [SumTree(capacity) for _ in range(N)]
-    counts = np.zeros(N, np.int64)
     for _ in range(6):
         rows = rng.integers(0, capacity, (N, 24))  # duplicates within each tree's batch
         values = rng.random((N, 24)) * (rng.random((N, 24)) > 0.2)  # zeros included
-        counts += batched.update(torch.from_numpy(rows), torch.from_numpy(values)).numpy()
+        batched.update(torch.from_numpy(rows), torch.from_numpy(values))
+        counts = batched.positive_counts().numpy()
         for i, tree in enumerate(trees):
             tree.update(rows[i], values[i])
             np.testing.assert_array_equal(batched.tree[i].numpy(), tree.tree)
@@ -210,7 +210,7 @@ def test_sampling_frequencies_follow_priority_to_the_alpha():
     rows_ = torch.arange(60).expand(2, -1)
     population.update_priorities(rows_, torch.from_numpy(priorities) - 1e-6)
     population.tree.update(rows_, torch.from_numpy(priorities**alpha))  # exact, zeros kept
-    population.positive_leaves = torch.from_numpy(valid.sum(1))
+    assert population.positive_leaves.tolist() == valid.sum(1).tolist()
     expected = priorities**alpha / (priorities**alpha).sum(1, keepdims=True)
     draws = [population.sample(64, beta=0.5) for _ in range(60)]  # 3,840 draws per agent
     indices = torch.cat([b.indices for b in draws], 1).numpy()
