@@ -5,6 +5,7 @@
 - `collect_options`: ``sgi-lab collect``'s options, each with its help;
 - `hints`: what the command line says of arguments its parser does not take;
 - `collect_exploratory`: ``sgi-lab collect exploratory``, the Exploratory data (SGI-E);
+- `collect_agent`: ``sgi-lab collect agent``, a store played by a trained finetuning agent;
 - `exchange`: data and results in the field's formats (``export``, ``import minari``,
   ``select``, ``report --export``);
 - `probe`: ``sgi-lab probe``, linear probes of each run's frozen encoder;

@@ -18,14 +18,16 @@ from pathlib import Path
 
 from sgi_lab.config import ExploreConfig, load_config, parse_overrides
 from sgi_lab.envs import is_minatar
+from sgi_lab.launch import collect_agent
 
 DEFAULT_PARAMS = Path("params/collect/exploratory.yaml")
 MINATAR_PARAMS = Path("params/collect/exploratory_minatar.yaml")
 
 
 def add_arguments(parser: argparse.ArgumentParser, random_handler: Callable[..., int]) -> None:
-    """Add the exploratory options to the ``collect`` parser and route it through `collect`;
-    ``random_handler`` (the CLI's own) collects the other policies."""
+    """Add the exploratory options (and `collect_agent`'s) to the ``collect`` parser and route
+    it through `collect`; ``random_handler`` (the CLI's own) collects the Random policy."""
+    collect_agent.add_arguments(parser)
     parser.add_argument("--envs", type=int, default=None, help="exploratory: parallel envs")
     parser.add_argument(
         "--params", type=Path, default=None, help=f"exploratory: settings ({DEFAULT_PARAMS})"
@@ -54,7 +56,11 @@ def explore_config(args: argparse.Namespace):
 
 
 def collect(args: argparse.Namespace, random_handler: Callable[..., int]) -> int:
-    """``sgi-lab collect POLICY``: ``exploratory`` here, ``random`` by the CLI's own handler."""
+    """``sgi-lab collect POLICY``: ``exploratory`` here, ``agent`` by `collect_agent`,
+    ``random`` by the CLI's own handler."""
+    if args.policy == "agent":
+        return collect_agent.collect(args)
+    collect_agent.refuse_agent_options(args)
     if args.policy != "exploratory":
         return random_handler(args)
     if getattr(args, "env_protocol", "dopamine") != "dopamine":  # refused, never ignored
