@@ -58,6 +58,7 @@ class BatchedSumTree:
         self.levels = size.bit_length() - 1  # edges from the root to a leaf
         self.tree = torch.zeros(num_trees, 2 * size, dtype=torch.float64, device=device)
         self._arange = torch.zeros(0, dtype=torch.int64, device=device)
+        self._zero = torch.zeros((), dtype=torch.float64, device=device)
 
     @property
     def total(self) -> torch.Tensor:
@@ -151,6 +152,25 @@ class BatchedSumTree:
             mass = torch.where(go_right, mass - left_sum, mass)
             nodes = left + go_right.long()
         return (nodes - self.size).clamp_(max=self.capacity - 1)
+
+    def find_stratified(self, uniforms: torch.Tensor) -> torch.Tensor:
+        """(N, B) leaves of stratified draws: draw b of tree i lands at mass
+        ``(b + uniforms[i, b]) * total_i / B``, in the b-th of B equal slices of the tree's total
+        (`find`'s leaf, all of whose trees have a positive total).
+
+        The prefix walk reads its total off the running sum it searches, and keeps a mass that
+        round-off carries to the total just below it, so the first running sum past the mass is
+        a positive leaf's: one search, where `find` needs a second for the last positive leaf.
+        """
+        strata = self._positions(uniforms.shape[1]) + uniforms.to(torch.float64)
+        if self.walk != "prefix":
+            return self.find(strata * (self.total[:, None] / uniforms.shape[1]))
+        prefix = self.leaves.cumsum(1)
+        total = prefix[:, -1:]
+        below_total = total.nextafter(self._zero)
+        return torch.searchsorted(
+            prefix, torch.minimum(strata * (total / uniforms.shape[1]), below_total), right=True
+        )
 
     def _find_by_prefix(self, mass: torch.Tensor) -> torch.Tensor:
         """`find` by the leaves' running sums: the first leaf whose running sum passes the

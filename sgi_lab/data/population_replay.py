@@ -302,10 +302,7 @@ class PopulationReplay:
             ]
         )
         offsets = self._draw_goal_offsets(batch_size)
-        total = self.tree.total[:, None]
-        strata = torch.arange(batch_size, device=self.device) + uniforms
-        bounds = strata * (total / batch_size)
-        starts = self.tree.find(bounds)
+        starts = self.tree.find_stratified(uniforms)
         # (count * P(j)) ** -beta over the batch's largest: the count and the total cancel,
         # leaving (smallest sampled priority / priority) ** beta.
         priorities = self.tree.get(starts)

@@ -110,3 +110,25 @@ def test_a_write_takes_each_rows_last_value_in_a_handful_of_operators(walk):
     # the tree walk the leaves' nodes and 3 levels of ancestors (8 each); a sort and its run
     # bookkeeping took 11 more
     assert sum(ops.values()) == 5 + (1 + 3 * 8 if walk == "tree" else 0), ops
+
+
+def test_stratified_draws_land_alike_under_both_walks_and_never_past_the_last_positive_leaf():
+    g = torch.Generator().manual_seed(2)
+    values = torch.randint(0, 5, (3, 500), generator=g).double()  # exact sums
+    values[2, 480:] = 0
+    walked, prefixed = trees(values, 512)
+    u = torch.rand(3, 64, generator=g, dtype=torch.float64)
+    u[:, -1] = 1.0 - 2.0**-53  # the largest uniform: the last stratum's mass reaches the total
+    found = prefixed.find_stratified(u)
+    assert torch.equal(found, walked.find_stratified(u))
+    assert found[2, -1] == 479 and bool((prefixed.get(found) > 0).all())
+    # stratum b of tree i holds mass (b + u) * total / B: the leaf's running-sum interval has it
+    prefix = values.cumsum(1)
+    mass = (torch.arange(64) + u) * prefix[:, -1:] / 64
+    lower = prefix.gather(1, found) - values.gather(1, found)
+    inside = (lower <= mass) & (mass < prefix.gather(1, found))
+    assert bool(inside[:, :-1].all())
+    ops = count_ops(lambda: prefixed.find_stratified(u))
+    # strata, running sums, mass, its clamp below the total, one search: no tree walk, and
+    # no second search for the last positive leaf
+    assert sum(ops.values()) == 7, ops
