@@ -6,18 +6,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import typing
 from pathlib import Path
 from typing import Any
 
-from sgi_lab.analysis.probe_encoders import load_probe_encoder, random_probe_encoder
-from sgi_lab.analysis.probe_study import probe_frame
-from sgi_lab.config import encoder_problem
+from sgi_lab.config import Encoder, encoder_problem
 from sgi_lab.envs.factory import canonical_env_game
 from sgi_lab.envs.minatar import is_minatar
-from sgi_lab.nets.encoders import ENCODERS
-from sgi_lab.probes import PROBES_FILE, ProbeInputError, ProbeSettings, check_probe_store, probe_run
-from sgi_lab.probes.linear import FEATURES, READOUTS
-from sgi_lab.probes.splits import split_rows
+from sgi_lab.probes.choices import FEATURES, READOUTS
+
+# The options (`add_probe_parser`) need no torch, so `sgi-lab probe --help` loads none: the
+# probes, the encoders and the study tables are imported by the functions that run them.
+ENCODERS = typing.get_args(Encoder)
+"""The architectures ``--random-init`` takes (`sgi_lab.nets.encoders.ENCODERS`, read from the
+config's field, which names the same)."""
 
 __all__ = ["add_probe_parser", "main_probe"]
 
@@ -29,6 +31,9 @@ SEED_LIMIT = 2**63
 def check_probe_options(args: argparse.Namespace) -> None:
     """Refuse, naming the option and what it takes, a value the probes cannot use."""
     import torch
+
+    # lazy: the probes load torch (see ENCODERS)
+    from sgi_lab.probes.probe_data import ProbeInputError
 
     for option, value in (
         ("--seed", args.seed),
@@ -61,6 +66,9 @@ def check_encoder_reads_store(encoder: Any, store: Any) -> None:
     Raises:
         ProbeInputError: naming the encoder, the store and what differs.
     """
+    # lazy: the probes load torch (see ENCODERS)
+    from sgi_lab.probes.probe_data import ProbeInputError
+
     args = encoder.model.init_args
     spec = store.observation_spec
     theirs = (int(args["in_channels"]), int(args["image_size"]))
@@ -81,6 +89,11 @@ def check_encoder_reads_store(encoder: Any, store: Any) -> None:
 
 def main_probe(args: argparse.Namespace) -> int:
     import torch
+
+    # lazy: the probes, and the encoders they load, import torch (see ENCODERS)
+    from sgi_lab.analysis.probe_encoders import load_probe_encoder, random_probe_encoder
+    from sgi_lab.probes import ProbeInputError, ProbeSettings, check_probe_store, probe_run
+    from sgi_lab.probes.splits import split_rows
 
     check_probe_options(args)
     if args.threads:
@@ -259,6 +272,8 @@ def add_probe_parser(subparsers: Any) -> argparse.ArgumentParser:
 def split_probed(runs: list[Path]) -> tuple[list[Path], list[Path]]:
     """``sgi-lab report``'s runs: (those with a finetuning result, or without probe results,
     for the score tables; every run with probe results, for the probe table)."""
+    # lazy: the probes' module loads torch (see ENCODERS)
+    from sgi_lab.probes.encoder_probe import PROBES_FILE
 
     probed = [r for r in runs if (Path(r) / PROBES_FILE).is_file()]
     scored = [r for r in runs if (Path(r) / "eval.json").exists() or r not in probed]
@@ -268,6 +283,9 @@ def split_probed(runs: list[Path]) -> tuple[list[Path], list[Path]]:
 def print_probes(runs: list[Path]) -> int:
     """Print the probe F1 of runs with probes.json (one row per run and store); returns 0."""
     import pandas as pd
+
+    # lazy: the probe study's tables load pandas and torch (see ENCODERS)
+    from sgi_lab.analysis.probe_study import probe_frame
 
     frame = probe_frame(runs)
     if frame.empty:

@@ -6,33 +6,46 @@ coordinates (`linear`, `state_probes`); each label read by its kind (`kinds`: Mi
 positions, counters and ramp by R^2, categories by F1), small test splits flagged, and the
 collapse diagnostic (`collapse`). Probing one encoder (`encoder_probe`) on a split of a store's
 episodes (`splits`), the store checked and the result keyed (`probe_data`), and ``probes.json``
-(`results`)."""
+(`results`). What a probe can be asked for (readouts, features) is in `choices`, without torch.
 
-from sgi_lab.probes.atariari import (
-    CATEGORIES,
-    UnannotatedGameError,
-    Variable,
-    annotated_games,
-    annotations,
-    labels_from_ram,
-)
-from sgi_lab.probes.collapse import mean_pairwise_cosine
-from sgi_lab.probes.encoder_probe import PROBES_FILE, ProbeEncoder, probe_encoder
-from sgi_lab.probes.game_labels import state_labels, state_variables
-from sgi_lab.probes.kinds import KINDS, MIN_TEST_ROWS
-from sgi_lab.probes.linear import (
-    FEATURES,
-    READOUTS,
-    ProbeSettings,
-    category_averages,
-    fit_linear_probes,
-    fit_logistic_probes,
-    fit_probes,
-    fit_ridge_regressions,
-)
-from sgi_lab.probes.probe_data import ProbeInputError, check_probe_store
-from sgi_lab.probes.results import probe_run, read_probes, write_probes
-from sgi_lab.probes.splits import split_episodes, split_rows
+The names below load their module when first used (`__getattr__`): importing the package, or
+`choices` for ``sgi-lab probe``'s options, loads no torch."""
+
+import importlib
+from typing import Any
+
+# name -> the module that defines it, imported on first use
+_HOMES = {
+    "CATEGORIES": "atariari",
+    "UnannotatedGameError": "atariari",
+    "Variable": "atariari",
+    "annotated_games": "atariari",
+    "annotations": "atariari",
+    "labels_from_ram": "atariari",
+    "FEATURES": "choices",
+    "READOUTS": "choices",
+    "mean_pairwise_cosine": "collapse",
+    "PROBES_FILE": "encoder_probe",
+    "ProbeEncoder": "encoder_probe",
+    "probe_encoder": "encoder_probe",
+    "state_labels": "game_labels",
+    "state_variables": "game_labels",
+    "KINDS": "kinds",
+    "MIN_TEST_ROWS": "kinds",
+    "ProbeSettings": "linear",
+    "category_averages": "linear",
+    "fit_linear_probes": "linear",
+    "fit_logistic_probes": "linear",
+    "fit_probes": "linear",
+    "fit_ridge_regressions": "linear",
+    "ProbeInputError": "probe_data",
+    "check_probe_store": "probe_data",
+    "probe_run": "results",
+    "read_probes": "results",
+    "write_probes": "results",
+    "split_episodes": "splits",
+    "split_rows": "splits",
+}
 
 __all__ = [
     "CATEGORIES",
@@ -65,3 +78,17 @@ __all__ = [
     "state_variables",
     "write_probes",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``sgi_lab.probes.NAME``: NAME from its module, imported now (torch with most of them)."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value  # found directly from now on
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

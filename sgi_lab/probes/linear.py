@@ -33,6 +33,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from sgi_lab.probes.choices import FEATURES, READOUTS
+
 __all__ = [
     "FEATURES",
     "READOUTS",
@@ -56,12 +58,6 @@ __all__ = [
     "label_entropy",
     "majority_predictions",
 ]
-
-
-READOUTS = ("lstsq", "logistic")
-"""The classification readouts (`ProbeSettings.readout`)."""
-FEATURES = ("renormalized", "conv", "projection")
-"""The features a probe can read (`ProbeSettings.features`)."""
 
 
 @dataclass(frozen=True)

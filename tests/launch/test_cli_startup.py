@@ -50,6 +50,7 @@ def cli_imports(*argv: str) -> tuple[int, list[str], str]:
         ("status", "--help"),
         ("run", "--help"),
         ("sweep", "--help"),
+        ("probe", "--help"),
     ],
     ids=lambda argv: " ".join(argv) or "build_parser",
 )
@@ -84,3 +85,33 @@ def test_one_module_is_named_cli():
     package = Path(__file__).resolve().parents[2] / "sgi_lab"
     found = sorted(str(p.relative_to(package)) for p in package.rglob("cli.py"))
     assert found == ["launch/cli.py"]
+
+
+def test_probe_options_name_what_the_probes_and_encoders_take():
+    # the options are read from torch-free constants; they must match what the probes run
+    from sgi_lab.launch.probe import ENCODERS
+    from sgi_lab.nets.encoders import ENCODERS as BUILT
+    from sgi_lab.probes import linear
+
+    assert ENCODERS == BUILT
+    probe = build_parser(complete=True)._subparsers._group_actions[0].choices["probe"]
+    options = probe._option_string_actions
+    assert tuple(options["--random-init"].choices) == BUILT
+    assert tuple(options["--readout"].choices) == linear.READOUTS == ("lstsq", "logistic")
+    assert tuple(options["--features"].choices) == linear.FEATURES
+    linear.ProbeSettings(readout="logistic", features="projection")  # both accepted
+
+
+def test_the_probes_package_loads_its_modules_when_a_name_is_used():
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, sgi_lab.probes as p; a = 'torch' in sys.modules; "
+            "p.probe_run; print(a, 'torch' in sys.modules, sorted(set(p.__all__) - set(dir(p))))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.stdout.split() == ["False", "True", "[]"], done.stderr[-2000:]
