@@ -18,7 +18,6 @@ import pandas as pd
 
 from sgi_lab.analysis.paper_column import MINATAR_REASON, PaperColumn, paper_column, run_label
 from sgi_lab.base.files import read_mapping
-from sgi_lab.base.paths import name_hint
 from sgi_lab.envs import canonical_env_game
 from sgi_lab.metrics import (
     aggregate_scores,
@@ -32,10 +31,8 @@ from sgi_lab.metrics import (
     paper_config_info,
     paper_configs,
     paper_per_game,
-    probability_of_improvement_with_ci,
     protocol_of,
     score_meaning,
-    seed_pairs,
 )
 from sgi_lab.metrics.paper import PER_GAME_TABLES
 from sgi_lab.metrics.protocol import PAPER_PROTOCOL, EvalProtocol
@@ -49,7 +46,6 @@ __all__ = [
     "compare_runs_to_paper",
     "evaluation_protocol",
     "format_aggregates",
-    "improvement_over",
     "read_run",
     "report",
     "run_results",
@@ -501,93 +497,6 @@ def _aggregate_rows(
         }
         for _, row in agg.iterrows()
     ]
-
-
-IMPROVEMENT_COLUMNS = [
-    "method", "baseline", "normalization", "games", "runs", "baseline_runs",
-    "value", "lower", "upper", "note", "pairs", "above", "below", "level", "sign_p",
-]  # fmt: skip
-
-
-def improvement_over(
-    run_dirs: Sequence[str | Path],
-    baseline: str,
-    reps: int = 5000,
-    seed: int = 0,
-    allow_unfinished: bool = False,
-) -> pd.DataFrame:
-    """Each method's probability of improvement over ``baseline`` (rliable's; Agarwal et al.
-    2021), with a stratified bootstrap CI: the chance that a run of the method beats a run of
-    the baseline on a game drawn at random from those both have (ties count half), on their
-    normalised scores (HNS or the MinAtar score, never the two mixed).
-
-    Args:
-        run_dirs: finetuning run folders (as `report`); a method is a run label (`read_run`).
-        baseline: the method the others are compared with (a label among the runs').
-        reps: bootstrap resamples (runs of each method resampled within each game).
-        seed: bootstrap seed.
-        allow_unfinished: include runs that never finished.
-
-    Returns:
-        One row per other method: method, baseline, normalization, games (how many both
-        have), runs and baseline_runs (per game, the fewest), value, lower, upper (NaN with a
-        ``note`` when there is nothing to compare: no common game, another normalisation, or
-        one side capped and the other not).
-
-    Raises:
-        ValueError: no run has the label ``baseline``; the message lists the labels.
-    """
-    runs = run_results(run_dirs, allow_unfinished=allow_unfinished)
-    methods = list(dict.fromkeys(runs["method"]))
-    if baseline not in methods:
-        scratch = [m for m, r in zip(runs["method"], runs["run"]) if not read_run(r).pretrained]
-        hint = name_hint(baseline, methods, {"from scratch": scratch, "none": scratch})
-        raise ValueError(
-            f"--baseline {baseline!r} is none of the runs' methods: {hint}"
-            f"methods: {', '.join(methods)}"
-        )
-    base = runs[runs["method"] == baseline]
-    base_capped = _protocol_stamp(base)["capped"]
-    rows = []
-    for method in methods:
-        if method == baseline:
-            continue
-        own = runs[runs["method"] == method]
-        games = sorted(set(own["game"]) & set(base["game"]))
-        families = {normalization_name(g) for g in games}
-        row = {"method": method, "baseline": baseline, "games": len(games)}
-        row["normalization"] = ", ".join(sorted(families)) or None
-        if not games:
-            note = f"no game in common with {baseline}"
-        elif len(families) > 1:
-            note = "its games mix normalisations: compare Atari and MinAtar runs separately"
-        elif _protocol_stamp(own)["capped"] != base_capped:
-            note = "one side's evaluation was capped: not compared with whole games"
-        else:
-            note = ""
-        if note:
-            rows.append({**row, "value": np.nan, "lower": np.nan, "upper": np.nan, "note": note})
-            continue
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # unequal runs per game: trimmed
-            x, y = _hns_matrix(own, games), _hns_matrix(base, games)
-        (poi,) = probability_of_improvement_with_ci(
-            {method: x, baseline: y}, pairs=[(method, baseline)], reps=reps, seed=seed
-        ).to_dict("records")
-        pairs = seed_pairs(scores_by_seed(own, games), scores_by_seed(base, games))
-        rows.append(
-            {**row, "runs": x.shape[0], "baseline_runs": y.shape[0], "note": "",
-             **{k: poi[k] for k in ("value", "lower", "upper")}, **pairs}
-        )  # fmt: skip
-    return pd.DataFrame(rows, columns=IMPROVEMENT_COLUMNS)
-
-
-def scores_by_seed(runs: pd.DataFrame, games: Sequence[str]) -> pd.Series:
-    """A method's runs on ``games`` (rows with ``game``, ``seed`` and ``hns``: `run_results`,
-    `sgi_lab.analysis.run_scores.load_run_scores`) as normalised scores indexed by (game, seed),
-    what `sgi_lab.metrics.seed_pairs` pairs."""
-    chosen = runs[runs["game"].isin(games)]
-    return chosen.set_index(["game", "seed"])["hns"]
 
 
 def aggregates_csv_path(csv: str | Path) -> Path:

@@ -14,16 +14,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sgi_lab.analysis.report import read_run, scores_by_seed
+from sgi_lab.analysis.improvement import IMPROVEMENT_COLUMNS, improvement_over
+from sgi_lab.analysis.report import read_run
 from sgi_lab.envs import canonical_env_game
 from sgi_lab.metrics import (
     aggregate_scores,
     aggregate_with_ci,
     normalization_name,
     normalized_score,
-    probability_of_improvement_with_ci,
     protocol_of,
-    seed_pairs,
 )
 from sgi_lab.metrics.protocol import FRAME_SKIP, PAPER_PROTOCOL, EvalProtocol, comparability_note
 from sgi_lab.runs.status import run_folders
@@ -282,69 +281,6 @@ def run_aggregates(
     if not frames:
         return pd.DataFrame(columns=columns), notes
     return pd.concat(frames, ignore_index=True)[columns], notes
-
-
-IMPROVEMENT_COLUMNS = [
-    "method", "baseline", "value", "lower", "upper", "runs", "games", "note",
-    "pairs", "above", "below", "level", "sign_p",
-]  # fmt: skip
-
-
-def improvement_over(
-    scores: pd.DataFrame,
-    baseline: str,
-    games: Sequence[str],
-    methods: Sequence[str],
-    reps: int = 2_000,
-    seed: int = 0,
-) -> pd.DataFrame:
-    """Each method's probability of improvement over ``baseline`` on the selected games
-    (`sgi_lab.metrics.probability_of_improvement_with_ci`: a run of the method against a run
-    of the baseline on a random game, ties half, with a stratified bootstrap CI).
-
-    Args:
-        scores: `load_run_scores` output.
-        baseline: one of our methods.
-        games: the games compared (one family: `selection_normalization`).
-        methods: the methods set against the baseline (the baseline itself is skipped).
-        reps: bootstrap resamples.
-        seed: bootstrap seed.
-
-    Returns:
-        ``method, baseline, value, lower, upper, runs, games, note``: NaN with a note for a
-        method (or a baseline) without runs on every selected game, or capped while the
-        baseline is not (or the reverse).
-    """
-    rows = []
-    protocols = method_protocols(scores)
-    base, present = _method_matrix(scores[scores["method"] == baseline], games)
-    base_missing = len(present) < len(games)
-    for method in methods:
-        if method == baseline:
-            continue
-        matrix, have = _method_matrix(scores[scores["method"] == method], games)
-        row = {"method": method, "baseline": baseline, "runs": matrix.shape[0], "games": len(have)}
-        capped = capped_steps(protocols.get(method)) is not None
-        if base_missing:
-            note = f"{baseline} has runs on {len(present)} of {len(games)} selected games"
-        elif len(have) < len(games):
-            note = f"runs on {len(have)} of {len(games)} selected games"
-        elif capped != (capped_steps(protocols.get(baseline)) is not None):
-            note = "one side's evaluation was capped: not compared with whole games"
-        else:
-            note = ""
-        if note:
-            rows.append({**row, "value": np.nan, "lower": np.nan, "upper": np.nan, "note": note})
-            continue
-        (poi,) = probability_of_improvement_with_ci(
-            {method: matrix, baseline: base}, pairs=[(method, baseline)], reps=reps, seed=seed
-        ).to_dict("records")
-        own = scores_by_seed(scores[scores["method"] == method], games)
-        rows.append(
-            {**row, "note": "", **{k: poi[k] for k in ("value", "lower", "upper")}}
-            | seed_pairs(own, scores_by_seed(scores[scores["method"] == baseline], games))
-        )
-    return pd.DataFrame(rows, columns=IMPROVEMENT_COLUMNS)
 
 
 def improvement_frame(improvement: pd.DataFrame, digits: int = 3) -> pd.DataFrame:

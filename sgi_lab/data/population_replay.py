@@ -169,7 +169,17 @@ class PopulationReplay:
         self._buffers: dict[str, torch.Tensor] = {}
         self._ready = False  # every agent has a valid start (totals never decrease after)
         self._agents = torch.arange(N, device=dev)
+        # Constants of every batch, made once (on a GPU each would be a kernel per batch): the
+        # window of steps a start reads, each agent's first row among all agents' rows, the
+        # offsets of a frame stack's rows from its last, the all-zero frame row, float zero.
+        self._window = torch.arange(max(K + 1, n_step), device=dev)
+        self._row_offsets = self._agents[:, None] * C
+        history = torch.arange(-(spec.frames - 1), 1, device=dev)
+        self._frame_offsets = self._row_offsets[:, :, None, None] + history  # (N, 1, 1, frames)
+        self._zero_row = torch.tensor(N * C, device=dev)
+        self._zero = torch.zeros((), device=dev)
         self._gamma_powers = torch.from_numpy(gamma ** np.arange(n_step + 1)).to(dev)
+        self._discounts = self._gamma_powers.float()
 
     def __len__(self) -> int:
         return self.size
@@ -332,34 +342,44 @@ class PopulationReplay:
                 end; None draws them from the agents' generators (ignored without goals).
         """
         t = self._tensor(starts, torch.int64)
+        return self._batch(t, goal_offset, torch.ones(t.shape, device=self.device))
+
+    def _batch(
+        self, t: torch.Tensor, goal_offset: torch.Tensor | None, weights: torch.Tensor
+    ) -> PopulationBatch:
+        """`batch_at` with the weights given: one window of rows serves the sequence's K+1 steps
+        and the n-step return's n, and every frame gather is one ``index_select`` over all
+        agents' rows (`_gather_frames`)."""
         N, B = t.shape
         K = self.K
         e0 = self.row_episode_start.gather(1, t)
         e1 = self._episode_end_of(t)
+        e0_flat = e0 + self._row_offsets  # the episode's start among all agents' rows
 
-        steps = t[..., None] + torch.arange(K + 1, device=self.device)  # (N, B, K+1)
+        steps = t[..., None] + self._window  # (N, B, max(K+1, n_step))
         in_episode = steps <= e1[..., None]
-        safe_steps = torch.where(in_episode, steps, t[..., None])
+        # Rows past the episode's end read its last row: every use below is masked.
+        safe_steps = torch.minimum(steps, e1[..., None])
         term = self._rows(self.terminals, safe_steps) & in_episode
-        term_before = (term.cumsum(-1) - term.long()) > 0
-        valid = in_episode & ~term_before
-        actions = torch.where(valid, self._rows(self.actions, safe_steps), 0)
-        rewards = torch.where(valid, self._rows(self.rewards, safe_steps).sign(), 0.0)
+        # Valid: in the episode with no terminal before (a running count of terminals is at
+        # most the step's own flag).
+        valid = (term.cumsum(-1) <= term) & in_episode
+        signs = self._rows(self.rewards, safe_steps).sign()
+        seq_valid = valid[..., : K + 1]
+        actions = self._rows(self.actions, safe_steps)[..., : K + 1] * seq_valid
+        rewards = torch.where(seq_valid, signs[..., : K + 1], self._zero)
 
         # Frame j of stack k is row t+k+j-3: real from the episode's start up to the last valid
-        # step, zero elsewhere (before the start, and for invalid steps entirely). Rows out of
-        # range are masked before they are used.
-        history = torch.arange(-(self.observation_spec.frames - 1), 1, device=self.device)
-        frame_rows = steps[..., None] + history  # (N, B, K+1, 4)
-        last_valid = t + valid.sum(-1) - 1
-        frame_ok = (frame_rows >= e0[..., None, None]) & (frame_rows <= last_valid[..., None, None])
-        frame_ok &= valid[..., None]
+        # step, zero elsewhere (before the start, and for invalid steps entirely); a valid
+        # step's frames never lie past the last valid step.
+        frame_rows = steps[..., : K + 1, None] + self._frame_offsets  # (N, B, K+1, frames)
+        frame_ok = (frame_rows >= e0_flat[..., None, None]) & seq_valid[..., None]
         obs = self._gather_frames(frame_rows, frame_ok, "obs")
 
         if self.n_step > 0:
-            returns, boot_rows, discount = self._n_step_targets(t, e1)
+            returns, boot_rows, discount = self._n_step_targets(t, e1, steps, term, valid, signs)
             # After a terminal the discount is 0 and the row may lie past e1: any stack will do.
-            bootstrap_obs = self._stacks(torch.minimum(boot_rows, e1), e0, "bootstrap_obs")
+            bootstrap_obs = self._stacks(torch.minimum(boot_rows, e1), e0_flat, "bootstrap_obs")
         else:
             returns = torch.zeros(N, B, device=self.device)
             discount = torch.zeros(N, B, device=self.device)
@@ -369,7 +389,7 @@ class PopulationReplay:
             if goal_offset is None:
                 goal_offset = self._draw_goal_offsets(B)
             goal_rows = torch.minimum(t + self._tensor(goal_offset, torch.int64), e1)
-            goal_obs = self._stacks(goal_rows, e0, "goal_obs")
+            goal_obs = self._stacks(goal_rows, e0_flat, "goal_obs")
             offset = goal_rows - t
         else:
             goal_obs, offset = None, torch.zeros(N, B, dtype=torch.int64, device=self.device)
@@ -377,16 +397,16 @@ class PopulationReplay:
         return PopulationBatch(
             obs=obs,
             actions=actions,
-            rewards=rewards.float(),
-            valid=valid,
-            terminals=term,
+            rewards=rewards,
+            valid=seq_valid,
+            terminals=term[..., : K + 1],
             returns=returns,
             bootstrap_obs=bootstrap_obs,
             bootstrap_discount=discount,
             goal_obs=goal_obs,
             goal_offset=offset,
             indices=t,
-            weights=torch.ones(N, B, device=self.device),
+            weights=weights,
         )
 
     def _episode_end_of(self, rows: torch.Tensor) -> torch.Tensor:
@@ -398,10 +418,10 @@ class PopulationReplay:
         return table.gather(1, rows.reshape(rows.shape[0], -1)).reshape(rows.shape)
 
     def _gather_frames(self, rows: torch.Tensor, keep: torch.Tensor, name: str) -> torch.Tensor:
-        """(N, ..., *stacked_shape) stacks of the frames at ``rows`` (N, ..., frames), zero
-        where ``keep`` is False."""
-        flat = rows + self._agents.view(-1, *([1] * (rows.dim() - 1))) * self.capacity
-        flat = torch.where(keep, flat, self.num_agents * self.capacity).reshape(-1)  # zero row
+        """(N, ..., *stacked_shape) stacks of the frames at ``rows`` (N, ..., frames), rows
+        among all agents' (agent i's row r is ``i * capacity + r``), zero where ``keep`` is
+        False."""
+        flat = torch.where(keep, rows, self._zero_row).reshape(-1)
         out = None
         if self.reuse_buffers:
             out = self._buffers.get(name)
@@ -413,31 +433,35 @@ class PopulationReplay:
         return frames.view(*rows.shape[:-1], *self.observation_spec.stacked_shape)
 
     def _stacks(self, rows: torch.Tensor, episode_start: torch.Tensor, name: str) -> torch.Tensor:
-        """(N, B, *stacked_shape) stacks ending at ``rows``, zero before each episode's start."""
-        history = self.observation_spec.frames
-        idx = rows[..., None] + torch.arange(-(history - 1), 1, device=self.device)
-        return self._gather_frames(idx, idx >= episode_start[..., None], name)
+        """(N, B, *stacked_shape) stacks ending at ``rows`` (N, B), zero before each episode's
+        start (``episode_start`` among all agents' rows)."""
+        frame_rows = rows[..., None] + self._frame_offsets[:, 0]  # (N, B, frames)
+        return self._gather_frames(frame_rows, frame_rows >= episode_start[..., None], name)
 
     def _n_step_targets(
-        self, t: torch.Tensor, e1: torch.Tensor
+        self,
+        t: torch.Tensor,
+        e1: torch.Tensor,
+        steps: torch.Tensor,
+        term: torch.Tensor,
+        valid: torch.Tensor,
+        signs: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """`sampler.n_step_targets` with clipped rewards over (N, B) starts and episode ends."""
-        j = torch.arange(self.n_step, device=self.device)
-        rows = t[..., None] + j  # (N, B, n)
-        in_data = rows <= e1[..., None]
-        safe = torch.where(in_data, rows, t[..., None])
-        term = self._rows(self.terminals, safe) & in_data
-        term_before = (term.cumsum(-1) - term.long()) > 0
+        """`sampler.n_step_targets` with clipped rewards over (N, B) starts and episode ends,
+        from the batch's window of ``steps`` (N, B, >= n_step) with their terminals, validity
+        and reward signs."""
+        n = self.n_step
         # A reward counts if no terminal came before it and its row has a known successor; the
-        # first step that does not count ends the sum (truncation or terminal).
-        has_successor = (rows < e1[..., None]) | term
-        counted = (in_data & ~term_before & has_successor).long().cumprod(-1).bool()
+        # first step that does not count ends the sum (truncation or terminal), and only a
+        # valid step's row can be the episode's last, so the counted steps are a prefix.
+        term = term[..., :n]
+        counted = valid[..., :n] & ((steps[..., :n] < e1[..., None]) | term)
         m = counted.sum(-1)
-        step_rewards = self._rows(self.rewards, safe).double().sign()
-        returns = (torch.where(counted, step_rewards, 0.0) * self._gamma_powers[:-1]).sum(-1)
+        step_rewards = torch.where(counted, signs[..., :n], self._zero)
+        returns = (step_rewards * self._gamma_powers[:-1]).sum(-1)  # float64
         ended = (term & counted).any(-1)
-        discount = torch.where(ended, 0.0, self._gamma_powers[m])
-        return returns.float(), t + m, discount.float()
+        discount = torch.where(ended, self._zero, self._discounts[m])
+        return returns.float(), t + m, discount
 
     # -- priorities -----------------------------------------------------------------------------
     def update_priorities(

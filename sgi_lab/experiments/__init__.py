@@ -31,7 +31,7 @@ The package, in the order a task flows through it:
 - `order`: `first_order` (what ``--first`` starts first), `branch_order` (``--branch-first``),
   `rebuild_graph` (``--rebuild``), `run_order` (all three, as a run takes them);
 - `scheduler`: `run_graph`;
-- `report`: ``report.html`` and ``results.csv``;
+- `experiment_report`: an experiment's report (``report.html``, ``results.csv``, ``results.md``);
 - `question`: a study's declared question answered (P(improvement) over the baseline with
   intervals and Holm-adjusted permutation p values) and the power its design had;
 - `archive`: `archive` and `restore`, a finished experiment's small result files in a folder
@@ -64,9 +64,9 @@ from sgi_lab.experiments.executors import (
     local_ray,
     run_command,
 )
+from sgi_lab.experiments.experiment_report import finished_agent_folders, write_report
 from sgi_lab.experiments.graph import Graph, Task, expand
 from sgi_lab.experiments.order import branch_order, first_order, rebuild_graph, run_order
-from sgi_lab.experiments.report import finished_agent_folders, write_report
 from sgi_lab.experiments.scheduler import STATES, _oversubscription, run_graph
 from sgi_lab.experiments.spec import (
     EXECUTORS,

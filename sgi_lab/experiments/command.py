@@ -22,13 +22,13 @@ from sgi_lab.experiments.archive import archive as archive_results
 from sgi_lab.experiments.cost import (
     format_plan,
 )
+from sgi_lab.experiments.experiment_report import write_report
 from sgi_lab.experiments.graph import (
     Graph,
     expand,
 )
 from sgi_lab.experiments.order import REBUILD_NEEDS_ARCHIVE, run_order
 from sgi_lab.experiments.question import power_markdown, power_report, question_plan
-from sgi_lab.experiments.report import write_report
 from sgi_lab.experiments.scheduler import run_graph, write_inputs
 from sgi_lab.experiments.spec import (
     EXECUTORS,

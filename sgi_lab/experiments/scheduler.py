@@ -27,13 +27,13 @@ from sgi_lab.experiments.executors import (
     RayExecutor,
     _stop_children,
 )
+from sgi_lab.experiments.experiment_report import write_report
 from sgi_lab.experiments.graph import (
     Graph,
     Task,
     check_inside,
 )
 from sgi_lab.experiments.order import REBUILD_NEEDS_ARCHIVE, run_order
-from sgi_lab.experiments.report import write_report
 from sgi_lab.experiments.spec import (
     EXECUTORS,
     EXPERIMENT_FILE,

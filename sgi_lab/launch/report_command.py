@@ -35,11 +35,11 @@ def run_report(args: argparse.Namespace) -> int:
     import pandas as pd
 
     # lazy: the CLI starts without torch; a command loads what it runs
+    from sgi_lab.analysis.improvement import improvement_over
     from sgi_lab.analysis.report import (
         aggregates_csv_path,
         columns_explained,
         format_aggregates,
-        improvement_over,
         report,
     )
     from sgi_lab.base.paths import did_you_mean

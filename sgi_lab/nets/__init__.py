@@ -8,7 +8,9 @@ conditioning, inverse-dynamics and ATC heads, composed in :class:`SGIModel`.
   model and ATC's contrast head;
 - `noisy`: the noisy linear layer (factorised Gaussian noise);
 - `model`: `SGIModel`, all of them in one module under stable parameter names;
-- `ema`: target networks and the one EMA step.
+- `ema`: target networks and the one EMA step;
+- `agent_axis`: convolution and batch norm with a population's agent axis explicit under vmap
+  (`lean_kernels`: fewer operators per update on a GPU).
 """
 
 from sgi_lab.nets.ema import ema_update, make_target

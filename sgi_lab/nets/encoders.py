@@ -23,15 +23,14 @@ that happens in :class:`sgi_lab.nets.SGIModel`, not in the encoders.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from sgi_lab.nets.agent_axis import lean, lean_kernels, norm_input, under_vmap
 
 PIXEL_SCALE = 1.0 / 255.0
 
@@ -55,7 +54,7 @@ def renormalize(x: torch.Tensor, start_dim: int = -3, eps: float = 1e-6) -> torc
     if start_dim < 0:
         start_dim += x.dim()
     flat = x.flatten(start_dim)
-    if _CLOSED_FORM.get():
+    if lean():
         return _Renormalize.apply(flat, eps)[0].view(x.shape)
     lo = flat.amin(dim=-1, keepdim=True)
     hi = flat.amax(dim=-1, keepdim=True)
@@ -63,21 +62,12 @@ def renormalize(x: torch.Tensor, start_dim: int = -3, eps: float = 1e-6) -> torc
     return flat.view(x.shape)
 
 
-_CLOSED_FORM = contextvars.ContextVar("renormalize_closed_form", default=False)
-
-
-@contextlib.contextmanager
-def closed_form_gradients(enabled: bool = True) -> Iterator[None]:
-    """Within the block, `renormalize` builds its gradient in closed form (`_Renormalize`):
-    fewer operators, for devices that launch a kernel per operator (a GPU population's update,
-    `sgi_lab.train.update.lean_kernels`). On a CPU under vmap the autograd Function's Python
-    costs more than the operators it saves (MinAtar, 16 agents: +3 % a learn step), so
-    autograd's chain stays the default."""
-    token = _CLOSED_FORM.set(enabled)
-    try:
-        yield
-    finally:
-        _CLOSED_FORM.reset(token)
+closed_form_gradients = lean_kernels
+"""`sgi_lab.nets.agent_axis.lean_kernels` by the name the update enters it with: within it,
+`renormalize` builds its gradient in closed form (`_Renormalize`), for devices that launch a
+kernel per operator (a GPU population's update, `sgi_lab.train.update.lean_kernels`). On a CPU
+under vmap the autograd Function's Python costs more than the operators it saves (MinAtar, 16
+agents: +3 % a learn step), so autograd's chain stays the default."""
 
 
 class _Renormalize(torch.autograd.Function):
@@ -325,7 +315,7 @@ def _train_norm(bn: nn.BatchNorm2d, x: torch.Tensor) -> torch.Tensor:
     k = _WIDE // c
     if (
         x.device.type != "cpu"
-        or _under_vmap(x)
+        or under_vmap(x)
         or not bn.training
         or bn.weight is None
         or c * 8 > _WIDE
@@ -354,25 +344,6 @@ def _train_norm(bn: nn.BatchNorm2d, x: torch.Tensor) -> torch.Tensor:
     if torch.is_grad_enabled() and (x.requires_grad or bn.weight.requires_grad):
         return _WideNorm.apply(x, mean, var, bn.weight, bn.bias, bn.eps)
     return _wide_eval_norm(x, k, mean, var, bn.weight, bn.bias, bn.eps)
-
-
-def norm_input(x: torch.Tensor) -> torch.Tensor:
-    """``x`` for a batch norm: in the standard layout when it is a vmap wrapper on a GPU.
-
-    CUDA's batch norm asks ``is_contiguous(channels_last)`` of an input whose strides look
-    channels-last, and vmap does not implement that question: with torch 2.11 on an H100 the
-    MinAtar transition model's norm failed so inside a population's update ("NYI: querying
-    is_contiguous inside of vmap for memory_format other than torch.contiguous_format";
-    docs/results/gpu.md). A copy of a 10x10 map costs nothing beside that; elsewhere ``x``
-    itself.
-    """
-    return x.contiguous() if x.device.type != "cpu" and _under_vmap(x) else x
-
-
-def _under_vmap(x: torch.Tensor) -> bool:
-    """Whether ``x`` is a torch.func (vmap) wrapper, as inside a population's batched update:
-    the wide-view kernels index raw memory, which a batched tensor does not expose."""
-    return torch._C._functorch.is_functorch_wrapped_tensor(x)
 
 
 def _wide(x: torch.Tensor, k: int) -> torch.Tensor:

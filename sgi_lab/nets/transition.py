@@ -6,7 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sgi_lab.nets.encoders import norm_input, renormalize
+from sgi_lab.nets.agent_axis import batch_norm, conv2d
+from sgi_lab.nets.encoders import renormalize
 
 
 class TransitionModel(nn.Module):
@@ -20,7 +21,9 @@ class TransitionModel(nn.Module):
     layout), but the action planes are never materialised: a one-hot plane convolved with the
     action slice of the kernel is a fixed (C, H, W) map per action, so we convolve the A
     one-hot planes once per call and add the map of each sample's action. Same numbers, ~A/(C+A)
-    fewer FLOPs in that conv.
+    fewer FLOPs in that conv. In a population's update within `lean_kernels` the convs and the
+    norm run with the agent axis explicit (`sgi_lab.nets.agent_axis`): one grouped operator each
+    for all agents, without vmap's re-layouts.
 
     Args:
         channels: latent channels C.
@@ -40,7 +43,7 @@ class TransitionModel(nn.Module):
         w = self.first.weight[:, self.channels :]
         planes = torch.eye(self.num_actions, device=w.device, dtype=w.dtype)
         planes = planes[:, :, None, None].expand(-1, -1, height, width)
-        return F.conv2d(planes, w, padding=1)
+        return conv2d(planes, w, padding=1)
 
     def forward(
         self, z: torch.Tensor, action: torch.Tensor, action_map: torch.Tensor | None = None
@@ -57,11 +60,11 @@ class TransitionModel(nn.Module):
             (B, C, H, W) renormalized predicted next latent.
         """
         w = self.first.weight
-        h = F.conv2d(z, w[:, : self.channels], self.first.bias, padding=1)
+        h = conv2d(z, w[:, : self.channels], self.first.bias, padding=1)
         if action_map is None:
             action_map = self.action_maps(z.shape[-2], z.shape[-1])[action]
-        h = self.first_bn(norm_input(F.relu(h + action_map)))
-        h = F.relu(self.final(h))
+        h = batch_norm(self.first_bn, F.relu(h + action_map))
+        h = F.relu(conv2d(h, self.final.weight, self.final.bias, padding=1))
         return renormalize(h)
 
     def rollout(self, z: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:

@@ -1,6 +1,6 @@
 """A finetuning study's page: `study_markdown`, the ``results.md`` tables every finetuning
-experiment's report writes (`sgi_lab.experiments.report`), with its learning curves drawn beside
-(`write_curves_figure`).
+experiment's report writes (`sgi_lab.experiments.experiment_report`), with its learning curves
+drawn beside (`write_curves_figure`).
 
     from sgi_lab.experiments import load_graph
     from sgi_lab.studies.finetune_report import study_markdown

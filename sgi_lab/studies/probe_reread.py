@@ -23,7 +23,7 @@ from sgi_lab.analysis.probe_study import (
     paper_rank_correlation,
     readout_groups,
 )
-from sgi_lab.studies.probe_attribution import paired_readout_table, readout_table
+from sgi_lab.studies.probe_changes import paired_readout_table, readout_table
 from sgi_lab.studies.probe_seed_tests import SEED_LEVEL_NOTE, reading_seed_table
 from sgi_lab.viz.markdown import markdown_table
 

@@ -10,31 +10,48 @@ of its own kind (`svg`): the forest plot of a study's contrasts (`forest`), lear
 method (`method_curves`), IQM by budget (`budget_figure`), a study run twice (`rerun_figure`),
 the demo's curves (`episode_curves`). Markdown tables (`markdown`) and a finetuning study's
 tables (`study_tables`).
+
+Each name below loads its module when first used (`__getattr__`): importing one module, say
+`tables`, loads that module's dependencies only, and the package itself loads none (plotly,
+pandas and scipy wait for a figure).
 """
 
-from sgi_lab.viz.ablations import ablation_figures, per_game_hns_figure
-from sgi_lab.viz.aggregates import aggregate_table, interval_plot, per_game_bar
-from sgi_lab.viz.common import chance_lines
-from sgi_lab.viz.datasets import coverage_figure, frame_strip, store_summary_figure
-from sgi_lab.viz.goal_rewards import frames_figure, goal_trajectory_figure, nearest_frames_figure
-from sgi_lab.viz.learning import compare_learning_curves, learning_curve
-from sgi_lab.viz.live import LiveCurves, LiveFigure
-from sgi_lab.viz.representations import (
-    compare_stores_figure,
-    diversity_figure,
-    embedding_grid,
-    start_distance_figure,
-    stores_table,
-)
-from sgi_lab.viz.tables import LiveTable, aggregate_frame, results_frame
-from sgi_lab.viz.training import (
-    FINETUNE_CURVES,
-    PRETRAIN_CURVES,
-    compare_runs,
-    figure_widget_available,
-    summary_table,
-    training_curves,
-)
+import importlib
+from typing import Any
+
+# name -> the module that defines it, imported on first use
+_HOMES = {
+    "ablation_figures": "ablations",
+    "per_game_hns_figure": "ablations",
+    "aggregate_table": "aggregates",
+    "interval_plot": "aggregates",
+    "per_game_bar": "aggregates",
+    "chance_lines": "common",
+    "coverage_figure": "datasets",
+    "frame_strip": "datasets",
+    "store_summary_figure": "datasets",
+    "frames_figure": "goal_rewards",
+    "goal_trajectory_figure": "goal_rewards",
+    "nearest_frames_figure": "goal_rewards",
+    "compare_learning_curves": "learning",
+    "learning_curve": "learning",
+    "LiveCurves": "live",
+    "LiveFigure": "live",
+    "compare_stores_figure": "representations",
+    "diversity_figure": "representations",
+    "embedding_grid": "representations",
+    "start_distance_figure": "representations",
+    "stores_table": "representations",
+    "LiveTable": "tables",
+    "aggregate_frame": "tables",
+    "results_frame": "tables",
+    "FINETUNE_CURVES": "training",
+    "PRETRAIN_CURVES": "training",
+    "compare_runs": "training",
+    "figure_widget_available": "training",
+    "summary_table": "training",
+    "training_curves": "training",
+}
 
 __all__ = [
     "FINETUNE_CURVES",
@@ -68,3 +85,17 @@ __all__ = [
     "summary_table",
     "training_curves",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``sgi_lab.viz.NAME``: NAME from its module, imported now."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value  # found directly from now on
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -9,7 +9,7 @@ __all__ = ["format_improvement", "seed_pair_cells"]
 
 
 def format_improvement(table: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
-    """A printable `sgi_lab.analysis.report.improvement_over` table: ``P(method > baseline)`` as ``value (lower,
+    """A printable `sgi_lab.analysis.improvement.improvement_over` table: ``P(method > baseline)`` as ``value (lower,
     upper)``, with the games and runs it rests on."""
     out = pd.DataFrame(
         {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -20,6 +21,8 @@ from sgi_lab.analysis.report import (
 )
 from sgi_lab.launch.cli import main
 from sgi_lab.metrics import paper_per_game
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def fake_run(
@@ -323,7 +326,7 @@ def test_minatar_runs_are_reported_with_the_minatar_score_and_say_so(tmp_path, c
 def test_probability_of_improvement_over_a_baseline(tmp_path, capsys):
     """Each method against ``--baseline``: SGI's runs all above the baseline's on both games
     -> 1 (CI [1, 1]); a copy of the baseline -> 0.5; a MinAtar method shares no game."""
-    from sgi_lab.analysis.report import improvement_over
+    from sgi_lab.analysis.improvement import improvement_over
 
     runs = []
     for game, low in (("Pong", -21.0), ("Breakout", 1.0)):
@@ -406,3 +409,66 @@ def test_a_minatar_run_has_no_paper_column_whatever_its_names_say():
     atari = paper_column({**config, "game": "Pong", "encoder": "resnet_l"}, "reduced_lr", "sgi_m_l")
     assert atari.config == "SGI-M/L"
     assert paper_column(config, chosen="SGI-M").config == "SGI-M"
+
+
+def test_one_improvement_table_for_run_folders_and_for_a_frame_of_runs(tmp_path):
+    """`sgi-lab report --baseline` (run folders, every game both have) and the ablation
+    explorer (a `load_run_scores` frame, a selection of games) ask the same function: on the
+    same runs and games they give the same numbers; a selection a method lacks is a note."""
+    from sgi_lab.analysis import run_scores
+    from sgi_lab.analysis.improvement import improvement_over
+
+    assert run_scores.improvement_over is improvement_over  # the explorer's import: the same
+    runs = []
+    for game, low in (("Pong", -21.0), ("Breakout", 1.0)):
+        for seed in (0, 1, 2):
+            runs.append(fake_run(tmp_path / f"none_{game}{seed}", game, seed, [low + seed],
+                                 params="sgi_none", pretrained=None))  # fmt: skip
+            # SGI: above the baseline's same seed, below its next one on Pong
+            runs.append(fake_run(tmp_path / f"sgi_{game}{seed}", game, seed, [low + seed + 0.5]))
+    runs.append(
+        fake_run(tmp_path / "copy_pong", "Pong", 0, [-21.0], params="copy", pretrained=None)
+    )
+    folders = improvement_over(runs, "sgi_none", reps=200).set_index("method")
+    frame = run_scores.load_run_scores(runs)
+    chosen = improvement_over(
+        frame, "sgi_none", ["Breakout", "Pong"], ["reduced_lr@sgi_m", "copy"], 200
+    )
+    chosen = chosen.set_index("method")
+    sgi = folders.loc["reduced_lr@sgi_m"]
+    # per game 3 x 3 pairs: SGI's seed s beats the baseline's seeds <= s -> 6 of 9
+    assert sgi.value == pytest.approx(6 / 9)
+    numbers = ["value", "lower", "upper", "games", "runs", "baseline_runs", "pairs", "above"]
+    assert chosen.loc["reduced_lr@sgi_m", numbers].tolist() == sgi[numbers].tolist()
+    assert (sgi.pairs, sgi.above, sgi.below) == (6, 6, 0)
+    # the copy has Pong only: no number over the selection, a comparison on Pong alone
+    assert chosen.loc["copy", "note"] == "runs on 1 of 2 selected games"
+    assert np.isnan(chosen.loc["copy", "value"]) and folders.loc["copy", "games"] == 1
+    assert folders.loc["copy", "value"] == pytest.approx(1 / 6)  # 0 wins, 1 tie of 3 pairs
+    missing = improvement_over(frame, "reduced_lr@sgi_m", ["Pong"], ["copy"])
+    assert missing.loc[0, "note"] == ""  # both have Pong
+    base_short = improvement_over(frame, "copy", ["Breakout", "Pong"], ["sgi_none"])
+    assert base_short.loc[0, "note"] == "copy has runs on 1 of 2 selected games"
+
+
+def test_the_improvement_table_of_the_archived_objective_study_is_unchanged():
+    """The MinAtar objective study's archive: the numbers both former functions gave on it
+    (run folders and a frame of its runs, 300 resamples) are the one function's, to the bit."""
+    from sgi_lab.analysis import run_scores
+    from sgi_lab.analysis.improvement import improvement_over
+
+    root = ROOT / "results/minatar_objectives/finetune"
+    dirs = sorted(p for p in root.glob("*/*") if (p / "eval.json").exists())
+    expected = {  # (value, lower, upper, pairs, above, below)
+        "reduced_lr@sgi": (0.29999999999999999, 0.21638888888888896, 0.42222222222222222, 15, 3, 11),
+        "naive@sgi": (0.6444444444444446, 0.46666666666666667, 0.8222222222222223, 15, 9, 6),
+        "reduced_lr@g": (0.4333333333333334, 0.24972222222222229, 0.62222222222222223, 15, 6, 8),
+    }  # fmt: skip
+    folders = improvement_over(dirs, "sgi_none", reps=300, allow_unfinished=True)
+    games = sorted({p.name.split("__")[0].replace("minatar-", "minatar/") for p in dirs})
+    frame = run_scores.load_run_scores(dirs)
+    chosen = improvement_over(frame, "sgi_none", games, list(expected), reps=300)
+    columns = ["value", "lower", "upper", "pairs", "above", "below"]
+    for table in (folders.set_index("method"), chosen.set_index("method")):
+        for method, numbers in expected.items():
+            assert tuple(table.loc[method, columns]) == numbers, method

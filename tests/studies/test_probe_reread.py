@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from sgi_lab.studies import probe_attribution, probe_reread
+from sgi_lab.studies import probe_changes, probe_reread
 
 # (objective, F1 under the published reading, under the logistic probe on all frames)
 VALUES = [("random_init", 0.90, 0.90), ("s", 0.80, 0.92), ("g", 0.85, 0.91), ("i", 0.70, 0.95)]
@@ -28,7 +28,7 @@ def graph(monkeypatch):
                     | {"reward_f1": 0.9}
                 )
     frame = pd.DataFrame(rows)
-    for module in (probe_attribution, probe_reread):
+    for module in (probe_changes, probe_reread):
         monkeypatch.setattr(module, "experiment_probe_frame", lambda graph: frame)
     return None
 

@@ -27,6 +27,61 @@ from sgi_lab.train.update import stage, update
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
+# A ReLU whose pre-activation lies within rounding of 0 passes its unit's gradient or not by an
+# ulp, so an update's gradient is discontinuous in its inputs. Measured on vmap-nature-all
+# (2026-11-29): in update 2, agent 0's sample 3 meets hidden unit 466 of the Q head's advantage
+# stream at -1.67e-7; 1e-8 of weight noise, or the batched population's rounding against a
+# separate agent's from the same state, turns it on, and that update's gradient norm moves by
+# 1.7e-3 of itself (21.8898 -> 21.9276), a tensor's step by up to 5.0e-2 of the step
+# (encoder.layers.4.bias) and Adam's first moment by 3.4e-2, while every forward result (losses,
+# priorities, Q charts) agrees within 1e-6. Carried into further updates the flip grows without
+# bound, so each update starts from a common state, and a later update's gradient-dependent
+# results are compared within STEP_RTOL.
+STEP_RTOL = 0.2
+"""Largest difference of a gradient-dependent result of a later update (its grad norm, a
+tensor's step, an Adam moment) relative to the separate agent's: 4x the ReLU flip measured above,
+where one agent's state or step mixed with another's moves them by O(1)."""
+
+
+def _snapshot(pop, i):
+    """Agent ``i``'s state: its networks (own shapes, on the CPU) and Adam state."""
+    nets = {w: pop.agent_state(i, w) for w in ("online", "spr_target")}
+    if pop.q_target is not None:
+        nets["q_target"] = pop.agent_state(i, "q_target")
+    return nets, pop.agent_optimizer_state(i)
+
+
+def _assert_same_update(mine, theirs, outputs, outputs_1, i, before=None):
+    """Agent ``i`` of the batched population (``mine``, `_snapshot`; ``outputs``: stats and
+    priorities) after the same update as a separate agent (``theirs``, ``outputs_1``), all within
+    (rtol, atol) = (1e-4, 1e-5); given the common state ``before`` the update started from, what
+    depends on its gradient (grad norm, steps, Adam moments) within STEP_RTOL instead."""
+    close = {"rtol": 1e-4, "atol": 1e-5}
+    (stats, prio), (stats_1, prio_1) = outputs, outputs_1
+    np.testing.assert_allclose(prio[i], prio_1[0], **close)
+    for k, v in stats_1.items():
+        tol = {"rtol": STEP_RTOL, "atol": 0} if before and k == "charts/grad_norm" else close
+        torch.testing.assert_close(stats[k][i], v[0], **tol, msg=k)
+    for which, state in theirs[0].items():
+        for k, v in state.items():
+            msg = f"agent {i} {which} {k}"
+            if before is None or not v.is_floating_point():
+                torch.testing.assert_close(mine[0][which][k], v, **close, msg=msg)
+                continue
+            step, gap = (v - before[0][which][k]).norm(), (mine[0][which][k] - v).norm()
+            assert gap <= STEP_RTOL * step + 1e-6, f"{msg}: {gap:.3g} apart, step {step:.3g}"
+    for idx, st in theirs[1]["state"].items():
+        for k, v in st.items():
+            msg = f"agent {i} Adam {k} of tensor {idx}"
+            if before is None or v.dim() == 0:
+                torch.testing.assert_close(
+                    mine[1]["state"][idx][k], v, rtol=1e-4, atol=1e-6, msg=msg
+                )
+            else:
+                gap = (mine[1]["state"][idx][k] - v).norm()
+                assert gap <= STEP_RTOL * v.norm(), f"{msg}: {gap:.3g} apart, norm {v.norm():.3g}"
+
+
 @pytest.mark.parametrize(
     ("encoder", "ssl", "actions"),
     [
@@ -39,6 +94,11 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 )
 @pytest.mark.parametrize("batching", ["vmap", "loop"])
 def test_batched_update_equals_separate_updates(encoder, ssl, actions, batching):
+    """Each update of the agents together equals each agent's own update from the same state:
+    the first from the agents' initial weights, compared tightly; the second (Adam moments,
+    moved targets and batch-norm statistics in play) from the batched population's state after
+    the first, loaded into each separate agent, so that no rounding is carried across updates
+    (the ReLU flip above)."""
     configs = [
         make_config(seed=s, encoder=encoder, ssl=ssl, population_batching=batching)
         for s in range(len(actions))
@@ -47,26 +107,23 @@ def test_batched_update_equals_separate_updates(encoder, ssl, actions, batching)
     weights = [np.linspace(0.5, 1.0, c.batch_size).astype(np.float32) for c in configs]
 
     together = population(configs, actions)
-    for _ in range(2):  # the second update sees Adam moments, moved targets and BN statistics
-        stats, prio = update(together, stage(together, batches, weights))
+    first = update(together, stage(together, batches, weights))
+    after_first = [_snapshot(together, i) for i in range(len(configs))]
+    second = update(together, stage(together, batches, weights))
+    after_second = [_snapshot(together, i) for i in range(len(configs))]
 
     for i, (c, a) in enumerate(zip(configs, actions)):
-        alone = population([c], [a])
-        for _ in range(2):
-            stats_1, prio_1 = update(alone, stage(alone, [batches[i]], [weights[i]]))
-        for which in ("online", "spr_target"):
-            mine, theirs = together.agent_state(i, which), alone.agent_state(0, which)
-            for k in theirs:
-                torch.testing.assert_close(
-                    mine[k], theirs[k], rtol=1e-4, atol=1e-5, msg=f"agent {i} {which} {k}"
-                )
-        np.testing.assert_allclose(prio[i], prio_1[0], rtol=1e-4, atol=1e-5)
-        for k, v in stats_1.items():
-            torch.testing.assert_close(stats[k][i], v[0], rtol=1e-4, atol=1e-5, msg=k)
-        opt, opt_1 = together.agent_optimizer_state(i), alone.agent_optimizer_state(0)
-        for idx, st in opt_1["state"].items():
-            for k, v in st.items():
-                torch.testing.assert_close(opt["state"][idx][k], v, rtol=1e-4, atol=1e-6)
+        alone = population([c], [a])  # its generator makes the same draws as agent i's
+        alone_first = update(alone, stage(alone, [batches[i]], [weights[i]]))
+        _assert_same_update(after_first[i], _snapshot(alone, 0), first, alone_first, i)
+        nets, adam = after_first[i]
+        for which, state in nets.items():
+            alone.load_agent_state(0, which, state)
+        alone.load_agent_optimizer_state(0, adam)
+        alone_second = update(alone, stage(alone, [batches[i]], [weights[i]]))
+        _assert_same_update(
+            after_second[i], _snapshot(alone, 0), second, alone_second, i, after_first[i]
+        )
 
 
 def test_an_agents_draws_do_not_depend_on_its_companions():

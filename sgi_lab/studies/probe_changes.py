@@ -1,7 +1,8 @@
-"""The probe-drop attribution study (``params/experiments/probes_attribution.yaml``)
-as tables: each objective's change of probe F1 from its own initialisation (paired, step by
-step), and the readout table (every final encoder read by each readout and feature choice,
-beside random encoders on the same frames).
+"""Where a probe drop comes from, as tables: each objective's change of probe F1 from its own
+initialisation (paired, step by step), and the readout table (every final encoder read by each
+readout and feature choice, beside random encoders on the same frames). The probe-drop
+attribution study (``params/experiments/probes_attribution.yaml``) is made of them
+(`attribution_markdown`), the published study's re-read too (`sgi_lab.studies.probe_reread`).
 
 Which objectives the study compares is read from its run names (``i_seed0``, ``sgi_noaug_seed1``:
 the objective is the name without ``_seedN``), so the same functions read any experiment whose

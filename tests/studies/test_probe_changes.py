@@ -1,4 +1,4 @@
-"""The probe attribution tables (sgi_lab.studies.probe_attribution) on hand-made runs: paired
+"""The probe-change tables (sgi_lab.studies.probe_changes) on hand-made runs: paired
 changes from each run's own step 0, and the readout table's cells."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import json
 import pandas as pd
 import pytest
 
-from sgi_lab.studies import probe_attribution
-from sgi_lab.studies.probe_attribution import (
+from sgi_lab.studies import probe_changes
+from sgi_lab.studies.probe_changes import (
     change_curve_table,
     change_table,
     per_run_table,
@@ -76,7 +76,7 @@ def _probe_frame(monkeypatch, rows) -> None:
             for o, s, r, f, v in rows
         ]
     )
-    monkeypatch.setattr(probe_attribution, "experiment_probe_frame", lambda graph: frame)
+    monkeypatch.setattr(probe_changes, "experiment_probe_frame", lambda graph: frame)
 
 
 def test_readout_table_cells_and_order(monkeypatch):
@@ -109,7 +109,7 @@ def test_paired_readout_table_subtracts_each_seeds_own_random_encoder(monkeypatc
         ("random_init", 0, "logistic", "projection", 0.90),
     ]
     _probe_frame(monkeypatch, rows)
-    table = probe_attribution.paired_readout_table(graph=None)
+    table = probe_changes.paired_readout_table(graph=None)
     # sgi minus its seed's random init: -0.18, -0.12, +0.01; mean -0.0967, sd 0.0971,
     # t(2) 4.303 x 0.0971 / sqrt(3) = 0.2412
     assert table.loc["sgi", "lstsq, renormalized"] == "-0.097 [-0.338, +0.145], 2/3 lower"
@@ -131,8 +131,8 @@ def test_paired_readout_table_pairs_game_by_game(monkeypatch):
             ]
         ]
     )
-    monkeypatch.setattr(probe_attribution, "experiment_probe_frame", lambda graph: frame)
-    table = probe_attribution.paired_readout_table(graph=None)
+    monkeypatch.setattr(probe_changes, "experiment_probe_frame", lambda graph: frame)
+    table = probe_changes.paired_readout_table(graph=None)
     # 0.80 - 0.90 on Pong; against the mean over games (0.70) it would read +0.100
     assert table.loc["sgi", "lstsq, renormalized"] == "-0.100, 1/1 lower"
 
@@ -150,7 +150,7 @@ def test_readout_table_shows_the_majority_baseline_of_the_same_splits(monkeypatc
             ]
         ]
     )
-    monkeypatch.setattr(probe_attribution, "experiment_probe_frame", lambda graph: frame)
+    monkeypatch.setattr(probe_changes, "experiment_probe_frame", lambda graph: frame)
     table = readout_table(graph=None)
     assert list(table.index) == ["random_init", "sgi", "majority class"]
     # one value per game's split (0.10, 0.30), their mean
@@ -173,8 +173,8 @@ def test_readings_on_different_frame_budgets_stay_apart(monkeypatch):
             ]
         ]
     )
-    monkeypatch.setattr(probe_attribution, "experiment_probe_frame", lambda graph: frame)
-    table = probe_attribution.paired_readout_table(graph=None)
+    monkeypatch.setattr(probe_changes, "experiment_probe_frame", lambda graph: frame)
+    table = probe_changes.paired_readout_table(graph=None)
     assert table.loc["sgi", "lstsq, renormalized, 10000 frames"] == "-0.200, 1/1 lower"
     assert table.loc["sgi", "lstsq, renormalized"] == "-0.050, 1/1 lower"
     assert list(readout_table(graph=None).columns) == [

@@ -1,0 +1,215 @@
+"""Convolution and batch norm with a population's agent axis explicit, for updates under vmap.
+
+A population runs every agent's network at once under ``torch.func.vmap`` (one operator for all
+agents). vmap's own batching rules for a conv or a batch norm whose weights are batched move the
+agent axis into the channels with a grouped conv / a per-(agent, channel) norm, but they pay for
+it in re-layouts: each call permutes and copies its input, adds the bias and applies the norm's
+affine map as separate operators, and moves the result back, and the backward mirrors it (a conv
+~29 dispatches with views, forward and backward, a batch norm ~38). Here the same grouped
+operators are written once, on the unwrapped tensors (an autograd.Function's ``vmap``
+staticmethod): the input is read as (B, N * C, H, W), the weights as (N * O, C, kh, kw), the
+result is left in that layout with the agent axis at dimension 1, so the next conv or norm reads
+it without a copy; the backward is autograd's over those plain operators (one
+``convolution_backward`` / ``native_batch_norm_backward`` each).
+
+They round differently from vmap's rules (the bias and the norm's affine map fused into the
+kernel), so they run only within `lean_kernels` (a GPU population's update,
+`sgi_lab.train.update.lean_kernels`); outside it, and outside vmap, `conv2d` and `batch_norm` are
+``F.conv2d`` and the module's own forward.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+_LEAN = contextvars.ContextVar("lean_kernels", default=False)
+
+
+@contextlib.contextmanager
+def lean_kernels(enabled: bool = True) -> Iterator[None]:
+    """Within the block, the networks take their formulations with fewer operators (for
+    devices that launch a kernel per operator): `conv2d` and `batch_norm` with the agent axis
+    explicit under vmap, and `sgi_lab.nets.encoders.renormalize`'s closed-form gradient."""
+    token = _LEAN.set(enabled)
+    try:
+        yield
+    finally:
+        _LEAN.reset(token)
+
+
+def lean() -> bool:
+    """Whether `lean_kernels` is on here."""
+    return _LEAN.get()
+
+
+def under_vmap(x: torch.Tensor) -> bool:
+    """Whether ``x`` is a torch.func (vmap) wrapper, as inside a population's batched update."""
+    return torch._C._functorch.is_functorch_wrapped_tensor(x)
+
+
+def norm_input(x: torch.Tensor) -> torch.Tensor:
+    """``x`` for a batch norm: in the standard layout when it is a vmap wrapper on a GPU.
+
+    CUDA's batch norm asks ``is_contiguous(channels_last)`` of an input whose strides look
+    channels-last, and vmap does not implement that question: with torch 2.11 on an H100 the
+    MinAtar transition model's norm failed so inside a population's update ("NYI: querying
+    is_contiguous inside of vmap for memory_format other than torch.contiguous_format";
+    docs/results/gpu.md). A copy of a 10x10 map costs nothing beside that; elsewhere ``x``
+    itself.
+    """
+    return x.contiguous() if x.device.type != "cpu" and under_vmap(x) else x
+
+
+def conv2d(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    stride: int | tuple[int, int] = 1,
+    padding: int | tuple[int, int] = 0,
+) -> torch.Tensor:
+    """``F.conv2d(x, weight, bias, stride, padding)`` on (B, C, H, W) inputs; under vmap within
+    `lean_kernels`, one grouped conv over the agents (`_AgentConv2d`)."""
+    if lean() and x.dim() == 4 and (under_vmap(x) or under_vmap(weight)):
+        return _AgentConv2d.apply(x, weight, bias, _pair(stride), _pair(padding))
+    return F.conv2d(x, weight, bias, stride, padding)
+
+
+def batch_norm(bn: nn.BatchNorm2d, x: torch.Tensor) -> torch.Tensor:
+    """``bn(x)`` for a (B, C, H, W) input; under vmap within `lean_kernels` and in training
+    with running statistics (a population's update), one norm over the agents' channels
+    (`_AgentBatchNorm`), the running statistics moved in place as ``bn`` moves them."""
+    if not (
+        lean()
+        and bn.training
+        and bn.track_running_stats
+        and bn.momentum is not None  # a cumulative average reads the count on the host
+        and bn.weight is not None
+        and x.dim() == 4
+        and under_vmap(x)
+    ):
+        return bn(norm_input(x))
+    bn.num_batches_tracked.add_(1)
+    return _AgentBatchNorm.apply(
+        x, bn.running_mean, bn.running_var, bn.weight, bn.bias, bn.momentum, bn.eps
+    )[0]
+
+
+def _pair(v: int | tuple[int, int]) -> tuple[int, int]:
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+def _agents_first(t: torch.Tensor, dim: int | None, n: int) -> torch.Tensor:
+    """A (N, ...) view of an unwrapped tensor with its agent axis at ``dim`` (None: shared by
+    every agent, expanded)."""
+    if dim is None:
+        return t.expand(n, *t.shape)
+    return t.movedim(dim, 0) if dim else t
+
+
+def _agents_in_channels(x: torch.Tensor, dim: int | None, n: int) -> torch.Tensor:
+    """An unwrapped (B, C, H, W) input with its agent axis at ``dim`` -> (B, N * C, H, W): a
+    view where the agent axis already sits before the channels (the layout this module's
+    results have), else one copy."""
+    if dim is None:
+        x = x.unsqueeze(1).expand(-1, n, *x.shape[1:])
+    elif dim != 1:
+        x = x.movedim(dim, 1)
+    return x.flatten(1, 2)
+
+
+class _AgentConv2d(torch.autograd.Function):
+    """``F.conv2d`` whose ``vmap`` rule is one grouped conv over the agents (module doc)."""
+
+    @staticmethod
+    def forward(x, weight, bias, stride, padding):  # noqa: ANN001, ANN205, D102
+        return F.conv2d(x, weight, bias, stride, padding)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
+        x, weight, bias, ctx.stride, ctx.padding = inputs
+        ctx.bias_size = None if bias is None else [bias.shape[0]]
+        ctx.save_for_backward(x, weight)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple:
+        x, weight = ctx.saved_tensors
+        wanted = [*ctx.needs_input_grad[:2], ctx.bias_size is not None]
+        gx, gw, gb = torch.ops.aten.convolution_backward(
+            grad, x, weight, ctx.bias_size, ctx.stride, ctx.padding, [1, 1], False, [0, 0], 1,
+            wanted,
+        )  # fmt: skip
+        return gx, gw, gb, None, None
+
+    @staticmethod
+    def vmap(info: Any, in_dims: tuple, x, weight, bias, stride, padding):  # noqa: ANN001, ANN205
+        n = info.batch_size
+        x_dim, w_dim, b_dim = in_dims[:3]
+        weight = _agents_first(weight, w_dim, n)
+        out_channels = weight.shape[1]
+        weight = weight.reshape(n * out_channels, *weight.shape[2:])
+        if bias is not None:
+            bias = _agents_first(bias, b_dim, n).reshape(-1)
+        if x_dim is None:  # every agent reads the same input: one conv, no groups
+            out = F.conv2d(x, weight, bias, stride, padding)
+        else:
+            x = _agents_in_channels(x, x_dim, n)
+            out = F.conv2d(x, weight, bias, stride, padding, groups=n)
+        return out.unflatten(1, (n, out_channels)), 1
+
+
+class _AgentBatchNorm(torch.autograd.Function):
+    """Training-mode batch norm with running statistics, whose ``vmap`` rule is one norm over
+    the (agent, channel) pairs (module doc); the agents' running statistics, (N, C) tensors,
+    are moved in place through their (N * C,) views. Returns the result and the batch's mean
+    and inverse standard deviation (not differentiable)."""
+
+    @staticmethod
+    def forward(x, running_mean, running_var, weight, bias, momentum, eps):  # noqa: ANN001, ANN205, D102
+        return torch.native_batch_norm(
+            x, weight, bias, running_mean, running_var, True, momentum, eps
+        )
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
+        x, _, _, weight, _, _, ctx.eps = inputs
+        _, mean, invstd = output
+        ctx.mark_non_differentiable(mean, invstd)
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(x, weight, mean, invstd)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor, *_: Any) -> tuple:
+        x, weight, mean, invstd = ctx.saved_tensors
+        wanted = [ctx.needs_input_grad[i] for i in (0, 3, 4)]
+        gx, gw, gb = torch.ops.aten.native_batch_norm_backward(
+            grad, x, weight, None, None, mean, invstd, True, ctx.eps, wanted
+        )
+        return gx, None, None, gw, gb, None, None
+
+    @staticmethod
+    def vmap(info: Any, in_dims: tuple, x, running_mean, running_var, weight, bias, momentum, eps):  # noqa: ANN001, ANN205, E501
+        n = info.batch_size
+        x_dim, mean_dim, var_dim, w_dim, b_dim = in_dims[:5]
+        if x_dim is None or mean_dim is None or var_dim is None:
+            raise ValueError("an agent-axis batch norm needs batched inputs and statistics")
+        stats = [_agents_first(running_mean, mean_dim, n), _agents_first(running_var, var_dim, n)]
+        if not all(s.is_contiguous() for s in stats):
+            raise ValueError("the agents' running statistics must be contiguous (N, C) tensors")
+        out, mean, invstd = torch.native_batch_norm(
+            _agents_in_channels(x, x_dim, n),
+            _agents_first(weight, w_dim, n).reshape(-1),
+            _agents_first(bias, b_dim, n).reshape(-1),
+            stats[0].view(-1),
+            stats[1].view(-1),
+            True,
+            momentum,
+            eps,
+        )
+        return (out.unflatten(1, (n, -1)), mean.view(n, -1), invstd.view(n, -1)), (1, 0, 0)

@@ -1,0 +1,203 @@
+"""Convolution, batch norm and the transition model with the agent axis explicit
+(`sgi_lab.nets.agent_axis`, a GPU population's update) against vmap's own batching rules: the
+same values, gradients and running statistics (float64 to 1e-12; float32, the update's dtype,
+to 1e-5), in fewer operators."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call, vmap
+
+from sgi_lab.nets import agent_axis
+from sgi_lab.nets.agent_axis import batch_norm, conv2d, lean_kernels
+from sgi_lab.nets.transition import TransitionModel
+from sgi_lab.runtime.graphs import OpCounter
+
+AGENTS = 3
+
+
+def stacked(module: nn.Module, dtype: torch.dtype, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Every parameter and buffer of ``module`` for AGENTS agents, each agent's different."""
+    torch.manual_seed(seed)
+    state = {}
+    for k, v in module.state_dict().items():
+        if v.is_floating_point():
+            t = torch.randn(AGENTS, *v.shape, dtype=dtype)
+            t = t.abs() + 0.5 if k.endswith("running_var") else t
+            state[k] = t.requires_grad_(k in dict(module.named_parameters()))
+        else:
+            state[k] = v.expand(AGENTS, *v.shape).clone()
+    return state
+
+
+def run(module, state, fn, inputs, grad_out, lean: bool):
+    """fn(module, *inputs) under vmap over the agents' state (copies of it: running statistics
+    move in place), its gradient from ``grad_out``: values, the inputs' and parameters' gradients
+    and the buffers after."""
+    state = {k: v.detach().clone().requires_grad_(v.requires_grad) for k, v in state.items()}
+    inputs = [x.detach().clone().requires_grad_(x.is_floating_point()) for x in inputs]
+    batched = [i for i, x in enumerate(inputs) if x.shape[0] == AGENTS]
+
+    def per_agent(s, *xs):
+        return functional_call(module, s, (fn, *xs))
+
+    with lean_kernels(lean):
+        out = vmap(
+            per_agent, in_dims=(0, *[0 if i in batched else None for i in range(len(inputs))])
+        )(state, *inputs)
+    params = [v for v in state.values() if v.requires_grad]
+    wrt = [x for x in inputs if x.requires_grad] + params
+    grads = torch.autograd.grad((out * grad_out).sum(), wrt, allow_unused=True)
+    buffers = [v for v in state.values() if not v.requires_grad]
+    return out.detach(), grads, buffers
+
+
+class Apply(nn.Module):
+    def __init__(self, **children: nn.Module) -> None:
+        super().__init__()
+        for k, v in children.items():
+            self.add_module(k, v)
+
+    def forward(self, fn, *xs):
+        return fn(self, *xs)
+
+
+def assert_same(a, b, tol: float) -> None:
+    for x, y in zip(a, b, strict=True):
+        if x is None or y is None:
+            assert x is None and y is None
+            continue
+        if not x.is_floating_point():
+            assert torch.equal(x, y)
+            continue
+        torch.testing.assert_close(x, y, rtol=tol, atol=tol)
+
+
+def conv_bn_conv(m, x):
+    h = F.relu(conv2d(x, m.conv.weight[:, :4], m.conv.bias, m.conv.stride, m.conv.padding))
+    h = batch_norm(m.bn, h)
+    return conv2d(h, m.conv2.weight, None, 2, 1)
+
+
+@pytest.mark.parametrize(("dtype", "tol"), [(torch.float64, 1e-12), (torch.float32, 1e-5)])
+def test_conv_and_batch_norm_equal_vmaps_rules(dtype, tol):
+    """A conv over a slice of its weight (as the transition model's first conv), a norm with
+    running statistics and a strided conv without bias: lean equals vmap's rules, running
+    statistics and the norm's step count included."""
+    module = Apply(
+        conv=nn.Conv2d(6, 5, 3, padding=1), bn=nn.BatchNorm2d(5), conv2=nn.Conv2d(5, 7, 3)
+    )
+    state = stacked(module, dtype)
+    x = torch.randn(AGENTS, 4, 4, 6, 6, dtype=dtype)
+    g = torch.randn(AGENTS, 4, 7, 3, 3, dtype=dtype)
+    lean = run(module, state, conv_bn_conv, [x], g, lean=True)
+    plain = run(module, state, conv_bn_conv, [x], g, lean=False)
+    assert_same([lean[0], *lean[1], *lean[2]], [plain[0], *plain[1], *plain[2]], tol)
+    assert lean[2][-1].tolist() == [1] * AGENTS  # num_batches_tracked moved once per agent
+
+
+def test_conv_of_an_input_every_agent_shares():
+    """The action maps' conv: one input (the one-hot planes) for every agent's weights."""
+    module = Apply(conv=nn.Conv2d(4, 5, 3, padding=1))
+    state = stacked(module, torch.float64)
+    planes = torch.randn(2, 4, 5, 5, dtype=torch.float64)
+    g = torch.randn(AGENTS, 2, 5, 5, 5, dtype=torch.float64)
+
+    def fn(m, x):
+        return conv2d(x, m.conv.weight, m.conv.bias, 1, 1)
+
+    lean = run(module, state, fn, [planes], g, lean=True)
+    plain = run(module, state, fn, [planes], g, lean=False)
+    assert_same([lean[0], *lean[1]], [plain[0], *plain[1]], 1e-12)
+
+
+@pytest.mark.parametrize(("dtype", "tol"), [(torch.float64, 1e-12), (torch.float32, 1e-5)])
+def test_transition_rollout_equals_vmaps_rules(dtype, tol):
+    """K = 3 recursive steps of MinAtar's transition model (16 channels, 8x8, 6 actions)."""
+    model = TransitionModel(16, 6).to(dtype)
+    module = Apply(t=model)
+    state = stacked(module, dtype, seed=1)
+    z = torch.rand(AGENTS, 4, 16, 8, 8, dtype=dtype)
+    actions = torch.randint(0, 6, (AGENTS, 4, 3))
+    g = torch.randn(AGENTS, 4, 3, 16, 8, 8, dtype=dtype)
+
+    def fn(m, z, a):
+        return m.t.rollout(z, a)
+
+    lean = run(module, state, fn, [z, actions], g, lean=True)
+    plain = run(module, state, fn, [z, actions], g, lean=False)
+    assert_same([lean[0], *lean[1], *lean[2]], [plain[0], *plain[1], *plain[2]], tol)
+
+
+def count(module, state, fn, inputs, g, lean: bool, views: bool) -> int:
+    counter = OpCounter(views)
+    with counter:
+        run(module, state, fn, inputs, g, lean)
+    return sum(counter.totals().values())
+
+
+def test_the_lean_rollout_dispatches_fewer_operators():
+    model = TransitionModel(16, 6)
+    module = Apply(t=model)
+    state = stacked(module, torch.float32, seed=2)
+    inputs = [torch.rand(AGENTS, 4, 16, 8, 8), torch.randint(0, 6, (AGENTS, 4, 3))]
+    g = torch.randn(AGENTS, 4, 3, 16, 8, 8)
+
+    def fn(m, z, a):
+        return m.t.rollout(z, a)
+
+    for views in (False, True):
+        lean, plain = (count(module, state, fn, inputs, g, le, views) for le in (True, False))
+        assert lean < 0.8 * plain, (views, lean, plain)
+
+
+def test_outside_the_switch_or_vmap_the_plain_operators_run():
+    """Outside `lean_kernels` (a CPU's update) vmap's own rules run: the same operators as
+    ``F.conv2d`` under vmap; outside vmap, ``F.conv2d`` itself."""
+    conv = nn.Conv2d(3, 4, 3).double()
+    x = torch.randn(2, 3, 5, 5, dtype=torch.float64, requires_grad=True)
+    with lean_kernels():
+        assert agent_axis.lean()
+        assert conv2d(x, conv.weight, conv.bias).grad_fn.name() == "ConvolutionBackward0"
+    assert not agent_axis.lean()
+    xs = x.detach().expand(2, -1, -1, -1, -1)
+    counted = []
+    for fn in (conv2d, F.conv2d):
+        weights = conv.weight.detach().expand(2, -1, -1, -1, -1).clone().requires_grad_()
+        counter = OpCounter(views=True)
+        with counter:
+            vmap(lambda w, x, fn=fn: fn(x, w))(weights, xs).sum().backward()
+        counted.append(counter.counts["other"])
+    assert counted[0] == counted[1]
+
+
+def test_the_functions_outside_vmap_are_the_plain_operators():
+    """Applied directly (not under vmap), each autograd Function is the operator it batches:
+    values and gradients."""
+    torch.manual_seed(3)
+    x = torch.randn(2, 3, 6, 6, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(4, 3, 3, 3, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    g = torch.randn(2, 4, 3, 3, dtype=torch.float64)
+    ours = agent_axis._AgentConv2d.apply(x, w, b, (2, 2), (1, 1))
+    theirs = F.conv2d(x, w, b, 2, 1)
+    assert_same(
+        [ours, *torch.autograd.grad((ours * g).sum(), (x, w, b))],
+        [theirs, *torch.autograd.grad((theirs * g).sum(), (x, w, b))],
+        1e-12,
+    )
+    weight, bias = torch.randn(3, dtype=torch.float64), torch.randn(3, dtype=torch.float64)
+    weight.requires_grad_(), bias.requires_grad_()
+    stats = [torch.zeros(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64)]
+    ref_stats = [s.clone() for s in stats]
+    g = torch.randn(2, 3, 6, 6, dtype=torch.float64)
+    ours = agent_axis._AgentBatchNorm.apply(x, *stats, weight, bias, 0.1, 1e-5)[0]
+    theirs = F.batch_norm(x, *ref_stats, weight, bias, True, 0.1, 1e-5)
+    assert_same(
+        [ours, *torch.autograd.grad((ours * g).sum(), (x, weight, bias)), *stats],
+        [theirs, *torch.autograd.grad((theirs * g).sum(), (x, weight, bias)), *ref_stats],
+        1e-12,
+    )
