@@ -39,7 +39,6 @@ from sgi_lab.notebook import (
 from sgi_lab.runs.checkpoints import CHECKPOINT_RE
 from sgi_lab.runs.folder import RunDir
 from sgi_lab.runs.progress import ProgressBar
-from sgi_lab.viz.training import STATIC_FIGURES_ENV
 
 __all__ = [
     "KEEP_CHECKPOINTS",
@@ -329,8 +328,10 @@ def _execute(
     its kernel on private sockets and drawing static figures."""
     import papermill
 
-    # Static figures in the kernel: the executed notebook and its HTML page keep them.
+    # lazy: viz.training loads pandas and plotly, which the options (--help) need not
+    from sgi_lab.viz.training import STATIC_FIGURES_ENV
 
+    # Static figures in the kernel: the executed notebook and its HTML page keep them.
     # papermill's own bar counts cells (stuck on the training cell for minutes): the bar shown
     # follows the training's metrics.jsonl instead, its step, rate and time left.
     follow = ProgressBar(out_nb.parent, nb_path.stem) if progress else None

@@ -27,7 +27,6 @@ from sgi_lab.envs import canonical_env_game
 from sgi_lab.envs.games import UnknownGameError
 from sgi_lab.runs.folder import run_name
 from sgi_lab.runs.status import read_status, run_folders, run_kind
-from sgi_lab.viz.tables import results_frame
 
 __all__ = [
     "DEFAULT_OUT_ROOT",
@@ -546,6 +545,8 @@ class RecordedResults(dict):
     the raw dict with every digit."""
 
     def _frame(self):
+        # lazy: the table loads pandas, which `sgi-lab run --help` (this module) needs not
+        from sgi_lab.viz.tables import results_frame
 
         return results_frame(self)
 
