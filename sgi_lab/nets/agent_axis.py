@@ -67,6 +67,12 @@ def norm_input(x: torch.Tensor) -> torch.Tensor:
     return x.contiguous() if x.device.type != "cpu" and under_vmap(x) else x
 
 
+def agent_axis_here(*tensors: torch.Tensor) -> bool:
+    """Whether to take this module's agent-axis formulations: within `lean_kernels`, with one
+    of ``tensors`` a vmap wrapper."""
+    return lean() and any(under_vmap(t) for t in tensors)
+
+
 def conv2d(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -76,7 +82,7 @@ def conv2d(
 ) -> torch.Tensor:
     """``F.conv2d(x, weight, bias, stride, padding)`` on (B, C, H, W) inputs; under vmap within
     `lean_kernels`, one grouped conv over the agents (`_AgentConv2d`)."""
-    if lean() and x.dim() == 4 and (under_vmap(x) or under_vmap(weight)):
+    if x.dim() == 4 and agent_axis_here(x, weight):
         return _AgentConv2d.apply(x, weight, bias, _pair(stride), _pair(padding))
     return F.conv2d(x, weight, bias, stride, padding)
 
@@ -213,3 +219,110 @@ class _AgentBatchNorm(torch.autograd.Function):
             eps,
         )
         return (out.unflatten(1, (n, -1)), mean.view(n, -1), invstd.view(n, -1)), (1, 0, 0)
+
+
+def noisy_linear(
+    x: torch.Tensor,
+    weight_mu: torch.Tensor,
+    bias_mu: torch.Tensor,
+    noise: tuple[torch.Tensor, ...] | None = None,
+) -> torch.Tensor:
+    """x (mu_w + sigma_w eps_out eps_in^T)^T + mu_b + sigma_b eps_out on (..., D) inputs, or
+    ``F.linear`` over the means when ``noise`` (sigma_w, sigma_b, eps_in, eps_out) is None.
+
+    Under vmap (callers ask `agent_axis_here` first) the noisy weight is built once for every
+    agent and multiplied with the bias in one batched product, whose backward writes each
+    gradient once, in its parameter's layout (`_AgentsLinear`): 4 operators forward and 5
+    backward for a noisy layer, where vmap's rules take 6 and 12 (two of them copies re-laying
+    out the weights' gradients)."""
+    return _AgentLinear.apply(x, weight_mu, bias_mu, *(noise or (None,) * 4))
+
+
+def _noisy_parameters(weight_mu, bias_mu, weight_sigma, bias_sigma, eps_in, eps_out):  # noqa: ANN001, ANN202
+    """(weight, bias, eps_out eps_in^T), the last None without noise."""
+    if weight_sigma is None:
+        return weight_mu, bias_mu, None
+    outer = eps_out.unsqueeze(-1) * eps_in.unsqueeze(-2)
+    weight = torch.addcmul(weight_mu, weight_sigma, outer)
+    return weight, torch.addcmul(bias_mu, bias_sigma, eps_out), outer
+
+
+def _linear_grads(need, grad, x, weight, outer, eps_out) -> tuple:  # noqa: ANN001
+    """`_AgentsLinear`'s gradients from (N, R, O) ``grad`` (its docstring)."""
+    grad_x = torch.bmm(grad, weight) if need[0] else None
+    grad_w = torch.bmm(grad.transpose(1, 2), x) if need[1] or need[3] else None
+    grad_b = grad.sum(1) if need[2] or need[4] else None
+    return (
+        grad_x,
+        grad_w if need[1] else None,
+        grad_b if need[2] else None,
+        grad_w * outer if need[3] else None,
+        grad_b * eps_out if need[4] else None,
+        None,
+        None,
+    )
+
+
+class _AgentsLinear(torch.autograd.Function):
+    """The (noisy) linear layer of N agents at once: x (N, R, D), weights (N, O, D), biases and
+    noise (N, O) / (N, D); y = baddbmm(b, x, W^T). Backward: dW = g^T x in W's layout (not the
+    transposed product autograd re-lays out), d sigma_w = dW * eps_out eps_in^T, db = sum g,
+    d sigma_b = db * eps_out, dx = g W."""
+
+    @staticmethod
+    def forward(ctx, x, weight_mu, bias_mu, weight_sigma, bias_sigma, eps_in, eps_out):  # noqa: ANN001, ANN205, D102
+        weight, bias, outer = _noisy_parameters(
+            weight_mu, bias_mu, weight_sigma, bias_sigma, eps_in, eps_out
+        )
+        ctx.save_for_backward(x, weight, outer, eps_out)
+        return torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: ANN001, ANN205, D102
+        return _linear_grads(ctx.needs_input_grad, grad, *ctx.saved_tensors)
+
+
+class _AgentLinear(torch.autograd.Function):
+    """One agent's (noisy) linear layer on (..., D) inputs, whose ``vmap`` rule is
+    `_AgentsLinear` over every agent (`noisy_linear`)."""
+
+    @staticmethod
+    def forward(x, weight_mu, bias_mu, weight_sigma, bias_sigma, eps_in, eps_out):  # noqa: ANN001, ANN205, D102
+        weight, bias, _ = _noisy_parameters(
+            weight_mu, bias_mu, weight_sigma, bias_sigma, eps_in, eps_out
+        )
+        return F.linear(x, weight, bias)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
+        ctx.save_for_backward(*inputs)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple:
+        x, *params = ctx.saved_tensors
+        one = [None if p is None else p.unsqueeze(0) for p in params]
+        weight, _, outer = _noisy_parameters(*one)
+        grads = _linear_grads(
+            ctx.needs_input_grad,
+            grad.reshape(1, -1, grad.shape[-1]),
+            x.reshape(1, -1, x.shape[-1]),
+            weight,
+            outer,
+            one[-1],
+        )
+        grads = [None if g is None else g[0] for g in grads]
+        if grads[0] is not None:
+            grads[0] = grads[0].view(x.shape)
+        return tuple(grads)
+
+    @staticmethod
+    def vmap(info: Any, in_dims: tuple, x, *params):  # noqa: ANN001, ANN205
+        n = info.batch_size
+        x = _agents_first(x, in_dims[0], n)
+        lead = x.shape[1:-1]
+        params = [
+            None if p is None else _agents_first(p, d, n)
+            for p, d in zip(params, in_dims[1:], strict=True)
+        ]
+        out = _AgentsLinear.apply(x.reshape(n, -1, x.shape[-1]), *params)
+        return out.view(n, *lead, out.shape[-1]), 0

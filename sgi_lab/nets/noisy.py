@@ -8,6 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from sgi_lab.nets.agent_axis import agent_axis_here, noisy_linear
+
 
 def _signed_sqrt(x: torch.Tensor) -> torch.Tensor:
     return x.sign() * x.abs().sqrt()
@@ -87,6 +89,9 @@ class NoisyLinear(nn.Module):
     def forward(self, x: torch.Tensor, noise: bool | None = None) -> torch.Tensor:
         """Apply the layer; ``noise`` overrides ``noise_enabled`` for this call."""
         use_noise = self.noise_enabled if noise is None else noise
+        if agent_axis_here(x, self.weight_mu):  # a GPU population's update: fewer operators
+            noisy = (self.weight_sigma, self.bias_sigma, self.eps_in, self.eps_out)
+            return noisy_linear(x, self.weight_mu, self.bias_mu, noisy if use_noise else None)
         if not use_noise:
             return F.linear(x, self.weight_mu, self.bias_mu)
         bias = torch.addcmul(self.bias_mu, self.bias_sigma, self.eps_out)

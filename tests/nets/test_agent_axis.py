@@ -13,6 +13,7 @@ from torch.func import functional_call, vmap
 
 from sgi_lab.nets import agent_axis
 from sgi_lab.nets.agent_axis import batch_norm, conv2d, lean_kernels
+from sgi_lab.nets.noisy import NoisyLinear
 from sgi_lab.nets.transition import TransitionModel
 from sgi_lab.runtime.graphs import OpCounter
 
@@ -20,16 +21,17 @@ AGENTS = 3
 
 
 def stacked(module: nn.Module, dtype: torch.dtype, seed: int = 0) -> dict[str, torch.Tensor]:
-    """Every parameter and buffer of ``module`` for AGENTS agents, each agent's different."""
+    """Every parameter and buffer of ``module`` (noise samples included) for AGENTS agents,
+    each agent's different."""
     torch.manual_seed(seed)
     state = {}
-    for k, v in module.state_dict().items():
+    for k, v in [*module.named_parameters(), *module.named_buffers()]:
         if v.is_floating_point():
             t = torch.randn(AGENTS, *v.shape, dtype=dtype)
             t = t.abs() + 0.5 if k.endswith("running_var") else t
             state[k] = t.requires_grad_(k in dict(module.named_parameters()))
         else:
-            state[k] = v.expand(AGENTS, *v.shape).clone()
+            state[k] = v.detach().expand(AGENTS, *v.shape).clone()
     return state
 
 
@@ -199,5 +201,53 @@ def test_the_functions_outside_vmap_are_the_plain_operators():
     assert_same(
         [ours, *torch.autograd.grad((ours * g).sum(), (x, weight, bias)), *stats],
         [theirs, *torch.autograd.grad((theirs * g).sum(), (x, weight, bias)), *ref_stats],
+        1e-12,
+    )
+
+
+@pytest.mark.parametrize("noise", [True, False])
+@pytest.mark.parametrize(("dtype", "tol"), [(torch.float64, 1e-12), (torch.float32, 1e-5)])
+def test_noisy_linear_equals_the_layers_formula(noise, dtype, tol):
+    """A noisy layer on (B, K, D) inputs, with noise (the Q head) and without (SPR's
+    projection): values, the input's and every parameter's gradient (None where unused)."""
+    module = Apply(layer=NoisyLinear(12, 5))
+    state = stacked(module, dtype, seed=4)
+    x = torch.randn(AGENTS, 4, 3, 12, dtype=dtype)
+    g = torch.randn(AGENTS, 4, 3, 5, dtype=dtype)
+
+    def fn(m, x):
+        return m.layer(x, noise=noise)
+
+    lean = run(module, state, fn, [x], g, lean=True)
+    plain = run(module, state, fn, [x], g, lean=False)
+    assert_same([lean[0], *lean[1]], [plain[0], *plain[1]], tol)
+    assert (lean[1][-1] is None) is not noise  # sigma_b: a gradient only with noise
+
+
+def test_noisy_linear_dispatches_fewer_operators():
+    module = Apply(layer=NoisyLinear(64, 32))
+    state = stacked(module, torch.float32, seed=5)
+    x, g = torch.randn(AGENTS, 8, 64), torch.randn(AGENTS, 8, 32)
+
+    def fn(m, x):
+        return m.layer(x)
+
+    for views in (False, True):
+        lean, plain = (count(module, state, fn, [x], g, le, views) for le in (True, False))
+        assert lean < 0.7 * plain, (views, lean, plain)
+
+
+def test_the_noisy_function_outside_vmap_is_the_layers_formula():
+    torch.manual_seed(6)
+    layer = NoisyLinear(6, 4).double()
+    x = torch.randn(2, 3, 6, dtype=torch.float64, requires_grad=True)
+    g = torch.randn(2, 3, 4, dtype=torch.float64)
+    params = [layer.weight_mu, layer.bias_mu, layer.weight_sigma, layer.bias_sigma]
+    noise = (layer.weight_sigma, layer.bias_sigma, layer.eps_in, layer.eps_out)
+    ours = agent_axis.noisy_linear(x, layer.weight_mu, layer.bias_mu, noise)
+    theirs = layer(x)
+    assert_same(
+        [ours, *torch.autograd.grad((ours * g).sum(), [x, *params])],
+        [theirs, *torch.autograd.grad((theirs * g).sum(), [x, *params])],
         1e-12,
     )
