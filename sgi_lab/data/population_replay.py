@@ -179,7 +179,7 @@ class PopulationReplay:
         self._zero_row = torch.tensor(N * C, device=dev)
         self._zero = torch.zeros((), device=dev)
         self._gamma_powers = torch.from_numpy(gamma ** np.arange(n_step + 1)).to(dev)
-        self._discounts = self._gamma_powers.float()
+        self._discounts = torch.stack([self._gamma_powers, torch.zeros(n_step + 1)]).float()
 
     def __len__(self) -> int:
         return self.size
@@ -317,7 +317,7 @@ class PopulationReplay:
         # leaving (smallest sampled priority / priority) ** beta.
         priorities = self.tree.get(starts)
         weights = ((priorities.min(1, keepdim=True).values / priorities) ** self.beta).float()
-        return self.batch_at(starts, offsets)._replace(weights=weights)
+        return self._batch(starts, offsets, weights)
 
     def _draw_goal_offsets(self, batch_size: int) -> torch.Tensor | None:
         if self.goal_window == 0:
@@ -363,7 +363,8 @@ class PopulationReplay:
         term = self._rows(self.terminals, safe_steps) & in_episode
         # Valid: in the episode with no terminal before (a running count of terminals is at
         # most the step's own flag).
-        valid = (term.cumsum(-1) <= term) & in_episode
+        terminals_so_far = term.cumsum(-1)
+        valid = (terminals_so_far <= term) & in_episode
         signs = self._rows(self.rewards, safe_steps).sign()
         seq_valid = valid[..., : K + 1]
         actions = self._rows(self.actions, safe_steps)[..., : K + 1] * seq_valid
@@ -377,7 +378,9 @@ class PopulationReplay:
         obs = self._gather_frames(frame_rows, frame_ok, "obs")
 
         if self.n_step > 0:
-            returns, boot_rows, discount = self._n_step_targets(t, e1, steps, term, valid, signs)
+            returns, boot_rows, discount = self._n_step_targets(
+                t, e1, steps, term, terminals_so_far, valid, signs
+            )
             # After a terminal the discount is 0 and the row may lie past e1: any stack will do.
             bootstrap_obs = self._stacks(torch.minimum(boot_rows, e1), e0_flat, "bootstrap_obs")
         else:
@@ -444,12 +447,13 @@ class PopulationReplay:
         e1: torch.Tensor,
         steps: torch.Tensor,
         term: torch.Tensor,
+        terminals_so_far: torch.Tensor,
         valid: torch.Tensor,
         signs: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """`sampler.n_step_targets` with clipped rewards over (N, B) starts and episode ends,
-        from the batch's window of ``steps`` (N, B, >= n_step) with their terminals, validity
-        and reward signs."""
+        from the batch's window of ``steps`` (N, B, >= n_step) with their terminals (and their
+        running count), validity and reward signs."""
         n = self.n_step
         # A reward counts if no terminal came before it and its row has a known successor; the
         # first step that does not count ends the sum (truncation or terminal), and only a
@@ -459,9 +463,10 @@ class PopulationReplay:
         m = counted.sum(-1)
         step_rewards = torch.where(counted, signs[..., :n], self._zero)
         returns = (step_rewards * self._gamma_powers[:-1]).sum(-1)  # float64
-        ended = (term & counted).any(-1)
-        discount = torch.where(ended, self._zero, self._discounts[m])
-        return returns.float(), t + m, discount
+        # The first terminal in the episode is valid, and counted: the sum ended at it if the
+        # n steps hold one (1), with discount 0 (row 1 of the table), else gamma ** m (row 0).
+        ended = terminals_so_far[..., n - 1].clamp(max=1)
+        return returns.float(), t + m, self._discounts[ended, m]
 
     # -- priorities -----------------------------------------------------------------------------
     def update_priorities(

@@ -118,7 +118,8 @@ def assert_same_priorities(population, replays):
 
 
 # -- (1) batches at given start rows ----------------------------------------------------------
-@pytest.mark.parametrize("n_step,goal_window", [(4, 5), (0, 0)])
+# K = 3: the n-step window is the sequence's (4), longer (7) or absent (0)
+@pytest.mark.parametrize("n_step,goal_window", [(4, 5), (7, 5), (0, 0)])
 def test_batch_at_given_rows_equals_sequence_sampler(n_step, goal_window):
     rows = random_rows(3, 120, seed=1)
     population, replays = build(rows, n_step=n_step, goal_window=goal_window)
