@@ -175,7 +175,7 @@ def test_the_answer_pools_draws_and_holm_adjusts_the_primary_family(tmp_path):
 
 def test_power_from_the_archived_study_and_the_cli(tmp_path, capsys):
     experiment = ex.load_experiment(CALIBRATION)
-    pilot = ROOT / "docs" / "results" / "studies" / "minatar_objectives"
+    pilot = ROOT / "results" / "minatar_objectives"
     found = power_report(pilot, experiment, seeds=3, sims=100, permutations=300)
     assert found["pilot_runs"] == [3, 3] and found["alpha"] == pytest.approx(0.05 / 4)
     more = power_report(pilot, experiment, seeds=10, sims=100, permutations=300)
