@@ -84,7 +84,15 @@ class _Renormalize(torch.autograd.Function):
     same whichever of them receives it (`tests/nets/test_nets.py` checks both against autograd).
     """
 
-    generate_vmap_rule = True
+    @staticmethod
+    def vmap(info: Any, in_dims: tuple, flat: torch.Tensor, eps: float) -> tuple:
+        """Every agent at once: the formula reduces over the last axis whatever the leading
+        ones, so the Function itself runs on the unwrapped tensor (forward and backward without
+        vmap's wrappers, where a generated rule re-batches each operator of the backward)."""
+        dim = in_dims[0]
+        if dim == flat.dim() - 1:  # the agents last: they are not what the formula reduces
+            flat, dim = flat.movedim(dim, 0), 0
+        return _Renormalize.apply(flat, eps), (dim,) * 5
 
     @staticmethod
     def forward(flat: torch.Tensor, eps: float) -> tuple[torch.Tensor, ...]:

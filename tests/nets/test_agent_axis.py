@@ -13,6 +13,7 @@ from torch.func import functional_call, vmap
 
 from sgi_lab.nets import agent_axis
 from sgi_lab.nets.agent_axis import batch_norm, conv2d, lean_kernels
+from sgi_lab.nets.encoders import renormalize
 from sgi_lab.nets.noisy import NoisyLinear
 from sgi_lab.nets.transition import TransitionModel
 from sgi_lab.runtime.graphs import OpCounter
@@ -134,6 +135,16 @@ def test_transition_rollout_equals_vmaps_rules(dtype, tol):
     assert_same([lean[0], *lean[1], *lean[2]], [plain[0], *plain[1], *plain[2]], tol)
 
 
+def node_names(t: torch.Tensor, depth: int = 4) -> set[str]:
+    """Names of the autograd nodes within ``depth`` steps of ``t``'s."""
+    names, frontier = set(), [t.grad_fn]
+    for _ in range(depth):
+        frontier = [n for n in frontier if n is not None]
+        names |= {n.name() for n in frontier}
+        frontier = [nxt for n in frontier for nxt, _ in n.next_functions]
+    return names
+
+
 def count(module, state, fn, inputs, g, lean: bool, views: bool) -> int:
     counter = OpCounter(views)
     with counter:
@@ -249,5 +260,28 @@ def test_the_noisy_function_outside_vmap_is_the_layers_formula():
     assert_same(
         [ours, *torch.autograd.grad((ours * g).sum(), [x, *params])],
         [theirs, *torch.autograd.grad((theirs * g).sum(), [x, *params])],
+        1e-12,
+    )
+
+
+def test_renormalize_under_vmap_runs_on_the_unwrapped_tensor():
+    """Within `lean_kernels` renormalize's vmap rule is the closed-form Function itself on the
+    unwrapped tensor, the agents on any axis (here the last, which the formula must not reduce
+    over): autograd's formula, values and gradients."""
+    torch.manual_seed(7)
+    x = torch.randn(5, 6, AGENTS, dtype=torch.float64, requires_grad=True)
+    g = torch.randn(5, 6, AGENTS, dtype=torch.float64)
+
+    def formula(v):
+        lo, hi = v.amin(-1, keepdim=True), v.amax(-1, keepdim=True)
+        return (v - lo) / (hi - lo).clamp_min(1e-6)
+
+    with lean_kernels():
+        ours = vmap(lambda v: renormalize(v, start_dim=-1), in_dims=2, out_dims=2)(x)
+    theirs = vmap(formula, in_dims=2, out_dims=2)(x)
+    assert "_RenormalizeBackward" in node_names(ours)  # the Function, not vmap's re-batching
+    assert_same(
+        [ours, *torch.autograd.grad((ours * g).sum(), x)],
+        [theirs, *torch.autograd.grad((theirs * g).sum(), x)],
         1e-12,
     )
