@@ -36,61 +36,68 @@ The package, in the order a task flows through it:
   intervals and Holm-adjusted permutation p values) and the power its design had;
 - `archive`: `archive` and `restore`, a finished experiment's small result files in a folder
   meant for git;
-- `command`: ``sgi-lab experiment``, its options and handler.
+- `command`: ``sgi-lab experiment``, what it runs; `options`: its options, without torch.
+
+The names below load their module when first used (`__getattr__`): importing the package, or
+`options` for ``sgi-lab experiment --help``, loads neither torch nor the finetuning code.
 """
 
-from sgi_lab.experiments.command import (
-    add_experiment_parser,
-    load_graph,
-    main_experiment,
-    run_experiment,
-)
-from sgi_lab.experiments.cost import (
-    MACHINES,
-    SPEEDS,
-    Speed,
-    estimate_cost,
-    format_plan,
-)
-from sgi_lab.experiments.executors import (
-    DRIVER_PID_ENV,
-    LOCAL_RAY,
-    RAY_AUTH_HINT,
-    LocalExecutor,
-    RayExecutor,
-    _ray_memory_share,
-    _task_env,
-    die_with_driver,
-    local_ray,
-    run_command,
-)
-from sgi_lab.experiments.experiment_report import finished_agent_folders, write_report
-from sgi_lab.experiments.graph import Graph, Task, expand
-from sgi_lab.experiments.order import branch_order, first_order, rebuild_graph, run_order
-from sgi_lab.experiments.scheduler import STATES, _oversubscription, run_graph
-from sgi_lab.experiments.spec import (
-    EXECUTORS,
-    EXPERIMENT_FILE,
-    KINDS,
-    NO_PRETRAINING,
-    PROBE_KEYS,
-    RESOURCE_KEYS,
-    STATE_FILE,
-    DataSpec,
-    Experiment,
-    FinetuneSpec,
-    PretrainSpec,
-    ProbeSpec,
-    load_experiment,
-)
-from sgi_lab.experiments.state import (
-    check_experiment_folder,
-    pull_results,
-    storage_plan,
-    stored_task_done,
-    task_done,
-    task_left,
-)
+import importlib
+from typing import Any
+
+# name -> the module that defines it, imported on first use
+_HOMES = {
+    "add_experiment_parser": "options",
+    "load_graph": "command",
+    "main_experiment": "command",
+    "run_experiment": "command",
+    "MACHINES": "cost",
+    "SPEEDS": "cost",
+    "Speed": "cost",
+    "estimate_cost": "cost",
+    "format_plan": "cost",
+    "DRIVER_PID_ENV": "executors",
+    "LOCAL_RAY": "executors",
+    "RAY_AUTH_HINT": "executors",
+    "LocalExecutor": "executors",
+    "RayExecutor": "executors",
+    "_ray_memory_share": "executors",
+    "_task_env": "executors",
+    "die_with_driver": "executors",
+    "local_ray": "executors",
+    "run_command": "executors",
+    "finished_agent_folders": "experiment_report",
+    "write_report": "experiment_report",
+    "Graph": "graph",
+    "Task": "graph",
+    "expand": "graph",
+    "branch_order": "order",
+    "first_order": "order",
+    "rebuild_graph": "order",
+    "run_order": "order",
+    "STATES": "scheduler",
+    "_oversubscription": "scheduler",
+    "run_graph": "scheduler",
+    "EXECUTORS": "spec",
+    "EXPERIMENT_FILE": "spec",
+    "KINDS": "spec",
+    "NO_PRETRAINING": "spec",
+    "PROBE_KEYS": "spec",
+    "RESOURCE_KEYS": "spec",
+    "STATE_FILE": "spec",
+    "DataSpec": "spec",
+    "Experiment": "spec",
+    "FinetuneSpec": "spec",
+    "PretrainSpec": "spec",
+    "ProbeSpec": "spec",
+    "load_experiment": "spec",
+    "check_experiment_folder": "state",
+    "pull_results": "state",
+    "storage_plan": "state",
+    "stored_task_done": "state",
+    "task_done": "state",
+    "task_left": "state",
+}
 
 __all__ = [
     "DRIVER_PID_ENV",
@@ -144,3 +151,17 @@ __all__ = [
     "task_done",
     "write_report",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``sgi_lab.experiments.NAME``: NAME from its module, imported now."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value  # found directly from now on
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

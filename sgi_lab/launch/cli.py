@@ -417,7 +417,7 @@ def _fill_deferred(name: str, parser: argparse.ArgumentParser) -> None:
         from sgi_lab.launch.sweep import add_sweep_parser as add
     else:
         # lazy: as above
-        from sgi_lab.experiments import add_experiment_parser as add
+        from sgi_lab.experiments.options import add_experiment_parser as add
     add(_Into(parser))
 
 

@@ -53,6 +53,7 @@ def cli_imports(*argv: str) -> tuple[int, list[str], str]:
         ("run", "--help"),
         ("sweep", "--help"),
         ("probe", "--help"),
+        ("experiment", "--help"),
     ],
     ids=lambda argv: " ".join(argv) or "build_parser",
 )
@@ -117,3 +118,32 @@ def test_the_probes_package_loads_its_modules_when_a_name_is_used():
         timeout=120,
     )
     assert done.stdout.split() == ["False", "True", "[]"], done.stderr[-2000:]
+
+
+def test_the_experiments_package_loads_its_modules_when_a_name_is_used():
+    # the experiment command's options read the spec alone; its handler loads the task graph
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, sgi_lab.experiments as e; from sgi_lab.experiments.options import "
+            "add_experiment_parser; a = 'torch' in sys.modules; e.run_graph; "
+            "print(a, 'torch' in sys.modules, sorted(set(e.__all__) - set(dir(e))))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.stdout.split() == ["False", "True", "[]"], done.stderr[-2000:]
+
+
+def test_the_experiment_command_runs_its_handler(tmp_path, capsys):
+    # the options' handler hands the arguments to the command's own (a dry run: the plan)
+    from sgi_lab.launch.cli import main
+
+    root = Path(__file__).resolve().parents[2]
+    file = root / "params/experiments/minatar_objectives.yaml"
+    args = build_parser().parse_args(["experiment", str(file), "--dry-run"])
+    assert args.handler.__module__ == "sgi_lab.experiments.options"
+    assert main(["experiment", str(file), "--out", str(tmp_path / "x"), "--dry-run"]) == 0
+    assert "pretrain/" in capsys.readouterr().out and not (tmp_path / "x").exists()
