@@ -38,15 +38,29 @@ class TransitionModel(nn.Module):
         self.first_bn = nn.BatchNorm2d(channels)
         self.final = nn.Conv2d(channels, channels, 3, padding=1)
 
-    def action_maps(self, height: int, width: int) -> torch.Tensor:
-        """(A, C, H, W) contribution of each action's one-hot planes to the first conv."""
-        w = self.first.weight[:, self.channels :]
+    def split_weight(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first conv's kernel as its latent (C, C, 3, 3) and action (C, A, 3, 3) parts, in
+        one split: a rollout's K uses of the latent part and the maps' use of the action part
+        then reach the kernel's gradient through one concatenation, where a slice per use wrote
+        a zero-filled kernel-sized gradient each."""
+        return self.first.weight.split([self.channels, self.num_actions], dim=1)
+
+    def action_maps(
+        self, height: int, width: int, action_weight: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """(A, C, H, W) contribution of each action's one-hot planes to the first conv
+        (``action_weight``: `split_weight`'s second part, when the caller has it)."""
+        w = self.split_weight()[1] if action_weight is None else action_weight
         planes = torch.eye(self.num_actions, device=w.device, dtype=w.dtype)
         planes = planes[:, :, None, None].expand(-1, -1, height, width)
         return conv2d(planes, w, padding=1)
 
     def forward(
-        self, z: torch.Tensor, action: torch.Tensor, action_map: torch.Tensor | None = None
+        self,
+        z: torch.Tensor,
+        action: torch.Tensor,
+        action_map: torch.Tensor | None = None,
+        latent_weight: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Predict the next latent.
 
@@ -55,14 +69,17 @@ class TransitionModel(nn.Module):
             action: (B,) int64 actions.
             action_map: (B, C, H, W) ``action_maps(H, W)[action]``, when the caller has it
                 (a rollout computes the maps of all its steps at once).
+            latent_weight: `split_weight`'s first part, when the caller has it (a rollout
+                splits once for its K steps).
 
         Returns:
             (B, C, H, W) renormalized predicted next latent.
         """
-        w = self.first.weight
-        h = conv2d(z, w[:, : self.channels], self.first.bias, padding=1)
+        if latent_weight is None or action_map is None:
+            latent_weight, action_weight = self.split_weight()
         if action_map is None:
-            action_map = self.action_maps(z.shape[-2], z.shape[-1])[action]
+            action_map = self.action_maps(z.shape[-2], z.shape[-1], action_weight)[action]
+        h = conv2d(z, latent_weight, self.first.bias, padding=1)
         h = batch_norm(self.first_bn, F.relu(h + action_map))
         h = F.relu(conv2d(h, self.final.weight, self.final.bias, padding=1))
         return renormalize(h)
@@ -79,13 +96,14 @@ class TransitionModel(nn.Module):
         # materialised index); unbind, not maps[:, k]: each select's backward would write a
         # zero-filled (B, K, C, H, W) gradient. The one-hot by comparison, not F.one_hot, whose
         # range check reads the actions on the host (a sync a CUDA graph cannot capture).
-        maps = self.action_maps(z.shape[-2], z.shape[-1])
+        latent_weight, action_weight = self.split_weight()
+        maps = self.action_maps(z.shape[-2], z.shape[-1], action_weight)
         codes = torch.arange(self.num_actions, device=actions.device)
         one_hot = (actions[..., None] == codes).to(maps.dtype)
         maps = (one_hot @ maps.flatten(1)).view(*actions.shape, *maps.shape[1:])
         preds = []
         for action, action_map in zip(actions.unbind(1), maps.unbind(1), strict=True):
-            z = self(z, action, action_map)
+            z = self(z, action, action_map, latent_weight)
             preds.append(z)
         return torch.stack(preds, dim=1)
 

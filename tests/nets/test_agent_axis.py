@@ -285,3 +285,34 @@ def test_renormalize_under_vmap_runs_on_the_unwrapped_tensor():
         [theirs, *torch.autograd.grad((theirs * g).sum(), x)],
         1e-12,
     )
+
+
+def test_a_rollout_splits_the_first_kernel_once():
+    """The rollout's K steps and its action maps read the first conv's kernel through one split
+    (its gradient one concatenation, no zero-filled kernel per step), with the gradient of K
+    single steps (whose maps are indexed, not picked by a one-hot product: equal up to
+    rounding). Against the per-step slices it replaced the rollout is equal to the bit (float32,
+    vmap'd and plain, values, gradients and running statistics; checked when it was made)."""
+    torch.manual_seed(8)
+    model = TransitionModel(8, 4)
+    z, actions = torch.rand(3, 8, 5, 5), torch.randint(0, 4, (3, 4))
+    g = torch.randn(3, 4, 8, 5, 5)
+
+    def kernel_grad(rollout: bool) -> tuple[torch.Tensor, set[str]]:
+        model.zero_grad()
+        if rollout:
+            out = model.rollout(z, actions)
+        else:
+            steps, h = [], z
+            for k in range(actions.shape[1]):
+                h = model(h, actions[:, k])
+                steps.append(h)
+            out = torch.stack(steps, 1)
+        counter = OpCounter()
+        with counter:
+            (out * g).sum().backward()
+        return model.first.weight.grad.clone(), set(counter.counts["other"])
+
+    (ours, ops), (theirs, _) = kernel_grad(True), kernel_grad(False)
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+    assert "slice_backward" not in ops and "cat" in ops
