@@ -4,8 +4,12 @@
 one device (the learner's, so that on a GPU frames never cross the bus after they are stored).
 All agents append one row per environment step together, so every agent holds the same number of
 rows; appending, prioritized sampling, batch assembly and priority updates are single tensor
-programs over the agent axis. Only the random draws loop over agents: each agent draws from its
-own ``torch.Generator`` so that its stream does not depend on who else is in the population.
+programs over the agent axis. Only the random draws may loop over agents (``draws``): with
+``"agent"`` (the CPU's default) each agent draws from its own ``torch.Generator``, so that its
+stream does not depend on who else is in the population; with ``"population"`` (the GPU's, with
+the prefix walk) one generator draws every agent's uniforms in one call, one kernel where
+``"agent"`` launches one per agent: the same distribution, but an agent's draws then depend on
+the population it is in (its size and its place in it).
 
 Semantics are those of :class:`sgi_lab.data.replay.PrioritizedReplay` (rows, valid starts,
 ``max_priority ** alpha`` for new starts, stratified proportional sampling, importance weights)
@@ -31,7 +35,18 @@ from sgi_lab.data.replay import PrioritizedReplay
 from sgi_lab.envs.spec import ATARI_SPEC, ObservationSpec
 from sgi_lab.runtime.graphs import GraphedCall
 
-__all__ = ["BatchedSumTree", "PopulationBatch", "PopulationReplay"]
+__all__ = ["DRAWS", "BatchedSumTree", "PopulationBatch", "PopulationReplay"]
+
+DRAWS = ("auto", "agent", "population")
+"""Who draws a batch's uniforms: each agent's generator, or one for the population."""
+
+
+def _generators(seeds: Sequence[int], draws: str, device: torch.device) -> list[torch.Generator]:
+    """What a replay's draws come from (a CUDA graph registers them): a generator per agent
+    seeded from its seed, or one for the population seeded from all the seeds."""
+    if draws == "population":
+        seeds = [int(np.random.SeedSequence(seeds).generate_state(1, np.uint64)[0])]
+    return [torch.Generator(device=device).manual_seed(s) for s in seeds]
 
 
 class PopulationBatch(NamedTuple):
@@ -95,6 +110,12 @@ class PopulationReplay:
         spec: what one observation is (`sgi_lab.envs.spec`): a row holds one frame
             (``spec.frame_shape``), batches stack ``spec.frames`` of them into
             ``spec.stacked_shape``; Atari's by default.
+        sampling: how a draw finds its leaf (`sgi_lab.data.batched_sum_tree.SAMPLING`):
+            ``"tree"``, ``"prefix"``, or ``"auto"``: prefix sums on CUDA, the walk elsewhere.
+        draws: who draws the uniforms (`DRAWS`): ``"agent"`` (each agent's generator, seeded
+            from its seed), ``"population"`` (one generator for all, seeded from all the seeds),
+            or ``"auto"``: ``"population"`` with the prefix walk (the GPU's path), ``"agent"``
+            with the tree walk, whose streams are those of the CPU's runs before.
 
     Memory per agent: ``capacity * (frame bytes + 38)`` bytes (Atari's frame: 84*84) of rows
     and episode bookkeeping plus
@@ -118,6 +139,7 @@ class PopulationReplay:
         first_after_terminal: bool = False,
         spec: ObservationSpec = ATARI_SPEC,
         sampling: str = "auto",
+        draws: str = "auto",
     ) -> None:
         if K < 0 or n_step < 0 or goal_window < 0:
             raise ValueError("K, n_step and goal_window must be >= 0")
@@ -156,7 +178,12 @@ class PopulationReplay:
         # The importance-sampling exponent as device state: set before each sample (`sample`,
         # `set_beta`), read by `sample_at_beta`, so a captured graph reads the current value.
         self.beta = torch.zeros((), dtype=torch.float64, device=dev)
-        self.generators = [torch.Generator(device=dev).manual_seed(s) for s in seeds]
+        if draws not in DRAWS:
+            raise ValueError(f"draws: one of {DRAWS}, got {draws!r}")
+        if draws == "auto":
+            draws = "population" if self.tree.walk == "prefix" else "agent"
+        self.draws = draws
+        self.generators = _generators(seeds, draws, dev)
         # Kept only so that state_dict(i) reads as a PrioritizedReplay checkpoint.
         self._numpy_rng_states = [
             np.random.Generator(np.random.PCG64(s)).bit_generator.state for s in seeds
@@ -169,17 +196,24 @@ class PopulationReplay:
         self._buffers: dict[str, torch.Tensor] = {}
         self._ready = False  # every agent has a valid start (totals never decrease after)
         self._agents = torch.arange(N, device=dev)
-        # Constants of every batch, made once (on a GPU each would be a kernel per batch): the
-        # window of steps a start reads, each agent's first row among all agents' rows, the
-        # offsets of a frame stack's rows from its last, the all-zero frame row, float zero.
-        self._window = torch.arange(max(K + 1, n_step), device=dev)
+        self._make_batch_constants()
+
+    def _make_batch_constants(self) -> None:
+        """Constants of every batch, made once (on a GPU each would be a kernel per batch): the
+        window of steps a start reads, each agent's first row among all agents' rows, the
+        offsets of a frame stack's rows from its last, the all-zero frame row, float zero, the
+        discounts."""
+        N, C, n, dev = self.num_agents, self.capacity, self.n_step, self.device
+        self._window = torch.arange(max(self.K + 1, n), device=dev)
         self._row_offsets = self._agents[:, None] * C
-        history = torch.arange(-(spec.frames - 1), 1, device=dev)
+        history = torch.arange(-(self.observation_spec.frames - 1), 1, device=dev)
         self._frame_offsets = self._row_offsets[:, :, None, None] + history  # (N, 1, 1, frames)
         self._zero_row = torch.tensor(N * C, device=dev)
         self._zero = torch.zeros((), device=dev)
-        self._gamma_powers = torch.from_numpy(gamma ** np.arange(n_step + 1)).to(dev)
-        self._discounts = torch.stack([self._gamma_powers, torch.zeros(n_step + 1)]).float()
+        self._gamma_powers = torch.from_numpy(self.gamma ** np.arange(n + 1)).to(dev)
+        # gamma ** m (row 0), or 0 after a terminal (row 1)
+        self._discounts = torch.stack([self._gamma_powers, torch.zeros(n + 1, device=dev)])
+        self._discounts = self._discounts.float()
 
     def __len__(self) -> int:
         return self.size
@@ -305,12 +339,7 @@ class PopulationReplay:
         """`sample` at the exponent last set (`set_beta`), with no host synchronisation and
         every input read from device state: the form a CUDA graph captures (the caller has
         checked `ready`)."""
-        uniforms = torch.stack(
-            [
-                torch.rand(batch_size, generator=g, device=self.device, dtype=torch.float64)
-                for g in self.generators
-            ]
-        )
+        uniforms = self._draw(torch.rand, batch_size, dtype=torch.float64)
         offsets = self._draw_goal_offsets(batch_size)
         starts = self.tree.find_stratified(uniforms)
         # (count * P(j)) ** -beta over the batch's largest: the count and the total cancel,
@@ -319,17 +348,27 @@ class PopulationReplay:
         weights = ((priorities.min(1, keepdim=True).values / priorities) ** self.beta).float()
         return self._batch(starts, offsets, weights)
 
-    def _draw_goal_offsets(self, batch_size: int) -> torch.Tensor | None:
-        if self.goal_window == 0:
-            return None
+    def _draw(self, draw: Any, batch_size: int, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """(N, batch_size) draws of ``draw`` (``torch.rand``, ``torch.randint``): one per agent
+        from its generator, or one call for all agents from the population's."""
+        if self.draws == "population":
+            size = (self.num_agents, batch_size)
+            return draw(*args, size, generator=self.generators[0], device=self.device, **kwargs)
         return torch.stack(
             [
-                torch.randint(
-                    1, self.goal_window + 1, (batch_size,), generator=g, device=self.device
-                )
+                draw(*args, (batch_size,), generator=g, device=self.device, **kwargs)
                 for g in self.generators
             ]
         )
+
+    def _draw_goal_offsets(self, batch_size: int) -> torch.Tensor | None:
+        if self.goal_window == 0:
+            return None
+        return self._draw(torch.randint, batch_size, 1, self.goal_window + 1)
+
+    def _generator(self, i: int) -> torch.Generator:
+        """What agent i draws from: its own generator, or the population's."""
+        return self.generators[i if self.draws == "agent" else 0]
 
     def batch_at(
         self, starts: torch.Tensor, goal_offset: torch.Tensor | None = None
@@ -491,9 +530,10 @@ class PopulationReplay:
 
     # -- checkpointing, in PrioritizedReplay.state_dict's format, per agent --------------------
     def state_dict(self, i: int) -> dict[str, Any]:
-        """Agent i's replay as `PrioritizedReplay.state_dict` writes it (CPU tensors), plus its
-        torch generator state under ``"torch_rng"``; ``"rng"`` carries the numpy state that was
-        loaded (or the seed's), which this class does not draw from."""
+        """Agent i's replay as `PrioritizedReplay.state_dict` writes it (CPU tensors), plus the
+        state of the torch generator it draws from under ``"torch_rng"`` (with population draws
+        the population's, the same in every agent's); ``"rng"`` carries the numpy state that
+        was loaded (or the seed's), which this class does not draw from."""
         n = self.size
         return {
             "size": n,
@@ -505,7 +545,7 @@ class PopulationReplay:
             "priorities": self.tree.tree[i, self.tree.size : self.tree.size + n].cpu().clone(),
             "max_priority": float(self.max_priority[i]),
             "rng": self._numpy_rng_states[i],
-            "torch_rng": self.generators[i].get_state(),
+            "torch_rng": self._generator(i).get_state(),
         }
 
     def load_state_dict(self, i: int, state: dict[str, Any]) -> None:
@@ -514,7 +554,8 @@ class PopulationReplay:
         All agents hold the same number of rows: load into an empty population (which takes the
         checkpoint's size; then load every agent) or one of the same size. Without
         ``"torch_rng"`` (a `PrioritizedReplay` checkpoint) the generator is seeded from the
-        numpy state, so a resumed agent's draws stay reproducible.
+        numpy state, so a resumed agent's draws stay reproducible. With population draws each
+        agent's load sets the population's generator: load agents saved together.
         """
         n = int(state["size"])
         if n > self.capacity:
@@ -549,11 +590,11 @@ class PopulationReplay:
         self.max_priority[i] = float(state["max_priority"])
         self._numpy_rng_states[i] = state["rng"]
         if "torch_rng" in state:
-            self.generators[i].set_state(state["torch_rng"])
+            self._generator(i).set_state(state["torch_rng"])
         else:
             rng = np.random.Generator(np.random.PCG64())
             rng.bit_generator.state = state["rng"]
-            self.generators[i].manual_seed(int(rng.integers(2**63)))
+            self._generator(i).manual_seed(int(rng.integers(2**63)))
         self.size = n
         self.position.fill_(n)
         self._ready = False

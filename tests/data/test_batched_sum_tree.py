@@ -53,21 +53,24 @@ def test_writes_keep_the_same_leaves_totals_and_positive_counts():
         assert torch.equal(walked.total, prefixed.total)
 
 
-def test_a_replay_samples_the_same_batches_under_either_walk_with_far_fewer_operators():
-    def replay(sampling: str) -> PopulationReplay:
-        r = PopulationReplay(2, 400, K=2, n_step=3, seeds=[5, 6], sampling=sampling)
-        rng = np.random.default_rng(0)
-        for t in range(300):
-            r.append(
-                rng.integers(0, 255, (2, 84, 84), dtype=np.uint8),
-                rng.integers(0, 4, 2),
-                rng.normal(size=2).astype(np.float32),
-                rng.random(2) < 0.01,
-                np.full(2, t == 0),
-            )
-        return r
+def replay(sampling: str, draws: str = "auto", agents: int = 2) -> PopulationReplay:
+    r = PopulationReplay(
+        agents, 400, K=2, n_step=3, seeds=[5, 6, 7, 8, 9][:agents], sampling=sampling, draws=draws
+    )
+    rng = np.random.default_rng(0)
+    for t in range(300):
+        r.append(
+            rng.integers(0, 255, (agents, 84, 84), dtype=np.uint8),
+            rng.integers(0, 4, agents),
+            rng.normal(size=agents).astype(np.float32),
+            rng.random(agents) < 0.01,
+            np.full(agents, t == 0),
+        )
+    return r
 
-    walked, prefixed = replay("tree"), replay("prefix")
+
+def test_a_replay_samples_the_same_batches_under_either_walk_with_far_fewer_operators():
+    walked, prefixed = replay("tree"), replay("prefix", draws="agent")
     for _ in range(3):
         a, b = walked.sample(16, 0.4), prefixed.sample(16, 0.4)
         assert torch.equal(a.indices, b.indices)
@@ -132,3 +135,47 @@ def test_stratified_draws_land_alike_under_both_walks_and_never_past_the_last_po
     # strata, running sums, mass, its clamp below the total, one search: no tree walk, and
     # no second search for the last positive leaf
     assert sum(ops.values()) == 7, ops
+
+
+FIELDS = ("obs", "actions", "rewards", "valid", "terminals", "returns", "bootstrap_obs")
+FIELDS += ("bootstrap_discount", "goal_offset", "indices")
+
+
+def test_population_draws_land_where_the_walk_does_for_the_same_uniforms():
+    """The GPU's path (prefix walk, one draw for all agents) on the population's uniforms
+    samples the batches the tree walk samples on the same uniforms."""
+    walked, pooled = replay("tree"), replay("prefix")
+    assert (walked.draws, pooled.draws) == ("agent", "population")
+    assert len(pooled.generators) == 1
+    for _ in range(3):
+        copy = torch.Generator().manual_seed(0)
+        copy.set_state(pooled.generators[0].get_state())
+        uniforms = torch.rand(2, 16, generator=copy, dtype=torch.float64)
+        batch = pooled.sample(16, 0.4)
+        starts = walked.tree.find_stratified(uniforms)
+        assert torch.equal(batch.indices, starts)
+        want = walked.batch_at(starts)
+        for name in FIELDS:
+            assert torch.equal(getattr(batch, name), getattr(want, name)), name
+        w = walked.tree.get(starts) ** -0.4  # (count * P) ** -beta, over the batch max
+        torch.testing.assert_close(batch.weights, (w / w.max(1, keepdim=True).values).float())
+        p = torch.randint(1, 8, starts.shape).double() / 8  # exact sums under both walks
+        walked.update_priorities(starts, p)
+        pooled.update_priorities(starts, p)
+
+
+def test_population_draws_are_one_operator_whatever_the_population():
+    def sample_ops(sampling: str, draws: str, agents: int) -> int:
+        r = replay(sampling, draws, agents)
+        r.set_beta(0.4)
+        r.sample_at_beta(16)  # warm: constants made once
+        return sum(count_ops(lambda: r.sample_at_beta(16)).values())
+
+    agent = [sample_ops("prefix", "agent", n) for n in (2, 5)]
+    pooled = [sample_ops("prefix", "population", n) for n in (2, 5)]
+    assert agent[1] - agent[0] == 3 and pooled[0] == pooled[1] == agent[0] - 2
+    # draws 1, leaves 7 (`find_stratified`), weights 5, the batch 39: 52 at N = 2 or 26, where
+    # the agents' own draws, the second search and the former batch assembly took 107 at 2
+    assert pooled[0] == 52
+    with pytest.raises(ValueError, match="draws: one of"):
+        PopulationReplay(1, 10, draws="each")

@@ -37,13 +37,14 @@ def random_rows(num_agents: int, steps: int, seed: int) -> list[tuple[np.ndarray
     return rows
 
 
-def build(rows, num_agents=None, seeds=None, capacity=200, spec=None, **settings):
-    """The same rows in a PopulationReplay and in one PrioritizedReplay per agent."""
+def build(rows, num_agents=None, seeds=None, capacity=200, spec=None, how=None, **settings):
+    """The same rows in a PopulationReplay (sampled ``how``: sampling and draws) and in one
+    PrioritizedReplay per agent."""
     settings = {**SETTINGS, **settings}
     n = num_agents or rows[0][0].shape[0]
     if spec is not None:  # another observation spec than Atari's default
         settings["spec"] = spec
-    population = PopulationReplay(n, capacity, seeds=seeds, **settings)
+    population = PopulationReplay(n, capacity, seeds=seeds, **settings, **(how or {}))
     replays = [PrioritizedReplay(capacity, **settings) for _ in range(n)]
     for frames, actions, rewards, terminals, firsts in rows:
         population.append(frames[:n], actions[:n], rewards[:n], terminals[:n], firsts[:n])
@@ -201,10 +202,13 @@ def test_sample_and_priority_updates_equal_prioritized_replay_with_the_same_draw
         assert_same_priorities(population, replays)
 
 
-def test_sampling_frequencies_follow_priority_to_the_alpha():
+# the CPU's path, and the GPU's (prefix sums, one draw for all agents): a new random stream
+@pytest.mark.parametrize("sampling,draws", [("tree", "agent"), ("prefix", "population")])
+def test_sampling_frequencies_follow_priority_to_the_alpha(sampling, draws):
     alpha = 0.6
     rows = random_rows(2, 60, seed=9)
-    population, _ = build(rows, alpha=alpha, K=0, n_step=0, goal_window=0)
+    how = {"sampling": sampling, "draws": draws}
+    population, _ = build(rows, alpha=alpha, K=0, n_step=0, goal_window=0, how=how)
     valid = (population.tree.get(torch.arange(60).expand(2, -1)) > 0).numpy()
     rng = np.random.default_rng(10)
     priorities = np.where(valid, rng.choice([0.1, 1.0, 5.0, 20.0], (2, 60)), 0.0)
@@ -307,6 +311,28 @@ def test_state_dict_round_trip_and_compatibility_with_prioritized_replay():
     assert torch.equal(back._episode_end_of(rows_), population._episode_end_of(rows_))
     assert torch.equal(back.tree.tree, population.tree.tree)
     assert torch.equal(back.positive_leaves, population.positive_leaves)
+
+
+def test_population_draws_round_trip_through_every_agents_checkpoint():
+    rows = random_rows(3, 80, seed=15)
+    how = {"sampling": "prefix", "draws": "population"}
+    population, _ = build(rows[:70], seeds=[1, 2, 3], how=how)
+    population.sample(8, 0.4)  # advances the population's generator
+    states = [population.state_dict(i) for i in range(3)]
+    assert all(torch.equal(s["torch_rng"], states[0]["torch_rng"]) for s in states)
+    restored = PopulationReplay(3, 200, **SETTINGS, **how)
+    for i, state in enumerate(states):
+        restored.load_state_dict(i, state)
+    for r in rows[70:]:
+        population.append(*r)
+        restored.append(*r)
+    for _ in range(2):
+        a, b = population.sample(8, 0.4), restored.sample(8, 0.4)
+        for name in (*FIELDS, "weights"):
+            assert torch.equal(getattr(a, name), getattr(b, name)), name
+    # the stream comes from all the seeds: another population's differs
+    draws = [build(rows[:70], seeds=s, how=how)[0].sample(8, 0.4) for s in ([1, 2, 3], [1, 2, 4])]
+    assert not torch.equal(draws[0].indices[:2], draws[1].indices[:2])
 
 
 def test_loads_a_prioritized_replay_checkpoint_and_continues_like_it():
@@ -437,3 +463,32 @@ def test_a_minatar_spec_stores_frames_and_stacks_as_the_numpy_replay(frames):
         PopulationReplay(2, 200, **SETTINGS).load_state_dict(0, population.state_dict(0))
     with pytest.raises(ValueError, match=r"frames are \(7, 10, 10\), this replay's \(84, 84\)"):
         PrioritizedReplay(200).load_state_dict(replays[0].state_dict())
+
+
+# -- (7) the GPU's path is what a CUDA graph captures ----------------------------------------
+@pytest.mark.parametrize("goal_window", [0, 3])
+def test_the_gpu_path_samples_and_writes_the_same_operators_across_appends(goal_window):
+    """Prefix sums with one draw for all agents (a GPU's default), host checks off as on a GPU:
+    after rows are appended and beta moves on, sampling and the priority write trace as the
+    captured call did (`sgi_lab.runtime.graphs`)."""
+    from sgi_lab.runtime.graphs import assert_replays, trace
+
+    rows = random_rows(3, 90, seed=16)
+    replay = PopulationReplay(3, 200, **{**SETTINGS, "goal_window": goal_window}, sampling="prefix")
+    assert replay.draws == "population"
+    replay.tree.host_checks = False
+    for r in rows[:80]:
+        replay.append(*r)
+    priorities = torch.rand(3, 8)
+
+    def step():
+        batch = replay.sample_at_beta(8)
+        replay.update_priorities(batch.indices, priorities)
+
+    replay.set_beta(0.4)
+    step()
+    captured = trace(step)
+    for beta, r in zip((0.5, 0.6), rows[80:], strict=False):
+        replay.append(*r)
+        replay.set_beta(beta)
+        assert_replays(captured, trace(step))
