@@ -90,7 +90,7 @@ def obligatory_bytes(agent) -> dict[str, float]:
     trainable = pop.trainable()
     n_train = sum(p.numel() for p in trainable)
     n_matrix = sum(p.numel() for p in trainable if p.dim() >= 3)  # (agents, out, in...)
-    ema = [pop.spr_target[k] for k in pop._ema_names()]
+    ema = [pop.spr_target[k] for k in pop.ema_names()]
     n_ema = sum(t.numel() for t in ema)
     n_ema_matrix = sum(t.numel() for t in ema if t.dim() >= 3)
     cast = 6 if agent.amp else 0

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+import sgi_lab.train.population_steps as steps_module
 import sgi_lab.train.update as update_module
 from sgi_lab.config import FinetuneConfig, build_config, read_params
 from sgi_lab.data.population_replay import PopulationReplay
@@ -131,9 +132,9 @@ def count_learn_step(pop: Population, replay: PopulationReplay, views: bool = Fa
         patch(replay, "update_priorities", "priorities")
         patch(update_module, "update_inputs", "update/inputs")
         patch(torch.autograd, "backward", "update/backward")
-        patch(pop, "clip_gradients", "update/clip")
-        patch(pop, "update_spr_target", "update/spr_ema")
-        patch(pop, "step_optimizer", "update/adam")
+        patch(steps_module, "clip_gradients", "update/clip")
+        patch(steps_module, "update_spr_target", "update/spr_ema")
+        patch(steps_module, "step_optimizer", "update/adam")
         batched = pop.batched
         pop.batched = lambda fn: labelled(counter, "update/forward", batched(fn))
         undo.callback(delattr, pop, "batched")

@@ -248,9 +248,7 @@ def test_a_lazy_import_without_a_reason_is_found(tmp_path):
 # never grow; anything new over the limit fails.
 MAX_FILE_LINES = 650
 MAX_FUNCTION_LINES = 80
-OVERSIZE_FILES = {
-    "sgi_lab/train/population.py": 747,
-}
+OVERSIZE_FILES: dict[str, int] = {}
 OVERSIZE_FUNCTIONS = {
     "sgi_lab/launch/cli.py::build_parser": 157,
 }

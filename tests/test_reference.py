@@ -36,6 +36,7 @@ from sgi_lab.augment.ops import jitter_factor, shift
 from sgi_lab.config import FinetuneConfig, PretrainConfig, build_config, load_config
 from sgi_lab.nets import SGIModel
 from sgi_lab.objectives import goals_from_draws, n_step_return
+from sgi_lab.train import population_steps
 from sgi_lab.train import pretrain_step as pretrain_module
 from sgi_lab.train.acting import acting_q
 from sgi_lab.train.acting import greedy as acting_greedy
@@ -477,7 +478,7 @@ def run_finetune_update(name: str, monkeypatch: pytest.MonkeyPatch, before_updat
             }
         return out
 
-    monkeypatch.setattr(pop, "draw", fed_draw)
+    monkeypatch.setattr(population_steps, "draw", lambda _pop, batch, steps: fed_draw(batch, steps))
     rewards = torch.from_numpy(x["rewards"])
     returns, discounts = n_step_return(rewards, 1.0 - torch.from_numpy(x["dones"]), config.gamma)
     staged = StagedBatch(

@@ -17,9 +17,13 @@ the dueling mean skip them and gives them a distribution on the lowest atom, so 
 chosen and never trained (`sgi_lab.nets.heads.dueling_combine`). An agent's checkpoints and
 ``model.pt`` hold its own, unpadded tensors, the same files a run of that game alone writes.
 
-The update itself is `sgi_lab.train.update` (one function per stage, in SB3's order); this class
-holds the state it works on and the acting policies. The Q target network is the online network
-with its own noise sample (SPR's ``target_update_tau = 1``), or a separate EMA copy otherwise.
+This module is the population's state: its parameters, buffers, noise, targets, optimizer state
+and generators, how it is built, how the stacked tensors run as one computation
+(`Population.batched`, `Population.call`) and each agent's own state dicts for checkpoints. What
+an update does to that state is `sgi_lab.train.update` (one function per stage, in SB3's order),
+and its steps on the state are `sgi_lab.train.population_steps` (the draws, clipping, the Adam
+step, the targets' EMA). The Q target network is the online network with its own noise sample
+(SPR's ``target_update_tau = 1``), or a separate EMA copy otherwise.
 """
 
 from __future__ import annotations
@@ -32,13 +36,11 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from sgi_lab.augment import draws
-from sgi_lab.augment.ops import jitter_factor, shift_pad
+from sgi_lab.augment.ops import shift_pad
 from sgi_lab.config import FinetuneConfig, to_dict
 from sgi_lab.nets import SGIModel
-from sgi_lab.nets.ema import lerp_
 from sgi_lab.nets.noisy import NoisyLinear
-from sgi_lab.runtime.device import clip_gradients, prepare_device, use_bf16
+from sgi_lab.runtime.device import prepare_device, use_bf16
 from sgi_lab.runtime.graphs import GraphedCall
 from sgi_lab.train.precision import update_precision
 from sgi_lab.train.stacking import own_shapes, pad_to, stack_agents, tree_map, tree_stack, unpad_to
@@ -95,10 +97,6 @@ class _Apply(nn.Module):
         return fn(self.model, *args)
 
 
-def _signed_sqrt(x: torch.Tensor) -> torch.Tensor:
-    return x.sign() * x.abs().sqrt()
-
-
 @dataclass
 class Population:
     """N finetuning agents as one batched computation; built by `Population.build`.
@@ -121,7 +119,10 @@ class Population:
         amp: bf16 in the update (`sgi_lab.train.precision`: autocast, or casting under vmap).
         bf16_cast: under a vmap autocast does not reach, cast to bf16 (True), stay fp32 (False),
             or None: cast on CUDA with ``amp`` (`sgi_lab.train.precision.update_precision`).
-        updates: gradient updates done (all agents move in lockstep).
+        updates: gradient updates done (all agents move in lockstep;
+            `sgi_lab.train.population_steps.count_update`).
+        canonical_noise: noisy layer name -> (in, out) features at the full 18-action set: the
+            sizes every agent's noise is drawn at (`sgi_lab.train.population_steps.draw`).
         host_checks: read values on the host inside the update (the NaN check, whether any
             agent's gradient is clipped): free on a CPU (the default there), a synchronisation
             elsewhere, and never inside a CUDA graph; `sgi_lab.runtime.graphs` turns them off
@@ -144,6 +145,7 @@ class Population:
     updates: int = 0
     host_checks: bool | None = None
     lr_factors: dict[str, torch.Tensor] = field(default_factory=dict)
+    canonical_noise: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.host_checks is None:
@@ -198,6 +200,8 @@ class Population:
             g = torch.Generator(device=device)
             g.manual_seed(c.seed)
             generators.append(g)
+        with torch.device("meta"):  # shapes only
+            full = SGIModel(**{**args[0], "num_actions": max(MAX_ACTIONS, widest)})
         pop = cls(
             configs=configs,
             model_args=args,
@@ -212,11 +216,9 @@ class Population:
             device=device,
             amp=use_amp(cfg, device),
             lr_factors=lr_factors,
+            canonical_noise=_noise_shapes(full),
         )
         pop.train_mode()
-        with torch.device("meta"):  # shapes only
-            full = SGIModel(**{**args[0], "num_actions": max(MAX_ACTIONS, widest)})
-        pop._canonical_noise = _noise_shapes(full)
         return pop
 
     @property
@@ -233,21 +235,6 @@ class Population:
     def config(self) -> FinetuneConfig:
         """The shared config (agent 0's; only `POPULATION_KEYS` differ between agents)."""
         return self.configs[0]
-
-    def step_optimizer(self) -> None:
-        """One Adam step of every agent, each at its own learning rates: Adam's moments do not
-        depend on the learning rate (no weight decay), so scaling an agent's slice of the step
-        by its rate over the group's (`lr_factors`, at most 1) is that agent's own Adam step."""
-        if not self.lr_factors:
-            self.optimizer.step()
-            return
-        with torch.no_grad():
-            before = {k: self.online[k].detach().clone() for k in self.lr_factors}
-        self.optimizer.step()
-        with torch.no_grad():
-            for k, factor in self.lr_factors.items():
-                # lerp is exact at factors 0 and 1: such an agent's slice is Adam's own step
-                self.online[k].copy_(torch.lerp(before[k], self.online[k], factor))
 
     def agent_lr_groups(self, i: int) -> dict[str, float]:
         """Agent ``i``'s learning rate of each group its parameters fall in (``transfer.json``)."""
@@ -327,78 +314,12 @@ class Population:
             wrapper = self.__dict__["_apply_module"] = _Apply(self.template)
         return wrapper
 
-    # -- random draws --------------------------------------------------------------------------
-    def _draw_layouts(self, batch_size: int, steps: int) -> tuple[draws.Layout, ...]:
-        """Where each random number of an update lies in an agent's draw (`sgi_lab.augment.draws`):
-        uniforms (crop corners; goal alpha, swaps and swap offsets), normals (intensity jitter,
-        goal noise) and noisy-net noise (signed square roots of normals), for ``batch_size``
-        samples of ``steps`` steps. The noise parts have the layer sizes of the full 18-action set whatever the
-        widest game of this population, so an agent's draws never depend on its companions;
-        each agent uses the first entries of its part (the rest falls on padded actions)."""
-        cached = self.__dict__.setdefault("_layouts", {})
-        if (batch_size, steps) in cached:
-            return cached[batch_size, steps]
-        cfg, goals = self.config, self.config.uses_goal_rl
-        views = [("obs", (batch_size, steps)), ("boot", (batch_size,))]
-        views += [("goal", (batch_size,))] if goals else []
-        uniform: list[tuple[str, tuple[int, ...]]] = []
-        normal: list[tuple[str, tuple[int, ...]]] = []
-        if cfg.augment:
-            # No shift of a grid (pad 0): no corners drawn; Atari's layout is as it was.
-            if self.pad > 0:
-                uniform += [(f"corners_{v}", (*shape, 2)) for v, shape in views]
-            normal += [(f"jitter_{v}", shape) for v, shape in views]
-        if goals:
-            normal.append(("goal_noise", (batch_size, self.template.latent_size)))
-            uniform.append(("goal_alpha", (batch_size, 1)))
-            if batch_size > 1:
-                uniform += [("goal_swap", (batch_size,)), ("goal_offset", (batch_size,))]
-        noise = [
-            (f"{draw}/{name}.{part}", (size,))
-            for draw in ("target", "online", "goal")[: 3 if goals else 2]
-            for name, sizes in self._canonical_noise.items()
-            for part, size in zip(("eps_in", "eps_out"), sizes, strict=True)
-        ]
-        layouts = cached[batch_size, steps] = tuple(map(draws.Layout, (uniform, normal, noise)))
-        return layouts
-
-    def draw(self, batch_size: int, steps: int) -> dict[str, Any]:
-        """Every random number of one update for every agent, from one uniform draw per agent
-        (its own generator) turned into named (N, ...) draws by whole-population operations:
-        ``corners_{obs,boot,goal}`` (int64 crop corners), ``jitter_{obs,boot,goal}`` (intensity
-        factors), ``noise_{target,online,goal}`` (name -> noisy-layer noise at this population's
-        widths) and ``goal_draws`` (`sgi_lab.objectives.goals_from_draws`'s input)."""
-        uniform, normal, noise = self._draw_layouts(batch_size, steps)
-        u = draws.uniforms(self.generators, uniform.size + normal.size + noise.size, self.device)
-        gauss = draws.normal(u[:, uniform.size :])
-        uni = uniform.split(u[:, : uniform.size])
-        nor = normal.split(gauss[:, : normal.size])
-        eps = noise.split(_signed_sqrt(gauss[:, normal.size :]))
-        out: dict[str, Any] = {}
-        for k, v in uni.items():
-            if k.startswith("corners_"):
-                out[k] = draws.integers(v, 0, 2 * self.pad + 1)
-        for k, v in nor.items():
-            if k.startswith("jitter_"):
-                out[k] = jitter_factor(v)
-        for key in eps:
-            draw, name = key.split("/")
-            width = self.online[name].shape[1]
-            out.setdefault(f"noise_{draw}", {})[name] = eps[key][:, :width]
-        if "goal_noise" in nor:
-            out["goal_draws"] = {"noise": nor["goal_noise"], "alpha": uni["goal_alpha"]}
-            if "goal_swap" in uni:
-                out["goal_draws"]["swap"] = uni["goal_swap"]
-                out["goal_draws"]["offset"] = draws.integers(uni["goal_offset"], 1, batch_size)
-        return out
-
     @property
     def uses_forward_graphs(self) -> bool:
         """Whether acting replays a captured CUDA graph (CUDA and ``cuda_graphs``;
         `sgi_lab.train.acting.forward_graph`)."""
         return GraphedCall.available(self.device) and getattr(self.config, "cuda_graphs", False)
 
-    # -- one update ----------------------------------------------------------------------------
     @property
     def uses_cuda_graph(self) -> bool:
         """Whether `sgi_lab.train.update.learn` replays a captured CUDA graph (CUDA,
@@ -410,56 +331,21 @@ class Population:
             and self.q_target is None
         )
 
-    def count_update(self) -> None:
-        """After every update: count it, and move a separate Q target every
-        ``target_update_period`` updates."""
-        self.updates += 1
-        if self.q_target is not None and self.updates % self.config.target_update_period == 0:
-            self.update_q_target()
-
-    @torch.no_grad()
-    def clip_gradients(self, max_norm: float) -> torch.Tensor:
-        """Scale each agent's gradients so that its own total norm is at most ``max_norm``
-        (`sgi_lab.runtime.device.clip_gradients`, per agent); returns the (N,) norms before
-        clipping. ``max_norm <= 0`` only measures."""
-        if not any(p.grad is not None for p in self.trainable()):
-            return torch.zeros(self.size, device=self.device)
-        return clip_gradients(self.trainable(), max_norm, self.host_checks, per_agent=True)
-
-    @torch.no_grad()
-    def update_spr_target(self) -> None:
-        """EMA step of the SPR target, after every update."""
-        names = self._ema_names()
-        targets = [self.spr_target[k] for k in names]
-        lerp_(targets, [self.online[k].detach() for k in names], 1.0 - self.config.spr_ema_tau)
-
-    @torch.no_grad()
-    def update_q_target(self) -> None:
-        """Move the separate Q target toward the online network by ``target_tau`` (integer
-        buffers copied); `count_update` calls it every ``target_update_period`` updates."""
-        floats = [k for k, v in self.online.items() if v.is_floating_point() and ".eps_" not in k]
-        lerp_(
-            [self.q_target[k] for k in floats],
-            [self.online[k].detach() for k in floats],
-            self.config.target_tau,
-        )
-        for k, v in self.online.items():
-            if not v.is_floating_point():
-                self.q_target[k].copy_(v)
-
+    # -- the targets ---------------------------------------------------------------------------
     def start_spr_target(self, i: int, pretrained_target: dict[str, torch.Tensor]) -> None:
         """Start agent ``i``'s SPR target from a pretraining run's EMA target: every tensor the
-        target follows (`_ema_names`) that the pretrained target has; the rest stays as built."""
+        target follows (`ema_names`) that the pretrained target has; the rest stays as built."""
         state = self.agent_state(i, "spr_target")
-        for name in self._ema_names():
+        for name in self.ema_names():
             if name in pretrained_target and pretrained_target[name].shape == state[name].shape:
                 state[name] = pretrained_target[name]
         self.load_agent_state(i, "spr_target", state)
 
-    def _ema_names(self) -> list[str]:
-        """Float tensors the SPR target follows: encoder (parameters and batch-norm statistics)
-        and projection means; for ssl 'all' also the projection sigmas and the goal head (the
-        goal-RL target network)."""
+    def ema_names(self) -> list[str]:
+        """Float tensors the SPR target follows (its EMA:
+        `sgi_lab.train.population_steps.update_spr_target`): encoder (parameters and batch-norm
+        statistics) and projection means; for ssl 'all' also the projection sigmas and the goal
+        head (the goal-RL target network)."""
         names = self.__dict__.get("_ema")
         if names is None:
             prefixes = ["encoder."]

@@ -3,7 +3,8 @@
 `update` reads like SB3's ``DQN.train``: the batch (every random number of the step, every
 observation augmented) -> targets under ``no_grad`` -> losses -> Adam step -> priorities and logs.
 `sgi_lab.train.population.Population` only holds the state it works on (stacked parameters, targets,
-optimizer, generators, noise); `learn` is the training loop's entry point (a prioritized batch,
+optimizer, generators, noise), and `sgi_lab.train.population_steps` steps it (draws, clipping, Adam,
+the targets' EMA); `learn` is the training loop's entry point (a prioritized batch,
 the update, the new priorities written back; replayed from one CUDA graph on a GPU).
 
 Per agent, the losses are (paper Sec. 4, App. C; SPR's settings)::
@@ -35,6 +36,7 @@ from sgi_lab.nets.encoders import closed_form_gradients
 from sgi_lab.objectives import c51_kl, c51_loss, c51_target, goals_from_draws
 from sgi_lab.runtime.cpu_settings import time_step
 from sgi_lab.runtime.graphs import GraphedCall
+from sgi_lab.train import population_steps as steps
 from sgi_lab.train.population import Population, masked_mean
 from sgi_lab.train.precision import cast_noise, cast_weights, fp32_norms, update_precision
 from sgi_lab.train.sgi_loss import SGITargets, finetuning_settings, sgi_loss_terms, weighted_sum
@@ -120,7 +122,8 @@ def update(
     Returns:
         Per-agent stats, each an (N,) tensor left on the device (losses/rl, losses/spr,
         losses/total [, losses/goal_rl, losses/inverse], charts/q_mean, charts/q_next_mean,
-        charts/grad_norm), and the (N, B) new priorities (C51 KL), on the device.
+        and charts/grad_norm, the norm before clipping, where ``grad_clip`` > 0: without
+        clipping no norm is taken), and the (N, B) new priorities (C51 KL), on the device.
 
     Raises:
         FloatingPointError: an agent's loss is NaN or infinite (checked on a CPU every update,
@@ -158,33 +161,36 @@ def update(
     if pop.host_checks:
         check_finite(pop, total)
 
-    # 4. The step: the gradient of the sum is each agent's own; clipped per agent.
+    # 4. The step: the gradient of the sum is each agent's own; clipped per agent. Without
+    #    clipping no norm is taken (a pass over every gradient, 7 operators under vmap for
+    #    Nature's): the grad-norm chart is then absent, not estimated.
     pop.optimizer.zero_grad(set_to_none=True)
     total.sum().backward()
-    grad_norm = pop.clip_gradients(cfg.grad_clip)
+    grad_norm = steps.clip_gradients(pop, cfg.grad_clip) if cfg.grad_clip > 0 else None
     if cfg.spr_target_update == "before_step":  # toward the weights the losses used
-        pop.update_spr_target()
-    pop.step_optimizer()
+        steps.update_spr_target(pop)
+    steps.step_optimizer(pop)
     with torch.no_grad():  # acting uses the update's noise (one multi-tensor copy)
         noise = list(x.noise_online)
         torch._foreach_copy_([pop.online[k] for k in noise], [x.noise_online[k] for k in noise])
     if cfg.spr_target_update == "after_step":
-        pop.update_spr_target()
+        steps.update_spr_target(pop)
     if count:
-        pop.count_update()
+        steps.count_update(pop)
 
     # 5. Logs (priorities go back to the replay in `learn`).
     stats["losses/total"] = total.detach()
-    stats["charts/grad_norm"] = grad_norm
+    if grad_norm is not None:
+        stats["charts/grad_norm"] = grad_norm
     return stats, priorities.detach()
 
 
 def update_inputs(pop: Population, staged: StagedBatch) -> UpdateInputs:
     """The update's inputs: the staged tensors with every observation augmented by the
-    update's draws (`Population.draw`; `sgi_lab.augment.frames`), the noise samples and
+    update's draws (`sgi_lab.train.population_steps.draw`; `sgi_lab.augment.frames`), the noise samples and
     goal draws."""
     cfg = pop.config
-    drawn = pop.draw(cfg.batch_size, staged.obs.shape[2])
+    drawn = steps.draw(pop, cfg.batch_size, staged.obs.shape[2])
     dtype = torch.bfloat16 if pop.update_amp else torch.float32
 
     def frames(frames: torch.Tensor, view: str, **kw: Any) -> torch.Tensor:
@@ -441,7 +447,7 @@ def learn(pop: Population, replay: PopulationReplay, beta: float) -> Tensors:
                 before_capture=lambda: pop.optimizer.zero_grad(set_to_none=True),
             )
         stats = graphs[key]()
-    pop.count_update()
+    steps.count_update(pop)
     # A graph overwrites its outputs at the next replay: hand out copies.
     return {k: v.clone() for k, v in stats.items()}
 

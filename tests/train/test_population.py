@@ -21,6 +21,7 @@ from sgi_lab.runtime.graphs import count_ops
 from sgi_lab.train.acting import act
 from sgi_lab.train.acting import greedy as greedy_actions
 from sgi_lab.train.population import Population
+from sgi_lab.train.population_steps import clip_gradients, draw
 from sgi_lab.train.stacking import pad_to, unpad_to
 from sgi_lab.train.update import stage, update
 
@@ -139,7 +140,7 @@ def test_an_agents_draws_do_not_depend_on_its_companions():
     )
     B, T = 4, 3
     for _ in range(2):  # and again: the streams move on in step
-        mine, ours = alone.draw(B, T), crowd.draw(B, T)
+        mine, ours = draw(alone, B, T), draw(crowd, B, T)
         for view in ("obs", "boot", "goal"):
             for kind in ("corners", "jitter"):
                 assert torch.equal(mine[f"{kind}_{view}"][0], ours[f"{kind}_{view}"][1])
@@ -187,7 +188,7 @@ def test_gradient_clipping_is_per_agent():
         for p in pop.trainable():
             p.grad[1] *= 1e6  # agent 1's gradient is huge, agent 0's is not
     sizes = sum(p[0].numel() for p in pop.trainable())
-    norms = pop.clip_gradients(1.0)
+    norms = clip_gradients(pop, 1.0)
     torch.testing.assert_close(
         norms, torch.tensor([sizes**0.5, 1e6 * sizes**0.5]), rtol=2e-3, atol=0
     )
@@ -202,9 +203,36 @@ def test_gradient_clipping_is_per_agent():
     one = population(configs[:1], (6,))
     for p in one.trainable():
         p.grad = torch.ones_like(p)
-    one.clip_gradients(1.0)
+    clip_gradients(one, 1.0)
     for p, q in zip(pop.trainable(), one.trainable()):
         torch.testing.assert_close(p.grad[0], q.grad[0])
+
+
+def test_without_clipping_the_update_takes_no_gradient_norm():
+    """``grad_clip: 0`` (the paper's finetuning): no norm over the gradients is dispatched and
+    no ``charts/grad_norm`` is reported, and the update is, bit for bit, the update under a
+    clip that never binds (which takes the norm and leaves the gradients as they are)."""
+    runs = {}
+    for clip in (0.0, 1e30):
+        configs = [make_config(seed=s, grad_clip=clip, population_batching="vmap") for s in (0, 1)]
+        pop = population(configs, (6, 6))
+        staged = stage(
+            pop,
+            [fake_batch(c, 6, seed=i) for i, c in enumerate(configs)],
+            [np.ones(c.batch_size, np.float32) for c in configs],
+        )
+        stats, _ = update(pop, staged)
+        ops = count_ops(lambda pop=pop, staged=staged: update(pop, staged))
+        runs[clip] = (stats, ops, [pop.agent_state(i) for i in (0, 1)])
+    (stats, ops, states), (clipped_stats, clipped_ops, clipped_states) = runs[0.0], runs[1e30]
+    assert "charts/grad_norm" not in stats and clipped_stats["charts/grad_norm"].shape == (2,)
+    assert ops["_foreach_norm"] == 0 and clipped_ops["_foreach_norm"] == 1
+    assert ops["linalg_vector_norm"] == clipped_ops["linalg_vector_norm"] - 1
+    for k in stats:
+        assert torch.equal(stats[k], clipped_stats[k]), k
+    for mine, theirs in zip(states, clipped_states):
+        for k in theirs:
+            assert torch.equal(mine[k], theirs[k]), k
 
 
 def test_huge_loss_of_one_agent_leaves_the_other_unchanged():

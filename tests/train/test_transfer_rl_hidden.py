@@ -17,6 +17,7 @@ import sgi_lab.train.transfer as tr
 from sgi_lab.nets import SGIModel
 from sgi_lab.runs.checkpoints import load_checkpoint
 from sgi_lab.train.population import Population
+from sgi_lab.train.population_steps import draw
 from sgi_lab.train.update import stage, update
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -90,8 +91,8 @@ def test_an_update_trains_the_copy_with_its_own_noise_and_leaves_it_out_of_sprs_
     by_id = {id(v): k for k, v in pop.online.items()}
     groups = {g["name"]: {by_id[id(p)] for p in g["params"]} for g in pop.optimizer.param_groups}
     assert "rl_hidden.advantage_hidden.weight_mu" in groups["pretrained"]
-    assert not any(k.startswith("rl_hidden.") for k in pop._ema_names())
-    drawn = pop.draw(config.batch_size, config.spr_steps + 1)["noise_online"]
+    assert not any(k.startswith("rl_hidden.") for k in pop.ema_names())
+    drawn = draw(pop, config.batch_size, config.spr_steps + 1)["noise_online"]
     assert not torch.equal(
         drawn["rl_hidden.value_hidden.eps_in"], drawn["head.value_hidden.eps_in"]
     )
