@@ -158,19 +158,17 @@ class BatchedSumTree:
         ``(b + uniforms[i, b]) * total_i / B``, in the b-th of B equal slices of the tree's total
         (`find`'s leaf, all of whose trees have a positive total).
 
-        The prefix walk reads its total off the running sum it searches, and keeps a mass that
-        round-off carries to the total just below it, so the first running sum past the mass is
-        a positive leaf's: one search, where `find` needs a second for the last positive leaf.
+        The prefix walk reads its total off the running sum it searches and scales the strata
+        to the number just below it (``(b + u) / B`` is at most 1, so the mass stays under the
+        total whatever the round-off), so the first running sum past the mass is a positive
+        leaf's: one search, where `find` needs a second for the last positive leaf.
         """
         strata = self._positions(uniforms.shape[1]) + uniforms.to(torch.float64)
         if self.walk != "prefix":
             return self.find(strata * (self.total[:, None] / uniforms.shape[1]))
         prefix = self.leaves.cumsum(1)
-        total = prefix[:, -1:]
-        below_total = total.nextafter(self._zero)
-        return torch.searchsorted(
-            prefix, torch.minimum(strata * (total / uniforms.shape[1]), below_total), right=True
-        )
+        below_total = prefix[:, -1:].nextafter(self._zero)
+        return torch.searchsorted(prefix, strata / uniforms.shape[1] * below_total, right=True)
 
     def _find_by_prefix(self, mass: torch.Tensor) -> torch.Tensor:
         """`find` by the leaves' running sums: the first leaf whose running sum passes the
