@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup git-filters demo test test-notebooks test-all test-browser lint format lab
+.PHONY: setup git-filters demo test test-notebooks test-all test-browser lint format lab results
 
 # The first install downloads torch and the extras (several minutes on a fresh clone): pip's
 # own progress is shown, so a long install is never a silent one.
@@ -93,6 +93,13 @@ lint: $(STAMP)
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix sgi_lab tests benchmarks notebooks
 	$(VENV)/bin/ruff format sgi_lab tests benchmarks notebooks
+
+# The docs/results pages' generated tables and figures, regenerated from the archived studies in
+# results/ (the text around them is written by hand), and each study's own report in
+# outputs/results/NAME (sgi_lab/experiments/results_pages.py; a few minutes on 2 cores).
+# RESULTS_ARGS=--check writes nothing and fails when a page is not what its archive gives.
+results: $(STAMP)  ## regenerate docs/results' tables and figures, and each study's report, from results/
+	OMP_NUM_THREADS=1 $(PY) -m sgi_lab.experiments.results_pages $(RESULTS_ARGS)
 
 # Jupyter refuses to start as root (containers) unless told it may.
 ALLOW_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)

@@ -32,6 +32,8 @@ The package, in the order a task flows through it:
   `rebuild_graph` (``--rebuild``), `run_order` (all three, as a run takes them);
 - `scheduler`: `run_graph`;
 - `experiment_report`: an experiment's report (``report.html``, ``results.csv``, ``results.md``);
+- `results_pages`: the docs/results pages' generated tables and figures, and each archived
+  study's report, regenerated from ``results/`` (``make results``);
 - `question`: a study's declared question answered (P(improvement) over the baseline with
   intervals and Holm-adjusted permutation p values) and the power its design had;
 - `archive`: `archive` and `restore`, a finished experiment's small result files in a folder

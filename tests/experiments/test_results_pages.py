@@ -1,0 +1,149 @@
+"""The docs/results pages regenerated from results/ (sgi_lab.experiments.results_pages): on a
+small copy of the MinAtar objective study's archive (three of its arms), the declared
+question's table goes between its page's markers with the numbers its runs give, the forest
+plot beside it; a second run changes nothing; the archive is only read."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from sgi_lab.experiments import results_pages as rp
+
+ROOT = Path(__file__).resolve().parents[2]
+GAMES = tuple(
+    f"minatar/{g}" for g in ("asterix", "breakout", "freeway", "seaquest", "space_invaders")
+)
+ARMS = ("sgi_none", "reduced_lr__sgi", "naive__sgi")
+PAGE = "intro, by hand\n\n<!-- make results: q -->\nstale\n<!-- make results: q, end -->\n\nafter\n"
+
+
+def small_root(tmp_path: Path) -> Path:
+    """A repository root holding a small archive: the objective study's three arms (3 seeds on
+    each of its 5 games) with their index entries, and its experiment file with the question
+    cut to those arms; a page with one block."""
+    root = tmp_path / "repo"
+    source = ROOT / "results/minatar_objectives"
+    archive = root / "results/minatar_objectives"
+    index = json.loads((source / "archive.json").read_text())
+    prefixes = tuple(f"finetune/{arm}/" for arm in ARMS)
+    index["files"] = {
+        rel: sha
+        for rel, sha in index["files"].items()
+        if rel.startswith(prefixes + ("params/",)) or rel == "experiment.yaml"
+    }
+    index["tasks"] = {k: v for k, v in index["tasks"].items() if k.startswith(prefixes)}
+    for rel in index["files"]:
+        (archive / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source / rel, archive / rel)
+    (archive / "archive.json").write_text(json.dumps(index, indent=1))
+    spec = yaml.safe_load((ROOT / rp.STUDIES["minatar_objectives"]).read_text())
+    spec["question"]["primary"] = list(ARMS[1:])
+    params = root / rp.STUDIES["minatar_objectives"]
+    params.parent.mkdir(parents=True)
+    params.write_text(yaml.safe_dump(spec, sort_keys=False))
+    (root / "docs/results").mkdir(parents=True)
+    (root / "docs/results/page.md").write_text(PAGE)
+    return root
+
+
+def tree_digest(folder: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(folder)).encode() + path.read_bytes())
+    return digest.hexdigest()
+
+
+def p_improvement(root: Path, arm: str) -> float:
+    """By hand: per game, the share of (arm, scratch) seed pairs the arm's final evaluation
+    wins (ties half), averaged over the games."""
+    shares = []
+    for game in GAMES:
+        name = game.replace("/", "-")
+
+        def means(label, name=name):
+            folder = root / "results/minatar_objectives/finetune" / label
+            return [json.loads((folder / f"{name}__s{s}/eval.json").read_text())["mean"]
+                    for s in range(3)]  # fmt: skip
+
+        x, y = np.array(means(arm)), np.array(means("sgi_none"))
+        wins = (x[:, None] > y[None, :]).mean() + 0.5 * (x[:, None] == y[None, :]).mean()
+        shares.append(wins)
+    return float(np.mean(shares))
+
+
+def test_the_question_table_regenerates_between_its_markers_from_the_archive(tmp_path):
+    root = small_root(tmp_path)
+    blocks = [
+        rp.Block("docs/results/page.md", "q", rp.question_tables("minatar_objectives", "q.svg"))
+    ]
+    figures = [rp.Figure("docs/results/q.svg", rp._question_figure("minatar_objectives"))]
+    archive = tree_digest(root / "results")
+    # --check: what would change, nothing written
+    expected = ["docs/results/page.md: q", "docs/results/q.svg"]
+    assert rp.regenerate(root, blocks, figures, check=True) == expected
+    assert (root / "docs/results/page.md").read_text() == PAGE
+    assert not (root / "docs/results/q.svg").exists()
+    assert rp.regenerate(root, blocks, figures) == expected
+    page = (root / "docs/results/page.md").read_text()
+    assert page.startswith("intro, by hand\n\n<!-- make results: q -->\n| arm | against |")
+    assert page.endswith("<!-- make results: q, end -->\n\nafter\n") and "stale" not in page
+    for arm in ARMS[1:]:
+        row = next(line for line in page.splitlines() if line.startswith(f"| `{arm}` | `sgi"))
+        assert row.split(" | ")[2].startswith(f"{p_improvement(root, arm):.2f} [")
+        assert row.endswith("| 15 vs 15 |")
+    assert "![the declared contrasts](q.svg)" in page
+    assert "<svg" in (root / "docs/results/q.svg").read_text()
+    # byte-identical the second time; the archive only read
+    assert rp.regenerate(root, blocks, figures, check=True) == []
+    assert tree_digest(root / "results") == archive
+
+
+def test_a_page_without_its_markers_is_refused_naming_the_block():
+    with pytest.raises(ValueError, match=r"page.md: block 'q' needs one '<!-- make results: q"):
+        rp.replace_blocks("no markers\n", {"q": "x"}, "page.md")
+    twice = "<!-- make results: q -->\n<!-- make results: q -->\n<!-- make results: q, end -->"
+    with pytest.raises(ValueError, match=r"found 2 and 1"):
+        rp.replace_blocks(twice, {"q": "x"})
+    swapped = "<!-- make results: q, end -->\nx\n<!-- make results: q -->"
+    with pytest.raises(ValueError, match="below it"):
+        rp.replace_blocks(swapped, {"q": "x"})
+    kept = "a\n<!-- make results: q -->\nold\nold\n<!-- make results: q, end -->\nb"
+    assert rp.replace_blocks(kept, {"q": "new"}) == kept.replace("old\nold", "new")
+
+
+def test_every_declared_block_has_its_markers_in_its_page():
+    for block in rp.PAGE_BLOCKS:
+        text = (ROOT / block.page).read_text()
+        begin, end = rp.block_markers(block.name)
+        assert text.count(begin) == 1 and text.count(end) == 1, (block.page, block.name)
+    for figure in rp.PAGE_FIGURES:
+        assert (ROOT / figure.path).is_file()
+    for study, params in rp.STUDIES.items():
+        assert (ROOT / "results" / study / "archive.json").is_file() and (ROOT / params).is_file()
+
+
+def test_study_reports_write_from_a_copy_and_never_over_a_foreign_folder(tmp_path):
+    root = small_root(tmp_path)
+    out = tmp_path / "reports"
+    (out / "minatar_objectives").mkdir(parents=True)
+    (out / "minatar_objectives" / "mine.txt").write_text("a user's file")
+    with pytest.raises(FileExistsError, match="not a copy of"):
+        rp.study_reports(root, out, ["minatar_objectives"], reps=20)
+    assert (out / "minatar_objectives" / "mine.txt").read_text() == "a user's file"
+    shutil.rmtree(out / "minatar_objectives")
+    archive = tree_digest(root / "results")
+    (report,) = rp.study_reports(root, out, ["minatar_objectives"], reps=20)
+    folder = out / "minatar_objectives"
+    assert report == folder / "report.html" and (folder / rp.COPY_MARK).is_file()
+    results = (folder / "results.md").read_text()
+    assert results.startswith("# minatar_objectives") and "## The declared question" in results
+    assert (folder / "question.svg").is_file() and (folder / "scores.json").is_file()
+    rp.study_reports(root, out, ["minatar_objectives"], reps=20)  # our copy: replaced
+    assert tree_digest(root / "results") == archive
