@@ -87,6 +87,25 @@ def conv2d(
     return F.conv2d(x, weight, bias, stride, padding)
 
 
+class Conv2d(nn.Conv2d):
+    """``nn.Conv2d`` (the same parameters and names) whose forward is `conv2d`: one grouped conv
+    over the agents under vmap within `lean_kernels`, ``F.conv2d`` otherwise."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        if self.groups != 1 or self.dilation != (1, 1) or self.padding_mode != "zeros":
+            return super().forward(x)
+        return conv2d(x, self.weight, self.bias, self.stride, self.padding)
+
+
+class ReLU(nn.ReLU):
+    """``nn.ReLU``, out of place where `conv2d`'s agent-axis results come in (under vmap within
+    `lean_kernels`): vmap runs an in-place operator on a view of the agents' tensor, whose
+    gradient autograd then re-lays out in four more operators."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        return F.relu(x) if self.inplace and agent_axis_here(x) else super().forward(x)
+
+
 def batch_norm(bn: nn.BatchNorm2d, x: torch.Tensor) -> torch.Tensor:
     """``bn(x)`` for a (B, C, H, W) input; under vmap within `lean_kernels` and in training
     with running statistics (a population's update), one norm over the agents' channels
@@ -109,6 +128,13 @@ def batch_norm(bn: nn.BatchNorm2d, x: torch.Tensor) -> torch.Tensor:
 
 def _pair(v: int | tuple[int, int]) -> tuple[int, int]:
     return (v, v) if isinstance(v, int) else tuple(v)
+
+
+def _fresh_view(out: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    """``out.view(shape)`` for an operator's fresh result, which nothing else aliases, as a
+    tensor of its own for autograd (``_unsafe_view``, as ``reshape`` returns its copies), so
+    that an in-place operator on it needs no view bookkeeping of its own."""
+    return torch.ops.aten._unsafe_view(out, shape)
 
 
 def _agents_first(t: torch.Tensor, dim: int | None, n: int) -> torch.Tensor:
@@ -167,7 +193,7 @@ class _AgentConv2d(torch.autograd.Function):
         else:
             x = _agents_in_channels(x, x_dim, n)
             out = F.conv2d(x, weight, bias, stride, padding, groups=n)
-        return out.unflatten(1, (n, out_channels)), 1
+        return _fresh_view(out, (out.shape[0], n, out_channels, *out.shape[2:])), 1
 
 
 class _AgentBatchNorm(torch.autograd.Function):
@@ -218,7 +244,8 @@ class _AgentBatchNorm(torch.autograd.Function):
             momentum,
             eps,
         )
-        return (out.unflatten(1, (n, -1)), mean.view(n, -1), invstd.view(n, -1)), (1, 0, 0)
+        out = _fresh_view(out, (out.shape[0], n, -1, *out.shape[2:]))
+        return (out, mean.view(n, -1), invstd.view(n, -1)), (1, 0, 0)
 
 
 def noisy_linear(
@@ -325,4 +352,4 @@ class _AgentLinear(torch.autograd.Function):
             for p, d in zip(params, in_dims[1:], strict=True)
         ]
         out = _AgentsLinear.apply(x.reshape(n, -1, x.shape[-1]), *params)
-        return out.view(n, *lead, out.shape[-1]), 0
+        return _fresh_view(out, (n, *lead, out.shape[-1])), 0

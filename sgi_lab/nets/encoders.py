@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sgi_lab.nets.agent_axis import lean, lean_kernels, norm_input, under_vmap
+from sgi_lab.nets.agent_axis import Conv2d, ReLU, lean, lean_kernels, norm_input, under_vmap
 
 PIXEL_SCALE = 1.0 / 255.0
 
@@ -198,12 +198,12 @@ class NatureCNN(nn.Module):
         super().__init__()
         c1, c2, c3 = channels
         self.layers = nn.Sequential(
-            nn.Conv2d(in_channels, c1, 8, stride=4),
-            nn.ReLU(inplace=True),
-            nn.Conv2d(c1, c2, 4, stride=2),
-            nn.ReLU(inplace=True),
-            nn.Conv2d(c2, c3, 3, stride=1),
-            nn.ReLU(inplace=True),
+            Conv2d(in_channels, c1, 8, stride=4),
+            ReLU(inplace=True),
+            Conv2d(c1, c2, 4, stride=2),
+            ReLU(inplace=True),
+            Conv2d(c2, c3, 3, stride=1),
+            ReLU(inplace=True),
         )
         side = _conv_out(_conv_out(_conv_out(image_size, 8, 4), 4, 2), 3, 1)
         self.output_shape: tuple[int, int, int] = (c3, side, side)
@@ -502,7 +502,7 @@ class MinAtarCNN(nn.Module):
         c_in = in_channels
         for i, c_out in enumerate(channels):
             padding = 0 if i == len(channels) - 1 else 1
-            layers += [nn.Conv2d(c_in, c_out, 3, stride=1, padding=padding), nn.ReLU(inplace=True)]
+            layers += [Conv2d(c_in, c_out, 3, stride=1, padding=padding), ReLU(inplace=True)]
             c_in = c_out
         self.layers = nn.Sequential(*layers)
         side = _conv_out(image_size, 3, 1)

@@ -13,7 +13,7 @@ from torch.func import functional_call, vmap
 
 from sgi_lab.nets import agent_axis
 from sgi_lab.nets.agent_axis import batch_norm, conv2d, lean_kernels
-from sgi_lab.nets.encoders import renormalize
+from sgi_lab.nets.encoders import make_encoder, renormalize
 from sgi_lab.nets.noisy import NoisyLinear
 from sgi_lab.nets.transition import TransitionModel
 from sgi_lab.runtime.graphs import OpCounter
@@ -316,3 +316,30 @@ def test_a_rollout_splits_the_first_kernel_once():
     (ours, ops), (theirs, _) = kernel_grad(True), kernel_grad(False)
     torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
     assert "slice_backward" not in ops and "cat" in ops
+
+
+@pytest.mark.parametrize(
+    ("encoder", "shape"),
+    [("nature", (4, 36, 36)), ("minatar", (4, 10, 10)), ("minatar_l", (6, 10, 10))],
+)
+def test_encoders_equal_vmaps_rules(encoder, shape):
+    """The encoders' convs (`sgi_lab.nets.agent_axis.Conv2d`) and in-place ReLUs under vmap:
+    lean equals vmap's rules (float64, values and gradients); the module names are nn's."""
+    module = Apply(e=make_encoder(encoder, shape[0], shape[1]))
+    assert all(
+        isinstance(m, (nn.Conv2d, nn.ReLU, nn.Sequential, type(module.e), Apply))
+        for m in module.modules()
+    )
+    state = stacked(module, torch.float64, seed=9)
+    x = torch.rand(AGENTS, 2, *shape, dtype=torch.float64)  # prepared: scaled already
+    g = torch.randn(AGENTS, 2, *module.e.output_shape, dtype=torch.float64)
+
+    def fn(m, x):
+        return m.e(x, prepared=True)
+
+    lean = run(module, state, fn, [x], g, lean=True)
+    plain = run(module, state, fn, [x], g, lean=False)
+    assert_same([lean[0], *lean[1]], [plain[0], *plain[1]], 1e-12)
+    assert count(module, state, fn, [x], g, True, True) < count(
+        module, state, fn, [x], g, False, True
+    )
