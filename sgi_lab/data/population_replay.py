@@ -151,26 +151,8 @@ class PopulationReplay:
         self.alpha = alpha
         self.K, self.n_step, self.gamma, self.goal_window = K, n_step, gamma, goal_window
         self.device = dev = torch.device(device)
-        # Frames as flat rows with one all-zero row at the end: padding frames are gathered
-        # from it, so no masking pass follows the gather (and 2-D row gathers are the fast ones).
         self.observation_spec = spec
-        pixels = int(np.prod(spec.frame_shape))
-        self._frame_rows = torch.zeros(N * C + 1, pixels, dtype=torch.uint8, device=dev)
-        self.frames = self._frame_rows[: N * C].view(N, C, *spec.frame_shape)
-        self.actions = torch.zeros(N, C, dtype=torch.int64, device=dev)
-        self.rewards = torch.zeros(N, C, dtype=torch.float32, device=dev)
-        self.terminals = torch.zeros(N, C, dtype=torch.bool, device=dev)
-        self.firsts = torch.zeros(N, C, dtype=torch.bool, device=dev)
-        # Episode bookkeeping: a row's episode start, its episode's index, and each episode's
-        # last stored row (the current episode's end moves with every append).
-        self.row_episode_start = torch.zeros(N, C, dtype=torch.int64, device=dev)
-        self.episode_of_row = torch.zeros(N, C, dtype=torch.int64, device=dev)
-        self.episode_end = torch.zeros(N, C, dtype=torch.int64, device=dev)
-        self.episodes = torch.zeros(N, dtype=torch.int64, device=dev)
-        self.size = 0
-        # The row the next append writes, as device state too: the append reads it there, so
-        # one captured graph serves every step (`_append_graph`).
-        self.position = torch.zeros((), dtype=torch.int64, device=dev)
+        self._make_storage()
         if sampling not in SAMPLING:
             raise ValueError(f"sampling: one of {SAMPLING}, got {sampling!r}")
         self.tree = BatchedSumTree(N, C, dev, None if sampling == "auto" else sampling)
@@ -198,10 +180,36 @@ class PopulationReplay:
         self._agents = torch.arange(N, device=dev)
         self._make_batch_constants()
 
+    def _make_storage(self) -> None:
+        """The rows (frames, actions, rewards, flags), the episode bookkeeping and the position."""
+        N, C, dev, spec = self.num_agents, self.capacity, self.device, self.observation_spec
+        # Frames as flat rows with one all-zero row at the end: padding frames are gathered
+        # from it, so no masking pass follows the gather (and 2-D row gathers are the fast ones).
+        pixels = int(np.prod(spec.frame_shape))
+        self._frame_rows = torch.zeros(N * C + 1, pixels, dtype=torch.uint8, device=dev)
+        self.frames = self._frame_rows[: N * C].view(N, C, *spec.frame_shape)
+        # The tables a batch reads over its window of steps (`_batch`) run that window past the
+        # capacity (zeros, never written): a start's window needs no clamp to the last row.
+        width = C + max(self.K + 1, self.n_step)
+        kinds = {"actions": torch.int64, "rewards": torch.float32, "terminals": torch.bool}
+        self._windowed = {k: torch.zeros(N, width, dtype=d, device=dev) for k, d in kinds.items()}
+        self.actions, self.rewards, self.terminals = (t[:, :C] for t in self._windowed.values())
+        self.firsts = torch.zeros(N, C, dtype=torch.bool, device=dev)
+        # Episode bookkeeping: a row's episode start, its episode's index, and each episode's
+        # last stored row (the current episode's end moves with every append).
+        self.row_episode_start = torch.zeros(N, C, dtype=torch.int64, device=dev)
+        self.episode_of_row = torch.zeros(N, C, dtype=torch.int64, device=dev)
+        self.episode_end = torch.zeros(N, C, dtype=torch.int64, device=dev)
+        self.episodes = torch.zeros(N, dtype=torch.int64, device=dev)
+        self.size = 0
+        # The row the next append writes, as device state too: the append reads it there, so
+        # one captured graph serves every step (`_append_graph`).
+        self.position = torch.zeros((), dtype=torch.int64, device=dev)
+
     def _make_batch_constants(self) -> None:
         """Constants of every batch, made once (on a GPU each would be a kernel per batch): the
         window of steps a start reads, each agent's first row among all agents' rows, the
-        offsets of a frame stack's rows from its last, the all-zero frame row, float zero, the
+        offsets of a frame stack's rows from its last, the all-zero frame row, zeros, the
         discounts."""
         N, C, n, dev = self.num_agents, self.capacity, self.n_step, self.device
         self._window = torch.arange(max(self.K + 1, n), device=dev)
@@ -210,6 +218,7 @@ class PopulationReplay:
         self._frame_offsets = self._row_offsets[:, :, None, None] + history  # (N, 1, 1, frames)
         self._zero_row = torch.tensor(N * C, device=dev)
         self._zero = torch.zeros((), device=dev)
+        self._zero_index = torch.zeros((), dtype=torch.int64, device=dev)
         self._gamma_powers = torch.from_numpy(self.gamma ** np.arange(n + 1)).to(dev)
         # gamma ** m (row 0), or 0 after a terminal (row 1)
         self._discounts = torch.stack([self._gamma_powers, torch.zeros(n + 1, device=dev)])
@@ -397,16 +406,15 @@ class PopulationReplay:
 
         steps = t[..., None] + self._window  # (N, B, max(K+1, n_step))
         in_episode = steps <= e1[..., None]
-        # Rows past the episode's end read its last row: every use below is masked.
-        safe_steps = torch.minimum(steps, e1[..., None])
-        term = self._rows(self.terminals, safe_steps) & in_episode
+        # Rows past the episode's end are read and masked (windowed tables: never past them).
+        term = self._rows(self._windowed["terminals"], steps) & in_episode
         # Valid: in the episode with no terminal before (a running count of terminals is at
         # most the step's own flag).
         terminals_so_far = term.cumsum(-1)
         valid = (terminals_so_far <= term) & in_episode
-        signs = self._rows(self.rewards, safe_steps).sign()
+        signs = self._rows(self._windowed["rewards"], steps).sign()
         seq_valid = valid[..., : K + 1]
-        actions = self._rows(self.actions, safe_steps)[..., : K + 1] * seq_valid
+        actions = self._rows(self._windowed["actions"], steps)[..., : K + 1] * seq_valid
         rewards = torch.where(seq_valid, signs[..., : K + 1], self._zero)
 
         # Frame j of stack k is row t+k+j-3: real from the episode's start up to the last valid
@@ -423,8 +431,7 @@ class PopulationReplay:
             # After a terminal the discount is 0 and the row may lie past e1: any stack will do.
             bootstrap_obs = self._stacks(torch.minimum(boot_rows, e1), e0_flat, "bootstrap_obs")
         else:
-            returns = torch.zeros(N, B, device=self.device)
-            discount = torch.zeros(N, B, device=self.device)
+            returns = discount = self._zero.expand(N, B)  # read-only zeros, no kernel
             bootstrap_obs = None
 
         if self.goal_window > 0:
@@ -434,7 +441,7 @@ class PopulationReplay:
             goal_obs = self._stacks(goal_rows, e0_flat, "goal_obs")
             offset = goal_rows - t
         else:
-            goal_obs, offset = None, torch.zeros(N, B, dtype=torch.int64, device=self.device)
+            goal_obs, offset = None, self._zero_index.expand(N, B)
 
         return PopulationBatch(
             obs=obs,
