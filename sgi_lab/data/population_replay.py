@@ -526,7 +526,8 @@ class PopulationReplay:
         """
         rows = self._tensor(indices, torch.int64)
         p = self._tensor(priorities, torch.float64) + 1e-6
-        torch.maximum(self.max_priority, p.max(1).values, out=self.max_priority)
+        # the running max over every agent's batch, in place: one operator
+        self.max_priority[:, None].scatter_reduce_(1, self._zero_index.expand(p.shape), p, "amax")
         self.tree.update(rows, self._power(p))
 
     def _power(self, p: torch.Tensor) -> torch.Tensor:

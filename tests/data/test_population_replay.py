@@ -471,7 +471,7 @@ def test_the_gpu_path_samples_and_writes_the_same_operators_across_appends(goal_
     """Prefix sums with one draw for all agents (a GPU's default), host checks off as on a GPU:
     after rows are appended and beta moves on, sampling and the priority write trace as the
     captured call did (`sgi_lab.runtime.graphs`)."""
-    from sgi_lab.runtime.graphs import assert_replays, trace
+    from sgi_lab.runtime.graphs import assert_replays, count_ops, trace
 
     rows = random_rows(3, 90, seed=16)
     replay = PopulationReplay(3, 200, **{**SETTINGS, "goal_window": goal_window}, sampling="prefix")
@@ -492,3 +492,8 @@ def test_the_gpu_path_samples_and_writes_the_same_operators_across_appends(goal_
         replay.append(*r)
         replay.set_beta(beta)
         assert_replays(captured, trace(step))
+    # the priority write: float64 and the epsilon (2), the running max (1), ** alpha (1), each
+    # row's last value (4: `BatchedSumTree.update`) and one leaf scatter; 28 before
+    batch = replay.sample_at_beta(8)
+    ops = count_ops(lambda: replay.update_priorities(batch.indices, priorities))
+    assert sum(ops.values()) == 9, ops
