@@ -162,8 +162,8 @@ def update(
         check_finite(pop, total)
 
     # 4. The step: the gradient of the sum is each agent's own; clipped per agent. Without
-    #    clipping no norm is taken (a pass over every gradient, 7 operators under vmap for
-    #    Nature's): the grad-norm chart is then absent, not estimated.
+    #    clipping no norm is taken (a pass over every gradient, 3 operators): the grad-norm
+    #    chart is then absent, not estimated.
     pop.optimizer.zero_grad(set_to_none=True)
     total.sum().backward()
     grad_norm = steps.clip_gradients(pop, cfg.grad_clip) if cfg.grad_clip > 0 else None
