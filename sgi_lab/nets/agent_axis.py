@@ -130,14 +130,14 @@ def _pair(v: int | tuple[int, int]) -> tuple[int, int]:
     return (v, v) if isinstance(v, int) else tuple(v)
 
 
-def _fresh_view(out: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+def fresh_view(out: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
     """``out.view(shape)`` for an operator's fresh result, which nothing else aliases, as a
     tensor of its own for autograd (``_unsafe_view``, as ``reshape`` returns its copies), so
     that an in-place operator on it needs no view bookkeeping of its own."""
     return torch.ops.aten._unsafe_view(out, shape)
 
 
-def _agents_first(t: torch.Tensor, dim: int | None, n: int) -> torch.Tensor:
+def agents_first(t: torch.Tensor, dim: int | None, n: int) -> torch.Tensor:
     """A (N, ...) view of an unwrapped tensor with its agent axis at ``dim`` (None: shared by
     every agent, expanded)."""
     if dim is None:
@@ -145,7 +145,7 @@ def _agents_first(t: torch.Tensor, dim: int | None, n: int) -> torch.Tensor:
     return t.movedim(dim, 0) if dim else t
 
 
-def _agents_in_channels(x: torch.Tensor, dim: int | None, n: int) -> torch.Tensor:
+def agents_in_channels(x: torch.Tensor, dim: int | None, n: int) -> torch.Tensor:
     """An unwrapped (B, C, H, W) input with its agent axis at ``dim`` -> (B, N * C, H, W): a
     view where the agent axis already sits before the channels (the layout this module's
     results have), else one copy."""
@@ -183,17 +183,17 @@ class _AgentConv2d(torch.autograd.Function):
     def vmap(info: Any, in_dims: tuple, x, weight, bias, stride, padding):  # noqa: ANN001, ANN205
         n = info.batch_size
         x_dim, w_dim, b_dim = in_dims[:3]
-        weight = _agents_first(weight, w_dim, n)
+        weight = agents_first(weight, w_dim, n)
         out_channels = weight.shape[1]
         weight = weight.reshape(n * out_channels, *weight.shape[2:])
         if bias is not None:
-            bias = _agents_first(bias, b_dim, n).reshape(-1)
+            bias = agents_first(bias, b_dim, n).reshape(-1)
         if x_dim is None:  # every agent reads the same input: one conv, no groups
             out = F.conv2d(x, weight, bias, stride, padding)
         else:
-            x = _agents_in_channels(x, x_dim, n)
+            x = agents_in_channels(x, x_dim, n)
             out = F.conv2d(x, weight, bias, stride, padding, groups=n)
-        return _fresh_view(out, (out.shape[0], n, out_channels, *out.shape[2:])), 1
+        return fresh_view(out, (out.shape[0], n, out_channels, *out.shape[2:])), 1
 
 
 class _AgentBatchNorm(torch.autograd.Function):
@@ -231,20 +231,20 @@ class _AgentBatchNorm(torch.autograd.Function):
         x_dim, mean_dim, var_dim, w_dim, b_dim = in_dims[:5]
         if x_dim is None or mean_dim is None or var_dim is None:
             raise ValueError("an agent-axis batch norm needs batched inputs and statistics")
-        stats = [_agents_first(running_mean, mean_dim, n), _agents_first(running_var, var_dim, n)]
+        stats = [agents_first(running_mean, mean_dim, n), agents_first(running_var, var_dim, n)]
         if not all(s.is_contiguous() for s in stats):
             raise ValueError("the agents' running statistics must be contiguous (N, C) tensors")
         out, mean, invstd = torch.native_batch_norm(
-            _agents_in_channels(x, x_dim, n),
-            _agents_first(weight, w_dim, n).reshape(-1),
-            _agents_first(bias, b_dim, n).reshape(-1),
+            agents_in_channels(x, x_dim, n),
+            agents_first(weight, w_dim, n).reshape(-1),
+            agents_first(bias, b_dim, n).reshape(-1),
             stats[0].view(-1),
             stats[1].view(-1),
             True,
             momentum,
             eps,
         )
-        out = _fresh_view(out, (out.shape[0], n, -1, *out.shape[2:]))
+        out = fresh_view(out, (out.shape[0], n, -1, *out.shape[2:]))
         return (out, mean.view(n, -1), invstd.view(n, -1)), (1, 0, 0)
 
 
@@ -345,11 +345,11 @@ class _AgentLinear(torch.autograd.Function):
     @staticmethod
     def vmap(info: Any, in_dims: tuple, x, *params):  # noqa: ANN001, ANN205
         n = info.batch_size
-        x = _agents_first(x, in_dims[0], n)
+        x = agents_first(x, in_dims[0], n)
         lead = x.shape[1:-1]
         params = [
-            None if p is None else _agents_first(p, d, n)
+            None if p is None else agents_first(p, d, n)
             for p, d in zip(params, in_dims[1:], strict=True)
         ]
         out = _AgentsLinear.apply(x.reshape(n, -1, x.shape[-1]), *params)
-        return _fresh_view(out, (n, *lead, out.shape[-1])), 0
+        return fresh_view(out, (n, *lead, out.shape[-1])), 0

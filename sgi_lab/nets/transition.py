@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sgi_lab.nets.agent_axis import batch_norm, conv2d
+from sgi_lab.nets.agent_axis import (
+    agent_axis_here,
+    agents_first,
+    agents_in_channels,
+    batch_norm,
+    conv2d,
+    fresh_view,
+)
 from sgi_lab.nets.encoders import renormalize
 
 
@@ -96,6 +105,16 @@ class TransitionModel(nn.Module):
         # materialised index); unbind, not maps[:, k]: each select's backward would write a
         # zero-filled (B, K, C, H, W) gradient. The one-hot by comparison, not F.one_hot, whose
         # range check reads the actions on the host (a sync a CUDA graph cannot capture).
+        bn = self.first_bn
+        if agent_axis_here(z, self.first.weight) and bn.training and bn.momentum is not None:
+            bn.num_batches_tracked.add_(actions.shape[1])  # K steps' counts at once
+            return _AgentRollout.apply(
+                z,
+                actions,
+                *(self.first.weight, self.first.bias, bn.weight, bn.bias),
+                *(bn.running_mean, bn.running_var, self.final.weight, self.final.bias),
+                (self.channels, self.num_actions, bn.momentum, bn.eps),
+            )
         latent_weight, action_weight = self.split_weight()
         maps = self.action_maps(z.shape[-2], z.shape[-1], action_weight)
         codes = torch.arange(self.num_actions, device=actions.device)
@@ -113,3 +132,87 @@ class TransitionModel(nn.Module):
         planes = planes.expand(-1, -1, *z.shape[-2:])
         h = self.first_bn(F.relu(self.first(torch.cat([z, planes], 1))))
         return renormalize(F.relu(self.final(h)))
+
+
+def _agents_rollout(
+    z: torch.Tensor, actions: torch.Tensor, params: list[torch.Tensor], config: tuple
+) -> torch.Tensor:
+    """`TransitionModel.rollout` of N agents at once on plain tensors: z (B, N, C, H, W),
+    actions (N, B, K), ``params`` each agent-first (the first conv's kernel and bias, the norm's
+    weight, bias and running statistics, the final conv's kernel and bias), ``config``
+    (C, A, momentum, eps). Each conv is one grouped conv over the agents, the norm one norm over
+    the (agent, channel) pairs (its running statistics moved in place through their views).
+
+    Returns:
+        (B, K, N, C, H, W) renormalized predicted latents.
+    """
+    channels, num_actions, momentum, eps = config
+    first_w, first_b, bn_w, bn_b, mean, var, final_w, final_b = params
+    b, n, _, height, width = z.shape
+    latent_w, action_w = first_w.split([channels, num_actions], dim=2)
+    latent_w = latent_w.reshape(n * channels, *latent_w.shape[2:])
+    action_w = action_w.reshape(n * channels, *action_w.shape[2:])
+    final_w = final_w.reshape(n * channels, *final_w.shape[2:])
+    first_b, bn_w, bn_b, final_b = (t.reshape(-1) for t in (first_b, bn_w, bn_b, final_b))
+    mean, var = mean.view(-1), var.view(-1)  # in place: the agents' own statistics
+    planes = torch.eye(num_actions, device=z.device, dtype=action_w.dtype)
+    planes = planes[:, :, None, None].expand(-1, -1, height, width)
+    maps = F.conv2d(planes, action_w, padding=1)  # (A, N * C, H, W)
+    codes = torch.arange(num_actions, device=actions.device)
+    one_hot = (actions[..., None] == codes).to(maps.dtype)  # (N, B, K, A)
+    maps = torch.bmm(one_hot.flatten(1, 2), maps.view(num_actions, n, -1).transpose(0, 1))
+    maps = maps.view(n, b, -1, channels, height, width).unbind(2)  # K of (N, B, C, H, W)
+    x, preds = z.reshape(b, n * channels, height, width), []
+    for action_map in maps:
+        h = F.conv2d(x, latent_w, first_b, padding=1, groups=n).view(z.shape)
+        h = F.relu(h + action_map.transpose(0, 1)).view(x.shape)
+        h = torch.native_batch_norm(h, bn_w, bn_b, mean, var, True, momentum, eps)[0]
+        h = F.relu(F.conv2d(h, final_w, final_b, padding=1, groups=n))
+        y = renormalize(h.view(b, n, -1), start_dim=2)  # per sample and agent
+        preds.append(y)
+        x = y.view(x.shape)
+    return fresh_view(torch.stack(preds, 1), (b, len(maps), *z.shape[1:]))
+
+
+class _AgentRollout(torch.autograd.Function):
+    """One agent's rollout, whose ``vmap`` rule is `_agents_rollout` over every agent: a GPU
+    population's update (`sgi_lab.nets.agent_axis`), where vmap's rules re-lay out the tensors
+    around each operator of each step. Outside vmap (not used there: `TransitionModel.rollout`
+    runs its own steps) the same function, its gradient by recomputation."""
+
+    @staticmethod
+    def forward(z, actions, *args):  # noqa: ANN001, ANN205, D102
+        *params, config = args
+        one = [p.unsqueeze(0) for p in params]
+        return _agents_rollout(z.unsqueeze(1), actions.unsqueeze(0), one, config).squeeze(2)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
+        *tensors, ctx.config = inputs
+        ctx.save_for_backward(*tensors)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple:
+        z, actions, *params = ctx.saved_tensors
+        params[4:6] = [t.clone() for t in params[4:6]]  # the statistics move once, in forward
+        inputs = [z, *params]
+        wanted = [ctx.needs_input_grad[0], *ctx.needs_input_grad[2:-1]]
+        with torch.enable_grad():
+            inputs = [t.detach().requires_grad_(w) for t, w in zip(inputs, wanted, strict=True)]
+            out = _AgentRollout.forward(inputs[0], actions, *inputs[1:], ctx.config)
+            diff = [t for t in inputs if t.requires_grad]
+            grads = iter(torch.autograd.grad(out, diff, grad, allow_unused=True))
+        grads = [next(grads) if w else None for w in wanted]
+        return grads[0], None, *grads[1:], None
+
+    @staticmethod
+    def vmap(info: Any, in_dims: tuple, z, actions, *args):  # noqa: ANN001, ANN205
+        n = info.batch_size
+        *params, config = args
+        z = agents_in_channels(z, in_dims[0], n)
+        z = z.view(z.shape[0], n, -1, *z.shape[2:])
+        params = [agents_first(p, d, n) for p, d in zip(params, in_dims[2:], strict=False)]
+        if not (params[4].is_contiguous() and params[5].is_contiguous()):
+            raise ValueError("the agents' running statistics must be contiguous (N, C) tensors")
+        out = _agents_rollout(z, agents_first(actions, in_dims[1], n), params, config)
+        return out, 2

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, vmap
 
+import sgi_lab.nets.transition as transition_module
 from sgi_lab.nets import agent_axis
 from sgi_lab.nets.agent_axis import batch_norm, conv2d, lean_kernels
 from sgi_lab.nets.encoders import make_encoder, renormalize
@@ -342,4 +343,35 @@ def test_encoders_equal_vmaps_rules(encoder, shape):
     assert_same([lean[0], *lean[1]], [plain[0], *plain[1]], 1e-12)
     assert count(module, state, fn, [x], g, True, True) < count(
         module, state, fn, [x], g, False, True
+    )
+
+
+def test_the_rollout_function_outside_vmap_is_the_rollout():
+    """`_AgentRollout` applied to one agent's tensors (not under vmap; its gradient by
+    recomputation) is `TransitionModel.rollout`: values, gradients, running statistics moved
+    once."""
+    torch.manual_seed(10)
+    model = TransitionModel(8, 4).double()
+    z = torch.rand(3, 8, 5, 5, dtype=torch.float64, requires_grad=True)
+    actions = torch.randint(0, 4, (3, 4))
+    g = torch.randn(3, 4, 8, 5, 5, dtype=torch.float64)
+    bn = model.first_bn
+    params = [model.first.weight, model.first.bias, bn.weight, bn.bias]
+    params += [bn.running_mean, bn.running_var, model.final.weight, model.final.bias]
+    trained = [p for p in params if p.requires_grad]
+    stats = [bn.running_mean.clone(), bn.running_var.clone()]
+    ours = transition_module._AgentRollout.apply(z, actions, *params, (8, 4, bn.momentum, bn.eps))
+    ours_stats = [bn.running_mean.clone(), bn.running_var.clone()]
+    ours_grads = torch.autograd.grad((ours * g).sum(), [z, *trained])
+    bn.running_mean.copy_(stats[0]), bn.running_var.copy_(stats[1])
+    theirs = model.rollout(z, actions)
+    assert_same(
+        [ours, *ours_grads, *ours_stats],
+        [
+            theirs,
+            *torch.autograd.grad((theirs * g).sum(), [z, *trained]),
+            bn.running_mean,
+            bn.running_var,
+        ],
+        1e-12,
     )
