@@ -27,6 +27,7 @@ __all__ = [
     "frame_trace",
     "no_data_message",
     "square_pixels",
+    "title_above_panels",
 ]
 
 CHANNEL_COLORS: tuple[str, ...] = tuple(qualitative.Plotly)
@@ -35,6 +36,29 @@ CELL_PIXELS = 12
 """Screen pixels per MinAtar cell: a 10x10 grid drawn 120 px wide, a grid line between cells."""
 _GRID = (225, 225, 225)
 _BACKGROUND = (255, 255, 255)
+
+
+TITLE_TOP = 10
+"""Pixels from a figure's top edge to its title's first line (`title_above_panels`)."""
+TITLE_LINE = 22
+"""Pixels a title line takes: plotly's line spacing (1.3 em) of its 17-px title font."""
+TITLE_GAP = 6
+"""Pixels kept clear between a title's last line and the panels' titles below it."""
+
+
+def title_above_panels(
+    title: str | None, panel_title_size: float = 13, panel_title_lines: int = 1
+) -> dict[str, Any]:
+    """Layout keys that hold a figure's title, however many lines (``<br>``), in its top
+    margin above the panels' titles: the title's first line `TITLE_TOP` px from the top, and a
+    margin of the title's lines, `TITLE_GAP` and the panels' titles (1.3 em a line and the
+    annotation's 2 px). plotly otherwise centres the first line in a 100-px margin and runs the
+    next ones down onto the panels' titles (a subtitle sat on "total loss")."""
+    lines = title.count("<br>") + 1 if title else 0
+    panels = math.ceil((1.3 * panel_title_size + 2) * panel_title_lines)
+    top = TITLE_TOP + TITLE_LINE * lines + TITLE_GAP + panels
+    placed = {"y": 1, "yref": "container", "yanchor": "top", "pad": {"t": TITLE_TOP}}
+    return {"title": {"text": title, **placed}, "margin": {"t": top}}
 
 
 def chance_lines(fig: go.Figure, levels: Mapping[str, float]) -> go.Figure:

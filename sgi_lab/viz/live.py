@@ -16,9 +16,11 @@ import plotly.graph_objects as go
 
 from sgi_lab.base.files import read_jsonl
 from sgi_lab.runs.status import read_status
+from sgi_lab.viz.common import title_above_panels
 from sgi_lab.viz.probes import fit_probe_panel
 from sgi_lab.viz.training import (
     EMPTY_PANEL_TEXT,
+    PANEL_TITLE_SIZE,
     PRETRAIN_CURVES,
     X_TITLES,
     _axis_unit,
@@ -182,7 +184,11 @@ class LiveCurves:
                 name=f"empty:{key}",
             )
         _title_axes(fig, self.keys, self.columns, self.x_title)
-        fig.update_layout(title=self.title, showlegend=False, template="plotly_white")
+        fig.update_layout(
+            **title_above_panels(self.title, PANEL_TITLE_SIZE),
+            showlegend=False,
+            template="plotly_white",
+        )
         return fig
 
     def progress_line(self, done: bool = False) -> str:
@@ -247,7 +253,7 @@ class LiveCurves:
             self._earlier = True
             note = "finished earlier: showing its recorded curves (nothing is trained now)"
             self.title = f"{self.title}<br><sup>{note}</sup>" if self.title else note
-            self.figure.layout.title = self.title
+            self.figure.update_layout(**title_above_panels(self.title, PANEL_TITLE_SIZE))
             print(f"{path}: {note}; a new out_dir (or name) trains a new run")
         self.show()
         if finished:

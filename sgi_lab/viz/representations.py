@@ -15,7 +15,14 @@ from plotly.subplots import make_subplots
 
 from sgi_lab.data import TransitionStore
 from sgi_lab.viz.common import action_labels, category_labels, no_data_message
-from sgi_lab.viz.datasets import integer_bins, whole_episodes
+from sgi_lab.viz.datasets import (
+    SUMMARY_HEIGHT,
+    SUMMARY_MARGIN,
+    SUMMARY_SPACING,
+    SUMMARY_TITLE_SIZE,
+    integer_bins,
+    whole_episodes,
+)
 from sgi_lab.viz.training import figure_width
 
 __all__ = [
@@ -339,6 +346,9 @@ def compare_stores_figure(
     fig = make_subplots(
         rows=2,
         cols=2,
+        # the store summary's geometry: row 1's turned action names, its axis titles and row
+        # 2's panel titles fit between the rows (plotly's default spacing put them on each other)
+        vertical_spacing=SUMMARY_SPACING,
         subplot_titles=(
             "action frequency",
             f"returns of whole episodes{left_out}",
@@ -381,7 +391,15 @@ def compare_stores_figure(
         fig.update_yaxes(title_text=y_title, row=row, col=col)
     if not stores:
         no_data_message(fig, "no store to compare")
-    fig.update_layout(title=title, barmode="group", template="plotly_white", height=660)
+    fig.update_annotations(font_size=SUMMARY_TITLE_SIZE)
+    top, bottom = SUMMARY_MARGIN
+    fig.update_layout(
+        title=title,
+        barmode="group",
+        template="plotly_white",
+        height=SUMMARY_HEIGHT,
+        margin={"t": top, "b": bottom},
+    )
     return fig
 
 

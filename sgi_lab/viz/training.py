@@ -27,7 +27,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from sgi_lab.base.files import read_jsonl
-from sgi_lab.viz.common import no_data_message
+from sgi_lab.viz.common import no_data_message, title_above_panels
 from sgi_lab.viz.probes import PROBE_AXIS_UNITS, PROBE_UNITS, probe_panel_keys
 
 __all__ = [
@@ -194,6 +194,10 @@ def _axis_unit(key: str) -> str:
     return _by_longest_prefix(AXIS_UNITS, key, "")
 
 
+PANEL_TITLE_SIZE = 13
+"""The font size of a panel's title (one line, `metric_title`)."""
+
+
 def _subplots(keys: Sequence[str], columns: int) -> go.Figure:
     """Panels for ``keys`` with readable titles, spaced so titles and axis labels do not
     overlap, at a width that fits ``columns`` panels side by side."""
@@ -205,7 +209,7 @@ def _subplots(keys: Sequence[str], columns: int) -> go.Figure:
         horizontal_spacing=0.3 / columns,
         vertical_spacing=min(0.35 / rows, 0.2),
     )
-    fig.update_annotations(font_size=13)
+    fig.update_annotations(font_size=PANEL_TITLE_SIZE)
     # Four panels across or more: the cell's whole width; fewer: a set width (`figure_width`).
     fig.update_layout(**figure_width(columns), height=280 * rows + 70)
     return fig
@@ -332,7 +336,11 @@ def training_curves(
                 col=i % columns + 1,
             )
     _title_axes(fig, keys, columns, x_title)
-    fig.update_layout(title=title, template="plotly_white", showlegend=runs is not None)
+    fig.update_layout(
+        **title_above_panels(title, PANEL_TITLE_SIZE),
+        template="plotly_white",
+        showlegend=runs is not None,
+    )
     return fig
 
 
