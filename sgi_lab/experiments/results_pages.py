@@ -24,9 +24,11 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sgi_lab.analysis.probe_study import probe_folders, probe_frame
 from sgi_lab.base.files import atomic_write_text
+from sgi_lab.config_values import ConfigError
 from sgi_lab.experiments.archive import restore
 from sgi_lab.experiments.experiment_report import write_report
 from sgi_lab.experiments.graph import expand
@@ -34,6 +36,7 @@ from sgi_lab.experiments.question import power_markdown, power_report, question_
 from sgi_lab.experiments.scheduler import write_inputs
 from sgi_lab.experiments.spec import load_experiment
 from sgi_lab.studies.finetune_budgets import write_finetune_budget_figure
+from sgi_lab.studies.finetune_report import study_markdown
 from sgi_lab.studies.probe_seed_tests import encoder_game_table
 from sgi_lab.viz.markdown import frame_markdown
 
@@ -260,11 +263,32 @@ def study_reports(
             shutil.rmtree(folder)
         folder.mkdir(parents=True)
         (folder / COPY_MARK).write_text(f"restored from {archive} by make results\n")
-        graph = expand(load_experiment(root / STUDIES[name]), folder)
+        experiment = load_experiment(root / STUDIES[name])
+        try:
+            graph = expand(experiment, folder)
+        except ConfigError as exc:  # it reuses runs of another experiment folder, not here
+            print(f"{name}: its tables only ({exc})", file=sys.stderr)
+            written.append(_tables_only(experiment, archive, folder, reps))
+            continue
         write_inputs(graph, folder)  # the folder marked as this experiment's, as a run marks it
         restore(graph, archive)
         written.append(write_report(graph, reps))  # reps: the report's bootstrap resamples
     return written
+
+
+def _tables_only(experiment: Any, archive: Path, folder: Path, reps: int) -> Path:
+    """``results.md`` of a study whose graph cannot be built here (its ``run:`` names another
+    experiment's folder, absent from a fresh clone): the study's tables (`study_markdown`) read
+    from a copy of its archive's finetuning runs, without the encoders' probes beside them."""
+    shutil.copytree(archive / "finetune", folder / "finetune")
+    planned = sum(1 for p in (folder / "finetune").glob("*/*") if p.is_dir())
+    tables = study_markdown(
+        folder, planned=planned, reps=reps, curves=folder / "curves.svg", per_seed=True
+    )
+    path = folder / "results.md"
+    head = [f"# {experiment.name}", "", experiment.description, ""]
+    atomic_write_text(path, "\n".join([*head, tables]))
+    return path
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -147,3 +147,27 @@ def test_study_reports_write_from_a_copy_and_never_over_a_foreign_folder(tmp_pat
     assert (folder / "question.svg").is_file() and (folder / "scores.json").is_file()
     rp.study_reports(root, out, ["minatar_objectives"], reps=20)  # our copy: replaced
     assert tree_digest(root / "results") == archive
+
+
+def test_a_study_reusing_another_folders_runs_gets_its_tables_from_the_archive(tmp_path):
+    """An experiment whose pretraining is ``run:`` of another experiment's folder (the 2x
+    study's), absent here: no graph, so its results.md is the study's tables read from the
+    archive's finetuning runs."""
+    root = small_root(tmp_path)
+    params = root / rp.STUDIES["minatar_objectives"]
+    spec = yaml.safe_load(params.read_text())
+    spec["pretrain"] = [
+        {"name": p["name"], "run": f"{tmp_path}/absent/{p['name']}__{{game}}"}
+        for p in spec["pretrain"]
+    ]
+    spec.pop("question")
+    spec.pop("probe", None)
+    spec["data"] = {k: v for k, v in spec["data"].items() if k != "probe_data"}
+    params.write_text(yaml.safe_dump(spec, sort_keys=False))
+    (path,) = rp.study_reports(root, tmp_path / "reports", ["minatar_objectives"], reps=20)
+    text = path.read_text()
+    assert path.name == "results.md" and text.startswith("# minatar_objectives")
+    assert "## The declared question" not in text
+    assert "### Objectives (reduced-lr finetuning)" in text
+    assert "\n| sgi | " in text and "\n| none | " in text  # the archive's reduced-lr SGI, scratch
+    assert (path.parent / rp.COPY_MARK).is_file()
