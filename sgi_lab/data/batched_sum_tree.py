@@ -58,6 +58,7 @@ class BatchedSumTree:
         self.levels = size.bit_length() - 1  # edges from the root to a leaf
         self.tree = torch.zeros(num_trees, 2 * size, dtype=torch.float64, device=device)
         self._arange = torch.zeros(0, dtype=torch.int64, device=device)
+        self._last = torch.zeros(num_trees, size, dtype=torch.int64, device=device)  # scratch
         self._zero = torch.zeros((), dtype=torch.float64, device=device)
 
     @property
@@ -96,11 +97,13 @@ class BatchedSumTree:
             if not (float(low) >= 0 and float(high) < float("inf")):
                 raise ValueError("priorities must be finite and non-negative")
         # Scatter order among duplicate indices is unspecified (and differs on a GPU): give every
-        # duplicate the value of its last occurrence, so any write order ends the same. The
-        # last occurrence of row b is the largest b' with the same row: a (B, B) comparison,
-        # three operators whatever the batch (a sort and its run bookkeeping took eleven).
-        same = rows[:, :, None] == rows[:, None, :]
-        values = values.gather(1, (same * self._positions(rows.shape[1])).amax(2))
+        # duplicate the value of its last occurrence, so any write order ends the same. Each
+        # written leaf's last position in the batch is the largest scattered to it (a reduction
+        # that ignores what the scratch held: no reset), read back at every occurrence: two
+        # operators whatever the batch, where a sort and its run bookkeeping took eleven.
+        positions = self._positions(rows.shape[1]).expand(rows.shape)
+        self._last.scatter_reduce_(1, rows, positions, "amax", include_self=False)
+        values = values.gather(1, self._last.gather(1, rows))
         self.leaves.scatter_(1, rows, values)
         if self.walk == "prefix":  # the leaves are all the prefix walk reads
             return

@@ -109,10 +109,15 @@ def test_a_write_takes_each_rows_last_value_in_a_handful_of_operators(walk):
     assert tree.total.tolist() == [6.5, 14.0] and tree.positive_counts().tolist() == [3, 2]
     tree.host_checks = False  # as on a GPU
     ops = count_ops(lambda: tree.update(rows, values))
-    # the last occurrence (eq, mul, amax), its value (gather), the leaves (scatter_), then for
-    # the tree walk the leaves' nodes and 3 levels of ancestors (8 each); a sort and its run
-    # bookkeeping took 11 more
-    assert sum(ops.values()) == 5 + (1 + 3 * 8 if walk == "tree" else 0), ops
+    # the last occurrence (scatter_reduce, gather), its value (gather), the leaves (scatter_),
+    # then for the tree walk the leaves' nodes and 3 levels of ancestors (8 each); a sort and
+    # its run bookkeeping took 11 more
+    assert sum(ops.values()) == 4 + (1 + 3 * 8 if walk == "tree" else 0), ops
+    # a batch as large as the tree (a rebuild by writes): memory and operators as for a few
+    big = BatchedSumTree(2, 100_000, walk=walk)
+    rows = torch.arange(100_000).flip(0).expand(2, -1)
+    big.update(torch.cat([rows, rows], 1), torch.arange(200_000.0).expand(2, -1))
+    assert big.leaves[0, :3].tolist() == [199_999.0, 199_998.0, 199_997.0]
 
 
 def test_stratified_draws_land_alike_under_both_walks_and_never_past_the_last_positive_leaf():

@@ -493,7 +493,7 @@ def test_the_gpu_path_samples_and_writes_the_same_operators_across_appends(goal_
         replay.set_beta(beta)
         assert_replays(captured, trace(step))
     # the priority write: float64 and the epsilon (2), the running max (1), ** alpha (1), each
-    # row's last value (4: `BatchedSumTree.update`) and one leaf scatter; 28 before
+    # row's last value (3: `BatchedSumTree.update`) and one leaf scatter; 28 before
     batch = replay.sample_at_beta(8)
     ops = count_ops(lambda: replay.update_priorities(batch.indices, priorities))
-    assert sum(ops.values()) == 9, ops
+    assert sum(ops.values()) == 8, ops
