@@ -3,7 +3,6 @@ curves fed row by row by a trainer's callback, with a progress line (`LiveCurves
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import time
@@ -110,11 +109,16 @@ class LiveFigure:
 class LiveCurves:
     """Metric curves that grow while a trainer runs; pass :meth:`update` as its callback.
 
+    The figure is a plain ``go.Figure`` shown through an IPython display handle, redrawn in
+    place, never a FigureWidget: anywidget (0.11) gives a widget 2 s to load plotly's 5 MB
+    bundle, and on a loaded machine the curves stayed blank (as `LiveFigure` with
+    ``widget=False``, the explorers' figures).
+
     Args:
         keys: metrics to plot, one panel each; keys never seen stay out of the final figure.
         columns: panels per row.
         title: figure title.
-        min_interval_s: without a FigureWidget, the figure is redrawn at most this often.
+        min_interval_s: the figure is redrawn at most this often.
         x: the row key on the x axis.
         x_title: the x axis's title (default: from ``x``, e.g. ``"step"``).
         total: the steps the trainer will run; with it a progress line above the figure says
@@ -142,13 +146,7 @@ class LiveCurves:
         self.min_interval_s = min_interval_s
         self.rows: list[dict[str, Any]] = []
         self._figure = self._empty_figure()
-        self._widget = (
-            go.FigureWidget(widget_width(go.Figure(self._figure)))
-            if figure_widget_available()
-            else None
-        )
         self._handle = None
-        self._widget_handle = None
         self._last_draw = 0.0
         self._followed = 0
         self.total = total
@@ -161,7 +159,7 @@ class LiveCurves:
     @property
     def figure(self) -> go.Figure:
         """The live figure: one trace per key, in the order of ``keys``."""
-        return self._widget if self._widget is not None else self._figure
+        return self._figure
 
     def _empty_figure(self) -> go.Figure:
         fig = _subplots(self.keys, self.columns)
@@ -227,15 +225,10 @@ class LiveCurves:
 
     def show(self) -> None:
         """Display the (empty) figure; later updates draw into it."""
-        from IPython.display import display
-
         self._started = time.monotonic()
         self._show_progress()
-        if self._widget is not None:
-            self._widget_handle = display(self._widget, display_id=True)
-        else:
-            self._handle = _show(self._figure)
-            self._last_draw = time.monotonic()
+        self._handle = _show(self._figure)
+        self._last_draw = time.monotonic()
 
     def show_for(self, run_dir: str | os.PathLike) -> bool:
         """Display the figure for a trainer about to run into ``run_dir``. When that run
@@ -269,18 +262,17 @@ class LiveCurves:
             self._first = (time.monotonic(), float(x))
         fig = self.figure
         fit_probe_panel(fig, self.keys, row, metric_title, _axis_unit)  # R^2 on MinAtar
-        with fig.batch_update() if self._widget is not None else contextlib.nullcontext():
-            filled = []
-            for trace, key in zip(fig.data, self.keys):
-                value = row.get(key)
-                if value is None or (isinstance(value, float) and not math.isfinite(value)):
-                    continue
-                if not trace.x:
-                    filled.append(f"empty:{key}")
-                trace.x = (*(trace.x or ()), x)
-                trace.y = (*(trace.y or ()), value)
-            if filled:
-                fig.layout.annotations = [a for a in fig.layout.annotations if a.name not in filled]
+        filled = []
+        for trace, key in zip(fig.data, self.keys):
+            value = row.get(key)
+            if value is None or (isinstance(value, float) and not math.isfinite(value)):
+                continue
+            if not trace.x:
+                filled.append(f"empty:{key}")
+            trace.x = (*(trace.x or ()), x)
+            trace.y = (*(trace.y or ()), value)
+        if filled:
+            fig.layout.annotations = [a for a in fig.layout.annotations if a.name not in filled]
         if time.monotonic() - self._last_draw >= self.min_interval_s:
             self._show_progress()
             if self._handle is not None:
@@ -323,8 +315,8 @@ class LiveCurves:
     def finish(self) -> go.Figure:
         """Draw the last rows and return the final figure (only panels that got data).
 
-        A FigureWidget's output is replaced by the static figure, so that the curves stay in
-        the notebook file (papermill runs included) after the kernel is gone.
+        The output is redrawn as the final figure, so that the curves stay in the notebook
+        file (papermill runs included) after the kernel is gone.
         """
         self._show_progress(done=True)
         # What stays in the notebook: the panels that got data, and in words those that did
@@ -332,9 +324,8 @@ class LiveCurves:
         final = training_curves(
             self.rows, self.keys, self.columns, self.title, x=self.x, x_title=self.x_title
         )
-        for handle in (self._handle, self._widget_handle):
-            if handle is not None:
-                _show(final, handle)
+        if self._handle is not None:
+            _show(final, self._handle)
         return final
 
     @property

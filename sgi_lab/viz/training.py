@@ -8,9 +8,10 @@ summary table, and what the live curves (`sgi_lab.viz.live`) draw with.
     pretrain(config, data, out, callback=curves.update)
     curves.finish()
 
-With ``anywidget`` installed, plotly's ``FigureWidget`` is updated in place; without it the
-figure is re-rendered through an IPython display handle (at most every ``min_interval_s``), which
-also leaves the final curves in a notebook executed by papermill.
+The figure is re-rendered through an IPython display handle (at most every
+``min_interval_s``), never a ``FigureWidget`` (anywidget gives one 2 s to load plotly's bundle:
+blank on a loaded machine); the handle also leaves the final curves in a notebook executed by
+papermill.
 """
 
 from __future__ import annotations

@@ -263,11 +263,36 @@ def test_live_curves_of_a_run_finished_earlier_draw_its_recorded_curves(tmp_path
     final = curves.finish()
     assert [a.text for a in final.layout.annotations] == ["total loss", "throughput (samples/s)"]
     assert final.layout.yaxis.title.text == "loss" and final.layout.yaxis2.title.text == "samples/s"
-    # four columns: the static figure that stays takes the cell's whole width; a live
-    # FigureWidget a set width (it would take 700 px, half the cell, without one)
+    # four columns: the static figure that stays takes the cell's whole width
     assert final.layout.width is None and final.layout.autosize
-    if isinstance(curves.figure, go.FigureWidget):
-        assert curves.figure.layout.width == viz.training.FIGURE_MAX_WIDTH
+
+
+def test_live_curves_never_wait_on_anywidget(monkeypatch):
+    """anywidget (0.11) gives a FigureWidget 2 s to load plotly's 5 MB bundle; on a loaded
+    machine the pretraining's live curves went blank. They are a display handle redrawn in
+    place, with their traces from the first draw on, whether or not anywidget is installed."""
+    from sgi_lab.viz import live
+    from sgi_lab.viz.training import STATIC_FIGURES_ENV
+
+    monkeypatch.delenv(STATIC_FIGURES_ENV, raising=False)
+    monkeypatch.setattr(live, "figure_widget_available", lambda: True)
+    assert live.LiveFigure().widget is not None  # a FigureWidget where one is asked for
+    drawn = []
+
+    def show(fig, handle=None):
+        drawn.append((handle, fig.to_dict()))
+        return handle or "the display handle"
+
+    monkeypatch.setattr(live, "_show", show)
+    curves = viz.LiveCurves(["losses/total", "losses/spr"], columns=2, min_interval_s=0)
+    assert type(curves.figure) is go.Figure
+    curves.show()
+    curves.update({"step": 5, "losses/total": 0.2, "losses/spr": -1.5})
+    final = curves.finish()
+    assert [handle for handle, _ in drawn] == [None, *["the display handle"] * 2]
+    assert [list(t["x"]) for t in drawn[0][1]["data"]] == [[], []]  # the empty panels first
+    assert [list(t["y"]) for t in drawn[1][1]["data"]] == [[0.2], [-1.5]]  # redrawn in place
+    assert drawn[2][1] == final.to_dict()  # the final figure stays where the curves were
 
 
 def test_four_column_figures_take_the_whole_cell_width():
