@@ -288,6 +288,7 @@ def test_learn_step_op_counts_by_phase_add_up_and_match_the_sum_tree_benchmark()
         assert row["update_parts"]["adam"] >= 1 and row["act"] > 0
     assert prefix["update"] == tree["update"]
     ops = sum_tree_ops.tree_ops(2, 64, batch=2)
-    # the sample reads the total mass once: the tree's root (no operator) or a sum of leaves
-    saved = sum(ops["tree"][k] - ops["prefix"][k] for k in ("find", "write", "total"))
+    # the walks' stratified draws and writes, and the uniforms: the tree walk's default draws
+    # per agent (2 draws and their stack), the prefix walk's once for the population (1)
+    saved = sum(ops["tree"][k] - ops["prefix"][k] for k in ("draw", "write")) + 3 - 1
     assert tree["learn"] - prefix["learn"] == saved
