@@ -15,7 +15,10 @@ on the leaf whose prefix-sum interval holds m; two walks find it:
   pairwise, so a draw within float round-off of an interval's edge may land one leaf over;
   otherwise it lands where the walk does (tested with priorities whose sums are exact).
 
-Both never return an empty leaf for a mass below the total.
+Both never return an empty leaf for a mass below the total. A replay's sample is one
+`BatchedSumTree.find_stratified` (B strata per tree: 6 operators by prefix sums, ~190 by the
+walk at 100k rows); a priority write is one leaf scatter (plus the walk's ancestors), each
+repeated row taking its last value in the batch.
 """
 
 from __future__ import annotations
