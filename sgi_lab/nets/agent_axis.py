@@ -351,5 +351,7 @@ class _AgentLinear(torch.autograd.Function):
             None if p is None else agents_first(p, d, n)
             for p, d in zip(params, in_dims[1:], strict=True)
         ]
+        if x.dim() == 3:  # (N, B, D): the rows as they are
+            return _AgentsLinear.apply(x, *params), 0
         out = _AgentsLinear.apply(x.reshape(n, -1, x.shape[-1]), *params)
         return fresh_view(out, (n, *lead, out.shape[-1])), 0

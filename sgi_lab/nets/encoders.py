@@ -55,7 +55,8 @@ def renormalize(x: torch.Tensor, start_dim: int = -3, eps: float = 1e-6) -> torc
         start_dim += x.dim()
     flat = x.flatten(start_dim)
     if lean():
-        return _Renormalize.apply(flat, eps)[0].view(x.shape)
+        y = _Renormalize.apply(flat, eps)[0]
+        return y if flat is x else y.view(x.shape)
     lo = flat.amin(dim=-1, keepdim=True)
     hi = flat.amax(dim=-1, keepdim=True)
     flat = (flat - lo) / (hi - lo).clamp_min(eps)

@@ -161,11 +161,12 @@ def _agents_rollout(
     codes = torch.arange(num_actions, device=actions.device)
     one_hot = (actions[..., None] == codes).to(maps.dtype)  # (N, B, K, A)
     maps = torch.bmm(one_hot.flatten(1, 2), maps.view(num_actions, n, -1).transpose(0, 1))
-    maps = maps.view(n, b, -1, channels, height, width).unbind(2)  # K of (N, B, C, H, W)
+    # every step's maps laid out as the steps' activations, (B, N * C, H, W), in one copy
+    maps = maps.view(n, b, -1, channels * height * width).permute(2, 1, 0, 3)
+    maps = maps.reshape(-1, b, n * channels, height, width).unbind(0)
     x, preds = z.reshape(b, n * channels, height, width), []
     for action_map in maps:
-        h = F.conv2d(x, latent_w, first_b, padding=1, groups=n).view(z.shape)
-        h = F.relu(h + action_map.transpose(0, 1)).view(x.shape)
+        h = F.relu(F.conv2d(x, latent_w, first_b, padding=1, groups=n) + action_map)
         h = torch.native_batch_norm(h, bn_w, bn_b, mean, var, True, momentum, eps)[0]
         h = F.relu(F.conv2d(h, final_w, final_b, padding=1, groups=n))
         y = renormalize(h.view(b, n, -1), start_dim=2)  # per sample and agent
