@@ -97,6 +97,16 @@ class Conv2d(nn.Conv2d):
         return conv2d(x, self.weight, self.bias, self.stride, self.padding)
 
 
+class Linear(nn.Linear):
+    """``nn.Linear`` (the same parameters and names) whose forward, under vmap within
+    `lean_kernels`, is `noisy_linear` without noise: one batched product with the bias."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        if self.bias is None or not agent_axis_here(x, self.weight):
+            return super().forward(x)
+        return noisy_linear(x, self.weight, self.bias)
+
+
 class ReLU(nn.ReLU):
     """``nn.ReLU``, out of place where `conv2d`'s agent-axis results come in (under vmap within
     `lean_kernels`): vmap runs an in-place operator on a view of the agents' tensor, whose

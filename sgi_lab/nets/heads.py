@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from sgi_lab.nets.agent_axis import Conv2d, Linear, ReLU
 from sgi_lab.nets.noisy import NoisyLinear
 
 DUELING_GRAD_SCALE = 2**-0.5
@@ -257,12 +258,12 @@ class FiLMGenerator(nn.Module):
         self.hidden_size = hidden_size
         self.gamma_offset = _film_gamma_offset(style)
         self.layers = nn.Sequential(
-            nn.Conv2d(c, channels, 3, padding=1),
-            nn.ReLU(inplace=True),
-            nn.Conv2d(channels, channels, 3, padding=1),
-            nn.ReLU(inplace=True),
+            Conv2d(c, channels, 3, padding=1),
+            ReLU(inplace=True),
+            Conv2d(channels, channels, 3, padding=1),
+            ReLU(inplace=True),
             nn.Flatten(1),
-            nn.Linear(channels * h * w, 4 * hidden_size),
+            Linear(channels * h * w, 4 * hidden_size),
         )
 
     def forward(self, goal: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -336,9 +337,9 @@ class InverseModel(nn.Module):
     def __init__(self, projection_size: int, num_actions: int, hidden_size: int = 256) -> None:
         super().__init__()
         self.layers = nn.Sequential(
-            nn.Linear(2 * projection_size, hidden_size),
-            nn.ReLU(inplace=True),
-            nn.Linear(hidden_size, num_actions),
+            Linear(2 * projection_size, hidden_size),
+            ReLU(inplace=True),
+            Linear(hidden_size, num_actions),
         )
 
     def forward(self, y: torch.Tensor, y_next: torch.Tensor) -> torch.Tensor:
@@ -360,9 +361,9 @@ class ATCContrast(nn.Module):
     def __init__(self, latent_size: int, hidden_size: int = 512) -> None:
         super().__init__()
         self.anchor_mlp = nn.Sequential(
-            nn.Linear(latent_size, hidden_size),
-            nn.ReLU(inplace=True),
-            nn.Linear(hidden_size, latent_size),
+            Linear(latent_size, hidden_size),
+            ReLU(inplace=True),
+            Linear(hidden_size, latent_size),
         )
         self.W = nn.Linear(latent_size, latent_size, bias=False)
 

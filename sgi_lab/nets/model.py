@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from sgi_lab.nets.agent_axis import Linear
 from sgi_lab.nets.encoders import make_encoder, renormalize
 from sgi_lab.nets.heads import (
     INVALID_ACTION_LOGIT,
@@ -168,7 +169,7 @@ class SGIModel(nn.Module):
             outputs=rl_head,
         )
         self.projection_size = self.head.projection_size
-        self.predictor = nn.Linear(self.projection_size, self.projection_size)
+        self.predictor = Linear(self.projection_size, self.projection_size)
         self._build_optional_parts(self.init_args)
         self.register_buffer("support", torch.linspace(v_min, v_max, num_atoms), persistent=False)
         self.channels_last = channels_last

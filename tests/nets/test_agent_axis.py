@@ -15,6 +15,8 @@ import sgi_lab.nets.transition as transition_module
 from sgi_lab.nets import agent_axis
 from sgi_lab.nets.agent_axis import batch_norm, conv2d, lean_kernels
 from sgi_lab.nets.encoders import make_encoder, renormalize
+from sgi_lab.nets.heads import InverseModel
+from sgi_lab.nets.model import SGIModel
 from sgi_lab.nets.noisy import NoisyLinear
 from sgi_lab.nets.transition import TransitionModel
 from sgi_lab.runtime.graphs import OpCounter
@@ -375,3 +377,24 @@ def test_the_rollout_function_outside_vmap_is_the_rollout():
         ],
         1e-12,
     )
+
+
+def test_heads_layers_equal_vmaps_rules():
+    """SPR's predictor, the inverse model and the FiLM generator (agent_axis' Linear, Conv2d
+    and ReLU) under vmap: lean equals vmap's rules (float64, values and gradients)."""
+    model = SGIModel("minatar", 6, in_channels=4, image_size=10, hidden_size=8, goal_head=True)
+    model.inverse = InverseModel(model.projection_size, 6)
+    module = Apply(predictor=model.predictor, inverse=model.inverse, film=model.film).double()
+    state = stacked(module, torch.float64, seed=11)
+    y = torch.randn(AGENTS, 4, model.projection_size, dtype=torch.float64)
+    goal = torch.randn(AGENTS, 4, model.latent_size, dtype=torch.float64)
+    g = torch.randn(AGENTS, 4, 6 + model.projection_size + 4 * 8, dtype=torch.float64)
+
+    def fn(m, y, goal):
+        return torch.cat([m.inverse(y, y), m.predictor(y), *m.film(goal)], -1)
+
+    lean = run(module, state, fn, [y, goal], g, lean=True)
+    plain = run(module, state, fn, [y, goal], g, lean=False)
+    assert_same([lean[0], *lean[1]], [plain[0], *plain[1]], 1e-12)
+    fewer = [count(module, state, fn, [y, goal], g, le, True) for le in (True, False)]
+    assert fewer[0] < fewer[1]
