@@ -1,21 +1,24 @@
-"""Convolution and batch norm with a population's agent axis explicit, for updates under vmap.
+"""Convolution, batch norm and linear layers with a population's agent axis explicit, for
+updates under vmap.
 
 A population runs every agent's network at once under ``torch.func.vmap`` (one operator for all
 agents). vmap's own batching rules for a conv or a batch norm whose weights are batched move the
 agent axis into the channels with a grouped conv / a per-(agent, channel) norm, but they pay for
 it in re-layouts: each call permutes and copies its input, adds the bias and applies the norm's
 affine map as separate operators, and moves the result back, and the backward mirrors it (a conv
-~29 dispatches with views, forward and backward, a batch norm ~38). Here the same grouped
-operators are written once, on the unwrapped tensors (an autograd.Function's ``vmap``
-staticmethod): the input is read as (B, N * C, H, W), the weights as (N * O, C, kh, kw), the
-result is left in that layout with the agent axis at dimension 1, so the next conv or norm reads
-it without a copy; the backward is autograd's over those plain operators (one
-``convolution_backward`` / ``native_batch_norm_backward`` each).
+~29 dispatches with views, forward and backward, a batch norm ~38); a linear layer with batched
+weights is a bmm, a bias add and a scaling, its weight gradient re-laid out by a copy. Here the
+same grouped operators are written once, on the unwrapped tensors (an autograd.Function's
+``vmap`` staticmethod): a conv's input is read as (B, N * C, H, W), its weights as
+(N * O, C, kh, kw), its result left in that layout with the agent axis at dimension 1, so the
+next conv or norm reads it without a copy; a (noisy) linear layer is one ``baddbmm`` with a
+backward written out (`noisy_linear`). `sgi_lab.nets.transition` runs a whole SPR rollout so.
 
 They round differently from vmap's rules (the bias and the norm's affine map fused into the
-kernel), so they run only within `lean_kernels` (a GPU population's update,
-`sgi_lab.train.update.lean_kernels`); outside it, and outside vmap, `conv2d` and `batch_norm` are
-``F.conv2d`` and the module's own forward.
+kernel), and on a CPU the Functions' Python costs about what the operators save, so they run
+only within `lean_kernels` (a GPU population's update, `sgi_lab.train.update.lean_kernels`);
+outside it, and outside vmap, every function and layer here is the plain operator or nn's own
+module.
 """
 
 from __future__ import annotations
@@ -35,8 +38,9 @@ _LEAN = contextvars.ContextVar("lean_kernels", default=False)
 @contextlib.contextmanager
 def lean_kernels(enabled: bool = True) -> Iterator[None]:
     """Within the block, the networks take their formulations with fewer operators (for
-    devices that launch a kernel per operator): `conv2d` and `batch_norm` with the agent axis
-    explicit under vmap, and `sgi_lab.nets.encoders.renormalize`'s closed-form gradient."""
+    devices that launch a kernel per operator): convs, norms, linear layers and the SPR rollout
+    with the agent axis explicit under vmap, and `sgi_lab.nets.encoders.renormalize`'s
+    closed-form gradient."""
     token = _LEAN.set(enabled)
     try:
         yield
@@ -92,7 +96,8 @@ class Conv2d(nn.Conv2d):
     over the agents under vmap within `lean_kernels`, ``F.conv2d`` otherwise."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
-        if self.groups != 1 or self.dilation != (1, 1) or self.padding_mode != "zeros":
+        plain = self.groups != 1 or self.dilation != (1, 1) or self.padding_mode != "zeros"
+        if plain or isinstance(self.padding, str):
             return super().forward(x)
         return conv2d(x, self.weight, self.bias, self.stride, self.padding)
 
