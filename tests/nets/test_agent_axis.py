@@ -5,6 +5,9 @@ to 1e-5), in fewer operators."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -20,6 +23,7 @@ from sgi_lab.nets.model import SGIModel
 from sgi_lab.nets.noisy import NoisyLinear
 from sgi_lab.nets.transition import TransitionModel
 from sgi_lab.runtime.graphs import OpCounter
+from sgi_lab.train.update import learn_step
 
 AGENTS = 3
 
@@ -398,3 +402,30 @@ def test_heads_layers_equal_vmaps_rules():
     assert_same([lean[0], *lean[1]], [plain[0], *plain[1]], 1e-12)
     fewer = [count(module, state, fn, [y, goal], g, le, True) for le in (True, False)]
     assert fewer[0] < fewer[1]
+
+
+def test_a_lean_minatar_learn_step_equals_the_cpus():
+    """A MinAtar population's learn step (3 agents, SPR, benchmarks/learn_ops.py's replay)
+    with `lean_kernels` (every formulation above, on a GPU) against the CPU's path: the same
+    losses, priorities and new weights within the lean update's tolerances (rtol 1e-5,
+    atol 1e-6, as tests/train/test_update_ops.py's Nature case), in fewer dispatches."""
+    sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
+    try:
+        import learn_ops
+    finally:
+        sys.path.pop(0)
+    results = {}
+    for lean in (True, False):
+        pop, replay = learn_ops.build("minatar", 3, 4, "prefix", 64)
+        pop.lean_kernels = lean
+        replay.set_beta(0.4)
+        counter = OpCounter(views=True)
+        with counter:
+            stats = learn_step(pop, replay)
+        results[lean] = stats, pop.online, sum(counter.totals().values())
+    (stats, online, lean_ops), (ref_stats, ref_online, plain_ops) = results[True], results[False]
+    for k, v in ref_stats.items():
+        torch.testing.assert_close(stats[k], v, rtol=1e-5, atol=1e-6, msg=k)
+    for k, v in ref_online.items():
+        torch.testing.assert_close(online[k], v, rtol=1e-5, atol=1e-6, msg=k)
+    assert lean_ops < 0.75 * plain_ops
