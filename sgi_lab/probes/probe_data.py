@@ -32,9 +32,11 @@ __all__ = [
     "store_record",
 ]
 
-FORMAT = 2
+FORMAT = 3
 """2 (2026-11-29): labels probed by their kind (`sgi_lab.probes.kinds`), the collapse
-diagnostic, the small-test flags; a format-1 result is probed again."""
+diagnostic, the small-test flags; 3 (2026-11-29): a feature constant in training reads 0 on
+every row (`sgi_lab.probes.linear.standardization`), not its value over 1e-6. A result of an
+older format is probed again."""
 
 
 SPLIT_FRACTIONS = (0.7, 0.1, 0.2)
