@@ -23,6 +23,7 @@ the cores with `oversubscribed`.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping
 
 # Every thread pool a process of ours may start: OpenMP (torch's intra-op threads), MKL, OpenBLAS
@@ -105,13 +106,59 @@ def user_oversubscription(
     )
 
 
+def cpu_times(stat: str = "/proc/stat") -> tuple[int, int] | None:
+    """``(busy, total)`` jiffies of all cores since boot (Linux's ``/proc/stat``); None elsewhere."""
+    try:
+        with open(stat, encoding="ascii") as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu":
+        return None
+    # user nice system idle iowait irq softirq steal (guest time is inside user and nice)
+    counts = [int(x) for x in fields[1:9]]
+    idle = counts[3] + (counts[4] if len(counts) > 4 else 0)
+    return sum(counts) - idle, sum(counts)
+
+
+def load_between(before: tuple[int, int], after: tuple[int, int], cores: int) -> float | None:
+    """Cores kept busy between two `cpu_times` readings: the busy share times the cores."""
+    total = after[1] - before[1]
+    if total <= 0:
+        return None
+    return cores * (after[0] - before[0]) / total
+
+
+def current_load(window_s: float = 1.0, cores: int | None = None) -> float | None:
+    """The load a run starting now meets: cores kept busy over the next ``window_s`` seconds.
+
+    Where ``/proc/stat`` is missing, the 1-minute load average. The average alone answers for
+    the minute before: right after a test suite or another run it reads 1.5 on an idle machine
+    (a demo then ran on one thread, idle), and it takes a minute to see a neighbour that just
+    started. The caller sleeps through the window, so its own threads are not counted.
+    """
+    cores = cores or os.cpu_count() or 1
+    before = cpu_times()
+    if before is not None:
+        time.sleep(window_s)
+        after = cpu_times()
+        if after is not None:
+            load = load_between(before, after, cores)
+            if load is not None:
+                return load
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):  # no load average on this platform
+        return None
+
+
 def busy_machine_threads(
     environ: Mapping[str, str] | None = None,
     load: float | None = None,
     cores: int | None = None,
 ) -> tuple[int, str] | None:
-    """``(1, why)`` when this machine is already busy before a run starts (its 1-minute load
-    average at least half its cores) and the user set no thread count; else None.
+    """``(1, why)`` when this machine is already busy before a run starts (at least half its
+    cores kept busy by other work, `current_load`) and the user set no thread count; else None.
 
     On a shared CPU, two torch threads per process run far slower than one (measured on a
     2-core machine at load 7-8: 8.97 s against 0.95 s a pretraining step, issue of the demo's
@@ -123,9 +170,8 @@ def busy_machine_threads(
         return None
     cores = cores or os.cpu_count() or 1
     if load is None:
-        try:
-            load = os.getloadavg()[0]
-        except (OSError, AttributeError):  # no load average on this platform
+        load = current_load(cores=cores)
+        if load is None:
             return None
     if cores < 2 or load < cores / 2:
         return None

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from sgi_lab.base.files import atomic_write_text, provenance, record_provenance
-from sgi_lab.base.threads import busy_machine_threads, thread_environment
+from sgi_lab.base.threads import busy_machine_threads, current_load, thread_environment
 from sgi_lab.launch import demo_minatar
 from sgi_lab.launch.demo_notes import MINATAR, STAGE_NOTES, stage_summary
 from sgi_lab.launch.notebook_page import notebook_html
@@ -146,9 +146,11 @@ def _record_seconds(stages: list[Stage]) -> None:
         atomic_write_text(path, json.dumps(measured, indent=1))
 
 
-def estimate(out_root: str | os.PathLike, smoke: bool = False) -> str:
+def estimate(out_root: str | os.PathLike, smoke: bool = False, load: float | None = None) -> str:
     """The demo's expected duration, from this machine's own measured stage times where it has
-    them (the reference 2-core times fill the rest), with a warning when the CPU is busy."""
+    them (the reference 2-core times fill the rest), with a warning when the CPU is busy
+    (``load``: cores kept busy by other work, as `current_load` measured it; else the 1-minute
+    load average)."""
     measured = {} if smoke else _measured_seconds(Path(out_root))
     seconds = sum(measured.get(name, minutes * 60) for name, _, minutes in STAGES)
     if len(measured) == len(STAGES):
@@ -164,10 +166,10 @@ def estimate(out_root: str | os.PathLike, smoke: bool = False) -> str:
             "measured by this run and used next time)"
         )
     cores = os.cpu_count() or 1
-    with contextlib.suppress(OSError, AttributeError):
-        load = os.getloadavg()[0]
-        if load > 0.5 * cores:
-            text += f"; the CPU is busy (load {load:.1f} on {cores} cores), expect longer"
+    if load is None:
+        load = _load()
+    if load is not None and load >= 0.5 * cores:
+        text += f"; the CPU is busy (load {load:.1f} on {cores} cores), expect longer"
     return text
 
 
@@ -507,7 +509,8 @@ def main(argv: list[str] | None = None) -> int:
         help="leave this stage out (repeatable), e.g. --skip minatar",
     )
     args = parser.parse_args(argv)
-    busy = busy_machine_threads()
+    load = current_load()  # the cores other work keeps busy as the demo starts
+    busy = busy_machine_threads(load=load)
     if busy is not None:  # the stages' processes (and their kernels) inherit the count
         os.environ.update(thread_environment(busy[0]))
         print(f"sgi-lab demo: {busy[1]}")
@@ -515,7 +518,7 @@ def main(argv: list[str] | None = None) -> int:
         "sgi-lab demo: the whole SGI pipeline on Pong, then pretrained vs from-scratch on "
         "MinAtar Breakout, on this machine's CPU.\n"
         "  collect a Random dataset -> pretrain -> finetune -> evaluate -> report, "
-        f"{estimate(args.out, args.smoke)} (budget {BUDGET_MINUTES}).\n"
+        f"{estimate(args.out, args.smoke, load)} (budget {BUDGET_MINUTES}).\n"
         f"  Everything goes to {args.out}/; finished stages are skipped when run again."
     )
     stages, report = run_pipeline(args.out, fresh=args.fresh, smoke=args.smoke, skip=args.skip)

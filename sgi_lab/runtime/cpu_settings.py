@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from sgi_lab.base.files import atomic_write_text, cpu_model
+from sgi_lab.base.threads import current_load
 from sgi_lab.runtime.device import cpu_has_native_bf16
 
 __all__ = [
@@ -101,11 +102,9 @@ def _label(bf16: bool, channels_last: bool) -> str:
 
 
 def load_average() -> float | None:
-    """This machine's 1-minute load average; None where the platform has none."""
-    try:
-        return os.getloadavg()[0]
-    except (OSError, AttributeError):
-        return None
+    """The cores other work keeps busy now (`current_load`: a 1-second reading of ``/proc/stat``,
+    else the 1-minute load average); None where the platform has neither."""
+    return current_load()
 
 
 def busy_note(load: float | None, cores: int | None = None) -> str:
