@@ -20,12 +20,20 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from sgi_lab.base.files import atomic_write_text, provenance, record_provenance
-from sgi_lab.base.threads import busy_machine_threads, current_load, thread_environment
+from sgi_lab.base.threads import (
+    busy_machine_threads,
+    current_load,
+    thread_environment,
+    user_threads,
+)
 from sgi_lab.launch import demo_minatar
 from sgi_lab.launch.demo_notes import MINATAR, STAGE_NOTES, stage_summary
 from sgi_lab.launch.notebook_page import notebook_html
@@ -443,6 +451,24 @@ def run_stage(stage: Stage, params_file: Path, out_root: Path, progress: bool) -
         notebook_html(executed)
 
 
+@contextlib.contextmanager
+def stage_threads() -> Iterator[None]:
+    """The thread count `main` chose for a busy machine (or the user's), for a stage run in this
+    process: the notebook stages' kernels read it from their environment when they start, but
+    this process's torch has long started its pool, and on shared cores the MinAtar stage ran
+    two threads beside a busy neighbour (112 % CPU, several times slower than one thread)."""
+    threads = user_threads()
+    if threads is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def run_minatar_stage(
     stage: Stage, out_root: Path, root: Path, smoke: bool, progress: bool
 ) -> None:
@@ -462,7 +488,8 @@ def run_minatar_stage(
     run.set_status("running", provenance=record_provenance(status))
     budget = demo_minatar.SMOKE_BUDGET if smoke else demo_minatar.DEMO_BUDGET
     try:
-        stage.results = demo_minatar.run_minatar(folder, budget, root, progress)
+        with stage_threads():
+            stage.results = demo_minatar.run_minatar(folder, budget, root, progress)
         runs = {
             label: folder / "finetune" / name for label, (name, _) in demo_minatar.AGENTS.items()
         }

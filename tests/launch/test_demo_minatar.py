@@ -166,3 +166,30 @@ def test_unknown_stage_to_skip_is_named_before_anything_runs(tmp_path, capsys):
     with pytest.raises(SystemExit):  # the command line offers only the stages there are
         demo.main(["--skip", "minatr", "--out", str(tmp_path / "demo")])
     assert "invalid choice: 'minatr'" in capsys.readouterr().err
+
+
+def test_the_minatar_stage_runs_on_the_thread_count_chosen_for_a_busy_machine(
+    tmp_path, monkeypatch
+):
+    # main() sets OMP_NUM_THREADS=1 on a busy machine; the notebook stages' kernels read it when
+    # they start, but the MinAtar stage runs in the demo's own process, whose torch pool exists.
+    seen = []
+    monkeypatch.setattr(
+        demo.demo_minatar,
+        "run_minatar",
+        lambda *a: seen.append(torch.get_num_threads()) or {"verdict": "-"},
+    )
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")
+        demo.run_minatar_stage(demo.Stage("minatar", "t", 1.0), tmp_path, tmp_path, True, False)
+        assert seen == [1] and torch.get_num_threads() == 2  # restored afterwards
+        monkeypatch.delenv("OMP_NUM_THREADS")
+        monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+        demo.run_minatar_stage(
+            demo.Stage("minatar", "t", 1.0), tmp_path / "b", tmp_path, True, False
+        )
+        assert seen == [1, 2]  # nothing chosen: the process's own count
+    finally:
+        torch.set_num_threads(before)
