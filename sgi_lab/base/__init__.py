@@ -7,5 +7,6 @@
 - `threads`: the one thread rule, a user's ``OMP_NUM_THREADS`` wins, else a process's share of
   the cores;
 - `errors`: `SgiLabError`, the base of every error about what a person gave or the machine;
-- `driver`: `die_with_driver`, a task process ends with the experiment driver that started it.
+- `driver`: `die_with_driver`, a task process ends with the experiment driver that started it;
+- `lazy`: `lazy_exports`, a package that imports each public name's module on first use.
 """

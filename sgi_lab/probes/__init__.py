@@ -11,8 +11,7 @@ episodes (`splits`), the store checked and the result keyed (`probe_data`), and 
 The names below load their module when first used (`__getattr__`): importing the package, or
 `choices` for ``sgi-lab probe``'s options, loads no torch."""
 
-import importlib
-from typing import Any
+from sgi_lab.base.lazy import lazy_exports
 
 # name -> the module that defines it, imported on first use
 _HOMES = {
@@ -80,15 +79,5 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """``sgi_lab.probes.NAME``: NAME from its module, imported now (torch with most of them)."""
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value  # found directly from now on
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+# NAME is imported from its module when first asked for (`sgi_lab.base.lazy`).
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES, globals(), __all__)

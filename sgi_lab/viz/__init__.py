@@ -16,8 +16,7 @@ Each name below loads its module when first used (`__getattr__`): importing one 
 pandas and scipy wait for a figure).
 """
 
-import importlib
-from typing import Any
+from sgi_lab.base.lazy import lazy_exports
 
 # name -> the module that defines it, imported on first use
 _HOMES = {
@@ -87,15 +86,5 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """``sgi_lab.viz.NAME``: NAME from its module, imported now."""
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value  # found directly from now on
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+# NAME is imported from its module when first asked for (`sgi_lab.base.lazy`).
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES, globals(), __all__)
