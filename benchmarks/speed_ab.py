@@ -2,6 +2,7 @@
 
     python benchmarks/speed_ab.py --base 8032bc1 --rounds 4                  # finetuning update
     python benchmarks/speed_ab.py --base HEAD~1 --job pretrain --encoders resnet --steps 5
+    python benchmarks/speed_ab.py --base HEAD --job learn --encoders minatar --now-lean --clock cpu --threads 1
 
 On a shared VM whose speed drifts by tens of percent from one minute to the next, two timings
 taken minutes apart compare machine states, not code. This script checks the base ref out into a
@@ -87,11 +88,16 @@ from sgi_lab.train.update import learn_step
 # CPU's own settings: host checks on, the replay's tree sampling
 pop, replay = learn_ops.build("{encoder}", {agents}, 32, "tree", 600)
 pop.host_checks = replay.tree.host_checks = True
-vars(pop).pop("lean_kernels", None)  # the CPU's own path (learn_ops.build sets a GPU's)
+{lean}
 replay.set_beta(0.4)
 step = lambda: learn_step(pop, replay)
 """,
 }
+
+CPU_PATH = (
+    "vars(pop).pop(\"lean_kernels\", None)  # the CPU's own path (learn_ops.build sets a GPU's)"
+)
+LEAN = "pop.lean_kernels = True  # the GPU's lean kernels (sgi_lab.nets.agent_axis)"
 
 
 def time_version(
@@ -102,8 +108,10 @@ def time_version(
     threads: int,
     clock: str = "wall",
     agents: int = 16,
+    lean: bool = False,
 ) -> dict:
-    setup = SETUP[job].format(encoder=encoder, steps=steps, agents=agents)
+    path = LEAN if lean else CPU_PATH
+    setup = SETUP[job].format(encoder=encoder, steps=steps, agents=agents, lean=path)
     timer = {"wall": "perf_counter", "cpu": "process_time"}[clock]
     code = CHILD.format(setup=setup, steps=steps, threads=threads, clock=timer)
     env = {**os.environ, "PYTHONPATH": str(checkout)}
@@ -134,6 +142,12 @@ def main() -> None:
         help="cpu: the process's CPU time per step (use --threads 1), which other jobs on a "
         "shared machine disturb far less than the wall clock",
     )
+    parser.add_argument(
+        "--now-lean",
+        action="store_true",
+        help="job learn: this checkout takes the lean kernels (a GPU's path); with --base HEAD, "
+        "the CPU's path against the lean one in one checkout",
+    )
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -157,6 +171,7 @@ def main() -> None:
                             args.threads,
                             args.clock,
                             args.agents,
+                            lean=args.now_lean and name == "now",
                         )
                         row[f"{name}_min_s"] = round(timing["min"], 4)
                         row[f"{name}_median_s"] = round(timing["median"], 4)

@@ -10,7 +10,7 @@ conditioning, inverse-dynamics and ATC heads, composed in :class:`SGIModel`.
 - `model`: `SGIModel`, all of them in one module under stable parameter names;
 - `ema`: target networks and the one EMA step;
 - `agent_axis`: convolution and batch norm with a population's agent axis explicit under vmap
-  (`lean_kernels`: fewer operators per update on a GPU).
+  (`lean_kernels`: fewer operators per update, a population's default under vmap).
 """
 
 from sgi_lab.nets.ema import ema_update, make_target

@@ -15,11 +15,14 @@ next conv or norm reads it without a copy; a (noisy) linear layer is one ``baddb
 backward written out (`noisy_linear`). `sgi_lab.nets.transition` runs a whole SPR rollout so.
 
 They round differently from vmap's rules (the bias and the norm's affine map fused into the
-kernel), so they run only within `lean_kernels` (a GPU population's update,
-`sgi_lab.train.update.lean_kernels`), which keeps a CPU's numbers as they were; outside it, and
-outside vmap, every function and layer here is the plain operator or nn's own module. (On a CPU
-the lean update is faster too: MinAtar, 16 agents, batch 32, 0.89x the CPU path's process time a
-learn step, median of 3 interleaved rounds, loaded 2-core Zen 4 EPYC, 2026-11-29.)
+kernel: equal within 1e-5 in float32), so they run only within `lean_kernels`: a population's
+update under vmap, on a GPU and a CPU alike, unless its config sets ``lean_kernels: false``
+(`sgi_lab.train.update.lean_kernels`; runs made before 2026-11-29 took vmap's rules on a CPU).
+Outside it, and outside vmap, every function and layer here is the plain operator or nn's own
+module. On a CPU the lean update is the faster one: a MinAtar population's learn step, batch 32,
+one thread, took 0.876x vmap's rules' process time at 16 agents (one round) and 0.887-0.911x
+at 33 (six interleaved rounds; `benchmarks/speed_ab.py --now-lean`), loaded 2-core Zen 4 EPYC,
+2026-11-29.
 """
 
 from __future__ import annotations

@@ -66,9 +66,10 @@ def renormalize(x: torch.Tensor, start_dim: int = -3, eps: float = 1e-6) -> torc
 closed_form_gradients = lean_kernels
 """`sgi_lab.nets.agent_axis.lean_kernels` by the name the update enters it with: within it,
 `renormalize` builds its gradient in closed form (`_Renormalize`), for devices that launch a
-kernel per operator (a GPU population's update, `sgi_lab.train.update.lean_kernels`). On a CPU
-under vmap the autograd Function's Python costs more than the operators it saves (MinAtar, 16
-agents: +3 % a learn step), so autograd's chain stays the default."""
+kernel per operator (a population's update under vmap, `sgi_lab.train.update.lean_kernels`).
+Alone, on a CPU under vmap, the autograd Function's Python cost more than the operators it saved
+(MinAtar, 16 agents: +3 % a learn step); with the rest of the lean kernels the whole step is
+cheaper there too (`sgi_lab.nets.agent_axis`)."""
 
 
 class _Renormalize(torch.autograd.Function):

@@ -160,7 +160,7 @@ def _agents_rollout(
     maps = F.conv2d(planes, action_w, padding=1)  # (A, N * C, H, W)
     codes = torch.arange(num_actions, device=actions.device)
     one_hot = (actions[..., None] == codes).to(maps.dtype)  # (N, B, K, A)
-    maps = torch.bmm(one_hot.flatten(1, 2), maps.view(num_actions, n, -1).transpose(0, 1))
+    maps = torch.bmm(one_hot.flatten(1, 2), maps.reshape(num_actions, n, -1).transpose(0, 1))
     # every step's maps laid out as the steps' activations, (B, N * C, H, W), in one copy
     maps = maps.view(n, b, -1, channels * height * width).permute(2, 1, 0, 3)
     maps = maps.reshape(-1, b, n * channels, height, width).unbind(0)
@@ -169,7 +169,7 @@ def _agents_rollout(
         h = F.relu(F.conv2d(x, latent_w, first_b, padding=1, groups=n) + action_map)
         h = torch.native_batch_norm(h, bn_w, bn_b, mean, var, True, momentum, eps)[0]
         h = F.relu(F.conv2d(h, final_w, final_b, padding=1, groups=n))
-        y = renormalize(h.view(b, n, -1), start_dim=2)  # per sample and agent
+        y = renormalize(h.reshape(b, n, -1), start_dim=2)  # per sample and agent
         preds.append(y)
         x = y.view(x.shape)
     return fresh_view(torch.stack(preds, 1), (b, len(maps), *z.shape[1:]))

@@ -56,6 +56,7 @@ RUNTIME_KEYS = frozenset(
         "env_workers",
         "cuda_graphs",
         "population_batching",
+        "lean_kernels",
         "cpu_amp",
         "channels_last",
         "compile",

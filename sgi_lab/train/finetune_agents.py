@@ -38,7 +38,7 @@ from sgi_lab.train.transfer import (
     model_args_for,
     transfer_pretrained,
 )
-from sgi_lab.train.update import measure_update
+from sgi_lab.train.update import lean_kernels, measure_update
 
 __all__ = ["AgentRun", "build_population", "prepare_agents", "save_checkpoint", "write_transfer"]
 
@@ -271,11 +271,13 @@ def restore_agent(a: AgentRun, i: int, population: Population, replay: Populatio
 
 def write_transfer(a: AgentRun, i: int, population: Population) -> None:
     """``transfer.json`` of agent ``i``: which tensors came from its pretrained model, its
-    learning rate of each group its parameters fall in, and the update's precision
-    (`sgi_lab.train.precision.update_precision`: fp32, bf16-autocast or bf16-cast)."""
+    learning rate of each group its parameters fall in, the update's precision
+    (`sgi_lab.train.precision.update_precision`: fp32, bf16-autocast or bf16-cast) and whether
+    it took the lean kernels (`sgi_lab.train.update.lean_kernels`, under vmap only)."""
     groups = population.agent_lr_groups(i)
     info = {**a.transfer.to_json(), "lr_groups": groups, "scheme": a.config.scheme}
     info["update_precision"] = update_precision(population)
+    info["lean_kernels"] = population.vmapped and lean_kernels(population)
     if population.device.type == "cuda":
         info["tf32"] = tf32_settings()  # as prepare_device set them
     if a.pretrained is not None:

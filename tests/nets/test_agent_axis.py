@@ -404,11 +404,22 @@ def test_heads_layers_equal_vmaps_rules():
     assert fewer[0] < fewer[1]
 
 
-def test_a_lean_minatar_learn_step_equals_the_cpus():
+def channels_last_weights(pop) -> None:  # noqa: ANN001
+    """Each agent's conv kernels in the channels-last layout, as a run whose models were moved
+    to it (`cpu_settings`' choice) stacks them: (N, O, C, kh, kw) with C innermost."""
+    for v in pop.online.values():
+        if v.dim() == 5:
+            v.data = v.detach().permute(0, 1, 3, 4, 2).contiguous().permute(0, 1, 4, 2, 3)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_a_lean_minatar_learn_step_equals_the_cpus(layout):
     """A MinAtar population's learn step (3 agents, SPR, benchmarks/learn_ops.py's replay)
     with `lean_kernels` (every formulation above, on a GPU) against the CPU's path: the same
     losses, priorities and new weights within the lean update's tolerances (rtol 1e-5,
-    atol 1e-6, as tests/train/test_update_ops.py's Nature case), in fewer dispatches."""
+    atol 1e-6, as tests/train/test_update_ops.py's Nature case), in fewer dispatches. Also with
+    channels-last kernels, whose convolutions return channels-last maps (the transition
+    rollout once read them with a view that fails on that layout)."""
     sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
     try:
         import learn_ops
@@ -418,6 +429,8 @@ def test_a_lean_minatar_learn_step_equals_the_cpus():
     for lean in (True, False):
         pop, replay = learn_ops.build("minatar", 3, 4, "prefix", 64)
         pop.lean_kernels = lean
+        if layout == "channels_last":
+            channels_last_weights(pop)
         replay.set_beta(0.4)
         counter = OpCounter(views=True)
         with counter:

@@ -53,7 +53,9 @@ def test_the_lean_update_equals_the_cpus(ssl):
         stats, priorities = update(pop, stage(pop, batches, weights))
         return pop, stats, priorities
 
-    assert not update_module.lean_kernels(population(configs, [6, 4]))  # a CPU's default
+    assert update_module.lean_kernels(population(configs, [6, 4]))  # the default, a CPU's too
+    off = [make_config(seed=s, encoder="nature", ssl=ssl, lean_kernels=False) for s in range(2)]
+    assert not update_module.lean_kernels(population(off, [6, 4]))  # config lean_kernels: false
     pop, stats, priorities = one_update(True)
     ref_pop, ref_stats, ref_priorities = one_update(False)
     torch.testing.assert_close(priorities, ref_priorities, rtol=1e-5, atol=1e-6)
