@@ -237,6 +237,12 @@ class FinetuneConfig(StageConfig):
     updates_per_step: int = F(
         2, "gradient updates per environment step (replay ratio 64)", non_negative=True
     )
+    update_every: int = F(
+        1,
+        "the step's updates are taken every this many environment steps (1: every step, as "
+        "SPR and the paper; 4: the update period of DQN Replay's agents, Dopamine's DQN)",
+        positive=True,
+    )
     learning_starts: int = F(2_000, "environment steps before learning starts", non_negative=True)
     num_atoms: int = F(51, "C51 atoms", positive=True)
     v_min: float = F(-10.0, "C51 support minimum")

@@ -1,7 +1,8 @@
 """The finetuning loop of a population: every step each agent acts in its own environment (one
 batched forward for all), stores the transition in its own prioritized replay, and after
-``learning_starts`` takes ``updates_per_step`` updates of the batched learner; metrics rows,
-checkpoints, the progress bar and a stop request at the end of the step.
+``learning_starts`` takes ``updates_per_step`` updates of the batched learner (on every
+``update_every``-th step: DQN's update period); metrics rows, checkpoints, the progress bar and
+a stop request at the end of the step.
 
 **Overlapping the environments with the learner** (``env_overlap``, off by default). Serially a
 step is act -> step the environments -> store the transition -> learn, as the authors' rlpyt
@@ -182,10 +183,11 @@ def _play_and_learn(
 
 
 def _learn(population: Population, replay: PopulationReplay, window: _Window, step: int) -> None:
-    """The ``updates_per_step`` updates of ``step``, once it reaches ``learning_starts`` and
-    every agent's replay holds a sampleable transition."""
+    """The ``updates_per_step`` updates of ``step``, once it reaches ``learning_starts``, on
+    every ``update_every``-th step (``step`` a multiple of it), when every agent's replay holds a
+    sampleable transition."""
     cfg = population.config
-    if step >= cfg.learning_starts and replay.ready():
+    if step >= cfg.learning_starts and step % cfg.update_every == 0 and replay.ready():
         beta = beta_at(step, cfg)
         for _ in range(cfg.updates_per_step):
             window.add(learn(population, replay, beta))

@@ -1,5 +1,6 @@
 """The finetuning loop with the environments overlapped with the learner (``env_overlap``): the
-serial loop with the store moved after the learn step, bit for bit."""
+serial loop with the store moved after the learn step, bit for bit; and the update period
+(``update_every``)."""
 
 from __future__ import annotations
 
@@ -130,6 +131,20 @@ def test_the_serial_loop_learns_from_the_newest_transition_and_the_lag_changes_o
     # The learner's inputs differ from the first update on, so the weights do.
     model, lagged_model = checkpoint["model"], lagged["model"]
     assert any(not torch.equal(model[k], lagged_model[k]) for k in model)
+
+
+def test_updates_are_taken_on_every_update_every_th_step(tmp_path, monkeypatch):
+    """``update_every: 4`` (DQN's update period): the step's two updates on steps 28, 32, ..., 60
+    only (counted after the step, from learning_starts 25), each seeing that step's own
+    transition; the acting before learning starts is the every-step run's."""
+    seen, checkpoint, rows = run(tmp_path, "every4", monkeypatch, update_every=4)
+    steps = [t for t in range(TINY["learning_starts"], TINY["steps"] + 1) if t % 4 == 0]
+    assert [size for _, size in seen] == [t for t in steps for _ in range(2)]
+    assert checkpoint["updates"] == len(seen) == 2 * len(steps)
+    every = run(tmp_path, "every1", monkeypatch)
+    assert len(every[0]) == 2 * (TINY["steps"] - TINY["learning_starts"] + 1)
+    before = [r for r in rows if r["step"] < TINY["learning_starts"]]
+    assert before and before == [r for r in every[2] if r["step"] < TINY["learning_starts"]]
 
 
 @pytest.mark.smoke
