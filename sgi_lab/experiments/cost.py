@@ -69,6 +69,24 @@ SPEEDS: tuple[Speed, ...] = (
 GPU batches its agents, so its figure is an upper bound on the time. No figure: DQN Replay
 imports, exploratory collection on a GPU box, ResNet-L finetuning (reported as unknown)."""
 
+MINATAR_UPDATE_SHARE = 0.85
+"""The share of a MinAtar finetuning step's time that its one update takes, at the rate
+`SPEEDS` gives (an update a step): measured 2026-11-29 on a 2-core AMD EPYC (Zen 4), one
+thread, process CPU time of a 6,000-step Breakout run learning from step 1,000, 110 s at an
+update a step against 44.5 s at one every 4 steps: about 17.5 ms an update, 3 ms a step
+besides (docs/datasets.md, MinAtar-Replay). A MinAtar task's steps are scaled to its own
+updates a step (``updates_per_step / update_every``) with it."""
+
+
+def _step_scale(task: Task) -> float:
+    """How much a finetuning step of ``task`` costs against the rate measured for its encoder:
+    for MinAtar, whose rate is at an update a step, its own updates a step by
+    `MINATAR_UPDATE_SHARE`; 1 elsewhere (Atari's rates are the paper's settings')."""
+    if task.stage != "finetune" or task.encoder != "minatar":
+        return 1.0
+    updates = task.config.get("updates_per_step", 1) / task.config.get("update_every", 1)
+    return 1.0 - MINATAR_UPDATE_SHARE + MINATAR_UPDATE_SHARE * updates
+
 
 def _speed(
     stage: str, encoder: str | None, machine: str, readout: str | None = None
@@ -117,7 +135,8 @@ def estimate_cost(graph: Graph, left: Mapping[str, float] | None = None) -> dict
         row["runs"] += len(task.agents) or 1
         row["steps"] += task.steps * share
         row["samples"] += task.samples * share
-        work = (task.samples if task.stage == "pretrain" else task.steps) * share
+        work = task.samples if task.stage == "pretrain" else task.steps * _step_scale(task)
+        work *= share
         for machine in MACHINES:
             rate = _speed(task.stage, task.encoder, machine, task.probe.get("readout"))
             if rate is None:
