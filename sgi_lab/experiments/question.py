@@ -36,9 +36,11 @@ __all__ = [
     "power_markdown",
     "planned_runs",
     "power_report",
+    "progress_markdown",
     "question_figure",
     "question_markdown",
     "question_plan",
+    "question_progress",
     "question_table",
 ]
 
@@ -134,6 +136,43 @@ def planned_runs(experiment: Experiment) -> dict[str, int]:
         arm: sum(len(seeds.get(label) or experiment.seeds) for label in labels)
         for arm, labels in arm_labels(experiment).items()
     }
+
+
+def question_progress(folder: str | Path, experiment: Experiment) -> pd.DataFrame | None:
+    """While any arm of the declared question lacks finished runs: a row per arm (``arm``,
+    ``runs``, ``planned``: over the question's games), and nothing about any score; None once
+    every arm has all its planned runs (the declared answer can be read)."""
+    question, games = _question(experiment), _games(experiment)
+    runs = arm_runs(folder, experiment)
+    planned = planned_runs(experiment)
+    arms = dict.fromkeys([question.baseline, *question.primary, *sum(question.secondary, [])])
+    rows = [
+        {
+            "arm": arm,
+            "runs": 0 if runs.empty else int((runs["arm"] == arm).sum()),
+            "planned": planned[arm] * len(games),
+        }
+        for arm in arms
+    ]
+    if all(r["runs"] >= r["planned"] for r in rows):
+        return None
+    return pd.DataFrame(rows)
+
+
+def progress_markdown(progress: pd.DataFrame) -> str:
+    """`question_progress` as a table and one line that no contrast is shown until every arm
+    is complete (a pre-registered answer is read once, whole)."""
+    done, planned = int(progress["runs"].sum()), int(progress["planned"].sum())
+    rows = [[f"`{r.arm}`", str(r.runs), str(r.planned)] for r in progress.itertuples()]
+    return "\n".join(
+        [
+            table_markdown(["arm", "finished runs", "planned"], rows).rstrip(),
+            "",
+            f"{done} of {planned} runs of the declared arms have finished. No contrast, interval "
+            "or score of an arm is shown before the last of them: the declared answer is read "
+            "once, whole.",
+        ]
+    )
 
 
 def _interval(row: Any) -> str:

@@ -32,7 +32,13 @@ from sgi_lab.config_values import ConfigError
 from sgi_lab.experiments.archive import restore
 from sgi_lab.experiments.experiment_report import write_report
 from sgi_lab.experiments.graph import expand
-from sgi_lab.experiments.question import power_markdown, power_report, question_markdown
+from sgi_lab.experiments.question import (
+    power_markdown,
+    power_report,
+    progress_markdown,
+    question_markdown,
+    question_progress,
+)
 from sgi_lab.experiments.scheduler import write_inputs
 from sgi_lab.experiments.spec import load_experiment
 from sgi_lab.studies.finetune_budgets import write_finetune_budget_figure
@@ -114,6 +120,21 @@ def question_tables(study: str, figure: str) -> Callable[[Path], str]:
     return make
 
 
+def sealed_question_tables(study: str, figure: str) -> Callable[[Path], str]:
+    """`question_tables` once every arm of ``study``'s declared question has all its runs in
+    the archive; until then only each arm's finished runs against those planned
+    (`question_progress`), so that a page shows no interim value of a pre-registered study."""
+
+    def make(root: Path) -> str:
+        experiment = load_experiment(root / STUDIES[study])
+        progress = question_progress(root / "results" / study, experiment)
+        if progress is not None:
+            return progress_markdown(progress)
+        return question_tables(study, figure)(root)
+
+    return make
+
+
 def power_tables(
     study: str, pilot: str, seeds: int | None = None, alpha: float | None = None
 ) -> Callable[[Path], str]:
@@ -160,6 +181,8 @@ def _question_figure(study: str) -> Callable[[Path, Path], object]:
 
 
 PAGE_BLOCKS = (
+    Block("docs/results/minatar.md", "calibration question", sealed_question_tables(
+        "minatar_calibration", "minatar_calibration_question.svg")),
     Block("docs/results/minatar.md", "calibration power", power_tables(
         "minatar_calibration", "minatar_objectives")),
     Block("docs/results/minatar.md", "objectives question", question_tables(

@@ -105,6 +105,23 @@ def test_the_question_table_regenerates_between_its_markers_from_the_archive(tmp
     assert tree_digest(root / "results") == archive
 
 
+def test_a_sealed_question_shows_progress_until_its_last_run_then_the_answer(tmp_path):
+    """A pre-registered study's page block (`sealed_question_tables`): with one run of
+    ``naive__sgi`` missing, each arm's finished runs against those planned and no value of any
+    contrast or arm; with every run in, exactly `question_tables`' answer."""
+    root = small_root(tmp_path)
+    sealed = rp.sealed_question_tables("minatar_objectives", "q.svg")
+    whole = rp.question_tables("minatar_objectives", "q.svg")(root)
+    assert sealed(root) == whole and "| arm | against |" in whole
+    missing = root / "results/minatar_objectives/finetune/naive__sgi/minatar-breakout__s2"
+    shutil.rmtree(missing)
+    text = sealed(root)
+    assert text.splitlines()[:2] == ["| arm | finished runs | planned |", "|---|---|---|"]
+    assert "| `naive__sgi` | 14 | 15 |" in text and "| `sgi_none` | 15 | 15 |" in text
+    assert "44 of 45 runs of the declared arms have finished" in text
+    assert "[" not in text and "0." not in text  # no interval, no P(improvement), no IQM
+
+
 def test_a_page_without_its_markers_is_refused_naming_the_block():
     with pytest.raises(ValueError, match=r"page.md: block 'q' needs one '<!-- make results: q"):
         rp.replace_blocks("no markers\n", {"q": "x"}, "page.md")
