@@ -33,6 +33,7 @@ from sgi_lab.viz.markdown import table_markdown
 __all__ = [
     "arm_runs",
     "arm_scores",
+    "declared_arms",
     "power_markdown",
     "planned_runs",
     "power_report",
@@ -52,6 +53,11 @@ def _question(experiment: Experiment) -> QuestionSpec:
     if experiment.question is None:
         raise ValueError(f"experiment {experiment.name!r} declares no question:")
     return experiment.question
+
+
+def declared_arms(question: QuestionSpec) -> list[str]:
+    """The baseline, the primary arms and the secondary contrasts' arms, each once, in order."""
+    return list(dict.fromkeys([question.baseline, *question.primary, *sum(question.secondary, [])]))
 
 
 def _games(experiment: Experiment) -> list[str]:
@@ -118,7 +124,7 @@ def question_table(
                 r.update(p_holm=float(adjusted), reject=bool(adjusted <= question.alpha))
         rows += found
     arms = []
-    for arm in dict.fromkeys([question.baseline, *question.primary, *sum(question.secondary, [])]):
+    for arm in declared_arms(question):
         scores = arm_scores(runs, arm, games) if not runs.empty else None
         n = 0 if runs.empty else int((runs["arm"] == arm).sum())
         arms.append({"arm": arm, "runs": n, "iqm": iqm_of(scores) if scores else np.nan})
@@ -145,14 +151,13 @@ def question_progress(folder: str | Path, experiment: Experiment) -> pd.DataFram
     question, games = _question(experiment), _games(experiment)
     runs = arm_runs(folder, experiment)
     planned = planned_runs(experiment)
-    arms = dict.fromkeys([question.baseline, *question.primary, *sum(question.secondary, [])])
     rows = [
         {
             "arm": arm,
             "runs": 0 if runs.empty else int((runs["arm"] == arm).sum()),
             "planned": planned[arm] * len(games),
         }
-        for arm in arms
+        for arm in declared_arms(question)
     ]
     if all(r["runs"] >= r["planned"] for r in rows):
         return None
@@ -392,8 +397,7 @@ def question_plan(experiment: Experiment) -> str:
     planned = planned_runs(experiment)
     games = _games(experiment)
     lines = [f"question: {question.text}", f"  games that count: {', '.join(games)}"]
-    named = dict.fromkeys([question.baseline, *question.primary, *sum(question.secondary, [])])
-    for arm in named:
+    for arm in declared_arms(question):
         role = "baseline" if arm == question.baseline else "arm"
         lines.append(f"  {role} {arm}: {planned[arm]} runs a game ({', '.join(arms[arm])})")
     primary = ", ".join(f"{a} vs {question.baseline}" for a in question.primary)

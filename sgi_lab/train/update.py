@@ -234,7 +234,7 @@ def lean_kernels(pop: Population) -> bool:
     explicit = vars(pop).get("lean_kernels")
     if explicit is not None:
         return bool(explicit)
-    return bool(getattr(pop.config, "lean_kernels", True))
+    return pop.config.lean_kernels
 
 
 def shared_online_pass(pop: Population) -> bool:

@@ -140,10 +140,7 @@ def test_the_gpu_path_in_bf16_errs_from_fp32_within_its_stated_bound(monkeypatch
     errors = _errors(ours, reference)
     for k, v in errors.items():
         assert v <= max(2.5 * theirs[k], 1e-3), (k, errors, theirs)
-    assert errors["grad_median"] > 1e-3  # really bf16 (and really the lean layers: below)
-    lean32 = population(configs, (6, 6))
-    lean32.bf16_cast, lean32.lean_kernels = False, True
-    assert "baddbmm" in _one_update(lean32, configs)[3]
+    assert errors["grad_median"] > 1e-3  # really bf16 (the baddbmm above: really the lean layers)
 
 
 @pytest.mark.slow
