@@ -36,6 +36,8 @@ The package, in the order a task flows through it:
   study's report, regenerated from ``results/`` (``make results``);
 - `question`: a study's declared question answered (P(improvement) over the baseline with
   intervals and Holm-adjusted permutation p values) and the power its design had;
+- `rereading`: the declared contrasts re-read under the other readout, per game, per half of
+  the seeds and per draw (exploratory: what a sentence is tested against before it is written);
 - `archive`: `archive` and `restore`, a finished experiment's small result files in a folder
   meant for git;
 - `command`: ``sgi-lab experiment``, what it runs; `options`: its options, without torch.

@@ -12,6 +12,7 @@ from sgi_lab.experiments.graph import (
     Graph,
 )
 from sgi_lab.experiments.question import question_markdown
+from sgi_lab.experiments.rereading import rereading_markdown, rereading_table
 from sgi_lab.experiments.spec import (
     STATE_FILE,
 )
@@ -138,6 +139,8 @@ def write_results_markdown(graph: Graph, reps: int = 2000) -> Path:
         head += [question_markdown(graph.out, e, figure=graph.out / "question.svg")]
         head += ["## Exploratory", ""]
         head += [EXPLORATORY, ""]
+        head += ["### The declared contrasts, re-read", ""]
+        head += [rereading_markdown(rereading_table(graph.out, e)), ""]
     path = graph.out / "results.md"
     atomic_write_text(path, "\n".join([*head, tables]))
     return path

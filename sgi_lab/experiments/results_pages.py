@@ -39,6 +39,7 @@ from sgi_lab.experiments.question import (
     question_markdown,
     question_progress,
 )
+from sgi_lab.experiments.rereading import rereading_markdown, rereading_table
 from sgi_lab.experiments.scheduler import write_inputs
 from sgi_lab.experiments.spec import load_experiment
 from sgi_lab.studies.finetune_budgets import write_finetune_budget_figure
@@ -135,6 +136,19 @@ def sealed_question_tables(study: str, figure: str) -> Callable[[Path], str]:
     return make
 
 
+def sealed_rereadings(study: str) -> Callable[[Path], str]:
+    """``study``'s declared contrasts re-read other ways (`rereading_table`: exploratory), once
+    every arm of its question is complete; until then one line saying they wait for it."""
+
+    def make(root: Path) -> str:
+        experiment = load_experiment(root / STUDIES[study])
+        if question_progress(root / "results" / study, experiment) is not None:
+            return "Shown with the declared answer, once every arm is complete."
+        return rereading_markdown(rereading_table(root / "results" / study, experiment))
+
+    return make
+
+
 def power_tables(
     study: str, pilot: str, seeds: int | None = None, alpha: float | None = None
 ) -> Callable[[Path], str]:
@@ -183,6 +197,8 @@ def _question_figure(study: str) -> Callable[[Path, Path], object]:
 PAGE_BLOCKS = (
     Block("docs/results/minatar.md", "calibration question", sealed_question_tables(
         "minatar_calibration", "minatar_calibration_question.svg")),
+    Block("docs/results/minatar.md", "calibration re-readings", sealed_rereadings(
+        "minatar_calibration")),
     Block("docs/results/minatar.md", "calibration power", power_tables(
         "minatar_calibration", "minatar_objectives")),
     Block("docs/results/minatar.md", "objectives question", question_tables(

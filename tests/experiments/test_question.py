@@ -257,4 +257,5 @@ def test_a_tiny_calibration_study_runs_its_controls_and_leads_with_its_question(
     assert len({json.dumps(t["lr_groups"]) for t in transfers.values()}) == 1
     results = (out / "results.md").read_text()
     assert results.index("## The declared question") < results.index("## Exploratory")
+    assert results.index("## Exploratory") < results.index("### The declared contrasts, re-read")
     assert "reduced_lr__agent" in results and (out / "question.svg").is_file()

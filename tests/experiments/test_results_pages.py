@@ -113,6 +113,10 @@ def test_a_sealed_question_shows_progress_until_its_last_run_then_the_answer(tmp
     sealed = rp.sealed_question_tables("minatar_objectives", "q.svg")
     whole = rp.question_tables("minatar_objectives", "q.svg")(root)
     assert sealed(root) == whole and "| arm | against |" in whole
+    rereadings = rp.sealed_rereadings("minatar_objectives")
+    assert rereadings(root).startswith("Exploratory:") and "| training episodes |" in rereadings(
+        root
+    )
     missing = root / "results/minatar_objectives/finetune/naive__sgi/minatar-breakout__s2"
     shutil.rmtree(missing)
     text = sealed(root)
@@ -120,6 +124,7 @@ def test_a_sealed_question_shows_progress_until_its_last_run_then_the_answer(tmp
     assert "| `naive__sgi` | 14 | 15 |" in text and "| `sgi_none` | 15 | 15 |" in text
     assert "44 of 45 runs of the declared arms have finished" in text
     assert "[" not in text and "0." not in text  # no interval, no P(improvement), no IQM
+    assert "[" not in rereadings(root) and "0." not in rereadings(root)  # sealed as well
 
 
 def test_a_page_without_its_markers_is_refused_naming_the_block():
