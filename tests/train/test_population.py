@@ -167,7 +167,10 @@ def test_a_batched_update_launches_one_more_kernel_per_agent(ssl):
     one draw from its own generator: five agents cost three kernels more than two."""
     counts = {}
     for n in (2, 5):
-        configs = [make_config(seed=s, ssl=ssl, population_batching="vmap") for s in range(n)]
+        configs = [
+            make_config(seed=s, ssl=ssl, population_batching="vmap", hidden_size=64)
+            for s in range(n)
+        ]  # small heads: the same operators on narrower layers
         pop = population(configs, [6] * n)
         staged = stage(
             pop,
@@ -248,8 +251,9 @@ def test_huge_loss_of_one_agent_leaves_the_other_unchanged():
     alone = population(configs[:1], (6,))
     update(alone, stage(alone, batches[:1], weights[:1]))
     assert stats["charts/grad_norm"][1] > stats["charts/grad_norm"][0]
+    mine = together.agent_state(0)  # once: each call builds the agent's model for its shapes
     for k, v in alone.agent_state(0).items():
-        torch.testing.assert_close(together.agent_state(0)[k], v, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(mine[k], v, rtol=1e-4, atol=1e-5)
 
 
 def test_padding_round_trip_and_agent_models_keep_their_own_shapes():
