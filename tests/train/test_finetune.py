@@ -431,7 +431,7 @@ def test_the_authors_env_protocol_reaches_training_replay_and_evaluation(tmp_pat
 
     steps = 90
     config = FinetuneConfig(
-        **{**TINY, "eps_end": 1.0, "learning_starts": 70},
+        **{**TINY, "eps_end": 1.0, "learning_starts": 70, "hidden_size": 64},
         game="Breakout",
         steps=steps,
         env_protocol="rlpyt",
@@ -515,7 +515,7 @@ def test_augmented_frames_crop_jitter_and_scale_every_agents_stacks(amp):
 
 
 def test_resume_after_a_crash_continues_at_the_checkpoint(tmp_path):
-    config = FinetuneConfig(**TINY, steps=60)
+    config = FinetuneConfig(**TINY, steps=60, hidden_size=64)  # small heads: 6x smaller ckpts
     out = tmp_path / "run"
 
     def crash(step, agent):
@@ -548,13 +548,13 @@ def test_resume_after_a_crash_continues_at_the_checkpoint(tmp_path):
     ft.finetune(config, out, progress=False)
     assert (out / "eval.json").stat().st_mtime_ns == mtime
     with pytest.raises(ConfigError, match="different config.*seed"):
-        ft.finetune(FinetuneConfig(**TINY, steps=60, seed=3), out, progress=False)
+        ft.finetune(FinetuneConfig(**TINY, steps=60, hidden_size=64, seed=3), out, progress=False)
 
 
 def test_a_stop_request_checkpoints_at_that_step_and_the_run_resumes_there(tmp_path):
     """A stop between periodic checkpoints (every 30 steps) writes one at the step it came
     at, so nothing since the last periodic checkpoint is lost."""
-    config = FinetuneConfig(**TINY, steps=60)
+    config = FinetuneConfig(**TINY, steps=60, hidden_size=64)  # small heads: 6x smaller ckpts
     out = tmp_path / "run"
     stop = Deadline()
 
@@ -580,14 +580,17 @@ def test_a_stop_request_checkpoints_at_that_step_and_the_run_resumes_there(tmp_p
 def test_checkpoints_do_not_change_what_a_run_learns_so_their_interval_may_change(tmp_path):
     """Writing a checkpoint reads the state and advances nothing: a run checkpointing every 20
     steps ends at the same weights and metrics as one checkpointing only at its end, so
-    ``checkpoint_every`` is a runtime key (a stopped run resumes under another interval)."""
+    ``checkpoint_every`` is a runtime key (a stopped run resumes under another interval).
+    On MinAtar: a checkpoint holds the same state (weights, targets, Adam moments, replay,
+    random streams) whatever the encoder and game, and MinAtar's runs cost a fraction of Nature's."""
+    small = {**TINY, "game": "minatar/breakout", "encoder": "minatar", "hidden_size": 32}
     often = ft.finetune(
-        FinetuneConfig(**{**TINY, "steps": 60, "checkpoint_every": 20}),
+        FinetuneConfig(**{**small, "steps": 60, "checkpoint_every": 20}),
         tmp_path / "a",
         progress=False,
     )
     ft.finetune(
-        FinetuneConfig(**{**TINY, "steps": 60, "checkpoint_every": 60}),
+        FinetuneConfig(**{**small, "steps": 60, "checkpoint_every": 60}),
         tmp_path / "b",
         progress=False,
     )
@@ -612,7 +615,7 @@ def test_checkpoints_do_not_change_what_a_run_learns_so_their_interval_may_chang
     assert "checkpoint_every" in RUNTIME_KEYS
     stop = Deadline()
     stop.request_stop("pre-empted")
-    config = FinetuneConfig(**{**TINY, "steps": 60, "checkpoint_every": 60})
+    config = FinetuneConfig(**{**small, "steps": 60, "checkpoint_every": 60})
     with pytest.raises(RunStopped):
         ft.finetune(config, tmp_path / "c", progress=False, stop=stop)
     resumed = ft.finetune(
@@ -627,8 +630,8 @@ def test_a_population_of_a_pretrained_and_a_fresh_agent_stops_and_resumes(tmp_pa
     transfer)."""
     import dataclasses
 
-    save_pretrained_run(tmp_path / "pre")
-    base = FinetuneConfig(**TINY, steps=60)
+    save_pretrained_run(tmp_path / "pre", hidden_size=64)  # small heads: 6x smaller checkpoints
+    base = FinetuneConfig(**TINY, steps=60, hidden_size=64)
     configs = [dataclasses.replace(base, pretrained=str(tmp_path / "pre")), base]
     outs = [tmp_path / "sgi", tmp_path / "scratch"]
     stop = Deadline()
