@@ -175,10 +175,13 @@ def test_a_pretrained_and_a_fresh_agent_in_one_population_each_learn_as_alone(tm
     from sgi_lab.config import build_config
     from sgi_lab.train.update import stage, update
 
-    save_pretrained_run(tmp_path / "pre")
+    save_pretrained_run(tmp_path / "pre", hidden_size=64)  # small heads: cheaper updates
     pretrained = tr.load_pretrained(tmp_path / "pre")
     configs = [
-        build_config(FinetuneConfig, {**POP, "encoder": "nature", "scheme": scheme, "seed": s})
+        build_config(
+            FinetuneConfig,
+            {**POP, "encoder": "nature", "scheme": scheme, "seed": s, "hidden_size": 64},
+        )
         for s in (0, 1)
     ]
     sources = [pretrained, None]
