@@ -18,6 +18,7 @@ from population_helpers import (
 
 from sgi_lab.config import FinetuneConfig, build_config
 from sgi_lab.runtime.graphs import count_ops
+from sgi_lab.train import stacking
 from sgi_lab.train.acting import act
 from sgi_lab.train.acting import greedy as greedy_actions
 from sgi_lab.train.population import Population
@@ -272,6 +273,22 @@ def test_padding_round_trip_and_agent_models_keep_their_own_shapes():
         for k in own:
             torch.testing.assert_close(mine[k], own[k], msg=k)
         assert pop.agent_model(i).num_actions == m.num_actions
+
+
+def test_an_agents_shapes_are_built_once_per_distinct_arguments(monkeypatch):
+    built = []
+    real = stacking.SGIModel
+    monkeypatch.setattr(stacking, "SGIModel", lambda **kw: built.append(kw) or real(**kw))
+    monkeypatch.setattr(stacking, "_SHAPES", {})
+    args = {"encoder": "minatar", "in_channels": 4, "num_actions": 6, "hidden_size": 32}
+    first = stacking.own_shapes(args)
+    first.clear()  # a caller's copy: the cache keeps its own
+    again = stacking.own_shapes(dict(reversed(list(args.items()))))
+    other = stacking.own_shapes({**args, "num_actions": 3})
+    assert len(built) == 2 and again == stacking.own_shapes(args)
+    assert again.keys() == other.keys() and again != other
+    out = "head.advantage_out.weight_mu"
+    assert again[out] == (6 * 51, 32) and other[out] == (3 * 51, 32)  # actions x atoms
 
 
 def test_acting_never_picks_an_action_the_game_lacks():
