@@ -213,6 +213,9 @@ PAGE_BLOCKS = (
 """Every generated table of the pages, in page order."""
 
 PAGE_FIGURES = (
+    Figure(
+        "docs/results/minatar_calibration_question.svg", _question_figure("minatar_calibration")
+    ),
     Figure("docs/results/minatar_objectives_question.svg", _question_figure("minatar_objectives")),
     Figure("docs/results/minatar_finetune_budgets.svg", _budget_figure),
 )
