@@ -8,6 +8,8 @@ spec.
 - `atari`: Atari 100k on gymnasium + ale-py with the SimPLe/DER/SPR protocol;
 - `rlpyt_frames`: the authors' frame protocol, rlpyt's ``AtariEnv`` as SPR and SGI modified it;
 - `minatar`: the five MinAtar games behind the same interface;
+- `minatar_games`: MinAtar's game modules and its sticky-action wrapper without the package's
+  display imports;
 - `vector`: N Atari environments stepped together on gymnasium's vector envs;
 - `pool`: a population's environments, each its own game and seed, stepped here or in workers
   (`EnvPool`);

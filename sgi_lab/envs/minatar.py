@@ -1,7 +1,8 @@
 """The five MinAtar games (Young & Tian 2019) behind the same environment interface as Atari.
 
-``minatar`` (GPL-3.0) is an optional extra, ``pip install 'sgi-lab[minatar]'``: it is imported
-when a MinAtar environment is made, never copied here.
+``minatar`` (GPL-3.0) is an optional extra, ``pip install 'sgi-lab[minatar]'``: its game modules
+are loaded from the installed package when a MinAtar environment is made, never copied here
+(`sgi_lab.envs.minatar_games`, which skips the package's display imports).
 
 Naming: ``minatar/<game>`` with MinAtar's module names, ``minatar/asterix``,
 ``minatar/breakout``, ``minatar/freeway``, ``minatar/seaquest``, ``minatar/space_invaders``;
@@ -41,6 +42,7 @@ import numpy as np
 from sgi_lab.base.errors import SgiLabError
 from sgi_lab.base.paths import close_names
 from sgi_lab.envs.games import UnknownGameError
+from sgi_lab.envs.minatar_games import Environment, MinAtarNotFound, game_module
 from sgi_lab.envs.spec import MINATAR_CHANNELS, ObservationSpec, minatar_spec
 
 __all__ = [
@@ -111,11 +113,11 @@ def _module_name(game: str) -> str:
 
 
 def _environment_class() -> type:
-    # The optional GPL package (it also imports matplotlib and seaborn, ~1 s): only when a
-    # MinAtar environment is made.
+    # the optional GPL package's game files, only when a MinAtar environment is made, without
+    # the package's display imports (matplotlib, seaborn: `sgi_lab.envs.minatar_games`)
     try:
-        from minatar import Environment
-    except ImportError as exc:
+        game_module("breakout")
+    except MinAtarNotFound as exc:
         raise MinAtarMissingError(
             f"MinAtar games need the optional package 'minatar': {INSTALL_HINT}"
         ) from exc

@@ -128,10 +128,10 @@ def channel_names(game: str | None, channels: int) -> tuple[str, ...]:
     names = [f"channel {i}" for i in range(channels)]
     if game and is_minatar(game):
         try:
-            # lazy: minatar (GPL-3.0) is an optional extra, imported only to name channels
-            from minatar import Environment
+            # lazy: minatar (GPL-3.0) is an optional extra, loaded only to name channels
+            from sgi_lab.envs.minatar_games import game_module
 
-            own = Environment(game.split("/", 1)[1].lower()).env.channels
+            own = game_module(game.split("/", 1)[1].lower()).Env().channels
         except Exception:  # not installed, or a game it does not know: indices it is
             return tuple(names)
         for name, index in own.items():

@@ -195,3 +195,47 @@ def test_padded_channels_give_all_five_games_one_shape():
     assert shapes == {(10, 10, 10)}
     with pytest.raises(ValueError, match="channels: at least seaquest's 10 channels, got 4"):
         observation_spec("minatar/seaquest", channels=4)
+
+
+@pytest.mark.parametrize("game", MINATAR_GAMES)
+def test_the_games_step_as_minatars_own_environment_does(game):
+    """`sgi_lab.envs.minatar_games.Environment` (no display imports) against the package's
+    ``minatar.Environment``: the same states, rewards and ends for 3,000 steps of random play
+    with sticky actions and ramping, through resets and a re-seed."""
+    from sgi_lab.envs.minatar_games import Environment
+
+    name = game.removeprefix("minatar/")
+    ours, theirs = Environment(name, 0.1, True), minatar.Environment(name, 0.1, True)
+    actions = np.random.default_rng(1).integers(0, 6, 3000)
+    for env in (ours, theirs):
+        env.seed(7)
+        env.reset()
+    ends = 0
+    for t, a in enumerate(actions):
+        if t == 1500:  # a seeded reset mid-run, as MinAtarEnv.reset(seed=...) does
+            for env in (ours, theirs):
+                env.seed(11)
+                env.last_action = 0
+                env.reset()
+        step = ours.act(int(a)), theirs.act(int(a))
+        assert step[0] == step[1], (t, step)
+        np.testing.assert_array_equal(ours.state(), theirs.state(), err_msg=f"step {t}")
+        assert ours.last_action == theirs.last_action
+        if step[0][1]:
+            ends += 1
+            ours.reset()
+            theirs.reset()
+    assert ends > 0 or game == "minatar/freeway"  # the episodes end and restart alike
+    assert ours.minimal_action_set() == theirs.minimal_action_set()
+
+
+def test_making_a_minatar_env_imports_no_display_library():
+    import subprocess
+
+    code = (
+        "import sys; from sgi_lab.envs import make_env; e = make_env('minatar/seaquest', seed=0);"
+        " e.reset(seed=0); e.step(0);"
+        " print(sorted(m for m in ('minatar', 'seaborn', 'matplotlib') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stderr
