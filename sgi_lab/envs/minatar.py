@@ -42,7 +42,7 @@ import numpy as np
 from sgi_lab.base.errors import SgiLabError
 from sgi_lab.base.paths import close_names
 from sgi_lab.envs.games import UnknownGameError
-from sgi_lab.envs.minatar_games import Environment, MinAtarNotFound, game_module
+from sgi_lab.envs.minatar_games import Environment, MinAtarNotFound
 from sgi_lab.envs.spec import MINATAR_CHANNELS, ObservationSpec, minatar_spec
 
 __all__ = [
@@ -110,18 +110,6 @@ def canonical_minatar_game(name: str) -> str:
 
 def _module_name(game: str) -> str:
     return canonical_minatar_game(game).removeprefix("minatar/")
-
-
-def _environment_class() -> type:
-    # the optional GPL package's game files, only when a MinAtar environment is made, without
-    # the package's display imports (matplotlib, seaborn: `sgi_lab.envs.minatar_games`)
-    try:
-        game_module("breakout")
-    except MinAtarNotFound as exc:
-        raise MinAtarMissingError(
-            f"MinAtar games need the optional package 'minatar': {INSTALL_HINT}"
-        ) from exc
-    return Environment
 
 
 def _count(items: list | None, pred: Callable[[Any], bool] = lambda e: e is not None) -> int:
@@ -227,8 +215,12 @@ class MinAtarEnv(gym.Env):
         self.difficulty_ramping = bool(difficulty_ramping)
         self.max_episode_steps = max_episode_steps
         self.record_labels = record_labels
-        environment = _environment_class()
-        self._env = environment(self.module, sticky_action_prob, difficulty_ramping)
+        try:  # the optional GPL package's game file, without its display imports
+            self._env = Environment(self.module, sticky_action_prob, difficulty_ramping)
+        except MinAtarNotFound as exc:
+            raise MinAtarMissingError(
+                f"MinAtar games need the optional package 'minatar': {INSTALL_HINT}"
+            ) from exc
         self.action_set = list(range(6)) if full_action_space else self._env.minimal_action_set()
         self.action_space = gym.spaces.Discrete(len(self.action_set))
         self.observation_space = gym.spaces.Box(0, 255, self.spec_.stacked_shape, np.uint8)

@@ -34,11 +34,13 @@ __all__ = [
     "arm_runs",
     "arm_scores",
     "declared_arms",
+    "declared_question",
     "power_markdown",
     "planned_runs",
     "power_report",
     "progress_markdown",
     "question_figure",
+    "question_games",
     "question_markdown",
     "question_plan",
     "question_progress",
@@ -49,7 +51,8 @@ READOUT = {"final": "eval", "training": "training"}
 """The question's readout -> `sgi_lab.studies.finetune_study.READOUTS`'."""
 
 
-def _question(experiment: Experiment) -> QuestionSpec:
+def declared_question(experiment: Experiment) -> QuestionSpec:
+    """The experiment's ``question:``; a ValueError naming the experiment where it has none."""
     if experiment.question is None:
         raise ValueError(f"experiment {experiment.name!r} declares no question:")
     return experiment.question
@@ -60,8 +63,9 @@ def declared_arms(question: QuestionSpec) -> list[str]:
     return list(dict.fromkeys([question.baseline, *question.primary, *sum(question.secondary, [])]))
 
 
-def _games(experiment: Experiment) -> list[str]:
-    return list(_question(experiment).games or experiment.games)
+def question_games(experiment: Experiment) -> list[str]:
+    """The games that count: the question's, else all the experiment's."""
+    return list(declared_question(experiment).games or experiment.games)
 
 
 def arm_runs(folder: str | Path, experiment: Experiment) -> pd.DataFrame:
@@ -70,10 +74,12 @@ def arm_runs(folder: str | Path, experiment: Experiment) -> pd.DataFrame:
     runs = study_runs(folder)
     if runs.empty:
         return runs
-    runs = readout_runs(runs, READOUT[_question(experiment).readout])
+    runs = readout_runs(runs, READOUT[declared_question(experiment).readout])
     label_arm = {label: arm for arm, labels in arm_labels(experiment).items() for label in labels}
     runs = runs.assign(arm=runs["label"].map(label_arm))
-    return runs[runs["arm"].notna() & runs["finished"] & runs["game"].isin(_games(experiment))]
+    return runs[
+        runs["arm"].notna() & runs["finished"] & runs["game"].isin(question_games(experiment))
+    ]
 
 
 def arm_scores(runs: pd.DataFrame, arm: str, games: list[str]) -> list[np.ndarray] | None:
@@ -90,8 +96,8 @@ def question_table(
     ``arm``, ``against``, ``p_improvement`` with ``lower``/``upper``, permutation ``p``,
     ``p_holm`` within its family, ``reject`` at the question's alpha, ``runs``), NaN while an
     arm has not finished every game; and a row per arm with its runs and IQM."""
-    question = _question(experiment)
-    games = _games(experiment)
+    question = declared_question(experiment)
+    games = question_games(experiment)
     runs = arm_runs(folder, experiment)
     planned = planned_runs(experiment)
     rng = np.random.default_rng(seed)
@@ -148,7 +154,7 @@ def question_progress(folder: str | Path, experiment: Experiment) -> pd.DataFram
     """While any arm of the declared question lacks finished runs: a row per arm (``arm``,
     ``runs``, ``planned``: over the question's games), and nothing about any score; None once
     every arm has all its planned runs (the declared answer can be read)."""
-    question, games = _question(experiment), _games(experiment)
+    question, games = declared_question(experiment), question_games(experiment)
     runs = arm_runs(folder, experiment)
     planned = planned_runs(experiment)
     rows = [
@@ -227,11 +233,11 @@ def question_markdown(
     with its 95 % interval, the permutation p value and its Holm adjustment, the verdict at
     the declared alpha), then each arm's runs and IQM; with ``figure`` (an .svg path), the
     contrasts' forest plot written there (`question_figure`) and linked."""
-    question = _question(experiment)
+    question = declared_question(experiment)
     contrasts, arms = question_table(folder, experiment, seed)
     if figure is not None:
         write_forest_svg(figure, question_figure(contrasts, question.alpha))
-    games = ", ".join(g.removeprefix("minatar/") for g in _games(experiment))
+    games = ", ".join(g.removeprefix("minatar/") for g in question_games(experiment))
     lines = [
         "## The declared question",
         "",
@@ -291,8 +297,8 @@ def power_report(
     intervals' coverage under no difference, at ``seeds`` runs per arm and game (default:
     the experiment's seeds); ``alpha`` tests each contrast at another level (a single
     contrast's 0.05, say) instead of Holm's first."""
-    question = _question(experiment)
-    games = _games(experiment)
+    question = declared_question(experiment)
+    games = question_games(experiment)
     runs = study_runs(pilot)
     label = pilot_arm or question.baseline
     runs = readout_runs(runs, READOUT[question.readout]) if not runs.empty else runs
@@ -395,7 +401,7 @@ def question_plan(experiment: Experiment) -> str:
         return ""
     arms = arm_labels(experiment)
     planned = planned_runs(experiment)
-    games = _games(experiment)
+    games = question_games(experiment)
     lines = [f"question: {question.text}", f"  games that count: {', '.join(games)}"]
     for arm in declared_arms(question):
         role = "baseline" if arm == question.baseline else "arm"

@@ -17,8 +17,13 @@ import numpy as np
 import pandas as pd
 
 from sgi_lab.experiments.design import arm_labels
-from sgi_lab.experiments.question import arm_runs, arm_scores
-from sgi_lab.experiments.spec import Experiment, QuestionSpec
+from sgi_lab.experiments.question import (
+    arm_runs,
+    arm_scores,
+    declared_question,
+    question_games,
+)
+from sgi_lab.experiments.spec import Experiment
 from sgi_lab.metrics.hypothesis import p_improvement_test
 from sgi_lab.viz.markdown import table_markdown
 
@@ -37,16 +42,10 @@ REREADING_NOTE = (
 )
 
 
-def _question(experiment: Experiment) -> QuestionSpec:
-    if experiment.question is None:
-        raise ValueError(f"experiment {experiment.name!r} declares no question to re-read")
-    return experiment.question
-
-
 def declared_pairs(experiment: Experiment) -> list[tuple[str, str]]:
     """The question's contrasts in its order: each primary arm against the baseline, then the
     secondary pairs."""
-    question = _question(experiment)
+    question = declared_question(experiment)
     pairs = [(arm, question.baseline) for arm in question.primary]
     return pairs + [(a, b) for a, b in question.secondary]
 
@@ -59,10 +58,12 @@ def _cell(runs: pd.DataFrame, pair: tuple[str, str], games: list[str], reps: int
     return test["value"], test["lower"], test["upper"], sum(test["runs_x"]), sum(test["runs_y"])
 
 
-def _draw_runs(runs: pd.DataFrame, experiment: Experiment, pair: tuple[str, str], k: int):
-    """``runs`` with each side of ``pair`` that pools draws cut to its ``k``-th draw (a side
-    with one label stays whole); None when neither side has a ``k``-th draw."""
-    labels = arm_labels(experiment)
+def _draw_runs(
+    runs: pd.DataFrame, labels: dict[str, list[str]], pair: tuple[str, str], k: int
+) -> pd.DataFrame | None:
+    """``runs`` with each side of ``pair`` that pools draws (``labels``: `arm_labels`) cut to
+    its ``k``-th draw (a side with one label stays whole); None when a pooled side has no
+    ``k``-th draw or neither side pools."""
     keep = runs
     cut = False
     for arm in pair:
@@ -81,8 +82,9 @@ def rereading_table(
     ``GAME only``, ``seeds ...``, ``draw dK``), ``arm``, ``against``, ``p_improvement``,
     ``lower``, ``upper``, ``runs`` ("x vs y"); readings a contrast cannot take (no such draw,
     an arm without runs) are left out. ``reps`` defaults to the question's resamples."""
-    question = _question(experiment)
-    games = list(question.games or experiment.games)
+    question = declared_question(experiment)
+    games = question_games(experiment)
+    labels = arm_labels(experiment)
     reps = question.resamples if reps is None else reps
     other = OTHER_READOUT[question.readout]
     reread = dataclasses.replace(experiment, question=dataclasses.replace(question, readout=other))
@@ -90,7 +92,7 @@ def rereading_table(
     seeds = sorted(runs["seed"].unique()) if not runs.empty else []
     half = seeds[: len(seeds) // 2], seeds[len(seeds) // 2 :]
     readings: list[tuple[str, pd.DataFrame | None, list[str]]] = [
-        (f"declared ({READOUT_WORDS[question.readout]}, both games)", runs, games),
+        (f"declared ({READOUT_WORDS[question.readout]})", runs, games),
         (READOUT_WORDS[other], runs_other, games),
         *[(f"{g.split('/')[-1]} only", runs, [g]) for g in games if len(games) > 1],
     ]
@@ -100,8 +102,8 @@ def rereading_table(
     rows = []
     for pair in declared_pairs(experiment):
         cuts = list(readings)
-        draws = max(len(arm_labels(experiment)[arm]) for arm in pair)
-        cuts += [(f"draw d{k} only", _draw_runs(runs, experiment, pair, k), games) for k in
+        draws = max(len(labels[arm]) for arm in pair)
+        cuts += [(f"draw d{k} only", _draw_runs(runs, labels, pair, k), games) for k in
                  range(draws if draws > 1 else 0)]  # fmt: skip
         for reading, part, part_games in cuts:
             if part is None or part.empty:

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from study_helpers import agent
 
 from sgi_lab import experiments as ex
 from sgi_lab.config import ConfigError
@@ -132,16 +133,6 @@ def test_draws_need_seeds_and_an_agent_needs_no_data(tmp_path):
     )
     with pytest.raises(ConfigError, match="params \\(a params/finetune file\\) and no data"):
         ex.load_experiment(path)
-
-
-def agent(root: Path, label: str, game: str, seed: int, score: float) -> None:
-    folder = root / "finetune" / label / f"{game.replace('/', '-')}__s{seed}"
-    folder.mkdir(parents=True)
-    (folder / "status.json").write_text(json.dumps({"state": "finished", "params": label}))
-    (folder / "config.yaml").write_text(yaml.safe_dump({"game": game, "seed": seed}))
-    evaluation = {"game": game, "mean": score, "normalized_score": score, "episodes": 30}
-    (folder / "eval.json").write_text(json.dumps({**evaluation, "normalization": "MinAtar score"}))
-    (folder / "metrics.jsonl").write_text("")
 
 
 def test_the_answer_pools_draws_and_holm_adjusts_the_primary_family(tmp_path):

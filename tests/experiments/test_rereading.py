@@ -3,12 +3,11 @@ agents the way it names, against hand-counted P(improvement)s."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
+from study_helpers import agent
 
 from sgi_lab import experiments as ex
 from sgi_lab.experiments.design import arm_labels
@@ -18,17 +17,6 @@ from sgi_lab.experiments.rereading import rereading_markdown, rereading_table
 ROOT = Path(__file__).resolve().parents[2]
 CALIBRATION = ROOT / "params" / "experiments" / "minatar_calibration.yaml"
 GAMES = ["minatar/breakout", "minatar/space_invaders"]
-
-
-def agent(root: Path, label: str, game: str, seed: int, score: float, training: float) -> None:
-    folder = root / "finetune" / label / f"{game.replace('/', '-')}__s{seed}"
-    folder.mkdir(parents=True)
-    (folder / "status.json").write_text(json.dumps({"state": "finished", "params": label}))
-    (folder / "config.yaml").write_text(yaml.safe_dump({"game": game, "seed": seed}))
-    evaluation = {"game": game, "mean": score, "normalized_score": score, "episodes": 30}
-    (folder / "eval.json").write_text(json.dumps({**evaluation, "normalization": "MinAtar score"}))
-    rows = [{"step": 100 * i, "episode/return": training} for i in (1, 2)]
-    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
 def p_by_hand(x: list[float], y: list[float]) -> float:
@@ -70,7 +58,7 @@ def cell(table, reading: str, arm: str, against: str = "sgi_none"):
 def test_each_reading_cuts_the_agents_it_names(study):
     root, experiment, scores = study
     table = rereading_table(root, experiment, reps=400)
-    declared = "declared (final evaluation, both games)"
+    declared = "declared (final evaluation)"
     contrasts, _ = question_table(root, experiment)
     for row in contrasts[contrasts["family"] == "primary"].itertuples():
         assert cell(table, declared, row.arm)["p_improvement"] == row.p_improvement
