@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import importlib.abc
 import importlib.machinery
 import os
+import shutil
 import sys
 import tempfile
 
@@ -31,7 +33,11 @@ os.environ.setdefault("SGI_LAB_CPU_SETTINGS", "cpu_amp=true,channels_last=true")
 os.environ.setdefault(
     "NUMBA_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "sgi-lab-numba")
 )
-os.environ.setdefault("SGI_LAB_CACHE", tempfile.mkdtemp(prefix="sgi-lab-test-cache-"))
+if "SGI_LAB_CACHE" not in os.environ:
+    # One cache for the run: the process that makes it (pytest, or xdist's controller) removes
+    # it at exit; workers and subprocesses inherit the variable and leave it alone.
+    os.environ["SGI_LAB_CACHE"] = tempfile.mkdtemp(prefix="sgi-lab-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["SGI_LAB_CACHE"], ignore_errors=True)
 
 
 def encode_row(row: int) -> np.ndarray:
