@@ -31,7 +31,9 @@ The package, in the order a task flows through it:
 - `order`: `first_order` (what ``--first`` starts first), `branch_order` (``--branch-first``),
   `rebuild_graph` (``--rebuild``), `run_order` (all three, as a run takes them);
 - `scheduler`: `run_graph`;
-- `experiment_report`: an experiment's report (``report.html``, ``results.csv``, ``results.md``);
+- `experiment_report`: an experiment's report (``report.html``, ``results.csv``, ``results.md``); a
+  file that only makes data (agents and the stores of their runs) is reported by `data_report`
+  (its makers' scores, hours and curves, its stores);
 - `results_pages`: the docs/results pages' generated tables and figures, and each archived
   study's report, regenerated from ``results/`` (``make results``);
 - `question`: a study's declared question answered (P(improvement) over the baseline with

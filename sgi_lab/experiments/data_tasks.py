@@ -66,7 +66,10 @@ def needs_missing(spec: DataSpec, parameters: dict[str, Any]) -> list[str]:
 
 def data_used(experiment: Experiment, missing: dict[str, list[str]]) -> set[str]:
     """The data sources something reads: pretraining configs and probes, and the replays their
-    Weak and Mixed selections are taken from."""
+    Weak and Mixed selections are taken from; in a file that only makes data (no finetuning or
+    probes), every source: the data is what it is for."""
+    if not experiment.finetune and not experiment.probe:
+        return {name for name in experiment.data if name not in missing}
     readers = [*experiment.pretrain, *experiment.probe]
     used = {p.data for p in readers if p.data and p.data not in missing}
     todo = list(used)

@@ -8,6 +8,7 @@ from pathlib import Path
 from sgi_lab.analysis.report import format_aggregates, report
 from sgi_lab.analysis.score_matrices import write_study_scores
 from sgi_lab.base.files import atomic_write_text
+from sgi_lab.experiments.data_report import is_data_experiment, write_data_report
 from sgi_lab.experiments.graph import (
     Graph,
 )
@@ -34,6 +35,16 @@ def finished_agent_folders(graph: Graph) -> list[Path]:
 
 
 def write_report(graph: Graph, reps: int = 2000) -> Path:
+    """The experiment's report, by what it ran: finetuning (`write_finetune_report`), probes
+    only (`write_probe_report`) or only data (`write_data_report`); returns report.html."""
+    if is_data_experiment(graph):
+        return write_data_report(graph)
+    if not any(t.kind == "finetune" for t in graph.tasks):  # a probe study
+        return write_probe_report(graph)
+    return write_finetune_report(graph, reps)
+
+
+def write_finetune_report(graph: Graph, reps: int = 2000) -> Path:
     """``report.html``, ``results.csv`` (per game), ``results.aggregates.csv``, ``scores.npz``
     and ``.json`` (`write_study_scores`) of the experiment's finished finetuning runs, beside
     the paper's column for each configuration,
@@ -54,8 +65,6 @@ def write_report(graph: Graph, reps: int = 2000) -> Path:
     from sgi_lab.viz import interval_plot, per_game_hns_figure
 
     out = graph.out
-    if not any(t.kind == "finetune" for t in graph.tasks):  # a probe study
-        return write_probe_report(graph)
     runs = finished_agent_folders(graph)
     per_game, aggregates = report(runs, csv=out / "results.csv", reps=reps)
     write_study_scores(runs, out)  # scores.npz, scores.json: per seed, rliable's shape

@@ -161,6 +161,7 @@ def expand(experiment: Experiment, out: str | os.PathLike) -> Graph:
             at += 1
         tasks.insert(at, probe)
     finetunes = tuple(t.id for t in tasks if t.kind in ("finetune", "probe"))
+    finetunes = finetunes or tuple(t.id for t in tasks)  # a file that only makes data
     tasks.append(
         Task(
             id="report",

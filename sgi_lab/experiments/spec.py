@@ -251,7 +251,9 @@ class Experiment:
     parameters: dict[str, Any] = F({}, "values given with --param KEY=VALUE (null: not given)")
     data: dict[str, DataSpec] = F({}, "data sources by name")
     pretrain: list[PretrainSpec] = F([], "pretraining configurations")
-    finetune: list[FinetuneSpec] = F([], "finetuning configurations (at least one, or a probe)")
+    finetune: list[FinetuneSpec] = F(
+        [], "finetuning configurations (at least one, or a probe, unless the file only makes data)"
+    )
     probe: list[ProbeSpec] = F([], "linear-probe configurations (sgi-lab probe)")
     resources: dict[str, dict[str, float]] = F(
         {}, "Ray resources per task kind: {pretrain: {num_cpus: 2, num_gpus: 0.5}, ...}"
@@ -496,8 +498,12 @@ def _check_references(experiment: Experiment, path: Path) -> None:
     for what, items in (("games", experiment.games), ("seeds", experiment.seeds)):
         if not items or duplicates(items):
             raise ConfigError(f"{path}: {what}: empty, or repeated items {duplicates(items)}")
-    if not experiment.finetune and not experiment.probe:
-        raise ConfigError(f"{path}: finetune: at least one finetuning (or probe) configuration")
+    makes_data = any(p.kind == "agent" for p in experiment.pretrain) or experiment.data
+    if not experiment.finetune and not experiment.probe and not makes_data:
+        raise ConfigError(
+            f"{path}: finetune: at least one finetuning (or probe) configuration, or data or "
+            "agents to make (an experiment that only makes data)"
+        )
     if experiment.max_agents is not None and experiment.max_agents < 1:
         raise ConfigError(f"{path}: max_agents: at least 1, or null, got {experiment.max_agents}")
     names = [p.name for p in experiment.pretrain]

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from sgi_lab.base.files import LOCK_FILE, RunFolderError, read_mapping
-from sgi_lab.data.store_format import PARTIAL_SUFFIX, read_manifest
+from sgi_lab.data.store_format import MANIFEST, PARTIAL_SUFFIX, read_manifest
 from sgi_lab.experiments.graph import (
     Graph,
     Task,
@@ -207,6 +207,10 @@ def _report_stale(graph: Graph) -> bool:
         results = [f / "eval.json" for f in task.agent_folders]
         if task.kind == "probe":
             results.append(task.folder / "probes.json")
+        if task.kind == "pretrain" and task.argv[:1] == ("finetune",):  # an agent: data's maker
+            results.append(task.folder / "eval.json")
+        if task.kind == "data":
+            results.append(task.folder / MANIFEST)
         for path in results:
             if path.exists():
                 newest = max(newest, path.stat().st_mtime)

@@ -5,6 +5,7 @@ checkpoints, and a tiny experiment that makes a replay, selects Mixed and pretra
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -36,14 +37,14 @@ def test_the_minatar_replay_graph(tmp_path):
     assert weak.steps == 100_000
     mixed = graph.task("data/mixed__minatar-breakout")
     assert mixed.argv[3:] == ("--mixed", "100000", "--seed", "0", "--segment", "1000")
-    assert graph.task("pretrain/sgi_m__minatar-breakout").deps == (mixed.id,)
-    assert graph.task("pretrain/sgi_w__minatar-breakout").deps == (weak.id,)
     maker = graph.task("pretrain/maker__minatar-breakout")
     assert maker.argv[:2] == ("finetune", "--params") and maker.steps == 1_000_000
     assert graph.params_files[maker.argv[2]]["config"]["ssl"] == "none"
     ids = [t.id for t in graph.tasks]
     assert all(ids.index(d) < ids.index(t.id) for t in graph.tasks for d in t.deps)
-    assert graph.counts() == {"data": 15, "pretrain": 15, "finetune": 12, "probe": 0, "report": 1}
+    # a file that only makes data: every source is made, and the report waits for them all
+    assert graph.counts() == {"data": 15, "pretrain": 5, "finetune": 0, "probe": 0, "report": 1}
+    assert set(graph.task("report").deps) == set(ids) - {"report"}
     plan = format_plan(graph)
     assert "sgi-lab export replay" in plan and "export_replay" in plan
     assert "sgi-lab select" in plan and "select_replay" in plan
@@ -51,6 +52,22 @@ def test_the_minatar_replay_graph(tmp_path):
     # run reading a store does not
     inputs = dict(storage_plan(graph, replay, "file:///tmp/store")["inputs"])
     assert inputs["pretrain/maker__minatar-breakout"] == ()
+
+
+def test_the_mixed_study_reads_the_replays_selection_where_it_is_made(tmp_path):
+    study = ex.load_experiment(ROOT / "params" / "experiments" / "minatar_mixed.yaml")
+    made = tmp_path / "replay"
+    graph = ex.expand(
+        dataclasses.replace(study, parameters={"minatar_replay": str(made)}), tmp_path
+    )
+    for draw in range(3):
+        task = graph.task(f"pretrain/sgi_m__d{draw}__minatar-breakout")
+        assert task.deps == ()  # a folder source: read, never made or copied here
+        assert str(made / "data/mixed__minatar-breakout") in task.argv
+    agents = [a for t in graph.tasks if t.kind == "finetune" for a in t.agents]
+    assert len(agents) == 3 * 2 * 15 and graph.counts()["data"] == 0
+    assert [m.split(": ")[0] for m in graph.missing_data] == ["data.mixed"]
+    assert study.question.primary == ["reduced_lr__sgi_m", "naive__sgi_m"]
 
 
 def test_dependency_order_is_stable_and_puts_inputs_first():

@@ -1,0 +1,228 @@
+"""The report of an experiment that only makes data: agents trained from scratch (pretraining
+configs of kind ``agent``) and the stores made of their runs (``replay``, ``weak``, ``mixed``
+sources), with no finetuning or probes (``params/experiments/minatar_replay.yaml``).
+
+Per making agent: its steps, final evaluation, normalised score beside the game's references and
+its training hours; per store: rows, episodes, returns, size and fingerprint; the agents'
+learning curves beside the reference (``makers.svg``). Written as ``results.md``,
+``results.csv`` (one row per maker and per store) and ``report.html``."""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from sgi_lab.base.files import atomic_write_text, read_jsonl
+from sgi_lab.data.store import TransitionStore
+from sgi_lab.experiments.graph import Graph, Task
+from sgi_lab.metrics.minatar import normalization_name, normalized_score, score_references
+from sgi_lab.runs.status import read_status
+from sgi_lab.viz.method_curves import method_curves_svg
+from sgi_lab.viz.svg import write_svg
+
+MAKERS_MARK = "sgi-lab data_report.makers_svg"
+"""Inside every figure `write_data_report` draws: what it may overwrite."""
+
+
+def _top(game: str) -> tuple[str, float]:
+    """The game's score at normalised 1 and its name (``DQN reference``, ``human``)."""
+    return list(score_references(game).items())[-1]
+
+
+def is_data_experiment(graph: Graph) -> bool:
+    """No finetuning or probe task: the experiment makes data and agents only."""
+    return not any(t.kind in ("finetune", "probe") for t in graph.tasks)
+
+
+def is_agent_task(task: Task) -> bool:
+    """A pretraining task of kind ``agent``: an agent trained from scratch by `sgi-lab finetune`."""
+    return task.kind == "pretrain" and task.argv[:1] == ("finetune",)
+
+
+def training_hours(rows: list[dict[str, Any]]) -> float:
+    """Hours an agent spent training, from its metrics rows: each logged row's step gap over the
+    steps a second it logged (``charts/sps``); evaluations and start-up are not counted."""
+    seconds, previous = 0.0, 0
+    for row in rows:
+        sps = row.get("charts/sps")
+        if sps:
+            seconds += (row["step"] - previous) / sps
+            previous = row["step"]
+    return seconds / 3600
+
+
+def _game_of(task: Task) -> str:
+    argv = list(task.argv)
+    return argv[argv.index("--game") + 1] if "--game" in argv else ""
+
+
+def maker_rows(graph: Graph) -> list[dict[str, Any]]:
+    """One row per making agent: finished or not, its steps, evaluation and hours."""
+    rows = []
+    for task in filter(is_agent_task, graph.tasks):
+        status = read_status(task.folder) or {}
+        game = status.get("game") or _game_of(task)
+        evaluation = task.folder / "eval.json"
+        result = json.loads(evaluation.read_text()) if evaluation.is_file() else {}
+        metrics = task.folder / "metrics.jsonl"
+        rows.append(
+            {
+                "kind": "maker",
+                "task": task.id,
+                "game": game,
+                "state": status.get("state", "not started"),
+                "steps": status.get("step", 0),
+                "final_mean": result.get("mean"),
+                "final_episodes": result.get("episodes"),
+                "normalized": normalized_score(game, result["mean"]) if result else None,
+                "normalization": normalization_name(game),
+                "random_score": score_references(game)["random"],
+                "top_score": _top(game)[1],
+                "top_name": _top(game)[0],
+                "training_hours": training_hours(read_jsonl(metrics)) if metrics.is_file() else 0,
+                "commits": sorted({p.get("commit", "")[:7] for p in status.get("provenance", [])}),
+            }
+        )
+    return rows
+
+
+def _bytes(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+
+
+def store_rows(graph: Graph) -> list[dict[str, Any]]:
+    """One row per store a data task makes: made or not, and what it holds."""
+    rows = []
+    for task in (t for t in graph.tasks if t.kind == "data"):
+        row: dict[str, Any] = {"kind": "store", "task": task.id, "folder": str(task.folder)}
+        try:
+            store = TransitionStore(task.folder)
+        except Exception:  # not made yet (or half-written: a store opens only once complete)
+            rows.append({**row, "state": "not made"})
+            continue
+        summary = store.summary()
+        rows.append(
+            {
+                **row,
+                "state": "made",
+                "game": store.game,
+                "source": store.manifest.source,
+                "rows": summary["transitions"],
+                "episodes": summary["episodes"],
+                "mean_episode_return": summary["mean_episode_return"],
+                "mb": _bytes(task.folder) / 1e6,
+                "fingerprint": store.fingerprint,
+            }
+        )
+    return rows
+
+
+def makers_curves(graph: Graph) -> pd.DataFrame:
+    """``game, method, step, return`` of every maker's training episodes, binned by its
+    checkpoint interval, and the game's reference score as a flat line."""
+    frames = []
+    for task in filter(is_agent_task, graph.tasks):
+        metrics = task.folder / "metrics.jsonl"
+        if not metrics.is_file():
+            continue
+        game = (read_status(task.folder) or {}).get("game") or _game_of(task)
+        episodes = pd.DataFrame(
+            [
+                (r["step"], r["episode/return"])
+                for r in read_jsonl(metrics)
+                if "episode/return" in r
+            ],
+            columns=["step", "return"],
+        )
+        if episodes.empty:
+            continue
+        every = int(_config(task.folder).get("checkpoint_every") or 50_000)
+        episodes["step"] = (episodes["step"] // every + 1) * every
+        binned = episodes.groupby("step", as_index=False)["return"].mean()
+        frames.append(binned.assign(game=game, method=task.id.split("/")[1].split("__")[0]))
+        name, top = _top(game)
+        frames.append(pd.DataFrame({"step": binned["step"], "return": top}).assign(
+            game=game, method=f"{name} (normalised 1)"
+        ))  # fmt: skip
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _config(folder: Path) -> dict[str, Any]:
+    path = folder / "config.yaml"
+    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
+
+
+def _cell(value: Any, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return "-"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def data_markdown(graph: Graph, makers: list[dict], stores: list[dict], figure: str) -> str:
+    e = graph.experiment
+    lines = [f"# {e.name}", "", e.description, "", "## The agents that made the data", ""]
+    lines += [
+        "| game | state | steps | final return (episodes) | normalised | normalised 1 at | "
+        "training hours | commits |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in makers:
+        lines.append(
+            f"| {r['game']} | {r['state']} | {r['steps']} | {_cell(r['final_mean'])} "
+            f"({_cell(r['final_episodes'])}) | {_cell(r['normalized'])} | "
+            f"{_cell(r['top_score'], 1)} ({r['top_name']}) | {r['training_hours']:.2f} | "
+            f"{', '.join(r['commits'])} |"
+        )
+    lines += [
+        "",
+        "Normalised: (return - random) / (normalised 1 - random), the game's references "
+        "(MinAtar: `sgi_lab/metrics/data/minatar_scores.json`; Atari: the human scores). Training hours: the agent's logged steps "
+        "over its logged speed, evaluations and start-up left out, on whatever machine and load "
+        "it ran (its status records the CPU).",
+        "",
+        f"![The making agents' training returns per checkpoint interval]({figure})",
+        "",
+        "## The stores",
+        "",
+        "| store | state | rows | episodes | mean episode return | MB | fingerprint |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
+    for r in stores:
+        lines.append(
+            f"| {r['task'].split('/', 1)[1]} | {r['state']} | {_cell(r.get('rows'))} | "
+            f"{_cell(r.get('episodes'))} | {_cell(r.get('mean_episode_return'))} | "
+            f"{_cell(r.get('mb'), 1)} | {(r.get('fingerprint') or '-')[:16]} |"
+        )
+    return "\n".join([*lines, ""])
+
+
+def write_data_report(graph: Graph) -> Path:
+    """``results.md``, ``results.csv``, ``makers.svg`` and ``report.html`` of a data
+    experiment (`is_data_experiment`); returns the path of report.html."""
+    out = graph.out
+    makers, stores = maker_rows(graph), store_rows(graph)
+    curves = makers_curves(graph)
+    methods = sorted(set(curves["method"])) if not curves.empty else []
+    methods = sorted(methods, key=lambda m: m.endswith("(normalised 1)"))  # agents first
+    svg = method_curves_svg(curves, methods, mark=MAKERS_MARK, y_title="training return")
+    write_svg(out / "makers.svg", svg, MAKERS_MARK, "a makers' learning-curve figure")
+    frame = pd.DataFrame([*makers, *stores])
+    if "commits" in frame:
+        frame["commits"] = frame["commits"].map(lambda c: " ".join(c) if isinstance(c, list) else c)
+    atomic_write_text(out / "results.csv", frame.to_csv(index=False))
+    markdown = data_markdown(graph, makers, stores, "makers.svg")
+    atomic_write_text(out / "results.md", markdown)
+    body = html.escape(markdown)
+    page = (
+        "<!DOCTYPE html><html><head><meta charset='utf-8'>"
+        f"<title>{html.escape(graph.experiment.name)}</title></head><body>"
+        f"{svg}<pre>{body}</pre></body></html>"
+    )
+    path = out / "report.html"
+    atomic_write_text(path, page)
+    return path

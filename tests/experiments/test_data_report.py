@@ -1,0 +1,99 @@
+"""An experiment file that only makes data (agents from scratch and the stores of their runs, no
+finetuning): every source becomes a task, the report waits for them all and says what was made,
+by whom, at what score and in how many hours (`sgi_lab.experiments.data_report`)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sgi_lab import experiments as ex
+from sgi_lab.base.files import read_jsonl
+from sgi_lab.config import ConfigError
+from sgi_lab.data.store import TransitionStore
+from sgi_lab.experiments.data_report import MAKERS_MARK, training_hours, write_data_report
+from sgi_lab.metrics.minatar import minatar_random_score, minatar_reference_score
+
+MAKES_DATA = """
+name: tiny_data
+games: [minatar/breakout]
+data:
+  replay: {source: replay, src: maker}
+  weak: {source: weak, src: replay, fraction: 0.5}
+  mixed: {source: mixed, src: replay, steps: 60, seed: 1, segment: 20}
+pretrain:
+  - name: maker
+    kind: agent
+    params: params/finetune/minatar_none.yaml
+    set: {ssl: none, hidden_size: 32, steps: 120, batch_size: 8, n_step: 3, learning_starts: 60, eps_steps: 61, log_every: 40, checkpoint_every: 60, eval_episodes: 2, eval_envs: 2}
+"""
+
+
+def test_training_hours_sum_each_logged_interval_over_its_speed():
+    rows = [
+        {"step": 100, "charts/sps": 50.0},  # 2 s
+        {"step": 130, "episode/return": 1.0},  # an episode: no speed, not counted
+        {"step": 400, "charts/sps": 100.0},  # 3 s
+        {"step": 1000, "charts/sps": 200.0},  # 3 s
+    ]
+    assert training_hours(rows) == pytest.approx(8 / 3600)
+    assert training_hours([]) == 0
+
+
+def test_a_file_with_nothing_to_make_or_train_is_refused(tmp_path):
+    path = tmp_path / "empty.yaml"
+    path.write_text("name: e\ngames: [minatar/breakout]\n")
+    with pytest.raises(ConfigError, match="finetune: at least one .* or data or agents to make"):
+        ex.load_experiment(path)
+
+
+@pytest.mark.smoke
+def test_a_data_file_makes_every_store_and_reports_its_makers_and_stores(tmp_path):
+    pytest.importorskip("minatar")
+    file = tmp_path / "data.yaml"
+    file.write_text(MAKES_DATA)
+    out = tmp_path / "exp"
+    summary = ex.run_experiment(file, out, max_parallel=1, progress=False)
+    assert summary["counts"]["done"] == 5, summary  # maker, replay, weak, mixed, report
+
+    table = pd.read_csv(out / "results.csv")
+    maker = table[table.kind == "maker"].iloc[0]
+    run = out / "pretrain" / "maker__minatar-breakout"
+    result = json.loads((run / "eval.json").read_text())
+    random, top = (
+        minatar_random_score("minatar/breakout"),
+        minatar_reference_score("minatar/breakout"),
+    )
+    assert (maker.state, maker.steps, maker.final_mean) == ("finished", 120, result["mean"])
+    assert maker.normalized == pytest.approx((result["mean"] - random) / (top - random))
+    assert maker.training_hours == pytest.approx(training_hours(read_jsonl(run / "metrics.jsonl")))
+    assert maker.training_hours > 0
+    stores = table[table.kind == "store"].set_index("task")
+    for name, rows in (("replay", 120), ("weak", 60), ("mixed", 60)):
+        entry = stores.loc[f"data/{name}__minatar-breakout"]
+        store = TransitionStore(out / "data" / f"{name}__minatar-breakout")
+        assert (entry.state, entry.rows, entry.episodes) == ("made", rows, store.num_episodes)
+        assert entry.fingerprint == store.fingerprint
+        returns = np.add.reduceat(store.rewards.astype(float), store.episode_starts)
+        assert entry.mean_episode_return == pytest.approx(returns.mean())
+
+    markdown = (out / "results.md").read_text()
+    assert "| minatar/breakout | finished | 120 |" in markdown
+    assert "| mixed__minatar-breakout | made | 60 |" in markdown
+    assert MAKERS_MARK in (out / "makers.svg").read_text()
+    assert "<polyline" in (out / "makers.svg").read_text()  # the maker's curve is drawn
+
+
+def test_the_report_never_draws_over_a_figure_it_did_not_make(tmp_path):
+    file = tmp_path / "data.yaml"
+    file.write_text(MAKES_DATA)
+    graph = ex.expand(ex.load_experiment(file), tmp_path / "exp")
+    graph.out.mkdir()
+    (graph.out / "makers.svg").write_text("<svg>my own figure</svg>")
+    with pytest.raises(FileExistsError, match="makers.svg"):
+        write_data_report(graph)
+    assert (graph.out / "makers.svg").read_text() == "<svg>my own figure</svg>"
+    assert not (graph.out / "results.md").exists()
