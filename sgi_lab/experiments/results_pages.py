@@ -201,6 +201,8 @@ PAGE_BLOCKS = (
         "minatar_calibration")),
     Block("docs/results/minatar.md", "calibration power", power_tables(
         "minatar_calibration", "minatar_objectives")),
+    Block("docs/results/minatar.md", "calibration power, its own scratch runs", power_tables(
+        "minatar_calibration", "minatar_calibration")),
     Block("docs/results/minatar.md", "objectives question", question_tables(
         "minatar_objectives", "minatar_objectives_question.svg")),
     Block("docs/results/minatar.md", "objectives power, Holm", power_tables(
