@@ -19,6 +19,7 @@ import yaml
 
 from sgi_lab.base.files import atomic_write_text, read_jsonl
 from sgi_lab.data.store import TransitionStore
+from sgi_lab.data.store_format import MANIFEST, StoreError
 from sgi_lab.experiments.graph import Graph, Task
 from sgi_lab.metrics.minatar import normalization_name, normalized_score, score_references
 from sgi_lab.runs.status import read_status
@@ -100,10 +101,13 @@ def store_rows(graph: Graph) -> list[dict[str, Any]]:
     rows = []
     for task in (t for t in graph.tasks if t.kind == "data"):
         row: dict[str, Any] = {"kind": "store", "task": task.id, "folder": str(task.folder)}
+        if not (task.folder / MANIFEST).is_file():  # a store is complete once it has one
+            rows.append({**row, "state": "not made"})
+            continue
         try:
             store = TransitionStore(task.folder)
-        except Exception:  # not made yet (or half-written: a store opens only once complete)
-            rows.append({**row, "state": "not made"})
+        except (OSError, ValueError, StoreError) as exc:  # named: someone must look at it
+            rows.append({**row, "state": f"unreadable: {exc}"})
             continue
         summary = store.summary()
         rows.append(

@@ -14,7 +14,12 @@ from sgi_lab import experiments as ex
 from sgi_lab.base.files import read_jsonl
 from sgi_lab.config import ConfigError
 from sgi_lab.data.store import TransitionStore
-from sgi_lab.experiments.data_report import MAKERS_MARK, training_hours, write_data_report
+from sgi_lab.experiments.data_report import (
+    MAKERS_MARK,
+    store_rows,
+    training_hours,
+    write_data_report,
+)
 from sgi_lab.metrics.minatar import minatar_random_score, minatar_reference_score
 
 MAKES_DATA = """
@@ -97,3 +102,16 @@ def test_the_report_never_draws_over_a_figure_it_did_not_make(tmp_path):
         write_data_report(graph)
     assert (graph.out / "makers.svg").read_text() == "<svg>my own figure</svg>"
     assert not (graph.out / "results.md").exists()
+
+
+def test_a_store_not_made_and_one_that_does_not_open_are_told_apart(tmp_path):
+    file = tmp_path / "data.yaml"
+    file.write_text(MAKES_DATA)
+    graph = ex.expand(ex.load_experiment(file), tmp_path / "exp")
+    broken = graph.task("data/weak__minatar-breakout").folder
+    broken.mkdir(parents=True)
+    (broken / "manifest.json").write_text("{not json")
+    rows = {r["task"]: r for r in store_rows(graph)}
+    assert rows["data/replay__minatar-breakout"]["state"] == "not made"
+    assert rows["data/weak__minatar-breakout"]["state"].startswith("unreadable: ")
+    assert "manifest" in rows["data/weak__minatar-breakout"]["state"]
