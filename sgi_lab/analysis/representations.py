@@ -211,16 +211,23 @@ def embed_2d(
 
         import umap
 
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # n_jobs overridden by random_state, etc.
-            reducer = umap.UMAP(
-                n_neighbors=max(2, min(n_neighbors, len(x) - 1)),
-                min_dist=min_dist,
-                metric="cosine",
-                random_state=seed,
-                init="random" if len(x) < 20 else "spectral",
-            )
-            return np.asarray(reducer.fit_transform(x), dtype=np.float32)
+        # numba's OpenMP layer sets the process's OpenMP thread count (torch's too) to every
+        # core when it starts: a process kept to one torch thread (a test worker, a task
+        # beside others) would thrash on two from then on; give torch its count back
+        threads = torch.get_num_threads()
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # n_jobs overridden by random_state, etc.
+                reducer = umap.UMAP(
+                    n_neighbors=max(2, min(n_neighbors, len(x) - 1)),
+                    min_dist=min_dist,
+                    metric="cosine",
+                    random_state=seed,
+                    init="random" if len(x) < 20 else "spectral",
+                )
+                return np.asarray(reducer.fit_transform(x), dtype=np.float32)
+        finally:
+            torch.set_num_threads(threads)
     centered = x - x.mean(axis=0, keepdims=True)
     if len(x) < 2:
         return np.zeros((len(x), 2), np.float32)

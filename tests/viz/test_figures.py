@@ -100,6 +100,7 @@ def test_start_distance_is_the_pixel_distance_to_the_first_frame(small_store):
     assert got == pytest.approx(np.abs(frame - first).mean())
 
 
+@pytest.mark.usefixtures("one_thread")
 def test_encode_rows_shapes_and_embedding(small_store, model):
     rows = np.arange(0, 50, 5)
     z = representations.encode_rows(model, small_store, rows)
@@ -109,6 +110,9 @@ def test_encode_rows_shapes_and_embedding(small_store, model):
     df = representations.embedding_frame(model, small_store, rows, "random", method="umap")
     assert list(df.columns[:2]) == ["x", "y"] and len(df) == 10
     assert np.isfinite(df[["x", "y"]].to_numpy()).all()
+    # UMAP's numba threads leave torch's count as it was (it had set every core: a suite worker
+    # then ran its later tests on two threads beside the other worker, up to 10x slower)
+    assert torch.get_num_threads() == 1
 
 
 def test_diversity_curves_read_metrics(tmp_path):
