@@ -343,6 +343,8 @@ def _experiment_task_env(processes: int, cores: int) -> dict[str, str]:
     seen = {}
 
     class FakeProcess:
+        pid = 2**22 + 1  # above any pid: the driver's niceness goes nowhere
+
         def __init__(self, command, env, **kwargs):
             seen.update(env)
 
