@@ -48,10 +48,14 @@ def _how_made(params: dict[str, Any], source: str) -> list[str]:
         return ["The first steps of an IDF curiosity agent (the paper's Exploratory)."]
     agent = params.get("agent", params)
     config = agent.get("config") or {}
+    updates, every = config.get("updates_per_step"), config.get("update_every") or 1
+    period = (
+        f"{updates} update(s) every {every} steps" if every > 1 else f"{updates} update(s) a step"
+    )
     run = (
         f"one agent's training run from scratch ({agent.get('run')}: Rainbow, SSL "
-        f"{config.get('ssl')}, {config.get('updates_per_step')} update(s) a step, encoder "
-        f"{config.get('encoder')}, seed {agent.get('seed')}, {agent.get('steps')} steps)"
+        f"{config.get('ssl')}, {period}, encoder {config.get('encoder')}, seed "
+        f"{agent.get('seed')}, {agent.get('steps')} steps)"
     )
     if source == "replay":
         return [f"Every transition of {run}, in the order it was lived: the DQN Replay recipe."]
