@@ -168,6 +168,8 @@ def _cell(value: Any, digits: int = 3) -> str:
 
 
 def data_markdown(graph: Graph, makers: list[dict], stores: list[dict], figure: str) -> str:
+    """``results.md``: the makers' table (`maker_rows`), the figure, the stores' table
+    (`store_rows`)."""
     e = graph.experiment
     lines = [f"# {e.name}", "", e.description, "", "## The agents that made the data", ""]
     lines += [
