@@ -207,6 +207,22 @@ def data_markdown(graph: Graph, makers: list[dict], stores: list[dict], figure: 
     return "\n".join([*lines, ""])
 
 
+REPORT_FILES = ("results.md", "results.csv", "makers.svg")
+"""What `keep_data_report` copies into an archive."""
+
+
+def keep_data_report(out: Path, archive: Path) -> Path:
+    """Copy the data report's files from ``out`` into ``archive/report`` (atomically, over the
+    copy made before): an archive keeps no store, so the report is git's only record of what
+    the stores held. Returns the folder."""
+    dest = archive / "report"
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in REPORT_FILES:
+        if (out / name).is_file():
+            atomic_write_text(dest / name, (out / name).read_text())
+    return dest
+
+
 def write_data_report(graph: Graph) -> Path:
     """``results.md``, ``results.csv``, ``makers.svg`` and ``report.html`` of a data
     experiment (`is_data_experiment`); returns the path of report.html."""

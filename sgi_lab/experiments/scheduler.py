@@ -22,6 +22,7 @@ from sgi_lab.base.files import FolderLock, atomic_write_text
 from sgi_lab.base.threads import oversubscribed, thread_share, user_oversubscription
 from sgi_lab.config import ConfigError
 from sgi_lab.experiments import archive as archives
+from sgi_lab.experiments.data_report import is_data_experiment, keep_data_report
 from sgi_lab.experiments.executors import (
     LocalExecutor,
     RayExecutor,
@@ -498,7 +499,10 @@ class _Run:
         if store is not None:
             pull_results(self.graph, store)
         _run_report(self.graph, task, self.states, self.info, self.display, self.emit)
-        if store is not None and self.states[task.id] == "done":
+        done = self.states[task.id] == "done"
+        if done and self.archive is not None and is_data_experiment(self.graph):
+            keep_data_report(out, self.archive)  # the stores' record: they are not archived
+        if store is not None and done:
             for name in ("report.html", "results.csv", "results.aggregates.csv"):
                 if (out / name).exists():
                     store.push(out / name, name)

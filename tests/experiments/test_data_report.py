@@ -60,9 +60,13 @@ def test_a_data_file_makes_every_store_and_reports_its_makers_and_stores(tmp_pat
     pytest.importorskip("minatar")
     file = tmp_path / "data.yaml"
     file.write_text(MAKES_DATA)
-    out = tmp_path / "exp"
-    summary = ex.run_experiment(file, out, max_parallel=1, progress=False)
+    out, kept = tmp_path / "exp", tmp_path / "kept"
+    summary = ex.run_experiment(file, out, max_parallel=1, progress=False, archive=kept)
     assert summary["counts"]["done"] == 5, summary  # maker, replay, weak, mixed, report
+    # the archive keeps the maker's files and, the stores being too large for it, the report
+    assert (kept / "pretrain" / "maker__minatar-breakout" / "eval.json").is_file()
+    for name in ("results.md", "results.csv", "makers.svg"):
+        assert (kept / "report" / name).read_text() == (out / name).read_text()
 
     table = pd.read_csv(out / "results.csv")
     maker = table[table.kind == "maker"].iloc[0]
