@@ -65,6 +65,7 @@ STUDIES = {
     "minatar_objectives": "params/experiments/minatar_objectives.yaml",
     "minatar_objectives_2x": "params/experiments/minatar_objectives_2x.yaml",
     "minatar_calibration": "params/experiments/minatar_calibration.yaml",
+    "minatar_mixed": "params/experiments/minatar_mixed.yaml",
 }
 """Each archived finetuning study in ``results/`` and the experiment file that declares it (the
 archive's own ``experiment.yaml`` is the file as it ran; a question declared since lives in
@@ -203,6 +204,10 @@ PAGE_BLOCKS = (
         "minatar_calibration", "minatar_objectives")),
     Block("docs/results/minatar.md", "calibration power, its own scratch runs", power_tables(
         "minatar_calibration", "minatar_calibration")),
+    Block("docs/results/minatar.md", "mixed question", sealed_question_tables(
+        "minatar_mixed", "minatar_mixed_question.svg")),
+    Block("docs/results/minatar.md", "mixed power", power_tables(
+        "minatar_mixed", "minatar_calibration")),
     Block("docs/results/minatar.md", "objectives question", question_tables(
         "minatar_objectives", "minatar_objectives_question.svg")),
     Block("docs/results/minatar.md", "objectives power, Holm", power_tables(
@@ -301,6 +306,9 @@ def study_reports(
     written = []
     for name in studies if studies is not None else list(STUDIES):
         archive, folder = root / "results" / name, out / name
+        if not archive.is_dir():  # declared, not run yet: nothing to report
+            print(f"{name}: no archive at {archive} yet", file=sys.stderr)
+            continue
         if folder.exists() and not (folder / COPY_MARK).is_file():
             raise FileExistsError(f"{folder}: not a copy of {archive} made here; left as it is")
         if folder.exists():  # ours, from an earlier run: made again from the archive
