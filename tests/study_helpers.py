@@ -1,5 +1,6 @@
 """A finished finetuning agent as an experiment folder holds it, for tests of the study tables
-(`sgi_lab.experiments.question`, `sgi_lab.experiments.rereading`)."""
+(`sgi_lab.experiments.question`, `sgi_lab.experiments.rereading`); a tiny MinAtar agent whose
+run an experiment file turns into data (`TINY_MAKER`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,15 @@ import json
 from pathlib import Path
 
 import yaml
+
+TINY_MAKER = """\
+  - name: maker
+    kind: agent
+    params: params/finetune/minatar_none.yaml
+    set: {ssl: none, hidden_size: 32, steps: 120, batch_size: 8, n_step: 3, learning_starts: 60, eps_steps: 61, log_every: 40, checkpoint_every: 60, eval_episodes: 2, eval_envs: 2}
+"""
+"""An experiment file's ``pretrain:`` item: a 120-step MinAtar agent from scratch (checkpoints
+at 60 and 120), for the replay, Weak and Mixed sources made of its run."""
 
 
 def agent(

@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from study_helpers import TINY_MAKER
 
 from sgi_lab import experiments as ex
 from sgi_lab.base.files import read_jsonl
@@ -22,7 +23,8 @@ from sgi_lab.experiments.data_report import (
 )
 from sgi_lab.metrics.minatar import minatar_random_score, minatar_reference_score
 
-MAKES_DATA = """
+MAKES_DATA = (
+    """
 name: tiny_data
 games: [minatar/breakout]
 data:
@@ -30,11 +32,9 @@ data:
   weak: {source: weak, src: replay, fraction: 0.5}
   mixed: {source: mixed, src: replay, steps: 60, seed: 1, segment: 20}
 pretrain:
-  - name: maker
-    kind: agent
-    params: params/finetune/minatar_none.yaml
-    set: {ssl: none, hidden_size: 32, steps: 120, batch_size: 8, n_step: 3, learning_starts: 60, eps_steps: 61, log_every: 40, checkpoint_every: 60, eval_episodes: 2, eval_envs: 2}
 """
+    + TINY_MAKER
+)
 
 
 def test_training_hours_sum_each_logged_interval_over_its_speed():

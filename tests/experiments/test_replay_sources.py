@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+from study_helpers import TINY_MAKER
 
 from sgi_lab import experiments as ex
 from sgi_lab.config import ConfigError
@@ -133,7 +134,8 @@ def test_folders_stand_for_a_run_or_a_replay_made_elsewhere(tmp_path):
     assert not [t for t in graph.tasks if t.id.startswith("data/") and t is not mixed]
 
 
-TINY = """
+TINY = (
+    """
 name: tiny_replay
 games: [minatar/breakout]
 seeds: [0]
@@ -141,11 +143,9 @@ data:
   replay: {source: replay, src: maker}
   mixed: {source: mixed, src: replay, steps: 60, seed: 1, segment: 20}
 pretrain:
-  - name: maker
-    kind: agent
-    params: params/finetune/minatar_none.yaml
-    set: {ssl: none, hidden_size: 32, steps: 120, batch_size: 8, n_step: 3, learning_starts: 60, eps_steps: 61, log_every: 40, checkpoint_every: 60, eval_episodes: 2, eval_envs: 2}
-  - name: sgi_m
+"""
+    + TINY_MAKER
+    + """  - name: sgi_m
     params: params/pretrain/minatar_sgi.yaml
     data: mixed
     set: {hidden_size: 32, steps: 3, batch_size: 8, spr_steps: 3, n_step: 3, goal_window: 10, log_every: 1, checkpoint_every: 3, prefetch: 0}
@@ -155,6 +155,7 @@ finetune:
     pretrain: [sgi_m]
     set: {hidden_size: 32, steps: 30, batch_size: 4, spr_steps: 2, n_step: 3, learning_starts: 15, eps_steps: 16, log_every: 10, checkpoint_every: 30, eval_episodes: 1, eval_envs: 1}
 """
+)
 
 
 @pytest.mark.smoke
