@@ -226,6 +226,18 @@ def question_figure(contrasts: pd.DataFrame, alpha: float) -> str:
     return forest_svg(rows, "The declared contrasts: P(improvement), 95 % interval")
 
 
+def sealed_question_figure(experiment: Experiment, progress: pd.DataFrame) -> str:
+    """The forest plot while the study runs (`question_progress` not None): a row per declared
+    contrast with no value, and the runs finished against those planned in the title, so that
+    a figure shows no interim value either."""
+    question = declared_question(experiment)
+    pairs = [(arm, question.baseline) for arm in question.primary]
+    pairs += [(arm, against) for arm, against in question.secondary]
+    rows = [ForestRow(f"{arm} vs {against}", None, None, None, "sealed") for arm, against in pairs]
+    done, planned = int(progress["runs"].sum()), int(progress["planned"].sum())
+    return forest_svg(rows, f"Sealed until every arm is complete: {done} of {planned} runs")
+
+
 def question_markdown(
     folder: str | Path, experiment: Experiment, seed: int = 0, figure: str | Path | None = None
 ) -> str:

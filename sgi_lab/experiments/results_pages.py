@@ -38,6 +38,7 @@ from sgi_lab.experiments.question import (
     progress_markdown,
     question_markdown,
     question_progress,
+    sealed_question_figure,
 )
 from sgi_lab.experiments.rereading import rereading_markdown, rereading_table
 from sgi_lab.experiments.scheduler import write_inputs
@@ -45,6 +46,7 @@ from sgi_lab.experiments.spec import load_experiment
 from sgi_lab.studies.finetune_budgets import write_finetune_budget_figure
 from sgi_lab.studies.finetune_report import study_markdown
 from sgi_lab.studies.probe_seed_tests import encoder_game_table
+from sgi_lab.viz.forest import write_forest_svg
 from sgi_lab.viz.markdown import frame_markdown
 
 __all__ = [
@@ -187,10 +189,15 @@ def _budget_figure(root: Path, path: Path) -> object:
 
 
 def _question_figure(study: str) -> Callable[[Path, Path], object]:
+    """``study``'s forest plot, sealed (`sealed_question_figure`: no value) until every arm of
+    its declared question is complete, as its page block is."""
+
     def draw(root: Path, path: Path) -> object:
-        return question_markdown(
-            root / "results" / study, load_experiment(root / STUDIES[study]), figure=path
-        )
+        experiment = load_experiment(root / STUDIES[study])
+        progress = question_progress(root / "results" / study, experiment)
+        if progress is not None:
+            return write_forest_svg(path, sealed_question_figure(experiment, progress))
+        return question_markdown(root / "results" / study, experiment, figure=path)
 
     return draw
 
@@ -223,6 +230,7 @@ PAGE_FIGURES = (
     Figure(
         "docs/results/minatar_calibration_question.svg", _question_figure("minatar_calibration")
     ),
+    Figure("docs/results/minatar_mixed_question.svg", _question_figure("minatar_mixed")),
     Figure("docs/results/minatar_objectives_question.svg", _question_figure("minatar_objectives")),
     Figure("docs/results/minatar_finetune_budgets.svg", _budget_figure),
 )

@@ -126,6 +126,12 @@ def test_a_sealed_question_shows_progress_until_its_last_run_then_the_answer(tmp
     assert "44 of 45 runs of the declared arms have finished" in text
     assert "[" not in text and "0." not in text  # no interval, no P(improvement), no IQM
     assert "[" not in rereadings(root) and "0." not in rereadings(root)  # sealed as well
+    # the forest plot too: each contrast's row, no value, the runs in its title
+    figure = root / "q.svg"
+    rp._question_figure("minatar_objectives")(root, figure)
+    svg = figure.read_text()
+    assert "44 of 45 runs" in svg and svg.count(">sealed<") == 2
+    assert "reduced_lr__sgi vs sgi_none" in svg and "<circle" not in svg
 
 
 def test_a_page_without_its_markers_is_refused_naming_the_block():
