@@ -18,9 +18,10 @@ import pandas as pd
 import yaml
 
 from sgi_lab.base.files import atomic_write_text, read_jsonl
+from sgi_lab.data.replay_export import learning_curve
 from sgi_lab.data.store import TransitionStore
 from sgi_lab.data.store_format import MANIFEST, StoreError
-from sgi_lab.experiments.graph import Graph, Task
+from sgi_lab.experiments.graph import Graph, Task, is_agent_task
 from sgi_lab.metrics.minatar import normalization_name, normalized_score, score_references
 from sgi_lab.runs.status import read_status
 from sgi_lab.viz.method_curves import method_curves_svg
@@ -33,16 +34,6 @@ MAKERS_MARK = "sgi-lab data_report.makers_svg"
 def _top(game: str) -> tuple[str, float]:
     """The game's score at normalised 1 and its name (``DQN reference``, ``human``)."""
     return list(score_references(game).items())[-1]
-
-
-def is_data_experiment(graph: Graph) -> bool:
-    """No finetuning or probe task: the experiment makes data and agents only."""
-    return not any(t.kind in ("finetune", "probe") for t in graph.tasks)
-
-
-def is_agent_task(task: Task) -> bool:
-    """A pretraining task of kind ``agent``: an agent trained from scratch by `sgi-lab finetune`."""
-    return task.kind == "pretrain" and task.argv[:1] == ("finetune",)
 
 
 def training_hours(rows: list[dict[str, Any]]) -> float:
@@ -62,19 +53,37 @@ def _game_of(task: Task) -> str:
     return argv[argv.index("--game") + 1] if "--game" in argv else ""
 
 
-def maker_rows(graph: Graph) -> list[dict[str, Any]]:
-    """One row per making agent: finished or not, its steps, evaluation and hours."""
-    rows = []
+def read_makers(graph: Graph) -> list[dict[str, Any]]:
+    """What each making agent's folder holds, read once: its task, status, game, metrics rows,
+    config and final evaluation (empty where not written yet)."""
+    makers = []
     for task in filter(is_agent_task, graph.tasks):
         status = read_status(task.folder) or {}
-        game = status.get("game") or _game_of(task)
-        evaluation = task.folder / "eval.json"
-        result = json.loads(evaluation.read_text()) if evaluation.is_file() else {}
-        metrics = task.folder / "metrics.jsonl"
+        metrics, evaluation = task.folder / "metrics.jsonl", task.folder / "eval.json"
+        config = task.folder / "config.yaml"
+        makers.append(
+            {
+                "task": task,
+                "status": status,
+                "game": status.get("game") or _game_of(task),
+                "rows": read_jsonl(metrics) if metrics.is_file() else [],
+                "config": (yaml.safe_load(config.read_text()) or {}) if config.is_file() else {},
+                "result": json.loads(evaluation.read_text()) if evaluation.is_file() else {},
+            }
+        )
+    return makers
+
+
+def maker_rows(makers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per making agent (`read_makers`): finished or not, its steps, evaluation and
+    hours."""
+    rows = []
+    for maker in makers:
+        status, game, result = maker["status"], maker["game"], maker["result"]
         rows.append(
             {
                 "kind": "maker",
-                "task": task.id,
+                "task": maker["task"].id,
                 "game": game,
                 "state": status.get("state", "not started"),
                 "steps": status.get("step", 0),
@@ -85,7 +94,7 @@ def maker_rows(graph: Graph) -> list[dict[str, Any]]:
                 "random_score": score_references(game)["random"],
                 "top_score": _top(game)[1],
                 "top_name": _top(game)[0],
-                "training_hours": training_hours(read_jsonl(metrics)) if metrics.is_file() else 0,
+                "training_hours": training_hours(maker["rows"]),
                 "commits": sorted({p.get("commit", "")[:7] for p in status.get("provenance", [])}),
             }
         )
@@ -126,39 +135,28 @@ def store_rows(graph: Graph) -> list[dict[str, Any]]:
     return rows
 
 
-def makers_curves(graph: Graph) -> pd.DataFrame:
-    """``game, method, step, return`` of every maker's training episodes, binned by its
-    checkpoint interval, and the game's reference score as a flat line."""
+def makers_curves(makers: list[dict[str, Any]]) -> pd.DataFrame:
+    """``game, method, step, return`` of every maker's training episodes per checkpoint interval
+    (`learning_curve`, as a replay's manifest records it), and the game's score at normalised 1
+    as a flat line."""
     frames = []
-    for task in filter(is_agent_task, graph.tasks):
-        metrics = task.folder / "metrics.jsonl"
-        if not metrics.is_file():
+    for maker in makers:
+        ends = [r["step"] for r in maker["rows"] if "episode/return" in r]
+        if not ends:
             continue
-        game = (read_status(task.folder) or {}).get("game") or _game_of(task)
-        episodes = pd.DataFrame(
-            [
-                (r["step"], r["episode/return"])
-                for r in read_jsonl(metrics)
-                if "episode/return" in r
-            ],
+        every = int(maker["config"].get("checkpoint_every") or 50_000)
+        curve = learning_curve(maker["rows"], list(range(every, max(ends) + every, every)))
+        binned = pd.DataFrame(
+            [(c["step"], c["mean_return"]) for c in curve if c["episodes"]],
             columns=["step", "return"],
         )
-        if episodes.empty:
-            continue
-        every = int(_config(task.folder).get("checkpoint_every") or 50_000)
-        episodes["step"] = (episodes["step"] // every + 1) * every
-        binned = episodes.groupby("step", as_index=False)["return"].mean()
-        frames.append(binned.assign(game=game, method=task.id.split("/")[1].split("__")[0]))
-        name, top = _top(game)
+        game, name = maker["game"], maker["task"].id.split("/")[1].split("__")[0]
+        frames.append(binned.assign(game=game, method=name))
+        top_name, top = _top(game)
         frames.append(pd.DataFrame({"step": binned["step"], "return": top}).assign(
-            game=game, method=f"{name} (normalised 1)"
+            game=game, method=f"{top_name} (normalised 1)"
         ))  # fmt: skip
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-
-
-def _config(folder: Path) -> dict[str, Any]:
-    path = folder / "config.yaml"
-    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
 
 
 def _cell(value: Any, digits: int = 3) -> str:
@@ -227,8 +225,9 @@ def write_data_report(graph: Graph) -> Path:
     """``results.md``, ``results.csv``, ``makers.svg`` and ``report.html`` of a data
     experiment (`is_data_experiment`); returns the path of report.html."""
     out = graph.out
-    makers, stores = maker_rows(graph), store_rows(graph)
-    curves = makers_curves(graph)
+    read = read_makers(graph)
+    makers, stores = maker_rows(read), store_rows(graph)
+    curves = makers_curves(read)
     methods = sorted(set(curves["method"])) if not curves.empty else []
     methods = sorted(methods, key=lambda m: m.endswith("(normalised 1)"))  # agents first
     svg = method_curves_svg(curves, methods, mark=MAKERS_MARK, y_title="training return")

@@ -8,9 +8,10 @@ from pathlib import Path
 from sgi_lab.analysis.report import format_aggregates, report
 from sgi_lab.analysis.score_matrices import write_study_scores
 from sgi_lab.base.files import atomic_write_text
-from sgi_lab.experiments.data_report import is_data_experiment, write_data_report
+from sgi_lab.experiments.data_report import write_data_report
 from sgi_lab.experiments.graph import (
     Graph,
+    is_data_experiment,
 )
 from sgi_lab.experiments.question import question_markdown
 from sgi_lab.experiments.rereading import rereading_markdown, rereading_table

@@ -178,6 +178,17 @@ def expand(experiment: Experiment, out: str | os.PathLike) -> Graph:
     return graph
 
 
+def is_agent_task(task: Task) -> bool:
+    """A pretraining task of kind ``agent``: an agent trained from scratch by `sgi-lab finetune`
+    (a positive control's source, or the maker of a replay's data)."""
+    return task.kind == "pretrain" and task.argv[:1] == ("finetune",)
+
+
+def is_data_experiment(graph: Graph) -> bool:
+    """No finetuning or probe task: the experiment makes data and agents only."""
+    return not any(t.kind in ("finetune", "probe") for t in graph.tasks)
+
+
 def check_inside(graph: Graph) -> None:
     """Refuse a graph that would write outside its folder: every task's folder, agent folder,
     log and params file, resolved (symlinks followed), must lie under ``graph.out``.

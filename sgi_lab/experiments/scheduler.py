@@ -22,7 +22,7 @@ from sgi_lab.base.files import FolderLock, atomic_write_text
 from sgi_lab.base.threads import oversubscribed, thread_share, user_oversubscription
 from sgi_lab.config import ConfigError
 from sgi_lab.experiments import archive as archives
-from sgi_lab.experiments.data_report import is_data_experiment, keep_data_report
+from sgi_lab.experiments.data_report import keep_data_report
 from sgi_lab.experiments.executors import (
     LocalExecutor,
     RayExecutor,
@@ -33,6 +33,7 @@ from sgi_lab.experiments.graph import (
     Graph,
     Task,
     check_inside,
+    is_data_experiment,
 )
 from sgi_lab.experiments.order import REBUILD_NEEDS_ARCHIVE, run_order
 from sgi_lab.experiments.spec import (

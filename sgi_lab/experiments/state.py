@@ -12,6 +12,7 @@ from sgi_lab.data.store_format import MANIFEST, PARTIAL_SUFFIX, read_manifest
 from sgi_lab.experiments.graph import (
     Graph,
     Task,
+    is_agent_task,
 )
 from sgi_lab.experiments.spec import (
     PROBE_KEYS,
@@ -207,7 +208,7 @@ def _report_stale(graph: Graph) -> bool:
         results = [f / "eval.json" for f in task.agent_folders]
         if task.kind == "probe":
             results.append(task.folder / "probes.json")
-        if task.kind == "pretrain" and task.argv[:1] == ("finetune",):  # an agent: data's maker
+        if is_agent_task(task):  # its evaluation: a data file's report shows it
             results.append(task.folder / "eval.json")
         if task.kind == "data":
             results.append(task.folder / MANIFEST)

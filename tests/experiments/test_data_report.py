@@ -17,6 +17,8 @@ from sgi_lab.config import ConfigError
 from sgi_lab.data.store import TransitionStore
 from sgi_lab.experiments.data_report import (
     MAKERS_MARK,
+    makers_curves,
+    read_makers,
     store_rows,
     training_hours,
     write_data_report,
@@ -94,6 +96,17 @@ def test_a_data_file_makes_every_store_and_reports_its_makers_and_stores(tmp_pat
     assert "| mixed__minatar-breakout | made | 60 |" in markdown
     assert MAKERS_MARK in (out / "makers.svg").read_text()
     assert "<polyline" in (out / "makers.svg").read_text()  # the maker's curve is drawn
+    # the curve: by hand, the training episodes ending in each checkpoint interval (0, 60], ...
+    graph = ex.expand(ex.load_experiment(file), out)
+    curves = makers_curves(read_makers(graph))
+    ours = curves[curves.method == "maker"].set_index("step")["return"]
+    episodes = [(r["step"], r["episode/return"]) for r in read_jsonl(run / "metrics.jsonl")
+                if "episode/return" in r]  # fmt: skip
+    assert list(ours.index) == [60, 120]
+    for step in ours.index:
+        inside = [ret for end, ret in episodes if step - 60 < end <= step]
+        assert ours[step] == pytest.approx(np.mean(inside))
+    assert set(curves[curves.method != "maker"]["return"]) == {top}  # the reference line
 
 
 def test_the_report_never_draws_over_a_figure_it_did_not_make(tmp_path):
