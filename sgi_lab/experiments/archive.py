@@ -51,6 +51,7 @@ __all__ = [
     "archived_tasks",
     "check_archive_folder",
     "compare_rebuilt",
+    "keep_study_scores",
     "kept",
     "restore",
     "restored_files",
@@ -235,6 +236,27 @@ def _copy_inside(source: Path, folder: Path, rel: str) -> None:
             f"its run folder {folder}; refusing to restore it"
         )
     _copy(source, target)
+
+
+STUDY_SCORE_FILES = ("scores.npz", "scores.json")
+"""What `keep_study_scores` copies into an archive's root."""
+
+
+def keep_study_scores(out: Path, dest: Path) -> list[Path]:
+    """Copy a finetuning study's per-seed score matrices (``scores.npz``, ``scores.json``:
+    `sgi_lab.analysis.score_matrices.write_study_scores`, written by its report) from ``out``
+    into the archive's root, atomically, over the copy made before, so a clone redraws its
+    figures with numpy or rliable alone. They are derived, not archived run files: not in
+    ``archive.json``, never restored; an archive with no ``archive.json`` yet (no task
+    finished) gets none. Returns the files copied."""
+    kept_files: list[Path] = []
+    if not (dest / ARCHIVE_FILE).is_file():
+        return kept_files
+    for name in STUDY_SCORE_FILES:
+        if (out / name).is_file():
+            _copy(out / name, dest / name)
+            kept_files.append(dest / name)
+    return kept_files
 
 
 class ArchivedFileChangedError(RunFolderError):

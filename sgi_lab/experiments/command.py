@@ -29,7 +29,7 @@ from sgi_lab.experiments.graph import (
 )
 from sgi_lab.experiments.order import REBUILD_NEEDS_ARCHIVE, run_order
 from sgi_lab.experiments.question import power_markdown, power_report, question_plan
-from sgi_lab.experiments.scheduler import run_graph, write_inputs
+from sgi_lab.experiments.scheduler import keep_report_files, run_graph, write_inputs
 from sgi_lab.experiments.spec import (
     EXPERIMENT_FILE,
     STATE_FILE,
@@ -149,6 +149,8 @@ def _report_only(args: argparse.Namespace, graph: Graph) -> int:
         done = archive_results(graph, args.archive, replace_changed=args.overwrite_archive)
         print(f"archived {len(done)} tasks in {args.archive}")
     print(f"wrote {write_report(graph)}")
+    if args.archive:
+        keep_report_files(graph, args.archive)
     return 0
 
 

@@ -501,8 +501,8 @@ class _Run:
             pull_results(self.graph, store)
         _run_report(self.graph, task, self.states, self.info, self.display, self.emit)
         done = self.states[task.id] == "done"
-        if done and self.archive is not None and is_data_experiment(self.graph):
-            keep_data_report(out, self.archive)  # the stores' record: they are not archived
+        if done and self.archive is not None:
+            keep_report_files(self.graph, self.archive)
         if store is not None and done:
             for name in ("report.html", "results.csv", "results.aggregates.csv"):
                 if (out / name).exists():
@@ -582,6 +582,15 @@ class _Run:
             self.states[task.id] = "pending"
             self.info[task.id]["error"] = "interrupted (run the experiment again to resume)"
         self.save()
+
+
+def keep_report_files(graph: Graph, archive: Path) -> list[Path]:
+    """What of a written report an archive keeps beside its run files: a data experiment's
+    report (`keep_data_report`: the stores' only record, for they are not archived), a
+    finetuning study's per-seed score matrices (`archive.keep_study_scores`)."""
+    if is_data_experiment(graph):
+        return [keep_data_report(graph.out, archive)]
+    return archives.keep_study_scores(graph.out, archive)
 
 
 def _run_report(graph, task, states, info, display, emit) -> None:

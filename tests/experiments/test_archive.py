@@ -11,12 +11,16 @@ import re
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from sgi_lab import experiments as ex
+from sgi_lab.analysis.score_matrices import read_score_matrices
 from sgi_lab.base.files import RunFolderError
 from sgi_lab.config import ConfigError
+from sgi_lab.experiments import archive as archive_module
+from sgi_lab.experiments import scheduler
 from sgi_lab.experiments.archive import (
     ARCHIVE_FILE,
     RESTORED_FILE,
@@ -77,7 +81,7 @@ def archived(tmp_path):
     pretraining runs), archived into ``tmp_path / "archive"``."""
     graph = study(tmp_path / "first")
     graph.out.mkdir(parents=True)
-    ex.scheduler.write_inputs(graph, graph.out)  # what run_graph writes first
+    scheduler.write_inputs(graph, graph.out)  # what run_graph writes first
     finish_agents(graph, SCRATCH, 0.2)
     finish_agents(graph, SGI, 0.4)
     for game in ("asterix", "breakout"):
@@ -192,7 +196,7 @@ def test_a_local_folder_that_differs_is_left_as_it_is_and_named(archived, tmp_pa
     assert not (agent / RESTORED_FILE).exists() and SCRATCH not in result["restored"]
     # "left as it is" holds: the task that would write into it fails before it runs, naming it
     assert result["left_alone"] == [agent]
-    run = ex.scheduler._Run(fresh, "local", None, None, 1, None, dest)
+    run = scheduler._Run(fresh, "local", None, None, 1, None, dest)
     run.skip_finished()
     run.refuse_conflicts(result["left_alone"])
     assert run.states[SCRATCH] == "failed"
@@ -251,7 +255,7 @@ def test_an_archive_write_cut_short_leaves_an_archive_that_restores(
         calls.append(target)
         shutil.copyfile(source, target)
 
-    monkeypatch.setattr(ex.archive, "_copy", cut)
+    monkeypatch.setattr(archive_module, "_copy", cut)
     with pytest.raises(KeyboardInterrupt):
         archive(graph, dest)
     monkeypatch.undo()
@@ -298,6 +302,12 @@ def test_report_only_with_an_archive_restores_archives_and_reports(archived, tmp
     printed = capsys.readouterr().out
     assert "restored 2 tasks" in printed and "archived 2 tasks" in printed
     assert "Finished agents: 12 of 180" in (out / "results.md").read_text()
+    for name in ("scores.npz", "scores.json"):  # the per-seed matrices, kept in the archive
+        assert (dest / name).read_bytes() == (out / name).read_bytes(), name
+    kept_scores = read_score_matrices(dest / "scores.npz")  # the 12 archived agents' returns
+    raw = np.concatenate([m[~np.isnan(m)] for m in kept_scores.raw.values()])
+    by_hand = [10 * (base + 0.1 * seed) for base in (0.2, 0.4) for seed in (0, 1, 2)] * 2
+    np.testing.assert_allclose(np.sort(raw), np.sort(by_hand), rtol=1e-12)
     # into a folder that does not exist yet: it becomes the experiment's, which a run goes on in
     new = tmp_path / "new"
     args = ["experiment", str(STUDY), "--out", str(new), "--archive", str(dest), "--report-only"]
@@ -493,7 +503,7 @@ def rebuildable(tmp_path, monkeypatch):
 
     graph = study(tmp_path / "first")
     graph.out.mkdir(parents=True)
-    ex.scheduler.write_inputs(graph, graph.out)
+    scheduler.write_inputs(graph, graph.out)
     for task_id in (ASTERIX, BREAKOUT):
         finish_pretraining(graph, task_id)
         (graph.task(task_id).folder / "config.yaml").write_text("encoder: minatar\nsteps: 2000\n")

@@ -11,7 +11,7 @@ import json
 import pytest
 from test_archive import SCRATCH, SGI, STUDY, finish_agents, study
 
-from sgi_lab import experiments as ex
+from sgi_lab.experiments import scheduler
 from sgi_lab.experiments.archive import ARCHIVE_FILE, archive
 from sgi_lab.launch.cli import main
 from sgi_lab.runs.status import file_sha256
@@ -23,7 +23,7 @@ def archived(tmp_path):
     archived (as `test_archive`'s, without the pretraining runs nothing here reads)."""
     graph = study(tmp_path / "first")
     graph.out.mkdir(parents=True)
-    ex.scheduler.write_inputs(graph, graph.out)
+    scheduler.write_inputs(graph, graph.out)
     finish_agents(graph, SCRATCH, 0.2)
     finish_agents(graph, SGI, 0.4)
     assert sorted(archive(graph, tmp_path / "archive")) == sorted([SCRATCH, SGI])

@@ -211,3 +211,24 @@ def test_a_declared_study_without_an_archive_yet_has_no_report(tmp_path, capsys)
     assert rp.study_reports(tmp_path, out, studies=["minatar_mixed"]) == []
     assert not out.exists() or not any(out.iterdir())
     assert "minatar_mixed: no archive" in capsys.readouterr().err
+
+
+def test_every_archived_finetuning_study_keeps_its_per_seed_matrices():
+    """docs/datasets.md's promise: each study archived in results/ holds its runs' per-seed
+    scores in rliable's shape (scores.npz, scores.json beside), one cell per archived agent,
+    each that agent's eval.json mean; a data experiment (no finetuning) keeps none."""
+    from sgi_lab.analysis.score_matrices import read_score_matrices
+
+    studies = 0
+    for index in sorted((ROOT / "results").glob("*/archive.json")):
+        folder = index.parent
+        if not yaml.safe_load((folder / "experiment.yaml").read_text()).get("finetune"):
+            assert not (folder / "scores.npz").exists(), folder.name
+            continue
+        means = sorted(json.loads(p.read_text())["mean"] for p in folder.rglob("eval.json"))
+        for name in ("scores.npz", "scores.json"):
+            matrices = read_score_matrices(folder / name)
+            cells = sorted(float(v) for a in matrices.raw.values() for v in a[~np.isnan(a)])
+            np.testing.assert_allclose(cells, means, rtol=1e-12, err_msg=f"{folder.name}/{name}")
+        studies += 1
+    assert studies >= 3  # the calibration study and the two objective studies
