@@ -8,7 +8,10 @@ without its final model, or whose status.json is torn or empty beside checkpoint
 ``interrupted``, and one that stopped cleanly at a checkpoint (a time limit, SIGTERM) as
 ``stopped`` rather than failed; a live run silent for a long time is marked as possibly stuck.
 Symlinked folders are followed (each real folder once). One unreadable run is named and
-skipped. Misspelled folders get a "did you mean".
+skipped. Misspelled folders get a "did you mean". Each experiment folder found (the folder
+itself, or one or two levels below it: ``outputs/experiments/NAME``) gets a line of its own
+(`experiment_lines`): its tasks by state, from its driver's record, and whether that driver is
+alive; a record with tasks running and no driver is one that was killed.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import math
 import os
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +34,7 @@ from sgi_lab.runs.status import has_final_model, read_status, restored_files, ru
 
 __all__ = [
     "add_status_parser",
+    "experiment_lines",
     "find_run_folders",
     "main_status",
     "run_progress",
@@ -63,6 +68,44 @@ def find_run_folders(root: str | os.PathLike) -> list[Path]:
     if not root.exists():
         raise FileNotFoundError(did_you_mean(root))
     return run_folders(root, interrupted=True)
+
+
+EXPERIMENT_RECORD = "experiment.json"
+"""An experiment driver's record of its tasks (`sgi_lab.experiments.state.STATE_FILE`; not
+imported: ``status`` starts without the experiments package)."""
+TASK_STATES = ("done", "running", "pending", "failed", "blocked", "unneeded")
+"""The order `experiment_lines` counts an experiment's tasks in (`sgi_lab.experiments.
+scheduler.STATES`; others after them)."""
+
+
+def experiment_lines(root: str | os.PathLike) -> list[str]:
+    """One line per experiment folder at ``root`` or one or two levels below it: its name, its
+    tasks by state (its driver's ``experiment.json``) and whether its driver is alive (the
+    folder's lock). A record with tasks running while no process holds the lock is a driver
+    that was killed (a stopped one puts its tasks back to pending): re-running its command
+    resumes it."""
+    root, lines = Path(root), []
+    for pattern in (EXPERIMENT_RECORD, f"*/{EXPERIMENT_RECORD}", f"*/*/{EXPERIMENT_RECORD}"):
+        for record in sorted(root.glob(pattern)):
+            state = read_mapping(record)
+            tasks = state.get("tasks")
+            if not isinstance(tasks, dict) or not tasks:  # a report's copy keeps no tasks
+                continue
+            counts = Counter(
+                str(t.get("state", "pending")) for t in tasks.values() if isinstance(t, dict)
+            )
+            order = sorted(counts, key=lambda k: (TASK_STATES + (k,)).index(k))
+            by_state = ", ".join(f"{counts[k]} {k}" for k in order)
+            holder = lock_holder(record.parent)
+            if holder:
+                driver = f"its driver running (PID {holder})"
+            elif counts.get("running"):
+                driver = "no driver holds it (killed?): re-run its command to resume"
+            else:
+                driver = "no driver running"
+            name = state.get("name") or record.parent.name
+            lines.append(f"experiment {name}: {len(tasks)} tasks: {by_state}; {driver}")
+    return lines
 
 
 def _timestamp(text: Any) -> float | None:
@@ -303,6 +346,8 @@ def main_status(args: argparse.Namespace) -> int:
         if stale
         else ""
     )
+    for line in experiment_lines(root):
+        print(line)
     return 0
 
 

@@ -336,3 +336,47 @@ def test_a_run_restored_from_an_archive_is_listed_as_restored_with_its_score(tmp
     assert "eval 3 over 30 episodes, MinAtar score 0.280" in out
     (run / "eval.json").write_text(json.dumps(evaluation | {"mean": 9.0}))
     assert status_command.run_progress(run)["state"] == "interrupted"
+
+
+def test_each_experiment_folder_gets_its_tasks_and_whether_its_driver_lives(tmp_path, capsys):
+    """An experiment's line: its tasks by state from its driver's record, and the driver alive
+    (holding the folder's lock: this process stands in for it), killed (tasks running, no
+    lock) or not running; a report's copy (no tasks) gets none."""
+    from sgi_lab.experiments.scheduler import STATES
+    from sgi_lab.experiments.state import STATE_FILE
+
+    assert status_command.EXPERIMENT_RECORD == STATE_FILE
+    assert set(status_command.TASK_STATES) == set(STATES)
+    root = tmp_path / "outputs"
+
+    def experiment(name, states):
+        folder = root / "experiments" / name
+        _run(folder / "pretrain" / "a", "finished", 10, 10, [])
+        tasks = {f"finetune/t{i}": {"kind": "finetune", "state": s} for i, s in enumerate(states)}
+        (folder / STATE_FILE).write_text(json.dumps({"name": name, "tasks": tasks}))
+        return folder
+
+    live = experiment("live", ["pending", "done", "running", "done"])
+    experiment("killed", ["running", "failed"])
+    experiment("stopped", ["pending", "done"])
+    copy = root / "results" / "live"
+    copy.mkdir(parents=True)
+    (copy / STATE_FILE).write_text(json.dumps({"name": "live", "tasks": {}}))
+    lock = FolderLock(live, "the experiment 'live'")
+    try:
+        assert main(["status", str(root)]) == 0
+        out = capsys.readouterr().out.splitlines()
+        assert (
+            f"experiment live: 4 tasks: 2 done, 1 running, 1 pending; its driver running (PID {os.getpid()})"
+            in out
+        )
+        assert (
+            "experiment killed: 2 tasks: 1 running, 1 failed; no driver holds it (killed?): re-run its command to resume"
+            in out
+        )
+        assert "experiment stopped: 2 tasks: 1 done, 1 pending; no driver running" in out
+        assert sum(line.startswith("experiment live") for line in out) == 1  # not the copy
+        assert main(["status", str(live)]) == 0  # the experiment folder itself
+        assert capsys.readouterr().out.splitlines()[-1].startswith("experiment live: 4 tasks")
+    finally:
+        lock.release()
