@@ -8,6 +8,7 @@ for Atari (`make_env`'s ``preprocessing``), ``"minatar"`` for MinAtar.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -17,10 +18,12 @@ from sgi_lab.envs.games import UnknownGameError, canonical_game
 from sgi_lab.envs.spec import ATARI_SPEC, ObservationSpec, minatar_spec
 
 __all__ = [
+    "ATARI_ENCODER_MIN_SIDE",
     "ENV_PROTOCOLS",
     "action_names",
     "canonical_env_game",
     "env_protocol",
+    "grid_observations",
     "make_env",
     "num_actions",
     "observation_spec",
@@ -122,3 +125,15 @@ def action_names(
     if minatar.is_minatar(game):
         return minatar.minatar_action_names(game, full_action_space)
     return atari.action_names(game, full_action_space, allow_any_ale_game)
+
+
+ATARI_ENCODER_MIN_SIDE = 36
+"""The smallest frame side Atari's encoders read: the Nature CNN's 8/4, 4/2 and 3/1 convolutions
+leave one cell of a 36x36 frame. Smaller frames are grids (MinAtar's 10x10, a grid dataset
+imported from Minari), for MinAtar's encoders (`grid_observations`)."""
+
+
+def grid_observations(game: str, frame_shape: Sequence[int]) -> bool:
+    """Whether a store's observations are grids for MinAtar's encoders: a MinAtar game's, or
+    frames too small for Atari's encoders (a foreign dataset's, whose game is its id)."""
+    return minatar.is_minatar(game) or min(frame_shape[-2:]) < ATARI_ENCODER_MIN_SIDE

@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from sgi_lab.config import Encoder, encoder_problem
-from sgi_lab.envs.factory import canonical_env_game
-from sgi_lab.envs.minatar import is_minatar
+from sgi_lab.envs.factory import canonical_env_game, grid_observations
 from sgi_lab.probes.choices import FEATURES, READOUTS
 
 # The options (`add_probe_parser`) need no torch, so `sgi-lab probe --help` loads none: the
@@ -113,7 +112,8 @@ def main_probe(args: argparse.Namespace) -> int:
             raise ProbeInputError(
                 "--random-init probes a fresh encoder into --out DIR; give --out and no RUN"
             )
-        problem = encoder_problem(args.random_init, is_minatar(store.game))
+        grid = grid_observations(store.game, store.observation_spec.frame_shape)
+        problem = encoder_problem(args.random_init, grid)
         if problem:
             raise ProbeInputError(
                 f"--random-init: {problem} (the store {args.data} is {store.game})"

@@ -30,7 +30,7 @@ from sgi_lab.base.files import atomic_torch_save
 from sgi_lab.config import ConfigError, PretrainConfig, build_config, encoder_problem, to_dict
 from sgi_lab.data import StoreError, TransitionStore
 from sgi_lab.data.sampler import valid_start_mask
-from sgi_lab.envs import is_minatar
+from sgi_lab.envs import grid_observations
 from sgi_lab.nets import SGIModel
 from sgi_lab.probes.encoder_probe import ProbeEncoder, probe_encoder
 from sgi_lab.probes.linear import ProbeSettings
@@ -118,7 +118,7 @@ def check_fits_store(config: PretrainConfig, store: TransitionStore) -> None:
         ConfigError: naming ``encoder`` or ``batch_size`` (``atc_sequences`` for ATC).
     """
     spec = store.observation_spec
-    problem = encoder_problem(config.encoder, minatar=is_minatar(store.game))
+    problem = encoder_problem(config.encoder, grid_observations(store.game, spec.frame_shape))
     if problem:
         raise ConfigError(
             f"encoder: {problem} (store {store.path}: {spec.stacked_shape} observations)"

@@ -131,7 +131,7 @@ class GridWorld:
         return gym.wrappers.TimeLimit(Env(), max_episode_steps=30)
 
 
-def test_a_dataset_minaris_collector_wrote_imports_and_samples(tmp_path, monkeypatch):
+def test_a_dataset_minaris_collector_wrote_imports_samples_and_pretrains(tmp_path, monkeypatch):
     pytest.importorskip("jax", reason="Minari's DataCollector needs jax (minari[create])")
     from sgi_lab.data.minari_exchange import import_minari
 
@@ -159,3 +159,19 @@ def test_a_dataset_minaris_collector_wrote_imports_and_samples(tmp_path, monkeyp
     np.testing.assert_array_equal(store.terminals[rows], first.terminations)
     batch = SequenceSampler(store, batch_size=4, K=2, n_step=2, goal_window=5).sample()
     assert batch.obs.shape == (4, 3, 3, 10, 10)
+    # and SGI pretrains on it: the encoder sized from the store's observation spec
+    pretrained = tmp_path / "pretrain"
+    sets = ["encoder=minatar", "hidden_size=32", "steps=3", "batch_size=8", "spr_steps=2",
+            "n_step=2", "goal_window=5", "log_every=1", "checkpoint_every=3", "prefetch=0"]  # fmt: skip
+    argv = [
+        "pretrain",
+        "--params",
+        "params/pretrain/minatar_sgi.yaml",
+        "--data",
+        str(tmp_path / "store"),
+    ]
+    argv += [x for s in sets for x in ("--set", s)]
+    assert main([*argv, "--out", str(pretrained), "--no-progress"]) == 0
+    status = json.loads((pretrained / "status.json").read_text())
+    assert status["state"] == "finished" and status["step"] == 3
+    assert (pretrained / "model.pt").is_file()

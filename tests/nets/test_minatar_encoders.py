@@ -56,3 +56,20 @@ def test_an_sgi_model_sizes_every_part_from_the_encoder():
     assert (
         params(model.encoder) == 592 and params(model) == 1_896_627
     )  # pinned: the report quotes it
+
+
+def test_frames_below_atari_encoders_smallest_side_are_grids():
+    """`grid_observations`: MinAtar's games, and any frame smaller than Atari's encoders read
+    (a grid dataset imported from Minari, whose game is its id); the bound is the Nature CNN's:
+    it reads a 36x36 frame and fails on 35x35."""
+    from sgi_lab.envs.factory import ATARI_ENCODER_MIN_SIDE, grid_observations
+
+    side = ATARI_ENCODER_MIN_SIDE
+    assert make_encoder("nature", 4, side)(torch.zeros(1, 4, side, side)).shape[-2:] == (1, 1)
+    with pytest.raises(RuntimeError):
+        make_encoder("nature", 4, side - 1)(torch.zeros(1, 4, side - 1, side - 1))
+    assert grid_observations("minatar/breakout", (4, 10, 10))
+    assert grid_observations("test/grid-v0", (3, 10, 10))
+    assert grid_observations("test/small-v0", (1, side - 1, side - 1))
+    assert not grid_observations("test/frames-v0", (1, side, side))
+    assert not grid_observations("Pong", (84, 84))
