@@ -106,6 +106,24 @@ def test_the_cli_exports_and_imports_and_refuses_to_overwrite(tmp_path, capsys):
     assert "--game and --checkpoints required" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("game", ["minatar/breakout", "breakout"])
+def test_a_collected_random_store_goes_through_minari_and_back_bit_for_bit(tmp_path, game):
+    """What a fresh clone does: collect a Random store (MinAtar's with its game-state labels,
+    Atari's with its RAM), export it to Minari and import it back: the same chunk files and
+    manifest, fingerprint included."""
+    pytest.importorskip("minatar" if game.startswith("minatar") else "ale_py")
+    store, out, back = tmp_path / "store", tmp_path / "minari", tmp_path / "back"
+    argv = ["collect", "random", "--game", game, "--steps", "300", "--seed", "3"]
+    assert main([*argv, "--out", str(store), "--no-progress"]) == 0
+    assert main(["export", "minari", str(store), str(out)]) == 0
+    assert main(["import", "minari", "--src", str(out), "--out", str(back)]) == 0
+    _same_folders(store, back)
+    back_store = TransitionStore(back)
+    assert back_store.manifest.source == "random" and len(back_store) == 300
+    assert back_store.has_ram == (game == "breakout")  # Atari's RAM
+    assert back_store.has_labels == game.startswith("minatar")  # MinAtar's game-state labels
+
+
 class GridWorld:
     """A 10x10 grid with 3 boolean channels (channels last, as MinAtar's gym envs), 3 actions;
     episodes end by a terminal or a 30-step time limit."""
