@@ -86,11 +86,15 @@ def _agent_lines(params: dict[str, Any]) -> list[str]:
     if not isinstance(agent.get("curve"), list):
         return []
     final = agent.get("final_evaluation") or {}
+    resumed = [c for c in agent.get("commits") or [] if c.get("from_step")]
+    code = f"sgi-lab commit `{agent.get('commit')}`" + "".join(
+        f", resumed at step {c['from_step']} on `{c['commit']}`" for c in resumed
+    )
     lines = [
         "## The agent that made it",
         "",
-        f"Run `{agent.get('run')}` (config SHA-256 `{agent.get('config_sha256')}`, sgi-lab commit "
-        f"`{agent.get('commit')}`, {agent.get('cpu')}). Final evaluation: mean return "
+        f"Run `{agent.get('run')}` (config SHA-256 `{agent.get('config_sha256')}`, {code}, "
+        f"{agent.get('cpu')}). Final evaluation: mean return "
         f"{final.get('mean')} over {final.get('episodes')} episodes at step {final.get('step')} "
         f"({final.get('normalization')} {_number(final.get('normalized_score'))}).",
         "",

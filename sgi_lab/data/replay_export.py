@@ -8,7 +8,7 @@ the agent's entire experience, in the order it was lived. `export_replay` writes
 actions, raw rewards, learning terminals and episode starts exactly as the replay holds them
 (a resumed run's fresh episode starts where it resumed; an episode cut by the end of the run
 ends without a terminal). Its manifest's ``params`` record the making agent: its run folder's
-name, its whole config and that config's SHA-256, the commit it ran, its final evaluation
+name, its whole config and that config's SHA-256, the commits it ran on (each with the step it took over at), its final evaluation
 (``eval.json``), its checkpoint steps (rows ``[0, step)`` were in its replay at each) and its
 learning curve per checkpoint interval (from ``metrics.jsonl``); the manifest's own keys carry
 the env protocol, the game's sticky actions and the observation spec. Weak and Mixed are
@@ -90,6 +90,17 @@ def _resumed_at(status: dict[str, Any]) -> list[int]:
     return sorted({int(p["step"]) for p in status.get("provenance", []) if p.get("step")})
 
 
+def _commits(status: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each sgi-lab commit the run trained on, in order, with the step it took over at (its
+    status's provenance: a run resumed on newer code lists both)."""
+    commits: list[dict[str, Any]] = []
+    for entry in status.get("provenance", []):
+        commit = entry.get("commit")
+        if commit and (not commits or commits[-1]["commit"] != commit):
+            commits.append({"commit": commit, "from_step": int(entry.get("step") or 0)})
+    return commits
+
+
 def _agent_record(run: Path, ckpt: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
     """The manifest's ``params`` of an exported replay: the making agent and its curve."""
     config = dict(ckpt["config"])
@@ -106,6 +117,7 @@ def _agent_record(run: Path, ckpt: dict[str, Any], status: dict[str, Any]) -> di
         "config_sha256": config_sha256(config),
         "config": config,
         "commit": started.get("commit"),
+        "commits": _commits(status),
         "cpu": started.get("cpu"),
         "final_evaluation": {k: evaluation.get(k) for k in EVAL_KEYS if k in evaluation},
         "checkpoints": boundaries,

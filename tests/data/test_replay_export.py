@@ -15,7 +15,7 @@ import torch
 
 from sgi_lab.base.files import read_jsonl
 from sgi_lab.config import FinetuneConfig, build_config
-from sgi_lab.data.replay_export import config_sha256, export_replay, learning_curve
+from sgi_lab.data.replay_export import _commits, config_sha256, export_replay, learning_curve
 from sgi_lab.data.sampler import SequenceSampler
 from sgi_lab.data.store_format import StoreError, StoreFolderError
 from sgi_lab.launch.cli import main
@@ -87,6 +87,8 @@ def test_the_manifest_records_the_making_agent_and_its_curve(run, tmp_path):
     assert p["final_evaluation"]["mean"] == evaluation["mean"]
     assert p["final_evaluation"]["episodes"] == 2
     assert p["checkpoints"] == [60, 120, 150] and p["resumed_at"] == []
+    commit = json.loads((run / "status.json").read_text())["provenance"][0].get("commit")
+    assert p["commits"] == ([{"commit": commit, "from_step": 0}] if commit else [])
     assert p["terminal_on_life_loss"] is False
     episodes = [r for r in read_jsonl(run / "metrics.jsonl") if "episode/return" in r]
     assert [c["step"] for c in p["curve"]] == [60, 120, 150]
@@ -96,6 +98,16 @@ def test_the_manifest_records_the_making_agent_and_its_curve(run, tmp_path):
     assert [r["episode/return"] for r in episodes] == pytest.approx(
         store_returns[: len(episodes)].tolist()
     )
+
+
+def test_the_commits_a_run_trained_on_are_listed_in_order_with_where_each_took_over():
+    provenance = [{"step": 0, "commit": "a"}, {"step": 100, "commit": "a"},
+                  {"step": 200, "commit": "b"}, {"step": 300}]  # fmt: skip
+    assert _commits({"provenance": provenance}) == [
+        {"commit": "a", "from_step": 0},
+        {"commit": "b", "from_step": 200},
+    ]
+    assert _commits({}) == []
 
 
 def test_learning_curve_by_hand():

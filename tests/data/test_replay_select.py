@@ -30,6 +30,8 @@ AGENT = {
     "seed": 3,
     "config": {"ssl": "none", "encoder": "minatar", "updates_per_step": 1, "update_every": 4},
     "config_sha256": "abc",
+    "commit": "aaa",
+    "commits": [{"commit": "aaa", "from_step": 0}, {"commit": "bbb", "from_step": 30}],
     "final_evaluation": {"mean": 4.5, "episodes": 10, "step": 50},
     "checkpoints": [10, 20, 30, 40, 50],
     "curve": [{"step": s, "episodes": 1, "mean_return": 1.0, "mean_length": 7.0}
@@ -151,6 +153,7 @@ def test_cli_select_and_export_minari_with_a_dataset_card(tmp_path, capsys):
     assert card.startswith("---\nlicense: gpl-3.0\n") and "GPL-3.0" in card
     assert "**Mixed**: 30 rows" in card and "3 segments of 10 rows (seed 0)" in card
     assert "1 update(s) every 4 steps" in card  # the maker's update period, as it trained
+    assert "sgi-lab commit `aaa`, resumed at step 30 on `bbb`," in card  # the code it ran
     assert "mean return 4.5 over 10 episodes" in card and "| 50 | 1 | 1.000 | 7.0 |" in card
     pytest.importorskip("minari", reason="Minari (the `minari` extra) is not installed")
     pytest.importorskip("h5py", reason="Minari's HDF5 storage needs h5py (minari[hdf5])")
