@@ -8,9 +8,10 @@ the agent's entire experience, in the order it was lived. `export_replay` writes
 actions, raw rewards, learning terminals and episode starts exactly as the replay holds them
 (a resumed run's fresh episode starts where it resumed; an episode cut by the end of the run
 ends without a terminal). Its manifest's ``params`` record the making agent: its run folder's
-name, its whole config and that config's SHA-256, the commits it ran on (each with the step it took over at), its final evaluation
-(``eval.json``), its checkpoint steps (rows ``[0, step)`` were in its replay at each) and its
-learning curve per checkpoint interval (from ``metrics.jsonl``); the manifest's own keys carry
+name, its whole config and that config's SHA-256, the commits it ran on (each with the step it
+took over at), its final evaluation (``eval.json``), its checkpoint steps (rows ``[0, step)``
+were in its replay at each) and its learning curve per checkpoint interval (from
+``metrics.jsonl``); the manifest's own keys carry
 the env protocol, the game's sticky actions and the observation spec. Weak and Mixed are
 selections of such a store (`sgi_lab.data.replay_select`), as the paper's are of a DQN run.
 """
