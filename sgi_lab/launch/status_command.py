@@ -326,6 +326,8 @@ def main_status(args: argparse.Namespace) -> int:
     folders = find_run_folders(root)
     if not folders:
         print(f"no run folders (with a status.json) under {root}")
+        for line in experiment_lines(root):  # an experiment whose first task has not begun
+            print(line)
         return 0
     progress = []
     for folder in folders:

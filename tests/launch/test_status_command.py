@@ -380,3 +380,9 @@ def test_each_experiment_folder_gets_its_tasks_and_whether_its_driver_lives(tmp_
         assert capsys.readouterr().out.splitlines()[-1].startswith("experiment live: 4 tasks")
     finally:
         lock.release()
+    fresh = tmp_path / "fresh"  # an experiment whose first task has not begun: no run folder
+    fresh.mkdir()
+    (fresh / STATE_FILE).write_text(json.dumps({"name": "fresh", "tasks": {"data/x": {}}}))
+    assert main(["status", str(fresh)]) == 0
+    out = capsys.readouterr().out
+    assert "no run folders" in out and "experiment fresh: 1 tasks: 1 pending; no driver" in out
