@@ -91,7 +91,7 @@ def _resumed_at(status: dict[str, Any]) -> list[int]:
     return sorted({int(p["step"]) for p in status.get("provenance", []) if p.get("step")})
 
 
-def _commits(status: dict[str, Any]) -> list[dict[str, Any]]:
+def commit_history(status: dict[str, Any]) -> list[dict[str, Any]]:
     """Each sgi-lab commit the run trained on, in order, with the step it took over at (its
     status's provenance: a run resumed on newer code lists both)."""
     commits: list[dict[str, Any]] = []
@@ -118,7 +118,7 @@ def _agent_record(run: Path, ckpt: dict[str, Any], status: dict[str, Any]) -> di
         "config_sha256": config_sha256(config),
         "config": config,
         "commit": started.get("commit"),
-        "commits": _commits(status),
+        "commits": commit_history(status),
         "cpu": started.get("cpu"),
         "final_evaluation": {k: evaluation.get(k) for k in EVAL_KEYS if k in evaluation},
         "checkpoints": boundaries,

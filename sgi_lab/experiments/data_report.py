@@ -18,7 +18,7 @@ import pandas as pd
 import yaml
 
 from sgi_lab.base.files import atomic_write_text, read_jsonl
-from sgi_lab.data.replay_export import learning_curve
+from sgi_lab.data.replay_export import commit_history, learning_curve
 from sgi_lab.data.store import TransitionStore
 from sgi_lab.data.store_format import MANIFEST, StoreError
 from sgi_lab.experiments.graph import Graph, Task, is_agent_task
@@ -95,7 +95,10 @@ def maker_rows(makers: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "top_score": _top(game)[1],
                 "top_name": _top(game)[0],
                 "training_hours": training_hours(maker["rows"]),
-                "commits": sorted({p.get("commit", "")[:7] for p in status.get("provenance", [])}),
+                "commits": [
+                    c["commit"][:7] + (f" from {c['from_step']:,}" if c["from_step"] else "")
+                    for c in commit_history(status)
+                ],
             }
         )
     return rows
@@ -180,14 +183,15 @@ def data_markdown(graph: Graph, makers: list[dict], stores: list[dict], figure: 
             f"| {r['game']} | {r['state']} | {r['steps']} | {_cell(r['final_mean'])} "
             f"({_cell(r['final_episodes'])}) | {_cell(r['normalized'])} | "
             f"{_cell(r['top_score'], 1)} ({r['top_name']}) | {r['training_hours']:.2f} | "
-            f"{', '.join(r['commits'])} |"
+            f"{'; '.join(r['commits'])} |"
         )
     lines += [
         "",
         "Normalised: (return - random) / (normalised 1 - random), the game's references "
         "(MinAtar: `sgi_lab/metrics/data/minatar_scores.json`; Atari: the human scores). Training hours: the agent's logged steps "
         "over its logged speed, evaluations and start-up left out, on whatever machine and load "
-        "it ran (its status records the CPU).",
+        "it ran (its status records the CPU). Commits: each sgi-lab commit the agent trained on, in "
+        "order, a resumed run's later ones with the step they took over at.",
         "",
         f"![The making agents' training returns per checkpoint interval]({figure})",
         "",
@@ -234,7 +238,7 @@ def write_data_report(graph: Graph) -> Path:
     write_svg(out / "makers.svg", svg, MAKERS_MARK, "a makers' learning-curve figure")
     frame = pd.DataFrame([*makers, *stores])
     if "commits" in frame:
-        frame["commits"] = frame["commits"].map(lambda c: " ".join(c) if isinstance(c, list) else c)
+        frame["commits"] = frame["commits"].map(lambda c: "; ".join(c) if isinstance(c, list) else c)
     atomic_write_text(out / "results.csv", frame.to_csv(index=False))
     markdown = data_markdown(graph, makers, stores, "makers.svg")
     atomic_write_text(out / "results.md", markdown)

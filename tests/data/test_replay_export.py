@@ -15,7 +15,7 @@ import torch
 
 from sgi_lab.base.files import read_jsonl
 from sgi_lab.config import FinetuneConfig, build_config
-from sgi_lab.data.replay_export import _commits, config_sha256, export_replay, learning_curve
+from sgi_lab.data.replay_export import commit_history, config_sha256, export_replay, learning_curve
 from sgi_lab.data.sampler import SequenceSampler
 from sgi_lab.data.store_format import StoreError, StoreFolderError
 from sgi_lab.launch.cli import main
@@ -103,11 +103,11 @@ def test_the_manifest_records_the_making_agent_and_its_curve(run, tmp_path):
 def test_the_commits_a_run_trained_on_are_listed_in_order_with_where_each_took_over():
     provenance = [{"step": 0, "commit": "a"}, {"step": 100, "commit": "a"},
                   {"step": 200, "commit": "b"}, {"step": 300}]  # fmt: skip
-    assert _commits({"provenance": provenance}) == [
+    assert commit_history({"provenance": provenance}) == [
         {"commit": "a", "from_step": 0},
         {"commit": "b", "from_step": 200},
     ]
-    assert _commits({}) == []
+    assert commit_history({}) == []
 
 
 def test_learning_curve_by_hand():

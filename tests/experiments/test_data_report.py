@@ -5,6 +5,7 @@ by whom, at what score and in how many hours (`sgi_lab.experiments.data_report`)
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -15,8 +16,10 @@ from sgi_lab import experiments as ex
 from sgi_lab.base.files import read_jsonl
 from sgi_lab.config import ConfigError
 from sgi_lab.data.store import TransitionStore
+from sgi_lab.experiments.graph import Task
 from sgi_lab.experiments.data_report import (
     MAKERS_MARK,
+    maker_rows,
     makers_curves,
     read_makers,
     store_rows,
@@ -107,6 +110,21 @@ def test_a_data_file_makes_every_store_and_reports_its_makers_and_stores(tmp_pat
         inside = [ret for end, ret in episodes if step - 60 < end <= step]
         assert ours[step] == pytest.approx(np.mean(inside))
     assert set(curves[curves.method != "maker"]["return"]) == {top}  # the reference line
+
+
+def test_a_resumed_maker_lists_its_commits_in_the_order_it_ran_them():
+    """Resumed on an older-sorting commit, the maker's row keeps the order it trained in and
+    says where each later commit took over (a set, sorted, had read as if it began there)."""
+    provenance = [
+        {"step": 0, "commit": "db869da" + "0" * 33},
+        {"step": 815280, "commit": "1c8eb8c" + "0" * 33},
+        {"step": 900000, "commit": "1c8eb8c" + "0" * 33},  # resumed again on the same code
+    ]
+    task = Task("pretrain/maker__minatar-seaquest", "finetune", Path("maker"), (), ())
+    maker = {"task": task, "status": {"provenance": provenance, "step": 10}, "rows": [],
+             "game": "minatar/seaquest", "result": {}, "config": {}}  # fmt: skip
+    (row,) = maker_rows([maker])
+    assert row["commits"] == ["db869da", "1c8eb8c from 815,280"]
 
 
 def test_the_report_never_draws_over_a_figure_it_did_not_make(tmp_path):
