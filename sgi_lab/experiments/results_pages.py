@@ -213,6 +213,7 @@ PAGE_BLOCKS = (
         "minatar_calibration", "minatar_calibration")),
     Block("docs/results/minatar.md", "mixed question", sealed_question_tables(
         "minatar_mixed", "minatar_mixed_question.svg")),
+    Block("docs/results/minatar.md", "mixed re-readings", sealed_rereadings("minatar_mixed")),
     Block("docs/results/minatar.md", "mixed power", power_tables(
         "minatar_mixed", "minatar_calibration")),
     Block("docs/results/minatar.md", "objectives question", question_tables(
