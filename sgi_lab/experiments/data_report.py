@@ -238,7 +238,9 @@ def write_data_report(graph: Graph) -> Path:
     write_svg(out / "makers.svg", svg, MAKERS_MARK, "a makers' learning-curve figure")
     frame = pd.DataFrame([*makers, *stores])
     if "commits" in frame:
-        frame["commits"] = frame["commits"].map(lambda c: "; ".join(c) if isinstance(c, list) else c)
+        frame["commits"] = frame["commits"].map(
+            lambda c: "; ".join(c) if isinstance(c, list) else c
+        )
     atomic_write_text(out / "results.csv", frame.to_csv(index=False))
     markdown = data_markdown(graph, makers, stores, "makers.svg")
     atomic_write_text(out / "results.md", markdown)

@@ -16,7 +16,6 @@ from sgi_lab import experiments as ex
 from sgi_lab.base.files import read_jsonl
 from sgi_lab.config import ConfigError
 from sgi_lab.data.store import TransitionStore
-from sgi_lab.experiments.graph import Task
 from sgi_lab.experiments.data_report import (
     MAKERS_MARK,
     maker_rows,
@@ -26,6 +25,7 @@ from sgi_lab.experiments.data_report import (
     training_hours,
     write_data_report,
 )
+from sgi_lab.experiments.graph import Task
 from sgi_lab.metrics.minatar import minatar_random_score, minatar_reference_score
 
 MAKES_DATA = (
