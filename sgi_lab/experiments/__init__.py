@@ -36,6 +36,8 @@ The package, in the order a task flows through it:
   (its makers' scores, hours and curves, its stores);
 - `results_pages`: the docs/results pages' generated tables and figures, and each archived
   study's report, regenerated from ``results/`` (``make results``);
+- `study_cost`: what a study's tasks cost, from their own logged speeds, by part (a results
+  page's block, and the end of each finetuning report's ``results.md``);
 - `question`: a study's declared question answered (P(improvement) over the baseline with
   intervals and Holm-adjusted permutation p values) and the power its design had;
 - `rereading`: the declared contrasts re-read under the other readout, per game, per half of

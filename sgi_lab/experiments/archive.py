@@ -55,6 +55,7 @@ __all__ = [
     "kept",
     "restore",
     "restored_files",
+    "task_folders",
     "verified_archive",
     "task_fingerprint",
 ]
@@ -127,7 +128,7 @@ def _at_default(key: str, value: Any) -> bool:
     return bool(defaults) and all(d == value for d in defaults)
 
 
-def _task_folders(task: Task) -> list[Path]:
+def task_folders(task: Task) -> list[Path]:
     """The run folders a task's results are in (a data store is not archived)."""
     if task.kind == "finetune":
         return list(task.agent_folders)
@@ -302,15 +303,15 @@ def archive(
         t
         for t in chosen
         if t.kind != "report"
-        and _task_folders(t)
+        and task_folders(t)
         and task_done(t)
-        and not any((f / REBUILT_FILE).exists() for f in _task_folders(t))
+        and not any((f / REBUILT_FILE).exists() for f in task_folders(t))
     ]
     if not done:
         return []
     wanted: list[tuple[str, Path]] = [(EXPERIMENT_FILE, graph.out / EXPERIMENT_FILE)]
     for task in done:
-        folders = _task_folders(task)
+        folders = task_folders(task)
         for folder in folders:
             for path in sorted(p for p in folder.rglob("*") if p.is_file()):
                 if kept(path.relative_to(folder).as_posix()):
@@ -403,7 +404,7 @@ def _folder_owners(graph: Graph, same: set[str]) -> dict[Path, tuple[list[Task],
 
     owners: dict[Path, list[Task]] = {}
     for task in graph.tasks:
-        for folder in _task_folders(task):
+        for folder in task_folders(task):
             owners.setdefault(folder, []).append(task)
     return {f: (tasks, all(map(restorable, tasks))) for f, tasks in owners.items()}
 
@@ -462,7 +463,7 @@ def restore(graph: Graph, source: str | os.PathLike) -> dict[str, Any]:
             conflicts[folder] = sorted(clash)
 
     def whole(task: Task) -> bool:  # every folder of the task can be restored
-        return all(f in plans and f not in conflicts for f in _task_folders(task))
+        return all(f in plans and f not in conflicts for f in task_folders(task))
 
     restored = []
     for folder, files in plans.items():

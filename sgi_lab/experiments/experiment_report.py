@@ -18,6 +18,7 @@ from sgi_lab.experiments.rereading import rereading_markdown, rereading_table
 from sgi_lab.experiments.spec import (
     STATE_FILE,
 )
+from sgi_lab.experiments.study_cost import cost_markdown, graph_cost
 from sgi_lab.runs.status import read_status
 from sgi_lab.studies.finetune_report import study_markdown
 from sgi_lab.studies.probe_report import write_probe_report
@@ -131,6 +132,13 @@ EXPLORATORY = (
 )
 
 
+COST_NOTE = (
+    "Training hours of the tasks that have run, from their own logged speeds "
+    "(`sgi_lab.experiments.study_cost`: a population once; start-up, evaluation and time "
+    "stopped not counted), on the machine and load each met."
+)
+
+
 def write_results_markdown(graph: Graph, reps: int = 2000) -> Path:
     """``results.md`` of a finetuning experiment (and ``curves.svg``, its learning curves): what
     docs/results pages are made of, regenerated with every report."""
@@ -151,6 +159,7 @@ def write_results_markdown(graph: Graph, reps: int = 2000) -> Path:
         head += [EXPLORATORY, ""]
         head += ["### The declared contrasts, re-read", ""]
         head += [rereading_markdown(rereading_table(graph.out, e)), ""]
+    cost = ["", "## What it cost", "", COST_NOTE, "", cost_markdown(graph_cost(graph))]
     path = graph.out / "results.md"
-    atomic_write_text(path, "\n".join([*head, tables]))
+    atomic_write_text(path, "\n".join([*head, tables, *cost]))
     return path

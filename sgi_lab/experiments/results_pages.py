@@ -43,6 +43,7 @@ from sgi_lab.experiments.question import (
 from sgi_lab.experiments.rereading import rereading_markdown, rereading_table
 from sgi_lab.experiments.scheduler import write_inputs
 from sgi_lab.experiments.spec import load_experiment
+from sgi_lab.experiments.study_cost import cost_markdown, study_cost
 from sgi_lab.studies.finetune_budgets import write_finetune_budget_figure
 from sgi_lab.studies.finetune_report import study_markdown
 from sgi_lab.studies.probe_seed_tests import encoder_game_table
@@ -180,6 +181,16 @@ def encoder_probe_table(study: str, metric: str) -> Callable[[Path], str]:
     return make
 
 
+def cost_table(study: str) -> Callable[[Path], str]:
+    """What ``study``'s archived tasks cost, by part (`study_cost`: training hours from their
+    logged speeds, commits, CPUs)."""
+
+    def make(root: Path) -> str:
+        return cost_markdown(study_cost(root / "results" / study))
+
+    return make
+
+
 def _budget_figure(root: Path, path: Path) -> object:
     folders = {
         "10k steps": root / "results/minatar_objectives",
@@ -222,6 +233,9 @@ PAGE_BLOCKS = (
         "minatar_objectives", "minatar_objectives", seeds=3)),
     Block("docs/results/minatar.md", "objectives power, one contrast", power_tables(
         "minatar_objectives", "minatar_objectives", seeds=3, alpha=0.05)),
+    Block("docs/results/minatar.md", "objectives cost", cost_table("minatar_objectives")),
+    Block("docs/results/minatar.md", "calibration cost", cost_table("minatar_calibration")),
+    Block("docs/results/minatar.md", "mixed cost", cost_table("minatar_mixed")),
     Block("docs/results/probes.md", "objectives encoders' coordinate R2", encoder_probe_table(
         "minatar_objectives", "coordinate_r2")),
 )  # fmt: skip

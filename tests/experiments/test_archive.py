@@ -30,6 +30,7 @@ from sgi_lab.experiments.archive import (
     restored_files,
 )
 from sgi_lab.experiments.state import task_done
+from sgi_lab.experiments.study_cost import cost_markdown, study_cost
 from sgi_lab.launch.cli import main
 from sgi_lab.runs.status import UnfinishedRunError, file_sha256, require_finished
 from sgi_lab.studies.finetune_study import per_seed_markdown, study_runs
@@ -302,6 +303,10 @@ def test_report_only_with_an_archive_restores_archives_and_reports(archived, tmp
     printed = capsys.readouterr().out
     assert "restored 2 tasks" in printed and "archived 2 tasks" in printed
     assert "Finished agents: 12 of 180" in (out / "results.md").read_text()
+    cost = (out / "results.md").read_text().split("## What it cost")[1]
+    archived_rows = cost_markdown(study_cost(dest)).splitlines()  # (its encoders stay there)
+    finetuned = [line for line in archived_rows if line.startswith("| `finetune/")]
+    assert len(finetuned) == 2 and all(line in cost for line in finetuned)  # as was archived
     for name in ("scores.npz", "scores.json"):  # the per-seed matrices, kept in the archive
         assert (dest / name).read_bytes() == (out / name).read_bytes(), name
     kept_scores = read_score_matrices(dest / "scores.npz")  # the 12 archived agents' returns

@@ -431,6 +431,10 @@ def test_smoke_experiment_end_to_end_killed_and_resumed(tmp_path):
     assert "SGI-R" in html and "plotly" in html
     results = (out / "results.md").read_text()  # the study's tables, on Atari's HNS too
     assert "Finished agents: 4 of 4 (HNS" in results and "| game | seed |" in results
+    # what it cost: every task that ran, by part (a store logs no speed and is left out)
+    cost = results[results.index("## What it cost") :]
+    assert "| `finetune/sgi_none` | 1 | 2 |" in cost  # one population of Breakout and Pong
+    assert "| `pretrain/sgi_r` | 2 | 2 |" in cost and "data/" not in cost
     agents = sorted(p.parent.name for p in (out / "finetune").rglob("eval.json"))
     assert agents == ["Breakout__s0", "Breakout__s0", "Pong__s0", "Pong__s0"]
     # A second run has nothing to do.
