@@ -22,6 +22,7 @@ from sgi_lab.data.replay_export import commit_history, learning_curve
 from sgi_lab.data.store import TransitionStore
 from sgi_lab.data.store_format import MANIFEST, StoreError
 from sgi_lab.experiments.graph import Graph, Task, is_agent_task
+from sgi_lab.experiments.study_cost import logged_hours
 from sgi_lab.metrics.minatar import normalization_name, normalized_score, score_references
 from sgi_lab.runs.status import read_status
 from sgi_lab.viz.method_curves import method_curves_svg
@@ -38,14 +39,9 @@ def _top(game: str) -> tuple[str, float]:
 
 def training_hours(rows: list[dict[str, Any]]) -> float:
     """Hours an agent spent training, from its metrics rows: each logged row's step gap over the
-    steps a second it logged (``charts/sps``); evaluations and start-up are not counted."""
-    seconds, previous = 0.0, 0
-    for row in rows:
-        sps = row.get("charts/sps")
-        if sps:
-            seconds += (row["step"] - previous) / sps
-            previous = row["step"]
-    return seconds / 3600
+    steps a second it logged (``charts/sps``, `logged_hours`); evaluations and start-up are not
+    counted."""
+    return logged_hours(rows)
 
 
 def _game_of(task: Task) -> str:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,15 @@ from sgi_lab.data.replay_export import commit_history
 from sgi_lab.experiments.archive import task_folders
 from sgi_lab.experiments.graph import Graph
 
-__all__ = ["cost_markdown", "folder_hours", "graph_cost", "study_cost", "study_part", "task_costs"]
+__all__ = [
+    "cost_markdown",
+    "folder_hours",
+    "graph_cost",
+    "logged_hours",
+    "study_cost",
+    "study_part",
+    "task_costs",
+]
 
 _DRAW_AND_AFTER = re.compile(r"__d\d+(__.*)?$")
 
@@ -46,27 +54,35 @@ def study_part(task_id: str) -> str:
     return f"{kind}/{name}"
 
 
-def folder_hours(folder: Path) -> float | None:
-    """Training hours of one run folder from its ``metrics.jsonl`` (module docstring); None when
-    it logged no speed."""
-    metrics = folder / "metrics.jsonl"
-    if not metrics.is_file():
-        return None
-    batch = None
-    seconds, previous, logged = 0.0, 0, False
-    for row in read_jsonl(metrics):
+def logged_hours(rows: Iterable[dict[str, Any]], batch: Callable[[], int] | None = None) -> float:
+    """Hours of training in metrics ``rows``: each row's step gap over the speed it logged,
+    ``charts/sps``, or ``charts/samples_per_s`` over ``batch()`` (the batch size, asked for
+    only when a row needs it); rows without a speed (an episode's) are skipped."""
+    seconds, previous = 0.0, 0
+    for row in rows:
         step = row.get("step")
         if not isinstance(step, int):
             continue
         if row.get("charts/sps"):
             seconds += (step - previous) / row["charts/sps"]
-        elif row.get("charts/samples_per_s"):
-            batch = batch or _batch_size(folder)
-            seconds += (step - previous) * batch / row["charts/samples_per_s"]
+        elif row.get("charts/samples_per_s") and batch is not None:
+            seconds += (step - previous) * batch() / row["charts/samples_per_s"]
         else:
             continue
-        previous, logged = step, True
-    return seconds / 3600 if logged else None
+        previous = step
+    return seconds / 3600
+
+
+def folder_hours(folder: Path) -> float | None:
+    """Training hours of one run folder from its ``metrics.jsonl`` (`logged_hours`, the batch
+    size from its ``config.yaml``); None when it logged no speed."""
+    metrics = folder / "metrics.jsonl"
+    if not metrics.is_file():
+        return None
+    rows = read_jsonl(metrics)
+    if not any(r.get("charts/sps") or r.get("charts/samples_per_s") for r in rows):
+        return None
+    return logged_hours(rows, lambda: _batch_size(folder))
 
 
 def _batch_size(folder: Path) -> int:
