@@ -8,10 +8,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from sgi_lab.config import FinetuneConfig, build_config
+from sgi_lab.experiments.archive import task_folders
 from sgi_lab.experiments.graph import (
     Graph,
     Task,
 )
+from sgi_lab.experiments.study_cost import folder_hours
 from sgi_lab.train.capacity import agent_bytes
 
 # -- speeds and cost ---------------------------------------------------------------------------
@@ -108,10 +110,10 @@ def estimate_cost(graph: Graph, left: Mapping[str, float] | None = None) -> dict
 
     Returns:
         ``{"stages": {stage: {tasks, runs, steps, samples, hours: {machine: h}, unmeasured}},
-        "total": {...}, "unknown": [stage/encoder without a measured speed]}``. Hours are one
-        process's (or one GPU's) time per task, summed over tasks (divide by the tasks that run
-        at once); tasks without a measured speed count 0 and put their machine in
-        ``unmeasured``.
+        "total": {...}, "unknown": ["stage/encoder (machine)" without a measured speed]}``.
+        Hours are one process's (or one GPU's) time per task, summed over tasks (divide by the
+        tasks that run at once); tasks without a measured speed count 0 and put their machine
+        in ``unmeasured``.
     """
     stages: dict[str, dict[str, Any]] = {}
     unknown: set[str] = set()
@@ -140,7 +142,9 @@ def estimate_cost(graph: Graph, left: Mapping[str, float] | None = None) -> dict
         for machine in MACHINES:
             rate = _speed(task.stage, task.encoder, machine, task.probe.get("readout"))
             if rate is None:
-                unknown.add(f"{task.stage}" + (f"/{task.encoder}" if task.encoder else ""))
+                unknown.add(
+                    f"{task.stage}" + (f"/{task.encoder}" if task.encoder else "") + f" ({machine})"
+                )
                 row.setdefault("unmeasured", set()).add(machine)
             else:
                 row["hours"][machine] += work / rate / 3600
@@ -153,6 +157,70 @@ def estimate_cost(graph: Graph, left: Mapping[str, float] | None = None) -> dict
         "unmeasured": set().union(*(r.get("unmeasured", set()) for r in stages.values())),
     }
     return {"stages": stages, "total": total, "unknown": sorted(unknown)}
+
+
+def _work(task: Task) -> float:
+    """A task's work in the units its speed is measured in: pretraining samples, else agent
+    steps scaled to its updates (`_step_scale`)."""
+    return task.samples if task.stage == "pretrain" else task.steps * _step_scale(task)
+
+
+def _logged_hours(task: Task) -> float | None:
+    """A finished task's training hours from its runs' logged speeds (a population once)."""
+    hours = [h for h in map(folder_hours, task_folders(task)) if h is not None]
+    return max(hours) if hours else None
+
+
+def pace_left(graph: Graph, left: Mapping[str, float]) -> dict[str, Any]:
+    """What is left (``left``: task id -> the fraction still to do) at the pace the experiment's
+    own finished tasks logged, per stage and encoder (their summed hours over their summed
+    work); a stage none of its tasks has finished yet counts at `SPEEDS`' CPU figure.
+
+    Returns:
+        ``{"hours": process-hours left, "paces": {stage/encoder: units per second},
+        "finished": tasks read, "unmeasured": stages left at SPEEDS' figure (or 0: unknown)}``
+    """
+    key = lambda t: t.stage + (f"/{t.encoder}" if t.encoder else "")  # noqa: E731
+    seconds: dict[str, float] = {}
+    work: dict[str, float] = {}
+    finished = 0
+    for task in graph.tasks:
+        if task.kind in ("report", "probe") or left.get(task.id, 1.0) > 0 or not _work(task):
+            continue
+        hours = _logged_hours(task)
+        if hours:
+            finished += 1
+            seconds[key(task)] = seconds.get(key(task), 0.0) + hours * 3600
+            work[key(task)] = work.get(key(task), 0.0) + _work(task)
+    paces = {k: work[k] / seconds[k] for k in seconds}
+    total, unmeasured = 0.0, set()
+    for task in graph.tasks:
+        share = left.get(task.id, 1.0)
+        if task.kind == "report" or share <= 0:
+            continue
+        rate = paces.get(key(task))
+        if rate is None:
+            unmeasured.add(key(task))
+            rate = _speed(task.stage, task.encoder, "cpu", task.probe.get("readout"))
+        total += _work(task) * share / rate / 3600 if rate else 0.0
+    return {"hours": total, "paces": paces, "finished": finished, "unmeasured": unmeasured}
+
+
+def _pace_line(graph: Graph, left: Mapping[str, float]) -> str | None:
+    """The dry run's line for `pace_left`, once the experiment has finished a task that logged
+    its speed."""
+    pace = pace_left(graph, left)
+    if not pace["finished"]:
+        return None
+    rates = ", ".join(f"{k} {r:,.1f}/s" for k, r in sorted(pace["paces"].items()))
+    line = (
+        f"  at its own pace: about {pace['hours']:.1f} process-hours left, at the speeds its "
+        f"{pace['finished']} finished tasks logged ({rates}: agent steps, or samples for "
+        "pretraining)"
+    )
+    if pace["unmeasured"]:
+        line += f"; {', '.join(sorted(pace['unmeasured']))} at the cpu column's speeds"
+    return line
 
 
 def _fmt_count(n: float) -> str:
@@ -246,6 +314,7 @@ def format_plan(graph: Graph, left: Mapping[str, float] | None = None) -> str:
             "  left: the tasks not done, each from its last checkpoint (the run folders' "
             "status), at the same speeds"
         )
+        lines += [line for line in [_pace_line(graph, left)] if line]
     if cost["unknown"]:
         lines.append(f"  ?: no measured speed for {', '.join(cost['unknown'])} (counted as 0)")
     return "\n".join(lines)

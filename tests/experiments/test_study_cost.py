@@ -10,7 +10,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from sgi_lab import experiments as ex
+from sgi_lab.experiments.archive import task_folders
 from sgi_lab.experiments.study_cost import cost_markdown, folder_hours, study_cost, study_part
+from sgi_lab.launch.cli import main
 
 EPYC = "AMD EPYC (cpu family 25, model 17)"
 
@@ -127,3 +130,60 @@ def test_every_archived_study_costs_what_its_tasks_logged():
         assert timed["hours"].notna().all(), (name, timed[timed["hours"].isna()])
         assert (timed["hours"] > 0).all(), name
         assert f"| total | {len(frame)} |" in cost_markdown(frame)
+
+
+def test_the_dry_run_projects_what_is_left_at_the_experiments_own_pace(tmp_path, capsys):
+    """Finished tasks' logged speeds, per stage and encoder, price what is left; a stage none
+    of them measured counts at the benchmark's CPU figure (the minatar_mixed file, hand-made
+    runs: one SGI encoder and the scratch population of Breakout finished)."""
+    from sgi_lab.experiments.cost import SPEEDS, pace_left
+    from sgi_lab.experiments.state import task_left
+
+    root = Path(__file__).resolve().parents[2]
+    file = root / "params/experiments/minatar_mixed.yaml"
+    graph = ex.expand(ex.load_experiment(file), tmp_path / "mixed")
+    encoder = graph.task("pretrain/sgi_m__d0__minatar-breakout")  # 2,000 steps at batch 256
+    scratch = graph.task("finetune/sgi_none/part1of2")  # 15 agents x 10k steps
+    steps = encoder.samples // 256
+    rows = [{"step": steps, "charts/samples_per_s": 512.0}]  # 1,000 s
+    _run(encoder.folder, rows, [{"step": 0}], batch=256)
+    for folder in scratch.agent_folders:  # one loop: 10k steps at 2.5 population steps/s
+        _run(folder, [{"step": 10000, "charts/sps": 2.5}], [{"step": 0}])
+    for task in (encoder, scratch):
+        for folder in task_folders(task):
+            status = json.loads((folder / "status.json").read_text())
+            status |= {"step": steps if task is encoder else 10000}
+            (folder / "status.json").write_text(json.dumps(status))
+            (folder / "model.pt").write_bytes(b"")
+    left = {t.id: task_left(t) for t in graph.tasks}
+    assert left[encoder.id] == 0 and left[scratch.id] == 0
+
+    pace = pace_left(graph, left)
+    assert pace["finished"] == 2
+    assert pace["paces"]["pretrain/minatar"] == pytest.approx(512.0)
+    assert scratch.steps == 15 * 10000  # agent steps; one update a step, so no scaling
+    assert pace["paces"]["finetune/minatar"] == pytest.approx(15 * 2.5)
+    pending = [t for t in graph.tasks if t.kind in ("pretrain", "finetune") and left[t.id] > 0]
+    by_hand = sum(
+        (t.samples / 512.0 if t.kind == "pretrain" else t.steps / (15 * 2.5)) / 3600
+        for t in pending
+    )
+    assert pace["hours"] == pytest.approx(by_hand) and not pace["unmeasured"]
+    assert {s.stage for s in SPEEDS if s.encoder == "minatar"} >= {"pretrain", "finetune"}
+
+    # before scratch had finished, its stage was priced at the benchmark's CPU figure
+    earlier = pace_left(graph, left | {scratch.id: 1.0})
+    assert earlier["finished"] == 1 and earlier["unmeasured"] == {"finetune/minatar"}
+    cpu = next(
+        s.rate for s in SPEEDS if (s.stage, s.encoder, s.machine) == ("finetune", "minatar", "cpu")
+    )
+    finetuning = sum(t.steps for t in graph.tasks if t.kind == "finetune") / cpu / 3600
+    pretraining = sum(t.samples for t in pending if t.kind == "pretrain") / 512.0 / 3600
+    assert earlier["hours"] == pytest.approx(finetuning + pretraining)
+
+    # the dry run says it, once the folder is the experiment's own
+    (graph.out / ex.STATE_FILE).write_text(json.dumps({"name": "minatar_mixed", "tasks": {}}))
+    assert main(["experiment", str(file), "--out", str(graph.out), "--dry-run"]) == 0
+    plan = capsys.readouterr().out
+    assert f"at its own pace: about {pace['hours']:.1f} process-hours left" in plan
+    assert "finetune/minatar 37.5/s, pretrain/minatar 512.0/s" in plan
