@@ -166,8 +166,13 @@ def _work(task: Task) -> float:
 
 
 def _logged_hours(task: Task) -> float | None:
-    """A finished task's training hours from its runs' logged speeds (a population once)."""
-    hours = [h for h in map(folder_hours, task_folders(task)) if h is not None]
+    """A finished task's training hours from its runs' logged speeds (a population once); None
+    when none logged one, or a run's config lacks the batch size its samples/s needs (the dry
+    run then prices the task's stage as if it had not finished)."""
+    try:
+        hours = [h for h in map(folder_hours, task_folders(task)) if h is not None]
+    except ValueError:
+        return None
     return max(hours) if hours else None
 
 
