@@ -165,6 +165,10 @@ def _work(task: Task) -> float:
     return task.samples if task.stage == "pretrain" else task.steps * _step_scale(task)
 
 
+def _stage_key(task: Task) -> str:
+    return task.stage + (f"/{task.encoder}" if task.encoder else "")
+
+
 def _logged_hours(task: Task) -> float | None:
     """A finished task's training hours from its runs' logged speeds (a population once); None
     when none logged one, or a run's config lacks the batch size its samples/s needs (the dry
@@ -183,9 +187,10 @@ def pace_left(graph: Graph, left: Mapping[str, float]) -> dict[str, Any]:
 
     Returns:
         ``{"hours": process-hours left, "paces": {stage/encoder: units per second},
-        "finished": tasks read, "unmeasured": stages left at SPEEDS' figure (or 0: unknown)}``
+        "finished": tasks read, "unmeasured": stages priced at SPEEDS' CPU figure instead
+        (0 where it has none)}``
     """
-    key = lambda t: t.stage + (f"/{t.encoder}" if t.encoder else "")  # noqa: E731
+    key = _stage_key
     seconds: dict[str, float] = {}
     work: dict[str, float] = {}
     finished = 0
