@@ -25,7 +25,8 @@ The package, in the order a task flows through it:
   finetuning seeds dealt to the draws), the arms a question compares;
 - `graph`: `Task`, `Graph` and `expand` (data sources as tasks: `data_tasks`; probes as
   tasks: `probe_tasks`);
-- `cost`: the measured speeds, `estimate_cost` and the ``--dry-run`` plan;
+- `cost`: the measured speeds, `estimate_cost`, the ``--dry-run`` plan and what is left at an
+  experiment's own pace (`pace_left`);
 - `state`: whether a task is done (locally or in a storage URI), what a worker pulls and pushes;
 - `executors`: one task as an ``sgi-lab`` subprocess, `LocalExecutor` and `RayExecutor`;
 - `order`: `first_order` (what ``--first`` starts first), `branch_order` (``--branch-first``),
