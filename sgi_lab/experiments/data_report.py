@@ -37,13 +37,6 @@ def _top(game: str) -> tuple[str, float]:
     return list(score_references(game).items())[-1]
 
 
-def training_hours(rows: list[dict[str, Any]]) -> float:
-    """Hours an agent spent training, from its metrics rows: each logged row's step gap over the
-    steps a second it logged (``charts/sps``, `logged_hours`); evaluations and start-up are not
-    counted."""
-    return logged_hours(rows)
-
-
 def _game_of(task: Task) -> str:
     argv = list(task.argv)
     return argv[argv.index("--game") + 1] if "--game" in argv else ""
@@ -90,7 +83,7 @@ def maker_rows(makers: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "random_score": score_references(game)["random"],
                 "top_score": _top(game)[1],
                 "top_name": _top(game)[0],
-                "training_hours": training_hours(maker["rows"]),
+                "training_hours": logged_hours(maker["rows"]),
                 "commits": [
                     c["commit"][:7] + (f" from {c['from_step']:,}" if c["from_step"] else "")
                     for c in commit_history(status)

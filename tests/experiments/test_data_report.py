@@ -22,10 +22,10 @@ from sgi_lab.experiments.data_report import (
     makers_curves,
     read_makers,
     store_rows,
-    training_hours,
     write_data_report,
 )
 from sgi_lab.experiments.graph import Task
+from sgi_lab.experiments.study_cost import logged_hours
 from sgi_lab.metrics.minatar import minatar_random_score, minatar_reference_score
 
 MAKES_DATA = (
@@ -42,15 +42,15 @@ pretrain:
 )
 
 
-def test_training_hours_sum_each_logged_interval_over_its_speed():
+def test_logged_hours_sum_each_logged_interval_over_its_speed():
     rows = [
         {"step": 100, "charts/sps": 50.0},  # 2 s
         {"step": 130, "episode/return": 1.0},  # an episode: no speed, not counted
         {"step": 400, "charts/sps": 100.0},  # 3 s
         {"step": 1000, "charts/sps": 200.0},  # 3 s
     ]
-    assert training_hours(rows) == pytest.approx(8 / 3600)
-    assert training_hours([]) == 0
+    assert logged_hours(rows) == pytest.approx(8 / 3600)
+    assert logged_hours([]) == 0
 
 
 def test_a_file_with_nothing_to_make_or_train_is_refused(tmp_path):
@@ -83,7 +83,7 @@ def test_a_data_file_makes_every_store_and_reports_its_makers_and_stores(tmp_pat
     )
     assert (maker.state, maker.steps, maker.final_mean) == ("finished", 120, result["mean"])
     assert maker.normalized == pytest.approx((result["mean"] - random) / (top - random))
-    assert maker.training_hours == pytest.approx(training_hours(read_jsonl(run / "metrics.jsonl")))
+    assert maker.training_hours == pytest.approx(logged_hours(read_jsonl(run / "metrics.jsonl")))
     assert maker.training_hours > 0
     stores = table[table.kind == "store"].set_index("task")
     for name, rows in (("replay", 120), ("weak", 60), ("mixed", 60)):
